@@ -1,0 +1,34 @@
+# Two commands do all the set-up on a fresh machine:
+#   make demo   creates .venv, installs, runs the pipeline on the embedded synthetic data
+#   make test   creates .venv if needed, installs, runs the whole test suite
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DEMO_DIR ?= runs/demo
+
+.PHONY: venv test demo bench clean help
+
+help:
+	@echo "make demo | make test | make bench | make clean"
+
+$(STAMP): setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade pip
+	$(PY) -m pip install -e ".[test]"
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+demo: $(STAMP)
+	bash scripts/demo.sh $(DEMO_DIR)
+
+bench: $(STAMP)
+	$(PY) bench/loss_overhead.py --quick
+	$(PY) bench/gradient_bias.py --quick
+
+clean:
+	rm -rf $(VENV) runs bench/out *.egg-info

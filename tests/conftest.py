@@ -1,0 +1,38 @@
+"""Test set-up shared by the whole suite.
+
+* Puts the repository root on sys.path (the binaries and models live beside the library).
+* Splits the CPU into 2 logical devices before TensorFlow initialises, so
+  MirroredStrategy tests have two replicas on a CPU-only machine.
+* Locates ../shared/data (or $TFRS_LOGQ_DATA): tests that need it fail, never skip, when it
+  is missing.
+"""
+
+import os
+import pathlib
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import tfrs_logq  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS before TF loads)
+import pytest  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+_cpus = tf.config.list_physical_devices("CPU")
+tf.config.set_logical_device_configuration(
+    _cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+
+
+def shared_data_dir() -> pathlib.Path:
+  """The shared datasets folder: $TFRS_LOGQ_DATA or ../shared/data beside the repo."""
+  return pathlib.Path(os.environ.get("TFRS_LOGQ_DATA", ROOT.parent / "shared" / "data"))
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> pathlib.Path:
+  path = shared_data_dir()
+  if not path.is_dir():
+    pytest.fail(f"shared datasets not found at {path}: set TFRS_LOGQ_DATA or place "
+                "../shared/data beside the repository (tests never skip on missing data)")
+  return path

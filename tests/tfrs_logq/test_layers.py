@@ -1,0 +1,115 @@
+"""LogQCorrection, RemoveAccidentalHits, accidental_hit_mask, log-Q helpers, Keras env check."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tfrs_logq  # noqa: F401
+import tensorflow as tf
+import tensorflow_recommenders as tfrs
+from tfrs_logq import accidental_hits
+from tfrs_logq import correction
+from tfrs_logq import log_q
+
+
+def test_log_q_correction_matches_tfrs_above_the_clip_and_not_below():
+  logits = tf.constant([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]])
+  prob = tf.constant([0.5, 1e-3, 1e-9])
+  ours = correction.LogQCorrection()(logits, prob).numpy()
+  theirs = tfrs.layers.loss.SamplingProbablityCorrection()(logits, prob).numpy()
+  np.testing.assert_allclose(ours[:, :2], theirs[:, :2], rtol=1e-6)
+  np.testing.assert_allclose(ours[:, 2], logits.numpy()[:, 2] - np.log(1e-9), rtol=1e-6)
+  assert np.all(ours[:, 2] - theirs[:, 2] > 6.0)  # TFRS clips 1e-9 to 1e-6
+  from_log = correction.LogQCorrection(from_log=True)(logits, tf.math.log(prob)).numpy()
+  np.testing.assert_allclose(from_log, ours, rtol=1e-6)
+
+
+@pytest.mark.parametrize("bad", [[0.5, 0.0, 0.1], [0.5, -0.1, 0.1], [0.5, np.nan, 0.1],
+                                 [0.5, 1.5, 0.1]])
+def test_log_q_correction_rejects_bad_probabilities(bad):
+  with pytest.raises(tf.errors.InvalidArgumentError):
+    correction.LogQCorrection()(tf.ones([2, 3]), tf.constant(bad, tf.float32))
+
+
+def test_log_q_correction_shape_and_dtype_errors():
+  with pytest.raises(ValueError, match="do not match"):
+    correction.LogQCorrection()(tf.ones([2, 3]), tf.constant([0.5, 0.5]))
+  with pytest.raises(TypeError, match="floating"):
+    correction.LogQCorrection()(tf.ones([2, 3]), tf.constant([1, 1, 1]))
+
+
+def test_log_q_correction_keeps_low_precision_dtype():
+  layer = correction.LogQCorrection(dtype="float16")  # what a mixed_float16 policy gives
+  out = layer(tf.ones([2, 3], tf.float16), tf.constant([0.5, 0.2, 1e-7]))
+  assert out.dtype == tf.float16 and np.all(np.isfinite(out.numpy()))
+  np.testing.assert_allclose(out.numpy()[0], 1.0 - np.log([0.5, 0.2, 1e-7]), rtol=1e-3)
+
+
+def test_accidental_hit_mask_shared_and_per_row():
+  pos = tf.constant([1, 2, 3], tf.int64)
+  shared = tf.constant([1, 3, 5, 1], tf.int32)
+  want = np.array([[0, 1, 1, 0], [1, 1, 1, 1], [1, 0, 1, 1]], bool)
+  np.testing.assert_array_equal(accidental_hits.accidental_hit_mask(pos, shared).numpy(), want)
+  per_row = tf.constant([[1, 2], [2, 2], [4, 3]], tf.int64)
+  np.testing.assert_array_equal(accidental_hits.accidental_hit_mask(pos, per_row).numpy(),
+                                [[0, 1], [0, 0], [1, 0]])
+  np.testing.assert_array_equal(
+      accidental_hits.accidental_hit_mask(tf.constant(["a", "b"]), tf.constant(["b", "c"])),
+      [[1, 1], [0, 1]])
+  with pytest.raises(TypeError, match="same dtype"):
+    accidental_hits.accidental_hit_mask(tf.constant(["a"]), tf.constant([1]))
+  with pytest.raises(TypeError, match="integer or string"):
+    accidental_hits.accidental_hit_mask(tf.constant([1.0]), tf.constant([1.0]))
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.bfloat16, tf.float16])
+def test_remove_accidental_hits_matches_tfrs_and_is_finite_in_low_precision(dtype):
+  labels = tf.eye(3, 5)
+  logits = tf.constant(np.random.default_rng(0).normal(size=(3, 5)), dtype)
+  ids = tf.constant([7, 8, 7, 9, 8])
+  ours = accidental_hits.RemoveAccidentalHits()(labels, logits, ids)
+  assert ours.dtype == dtype and np.all(np.isfinite(tf.cast(ours, tf.float32).numpy()))
+  hit = np.array([[0, 0, 1, 0, 0], [0, 0, 0, 0, 1], [1, 0, 0, 0, 0]], bool)
+  ours32 = tf.cast(ours, tf.float32).numpy()
+  np.testing.assert_array_equal(ours32[~hit], tf.cast(logits, tf.float32).numpy()[~hit])
+  assert np.all(ours32[hit] < -1e4)
+  softmax = tf.nn.softmax(tf.cast(ours, tf.float32)).numpy()
+  assert np.all(softmax[hit] == 0.0) and np.all(np.isfinite(softmax))
+  if dtype == tf.float32:
+    theirs = tfrs.layers.loss.RemoveAccidentalHits()(labels, logits, ids)
+    np.testing.assert_allclose(tf.nn.softmax(ours).numpy(), tf.nn.softmax(theirs).numpy())
+
+
+def test_log1mexp_and_log_q_prime():
+  x = np.array([-1e-6, -0.1, -0.69, -0.7, -5.0, -40.0])
+  np.testing.assert_allclose(log_q.log1mexp(tf.constant(x, tf.float64)).numpy(),
+                             np.log(-np.expm1(x)), rtol=1e-9, atol=1e-15)
+  assert np.isfinite(log_q.log1mexp(tf.constant([0.0])).numpy()).all()
+  neg = np.log(np.array([0.1, 0.2, 0.3]))
+  pos = np.log(np.array([0.25, 0.5]))
+  got = log_q.log_q_prime(neg, pos).numpy()
+  want = np.log(np.exp(neg)[None, :] / (1 - np.exp(pos))[:, None])
+  np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def _run_python(code, env_update):
+  env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+  env.update(env_update)
+  env["TF_CPP_MIN_LOG_LEVEL"] = "3"
+  return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                        timeout=120)
+
+
+def test_import_sets_legacy_keras_and_fails_clearly_when_too_late():
+  ok = _run_python("import tfrs_logq, os, tensorflow as tf; "
+                   "print(os.environ['TF_USE_LEGACY_KERAS'], tf.keras.Model.__module__)",
+                   {"PYTHONPATH": os.getcwd()})
+  assert ok.returncode == 0, ok.stderr
+  assert ok.stdout.split()[0] == "1" and ok.stdout.split()[1].startswith("tf_keras")
+  late = _run_python("import tensorflow as tf; tf.keras.Model; import tfrs_logq",
+                     {"PYTHONPATH": os.getcwd()})
+  assert late.returncode != 0
+  assert "TF_USE_LEGACY_KERAS=1" in late.stderr and "ImportError" in late.stderr

@@ -1,0 +1,103 @@
+"""Log sampling probabilities: validation, conversion and the positive-excluded proposal Q'.
+
+Conventions (see the README): Q(d) is the *per-draw* probability that one negative slot holds
+item d, so sum_d Q(d) = 1 over the catalog. Everything in this package passes **log Q**, never
+a clipped Q: tail items of large catalogs have Q far below TFRS's 1e-6 clip.
+
+    Q'(d) = Q(d) / (1 - Q(p))          the proposal with the row's positive p excluded
+    log Q'(d) = log Q(d) - log(1 - Q(p)) = log Q(d) - log1mexp(log Q(p))
+"""
+
+from typing import Optional
+
+import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tensorflow as tf
+
+# A log-probability may exceed 0 by float rounding (e.g. log(count / total) with count ==
+# total); anything above this is a caller error.
+_LOG_Q_SLACK = 1e-5
+
+
+def log1mexp(x: tf.Tensor) -> tf.Tensor:
+  """log(1 - exp(x)) for x <= 0, accurate everywhere (Maechler 2012).
+
+  Uses log(-expm1(x)) for x > -ln 2 and log1p(-exp(x)) below. x is clipped to at most
+  -1e-7 so that Q(p) = 1 (a one-item catalog) gives a large finite value instead of -inf.
+  """
+  x = tf.minimum(x, tf.cast(-1e-7, x.dtype))
+  return tf.where(x > -0.6931471805599453,
+                  tf.math.log(-tf.math.expm1(x)),
+                  tf.math.log1p(-tf.exp(x)))
+
+
+def validate_log_q(log_q: tf.Tensor, name: str = "log_q") -> tf.Tensor:
+  """Checks that log Q is a finite log-probability (Q in (0, 1]); returns it as float32.
+
+  Raises:
+    TypeError: not a floating tensor.
+    tf.errors.InvalidArgumentError: NaN, +-inf (Q = 0 is not a proposal that sampled the
+      item) or > 0 (Q > 1), at run time.
+  """
+  log_q = tf.convert_to_tensor(log_q)
+  if not log_q.dtype.is_floating:
+    raise TypeError(f"{name} must be a floating tensor of log-probabilities, got {log_q.dtype}")
+  log_q = tf.cast(log_q, tf.float32)
+  checks = [
+      tf.debugging.assert_all_finite(
+          log_q, f"{name} has NaN or inf: every sampled negative needs 0 < Q <= 1"),
+      tf.debugging.assert_less_equal(
+          log_q, tf.constant(_LOG_Q_SLACK, tf.float32),
+          message=f"{name} > 0: a sampling probability above 1"),
+  ]
+  with tf.control_dependencies(checks):
+    return tf.identity(log_q)
+
+
+def probability_to_log_q(probability: tf.Tensor, name: str = "sampling probability") -> tf.Tensor:
+  """log Q from probabilities, after checking 0 < Q <= 1 and no NaN (no clipping).
+
+  Raises:
+    TypeError: not a floating tensor.
+    tf.errors.InvalidArgumentError: a probability <= 0, > 1 or NaN, at run time.
+  """
+  probability = tf.convert_to_tensor(probability)
+  if not probability.dtype.is_floating:
+    raise TypeError(f"{name} must be a floating tensor, got {probability.dtype}")
+  probability = tf.cast(probability, tf.float32)
+  checks = [
+      tf.debugging.assert_all_finite(probability, f"{name} has NaN or inf"),
+      tf.debugging.assert_positive(probability, message=f"{name} must be > 0"),
+      tf.debugging.assert_less_equal(
+          probability, tf.constant(1.0 + _LOG_Q_SLACK, tf.float32),
+          message=f"{name} must be <= 1"),
+  ]
+  with tf.control_dependencies(checks):
+    return tf.minimum(tf.math.log(probability), 0.0)
+
+
+def resolve_log_q(probability: Optional[tf.Tensor] = None,
+                  log_probability: Optional[tf.Tensor] = None,
+                  name: str = "candidate_sampling_probability") -> Optional[tf.Tensor]:
+  """Returns validated float32 log Q from exactly one of probability / log_probability."""
+  if probability is not None and log_probability is not None:
+    raise ValueError(f"Pass either {name} or its log, not both.")
+  if probability is not None:
+    return probability_to_log_q(probability, name)
+  if log_probability is not None:
+    return validate_log_q(log_probability, "log " + name)
+  return None
+
+
+def log_q_prime(negative_log_q: tf.Tensor, positive_log_q: tf.Tensor) -> tf.Tensor:
+  """log Q'(d) = log Q(d) - log(1 - Q(p)), per row.
+
+  Args:
+    negative_log_q: [N] (shared) or [A, N] log Q of the negatives.
+    positive_log_q: [A] log Q of each row's positive.
+
+  Returns:
+    [A, N] float32.
+  """
+  negative_log_q = tf.cast(negative_log_q, tf.float32)
+  positive_log_q = tf.cast(positive_log_q, tf.float32)
+  return negative_log_q - log1mexp(positive_log_q)[:, tf.newaxis]
