@@ -1,0 +1,250 @@
+r"""Negative sampling cost per batch (uniform, in-batch, mixed, MIDX) and mixed-vs-in-batch step cost.
+
+    python bench/negatives.py [--quick] [--catalogs 10000,100000,1000000] [--codewords 16,64,128]
+                              [--batch 256] [--k-u 256] [--dim 64] [--out bench/out]
+
+Set-up per catalog size |D|: an item embedding table [|D|, dim] (the candidate tower), an
+``ExactCounts`` estimator with Zipf(1) counts, batches of ``--batch`` positives drawn from the same
+Zipf(1) popularity. Each sampler runs as one compiled ``tf.function`` that returns the step's
+``Negatives`` (ids, embeddings, log Q):
+
+* ``uniform``: ``UniformNegatives`` (k_u = --k-u draws, embedding lookup, log Q = -log |D|);
+* ``in_batch``: ``InBatchNegatives`` (positive embeddings gathered once, first-occurrence dedup,
+  log q_uni from the estimator; all distinct positives kept);
+* ``mixed``: ``MixedNegatives`` (both halves, ``mixture`` convention);
+* ``midx_K``: ``MIDXSampler(num_codewords=K, quantizer="pq").negatives(query, k_u, embed)`` after one
+  ``refresh`` of the index (refresh time reported separately, it runs every N steps, not per step).
+  Its sampling cost is O(A K d + A K^2 + A S): it must grow with K, not with |D|.
+
+Second table: one compiled two-tower training step (id towers, positive scores, negatives,
+``score_negatives``, corrected ``sampled_softmax_loss``, gradients, SGD apply) with in-batch vs mixed
+negatives, at each catalog size; ratio mixed / in-batch is the overhead of the uniform half.
+
+Timing: --warmup calls, then --repeats rounds of --calls calls each, sides interleaved round by
+round; per side min and median of the per-call mean over rounds, ratios against a baseline of the
+same run (``in_batch``). Timings on a shared machine are noisy: compare ratios within one run.
+Writes ``negatives_sampling.png`` (ms per batch vs |D|) into --out. Last line: one-line summary.
+"""
+
+import argparse
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+
+import tfrs_logq  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tensorflow as tf  # noqa: E402
+
+from tfrs_logq import losses  # noqa: E402
+from tfrs_logq.frequency import ExactCounts  # noqa: E402
+from tfrs_logq.negatives import (InBatchNegatives, MixedNegatives, UniformNegatives,  # noqa: E402
+                                 score_negatives)
+from tfrs_logq.negatives.midx import MIDXSampler  # noqa: E402
+
+BASELINE = "in_batch"
+
+
+def parse_args(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+  p.add_argument("--quick", action="store_true", help="small run: 10k and 100k, K in 16,64")
+  p.add_argument("--catalogs", default="10000,100000,1000000")
+  p.add_argument("--codewords", default="16,64,128")
+  p.add_argument("--batch", type=int, default=256)
+  p.add_argument("--k-u", type=int, default=256)
+  p.add_argument("--dim", type=int, default=64)
+  p.add_argument("--warmup", type=int, default=3)
+  p.add_argument("--repeats", type=int, default=7)
+  p.add_argument("--calls", type=int, default=5)
+  p.add_argument("--num-users", type=int, default=10000)
+  p.add_argument("--out", default="bench/out")
+  args = p.parse_args(argv)
+  if args.quick:
+    args.catalogs, args.codewords = "10000,100000", "16,64"
+    args.repeats, args.calls, args.warmup = 3, 3, 2
+  args.catalogs = [int(v) for v in args.catalogs.split(",")]
+  args.codewords = [int(v) for v in args.codewords.split(",")]
+  return args
+
+
+def zipf_probabilities(n):
+  w = 1.0 / np.arange(1, n + 1)
+  return w / w.sum()
+
+
+def time_sides(fns, args):
+  """{side: [per-call seconds per round]}; sides interleaved each round (rotated order)."""
+  for fn in fns.values():
+    for _ in range(args.warmup):
+      fn()
+  times = {side: [] for side in fns}
+  sides = list(fns)
+  for r in range(args.repeats):
+    order = sides[r % len(sides):] + sides[:r % len(sides)]
+    for side in order:
+      start = time.perf_counter()
+      for _ in range(args.calls):
+        fns[side]()
+      times[side].append((time.perf_counter() - start) / args.calls)
+  return times
+
+
+def sync(out):
+  """Forces a result to the host (so asynchronous devices finish)."""
+  for t in tf.nest.flatten(out):
+    if isinstance(t, tf.Tensor):
+      t.numpy()
+  return out
+
+
+def build_catalog(size, args, rng):
+  probs = zipf_probabilities(size)
+  counts = np.maximum(np.round(probs * 1e8), 1).astype(np.int64)
+  estimator = ExactCounts(size, counts=counts)
+  table = tf.Variable(rng.normal(scale=0.1, size=(size, args.dim)).astype(np.float32))
+  batches = [rng.choice(size, size=args.batch, p=probs).astype(np.int64) for _ in range(8)]
+  return estimator, table, [tf.constant(b) for b in batches]
+
+
+def sampling_fns(size, args, rng, table_rows):
+  estimator, table, batches = build_catalog(size, args, rng)
+  embed = lambda ids: tf.gather(table, ids)  # noqa: E731
+  in_batch = InBatchNegatives(estimator)
+  uniform = UniformNegatives(embed, args.k_u, id_range=(0, size))
+  mixed = MixedNegatives(InBatchNegatives(estimator), uniform, convention="mixture")
+  queries = tf.constant(rng.normal(size=(args.batch, args.dim)).astype(np.float32))
+  state = {"i": 0}
+
+  def next_batch():
+    state["i"] = (state["i"] + 1) % len(batches)
+    return batches[state["i"]]
+
+  f_uniform = tf.function(lambda: uniform())
+  f_in_batch = tf.function(lambda ids: in_batch(ids, tf.gather(table, ids)))
+  f_mixed = tf.function(lambda ids: mixed(ids, tf.gather(table, ids)))
+  fns = {
+      "uniform": lambda: sync(f_uniform()),
+      "in_batch": lambda: sync(f_in_batch(next_batch())),
+      "mixed": lambda: sync(f_mixed(next_batch())),
+  }
+  refresh = {}
+  for k in args.codewords:
+    sampler = MIDXSampler(num_codewords=k, quantizer="pq", seed=1)
+    start = time.perf_counter()
+    sync(sampler.refresh(table))
+    refresh[k] = time.perf_counter() - start
+    f_midx = tf.function(lambda s=sampler: s.negatives(queries, args.k_u, embed))
+    fns[f"midx_K{k}"] = (lambda f=f_midx: sync(f()))
+  table_rows.append((size, refresh))
+  return fns
+
+
+def step_fns(size, args, rng):
+  estimator, table, batches = build_catalog(size, args, rng)
+  users = tf.Variable(rng.normal(scale=0.1, size=(args.num_users, args.dim)).astype(np.float32))
+  user_batches = [tf.constant(rng.integers(0, args.num_users, size=args.batch)) for _ in batches]
+  embed = lambda ids: tf.gather(table, ids)  # noqa: E731
+  samplers = {
+      "in_batch": InBatchNegatives(estimator),
+      "mixed": MixedNegatives(InBatchNegatives(estimator),
+                              UniformNegatives(embed, args.k_u, id_range=(0, size)),
+                              convention="mixture"),
+  }
+  opt = tf.keras.optimizers.SGD(0.01)
+  state = {"i": 0}
+
+  def make(sampler):
+    @tf.function
+    def step(user_ids, item_ids):
+      with tf.GradientTape() as tape:
+        q = tf.gather(users, user_ids)
+        p = tf.gather(table, item_ids)
+        scored = score_negatives(q, item_ids, p, sampler(item_ids, p))
+        out = losses.sampled_softmax_loss(**scored.loss_kwargs(), correction="corrected")
+        loss = tf.reduce_mean(out.loss)
+      grads = tape.gradient(loss, [users, table])
+      opt.apply_gradients(zip(grads, [users, table]))
+      return loss
+
+    def call():
+      state["i"] = (state["i"] + 1) % len(batches)
+      return sync(step(user_batches[state["i"]], batches[state["i"]]))
+    return call
+
+  return {name: make(s) for name, s in samplers.items()}
+
+
+def summarize(times):
+  return {side: (min(v) * 1e3, statistics.median(v) * 1e3) for side, v in times.items()}
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  rng = np.random.default_rng(0)
+  device = "GPU" if tf.config.list_physical_devices("GPU") else "CPU"
+  print(f"# negatives bench on {device}, batch={args.batch}, k_u={args.k_u}, dim={args.dim}, "
+        f"repeats={args.repeats} x {args.calls} calls (timings under load: compare ratios)")
+  sampling, refresh_rows, steps = {}, [], {}
+  for size in args.catalogs:
+    sampling[size] = summarize(time_sides(sampling_fns(size, args, rng, refresh_rows), args))
+    steps[size] = summarize(time_sides(step_fns(size, args, rng), args))
+
+  sides = list(next(iter(sampling.values())))
+  print("\n## sampling time per batch (ms): min / median; ratio of medians vs in_batch")
+  print(f"{'|D|':>9} " + " ".join(f"{s:>22}" for s in sides))
+  for size, res in sampling.items():
+    base = res[BASELINE][1]
+    cells = [f"{res[s][0]:7.2f}/{res[s][1]:7.2f} x{res[s][1] / base:5.2f}" for s in sides]
+    print(f"{size:>9} " + " ".join(f"{c:>22}" for c in cells))
+
+  print("\n## MIDX index refresh (s, once per N steps; k-means on <= 262144 items + assign all)")
+  for size, refresh in refresh_rows:
+    print(f"{size:>9} " + " ".join(f"K={k}: {t:7.2f}" for k, t in refresh.items()))
+
+  print("\n## training step (ms): min / median; mixed vs in_batch (corrected loss, SGD)")
+  for size, res in steps.items():
+    ratio_min, ratio_med = res["mixed"][0] / res["in_batch"][0], res["mixed"][1] / res["in_batch"][1]
+    print(f"{size:>9} in_batch {res['in_batch'][0]:7.2f}/{res['in_batch'][1]:7.2f}  "
+          f"mixed {res['mixed'][0]:7.2f}/{res['mixed'][1]:7.2f}  "
+          f"ratio min x{ratio_min:.2f} median x{ratio_med:.2f}")
+
+  out = pathlib.Path(args.out)
+  out.mkdir(parents=True, exist_ok=True)
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, ax = plt.subplots(figsize=(6, 4))
+  sizes = list(sampling)
+  for s in sides:
+    ax.plot(sizes, [sampling[n][s][1] for n in sizes], marker="o", label=s)
+  ax.set_xscale("log")
+  ax.set_yscale("log")
+  ax.set_xlabel("catalog size |D|")
+  ax.set_ylabel("median ms per batch")
+  ax.set_title(f"negative sampling, batch {args.batch}, k_u {args.k_u} ({device})")
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(out / "negatives_sampling.png", dpi=120)
+  print(f"\nplot: {out / 'negatives_sampling.png'}")
+
+  small, large = sizes[0], sizes[-1]
+  ks = args.codewords
+  midx_cat = sampling[large][f"midx_K{ks[-1]}"][1] / sampling[small][f"midx_K{ks[-1]}"][1]
+  midx_k = sampling[large][f"midx_K{ks[-1]}"][1] / sampling[large][f"midx_K{ks[0]}"][1]
+  step_ratio = steps[large]["mixed"][1] / steps[large]["in_batch"][1]
+  print(f"SUMMARY ({device}, median ms/batch at |D|={large}): uniform "
+        f"{sampling[large]['uniform'][1]:.2f}, in_batch {sampling[large]['in_batch'][1]:.2f}, "
+        f"mixed {sampling[large]['mixed'][1]:.2f}, MIDX K={ks[0]} "
+        f"{sampling[large][f'midx_K{ks[0]}'][1]:.2f} / K={ks[-1]} "
+        f"{sampling[large][f'midx_K{ks[-1]}'][1]:.2f}; MIDX K={ks[-1]} time x{midx_cat:.2f} "
+        f"from |D|={small} to {large} vs x{midx_k:.2f} from K={ks[0]} to {ks[-1]}; "
+        f"mixed/in_batch train step x{step_ratio:.2f}")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,150 @@
+"""In-batch negatives: first-occurrence dedup, k_b subsample, padding, log Q = log q_uni, errors."""
+
+import numpy as np
+import pytest
+
+import tfrs_logq  # noqa: F401
+import tensorflow as tf
+
+from tfrs_logq.negatives import InBatchNegatives, dedup_first_occurrence, subsample_indices
+
+
+def np_dedup(ids):
+  """Independent reference: distinct ids by first occurrence and their first positions."""
+  seen, uniq, first = set(), [], []
+  for pos, i in enumerate(ids):
+    if i not in seen:
+      seen.add(i)
+      uniq.append(i)
+      first.append(pos)
+  return np.array(uniq), np.array(first)
+
+
+def test_dedup_first_occurrence_matches_reference():
+  rng = np.random.default_rng(0)
+  ids = rng.integers(0, 7, size=40)
+  uniq, first, inverse = dedup_first_occurrence(ids)
+  ref_uniq, ref_first = np_dedup(ids.tolist())
+  np.testing.assert_array_equal(uniq.numpy(), ref_uniq)
+  np.testing.assert_array_equal(first.numpy(), ref_first)
+  np.testing.assert_array_equal(uniq.numpy()[inverse.numpy()], ids)
+  assert uniq.dtype == tf.int64
+
+
+def test_negatives_are_first_rows_with_estimator_log_q(counts_table):
+  table = counts_table([5, 1, 3, 0, 2, 9])
+  ids = np.array([2, 5, 2, 0, 5, 4, 1])
+  emb = np.random.default_rng(1).normal(size=(7, 3)).astype(np.float32)
+  neg = InBatchNegatives(table)(ids, emb)
+  ref_uniq, ref_first = np_dedup(ids.tolist())
+  np.testing.assert_array_equal(neg.ids.numpy(), ref_uniq)
+  np.testing.assert_allclose(neg.embeddings.numpy(), emb[ref_first])
+  np.testing.assert_allclose(neg.log_q.numpy(), table.np_log_q(ref_uniq), rtol=1e-6)
+  np.testing.assert_allclose(neg.positive_log_q.numpy(), table.np_log_q(ids), rtol=1e-6)
+
+
+def test_candidate_log_q_overrides_estimator_and_follows_first_row():
+  ids = np.array([3, 1, 3])
+  lq = np.array([-1.0, -2.0, -5.0], np.float32)  # the duplicate's value is ignored (first row)
+  neg = InBatchNegatives()(ids, np.eye(3, dtype=np.float32), candidate_log_q=lq)
+  np.testing.assert_array_equal(neg.ids.numpy(), [3, 1])
+  np.testing.assert_allclose(neg.log_q.numpy(), [-1.0, -2.0])
+  np.testing.assert_allclose(neg.positive_log_q.numpy(), lq)
+
+
+def test_valid_mask_leaves_padding_out_of_the_pool(counts_table):
+  table = counts_table(np.ones(10))
+  ids = np.array([0, 4, 0, 7, 4, 0])
+  valid = ids != 0
+  neg = InBatchNegatives(table)(ids, np.ones((6, 2), np.float32), valid=valid)
+  np.testing.assert_array_equal(neg.ids.numpy(), [4, 7])
+  assert neg.positive_log_q.shape == (6,)  # still one per query row
+
+
+def test_gradient_flows_to_first_occurrence_only(counts_table):
+  table = counts_table(np.ones(5))
+  ids = tf.constant([1, 2, 1, 3])
+  emb = tf.Variable(np.arange(8, dtype=np.float32).reshape(4, 2))
+  weights = tf.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+  with tf.GradientTape() as tape:
+    neg = InBatchNegatives(table)(ids, emb)
+    loss = tf.reduce_sum(neg.embeddings * weights)
+  grad = tf.convert_to_tensor(tape.gradient(loss, emb)).numpy()
+  np.testing.assert_allclose(grad, [[1, 2], [3, 4], [0, 0], [5, 6]])
+
+
+def test_subsample_keeps_k_distinct_ids_in_order_and_is_seeded(counts_table):
+  table = counts_table(np.ones(50))
+  ids = np.random.default_rng(2).integers(0, 50, size=60)
+  ref_uniq, _ = np_dedup(ids.tolist())
+  sampler = InBatchNegatives(table, num_negatives=8)
+  a = sampler(ids, np.ones((60, 2), np.float32), seed=[3, 4]).ids.numpy()
+  b = sampler(ids, np.ones((60, 2), np.float32), seed=[3, 4]).ids.numpy()
+  c = sampler(ids, np.ones((60, 2), np.float32), seed=[5, 6]).ids.numpy()
+  assert len(a) == 8 and len(set(a)) == 8 and set(a) <= set(ref_uniq)
+  order = [ref_uniq.tolist().index(i) for i in a]
+  assert order == sorted(order)
+  np.testing.assert_array_equal(a, b)
+  assert not np.array_equal(a, c)
+  # Fewer distinct ids than k_b keeps them all.
+  small = InBatchNegatives(table, num_negatives=100)(ids, np.ones((60, 2), np.float32))
+  np.testing.assert_array_equal(small.ids.numpy(), ref_uniq)
+
+
+def test_subsample_is_uniform_over_the_pool():
+  # Each of n=6 indices is kept with probability k/n = 1/2; 600 seeded subsets.
+  counts = np.zeros(6)
+  for s in range(600):
+    counts[subsample_indices(6, 3, seed=[s, 0]).numpy()] += 1
+  expected = 600 * 3 / 6
+  chi2 = float(((counts - expected) ** 2 / expected).sum())
+  assert chi2 < 20.5  # chi-square, 5 dof, p = 0.001
+
+
+def test_works_inside_tf_function(counts_table):
+  table = counts_table(np.arange(1, 9))
+  sampler = InBatchNegatives(table)
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.int64),
+                                tf.TensorSpec([None, 2], tf.float32)])
+  def run(ids, emb):
+    return sampler(ids, emb)
+
+  neg = run(tf.constant([5, 5, 1], tf.int64), tf.ones([3, 2]))
+  np.testing.assert_array_equal(neg.ids.numpy(), [5, 1])
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    (dict(ids=np.array([1.0, 2.0]), emb=np.ones((2, 2), np.float32)), TypeError),
+    (dict(ids=np.array([1, 2]), emb=np.ones((3, 2), np.float32)), ValueError),
+    (dict(ids=np.array([[1, 2]]), emb=np.ones((2, 2), np.float32)), ValueError),
+    (dict(ids=np.zeros([0], np.int64), emb=np.ones((0, 2), np.float32)), ValueError),
+    (dict(ids=np.array([1, 2]), emb=np.ones((2, 2), np.int32)), TypeError),
+])
+def test_bad_inputs_raise(counts_table, kwargs, error):
+  with pytest.raises(error):
+    InBatchNegatives(counts_table(np.ones(5)))(kwargs["ids"], kwargs["emb"])
+
+
+def test_bad_configuration_raises():
+  with pytest.raises(ValueError, match="num_negatives"):
+    InBatchNegatives(num_negatives=0)
+  with pytest.raises(TypeError, match="log_q"):
+    InBatchNegatives(frequency_estimator=object())
+  with pytest.raises(ValueError, match="frequency_estimator"):
+    InBatchNegatives()(np.array([1]), np.ones((1, 2), np.float32))
+  with pytest.raises(TypeError, match="bool"):
+    InBatchNegatives()(np.array([1]), np.ones((1, 2), np.float32),
+                       candidate_log_q=np.zeros(1, np.float32), valid=np.array([1]))
+
+
+def test_dynamic_empty_batch_raises_at_run_time(counts_table):
+  sampler = InBatchNegatives(counts_table(np.ones(3)))
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.int64),
+                                tf.TensorSpec([None, 2], tf.float32)])
+  def run(ids, emb):
+    return sampler(ids, emb).ids
+
+  with pytest.raises(tf.errors.InvalidArgumentError, match="empty"):
+    run(tf.zeros([0], tf.int64), tf.zeros([0, 2]))
