@@ -1,0 +1,177 @@
+"""Common interface of the streaming estimators of Q(d), the per-draw sampling probability.
+
+Q(d) is the probability that one negative slot holds item d; it sums to 1 over the catalog
+(see shared/DESIGN.md). Every estimator is a Keras layer with
+
+* ``update(ids)``: called once per training step with the step's candidate ids (int or string,
+  any rank >= 1, flattened). Under a ``tf.distribute`` strategy, when called in replica context
+  (inside ``strategy.run`` / ``model.fit``), the ids of all replicas are gathered with
+  ``ReplicaContext.all_gather`` (in replica order, identical on every replica) and every replica
+  applies the identical update to its copy of the state, so the state stays identical and
+  estimates the *global* batch. An empty (global) batch is a documented no-op: nothing changes,
+  not even the step counter.
+* ``log_q(ids) -> float32, same shape as ids``: log Q(d), always finite (each estimator documents
+  its floor for ids never seen).
+* ``log_q_prime(ids, positive_ids)``: log Q'(d) = log Q(d) − log(1 − Q(p)) with the usual
+  broadcasting (e.g. ids [A, N] or [N] against positive ids [A, 1]). log(1 − Q(p)) is computed
+  stably from log Q(p) as log(−expm1(x)) for x > −ln 2 and log1p(−exp(x)) otherwise, with
+  1 − Q(p) floored at ``MIN_ONE_MINUS_Q`` = 1e-6 so that a positive holding the whole stream
+  never yields +inf.
+* ``call(ids)`` is ``log_q(ids)``.
+
+State lives in non-trainable variables created in ``__init__`` (construct the layer inside
+``strategy.scope()`` when distributing) with ``aggregation=ONLY_FIRST_REPLICA``, and is updated
+with scatter ops only (no ``tf.lookup`` tables), so it is saved by ``tf.train.Checkpoint`` and in
+SavedModels.
+
+Input checks (``validate_ids=True``): integer ids must be >= 0 and, when ``num_items`` is
+declared, < num_items (``tf.errors.InvalidArgumentError`` at run time, raised before any state
+changes); non-integer, non-string dtypes raise TypeError; scalars raise ValueError.
+"""
+
+import math
+from typing import Optional
+
+import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tensorflow as tf
+
+from tfrs_logq.frequency import hashing
+
+MIN_ONE_MINUS_Q = 1e-6
+_LOG_HALF = -math.log(2.0)
+
+
+def log1m_exp(log_p: tf.Tensor) -> tf.Tensor:
+  """log(1 − exp(log_p)) for log_p <= 0, stable, with 1 − p floored at MIN_ONE_MINUS_Q."""
+  log_p = tf.minimum(tf.cast(log_p, tf.float32), math.log1p(-MIN_ONE_MINUS_Q))
+  near_one = log_p > _LOG_HALF
+  safe_hi = tf.where(near_one, log_p, _LOG_HALF)   # keeps the unused branch finite
+  safe_lo = tf.where(near_one, _LOG_HALF, log_p)
+  return tf.where(near_one, tf.math.log(-tf.math.expm1(safe_hi)), tf.math.log1p(-tf.exp(safe_lo)))
+
+
+class FrequencyEstimator(tf.keras.layers.Layer):
+  """Base class: id handling, cross-replica gathering, log Q' and the Keras plumbing.
+
+  Subclasses implement ``_update_keys(keys)`` (1-D int64 keys of the global batch, may be empty)
+  and ``_log_q_keys(keys)`` (int64 keys of any shape -> float32 log Q), and may override
+  ``log_one_minus_q`` when they can compute it more exactly.
+  """
+
+  supports_strings = True
+
+  def __init__(self, num_items: Optional[int] = None, validate_ids: bool = True, **kwargs):
+    kwargs.setdefault("trainable", False)
+    kwargs.setdefault("dtype", "float32")
+    super().__init__(**kwargs)
+    if num_items is not None and (int(num_items) != num_items or num_items < 1):
+      raise ValueError(f"num_items must be a positive integer, got {num_items!r}")
+    self.num_items = None if num_items is None else int(num_items)
+    self.validate_ids = bool(validate_ids)
+
+  # ---- state helpers -------------------------------------------------------------------------
+  def _state(self, name, shape, dtype, initial=0):
+    return self.add_weight(
+        name=name, shape=shape, dtype=dtype, trainable=False,
+        initializer=tf.keras.initializers.Constant(initial),
+        synchronization=tf.VariableSynchronization.ON_WRITE,
+        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+
+  # ---- id handling ---------------------------------------------------------------------------
+  def _keys(self, ids, *, flatten: bool) -> tf.Tensor:
+    """Validated int64 keys of ids (strings hashed), optionally flattened to 1-D."""
+    keys, checks = self._keys_and_checks(ids, flatten=flatten)
+    with tf.control_dependencies(checks):
+      return tf.identity(keys)
+
+  def _keys_and_checks(self, ids, *, flatten: bool):
+    """int64 keys and the list of assertion ops that must pass before they are used."""
+    if isinstance(ids, (tf.RaggedTensor, tf.SparseTensor)):
+      raise TypeError(f"{self.name}: ids must be a dense tensor; pass ragged.flat_values / "
+                      "sparse.values")
+    ids = tf.convert_to_tensor(ids)
+    if ids.dtype == tf.string and not self.supports_strings:
+      raise TypeError(f"{type(self).__name__} indexes a counts table and needs integer ids in "
+                      "[0, num_items); map strings to integers first (e.g. "
+                      "tf.keras.layers.StringLookup)")
+    keys = hashing.ids_to_keys(ids)
+    checks = []
+    if ids.dtype != tf.string and self.validate_ids:
+      checks.append(tf.debugging.assert_non_negative(
+          keys, message=f"{self.name}: item ids must be >= 0"))
+      if self.num_items is not None:
+        checks.append(tf.debugging.assert_less(
+            keys, tf.constant(self.num_items, tf.int64),
+            message=f"{self.name}: item ids must be < num_items={self.num_items}"))
+    if flatten:
+      if keys.shape.rank is None or keys.shape.rank == 0:
+        raise ValueError(f"{self.name}.update expects ids of known rank >= 1, got shape "
+                         f"{keys.shape}")
+      keys = tf.reshape(keys, [-1])
+    return keys, [c for c in checks if c is not None]
+
+  # ---- public interface ----------------------------------------------------------------------
+  def update(self, ids) -> None:
+    """Counts one training step's candidate ids (gathered across replicas when distributed)."""
+    keys, checks = self._keys_and_checks(ids, flatten=True)
+    # Every op of the update (not only those fed by `keys`, whose size may be constant-folded)
+    # waits for the input checks, so a failed check leaves the state untouched.
+    with tf.control_dependencies(checks):
+      keys = tf.identity(keys)
+      if tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context():
+        ctx = tf.distribute.get_replica_context()
+        if ctx is not None and ctx.num_replicas_in_sync > 1:
+          keys = ctx.all_gather(keys, axis=0)
+      self._update_keys(keys)
+
+  def log_q(self, ids) -> tf.Tensor:
+    """log Q(d), float32, same shape as ids."""
+    return self._log_q_keys(self._keys(ids, flatten=False))
+
+  def log_one_minus_q(self, ids) -> tf.Tensor:
+    """log(1 − Q(d)), float32, stable, with 1 − Q floored at MIN_ONE_MINUS_Q."""
+    return log1m_exp(self.log_q(ids))
+
+  def log_q_prime(self, ids, positive_ids) -> tf.Tensor:
+    """log Q'(d) = log Q(d) − log(1 − Q(p)), broadcasting ids against positive_ids."""
+    return self.log_q(ids) - self.log_one_minus_q(positive_ids)
+
+  def call(self, ids):  # pylint: disable=arguments-differ
+    return self.log_q(ids)
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(num_items=self.num_items, validate_ids=self.validate_ids)
+    return config
+
+  # ---- subclass hooks ------------------------------------------------------------------------
+  def _update_keys(self, keys: tf.Tensor) -> None:
+    raise NotImplementedError
+
+  def _log_q_keys(self, keys: tf.Tensor) -> tf.Tensor:
+    raise NotImplementedError
+
+
+def group(indices: tf.Tensor):
+  """Distinct values of a 1-D int64 tensor with their multiplicities (deterministic).
+
+  Returns (distinct [u] int64, counts [u] int32). Every distinct index appears once, so the
+  scatter updates built from it touch each slot once and do not depend on the order of the ids.
+  """
+  distinct, _, counts = tf.unique_with_counts(indices, out_idx=tf.int32)
+  return distinct, counts
+
+
+def group_slots(keys: tf.Tensor, slots_fn):
+  """Distinct slots hit by a batch and how often: ids are de-duplicated first, so the hash
+  functions run once per distinct id, then the slots of all hash functions are grouped
+  (collisions of distinct ids add up). Deterministic; returns (slots [s] int64, counts [s] int32).
+
+  slots_fn maps distinct keys [u] to slots [m, u].
+  """
+  distinct, id_counts = group(keys)
+  slots = slots_fn(distinct)
+  m = tf.shape(slots)[0]
+  slots_u, segment = tf.unique(tf.reshape(slots, [-1]), out_idx=tf.int32)
+  counts = tf.math.unsorted_segment_sum(tf.tile(id_counts, [m]), segment, tf.size(slots_u))
+  return slots_u, counts

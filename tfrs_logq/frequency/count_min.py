@@ -1,0 +1,145 @@
+"""Count-min sketch estimate of Q(d) (Cormode & Muthukrishnan 2005), optionally decayed.
+
+Size from (ε, δ): width w = ⌈e/ε⌉, depth r = ⌈ln(1/δ)⌉ (or give width/depth directly). Row j
+hashes ids with h_j (``hashing.bucket`` with seed + j). For a step with c_x occurrences of id x:
+
+* standard update: C[j, h_j(x)] += c_x for every row (each cell adds the total count of all ids
+  of the step that hash to it);
+* conservative update (``conservative=True``): with est(x) = min_j C[j, h_j(x)] read before the
+  step, every cell becomes max(C[j, b], max_{x: h_j(x) = b} est(x) + c_x). This is the batched
+  form of Estan & Varghese's rule: independent of the order of the ids (deterministic) and it
+  keeps est(x) ≥ true count of x, as the standard update does.
+
+Estimate: est(x) = min_j C[j, h_j(x)], and Q(d) = est(d) / total, total = Σ c (all ids counted).
+Guarantee (no decay): true ≤ est ≤ true + ε·total with probability ≥ 1 − δ per id, so
+|Q̂(d) − Q(d)| ≤ ε.
+
+Decay (``half_life`` = h steps): every count is weighted γ^(age in steps), γ = 2^(−1/h), in the
+cells and in the total alike, so Q is the decayed frequency. It is applied lazily: each cell keeps
+the step of its last write and is multiplied by γ^(t − last) when read or written; the total is
+decayed every step. No whole-table pass, so the cost per step is independent of the width.
+
+Floor: est is floored at ``min_count`` (default 1, "as if counted once in the current step") and
+total at min_count, so log Q is finite and ≤ 0; before any update Q = 1 for every id.
+An empty batch is a no-op (no decay step either). State is float32: counts are exact up to 2^24
+per cell; beyond that each addition rounds to float32 (relative 2^-24).
+"""
+
+import math
+from typing import Optional
+
+import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tensorflow as tf
+
+from tfrs_logq.frequency import base
+from tfrs_logq.frequency import hashing
+
+
+def sketch_shape(epsilon: float, delta: float):
+  """(depth, width) = (⌈ln 1/δ⌉, ⌈e/ε⌉)."""
+  if not 0.0 < epsilon < 1.0:
+    raise ValueError(f"epsilon must be in (0, 1), got {epsilon}")
+  if not 0.0 < delta < 1.0:
+    raise ValueError(f"delta must be in (0, 1), got {delta}")
+  return max(1, math.ceil(math.log(1.0 / delta))), math.ceil(math.e / epsilon)
+
+
+class CountMinSketch(base.FrequencyEstimator):
+  """Count-min sketch with optional conservative update and exponential decay."""
+
+  def __init__(self, epsilon: Optional[float] = None, delta: Optional[float] = None,
+               width: Optional[int] = None, depth: Optional[int] = None,
+               conservative: bool = False, half_life: Optional[float] = None,
+               min_count: float = 1.0, seed: int = 0, num_items=None,
+               validate_ids: bool = True, **kwargs):
+    super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
+    if (epsilon is None) == (width is None) or (delta is None) == (depth is None):
+      raise ValueError("give either epsilon or width, and either delta or depth")
+    if epsilon is not None or delta is not None:
+      d_eps, w_eps = sketch_shape(epsilon if epsilon is not None else 0.5,
+                                  delta if delta is not None else 0.5)
+      width = w_eps if epsilon is not None else width
+      depth = d_eps if delta is not None else depth
+    if not (int(width) == width and width >= 1 and int(depth) == depth and depth >= 1):
+      raise ValueError(f"width and depth must be positive ints, got {width}, {depth}")
+    if width * depth >= 2**31:
+      raise ValueError("width * depth must be < 2**31")
+    if half_life is not None and not half_life > 0:
+      raise ValueError(f"half_life must be > 0 steps, got {half_life}")
+    if not min_count > 0:
+      raise ValueError(f"min_count must be > 0, got {min_count}")
+    self.width, self.depth = int(width), int(depth)
+    self.epsilon = math.e / self.width       # the ε this width guarantees
+    self.delta = math.exp(-self.depth)       # the δ this depth guarantees
+    self.conservative = bool(conservative)
+    self.half_life = None if half_life is None else float(half_life)
+    self.min_count = float(min_count)
+    self.seed = int(seed)
+    size = self.width * self.depth
+    self.table = self._state("table", [size], tf.float32, 0.0)
+    self.last_write = (self._state("last_write", [size], tf.int32, 0)
+                       if self.half_life is not None else None)
+    self.total = self._state("total", [], tf.float32, 0.0)
+    self.step = self._state("step", [], tf.int64, 0)
+
+  @property
+  def decay(self) -> float:
+    """γ = 2^(−1/half_life) per step (1 without decay)."""
+    return 1.0 if self.half_life is None else 2.0 ** (-1.0 / self.half_life)
+
+  def _cells(self, keys):
+    """Flat cells j·width + h_j(key), shape [depth] + keys.shape."""
+    return tf.stack([hashing.bucket(keys, self.seed + j, self.width) + j * self.width
+                     for j in range(self.depth)])
+
+  def _read(self, cells, t):
+    """Cell values decayed to step t."""
+    values = tf.gather(self.table, cells)
+    if self.last_write is None:
+      return values
+    age = tf.cast(t - tf.cast(tf.gather(self.last_write, cells), tf.int64), tf.float32)
+    return values * tf.pow(tf.constant(self.decay, tf.float32), age)
+
+  def _write(self, cells, values, t):
+    self.table.scatter_update(tf.IndexedSlices(values, cells))
+    if self.last_write is not None:
+      self.last_write.scatter_update(tf.IndexedSlices(
+          tf.fill(tf.shape(cells), tf.cast(t, tf.int32)), cells))
+
+  def _update_keys(self, keys):
+    n = tf.size(keys, out_type=tf.int64)
+    nonempty = n > 0
+    t_new = self.step + tf.cast(nonempty, tf.int64)
+    if self.conservative:
+      ids, counts = base.group(keys)
+      id_cells = self._cells(ids)                                   # [depth, u]
+      estimate = tf.reduce_min(self._read(id_cells, t_new), axis=0)
+      wanted = tf.reshape(estimate + tf.cast(counts, tf.float32)[None, :]
+                          + tf.zeros_like(id_cells, tf.float32), [-1])
+      cells, segment = tf.unique(tf.reshape(id_cells, [-1]))
+      wanted = tf.math.unsorted_segment_max(wanted, segment, tf.size(cells))
+      new_values = tf.maximum(self._read(cells, t_new), wanted)
+    else:
+      cells, counts = base.group_slots(keys, self._cells)
+      new_values = self._read(cells, t_new) + tf.cast(counts, tf.float32)
+    self._write(cells, new_values, t_new)
+    total = self.decay * self.total + tf.cast(n, tf.float32)
+    self.total.assign(tf.where(nonempty, total, self.total))
+    self.step.assign(t_new)
+
+  def estimate(self, ids) -> tf.Tensor:
+    """est(d) = min_j C[j, h_j(d)] (decayed to the current step), float32, unfloored."""
+    return tf.reduce_min(self._read(self._cells(self._keys(ids, flatten=False)), self.step),
+                         axis=0)
+
+  def _log_q_keys(self, keys):
+    est = tf.reduce_min(self._read(self._cells(keys), self.step), axis=0)
+    log_q = (tf.math.log(tf.maximum(est, self.min_count))
+             - tf.math.log(tf.maximum(self.total, self.min_count)))
+    return tf.minimum(log_q, 0.0)
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(width=self.width, depth=self.depth, conservative=self.conservative,
+                  half_life=self.half_life, min_count=self.min_count, seed=self.seed)
+    return config

@@ -1,0 +1,91 @@
+"""Exact item counts (the academic setup of the paper, §3.3).
+
+    Q(d)  = #d / N,                 N = Σ_d #d
+    Q'(d) = #d / (N − #p)  =  Q(d) / (1 − Q(p))
+
+State: ``counts`` int64 [num_items] and ``total`` int64 (= N). The table can be given up front
+(``counts=``, e.g. item frequencies of the training set); ``update(ids)`` then only validates the
+ids (``accumulate=False``, the default when a table is given), or adds the step's ids to the
+table (``accumulate=True``, the default without a table: exact streaming counts).
+
+Floors (documented, so log Q is always finite): an item with #d < ``min_count`` (default 1) is
+treated as if counted ``min_count`` times, Q(d) = max(#d, min_count) / N; before anything has been
+counted (N = 0) Q is uniform, 1 / num_items. ``log_q`` and ``log_one_minus_q`` are computed in
+float64 from the integer counts and returned as float32, so Q' is #d / (N − #p) to float32
+precision (N − #p floored at min_count, so Q' ≤ #d / min_count). Ids must be integers in [0, num_items); strings
+need a vocabulary first (tf.keras.layers.StringLookup).
+"""
+
+import math
+from typing import Optional
+
+import numpy as np
+
+import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tensorflow as tf
+
+from tfrs_logq.frequency import base
+
+
+class ExactCounts(base.FrequencyEstimator):
+  """Q(d) = #d / N from an exact counts table (int ids in [0, num_items))."""
+
+  supports_strings = False
+
+  def __init__(self, num_items: int, counts=None, accumulate: Optional[bool] = None,
+               min_count: float = 1.0, validate_ids: bool = True, **kwargs):
+    if num_items is None:
+      raise ValueError("ExactCounts needs num_items (the size of the counts table)")
+    super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
+    if not min_count > 0:
+      raise ValueError(f"min_count must be > 0, got {min_count}")
+    self.min_count = float(min_count)
+    initial = np.zeros([self.num_items], np.int64)
+    if counts is not None:
+      table = np.asarray(counts)
+      if table.shape != (self.num_items,):
+        raise ValueError(f"counts must have shape [{self.num_items}], got {table.shape}")
+      if not (np.issubdtype(table.dtype, np.integer)
+              or np.all(np.equal(np.mod(table, 1), 0))):
+        raise ValueError("counts must be whole numbers")
+      if np.any(table < 0):
+        raise ValueError("counts must be >= 0")
+      initial = table.astype(np.int64)
+    self.accumulate = (counts is None) if accumulate is None else bool(accumulate)
+    self.counts = self._state("counts", [self.num_items], tf.int64, initial)
+    self.total = self._state("total", [], tf.int64, int(initial.sum()))
+
+  def _update_keys(self, keys):
+    if not self.accumulate:
+      return
+    distinct, counts = base.group(keys)
+    counts = tf.cast(counts, tf.int64)
+    self.counts.scatter_add(tf.IndexedSlices(counts, distinct))
+    self.total.assign_add(tf.reduce_sum(counts))
+
+  def _q64(self, keys):
+    """Q(d) in float64 with the documented floors."""
+    n = tf.cast(self.total, tf.float64)
+    c = tf.maximum(tf.cast(tf.gather(self.counts, keys), tf.float64), self.min_count)
+    uniform = tf.fill(tf.shape(c), tf.constant(1.0 / self.num_items, tf.float64))
+    return tf.where(n > 0, tf.minimum(c / tf.maximum(n, 1.0), 1.0), uniform)
+
+  def _log_q_keys(self, keys):
+    return tf.cast(tf.math.log(self._q64(keys)), tf.float32)
+
+  def log_one_minus_q(self, ids):
+    """log(1 − Q(p)) = log((N − #p) / N) in float64 (with #p floored at min_count as in Q),
+    N − #p floored at min_count ("as if one other item had been counted") so it stays finite;
+    with N = 0, 1 − 1/num_items floored at MIN_ONE_MINUS_Q."""
+    keys = self._keys(ids, flatten=False)
+    n = tf.cast(self.total, tf.float64)
+    c = tf.maximum(tf.cast(tf.gather(self.counts, keys), tf.float64), self.min_count)
+    counted = tf.math.log(tf.maximum(n - c, self.min_count)) - tf.math.log(tf.maximum(n, 1.0))
+    uniform = tf.fill(tf.shape(counted), tf.constant(
+        math.log(max(1.0 - 1.0 / self.num_items, base.MIN_ONE_MINUS_Q)), tf.float64))
+    return tf.cast(tf.where(n > 0, counted, uniform), tf.float32)
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(accumulate=self.accumulate, min_count=self.min_count)
+    return config

@@ -1,0 +1,158 @@
+"""Hash-array streaming frequency estimator (Yi et al. 2019, Algorithms 2 and 3), extended.
+
+Published rule (per hash function h_i, arrays A_i = step of the last hit, B_i = moving estimate
+of the number of steps between hits, learning rate α): for each id y in the step-t batch
+
+    B_i[h_i(y)] ← (1 − α)·B_i[h_i(y)] + α·(t − A_i[h_i(y)]),    A_i[h_i(y)] ← t,
+
+and the estimate is 1 / max_i B_i[h_i(y)] (the max is the collision-safe choice: collisions only
+shorten gaps). That 1/B is the probability that y appears in a step: it saturates at one hit per
+step (TFRS issue #635), while at batch 4096 the head of a Zipf stream occurs hundreds of times.
+
+Extension 1 — c hits per step. A bucket hit c times in step t (c counts every occurrence of
+every id of the step's batch that hashes there) gets c per-hit updates, the c hits spread evenly
+over the g = t − A steps since its last hit (gap g / c each). The j-th hit after the bucket's first sighting uses
+the rate α_j = max(α, 1/j) (a running mean for the first ⌊1/α⌋ hits, then the EMA; ``warmup``),
+which in closed form is
+
+    B ← w·B + (1 − w)·g / c,     w = Π_{j=k+1}^{k+c} (1 − α_j)
+      = k / max(k, min(k + c, J)) · (1 − α)^{max(0, k + c − max(k, J))},   J = ⌊1/α⌋,
+
+with k = hits since the first sighting (stored capped at J in K_i). B then estimates steps per
+hit, so 1/B is the expected number of hits per step (no saturation). With ``warmup=False``, k = J after the second
+sighting (the fixed-α EMA of the paper, generalised to c hits: w = (1 − α)^c).
+
+Extension 2 — per-draw probability. The loss needs Q(d), the probability of one draw, which sums
+to 1 over the catalog: Q(d) = E[hits of d per step] / E[ids per step] = 1 / (B̂(d) · n̄), where
+n̄ is a moving average of the (global) batch size with the same rate max(α, 1/t).
+
+Before an item has been seen twice (no division by zero, documented floors). Steps are numbered
+from 1 and A = 0 means "never hit". The first sighting (step t, c hits) only sets the provisional
+B = t / c ("at most c hits in t steps"; k stays 0, so it carries no weight later): the gap
+samples start at the second sighting, whose update has k = 0, hence w = 0 and B = g / c. (Counting
+the first gap from step 0 would bias items that appear late, e.g. after a popularity shift, for
+≈ t/B hits.) A bucket never hit reads B = max(t, 1), "as if hit once now"; before any update
+(t = 0, n̄ = 0) this gives Q = 1 for every id (log Q = 0: no information, a constant that leaves
+the softmax gradient unchanged). log Q is capped at 0 (Q ≤ 1).
+
+``pending_gap=True`` (default, a deviation from the paper): a bucket not hit for g = t − A steps
+reads max(B, the value B would take if hit once now), so items that vanish from the stream decay
+instead of keeping their last estimate forever; it changes nothing for items hit more often than
+every B steps.
+
+Memory: m·H·12 bytes (A int32, B float32, K int32). Steps are int32 in A: up to 2^31 − 1 updates.
+"""
+
+import math
+
+import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tensorflow as tf
+
+from tfrs_logq.frequency import base
+from tfrs_logq.frequency import hashing
+
+
+def gap_weight(k, c, alpha: float, warmup_hits: int):
+  """w = Π_{j=k+1}^{k+c} (1 − max(α, 1/j)) in closed form (int64 k, c; float32 result)."""
+  j_cap = tf.constant(warmup_hits, tf.int64)
+  k = tf.cast(k, tf.int64)
+  c = tf.cast(c, tf.int64)
+  running = (tf.cast(k, tf.float32)
+             / tf.cast(tf.maximum(tf.maximum(k, tf.minimum(k + c, j_cap)), 1), tf.float32))
+  ema_hits = tf.maximum(k + c - tf.maximum(k, j_cap), 0)
+  return running * tf.pow(tf.constant(1.0 - alpha, tf.float32), tf.cast(ema_hits, tf.float32))
+
+
+class HashArrayEstimator(base.FrequencyEstimator):
+  """Yi et al. hash arrays with multi-hit steps and per-draw output (see module docstring)."""
+
+  def __init__(self, num_buckets: int = 2**22, num_hashes: int = 2, alpha: float = 0.01,
+               warmup: bool = True, pending_gap: bool = True, seed: int = 0,
+               num_items=None, validate_ids: bool = True, **kwargs):
+    super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
+    if not (isinstance(num_buckets, int) and num_buckets >= 1):
+      raise ValueError(f"num_buckets must be a positive int, got {num_buckets!r}")
+    if not (isinstance(num_hashes, int) and num_hashes >= 1):
+      raise ValueError(f"num_hashes must be a positive int, got {num_hashes!r}")
+    if num_buckets * num_hashes >= 2**31:
+      raise ValueError("num_buckets * num_hashes must be < 2**31")
+    if not 0.0 < alpha <= 1.0:
+      raise ValueError(f"alpha must be in (0, 1], got {alpha}")
+    if math.floor(1.0 / alpha) >= 2**31:
+      raise ValueError(f"alpha={alpha} is too small (1/alpha must be < 2**31)")
+    self.num_buckets = num_buckets
+    self.num_hashes = num_hashes
+    self.alpha = float(alpha)
+    self.warmup = bool(warmup)
+    self.pending_gap = bool(pending_gap)
+    self.seed = int(seed)
+    self.warmup_hits = int(math.floor(1.0 / self.alpha))   # J
+    size = num_buckets * num_hashes
+    self.last_step = self._state("last_step", [size], tf.int32, 0)     # A
+    self.gap = self._state("gap", [size], tf.float32, 0.0)             # B
+    self.hits = self._state("hits", [size], tf.int32, 0)               # K (capped at J)
+    self.step = self._state("step", [], tf.int64, 0)                   # t
+    self.ids_per_step = self._state("ids_per_step", [], tf.float32, 0.0)  # n̄
+
+  def _slots(self, keys):
+    """Flat slots i·H + h_i(key) of every hash, shape [m] + keys.shape."""
+    return tf.stack([hashing.bucket(keys, self.seed + i, self.num_buckets)
+                     + i * self.num_buckets for i in range(self.num_hashes)])
+
+  def _prior_hits(self, last, hits):
+    """k: gap samples so far (0 before the second sighting; J after it without warm-up)."""
+    if self.warmup:
+      return hits
+    return tf.where(hits > 0, tf.fill(tf.shape(hits), self.warmup_hits), tf.zeros_like(hits))
+
+  def _update_keys(self, keys):
+    n = tf.size(keys, out_type=tf.int64)
+    nonempty = n > 0
+    t_new = self.step + tf.cast(nonempty, tf.int64)
+    slots, counts = base.group_slots(keys, self._slots)
+    last = tf.gather(self.last_step, slots)
+    old_gap = tf.gather(self.gap, slots)
+    k = self._prior_hits(last, tf.gather(self.hits, slots))
+    g = tf.cast(t_new - tf.cast(last, tf.int64), tf.float32)
+    c = tf.cast(counts, tf.float32)
+    w = gap_weight(k, counts, self.alpha, self.warmup_hits)
+    new_gap = w * old_gap + (1.0 - w) * (g / c)
+    new_hits = tf.minimum(tf.cast(k, tf.int64) + tf.cast(counts, tf.int64), self.warmup_hits)
+    new_hits = tf.where(tf.equal(last, 0), tf.zeros_like(new_hits), new_hits)  # first sighting
+    self.gap.scatter_update(tf.IndexedSlices(new_gap, slots))
+    self.hits.scatter_update(tf.IndexedSlices(tf.cast(new_hits, tf.int32), slots))
+    self.last_step.scatter_update(tf.IndexedSlices(
+        tf.fill(tf.shape(slots), tf.cast(t_new, tf.int32)), slots))
+    rate = tf.maximum(tf.constant(self.alpha, tf.float32),
+                      1.0 / tf.cast(tf.maximum(t_new, 1), tf.float32))
+    n_bar = (1.0 - rate) * self.ids_per_step + rate * tf.cast(n, tf.float32)
+    self.ids_per_step.assign(tf.where(nonempty, n_bar, self.ids_per_step))
+    self.step.assign(t_new)
+
+  def steps_per_hit(self, ids) -> tf.Tensor:
+    """B̂(d) = max_i B_i as read (floors and pending gap applied), float32, same shape as ids."""
+    return self._steps_per_hit_keys(self._keys(ids, flatten=False))
+
+  def _steps_per_hit_keys(self, keys):
+    slots = self._slots(keys)
+    last = tf.gather(self.last_step, slots)
+    gap = tf.gather(self.gap, slots)
+    t = tf.cast(self.step, tf.float32)
+    if self.pending_gap:
+      k = self._prior_hits(last, tf.gather(self.hits, slots))
+      w1 = gap_weight(k, tf.ones_like(k), self.alpha, self.warmup_hits)
+      g = t - tf.cast(last, tf.float32)
+      gap = tf.maximum(gap, w1 * gap + (1.0 - w1) * g)
+    gap = tf.where(tf.equal(last, 0), tf.maximum(t, 1.0), gap)
+    return tf.reduce_max(gap, axis=0)
+
+  def _log_q_keys(self, keys):
+    b_hat = self._steps_per_hit_keys(keys)
+    n_bar = tf.maximum(self.ids_per_step, 1.0)
+    return tf.minimum(-tf.math.log(b_hat) - tf.math.log(n_bar), 0.0)
+
+  def get_config(self):
+    config = super().get_config()
+    config.update(num_buckets=self.num_buckets, num_hashes=self.num_hashes, alpha=self.alpha,
+                  warmup=self.warmup, pending_gap=self.pending_gap, seed=self.seed)
+    return config
