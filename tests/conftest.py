@@ -24,6 +24,23 @@ tf.config.set_logical_device_configuration(
     _cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
 
 
+_MIRRORED = []
+
+
+@pytest.fixture(scope="session")
+def mirrored_strategy() -> tf.distribute.MirroredStrategy:
+  """The one MirroredStrategy over the 2 logical CPUs for the whole session.
+
+  Separate MirroredStrategy instances in one process can reuse collective instance keys and
+  abort each other's all_gather ("Shape mismatch in the collective instance"): every test that
+  needs 2 replicas takes this fixture instead of building its own.
+  """
+  if not _MIRRORED:
+    _MIRRORED.append(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
+  assert _MIRRORED[0].num_replicas_in_sync == 2
+  return _MIRRORED[0]
+
+
 def shared_data_dir() -> pathlib.Path:
   """The shared datasets folder: $TFRS_LOGQ_DATA or ../shared/data beside the repo."""
   return pathlib.Path(os.environ.get("TFRS_LOGQ_DATA", ROOT.parent / "shared" / "data"))

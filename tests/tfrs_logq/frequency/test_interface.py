@@ -17,13 +17,10 @@ FACTORIES = {
 }
 
 
-@pytest.fixture(scope="module")
-def strategy():
-  """One MirroredStrategy for the module: separate instances in one process can reuse
-  collective keys and abort each other's all_gather."""
-  strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-  assert strategy.num_replicas_in_sync == 2
-  return strategy
+@pytest.fixture
+def strategy(mirrored_strategy):
+  """The session's MirroredStrategy (tests/conftest.py explains why there is only one)."""
+  return mirrored_strategy
 
 
 def _batches(seed=0, steps=8, vocab=50, size=40):

@@ -48,12 +48,11 @@ def loss_and_grads(users, items, user_ids, item_ids, correction):
 
 
 @pytest.mark.parametrize("correction", ["corrected", "standard"])
-def test_mirrored_equals_single_device_on_global_batch(correction):
+def test_mirrored_equals_single_device_on_global_batch(correction, mirrored_strategy):
   users, items = make_variables()
   ref_loss, ref_grads, ref_ids = loss_and_grads(users, items, USERS, ITEMS, correction)
 
-  strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-  assert strategy.num_replicas_in_sync == 2
+  strategy = mirrored_strategy
   with strategy.scope():
     d_users, d_items = make_variables()
 
@@ -92,8 +91,8 @@ def test_all_gather_rows_is_identity_without_strategy():
     all_gather_rows([tf.constant(1.0)])
 
 
-def test_all_gather_in_cross_replica_context_raises():
-  strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+def test_all_gather_in_cross_replica_context_raises(mirrored_strategy):
+  strategy = mirrored_strategy
   with strategy.scope():
     with pytest.raises(RuntimeError, match="strategy.run"):
       all_gather_rows([tf.constant([1])])

@@ -390,8 +390,8 @@ def test_checkpoint_round_trip(tmp_path):
   assert MIDXSampler.from_config(config).num_codewords == 4
 
 
-def test_mirrored_strategy_replicas_draw_different_samples_with_exact_log_q():
-  strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+def test_mirrored_strategy_replicas_draw_different_samples_with_exact_log_q(mirrored_strategy):
+  strategy = mirrored_strategy
   rng = np.random.default_rng(12)
   emb = rng.normal(size=(64, 6)).astype(np.float32)
   z = rng.normal(size=(2, 6)).astype(np.float32)
