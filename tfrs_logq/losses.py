@@ -75,22 +75,16 @@ def _check_correction(correction: str, q_prime: str) -> None:
 
 
 def masked_logsumexp(x: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
-  """LSE over the valid entries of each row of x [A, N]; -inf-free.
+  """LSE over the valid entries of each row of x [A, N], in three passes over [A, N].
 
-  Rows with no valid entry return a large negative finite number (-1e30), never NaN, and a
-  zero gradient to every entry. The shift is the (stop-gradient) row maximum over valid entries,
-  so huge values are stable.
+  Invalid entries are replaced by -1e30 before a stop-gradient row-max shift, so huge values
+  are stable and invalid entries get exactly zero gradient (through tf.where). Rows with no
+  valid entry return about -1e30 (finite, never NaN); callers that need 0 there test n > 0.
   """
-  very_negative = tf.constant(-1e30, x.dtype)
-  row_max = tf.reduce_max(tf.where(valid, x, very_negative), axis=1, keepdims=True)
-  any_valid = tf.reduce_any(valid, axis=1, keepdims=True)
-  shift = tf.stop_gradient(tf.where(any_valid, row_max, tf.zeros_like(row_max)))
-  shifted = tf.where(valid, x - shift, tf.zeros_like(x))
-  sum_exp = tf.reduce_sum(tf.where(valid, tf.exp(shifted), tf.zeros_like(x)), axis=1)
-  shift = tf.squeeze(shift, 1)
-  any_valid = tf.squeeze(any_valid, 1)
-  safe_sum = tf.where(any_valid, sum_exp, tf.ones_like(sum_exp))
-  return tf.where(any_valid, shift + tf.math.log(safe_sum), tf.fill(tf.shape(shift), very_negative))
+  masked = tf.where(valid, x, tf.constant(-1e30, x.dtype))
+  shift = tf.stop_gradient(tf.reduce_max(masked, axis=1, keepdims=True))
+  sum_exp = tf.reduce_sum(tf.exp(masked - shift), axis=1)
+  return tf.squeeze(shift, 1) + tf.math.log(sum_exp)
 
 
 def _check_shapes(positive_scores, negative_scores, negative_log_q, positive_log_q, valid_mask):
@@ -148,7 +142,8 @@ def sampled_softmax_loss(positive_scores: tf.Tensor,
                          correction: str,
                          positive_log_q: Optional[tf.Tensor] = None,
                          valid_mask: Optional[tf.Tensor] = None,
-                         q_prime: str = "exact") -> LossOutput:
+                         q_prime: str = "exact",
+                         check_scores: bool = False) -> LossOutput:
   """Per-example sampled-softmax loss with the chosen logQ correction (module docstring).
 
   Args:
@@ -163,6 +158,8 @@ def sampled_softmax_loss(positive_scores: tf.Tensor,
       negatives equal to the positive (accidental hits) is the caller's job
       (``tfrs_logq.accidental_hits.accidental_hit_mask``); ``corrected`` assumes it was done.
     q_prime: ``exact`` (log Q' = log Q - log(1 - Q(p))) or ``proxy`` (log Q' ~ log Q).
+    check_scores: Also assert that the scores are finite (one more pass over [A, N] in the
+      forward and backward pass: off by default, on for debugging a model that produces NaN).
 
   Returns:
     LossOutput(loss [A], weight [A], num_valid [A]).
@@ -191,8 +188,9 @@ def sampled_softmax_loss(positive_scores: tf.Tensor,
   with tf.control_dependencies(checks):
     s_p = tf.cast(positive_scores, tf.float32)
   s_n = tf.cast(negative_scores, tf.float32)
-  s_n = tf.debugging.assert_all_finite(s_n, "negative_scores has NaN or inf")
-  s_p = tf.debugging.assert_all_finite(s_p, "positive_scores has NaN or inf")
+  if check_scores:
+    s_n = tf.debugging.assert_all_finite(s_n, "negative_scores has NaN or inf")
+    s_p = tf.debugging.assert_all_finite(s_p, "positive_scores has NaN or inf")
   if valid_mask is None:
     valid_mask = tf.ones_like(s_n, dtype=tf.bool)
   num_valid = tf.reduce_sum(tf.cast(valid_mask, tf.int32), axis=1)
@@ -204,12 +202,10 @@ def sampled_softmax_loss(positive_scores: tf.Tensor,
   elif correction == "standard_no_positive":
     logits, pos_logit = s_n - negative_log_q, s_p
   else:  # corrected
+    # LSE_i(s_i - log Q'(d_i)) = LSE_i(s_i - log Q(d_i)) + log(1 - Q(p)): Q' is a per-row shift.
+    lse = masked_logsumexp(s_n - negative_log_q, valid_mask)
     if q_prime == "exact":
-      lq = log_q_lib.log_q_prime(negative_log_q, positive_log_q)
-    else:
-      lq = negative_log_q
-    logits = s_n - lq
-    lse = masked_logsumexp(logits, valid_mask)
+      lse = lse + log_q_lib.log1mexp(positive_log_q)
     has_negatives = num_valid > 0
     log_n = tf.math.log(tf.cast(tf.maximum(num_valid, 1), tf.float32))
     # 1 - P̂ = 1 - sigmoid(s_p - (Z - log n)) = sigmoid((Z - log n) - s_p)

@@ -184,13 +184,13 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
           ("accidental-hit removal is enabled" if self._remove_accidental_hits else
            "correction='corrected' masks negatives equal to the positive"))
 
-    labels = tf.eye(num_queries, num_candidates)
-    is_positive = tf.cast(labels, tf.bool)
-    valid = tf.logical_not(is_positive)
     if mask_hits:
+      # Row a's own column has the positive's id, so this also leaves the positive out.
       candidate_ids = tf.convert_to_tensor(candidate_ids)
-      valid = tf.logical_and(valid, accidental_hits.accidental_hit_mask(
-          candidate_ids[:num_queries], candidate_ids))
+      valid = accidental_hits.accidental_hit_mask(candidate_ids[:num_queries], candidate_ids)
+    else:
+      valid = tf.not_equal(tf.range(num_queries)[:, tf.newaxis],
+                           tf.range(num_candidates)[tf.newaxis, :])
     if score_mask is not None:
       valid = tf.logical_and(valid, tf.cast(score_mask, tf.bool))
 
@@ -221,6 +221,8 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
             query_embeddings, candidate_embeddings[:tf.shape(query_embeddings)[0]],
             true_candidate_ids=candidate_ids, sample_weight=sample_weight))
     if compute_batch_metrics and self._batch_metrics:
+      labels = tf.eye(num_queries, num_candidates)
+      is_positive = tf.cast(labels, tf.bool)
       metric_logits = scores
       if log_q is not None and self.correction != "none":
         metric_logits = scores - log_q
@@ -232,7 +234,7 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
       return tf.identity(loss)
 
   def _keep_hardest(self, scores, log_q, positive_log_q, valid):
-    """valid AND (among the k largest corrected negative logits of the row)."""
+    """valid AND (at least the k-th largest corrected negative logit of the row)."""
     logits = scores
     if self.correction != "none":
       if self.correction == "corrected" and self.q_prime == "exact":
@@ -241,6 +243,6 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
         logits = scores - log_q
     k = tf.minimum(self._num_hard_negatives, tf.shape(scores)[1])
     masked = tf.where(valid, logits, tf.fill(tf.shape(logits), -float("inf")))
-    _, top = tf.math.top_k(masked, k=k, sorted=False)
-    hard = tf.reduce_any(tf.cast(tf.one_hot(top, tf.shape(scores)[1]), tf.bool), axis=1)
-    return tf.logical_and(valid, hard)
+    kth_largest = tf.math.top_k(masked, k=k, sorted=True).values[:, -1:]
+    # Ties with the k-th value are all kept (TFRS keeps an arbitrary k of them).
+    return tf.logical_and(valid, masked >= kth_largest)

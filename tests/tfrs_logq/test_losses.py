@@ -198,7 +198,8 @@ def test_bad_input_errors():
     losses.sampled_softmax_loss(s_p, s_n, tf.constant([0.5, -1.0]), correction="corrected",
                                 q_prime="proxy")
   with pytest.raises(tf.errors.InvalidArgumentError, match="NaN or inf"):
-    losses.sampled_softmax_loss(s_p, tf.constant([[np.nan, 1.0], [1.0, 0.0]]), correction="none")
+    losses.sampled_softmax_loss(s_p, tf.constant([[np.nan, 1.0], [1.0, 0.0]]), correction="none",
+                                check_scores=True)
   with pytest.raises(tf.errors.InvalidArgumentError, match="empty batch"):
     losses.sampled_softmax_loss(tf.zeros([0]), tf.zeros([0, 2]), correction="none")
 

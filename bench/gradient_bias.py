@@ -1,0 +1,258 @@
+r"""Relative bias of the sampled-softmax gradient for each logQ correction (Monte Carlo).
+
+    python bench/gradient_bias.py [--quick] [--out bench/out]
+
+Synthetic catalog D (default |D| = 2000) with known scores s(d) = <q, c_d> (item embeddings
+c_d ~ N(0, I_k), query q of norm --score-std, so s ~ N(0, score_std^2)); the positive p's
+embedding is moved along q so that the model puts probability P(p|u) = --positive-prob on it.
+Negatives are drawn i.i.d. from a Zipf proposal Q(d) ∝ rank(d)^-zipf (item id = rank - 1) and
+accidental hits d_i == p are masked for every variant, so the draws come from Q' = Q restricted
+to D \ {p} and the variants differ only by their formula (tfrs_logq.losses.sampled_softmax_loss).
+
+Full-softmax gradient w.r.t. the scores: g_full = softmax(s) - onehot(p). Sampled gradient: the
+gradient of one row's sampled loss w.r.t. s_p and its negatives' scores scattered onto item ids
+(duplicates summed). Over --draws independent rows, the Monte Carlo mean estimates E[g] and
+
+    bias = ||E[g] - g_full|| / ||g_full||,
+    mc_se = expected norm of the Monte Carlo error of the mean / ||g_full|| (from batch means).
+
+The measured bias includes the MC error (E||mean - g_full||^2 = bias^2 + se^2): trust entries
+with bias >> mc_se. The gradient w.r.t. the query embedding is C^T g (linear in g), so its
+relative bias ||C^T (E[g] - g_full)|| / ||C^T g_full|| is reported too (table 2).
+
+Variants: the four corrections, plus ``corrected_proxy`` (log Q in place of log Q', the paper's
+industrial setup) and ``corrected_no_w`` (the corrected bracket without its weight w, i.e. the
+gradient of -(s_p - LSE_i(s_i - log Q'(d_i)))) to show that the weight is what removes the bias.
+
+Output: a table per gradient, bench/out/gradient_bias.png (bias vs n, log-log, one line per
+variant, one panel per (P(p), popularity rank)); last line: a one-line summary.
+"""
+
+import argparse
+import os
+import pathlib
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+
+import tfrs_logq  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tensorflow as tf  # noqa: E402
+
+from tfrs_logq import losses  # noqa: E402
+
+VARIANTS = ("none", "standard", "standard_no_positive", "corrected", "corrected_proxy",
+            "corrected_no_w")
+
+
+def parse_args(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--num-items", type=int, default=2000)
+  p.add_argument("--score-std", type=float, default=1.75)
+  p.add_argument("--zipf", type=float, default=1.0, help="Zipf exponent of Q")
+  p.add_argument("--positive-prob", default="0.05,0.2",
+                 help="comma-separated P(p|u) values of the positive (one panel row each)")
+  p.add_argument("--ranks", default="1,5,50,1000",
+                 help="comma-separated popularity ranks of the positive under Q (1 = head)")
+  p.add_argument("--ns", default="16,32,64,128,256,512,1024", help="negatives per row")
+  p.add_argument("--draws", type=int, default=8000, help="Monte Carlo rows per (P, rank, n)")
+  p.add_argument("--chunk", type=int, default=1000, help="rows per TF call (memory)")
+  p.add_argument("--batches", type=int, default=40, help="batch means for the MC error")
+  p.add_argument("--embedding-dim", type=int, default=32)
+  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--out", default=str(pathlib.Path(__file__).resolve().parent / "out"))
+  p.add_argument("--quick", action="store_true",
+                 help="short run: 2000 draws, n in 16,64,256,1024, P(p)=0.2, ranks 1,50,1000")
+  args = p.parse_args(argv)
+  if args.quick:
+    args.draws, args.ns, args.positive_prob, args.ranks = 2000, "16,64,256,1024", "0.2", "1,50,1000"
+  args.positive_prob = [float(x) for x in args.positive_prob.split(",")]
+  args.ranks = [int(x) for x in args.ranks.split(",")]
+  args.ns = [int(x) for x in args.ns.split(",")]
+  if args.draws % args.batches or args.chunk % (args.draws // args.batches):
+    raise SystemExit("--draws must be a multiple of --batches and --chunk a multiple of "
+                     "draws/batches")
+  if not all(1 <= r <= args.num_items for r in args.ranks):
+    raise SystemExit(f"--ranks must be in [1, {args.num_items}]")
+  if not all(0 < x < 1 for x in args.positive_prob):
+    raise SystemExit("--positive-prob values must be in (0, 1)")
+  return args
+
+
+def zipf_log_q(num_items, exponent):
+  """log Q(d), Q(d) = rank^-exponent / sum_r r^-exponent, item id = rank - 1."""
+  log_w = -exponent * np.log(np.arange(1, num_items + 1, dtype=np.float64))
+  return log_w - np.log(np.sum(np.exp(log_w)))
+
+
+def catalog(seed, num_items, dim, score_std, positive, positive_prob):
+  """Item embeddings C [D, k], query q [k] and scores s = C q with softmax(s)_p = P(p|u)."""
+  rng = np.random.default_rng(seed)
+  emb = rng.normal(size=(num_items, dim))
+  q = rng.normal(size=dim)
+  q *= score_std / np.linalg.norm(q)
+  s = emb @ q
+  target = np.log(positive_prob / (1 - positive_prob)) + np.log(np.sum(np.exp(np.delete(s, positive))))
+  emb[positive] += (target - s[positive]) * q / np.dot(q, q)
+  s = emb @ q
+  return emb, q, s
+
+
+def full_gradient(s, positive):
+  """g_full = softmax(s) - onehot(p)."""
+  e = np.exp(s - s.max())
+  g = e / e.sum()
+  g[positive] -= 1.0
+  return g
+
+
+def row_gradients(s, log_q, positive, ids, variant):
+  """Per-row d loss / d s_p [A] and d loss / d s_i [A, n] for one variant (TF, float32)."""
+  rows = ids.shape[0]
+  correction = "corrected" if variant.startswith("corrected") else variant
+  pos = tf.constant(np.full(rows, s[positive]), tf.float32)
+  neg = tf.constant(s[ids], tf.float32)
+  with tf.GradientTape() as tape:
+    tape.watch([pos, neg])
+    out = losses.sampled_softmax_loss(
+        pos, neg, tf.constant(log_q[ids], tf.float32), correction=correction,
+        positive_log_q=tf.constant(np.full(rows, log_q[positive]), tf.float32),
+        valid_mask=tf.constant(ids != positive),
+        q_prime="proxy" if variant == "corrected_proxy" else "exact")
+    total = tf.reduce_sum(out.loss)
+  d_pos, d_neg = tape.gradient(total, [pos, neg])
+  d_pos, d_neg = d_pos.numpy().astype(np.float64), d_neg.numpy().astype(np.float64)
+  if variant == "corrected_no_w":
+    w = out.weight.numpy().astype(np.float64)
+    safe = np.where(w > 0, w, 1.0)  # w = 0 only for rows with no valid negative (grad 0)
+    d_pos, d_neg = d_pos / safe, d_neg / safe[:, None]
+  return d_pos, d_neg
+
+
+def batch_sums(d_pos, d_neg, ids, positive, num_items, batch_size):
+  """Per-batch sums of the scattered per-row gradients: [rows / batch_size, D]."""
+  nb = ids.shape[0] // batch_size
+  batch = np.arange(ids.shape[0]) // batch_size
+  sums = np.bincount((batch[:, None] * num_items + ids).ravel(), weights=d_neg.ravel(),
+                     minlength=nb * num_items).reshape(nb, num_items)
+  sums[:, positive] += np.bincount(batch, weights=d_pos, minlength=nb)
+  return sums
+
+
+def bias_and_se(batch_means, target, project=None):
+  """Relative ||mean - target|| and the relative MC standard error of the mean."""
+  if project is not None:
+    batch_means, target = batch_means @ project, target @ project
+  mean = batch_means.mean(axis=0)
+  se = np.sqrt(np.sum(batch_means.var(axis=0, ddof=1)) / batch_means.shape[0])
+  norm = np.linalg.norm(target)
+  return np.linalg.norm(mean - target) / norm, se / norm
+
+
+def measure(args):
+  """results[(P, rank, n, variant)] = (score bias, score se, query-emb bias, query-emb se)."""
+  log_q = zipf_log_q(args.num_items, args.zipf)
+  batch_size = args.draws // args.batches
+  results = {}
+  for prob in args.positive_prob:
+    for rank in args.ranks:
+      positive = rank - 1
+      emb, _, s = catalog(args.seed, args.num_items, args.embedding_dim, args.score_std,
+                          positive, prob)
+      g_full = full_gradient(s, positive)
+      for n in args.ns:
+        rng = np.random.default_rng([args.seed, rank, n])  # same draws for every variant
+        sums = {v: [] for v in VARIANTS}
+        for _ in range(args.draws // args.chunk):
+          ids = rng.choice(args.num_items, size=(args.chunk, n), p=np.exp(log_q))
+          for v in VARIANTS:
+            d_pos, d_neg = row_gradients(s, log_q, positive, ids, v)
+            sums[v].append(batch_sums(d_pos, d_neg, ids, positive, args.num_items, batch_size))
+        for v in VARIANTS:
+          means = np.concatenate(sums[v]) / batch_size
+          results[(prob, rank, n, v)] = (bias_and_se(means, g_full) +
+                                         bias_and_se(means, g_full, project=emb))
+  return results, log_q
+
+
+def print_tables(args, results, log_q):
+  short = {"none": "none", "standard": "standard", "standard_no_positive": "std_no_pos",
+           "corrected": "corrected", "corrected_proxy": "corr_proxy",
+           "corrected_no_w": "corr_no_w"}
+  for title, k in (("relative bias of the score gradient (+- MC standard error)", 0),
+                   ("relative bias of the query-embedding gradient C^T g (+- MC s.e.)", 2)):
+    print(f"\n{title}")
+    header = f"{'P(p)':>5} {'rank':>5} {'Q(p)':>9} {'n':>5} " + " ".join(
+        f"{short[v]:>17}" for v in VARIANTS)
+    print(header)
+    print("-" * len(header))
+    for prob in args.positive_prob:
+      for rank in args.ranks:
+        for n in args.ns:
+          cells = " ".join(f"{results[(prob, rank, n, v)][k]:8.4f}+-{results[(prob, rank, n, v)][k + 1]:6.4f}"
+                           for v in VARIANTS)
+          print(f"{prob:5.2f} {rank:5d} {np.exp(log_q[rank - 1]):9.2e} {n:5d} {cells}")
+
+
+def plot(args, results, path):
+  import matplotlib
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+  rows, cols = len(args.positive_prob), len(args.ranks)
+  fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.4 * rows), squeeze=False,
+                           sharex=True, sharey=True)
+  for i, prob in enumerate(args.positive_prob):
+    for j, rank in enumerate(args.ranks):
+      ax = axes[i][j]
+      for v in VARIANTS:
+        b = [results[(prob, rank, n, v)][0] for n in args.ns]
+        e = [results[(prob, rank, n, v)][1] for n in args.ns]
+        ax.errorbar(args.ns, b, yerr=e, marker="o", ms=3, label=v,
+                    linestyle="--" if v in ("corrected_proxy", "corrected_no_w") else "-")
+      se = [results[(prob, rank, n, "corrected")][1] for n in args.ns]
+      ax.plot(args.ns, se, color="gray", linestyle=":", label="MC s.e. (corrected)")
+      ax.set_xscale("log", base=2)
+      ax.set_yscale("log")
+      ax.set_title(f"P(p|u)={prob:g}, positive rank {rank}", fontsize=9)
+      ax.grid(True, which="both", alpha=0.3)
+      if i == rows - 1:
+        ax.set_xlabel("negatives n")
+      if j == 0:
+        ax.set_ylabel("||E[g] - g_full|| / ||g_full||")
+  handles, labels = axes[0][0].get_legend_handles_labels()
+  fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8)
+  fig.suptitle(f"Sampled-softmax gradient bias, |D|={args.num_items}, Zipf({args.zipf:g}) "
+               f"proposal, {args.draws} draws", fontsize=10)
+  fig.tight_layout(rect=(0, 0.06, 1, 1))
+  path.parent.mkdir(parents=True, exist_ok=True)
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  start = time.time()
+  results, log_q = measure(args)
+  print_tables(args, results, log_q)
+  png = pathlib.Path(args.out) / "gradient_bias.png"
+  plot(args, results, png)
+  print(f"\nplot: {png}  ({time.time() - start:.0f} s)")
+  prob = 0.2 if 0.2 in args.positive_prob else args.positive_prob[-1]
+  head, n_mid = args.ranks[0], min(args.ns, key=lambda n: abs(n - 256))
+  r = {v: results[(prob, head, n_mid, v)][0] for v in VARIANTS}
+  lo, hi = args.ns[0], args.ns[-1]
+  c_lo, c_hi = (results[(prob, head, lo, "corrected")][0],
+                results[(prob, head, hi, "corrected")][0])
+  max_se = max(v[1] for v in results.values())
+  print(f"SUMMARY gradient_bias: P(p)={prob:g}, rank-{head} positive, n={n_mid}: corrected "
+        f"{r['corrected']:.4f} vs standard {r['standard']:.4f}, standard_no_positive "
+        f"{r['standard_no_positive']:.4f}, none {r['none']:.4f}, corrected w/o w "
+        f"{r['corrected_no_w']:.4f}; corrected falls {c_lo:.4f} -> {c_hi:.4f} from n={lo} to "
+        f"n={hi} (max MC s.e. {max_se:.4f})")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,356 @@
+r"""Training-step time: tfrs_logq.tasks.Retrieval(correction=...) vs tfrs.tasks.Retrieval.
+
+    python bench/loss_overhead.py [--quick] [--batch-sizes 1024,4096]
+
+Model (the same on every side, same initial weights): a TFRS two-tower model with id
+embeddings for users and items (--users 50k, --items 100k, --dim 64), in-batch negatives,
+Adam, one compiled ``tf.function`` train step (forward, loss, gradients, apply). Batches of
+(user, item) pairs with items drawn from a Zipf(1) popularity and
+candidate_sampling_probability = Q(item) (the per-draw probability of the batch slot).
+Every side gets candidate_ids and remove_accidental_hits=True:
+
+* ``tfrs_standard``: ``tfrs.tasks.Retrieval`` with candidate_sampling_probability (TFRS's
+  standard logQ correction; the baseline);
+* ``logq_standard``: ``tfrs_logq.tasks.Retrieval(correction="standard")``;
+* ``logq_corrected``: ``tfrs_logq.tasks.Retrieval(correction="corrected")`` (q_prime exact);
+* ``proto_corrected``: :class:`FastCorrectedRetrieval`, a prototype of the same corrected loss
+  with fewer passes over [A, C] (see its docstring), to measure what a leaner implementation
+  of losses.py / tasks.py would gain. Its loss is checked against ``logq_corrected`` first.
+
+Timing: warm-up steps per side, then --repeats rounds; each round runs --steps steps of every
+side in a rotated order (interleaving cancels drift from other processes on the machine).
+Reported per side: min and median per-step time over rounds, and the ratios of mins and
+medians against the baseline of the same run. A second table times the task alone (scores,
+loss and its gradient w.r.t. fixed [B, 64] query and candidate embeddings), which isolates the
+loss from the embedding lookups and Adam. Target: corrected / tfrs_standard <= 1.05 (full step).
+With --ablation, a third table (task only, largest batch) times the prototype with one library
+implementation choice switched on at a time (:data:`ABLATIONS`), to attribute the overhead.
+
+Last line: a one-line summary.
+"""
+
+import argparse
+import os
+import pathlib
+import statistics
+import sys
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+
+import tfrs_logq  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tensorflow as tf  # noqa: E402
+tf.get_logger().setLevel("ERROR")  # one tf.function per side: retracing warnings are expected
+import tensorflow_recommenders as tfrs  # noqa: E402
+
+import tfrs_logq.tasks  # noqa: E402
+from tfrs_logq import log_q as log_q_lib  # noqa: E402
+
+BASELINE = "tfrs_standard"
+
+
+class FastCorrectedRetrieval(tf.keras.layers.Layer):
+  r"""Prototype: the corrected loss (in-batch, accidental hits masked) in fewer [A, C] passes.
+
+  Same value as ``tfrs_logq.tasks.Retrieval(correction="corrected")`` (sum reduction)::
+
+      invalid[a, c] = (id_c == id_a)       # one comparison; covers the diagonal (c == a) too
+      x[a, c]  = s[a, c] - log Q(c), or a huge negative constant where invalid (one where)
+      LSE'_a   = LSE_c x[a, c] + log(1 - Q(p_a))   # Q' = Q / (1 - Q(p)) is a per-row shift
+      n_a      = C - sum_c invalid[a, c]
+      w_a      = sg(sigmoid((LSE'_a - log n_a) - s_p)),   L = sum_a -w_a (s_p - LSE'_a)
+
+  Differences from the library: no tf.eye, no per-entry log Q' matrix, no
+  assert_all_finite on [A, C], one tf.where instead of the masked LSE's several, row max
+  taken under stop_gradient. Rows with n = 0 give 0, as in the library.
+  """
+
+  def call(self, query_embeddings, candidate_embeddings, candidate_sampling_probability=None,
+           candidate_ids=None, compute_metrics=False):
+    del compute_metrics
+    scores = tf.linalg.matmul(query_embeddings, candidate_embeddings, transpose_b=True)
+    num_queries, num_candidates = tf.shape(scores)[0], tf.shape(scores)[1]
+    log_q = tf.math.log(tf.cast(candidate_sampling_probability, tf.float32))
+    ids = tf.convert_to_tensor(candidate_ids)
+    invalid = tf.equal(ids[:num_queries, tf.newaxis], ids[tf.newaxis, :])
+    logits = tf.where(invalid, tf.constant(-1e26, tf.float32), scores - log_q)
+    row_max = tf.stop_gradient(tf.reduce_max(logits, axis=1, keepdims=True))
+    lse = tf.math.log(tf.reduce_sum(tf.exp(logits - row_max), axis=1)) + row_max[:, 0]
+    lse += log_q_lib.log1mexp(log_q[:num_queries])
+    num_valid = num_candidates - tf.reduce_sum(tf.cast(invalid, tf.int32), axis=1)
+    has_negatives = num_valid > 0
+    positive_scores = tf.linalg.diag_part(scores)
+    log_n = tf.math.log(tf.cast(tf.maximum(num_valid, 1), tf.float32))
+    weight = tf.stop_gradient(tf.sigmoid((lse - log_n) - positive_scores))
+    weight = tf.where(has_negatives, weight, tf.zeros_like(weight))
+    term = tf.where(has_negatives, positive_scores - lse, tf.zeros_like(lse))
+    return tf.reduce_sum(-weight * term)
+
+
+def make_task(side):
+  if side == "tfrs_standard":
+    return tfrs.tasks.Retrieval(remove_accidental_hits=True)
+  if side == "logq_standard":
+    return tfrs_logq.tasks.Retrieval(correction="standard", remove_accidental_hits=True)
+  if side == "logq_corrected":
+    return tfrs_logq.tasks.Retrieval(correction="corrected", remove_accidental_hits=True)
+  if side == "proto_corrected":
+    return FastCorrectedRetrieval()
+  raise ValueError(side)
+
+
+SIDES = ("tfrs_standard", "logq_standard", "logq_corrected", "proto_corrected")
+
+
+def check_prototype(args, batch):
+  """The prototype's loss and gradients equal the library's corrected task on one batch."""
+  rng = np.random.default_rng(args.seed + 2)
+  b = int(batch["item"].shape[0])
+  query = tf.constant(rng.normal(0, 0.3, (b, args.dim)), tf.float32)
+  candidate = tf.constant(rng.normal(0, 0.3, (b, args.dim)), tf.float32)
+  out = []
+  for side in ("logq_corrected", "proto_corrected"):
+    task = make_task(side)
+    with tf.GradientTape() as tape:
+      tape.watch([query, candidate])
+      loss = task(query, candidate, candidate_sampling_probability=batch["probability"],
+                  candidate_ids=batch["item"], compute_metrics=False)
+    out.append([loss.numpy()] + [g.numpy() for g in tape.gradient(loss, [query, candidate])])
+  for ref, got in zip(*out):
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+  return float(out[0][0]), float(out[1][0])
+
+
+class TwoTower(tfrs.Model):
+  """User-id and item-id embedding towers; s(u, d) = <user(u), item(d)>."""
+
+  def __init__(self, task, num_users, num_items, dim, seed):
+    super().__init__()
+    init = lambda s: tf.keras.initializers.RandomNormal(stddev=0.05, seed=s)  # noqa: E731
+    self.user_embedding = tf.keras.layers.Embedding(num_users, dim,
+                                                    embeddings_initializer=init(seed))
+    self.item_embedding = tf.keras.layers.Embedding(num_items, dim,
+                                                    embeddings_initializer=init(seed + 1))
+    self.task = task
+
+  def compute_loss(self, features, training=False):
+    query = self.user_embedding(features["user"])
+    candidate = self.item_embedding(features["item"])
+    return self.task(query, candidate,
+                     candidate_sampling_probability=features["probability"],
+                     candidate_ids=features["item"], compute_metrics=False)
+
+
+def make_batches(args, batch_size, num):
+  rng = np.random.default_rng(args.seed)
+  q = 1.0 / np.arange(1, args.items + 1)
+  q /= q.sum()
+  out = []
+  for _ in range(num):
+    item = rng.choice(args.items, size=batch_size, p=q)
+    out.append({"user": tf.constant(rng.integers(0, args.users, batch_size), tf.int64),
+                "item": tf.constant(item, tf.int64),
+                "probability": tf.constant(q[item], tf.float32)})
+  return out
+
+
+def make_train_step(side, args):
+  model = TwoTower(make_task(side), args.users, args.items, args.dim, args.seed)
+  optimizer = tf.keras.optimizers.Adam(1e-3)
+
+  @tf.function
+  def step(batch):
+    with tf.GradientTape() as tape:
+      loss = model.compute_loss(batch, training=True)
+    variables = model.trainable_variables
+    optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+    return loss
+
+  return step
+
+
+def make_task_step(side, args, batch_size):
+  """Scores + loss + gradient w.r.t. fixed embeddings only (no lookups, no optimizer)."""
+  task = make_task(side)
+  rng = np.random.default_rng(args.seed + 1)
+  query = tf.constant(rng.normal(0, 0.3, (batch_size, args.dim)), tf.float32)
+  candidate = tf.constant(rng.normal(0, 0.3, (batch_size, args.dim)), tf.float32)
+
+  @tf.function
+  def step(batch):
+    with tf.GradientTape() as tape:
+      tape.watch([query, candidate])
+      loss = task(query, candidate, candidate_sampling_probability=batch["probability"],
+                  candidate_ids=batch["item"], compute_metrics=False)
+    dq, dc = tape.gradient(loss, [query, candidate])
+    return loss + tf.reduce_sum(dq) + tf.reduce_sum(dc)
+
+  return step
+
+
+ABLATIONS = {  # name: (eye mask, assert_all_finite, library masked LSE, [A, C] log Q')
+    "lean (prototype)": (False, False, False, False),
+    "+ tf.eye mask": (True, False, False, False),
+    "+ assert_all_finite": (False, True, False, False),
+    "+ masked_logsumexp": (False, False, True, False),
+    "+ [A,C] log Q'": (False, False, False, True),
+    "all four (~library)": (True, True, True, True),
+}
+
+
+def ablation_loss(scores, log_q, ids, eye, check, library_lse, full_q_prime):
+  """The corrected in-batch loss with one library implementation choice switched on at a time.
+
+  Starts from the prototype (FastCorrectedRetrieval) and swaps in: the task's mask
+  construction (tf.eye -> bool, logical_not, logical_and with the hit mask), the
+  assert_all_finite on the [A, C] scores, losses.masked_logsumexp, and log Q' materialized
+  per entry (log_q.log_q_prime) instead of a per-row shift of the LSE.
+  """
+  from tfrs_logq import losses as losses_lib  # noqa: PLC0415
+  a = tf.shape(scores)[0]
+  if eye:
+    valid = tf.logical_and(tf.logical_not(tf.cast(tf.eye(a, tf.shape(scores)[1]), tf.bool)),
+                           tf.not_equal(ids[:, tf.newaxis], ids[tf.newaxis, :]))
+    invalid = tf.logical_not(valid)
+  else:
+    invalid = tf.equal(ids[:, tf.newaxis], ids[tf.newaxis, :])
+    valid = None
+  if check:
+    scores = tf.debugging.assert_all_finite(scores, "scores")
+  positive_scores = tf.linalg.diag_part(scores)
+  if full_q_prime:
+    logits, shift = scores - log_q_lib.log_q_prime(log_q, log_q), 0.0
+  else:
+    logits, shift = scores - log_q, log_q_lib.log1mexp(log_q)
+  if library_lse:
+    lse = losses_lib.masked_logsumexp(logits, valid if valid is not None else
+                                      tf.logical_not(invalid)) + shift
+  else:
+    masked = tf.where(invalid, tf.constant(-1e26, tf.float32), logits)
+    row_max = tf.stop_gradient(tf.reduce_max(masked, axis=1, keepdims=True))
+    lse = tf.math.log(tf.reduce_sum(tf.exp(masked - row_max), axis=1)) + row_max[:, 0] + shift
+  num_valid = tf.shape(scores)[1] - tf.reduce_sum(tf.cast(invalid, tf.int32), axis=1)
+  log_n = tf.math.log(tf.cast(tf.maximum(num_valid, 1), tf.float32))
+  weight = tf.stop_gradient(tf.sigmoid((lse - log_n) - positive_scores))
+  return tf.reduce_sum(-weight * (positive_scores - lse))
+
+
+def make_ablation_step(flags, args, batch_size):
+  rng = np.random.default_rng(args.seed + 1)
+  query = tf.constant(rng.normal(0, 0.3, (batch_size, args.dim)), tf.float32)
+  candidate = tf.constant(rng.normal(0, 0.3, (batch_size, args.dim)), tf.float32)
+
+  @tf.function
+  def step(batch):
+    with tf.GradientTape() as tape:
+      tape.watch([query, candidate])
+      scores = tf.linalg.matmul(query, candidate, transpose_b=True)
+      loss = ablation_loss(scores, tf.math.log(batch["probability"]), batch["item"], *flags)
+    dq, dc = tape.gradient(loss, [query, candidate])
+    return loss + tf.reduce_sum(dq) + tf.reduce_sum(dc)
+
+  return step
+
+
+def time_interleaved(steps_by_side, batches, args):
+  """{side: [per-step seconds of each round]} with rotated side order per round."""
+  sides = list(steps_by_side)
+  for side in sides:  # trace + warm-up
+    for i in range(args.warmup):
+      steps_by_side[side](batches[i % len(batches)]).numpy()
+  times = {side: [] for side in sides}
+  for r in range(args.repeats):
+    order = sides[r % len(sides):] + sides[:r % len(sides)]
+    for side in order:
+      fn = steps_by_side[side]
+      start = time.perf_counter()
+      for i in range(args.steps):
+        loss = fn(batches[(r * args.steps + i) % len(batches)])
+      loss.numpy()
+      times[side].append((time.perf_counter() - start) / args.steps)
+  return times
+
+
+def report(title, batch_size, times, rows):
+  base_min, base_med = min(times[BASELINE]), statistics.median(times[BASELINE])
+  for side, t in times.items():
+    tmin, tmed = min(t), statistics.median(t)
+    rows.append((title, batch_size, side, tmin, tmed, tmin / base_min, tmed / base_med))
+
+
+def parse_args(argv=None):
+  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+  p.add_argument("--batch-sizes", default="1024,4096")
+  p.add_argument("--users", type=int, default=50_000)
+  p.add_argument("--items", type=int, default=100_000)
+  p.add_argument("--dim", type=int, default=64)
+  p.add_argument("--repeats", type=int, default=15, help="interleaved rounds")
+  p.add_argument("--steps", type=int, default=5, help="steps per side per round")
+  p.add_argument("--warmup", type=int, default=3)
+  p.add_argument("--no-task-only", action="store_true", help="skip the task-only table")
+  p.add_argument("--ablation", action="store_true",
+                 help="also time the corrected loss with each library choice switched on "
+                      "(task only, largest batch size)")
+  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--quick", action="store_true", help="5 rounds of 3 steps")
+  args = p.parse_args(argv)
+  if args.quick:
+    args.repeats, args.steps, args.warmup = 5, 3, 2
+  args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+  return args
+
+
+def main(argv=None):
+  args = parse_args(argv)
+  print(f"TF {tf.__version__}, TFRS {tfrs.__version__}, devices "
+        f"{[d.device_type for d in tf.config.list_logical_devices()]}, "
+        f"{args.repeats} rounds x {args.steps} steps per side (interleaved)")
+  rows = []
+  for batch_size in args.batch_sizes:
+    batches = make_batches(args, batch_size, 8)
+    ref, proto = check_prototype(args, batches[0])
+    print(f"B={batch_size}: prototype loss {proto:.6g} == library corrected loss {ref:.6g} "
+          "(gradients equal too)")
+    times = time_interleaved({s: make_train_step(s, args) for s in SIDES}, batches, args)
+    report("train step", batch_size, times, rows)
+    if not args.no_task_only:
+      times = time_interleaved({s: make_task_step(s, args, batch_size) for s in SIDES},
+                               batches, args)
+      report("task only", batch_size, times, rows)
+  if args.ablation:
+    batch_size = max(args.batch_sizes)
+    batches = make_batches(args, batch_size, 8)
+    steps = {BASELINE: make_task_step(BASELINE, args, batch_size)}
+    steps.update({name: make_ablation_step(flags, args, batch_size)
+                  for name, flags in ABLATIONS.items()})
+    values = {name: float(fn(batches[0]).numpy()) for name, fn in steps.items()
+              if name != BASELINE}
+    if max(values.values()) - min(values.values()) > 1e-4 * abs(max(values.values())):
+      raise AssertionError(f"ablation variants disagree: {values}")
+    report("ablation", batch_size, time_interleaved(steps, batches, args), rows)
+  header = (f"{'measure':<11} {'batch':>5} {'side':<20} {'min ms':>8} {'median ms':>9} "
+            f"{'min/base':>8} {'med/base':>8}")
+  print(header)
+  print("-" * len(header))
+  for title, b, side, tmin, tmed, rmin, rmed in rows:
+    print(f"{title:<11} {b:5d} {side:<20} {tmin * 1e3:8.2f} {tmed * 1e3:9.2f} "
+          f"{rmin:8.3f} {rmed:8.3f}")
+  summary = []
+  for title, b, side, _, _, rmin, rmed in rows:
+    if title == "train step" and side == "logq_corrected":
+      std = next(r for r in rows if r[:3] == (title, b, "logq_standard"))
+      summary.append(f"B={b}: corrected/tfrs_standard min {rmin:.3f} median {rmed:.3f}, "
+                     f"corrected/logq_standard min {rmin / std[5]:.3f}")
+      proto = next(r for r in rows if r[:3] == (title, b, "proto_corrected"))
+      summary[-1] += f", prototype/tfrs_standard min {proto[5]:.3f}"
+  worst = max(r[5] for r in rows if r[0] == "train step" and r[2] == "logq_corrected")
+  verdict = "meets" if worst <= 1.05 else "misses"
+  print(f"SUMMARY loss_overhead (train step, {verdict} <= 1.05 on min ratio): " +
+        "; ".join(summary))
+
+
+if __name__ == "__main__":
+  main()
