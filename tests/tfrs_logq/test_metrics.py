@@ -1,0 +1,132 @@
+"""Recall@k / NDCG@k with rated-item filtering against plain-Python references."""
+
+import math
+
+import numpy as np
+import pytest
+
+import tfrs_logq  # noqa: F401
+
+from tfrs_logq import metrics
+
+
+def _ref_rank_filtered(score_row, history, target):
+  """Plain Python: rank items != 0 not in history (target kept) by score desc, id asc."""
+  banned = set(int(h) for h in history) - {int(target)}
+  items = [d for d in range(1, len(score_row)) if d not in banned]
+  items.sort(key=lambda d: (-float(score_row[d]), d))
+  return items
+
+
+def _ref_metrics(ranked, target, k):
+  top = list(ranked[:k])
+  if target in top:
+    r = top.index(target)
+    return 1.0, 1.0 / math.log2(r + 2)
+  return 0.0, 0.0
+
+
+def _random_case(seed, num_q=40, num_items=60, max_len=12):
+  rng = np.random.default_rng(seed)
+  scores = rng.normal(size=(num_q, num_items + 1)).astype(np.float32)
+  history = np.zeros((num_q, max_len), np.int64)
+  targets = rng.integers(1, num_items + 1, size=num_q)
+  for q in range(num_q):
+    n = rng.integers(0, max_len + 1)
+    history[q, max_len - n:] = rng.integers(1, num_items + 1, size=n)  # left padded, dups ok
+    if q % 5 == 0 and n > 0:
+      history[q, -1] = targets[q]  # target also in history: must never be filtered
+  return scores, history, targets
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_filtered_metrics_match_plain_python(seed):
+  scores, history, targets = _random_case(seed)
+  ids, top_scores = metrics.filtered_top_k_from_scores(scores, history, 20, targets=targets)
+  for k in (1, 5, 20):
+    rec = metrics.recall_at_k(ids, targets, k)
+    ndcg = metrics.ndcg_at_k(ids, targets, k)
+    for q in range(len(targets)):
+      ranked = _ref_rank_filtered(scores[q], history[q], targets[q])
+      assert list(ids[q]) == ranked[:20]
+      np.testing.assert_allclose(top_scores[q], scores[q, ranked[:20]])
+      r_ref, n_ref = _ref_metrics(ranked, int(targets[q]), k)
+      assert rec[q] == r_ref
+      assert ndcg[q] == pytest.approx(n_ref, rel=1e-6)
+  summary = metrics.retrieval_metrics(ids, targets, ks=(5, 20))
+  assert summary["recall@5"] == pytest.approx(np.mean(metrics.recall_at_k(ids, targets, 5)))
+
+
+def test_filtering_changes_rank_and_keeps_target():
+  # Scores: item 3 > 2 > 1 > 4. History {3, 4}, target 4 -> ranking [2, 1, 4].
+  scores = np.array([[0.0, 0.5, 0.8, 0.9, 0.1]], np.float32)
+  ids, _ = metrics.filtered_top_k_from_scores(scores, [np.array([3, 4])], 3, targets=[4])
+  assert ids.tolist() == [[2, 1, 4]]
+  assert metrics.ndcg_at_k(ids, [4], 3)[0] == pytest.approx(1 / math.log2(4))
+  assert metrics.recall_at_k(ids, [4], 2)[0] == 0.0
+  # Without the target exemption, 4 is gone and the list has an empty slot.
+  ids2, sc2 = metrics.filtered_top_k_from_scores(scores, [np.array([3, 4])], 3)
+  assert ids2.tolist() == [[2, 1, -1]]
+  assert np.all(np.isfinite(sc2))
+
+
+def test_filter_rated_over_fetch_equals_exact():
+  scores, history, targets = _random_case(3)
+  k, max_len = 10, history.shape[1]
+  order = np.argsort(-scores[:, 1:], axis=1, kind="stable")[:, :k + max_len] + 1
+  over_scores = np.take_along_axis(scores, order, axis=1)
+  ids, sc = metrics.filter_rated(order, over_scores, history, k, targets=targets)
+  ref_ids, ref_sc = metrics.filtered_top_k_from_scores(scores, history, k, targets=targets)
+  np.testing.assert_array_equal(ids, ref_ids)
+  np.testing.assert_allclose(sc, ref_sc)
+
+
+def test_tf_versions_match_numpy():
+  scores, history, targets = _random_case(4)
+  ids, sc = metrics.filtered_top_k_from_scores(scores, history, 15, targets=targets)
+  tf_ids, tf_sc = metrics.filtered_top_k_tf(scores, history, 15, targets=targets)
+  np.testing.assert_array_equal(tf_ids.numpy(), ids)
+  np.testing.assert_allclose(tf_sc.numpy(), sc)
+  for k in (3, 15):
+    np.testing.assert_allclose(metrics.recall_at_k_tf(ids, targets, k).numpy(),
+                               metrics.recall_at_k(ids, targets, k))
+    np.testing.assert_allclose(metrics.ndcg_at_k_tf(ids, targets, k).numpy(),
+                               metrics.ndcg_at_k(ids, targets, k), rtol=1e-6)
+
+
+def test_multi_target_recall():
+  ranked = np.array([[5, 3, 9, 1], [2, 4, 6, 8]])
+  got = metrics.multi_target_recall_at_k(ranked, [np.array([3, 7]), np.array([8, 8, 2])], 3)
+  # query 0: {3} of {3, 7} -> 1/2; query 1: {2} of {2, 8} -> 1/2 (8 is at rank 3).
+  np.testing.assert_allclose(got, [0.5, 0.5])
+  got4 = metrics.multi_target_recall_at_k(ranked, [np.array([3, 7]), np.array([8, 2])], 4)
+  np.testing.assert_allclose(got4, [0.5, 1.0])
+
+
+def test_popularity_deciles_and_group_means():
+  counts = np.array([0, 5, 50, 1, 50, 7, 0, 3, 9, 2, 100])  # items 1..10
+  bins = metrics.popularity_deciles(counts, num_bins=5)
+  # Sorted desc (ties by id): 10, 2, 4, 8, 5, 1, 7, 9, 3, 6 -> two per bin.
+  expected = {10: 0, 2: 0, 4: 1, 8: 1, 5: 2, 1: 2, 7: 3, 9: 3, 3: 4, 6: 4}
+  assert bins[0] == -1
+  assert {i: int(bins[i]) for i in range(1, 11)} == expected
+  means, n = metrics.mean_by_group([1.0, 0.0, 1.0, 1.0], [0, 0, 2, 2], 4)
+  np.testing.assert_allclose(means, [0.5, 0.0, 1.0, 0.0])
+  np.testing.assert_array_equal(n, [2, 0, 2, 0])
+
+
+def test_bad_input_errors():
+  with pytest.raises(ValueError, match="empty batch"):
+    metrics.recall_at_k(np.zeros((0, 3), np.int64), np.zeros(0, np.int64), 1)
+  with pytest.raises(ValueError, match="integer"):
+    metrics.recall_at_k(np.zeros((1, 3)), [1], 1)
+  with pytest.raises(ValueError, match="exceeds"):
+    metrics.ndcg_at_k(np.ones((1, 3), np.int64), [1], 4)
+  with pytest.raises(ValueError, match="rows"):
+    metrics.recall_at_k(np.ones((2, 3), np.int64), [1], 1)
+  with pytest.raises(ValueError, match=">= 1"):
+    metrics.recall_at_k(np.ones((1, 3), np.int64), [0], 1)
+  with pytest.raises(ValueError, match="outside"):
+    metrics.filtered_top_k_from_scores(np.zeros((1, 4)), [np.array([7])], 2)
+  with pytest.raises(ValueError, match="groups"):
+    metrics.mean_by_group([1.0], [3], 2)

@@ -1,0 +1,310 @@
+"""Retrieval metrics with rated-item filtering (the paper's evaluation protocol).
+
+Protocol (gSASRec / "Correcting the LogQ Correction", §4.1): every query u has one held-out
+target t_u and an input history H_u (the items u already rated). All items are scored,
+the items of H_u are removed from the ranking ("filter rated"; the target itself is never
+removed, even when it also occurs in H_u), and the metrics are averaged over queries:
+
+* rank r_u: the 0-based position of t_u in the filtered ranking (r_u = inf when t_u is not
+  among the retrieved items);
+* Recall@k(u) = 1[r_u < k]            (one target: hit rate);
+* NDCG@k(u)   = 1[r_u < k] / log2(r_u + 2)   (the ideal DCG of one relevant item is 1);
+* multi-target Recall@k(u) = |top_k(u) ∩ T_u| / |T_u| for a set T_u of held-out items.
+
+Item ids are integers >= 1; id 0 is padding and is never recommended. Ranked lists are
+int arrays [Q, K] of item ids, best first; -1 marks an empty slot (it never matches).
+
+Functions here work on numpy arrays; ``recall_at_k_tf`` / ``ndcg_at_k_tf`` and
+``filtered_top_k_tf`` are the TensorFlow counterparts (checked against numpy in tests).
+"""
+
+from typing import Dict, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tensorflow as tf
+
+PAD_ID = 0
+EMPTY_SLOT = -1
+
+History = Union[np.ndarray, Sequence[np.ndarray]]
+
+
+def _as_int_array(x, name: str, ndim: int) -> np.ndarray:
+  x = np.asarray(x)
+  if x.dtype.kind not in "iu":
+    raise ValueError(f"{name} must hold integer item ids, got dtype {x.dtype}")
+  if x.ndim != ndim:
+    raise ValueError(f"{name} must be {ndim}-D, got shape {x.shape}")
+  return x.astype(np.int64, copy=False)
+
+
+def _check_lists(ranked_ids, targets) -> Tuple[np.ndarray, np.ndarray]:
+  ranked_ids = _as_int_array(ranked_ids, "ranked_ids", 2)
+  targets = _as_int_array(targets, "targets", 1)
+  if ranked_ids.shape[0] == 0:
+    raise ValueError("empty batch: ranked_ids has no rows")
+  if ranked_ids.shape[0] != targets.shape[0]:
+    raise ValueError(f"ranked_ids has {ranked_ids.shape[0]} rows but targets has "
+                     f"{targets.shape[0]}")
+  if np.any(targets <= PAD_ID):
+    raise ValueError("targets must be item ids >= 1 (0 is padding)")
+  return ranked_ids, targets
+
+
+def _check_k(k: int, list_len: int):
+  if int(k) != k or k < 1:
+    raise ValueError(f"k must be a positive integer, got {k}")
+  if k > list_len:
+    raise ValueError(f"k={k} exceeds the ranked list length {list_len}: retrieve at least k items")
+
+
+def target_ranks(ranked_ids, targets) -> np.ndarray:
+  """0-based rank r_u of each target in its ranked list, or -1 when it is absent.
+
+  Args:
+    ranked_ids: int [Q, K] item ids, best first (already filtered).
+    targets: int [Q] held-out item ids (>= 1).
+  Returns:
+    int64 [Q].
+  """
+  ranked_ids, targets = _check_lists(ranked_ids, targets)
+  hits = ranked_ids == targets[:, None]
+  return np.where(hits.any(axis=1), hits.argmax(axis=1), -1).astype(np.int64)
+
+
+def recall_at_k(ranked_ids, targets, k: int) -> np.ndarray:
+  """Per-query Recall@k = 1[r_u < k] for one held-out target. float32 [Q]."""
+  ranked_ids, targets = _check_lists(ranked_ids, targets)
+  _check_k(k, ranked_ids.shape[1])
+  return np.any(ranked_ids[:, :k] == targets[:, None], axis=1).astype(np.float32)
+
+
+def ndcg_at_k(ranked_ids, targets, k: int) -> np.ndarray:
+  """Per-query NDCG@k = 1[r_u < k] / log2(r_u + 2) for one held-out target. float32 [Q]."""
+  ranked_ids, targets = _check_lists(ranked_ids, targets)
+  _check_k(k, ranked_ids.shape[1])
+  ranks = target_ranks(ranked_ids, targets)
+  hit = (ranks >= 0) & (ranks < k)
+  gain = 1.0 / np.log2(np.where(hit, ranks, 0) + 2.0)
+  return np.where(hit, gain, 0.0).astype(np.float32)
+
+
+def multi_target_recall_at_k(ranked_ids, target_sets: Sequence[np.ndarray], k: int) -> np.ndarray:
+  """Per-query Recall@k = |top_k(u) ∩ T_u| / |T_u| for sets of held-out items. float32 [Q].
+
+  Args:
+    ranked_ids: int [Q, K] item ids, best first.
+    target_sets: Q integer arrays (duplicates count once; each set must be non-empty).
+    k: cut-off.
+  """
+  ranked_ids = _as_int_array(ranked_ids, "ranked_ids", 2)
+  if ranked_ids.shape[0] == 0:
+    raise ValueError("empty batch: ranked_ids has no rows")
+  if len(target_sets) != ranked_ids.shape[0]:
+    raise ValueError(f"{len(target_sets)} target sets for {ranked_ids.shape[0]} ranked lists")
+  _check_k(k, ranked_ids.shape[1])
+  out = np.zeros(ranked_ids.shape[0], np.float32)
+  for q, targets in enumerate(target_sets):
+    t = np.unique(_as_int_array(targets, "target set", 1))
+    if t.size == 0:
+      raise ValueError(f"target set {q} is empty")
+    if np.any(t <= PAD_ID):
+      raise ValueError("targets must be item ids >= 1 (0 is padding)")
+    out[q] = np.isin(t, ranked_ids[q, :k]).sum() / t.size
+  return out
+
+
+def retrieval_metrics(ranked_ids, targets, ks: Sequence[int] = (10, 20, 100)) -> Dict[str, float]:
+  """Means over queries: {"recall@k": ..., "ndcg@k": ...} for each k in ks."""
+  out = {}
+  for k in ks:
+    out[f"recall@{k}"] = float(np.mean(recall_at_k(ranked_ids, targets, k)))
+    out[f"ndcg@{k}"] = float(np.mean(ndcg_at_k(ranked_ids, targets, k)))
+  return out
+
+
+def _history_rows(history: History, num_queries: int):
+  if isinstance(history, np.ndarray) and history.ndim == 2:
+    rows = list(history)
+  else:
+    rows = list(history)
+  if len(rows) != num_queries:
+    raise ValueError(f"history has {len(rows)} rows for {num_queries} queries")
+  return [_as_int_array(r, "history row", 1) for r in rows]
+
+
+def filter_rated(ranked_ids, ranked_scores, history: History, k: int,
+                 targets=None) -> Tuple[np.ndarray, np.ndarray]:
+  """Removes rated items (and padding id 0) from over-fetched ranked lists, keeps the top k.
+
+  An approximate index cannot exclude items per query, so it retrieves K >= k + |H_u|
+  candidates (over-fetching) and this function drops the ones in H_u afterwards; with
+  K >= k + |unique(H_u)| at least k items remain whenever the catalog has them.
+  The target t_u is never removed (if given). Slots that stay empty get id -1 and score
+  float32 min (finite).
+
+  Args:
+    ranked_ids: int [Q, K] item ids, best first.
+    ranked_scores: float [Q, K] their scores.
+    history: int [Q, L] (0 = padding) or a list of Q int arrays: the rated items.
+    k: number of items to keep.
+    targets: optional int [Q]: never filtered.
+  Returns:
+    (ids int64 [Q, k], scores float32 [Q, k]).
+  """
+  ranked_ids = _as_int_array(ranked_ids, "ranked_ids", 2)
+  ranked_scores = np.asarray(ranked_scores, np.float32)
+  if ranked_scores.shape != ranked_ids.shape:
+    raise ValueError(f"ranked_scores shape {ranked_scores.shape} != ranked_ids shape "
+                     f"{ranked_ids.shape}")
+  num_q = ranked_ids.shape[0]
+  if num_q == 0:
+    raise ValueError("empty batch: ranked_ids has no rows")
+  if int(k) != k or k < 1:
+    raise ValueError(f"k must be a positive integer, got {k}")
+  rows = _history_rows(history, num_q)
+  if targets is not None:
+    targets = _as_int_array(targets, "targets", 1)
+    if targets.shape[0] != num_q:
+      raise ValueError(f"targets has {targets.shape[0]} rows for {num_q} queries")
+  out_ids = np.full((num_q, k), EMPTY_SLOT, np.int64)
+  out_scores = np.full((num_q, k), np.finfo(np.float32).min, np.float32)
+  for q in range(num_q):
+    removed = rows[q]
+    if targets is not None:
+      removed = removed[removed != targets[q]]
+    keep = ~np.isin(ranked_ids[q], removed) & (ranked_ids[q] > PAD_ID)
+    ids, scores = ranked_ids[q][keep][:k], ranked_scores[q][keep][:k]
+    out_ids[q, :ids.size] = ids
+    out_scores[q, :ids.size] = scores
+  return out_ids, out_scores
+
+
+def filtered_top_k_from_scores(scores, history: History, k: int,
+                               targets=None) -> Tuple[np.ndarray, np.ndarray]:
+  """Exact filtered top-k from a full score matrix (numpy reference).
+
+  scores[u, d] is s(u, d) for item id d (column 0 = padding, never returned). Items in
+  H_u (except t_u) are excluded, then the k best remain, best first (ties: lower id first).
+
+  Returns:
+    (ids int64 [Q, k], scores float32 [Q, k]); empty slots as in ``filter_rated``.
+  """
+  scores = np.array(scores, np.float32)
+  if scores.ndim != 2 or scores.shape[0] == 0 or scores.shape[1] < 2:
+    raise ValueError(f"scores must be [Q >= 1, num_items + 1 >= 2], got {scores.shape}")
+  num_q, vocab = scores.shape
+  rows = _history_rows(history, num_q)
+  if targets is not None:
+    targets = _as_int_array(targets, "targets", 1)
+  allowed = np.ones_like(scores, dtype=bool)
+  allowed[:, PAD_ID] = False
+  for q in range(num_q):
+    h = rows[q]
+    if np.any((h < 0) | (h >= vocab)):
+      raise ValueError(f"history of query {q} has ids outside [0, {vocab})")
+    if targets is not None:
+      h = h[h != targets[q]]
+    allowed[q, h] = False
+  ids = np.full((num_q, k), EMPTY_SLOT, np.int64)
+  out = np.full((num_q, k), np.finfo(np.float32).min, np.float32)
+  for q in range(num_q):
+    cand = np.flatnonzero(allowed[q])
+    order = cand[np.lexsort((cand, -scores[q, cand]))][:k]
+    ids[q, :order.size] = order
+    out[q, :order.size] = scores[q, order]
+  return ids, out
+
+
+def filtered_top_k_tf(scores: tf.Tensor, history: tf.Tensor, k: int,
+                      targets: Optional[tf.Tensor] = None) -> Tuple[tf.Tensor, tf.Tensor]:
+  """TensorFlow exact filtered top-k: masks H_u (except t_u) and padding id 0, then top_k.
+
+  Args:
+    scores: float [Q, V] scores s(u, d) for item ids d = 0..V-1.
+    history: int [Q, L] rated items (0 = padding).
+    k: number of items (<= V - 1).
+    targets: optional int [Q], never masked.
+  Returns:
+    (ids int64 [Q, k], scores float32 [Q, k]); masked items score float32 min, so a slot
+    holds a masked item only when fewer than k items are allowed (its id is then set to -1).
+  """
+  scores = tf.convert_to_tensor(scores, tf.float32)
+  history = tf.cast(tf.convert_to_tensor(history), tf.int64)
+  low = tf.constant(np.finfo(np.float32).min, tf.float32)
+  num_q = tf.shape(scores, out_type=tf.int64)[0]
+  rows = tf.repeat(tf.range(num_q), tf.shape(history, out_type=tf.int64)[1])
+  cols = tf.reshape(history, [-1])
+  drop = tf.ones_like(cols, tf.bool)
+  if targets is not None:
+    targets = tf.cast(tf.convert_to_tensor(targets), tf.int64)
+    drop = tf.not_equal(cols, tf.gather(targets, rows))
+  idx = tf.stack([tf.boolean_mask(rows, drop), tf.boolean_mask(cols, drop)], axis=1)
+  masked = tf.tensor_scatter_nd_update(scores, idx, tf.fill([tf.shape(idx)[0]], low))
+  masked = tf.concat([tf.fill([tf.shape(scores)[0], 1], low), masked[:, 1:]], axis=1)
+  top_scores, top_ids = tf.math.top_k(masked, k=k)
+  top_ids = tf.cast(top_ids, tf.int64)
+  top_ids = tf.where(top_scores > low, top_ids, tf.constant(EMPTY_SLOT, tf.int64))
+  return top_ids, top_scores
+
+
+def recall_at_k_tf(ranked_ids: tf.Tensor, targets: tf.Tensor, k: int) -> tf.Tensor:
+  """TF Recall@k = 1[r_u < k], float32 [Q]."""
+  ranked_ids = tf.cast(ranked_ids, tf.int64)[:, :k]
+  targets = tf.cast(targets, tf.int64)[:, None]
+  return tf.cast(tf.reduce_any(tf.equal(ranked_ids, targets), axis=1), tf.float32)
+
+
+def ndcg_at_k_tf(ranked_ids: tf.Tensor, targets: tf.Tensor, k: int) -> tf.Tensor:
+  """TF NDCG@k = 1[r_u < k] / log2(r_u + 2), float32 [Q]."""
+  ranked_ids = tf.cast(ranked_ids, tf.int64)[:, :k]
+  hits = tf.cast(tf.equal(ranked_ids, tf.cast(targets, tf.int64)[:, None]), tf.float32)
+  positions = tf.cast(tf.range(tf.shape(ranked_ids)[1]), tf.float32)
+  discounts = tf.math.log(2.0) / tf.math.log(positions + 2.0)
+  return tf.reduce_sum(hits * discounts[None, :], axis=1)
+
+
+def popularity_deciles(item_counts, num_bins: int = 10) -> np.ndarray:
+  """Popularity bin of every item id: 0 = the most popular tenth of the catalog.
+
+  Items 1..N are sorted by training count, descending (ties: lower id first); the item at
+  sorted position p gets bin floor(p * num_bins / N), so each bin holds N / num_bins items.
+  Padding id 0 gets bin -1.
+
+  Args:
+    item_counts: [N + 1] counts indexed by item id (entry 0 ignored).
+    num_bins: number of bins (10 for deciles).
+  Returns:
+    int64 [N + 1].
+  """
+  counts = np.asarray(item_counts)
+  if counts.ndim != 1 or counts.shape[0] < 2:
+    raise ValueError(f"item_counts must be 1-D [num_items + 1 >= 2], got {counts.shape}")
+  if num_bins < 1:
+    raise ValueError(f"num_bins must be >= 1, got {num_bins}")
+  n = counts.shape[0] - 1
+  ids = np.arange(1, n + 1)
+  order = ids[np.lexsort((ids, -counts[1:]))]
+  bins = np.full(n + 1, -1, np.int64)
+  bins[order] = (np.arange(n) * num_bins) // n
+  return bins
+
+
+def mean_by_group(values, groups, num_groups: int) -> Tuple[np.ndarray, np.ndarray]:
+  """Mean of per-query values within each group (e.g. the target's popularity decile).
+
+  Returns:
+    (means float64 [G], counts int64 [G]); an empty group has mean 0 and count 0.
+  """
+  values = np.asarray(values, np.float64)
+  groups = _as_int_array(groups, "groups", 1)
+  if values.shape != groups.shape:
+    raise ValueError(f"values shape {values.shape} != groups shape {groups.shape}")
+  if np.any((groups < 0) | (groups >= num_groups)):
+    raise ValueError(f"groups must lie in [0, {num_groups})")
+  counts = np.bincount(groups, minlength=num_groups)
+  sums = np.bincount(groups, weights=values, minlength=num_groups)
+  means = np.divide(sums, counts, out=np.zeros(num_groups), where=counts > 0)
+  return means, counts.astype(np.int64)
