@@ -214,10 +214,10 @@ def sampled_softmax_loss(positive_scores: tf.Tensor,
     term = tf.where(has_negatives, s_p - lse, tf.zeros_like(s_p))
     return LossOutput(loss=-weight * term, weight=weight, num_valid=num_valid)
 
-  # Positive in the denominator: LSE over [pos_logit, valid logits].
-  all_logits = tf.concat([pos_logit[:, tf.newaxis], logits], axis=1)
-  all_valid = tf.concat([tf.ones_like(valid_mask[:, :1]), valid_mask], axis=1)
-  loss = masked_logsumexp(all_logits, all_valid) - pos_logit
+  # Positive in the denominator: log(e^{pos} + e^{LSE(valid negatives)}), without copying
+  # [A, N] into an [A, N + 1] tensor (an empty row's LSE is about -1e30: exactly pos).
+  lse = masked_logsumexp(logits, valid_mask)
+  loss = tf.reduce_logsumexp(tf.stack([pos_logit, lse], axis=1), axis=1) - pos_logit
   return LossOutput(loss=loss, weight=tf.ones_like(loss), num_valid=num_valid)
 
 
