@@ -74,6 +74,10 @@ flags.DEFINE_integer("num_leaves_to_search", 0, "Leaves probed per query (0: lea
 flags.DEFINE_integer("training_sample_size", 0, "Tree / AH training sample (0: min(N, 250k)).")
 flags.DEFINE_integer("dimensions_per_block", 2, "AH dimensions per 4-bit code.")
 flags.DEFINE_float("anisotropic_quantization_threshold", 0.2, "AH anisotropic threshold η.")
+flags.DEFINE_string("serving_dir", None, "Also export the ScaNN serving SavedModel (history -> "
+                    "top-k ids and scores, eval/serving.py) here, reload it and check it serves "
+                    "the same ids as the in-process index.")
+flags.DEFINE_integer("serving_k", 10, "k of the serving SavedModel.")
 flags.DEFINE_integer("reorder_k", 0, "Candidates re-scored exactly (0: max(10·k, 1000)).")
 
 
@@ -307,6 +311,28 @@ def plot_popularity(result: Dict, path: pathlib.Path):
   plt.close(fig)
 
 
+def export_serving(serving_dir: pathlib.Path, histories) -> None:
+  """Exports the serving SavedModel, reloads it and checks it against the in-process index."""
+  from eval import serving  # pylint: disable=g-import-not-at-top
+  path = serving.export_from_training_export(
+      FLAGS.export_dir, serving_dir, k=FLAGS.serving_k, index_config=index_config_from_flags())
+  loaded = serving.load_serving_model(path)
+  max_len = max(1, max(len(h) for h in histories))
+  batch = np.zeros((len(histories), max_len), np.int64)
+  for row, h in enumerate(histories):
+    if len(h):
+      batch[row, -len(h):] = h
+  served = loaded.signatures["serving_default"](history=tf.constant(batch))["item_ids"].numpy()
+  encode, items, _ = load_export(FLAGS.export_dir)
+  scann = index_lib.ScannIndex(items, FLAGS.serving_k, index_config_from_flags())
+  ids, _ = scann.search_filtered(encode(batch), [np.asarray(h) for h in histories],
+                                 FLAGS.serving_k)
+  agreement = index_lib.agreement_at_k(served, ids, FLAGS.serving_k)
+  print(f"serving SavedModel: {path} (signature serving_default: history int64 [B, L] -> "
+        f"item_ids int64 [B, {FLAGS.serving_k}], scores float32); agreement with the in-process "
+        f"index on {len(histories)} users: {agreement:.4f}")
+
+
 def main(argv):
   del argv
   if not FLAGS.export_dir or not FLAGS.output_dir:
@@ -334,6 +360,8 @@ def main(argv):
   if FLAGS.plot:
     plot_popularity(result, out / "recall_by_popularity.png")
   print(summary)
+  if FLAGS.serving_dir:
+    export_serving(pathlib.Path(FLAGS.serving_dir), eval_set["histories"][:256])
   m = result["metrics"]["exact"]
   logging.info("wrote %s", out)
   print("SUMMARY " + " ".join(f"R@{k}={m[f'recall@{k}']:.4f} NDCG@{k}={m[f'ndcg@{k}']:.4f}"
