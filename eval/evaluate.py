@@ -323,10 +323,11 @@ def export_serving(serving_dir: pathlib.Path, histories) -> None:
     if len(h):
       batch[row, -len(h):] = h
   served = loaded.signatures["serving_default"](history=tf.constant(batch))["item_ids"].numpy()
-  encode, items, _ = load_export(FLAGS.export_dir)
+  encode, items, meta = load_export(FLAGS.export_dir)
+  # The serving model encodes the last max_len items and filters the whole history.
   scann = index_lib.ScannIndex(items, FLAGS.serving_k, index_config_from_flags())
-  ids, _ = scann.search_filtered(encode(batch), [np.asarray(h) for h in histories],
-                                 FLAGS.serving_k)
+  queries = encode(encoder_inputs(histories, int(meta.get("max_len") or max_len)))
+  ids, _ = scann.search_filtered(queries, [np.asarray(h) for h in histories], FLAGS.serving_k)
   agreement = index_lib.agreement_at_k(served, ids, FLAGS.serving_k)
   print(f"serving SavedModel: {path} (signature serving_default: history int64 [B, L] -> "
         f"item_ids int64 [B, {FLAGS.serving_k}], scores float32); agreement with the in-process "

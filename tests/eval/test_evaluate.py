@@ -65,9 +65,14 @@ def test_binary_end_to_end_on_tiny_export(tiny_export, tiny_eval_npz, tmp_path):
   proc = _run([f"--export_dir={export_dir}", "--dataset=npz", f"--data_path={npz}",
                f"--output_dir={out}", "--ks=5,10,20", "--timing_repeats=1",
                "--index_mode=tree_ah", "--num_leaves=10", "--num_leaves_to_search=10",
-               "--reorder_k=300"])
+               "--reorder_k=300", f"--serving_dir={tmp_path / 'serving'}"])
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert proc.stdout.strip().splitlines()[-1].startswith("SUMMARY")
+  # The serving SavedModel was written, reloaded, and serves the in-process index's ids.
+  assert (tmp_path / "serving" / "saved_model.pb").exists()
+  assert "agreement with the in-process index on" in proc.stdout
+  assert proc.stdout.split("agreement with the in-process index on")[1].split(":")[1].split()[0] \
+      == "1.0000"
   res = json.loads((out / "eval_results.json").read_text())
   histories = [row[row > 0] for row in inputs]
   ref, ranks = _reference(qe, items, histories, targets, (5, 10, 20))
