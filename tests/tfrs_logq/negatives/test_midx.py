@@ -4,7 +4,7 @@ Independent numpy references:
   * proposal: Q(i|z) = exp(s1[k1(i)] + s2[k2(i)]) / sum_j exp(s1[k1(j)] + s2[k2(j)]), normalised over
     ITEMS (not over cells), so it checks the cell-size weighting |Omega| of Theorem 2 independently;
   * assignments: k_l(i) = argmin_k ||x_i^l - c_k^l||^2 in float64 (pq halves / rq residuals);
-  * losses: the standard and corrected formulas of docs/CONTRACT.md written out in numpy.
+  * losses: the standard and corrected formulas of tfrs_logq/losses.py written out in numpy.
 """
 
 import numpy as np
