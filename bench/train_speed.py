@@ -35,10 +35,11 @@ from train.trainer import TrainConfig, Trainer  # noqa: E402
 REFERENCE_MIN, REFERENCE_MEDIAN = 3.6, 4.5
 
 
-def time_config(data, per_position: bool, jit: bool, warmup: int, repeats: int, args):
+def time_config(data, per_position: bool, jit: bool, warmup: int, repeats: int, args,
+                freq: str = "exact"):
   cfg = TrainConfig(dataset="ml1m", model="sasrec", loss="sampled_softmax", negatives="mixed",
                     num_negatives=256, uniform_negatives_per_position=per_position,
-                    logq="corrected", frequency="exact", batch_size=args.batch_size,
+                    logq="corrected", frequency=freq, frequency_buckets=args.buckets, batch_size=args.batch_size,
                     max_len=args.max_len, jit_compile=jit, dropout=args.dropout, steps_per_epoch=warmup + repeats,
                     model_dir=tempfile.mkdtemp(prefix="train_speed_"), progress=False)
   trainer = Trainer(cfg, data=data)
@@ -63,7 +64,13 @@ def main():
   parser.add_argument("--max_len", type=int, default=200)
   parser.add_argument("--dropout", type=float, default=0.5, help="SASRec dropout (paper: 0.5)")
   parser.add_argument("--configs", default="shared,shared+xla,per_position,per_position+xla",
-                      help="comma-separated subset of the four configurations")
+                      help="comma-separated configurations: shared|per_position, optionally "
+                      "+xla and +hash_array or +count_min (streaming Q(d) estimator updated "
+                      "every step instead of the exact counts); e.g. "
+                      "shared,shared+hash_array,shared+count_min measures the estimator's cost "
+                      "as a fraction of a step")
+  parser.add_argument("--buckets", type=int, default=2 ** 22,
+                      help="hash-array size H / count-min width for +hash_array / +count_min")
   args = parser.parse_args()
   if args.quick:
     args.repeats, args.warmup = 3, 1
@@ -71,19 +78,30 @@ def main():
   print(f"SASRec ML-1M, batch {args.batch_size}, length {args.max_len}, 256 mixed negatives, "
         f"corrected logQ; CPU threads: intra {tf.config.threading.get_intra_op_parallelism_threads()}"
         f", cpus {os.cpu_count()}; {args.warmup} warm-up + {args.repeats} timed steps")
-  header = (f"{'negatives':<14}{'xla':<5}{'min s':>8}{'median s':>10}{'x ref(min)':>12}"
+  header = (f"{'negatives':<14}{'xla':<5}{'Q(d)':<11}{'min s':>8}{'median s':>10}{'x ref(min)':>12}"
             f"{'x ref(med)':>12}{'loss':>9}{'w':>7}")
   print(header)
   print("-" * len(header))
   rows = {}
   for name in args.configs.split(","):
-    per_position = name.startswith("per_position")
-    jit = name.endswith("+xla")
-    mn, med, loss, w = time_config(data, per_position, jit, args.warmup, args.repeats, args)
+    parts = name.split("+")
+    per_position = parts[0] == "per_position"
+    jit = "xla" in parts
+    freq = next((p for p in parts if p in ("hash_array", "count_min")), "exact")
+    mn, med, loss, w = time_config(data, per_position, jit, args.warmup, args.repeats, args,
+                                   freq)
     rows[name] = (mn, med)
     print(f"{'per-position' if per_position else 'shared':<14}{'yes' if jit else 'no':<5}"
+          f"{freq:<11}"
           f"{mn:>8.3f}{med:>10.3f}{REFERENCE_MIN / mn:>12.1f}{REFERENCE_MEDIAN / med:>12.1f}"
           f"{loss:>9.3f}{w:>7.3f}", flush=True)
+  for name in rows:
+    base = name.replace("+hash_array", "").replace("+count_min", "")
+    if name != base and base in rows:
+      print(f"estimator cost {name} vs {base}: min {rows[name][0] - rows[base][0]:+.3f} s "
+            f"({(rows[name][0] / rows[base][0] - 1) * 100:+.1f}%), median "
+            f"{rows[name][1] - rows[base][1]:+.3f} s "
+            f"({(rows[name][1] / rows[base][1] - 1) * 100:+.1f}%)")
   best = min(rows, key=lambda k: rows[k][1])
   mn, med = rows[best]
   print(f"summary: best {best} {mn:.3f} s min / {med:.3f} s median per step = "

@@ -61,6 +61,8 @@ flags.DEFINE_bool("uniform_negatives_per_position", False,
 flags.DEFINE_enum("logq", "corrected", list(CORRECTIONS), "logQ correction of sampled softmax.")
 flags.DEFINE_enum("q_prime", "exact", ["exact", "proxy"],
                   "corrected: log Q' = log Q - log(1 - Q(p)) (exact) or log Q (proxy).")
+flags.DEFINE_integer("frequency_buckets", 0, "Hash-array size H / count-min width for "
+                     "--frequency=hash_array|count_min (0 = 4 x number of items).")
 flags.DEFINE_enum("frequency", "exact", list(FREQUENCIES),
                   "Q(d) estimator: exact training counts, or streaming hash_array / count_min "
                   "(updated every step with the global batch's positives).")
@@ -105,7 +107,8 @@ def config_from_flags() -> TrainConfig:
       dataset_kwargs=kwargs, model=FLAGS.model, loss=FLAGS.loss, negatives=FLAGS.negatives,
       num_negatives=FLAGS.num_negatives,
       uniform_negatives_per_position=FLAGS.uniform_negatives_per_position, logq=FLAGS.logq,
-      q_prime=FLAGS.q_prime, frequency=FLAGS.frequency, temperature=FLAGS.temperature,
+      q_prime=FLAGS.q_prime, frequency=FLAGS.frequency,
+      frequency_buckets=FLAGS.frequency_buckets, temperature=FLAGS.temperature,
       gbce_t=FLAGS.gbce_t, batch_size=FLAGS.batch_size, learning_rate=FLAGS.learning_rate,
       epochs=FLAGS.epochs, steps_per_epoch=FLAGS.steps_per_epoch,
       early_stopping_patience=FLAGS.early_stopping_patience, seed=FLAGS.seed,

@@ -55,6 +55,7 @@ class TrainConfig:
   logq: str = "corrected"
   q_prime: str = "exact"
   frequency: str = "exact"
+  frequency_buckets: int = 0
   temperature: float = 1.0
   gbce_t: float = 0.75
   batch_size: int = 128
@@ -101,10 +102,11 @@ def build_estimator(cfg: TrainConfig, data) -> frequency.FrequencyEstimator:
   n = data.num_items + 1
   if cfg.frequency == "exact":
     return frequency.ExactCounts(n, counts=data.item_counts, name="frequency")
+  buckets = cfg.frequency_buckets or max(1024, 4 * n)
   if cfg.frequency == "hash_array":
-    return frequency.HashArrayEstimator(num_buckets=max(1024, 4 * n), num_items=n,
-                                        seed=cfg.seed, name="frequency")
-  return frequency.CountMinSketch(width=max(1024, 4 * n), depth=4, num_items=n, seed=cfg.seed,
+    return frequency.HashArrayEstimator(num_buckets=buckets, num_items=n, seed=cfg.seed,
+                                        name="frequency")
+  return frequency.CountMinSketch(width=buckets, depth=4, num_items=n, seed=cfg.seed,
                                   name="frequency")
 
 
