@@ -9,3 +9,15 @@ from tfrs_logq._keras_env import ensure_legacy_keras as _ensure_legacy_keras
 _ensure_legacy_keras()
 
 __version__ = "0.1.0"
+
+# Submodules, so that `import tfrs_logq; tfrs_logq.tasks.Retrieval(...)` works.
+from tfrs_logq import log_q  # noqa: E402
+from tfrs_logq import losses  # noqa: E402
+from tfrs_logq import accidental_hits  # noqa: E402
+from tfrs_logq import correction  # noqa: E402
+from tfrs_logq import tasks  # noqa: E402
+from tfrs_logq import metrics  # noqa: E402
+from tfrs_logq import frequency  # noqa: E402
+from tfrs_logq import negatives  # noqa: E402
+from tfrs_logq.losses import SampledSoftmaxLoss, sampled_softmax_loss  # noqa: E402
+from tfrs_logq.tasks import Retrieval  # noqa: E402

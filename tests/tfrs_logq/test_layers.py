@@ -113,3 +113,12 @@ def test_import_sets_legacy_keras_and_fails_clearly_when_too_late():
                      {"PYTHONPATH": os.getcwd()})
   assert late.returncode != 0
   assert "TF_USE_LEGACY_KERAS=1" in late.stderr and "ImportError" in late.stderr
+
+
+def test_package_exposes_its_modules():
+  """The README's `import tfrs_logq; tfrs_logq.tasks.Retrieval(...)` works without more imports."""
+  code = ("import tfrs_logq; tfrs_logq.tasks.Retrieval(correction='corrected'); "
+          "tfrs_logq.frequency.ExactCounts; tfrs_logq.negatives.MixedNegatives; "
+          "tfrs_logq.correction.LogQCorrection; tfrs_logq.metrics.recall_at_k; print('ok')")
+  out = _run_python(code, {"PYTHONPATH": os.getcwd()})
+  assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
