@@ -10,14 +10,18 @@ _ensure_legacy_keras()
 
 __version__ = "0.1.0"
 
-# Submodules, so that `import tfrs_logq; tfrs_logq.tasks.Retrieval(...)` works.
-from tfrs_logq import log_q  # noqa: E402
-from tfrs_logq import losses  # noqa: E402
-from tfrs_logq import accidental_hits  # noqa: E402
-from tfrs_logq import correction  # noqa: E402
-from tfrs_logq import tasks  # noqa: E402
-from tfrs_logq import metrics  # noqa: E402
-from tfrs_logq import frequency  # noqa: E402
-from tfrs_logq import negatives  # noqa: E402
-from tfrs_logq.losses import SampledSoftmaxLoss, sampled_softmax_loss  # noqa: E402
-from tfrs_logq.tasks import Retrieval  # noqa: E402
+_SUBMODULES = ("log_q", "losses", "accidental_hits", "correction", "tasks", "metrics",
+               "frequency", "negatives")
+_EXPORTS = {"SampledSoftmaxLoss": "losses", "sampled_softmax_loss": "losses",
+            "Retrieval": "tasks"}
+
+
+def __getattr__(name):
+  """Loads submodules on first use: `import tfrs_logq; tfrs_logq.tasks.Retrieval(...)` works,
+  and a bare `import tfrs_logq` stays light (it does not pull in TFRS or ScaNN's ops)."""
+  import importlib  # pylint: disable=g-import-not-at-top
+  if name in _SUBMODULES:
+    return importlib.import_module(f"tfrs_logq.{name}")
+  if name in _EXPORTS:
+    return getattr(importlib.import_module(f"tfrs_logq.{_EXPORTS[name]}"), name)
+  raise AttributeError(f"module 'tfrs_logq' has no attribute {name!r}")
