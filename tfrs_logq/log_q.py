@@ -8,6 +8,7 @@ a clipped Q: tail items of large catalogs have Q far below TFRS's 1e-6 clip.
     log Q'(d) = log Q(d) - log(1 - Q(p)) = log Q(d) - log1mexp(log Q(p))
 """
 
+import math
 from typing import Optional
 
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
@@ -18,16 +19,20 @@ import tensorflow as tf
 _LOG_Q_SLACK = 1e-5
 
 
-def log1mexp(x: tf.Tensor) -> tf.Tensor:
+def log1mexp(x: tf.Tensor, min_one_minus_p: float = 1e-7) -> tf.Tensor:
   """log(1 - exp(x)) for x <= 0, accurate everywhere (Maechler 2012).
 
-  Uses log(-expm1(x)) for x > -ln 2 and log1p(-exp(x)) below. x is clipped to at most
-  -1e-7 so that Q(p) = 1 (a one-item catalog) gives a large finite value instead of -inf.
+  Uses log(-expm1(x)) for x > -ln 2 and log1p(-exp(x)) below; each branch only sees inputs in
+  its own range, so neither the value nor the gradient of the unused branch can be NaN.
+  1 - exp(x) is floored at ``min_one_minus_p``, so that Q(p) = 1 (a one-item catalog) gives a
+  large finite value instead of -inf.
   """
-  x = tf.minimum(x, tf.cast(-1e-7, x.dtype))
-  return tf.where(x > -0.6931471805599453,
-                  tf.math.log(-tf.math.expm1(x)),
-                  tf.math.log1p(-tf.exp(x)))
+  x = tf.minimum(x, tf.cast(math.log1p(-min_one_minus_p), x.dtype))
+  log_half = tf.cast(-math.log(2.0), x.dtype)
+  near_one = x > log_half
+  hi = tf.where(near_one, x, log_half)
+  lo = tf.where(near_one, log_half, x)
+  return tf.where(near_one, tf.math.log(-tf.math.expm1(hi)), tf.math.log1p(-tf.exp(lo)))
 
 
 def validate_log_q(log_q: tf.Tensor, name: str = "log_q") -> tf.Tensor:

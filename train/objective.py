@@ -34,10 +34,11 @@ import tensorflow as tf
 from models.sasrec import SASRec
 from models import training_losses
 from tfrs_logq import accidental_hits
+from tfrs_logq import losses
 from tfrs_logq import negatives as neg_lib
 
 NEGATIVES = ("uniform", "in_batch", "mixed", "midx")
-CORRECTIONS = ("none", "standard", "standard_no_positive", "corrected")
+CORRECTIONS = losses.CORRECTIONS
 
 
 @dataclasses.dataclass
@@ -62,7 +63,7 @@ class ObjectiveConfig:
       raise ValueError(f"negatives must be one of {NEGATIVES}, got {self.negatives!r}")
     if self.logq not in CORRECTIONS:
       raise ValueError(f"logq must be one of {CORRECTIONS}, got {self.logq!r}")
-    if self.q_prime not in ("exact", "proxy"):
+    if self.q_prime not in losses.Q_PRIME_MODES:
       raise ValueError(f"q_prime must be exact or proxy, got {self.q_prime!r}")
     if self.num_negatives < 1:
       raise ValueError(f"num_negatives must be >= 1, got {self.num_negatives}")

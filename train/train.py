@@ -29,6 +29,7 @@ import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow load
 
 from train import data as data_lib
 from train.distribute import STRATEGIES
+from tfrs_logq.losses import Q_PRIME_MODES
 from train.objective import CORRECTIONS, NEGATIVES
 from train.trainer import FREQUENCIES, MODELS, TrainConfig, Trainer
 from models.training_losses import LOSSES
@@ -59,7 +60,7 @@ flags.DEFINE_bool("uniform_negatives_per_position", False,
                   "Draw the uniform negatives per query/position (the reference code) instead of "
                   "sharing them across the batch (one matmul, much faster).")
 flags.DEFINE_enum("logq", "corrected", list(CORRECTIONS), "logQ correction of sampled softmax.")
-flags.DEFINE_enum("q_prime", "exact", ["exact", "proxy"],
+flags.DEFINE_enum("q_prime", "exact", list(Q_PRIME_MODES),
                   "corrected: log Q' = log Q - log(1 - Q(p)) (exact) or log Q (proxy).")
 flags.DEFINE_integer("frequency_buckets", 0, "Hash-array size H / count-min width for "
                      "--frequency=hash_array|count_min (0 = 4 x number of items).")

@@ -29,25 +29,20 @@ declared, < num_items (``tf.errors.InvalidArgumentError`` at run time, raised be
 changes); non-integer, non-string dtypes raise TypeError; scalars raise ValueError.
 """
 
-import math
 from typing import Optional
 
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
+from tfrs_logq import log_q as log_q_lib
 from tfrs_logq.frequency import hashing
 
 MIN_ONE_MINUS_Q = 1e-6
-_LOG_HALF = -math.log(2.0)
 
 
 def log1m_exp(log_p: tf.Tensor) -> tf.Tensor:
   """log(1 − exp(log_p)) for log_p <= 0, stable, with 1 − p floored at MIN_ONE_MINUS_Q."""
-  log_p = tf.minimum(tf.cast(log_p, tf.float32), math.log1p(-MIN_ONE_MINUS_Q))
-  near_one = log_p > _LOG_HALF
-  safe_hi = tf.where(near_one, log_p, _LOG_HALF)   # keeps the unused branch finite
-  safe_lo = tf.where(near_one, _LOG_HALF, log_p)
-  return tf.where(near_one, tf.math.log(-tf.math.expm1(safe_hi)), tf.math.log1p(-tf.exp(safe_lo)))
+  return log_q_lib.log1mexp(tf.cast(log_p, tf.float32), MIN_ONE_MINUS_Q)
 
 
 class FrequencyEstimator(tf.keras.layers.Layer):
