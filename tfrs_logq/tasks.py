@@ -197,7 +197,7 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     positive_scores = tf.linalg.diag_part(scores)
     positive_log_q = log_q[:num_queries] if log_q is not None else None
     if self._num_hard_negatives is not None:
-      valid = self._keep_hardest(scores, log_q, positive_log_q, valid)
+      valid = self._keep_hardest(scores, log_q, valid)
 
     out = losses_lib.sampled_softmax_loss(
         positive_scores, scores, log_q if self.correction != "none" else None,
@@ -233,14 +233,10 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     with tf.control_dependencies(update_ops):
       return tf.identity(loss)
 
-  def _keep_hardest(self, scores, log_q, positive_log_q, valid):
+  def _keep_hardest(self, scores, log_q, valid):
     """valid AND (at least the k-th largest corrected negative logit of the row)."""
-    logits = scores
-    if self.correction != "none":
-      if self.correction == "corrected" and self.q_prime == "exact":
-        logits = scores - log_q_lib.log_q_prime(log_q, positive_log_q)
-      else:
-        logits = scores - log_q
+    # log Q' = log Q - log(1 - Q(p)) is a per-row shift: it does not change a row's ranking.
+    logits = scores if self.correction == "none" else scores - log_q
     k = tf.minimum(self._num_hard_negatives, tf.shape(scores)[1])
     masked = tf.where(valid, logits, tf.fill(tf.shape(logits), -float("inf")))
     kth_largest = tf.math.top_k(masked, k=k, sorted=True).values[:, -1:]

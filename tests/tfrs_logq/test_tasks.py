@@ -186,3 +186,26 @@ def test_mixed_precision_model_loss_is_float32():
     assert loss.dtype == tf.float32 and np.isfinite(loss.numpy())
   finally:
     tf.keras.mixed_precision.set_global_policy("float32")
+
+
+def test_corrected_hard_negatives_keep_the_top_k_by_s_minus_log_q_prime():
+  b = _batch(7, extra=6)
+  k = 5
+  task = tasks.Retrieval(correction="corrected", num_hard_negatives=k,
+                         loss=tf.keras.losses.CategoricalCrossentropy(
+                             from_logits=True, reduction=tf.keras.losses.Reduction.NONE))
+  got = task(b["query"], b["cand"], candidate_sampling_probability=b["prob"],
+             candidate_ids=b["ids"]).numpy()
+  scores = b["query"].numpy().astype(np.float64) @ b["cand"].numpy().T
+  ids = b["ids"].numpy()
+  a = scores.shape[0]
+  lq = np.log(b["prob"].numpy().astype(np.float64))
+  valid = ids[:a, None] != ids[None, :]
+  lq_prime = lq[None, :] - np.log1p(-np.exp(lq[:a]))[:, None]
+  hard = np.zeros_like(valid)
+  for r in range(a):
+    cols = np.flatnonzero(valid[r])
+    order = cols[np.argsort(-(scores[r, cols] - lq_prime[r, cols]))]
+    hard[r, order[:k]] = True
+  want, _, _, _ = ref.loss_and_grads(np.diag(scores), scores, lq, lq[:a], hard, "corrected")
+  np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-5)
