@@ -27,6 +27,7 @@ import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow load
 import tensorflow as tf
 
 _NEG_INF = -1e9
+BLOCK_STYLES = ("pre_ln", "reference")
 
 
 def _dropout(x, rate, training, seed, salt):
@@ -119,6 +120,49 @@ class TransformerBlock(tf.keras.layers.Layer):
     return x + _dropout(f, self.rate, training, seed, salt * 10 + 4)
 
 
+class ReferenceBlock(tf.keras.layers.Layer):
+  """The block of the original SASRec as gSASRec-pytorch (the logQ paper's code base) builds it.
+
+    z    = LN1(x)
+    a    = softmax_j(<W_q z_t, W_k x_j> / sqrt(d_head) + mask[t, j]) W_v x_j   (keys/values: raw x,
+           attention dropout, no output projection)
+    h    = LN2(a + z)
+    x'   = (h + dropout(W_2 dropout(W_1 h))) * m                            (no activation in the FFN)
+
+  All weights are truncated normal (std 0.02, cut at 2 std), biases zero, LayerNorm eps 1e-5.
+  """
+
+  def __init__(self, dim: int, num_heads: int, dropout: float, seed: int = 0, **kwargs):
+    super().__init__(**kwargs)
+    if dim % num_heads:
+      raise ValueError(f"embedding dim {dim} is not divisible by num_heads {num_heads}")
+    self.dim, self.num_heads, self.rate = dim, num_heads, dropout
+    init = lambda i: tf.keras.initializers.TruncatedNormal(stddev=0.02, seed=seed + i)
+    dense = lambda units, i, name: tf.keras.layers.Dense(units, kernel_initializer=init(i),
+                                                         name=name)
+    self.ln1 = tf.keras.layers.LayerNormalization(epsilon=1e-5, name="ln_attention")
+    self.ln2 = tf.keras.layers.LayerNormalization(epsilon=1e-5, name="ln_ffn")
+    self.query = dense(dim, 0, "query")
+    self.kv = dense(2 * dim, 1, "key_value")
+    self.ffn1 = dense(dim, 2, "ffn1")
+    self.ffn2 = dense(dim, 3, "ffn2")
+
+  def call(self, x, bias, mask, training=False, seed=None, salt=0):
+    b, l = tf.shape(x)[0], tf.shape(x)[1]
+    h, dh = self.num_heads, self.dim // self.num_heads
+    z = self.ln1(x)
+    q = tf.reshape(self.query(z), [b, l, h, dh])
+    kv = tf.reshape(self.kv(x), [b, l, 2, h, dh])
+    logits = tf.einsum("bthd,bshd->bhts", q, kv[:, :, 0]) * (1.0 / math.sqrt(dh)) + bias
+    attn = tf.nn.softmax(logits, axis=-1)
+    attn = _dropout(attn, self.rate, training, seed, salt * 10 + 1)
+    a = tf.reshape(tf.einsum("bhts,bshd->bthd", attn, kv[:, :, 1]), [b, l, self.dim])
+    hidden = self.ln2(a + z)
+    f = _dropout(self.ffn1(hidden), self.rate, training, seed, salt * 10 + 3)
+    f = _dropout(self.ffn2(f), self.rate, training, seed, salt * 10 + 4)
+    return (hidden + f) * mask
+
+
 class SASRec(tf.keras.Model):
   """Self-attentive sequential recommender with a separate output item-embedding table.
 
@@ -133,12 +177,15 @@ class SASRec(tf.keras.Model):
     jit_compile: compile the encoder with XLA (then the padded path is used).
     seed: initialiser seed (all weights are seeded: same seed, same initial model).
     pack_tokens: run the per-token layers on non-padding tokens only (faster on CPU).
+    block_style: ``"pre_ln"`` (the module docstring's pre-LayerNorm blocks, inputs scaled by
+      sqrt(d)) or ``"reference"`` (`ReferenceBlock`: the original SASRec block as the logQ
+      paper's gSASRec-pytorch code builds it, unscaled inputs; for faithful reproductions).
   """
 
   def __init__(self, num_items: int, max_len: int = 200, embedding_dim: int = 128,
                num_blocks: int = 2, num_heads: int = 1, dropout: float = 0.5,
                temperature: float = 1.0, jit_compile: bool = False, seed: int = 0,
-               pack_tokens: bool = True, **kwargs):
+               pack_tokens: bool = True, block_style: str = "pre_ln", **kwargs):
     super().__init__(**kwargs)
     if num_items < 1:
       raise ValueError(f"num_items must be >= 1, got {num_items}")
@@ -148,6 +195,9 @@ class SASRec(tf.keras.Model):
       raise ValueError(f"dropout must be in [0, 1), got {dropout}")
     if temperature <= 0:
       raise ValueError(f"temperature must be > 0, got {temperature}")
+    if block_style not in BLOCK_STYLES:
+      raise ValueError(f"block_style must be one of {BLOCK_STYLES}, got {block_style!r}")
+    self.block_style = block_style
     self.num_items, self.max_len, self.embedding_dim = num_items, max_len, embedding_dim
     self.num_blocks, self.num_heads, self.rate = num_blocks, num_heads, dropout
     self.temperature = float(temperature)
@@ -159,13 +209,18 @@ class SASRec(tf.keras.Model):
         max_len, embedding_dim, embeddings_initializer=init(2), name="position_embedding")
     self.output_embedding = tf.keras.layers.Embedding(
         num_items + 1, embedding_dim, embeddings_initializer=init(3), name="output_item_embedding")
-    self.blocks = [TransformerBlock(embedding_dim, num_heads, dropout, self.seed * 100 + 10 * (i + 1),
-                                    name=f"block_{i}")
+    block = TransformerBlock if block_style == "pre_ln" else ReferenceBlock
+    self.blocks = [block(embedding_dim, num_heads, dropout, self.seed * 100 + 10 * (i + 1),
+                         name=f"block_{i}")
                    for i in range(num_blocks)]
-    self.final_norm = tf.keras.layers.LayerNormalization(epsilon=1e-6, name="final_norm")
+    self.final_norm = tf.keras.layers.LayerNormalization(
+        epsilon=1e-6 if block_style == "pre_ln" else 1e-5, name="final_norm")
+    self.input_scale = math.sqrt(embedding_dim) if block_style == "pre_ln" else 1.0
     self.jit_compile_encoder = bool(jit_compile)
     # Skipping padding in the per-token layers needs dynamic shapes, which XLA cannot compile.
-    self.pack_tokens = bool(pack_tokens) and not self.jit_compile_encoder
+    # The reference blocks run on the padded grid only.
+    self.pack_tokens = (bool(pack_tokens) and not self.jit_compile_encoder
+                        and block_style == "pre_ln")
     self._encode_xla = None
 
   def build_all(self):
@@ -200,7 +255,7 @@ class SASRec(tf.keras.Model):
     l = tf.shape(inputs)[1]
     valid = tf.not_equal(inputs, 0)                                 # [B, L]
     mask = tf.cast(valid, tf.float32)[..., None]                    # [B, L, 1]
-    x = self.input_embedding(inputs) * math.sqrt(self.embedding_dim)
+    x = self.input_embedding(inputs) * self.input_scale
     # Learned positions, aligned to the right end (left padding): the last slot gets max_len - 1.
     x = x + self.position_embedding(tf.range(self.max_len - l, self.max_len))[None]
     x = _dropout(x, self.rate, training, seed, 0) * mask
@@ -219,7 +274,7 @@ class SASRec(tf.keras.Model):
     valid = tf.not_equal(inputs, 0)
     index = tf.where(valid)                                                  # [T, 2] int64
     full_shape = tf.shape(inputs, out_type=tf.int64)
-    x = self.input_embedding(tf.gather_nd(inputs, index)) * math.sqrt(self.embedding_dim)
+    x = self.input_embedding(tf.gather_nd(inputs, index)) * self.input_scale
     x = x + self.position_embedding(index[:, 1] + tf.cast(self.max_len - l, tf.int64))
     x = _dropout(x, self.rate, training, seed, 0)
     causal = tf.linalg.band_part(tf.ones([l, l], tf.bool), -1, 0)
@@ -265,4 +320,4 @@ class SASRec(tf.keras.Model):
     return dict(num_items=self.num_items, max_len=self.max_len, embedding_dim=self.embedding_dim,
                 num_blocks=self.num_blocks, num_heads=self.num_heads, dropout=self.rate,
                 temperature=self.temperature, jit_compile=self.jit_compile_encoder, seed=self.seed,
-                pack_tokens=self.pack_tokens)
+                pack_tokens=self.pack_tokens, block_style=self.block_style)
