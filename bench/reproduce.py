@@ -22,8 +22,9 @@ Budgets:
 Selection: --rows=mixed_corrected,full_softmax --seeds=0,1 --settings=ml1m_loo; --dry_run prints
 the commands. Finished runs (eval_results.json present) are reused unless --overwrite.
 
-Writes <out>/reproduce_<budget>.md and .json, and recall_by_popularity_<setting>.png (Recall@20
-of each row by the target's popularity decile). The last printed line is a one-line summary.
+Writes <out>/reproduce_<budget>.md and .json, recall_by_popularity_<setting>.png (Recall@20
+of each row by the target's popularity decile) and learning_curves_<setting>.png (validation
+Recall@20 against training step). The last printed line is a one-line summary.
 """
 
 import json
@@ -199,6 +200,40 @@ def plot_popularity(results: Dict, setting: str, path: pathlib.Path):
   plt.close(fig)
 
 
+def plot_curves(out: pathlib.Path, setting: str, rows: List[str], seeds: List[int],
+                path: pathlib.Path):
+  """Validation Recall@20 against training step of every row (mean over seeds), from each run's
+  model/history.json."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, ax = plt.subplots(figsize=(8, 4))
+  drawn = 0
+  for row in rows:
+    curves = []
+    for seed in seeds:
+      hist = out / FLAGS.budget / setting / row / f"seed{seed}" / "model" / "history.json"
+      if hist.exists():
+        curves.append([(h["step"], h["val_recall@20"]) for h in json.loads(hist.read_text())
+                       if "val_recall@20" in h])
+    if curves:
+      n = min(len(c) for c in curves)
+      steps = [curves[0][i][0] for i in range(n)]
+      mean = [sum(c[i][1] for c in curves) / len(curves) for i in range(n)]
+      ax.plot(steps, mean, "-", label=ROWS[row][0])
+      drawn += 1
+  if not drawn:
+    plt.close(fig)
+    return
+  ax.set_xlabel("training step")
+  ax.set_ylabel("validation Recall@20")
+  ax.set_title(f"{setting}: learning curves (mean over seeds)")
+  ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
 def main(argv):
   del argv
   rows = FLAGS.rows or PAPER_ROWS
@@ -264,6 +299,7 @@ def main(argv):
   for setting in settings:
     if results.get(setting):
       plot_popularity(results, setting, out / f"recall_by_popularity_{setting}.png")
+      plot_curves(out, setting, rows, seeds, out / f"learning_curves_{setting}.png")
   print(md)
   done = sum(len(v) for s in results.values() for v in s.values())
   best = []

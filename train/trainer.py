@@ -157,7 +157,7 @@ class Trainer:
         num_items=self.data.num_items, loss=cfg.loss, negatives=cfg.negatives,
         num_negatives=cfg.num_negatives, per_position=cfg.uniform_negatives_per_position,
         logq=cfg.logq, q_prime=cfg.q_prime, temperature=cfg.temperature, gbce_t=cfg.gbce_t,
-        seed=cfg.seed, update_estimator=cfg.frequency != "exact"),
+        seed=cfg.seed, update_estimator=cfg.frequency != "exact", jit_compile=cfg.jit_compile),
         self.model, self.estimator, self.midx)
     trackables = dict(model=self.model, optimizer=self.optimizer, estimator=self.estimator,
                       step=self.step, epoch=self.epoch, best_metric=self.best_metric,

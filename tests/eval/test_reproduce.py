@@ -31,6 +31,11 @@ def test_dry_run_lists_train_and_eval_commands(tmp_path):
   mixed = [l for l in train if "--logq=corrected" in l]
   assert all("--negatives=mixed" in l and "--num_negatives=256" in l for l in mixed)
   assert any("--split=temporal" in l and "ml-100k" in l for l in evals)
+  # The paper's "standard logQ" is its code's: the positive's score is not corrected.
+  proc = _run(["--dry_run", "--rows=mixed_standard,mixed_standard_tfrs", "--seeds=0",
+               "--settings=ml1m_loo", f"--out={tmp_path}"])
+  train = [l for l in proc.stdout.splitlines() if "-m train.train" in l]
+  assert "--logq=standard_no_positive" in train[0] and "--logq=standard " in train[1] + " "
   assert not list(tmp_path.iterdir())  # a dry run writes nothing
 
 
@@ -45,6 +50,9 @@ def test_table_aggregates_finished_runs(tmp_path):
         {"metrics": {"exact": m, "scann": m},
          "popularity": {"recall@20": [r20] * 10, "num_targets": [1] * 10}}))
     (run / "timing.json").write_text(json.dumps({"train_seconds": 120.0}))
+    (run / "model").mkdir()
+    (run / "model" / "history.json").write_text(json.dumps(
+        [{"epoch": e, "step": 48 * e, "val_recall@20": r20 * e / 2} for e in (1, 2)]))
   proc = _run(["--rows=mixed_corrected", "--seeds=0,1,2", "--settings=ml1m_loo",
                f"--out={tmp_path}"])
   assert proc.returncode == 0, proc.stderr[-2000:]
@@ -57,4 +65,5 @@ def test_table_aggregates_finished_runs(tmp_path):
   assert "0.3937" in row and "0.1972" in row  # the paper's numbers beside ours
   assert "| 3 | 2.0 |" in row
   assert (tmp_path / "recall_by_popularity_ml1m_loo.png").exists()
+  assert (tmp_path / "learning_curves_ml1m_loo.png").exists()
   assert proc.stdout.strip().splitlines()[-1].startswith("SUMMARY reproduce")
