@@ -180,12 +180,15 @@ class SASRec(tf.keras.Model):
     block_style: ``"pre_ln"`` (the module docstring's pre-LayerNorm blocks, inputs scaled by
       sqrt(d)) or ``"reference"`` (`ReferenceBlock`: the original SASRec block as the logQ
       paper's gSASRec-pytorch code builds it, unscaled inputs; for faithful reproductions).
+    tie_embeddings: score with the input item table (E_out = E_in, gSASRec's
+      ``reuse_item_embeddings``) instead of a separate output table.
   """
 
   def __init__(self, num_items: int, max_len: int = 200, embedding_dim: int = 128,
                num_blocks: int = 2, num_heads: int = 1, dropout: float = 0.5,
                temperature: float = 1.0, jit_compile: bool = False, seed: int = 0,
-               pack_tokens: bool = True, block_style: str = "pre_ln", **kwargs):
+               pack_tokens: bool = True, block_style: str = "pre_ln",
+               tie_embeddings: bool = False, **kwargs):
     super().__init__(**kwargs)
     if num_items < 1:
       raise ValueError(f"num_items must be >= 1, got {num_items}")
@@ -207,8 +210,11 @@ class SASRec(tf.keras.Model):
         num_items + 1, embedding_dim, embeddings_initializer=init(1), name="input_item_embedding")
     self.position_embedding = tf.keras.layers.Embedding(
         max_len, embedding_dim, embeddings_initializer=init(2), name="position_embedding")
-    self.output_embedding = tf.keras.layers.Embedding(
-        num_items + 1, embedding_dim, embeddings_initializer=init(3), name="output_item_embedding")
+    self.tie_embeddings = bool(tie_embeddings)
+    self.output_embedding = (self.input_embedding if self.tie_embeddings else
+                             tf.keras.layers.Embedding(num_items + 1, embedding_dim,
+                                                       embeddings_initializer=init(3),
+                                                       name="output_item_embedding"))
     block = TransformerBlock if block_style == "pre_ln" else ReferenceBlock
     self.blocks = [block(embedding_dim, num_heads, dropout, self.seed * 100 + 10 * (i + 1),
                          name=f"block_{i}")
@@ -320,4 +326,5 @@ class SASRec(tf.keras.Model):
     return dict(num_items=self.num_items, max_len=self.max_len, embedding_dim=self.embedding_dim,
                 num_blocks=self.num_blocks, num_heads=self.num_heads, dropout=self.rate,
                 temperature=self.temperature, jit_compile=self.jit_compile_encoder, seed=self.seed,
-                pack_tokens=self.pack_tokens, block_style=self.block_style)
+                pack_tokens=self.pack_tokens, block_style=self.block_style,
+                tie_embeddings=self.tie_embeddings)

@@ -81,6 +81,9 @@ flags.DEFINE_integer("embedding_dim", 128, "Embedding size d.")
 flags.DEFINE_integer("num_blocks", 2, "SASRec transformer blocks.")
 flags.DEFINE_integer("num_heads", 1, "SASRec attention heads.")
 flags.DEFINE_float("dropout", 0.5, "SASRec dropout rate.")
+flags.DEFINE_bool("tie_embeddings", False,
+                  "SASRec: score with the input item-embedding table (gSASRec's "
+                  "reuse_item_embeddings) instead of a separate output table.")
 flags.DEFINE_enum("sasrec_block", "pre_ln", ["pre_ln", "reference"],
                   "SASRec block: pre_ln (pre-LayerNorm transformer, inputs scaled by sqrt(d)) or "
                   "reference (the original SASRec block of the paper's gSASRec-pytorch code).")
@@ -118,7 +121,7 @@ def config_from_flags() -> TrainConfig:
       early_stopping_patience=FLAGS.early_stopping_patience, seed=FLAGS.seed,
       max_len=FLAGS.max_len, embedding_dim=FLAGS.embedding_dim, num_blocks=FLAGS.num_blocks,
       num_heads=FLAGS.num_heads, dropout=FLAGS.dropout, sasrec_block=FLAGS.sasrec_block,
-      jit_compile=FLAGS.jit_compile,
+      tie_embeddings=FLAGS.tie_embeddings, jit_compile=FLAGS.jit_compile,
       midx_codewords=FLAGS.midx_codewords, strategy=FLAGS.strategy, tpu=FLAGS.tpu,
       model_dir=FLAGS.model_dir, export_dir=FLAGS.export_dir, metrics_json=FLAGS.metrics_json,
       eval_batch_size=FLAGS.eval_batch_size, progress=FLAGS.progress)

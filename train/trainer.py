@@ -70,6 +70,7 @@ class TrainConfig:
   num_heads: int = 1
   dropout: float = 0.5
   sasrec_block: str = "pre_ln"
+  tie_embeddings: bool = False
   jit_compile: bool = False
   midx_codewords: int = 32
   strategy: str = "default"
@@ -116,7 +117,7 @@ def build_model(cfg: TrainConfig, data):
     return SASRec(data.num_items, max_len=cfg.max_len, embedding_dim=cfg.embedding_dim,
                   num_blocks=cfg.num_blocks, num_heads=cfg.num_heads, dropout=cfg.dropout,
                   temperature=cfg.temperature, jit_compile=cfg.jit_compile, seed=cfg.seed,
-                  block_style=cfg.sasrec_block)
+                  block_style=cfg.sasrec_block, tie_embeddings=cfg.tie_embeddings)
   return TwoTower(data.num_items, num_users=data.num_users, embedding_dim=cfg.embedding_dim,
                   use_user_id=False, temperature=cfg.temperature, max_len=cfg.max_len,
                   seed=cfg.seed)

@@ -206,3 +206,14 @@ def test_reference_block_causal_xla_parity_and_unscaled_inputs():
   np.testing.assert_allclose(mx.encode(x).numpy(), h, atol=1e-4)
   with pytest.raises(ValueError, match="block_style"):
     SASRec(10, block_style="post_ln")
+
+
+def test_tied_embeddings_score_with_the_input_table():
+  m = _model(tie_embeddings=True)
+  assert m.all_item_embeddings() is m.input_embedding.embeddings
+  x = _batch(np.random.default_rng(7))
+  q = m.query_embeddings(x).numpy()
+  np.testing.assert_allclose(m(x).numpy(), q @ m.input_embedding.embeddings.numpy().T,
+                             rtol=1e-5, atol=1e-5)
+  assert len(m.trainable_variables) == len(_model().trainable_variables) - 1
+  assert SASRec.from_config(m.get_config()).tie_embeddings
