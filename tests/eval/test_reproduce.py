@@ -36,6 +36,15 @@ def test_dry_run_lists_train_and_eval_commands(tmp_path):
                "--settings=ml1m_loo", f"--out={tmp_path}"])
   train = [l for l in proc.stdout.splitlines() if "-m train.train" in l]
   assert "--logq=standard_no_positive" in train[0] and "--logq=standard " in train[1] + " "
+  # By default every run trains as the paper's code does (its block, per-position uniforms);
+  # --noreference_model leaves the train binary's defaults.
+  assert all("--sasrec_block=reference" in l and "--uniform_negatives_per_position" in l
+             for l in train)
+  proc = _run(["--dry_run", "--rows=mixed_corrected", "--seeds=0", "--settings=ml1m_loo",
+               "--noreference_model", "--cpu_epochs=3", f"--out={tmp_path}"])
+  train = [l for l in proc.stdout.splitlines() if "-m train.train" in l]
+  assert len(train) == 1 and "--epochs=3" in train[0]
+  assert "--sasrec_block" not in train[0] and "per_position" not in train[0]
   assert not list(tmp_path.iterdir())  # a dry run writes nothing
 
 
