@@ -1,5 +1,5 @@
 r"""Seconds per SASRec training step on CPU (ML-1M, batch 128, length 200, 256 mixed negatives =
-128 in-batch + 128 uniform, corrected logQ), shared vs per-position uniform negatives, with and
+128 in-batch + 128 uniform, corrected logQ unless --logq), shared vs per-position uniform negatives, with and
 without XLA (jit_compile of the encoder).
 
     python bench/train_speed.py            # full: 2 warm-up + 8 timed steps per configuration
@@ -39,7 +39,8 @@ def time_config(data, per_position: bool, jit: bool, warmup: int, repeats: int, 
                 freq: str = "exact"):
   cfg = TrainConfig(dataset="ml1m", model="sasrec", loss="sampled_softmax", negatives="mixed",
                     num_negatives=256, uniform_negatives_per_position=per_position,
-                    logq="corrected", frequency=freq, frequency_buckets=args.buckets, batch_size=args.batch_size,
+                    logq=args.logq, sasrec_block=args.sasrec_block, frequency=freq,
+                    frequency_buckets=args.buckets, batch_size=args.batch_size,
                     max_len=args.max_len, jit_compile=jit, dropout=args.dropout, steps_per_epoch=warmup + repeats,
                     model_dir=tempfile.mkdtemp(prefix="train_speed_"), progress=False)
   trainer = Trainer(cfg, data=data)
@@ -63,6 +64,11 @@ def main():
   parser.add_argument("--batch_size", type=int, default=128)
   parser.add_argument("--max_len", type=int, default=200)
   parser.add_argument("--dropout", type=float, default=0.5, help="SASRec dropout (paper: 0.5)")
+  parser.add_argument("--logq", default="corrected",
+                      choices=["none", "standard", "standard_no_positive", "corrected"],
+                      help="logQ correction (compare runs: a logQ step should cost as much as none)")
+  parser.add_argument("--sasrec_block", default="pre_ln", choices=["pre_ln", "reference"],
+                      help="SASRec block style (reference = the paper code's block)")
   parser.add_argument("--configs", default="shared,shared+xla,per_position,per_position+xla",
                       help="comma-separated configurations: shared|per_position, optionally "
                       "+xla and +hash_array or +count_min (streaming Q(d) estimator updated "
@@ -76,7 +82,8 @@ def main():
     args.repeats, args.warmup = 3, 1
   data = data_lib.load("ml1m", args.data_path)
   print(f"SASRec ML-1M, batch {args.batch_size}, length {args.max_len}, 256 mixed negatives, "
-        f"corrected logQ; CPU threads: intra {tf.config.threading.get_intra_op_parallelism_threads()}"
+        f"{args.logq} logQ, {args.sasrec_block} block; CPU threads: intra "
+        f"{tf.config.threading.get_intra_op_parallelism_threads()}"
         f", cpus {os.cpu_count()}; {args.warmup} warm-up + {args.repeats} timed steps")
   header = (f"{'negatives':<14}{'xla':<5}{'Q(d)':<11}{'min s':>8}{'median s':>10}{'x ref(min)':>12}"
             f"{'x ref(med)':>12}{'loss':>9}{'w':>7}")

@@ -76,3 +76,18 @@ def test_table_aggregates_finished_runs(tmp_path):
   assert (tmp_path / "recall_by_popularity_ml1m_loo.png").exists()
   assert (tmp_path / "learning_curves_ml1m_loo.png").exists()
   assert proc.stdout.strip().splitlines()[-1].startswith("SUMMARY reproduce")
+
+
+def test_single_seed_reports_no_spread(tmp_path):
+  run = tmp_path / "cpu" / "ml1m_loo" / "mixed_none" / "seed0"
+  (run / "eval").mkdir(parents=True)
+  m = {"recall@10": 0.2, "recall@20": 0.3, "recall@100": 0.6, "ndcg@10": 0.1, "ndcg@20": 0.15,
+       "ndcg@100": 0.2}
+  (run / "eval" / "eval_results.json").write_text(json.dumps(
+      {"metrics": {"exact": m, "scann": m},
+       "popularity": {"recall@20": [0.3] * 10, "num_targets": [1] * 10}}))
+  proc = _run(["--rows=mixed_none", "--seeds=0", "--settings=ml1m_loo", f"--out={tmp_path}"])
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  row = [l for l in (tmp_path / "reproduce_cpu.md").read_text().splitlines()
+         if l.startswith("| Mixed, without logQ")][0]
+  assert "| 0.3000 | 0.1500 |" in row and "±" not in row  # one seed: no fake zero std
