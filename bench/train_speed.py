@@ -1,6 +1,6 @@
 r"""Seconds per SASRec training step on CPU (ML-1M, batch 128, length 200, 256 mixed negatives =
-128 in-batch + 128 uniform, corrected logQ unless --logq), shared vs per-position uniform negatives, with and
-without XLA (jit_compile of the encoder).
+128 in-batch + 128 uniform, corrected logQ unless --logq), shared vs per-position uniform
+negatives, with and without XLA (jit_compile of the encoder).
 
     python bench/train_speed.py            # full: 2 warm-up + 8 timed steps per configuration
     python bench/train_speed.py --quick    # 1 warm-up + 3 timed steps
@@ -29,6 +29,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tfrs_logq  # noqa: E402,F401
 import tensorflow as tf  # noqa: E402
 
+from models.sasrec import BLOCK_STYLES  # noqa: E402
+from tfrs_logq.losses import CORRECTIONS  # noqa: E402
 from train import data as data_lib  # noqa: E402
 from train.trainer import TrainConfig, Trainer  # noqa: E402
 
@@ -64,10 +66,9 @@ def main():
   parser.add_argument("--batch_size", type=int, default=128)
   parser.add_argument("--max_len", type=int, default=200)
   parser.add_argument("--dropout", type=float, default=0.5, help="SASRec dropout (paper: 0.5)")
-  parser.add_argument("--logq", default="corrected",
-                      choices=["none", "standard", "standard_no_positive", "corrected"],
+  parser.add_argument("--logq", default="corrected", choices=CORRECTIONS,
                       help="logQ correction (compare runs: a logQ step should cost as much as none)")
-  parser.add_argument("--sasrec_block", default="pre_ln", choices=["pre_ln", "reference"],
+  parser.add_argument("--sasrec_block", default="pre_ln", choices=BLOCK_STYLES,
                       help="SASRec block style (reference = the paper code's block)")
   parser.add_argument("--configs", default="shared,shared+xla,per_position,per_position+xla",
                       help="comma-separated configurations: shared|per_position, optionally "

@@ -32,6 +32,7 @@ from train.distribute import STRATEGIES
 from tfrs_logq.losses import Q_PRIME_MODES
 from train.objective import CORRECTIONS, NEGATIVES
 from train.trainer import FREQUENCIES, MODELS, TrainConfig, Trainer
+from models.sasrec import BLOCK_STYLES
 from models.training_losses import LOSSES
 
 FLAGS = flags.FLAGS
@@ -84,7 +85,7 @@ flags.DEFINE_float("dropout", 0.5, "SASRec dropout rate.")
 flags.DEFINE_bool("tie_embeddings", False,
                   "SASRec: score with the input item-embedding table (gSASRec's "
                   "reuse_item_embeddings) instead of a separate output table.")
-flags.DEFINE_enum("sasrec_block", "pre_ln", ["pre_ln", "reference"],
+flags.DEFINE_enum("sasrec_block", "pre_ln", list(BLOCK_STYLES),
                   "SASRec block: pre_ln (pre-LayerNorm transformer, inputs scaled by sqrt(d)) or "
                   "reference (the original SASRec block of the paper's gSASRec-pytorch code).")
 flags.DEFINE_bool("jit_compile", False, "Compile the SASRec encoder with XLA.")
