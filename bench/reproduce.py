@@ -4,7 +4,7 @@ Each run trains SASRec with one loss / negative sampler / logQ correction throug
 binary and evaluates the export through the evaluation binary (the paper's protocol: all
 items scored, rated items filtered, Recall@20 / NDCG@20 over all test queries):
 
-  python -m train.train --dataset=... --loss=... --negatives=... --logq=... --seed=s \
+  python -m train --dataset=... --loss=... --negatives=... --logq=... --seed=s \
       --epochs=E --steps_per_epoch=48 [--early_stopping_patience=P] --model_dir=... --export_dir=...
   python -m eval.evaluate --export_dir=... --dataset=... --output_dir=...
 
@@ -62,7 +62,7 @@ flags.DEFINE_integer("full_max_epochs", 100_000, "Epoch cap with --budget=full."
 flags.DEFINE_integer("patience", 200, "Early-stopping patience (epochs) with --budget=full.")
 flags.DEFINE_integer("batch_size", 128, "Training batch size (gSASRec default).")
 flags.DEFINE_integer("num_negatives", 256, "Negatives for gBCE / sampled softmax (paper: 256).")
-flags.DEFINE_list("train_args", [], "Extra flags passed to train.train (e.g. --max_len=200).")
+flags.DEFINE_list("train_args", [], "Extra flags passed to train (e.g. --max_len=200).")
 flags.DEFINE_string("out", "bench/out/reproduce", "Output folder (runs, table, plots).")
 flags.DEFINE_bool("dry_run", False, "Print the commands without running them.")
 flags.DEFINE_bool("overwrite", False, "Re-run runs whose results exist.")
@@ -118,7 +118,7 @@ PAPER = {
 
 
 def setting_args(setting: str) -> List[str]:
-  """Dataset flags shared by train.train and eval.evaluate."""
+  """Dataset flags shared by `python -m train` and eval.evaluate."""
   if setting == "ml1m_loo":
     return ["--dataset=ml1m", f"--data_path={FLAGS.ml1m_dir}", "--split=leave_one_out"]
   if setting == "ml100k_temporal":
@@ -147,7 +147,7 @@ def run_commands(setting: str, row: str, seed: int, run_dir: pathlib.Path) -> Li
   row_flags = ROWS[row][1]
   negatives = ([] if any(a.startswith("--num_negatives") for a in row_flags)
                else [f"--num_negatives={FLAGS.num_negatives}"])
-  train = ([py, "-m", "train.train", "--model=sasrec", *setting_args(setting), *row_flags,
+  train = ([py, "-m", "train", "--model=sasrec", *setting_args(setting), *row_flags,
             *negatives, f"--seed={seed}", f"--batch_size={FLAGS.batch_size}",
             f"--steps_per_epoch={FLAGS.steps_per_epoch}", *budget, *reference_flags(),
             f"--model_dir={run_dir / 'model'}", f"--export_dir={run_dir / 'export'}",

@@ -18,7 +18,7 @@ Reported (JSON ``eval_results.json`` + markdown ``eval_summary.md`` + PNG in --o
 * Recall@k by the target's popularity decile (items ranked by training count; decile 0 =
   the most popular tenth of the catalog) as a table and ``recall_by_popularity.png``.
 
-Export layout read (from train/train.py): query_encoder/ (SavedModel, serving_default:
+Export layout read (from train/__main__.py): query_encoder/ (SavedModel, serving_default:
 history int64 [B, L] -> {"embedding": float32 [B, d]}), item_embeddings.npy
 ([num_items + 1, d], row 0 padding), export_meta.json ({num_items, max_len, ...}); when the
 .npy is missing, item_embeddings/ (SavedModel item_ids -> embedding) is called instead.

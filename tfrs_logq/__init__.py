@@ -10,7 +10,7 @@ _ensure_legacy_keras()
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("log_q", "losses", "accidental_hits", "correction", "tasks", "metrics",
+_SUBMODULES = ("log_q", "losses", "accidental_hits", "logq_correction", "tasks", "metrics",
                "frequency", "negatives")
 _EXPORTS = {"SampledSoftmaxLoss": "losses", "sampled_softmax_loss": "losses",
             "Retrieval": "tasks"}

@@ -1,4 +1,4 @@
-"""The training loop behind `python -m train.train`: strategy, model, estimator, checkpoints.
+"""The training loop behind `python -m train`: strategy, model, estimator, checkpoints.
 
 Exact resume. Everything that changes during training lives in one `tf.train.Checkpoint`
 (model, optimizer slots, frequency estimator, MIDX index, global step, epoch, best validation
@@ -32,7 +32,7 @@ from models.two_tower import TwoTower
 from tfrs_logq import frequency
 from train import data as data_lib
 from train import distribute
-from train import evaluation
+from train import validation as evaluation
 from train import export as export_lib
 from train.objective import Objective, ObjectiveConfig
 
@@ -42,7 +42,7 @@ FREQUENCIES = ("exact", "hash_array", "count_min")
 
 @dataclasses.dataclass
 class TrainConfig:
-  """Every setting of a run (the flags of train/train.py)."""
+  """Every setting of a run (the flags of train/__main__.py)."""
   dataset: str = "synthetic"
   data_path: Optional[str] = None
   split: str = "leave_one_out"

@@ -1,4 +1,4 @@
-"""Fixtures for the eval tests: a tiny training export in the format train/train.py writes."""
+"""Fixtures for the eval tests: a tiny training export in the format train/__main__.py writes."""
 
 import json
 

@@ -23,7 +23,7 @@ def test_dry_run_lists_train_and_eval_commands(tmp_path):
   assert proc.returncode == 0, proc.stderr[-2000:]
   lines = proc.stdout.strip().splitlines()
   assert lines[-1].startswith("SUMMARY") and "8 runs" in lines[-1]
-  train = [l for l in lines if "-m train.train" in l]
+  train = [l for l in lines if "-m train" in l]
   evals = [l for l in lines if "-m eval.evaluate" in l]
   assert len(train) == 8 and len(evals) == 8
   bce = [l for l in train if "--loss=bce" in l]
@@ -34,7 +34,7 @@ def test_dry_run_lists_train_and_eval_commands(tmp_path):
   # The paper's "standard logQ" is its code's: the positive's score is not corrected.
   proc = _run(["--dry_run", "--rows=mixed_standard,mixed_standard_tfrs", "--seeds=0",
                "--settings=ml1m_loo", f"--out={tmp_path}"])
-  train = [l for l in proc.stdout.splitlines() if "-m train.train" in l]
+  train = [l for l in proc.stdout.splitlines() if "-m train" in l]
   assert "--logq=standard_no_positive" in train[0] and "--logq=standard " in train[1] + " "
   # By default every run trains as the paper's code does (its block, per-position uniforms);
   # --noreference_model leaves the train binary's defaults.
@@ -42,7 +42,7 @@ def test_dry_run_lists_train_and_eval_commands(tmp_path):
              for l in train)
   proc = _run(["--dry_run", "--rows=mixed_corrected", "--seeds=0", "--settings=ml1m_loo",
                "--noreference_model", "--cpu_epochs=3", f"--out={tmp_path}"])
-  train = [l for l in proc.stdout.splitlines() if "-m train.train" in l]
+  train = [l for l in proc.stdout.splitlines() if "-m train" in l]
   assert len(train) == 1 and "--epochs=3" in train[0]
   assert "--sasrec_block" not in train[0] and "per_position" not in train[0]
   assert not list(tmp_path.iterdir())  # a dry run writes nothing

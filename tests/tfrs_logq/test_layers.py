@@ -11,19 +11,19 @@ import tfrs_logq  # noqa: F401
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
 from tfrs_logq import accidental_hits
-from tfrs_logq import correction
+from tfrs_logq import logq_correction
 from tfrs_logq import log_q
 
 
 def test_log_q_correction_matches_tfrs_above_the_clip_and_not_below():
   logits = tf.constant([[1.0, 2.0, 3.0], [0.5, -1.0, 2.0]])
   prob = tf.constant([0.5, 1e-3, 1e-9])
-  ours = correction.LogQCorrection()(logits, prob).numpy()
+  ours = logq_correction.LogQCorrection()(logits, prob).numpy()
   theirs = tfrs.layers.loss.SamplingProbablityCorrection()(logits, prob).numpy()
   np.testing.assert_allclose(ours[:, :2], theirs[:, :2], rtol=1e-6)
   np.testing.assert_allclose(ours[:, 2], logits.numpy()[:, 2] - np.log(1e-9), rtol=1e-6)
   assert np.all(ours[:, 2] - theirs[:, 2] > 6.0)  # TFRS clips 1e-9 to 1e-6
-  from_log = correction.LogQCorrection(from_log=True)(logits, tf.math.log(prob)).numpy()
+  from_log = logq_correction.LogQCorrection(from_log=True)(logits, tf.math.log(prob)).numpy()
   np.testing.assert_allclose(from_log, ours, rtol=1e-6)
 
 
@@ -31,18 +31,18 @@ def test_log_q_correction_matches_tfrs_above_the_clip_and_not_below():
                                  [0.5, 1.5, 0.1]])
 def test_log_q_correction_rejects_bad_probabilities(bad):
   with pytest.raises(tf.errors.InvalidArgumentError):
-    correction.LogQCorrection()(tf.ones([2, 3]), tf.constant(bad, tf.float32))
+    logq_correction.LogQCorrection()(tf.ones([2, 3]), tf.constant(bad, tf.float32))
 
 
 def test_log_q_correction_shape_and_dtype_errors():
   with pytest.raises(ValueError, match="do not match"):
-    correction.LogQCorrection()(tf.ones([2, 3]), tf.constant([0.5, 0.5]))
+    logq_correction.LogQCorrection()(tf.ones([2, 3]), tf.constant([0.5, 0.5]))
   with pytest.raises(TypeError, match="floating"):
-    correction.LogQCorrection()(tf.ones([2, 3]), tf.constant([1, 1, 1]))
+    logq_correction.LogQCorrection()(tf.ones([2, 3]), tf.constant([1, 1, 1]))
 
 
 def test_log_q_correction_keeps_low_precision_dtype():
-  layer = correction.LogQCorrection(dtype="float16")  # what a mixed_float16 policy gives
+  layer = logq_correction.LogQCorrection(dtype="float16")  # what a mixed_float16 policy gives
   out = layer(tf.ones([2, 3], tf.float16), tf.constant([0.5, 0.2, 1e-7]))
   assert out.dtype == tf.float16 and np.all(np.isfinite(out.numpy()))
   np.testing.assert_allclose(out.numpy()[0], 1.0 - np.log([0.5, 0.2, 1e-7]), rtol=1e-3)
@@ -119,6 +119,6 @@ def test_package_exposes_its_modules():
   """The README's `import tfrs_logq; tfrs_logq.tasks.Retrieval(...)` works without more imports."""
   code = ("import tfrs_logq; tfrs_logq.tasks.Retrieval(correction='corrected'); "
           "tfrs_logq.frequency.ExactCounts; tfrs_logq.negatives.MixedNegatives; "
-          "tfrs_logq.correction.LogQCorrection; tfrs_logq.metrics.recall_at_k; print('ok')")
+          "tfrs_logq.logq_correction.LogQCorrection; tfrs_logq.metrics.recall_at_k; print('ok')")
   out = _run_python(code, {"PYTHONPATH": os.getcwd()})
   assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -81,7 +81,7 @@ def test_multi_worker_two_local_processes(tmp_path):
     for i in range(2):
       env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="",
                  TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}))
-      procs.append(subprocess.Popen([sys.executable, "-m", "train.train", *args], cwd=ROOT,
+      procs.append(subprocess.Popen([sys.executable, "-m", "train", *args], cwd=ROOT,
                                     env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                     text=True))
     outs = [p.communicate(timeout=200) for p in procs]

@@ -23,7 +23,7 @@ ARGS = ["--dataset=synthetic", "--synthetic_users=100", "--synthetic_items=50",
 
 def _start(model_dir):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-  return subprocess.Popen([sys.executable, "-m", "train.train", *ARGS, f"--model_dir={model_dir}"],
+  return subprocess.Popen([sys.executable, "-m", "train", *ARGS, f"--model_dir={model_dir}"],
                           cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                           text=True)
 

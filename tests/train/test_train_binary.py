@@ -12,7 +12,7 @@ import tfrs_logq  # noqa: F401
 import tensorflow as tf
 
 from train import data as data_lib
-from train.evaluation import evaluate, numpy_reference
+from train.validation import evaluate, numpy_reference
 from models.sasrec import SASRec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -24,7 +24,7 @@ TINY = ["--dataset=synthetic", "--synthetic_users=120", "--synthetic_items=60",
 
 def run_binary(args, timeout=240):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-  return subprocess.run([sys.executable, "-m", "train.train", *args], cwd=ROOT, env=env,
+  return subprocess.run([sys.executable, "-m", "train", *args], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=timeout)
 
 

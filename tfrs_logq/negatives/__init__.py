@@ -17,7 +17,7 @@ from tfrs_logq.negatives.in_batch import (InBatchNegatives, dedup_first_occurren
                                           subsample_indices)
 from tfrs_logq.negatives.mixed import CONVENTIONS, MixedNegatives, mixture_log_q
 from tfrs_logq.negatives.scoring import ScoredCandidates, score_negatives, task_candidates
-from tfrs_logq.negatives.types import Negatives, validate_negatives
+from tfrs_logq.negatives.base import Negatives, validate_negatives
 from tfrs_logq.negatives.uniform import UniformNegatives
 
 __all__ = ["Negatives", "validate_negatives", "InBatchNegatives", "dedup_first_occurrence",

@@ -33,7 +33,7 @@ import tfrs_logq  # noqa: F401
 import tensorflow as tf
 
 from tfrs_logq.negatives import cross_replica
-from tfrs_logq.negatives.types import (Negatives, as_float, as_ids, check_not_empty,
+from tfrs_logq.negatives.base import (Negatives, as_float, as_ids, check_not_empty,
                                        check_rank, check_same_dim)
 
 

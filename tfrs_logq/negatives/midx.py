@@ -34,7 +34,7 @@ import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow load
 import tensorflow as tf
 
 from tfrs_logq.negatives import kmeans as kmeans_lib
-from tfrs_logq.negatives.types import Negatives, as_ids, check_rank
+from tfrs_logq.negatives.base import Negatives, as_ids, check_rank
 from tfrs_logq.negatives.uniform import call_embedder
 
 _QUANTIZERS = ("pq", "rq")

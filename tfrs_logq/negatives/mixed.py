@@ -33,7 +33,7 @@ import tfrs_logq  # noqa: F401
 import tensorflow as tf
 
 from tfrs_logq.negatives.in_batch import InBatchNegatives
-from tfrs_logq.negatives.types import Negatives, as_float
+from tfrs_logq.negatives.base import Negatives, as_float
 from tfrs_logq.negatives.uniform import UniformNegatives
 
 CONVENTIONS = ("unigram", "mixture")

@@ -30,7 +30,7 @@ import tensorflow as tf
 
 from tfrs_logq import accidental_hits
 from tfrs_logq import log_q as log_q_lib
-from tfrs_logq.negatives.types import (Negatives, as_float, as_ids, check_rank, check_same_dim,
+from tfrs_logq.negatives.base import (Negatives, as_float, as_ids, check_rank, check_same_dim,
                                        validate_negatives)
 
 

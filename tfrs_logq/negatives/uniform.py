@@ -18,7 +18,7 @@ import numpy as np
 import tfrs_logq  # noqa: F401
 import tensorflow as tf
 
-from tfrs_logq.negatives.types import Negatives, as_float, as_ids, check_rank
+from tfrs_logq.negatives.base import Negatives, as_float, as_ids, check_rank
 
 
 def call_embedder(candidate_embedder: Callable, ids: tf.Tensor) -> tf.Tensor:

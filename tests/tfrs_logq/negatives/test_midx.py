@@ -17,7 +17,7 @@ from tfrs_logq import losses
 from tfrs_logq.accidental_hits import accidental_hit_mask
 from tfrs_logq.negatives import kmeans as kmeans_lib
 from tfrs_logq.negatives.midx import MIDXRefreshCallback, MIDXSampler, RefreshEveryNSteps
-from tfrs_logq.negatives.types import Negatives
+from tfrs_logq.negatives.base import Negatives
 
 
 # ------------------------------------------------------------------------------ numpy references

@@ -21,8 +21,8 @@ import pathlib
 
 import numpy as np
 
-from train.data_io import read_id_lines, read_single_ids
-from train.data_types import DataFormatError, EvalSplit, SequenceData, count_items
+from train.data.readers import read_id_lines, read_single_ids
+from train.data.records import DataFormatError, EvalSplit, SequenceData, count_items
 
 
 def _stats(root: pathlib.Path) -> dict:

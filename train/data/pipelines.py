@@ -29,7 +29,7 @@ import numpy as np
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
-from train.data_types import EvalSplit, SequenceData
+from train.data.records import EvalSplit, SequenceData
 
 
 def _check_positive(**kwargs) -> None:

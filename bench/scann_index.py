@@ -18,8 +18,8 @@ searcher (all cores, batched) and of the exact top-k (tf.matmul + tf.math.top_k 
 num_leaves_to_search × reorder_k at query time (one build) shows the trade-off; the chosen
 setting is the fastest one with agreement >= --target_recall.
 
-  python -m bench.scann                # 1M items (several minutes on 2 cores)
-  python -m bench.scann --quick        # 100k items
+  python -m bench.scann_index                # 1M items (several minutes on 2 cores)
+  python -m bench.scann_index --quick        # 100k items
 """
 
 import json

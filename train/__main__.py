@@ -1,6 +1,6 @@
 r"""Trains SASRec or a two-tower model with full / sampled softmax (logQ variants), BCE or gBCE.
 
-    python -m train.train --dataset=ml1m --model=sasrec --loss=sampled_softmax \
+    python -m train --dataset=ml1m --model=sasrec --loss=sampled_softmax \
         --negatives=mixed --num_negatives=256 --logq=corrected --model_dir=/tmp/run \
         --export_dir=/tmp/run/export
 

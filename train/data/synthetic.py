@@ -30,8 +30,8 @@ from typing import Optional
 
 import numpy as np
 
-from train.data_splits import build_sequence_data
-from train.data_types import SequenceData
+from train.data.splits import build_sequence_data
+from train.data.records import SequenceData
 
 
 @dataclasses.dataclass(frozen=True)
@@ -222,7 +222,7 @@ def load_synthetic(*, split: str = "leave_one_out", seed: int = 0,
 
   kwargs: any `SyntheticConfig` field (num_users, num_items, min_len, max_len, zipf_exponent,
   dim, temperature, transition_weight, allow_repeats, timestamps, ...), plus split options of
-  `train.data_splits.build_sequence_data` (temporal_fraction, num_val_users, ...).
+  `train.data.splits.build_sequence_data` (temporal_fraction, num_val_users, ...).
   The temporal split needs timestamps=True. metadata["catalog"] is the `SyntheticCatalog`,
   metadata["true_popularity"] its Zipf prior pi.
   """

@@ -14,7 +14,7 @@ from typing import Optional
 
 import numpy as np
 
-from train.data_types import DataFormatError
+from train.data.records import DataFormatError
 
 
 def _read_text(path) -> str:

@@ -20,7 +20,7 @@ from typing import Optional
 
 import numpy as np
 
-from train.data_types import EvalSplit, SequenceData, count_items
+from train.data.records import EvalSplit, SequenceData, count_items
 
 
 def k_core_mask(users: np.ndarray, items: np.ndarray, *, min_count: int = 5,

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from train import data as D
-from train.data_io import read_ratings
+from train.data.readers import read_ratings
 
 
 def _python_rows(path, sep=None):

@@ -11,8 +11,8 @@ Conventions: item ids 1..num_items, 0 = padding; sequences oldest first; rated-i
 uses each query's input (`EvalSplit.inputs`, alias `EvalSplit.rated`). Malformed files raise
 `DataFormatError` (a ValueError) naming the file and line; missing ones `FileNotFoundError`.
 
-Helper modules: data_types (containers), data_io (parsers), data_splits (k-core, leave-one-out,
-temporal), data_gsasrec, data_movielens, data_tfds, data_synthetic, data_pipelines.
+Modules: records (containers), readers (parsers), splits (k-core, leave-one-out,
+temporal), gsasrec, movielens, tfds, synthetic, pipelines.
 """
 
 from __future__ import annotations
@@ -20,23 +20,23 @@ from __future__ import annotations
 import os
 import pathlib
 
-from train.data_gsasrec import load_gsasrec
-from train.data_movielens import load_movielens_raw
-from train.data_pipelines import eval_arrays
-from train.data_pipelines import eval_dataset
-from train.data_pipelines import rated_mask
-from train.data_pipelines import sasrec_train_dataset
-from train.data_pipelines import two_tower_train_dataset
-from train.data_splits import build_sequence_data
-from train.data_splits import k_core_mask
-from train.data_synthetic import SyntheticCatalog
-from train.data_synthetic import SyntheticConfig
-from train.data_synthetic import load_synthetic
-from train.data_types import DataFormatError
-from train.data_types import EvalSplit
-from train.data_types import SequenceData
-from train.data_types import count_items
-from train.data_types import summary
+from train.data.gsasrec import load_gsasrec
+from train.data.movielens import load_movielens_raw
+from train.data.pipelines import eval_arrays
+from train.data.pipelines import eval_dataset
+from train.data.pipelines import rated_mask
+from train.data.pipelines import sasrec_train_dataset
+from train.data.pipelines import two_tower_train_dataset
+from train.data.splits import build_sequence_data
+from train.data.splits import k_core_mask
+from train.data.synthetic import SyntheticCatalog
+from train.data.synthetic import SyntheticConfig
+from train.data.synthetic import load_synthetic
+from train.data.records import DataFormatError
+from train.data.records import EvalSplit
+from train.data.records import SequenceData
+from train.data.records import count_items
+from train.data.records import summary
 
 __all__ = [
     "DATASETS", "DataFormatError", "EvalSplit", "SequenceData", "SyntheticCatalog",
@@ -53,7 +53,7 @@ def default_data_root() -> pathlib.Path:
   env = os.environ.get("TFRS_LOGQ_DATA")
   if env:
     return pathlib.Path(env)
-  return pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
+  return pathlib.Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 def load(name: str, data_path=None, *, split: str = "leave_one_out", seed: int = 0,
@@ -61,7 +61,7 @@ def load(name: str, data_path=None, *, split: str = "leave_one_out", seed: int =
   """Loads a dataset by name.
 
   Args:
-    name: "synthetic" (generator, see train.data_synthetic; kwargs = SyntheticConfig fields),
+    name: "synthetic" (generator, see train.data.synthetic; kwargs = SyntheticConfig fields),
       "ml1m" (gSASRec files; data_path defaults to <data root>/ml1m; leave-one-out only),
       "movielens_raw" (ratings.dat or u.data file, or a folder holding one; data_path defaults
       to <data root>/ml-100k; kwargs min_count=5, iterate_core=True, temporal_fraction=0.1,
@@ -92,7 +92,7 @@ def load(name: str, data_path=None, *, split: str = "leave_one_out", seed: int =
     return load_movielens_raw(data_path or default_data_root() / "ml-100k", split=split,
                               **kwargs)
   if name == "tfds":
-    from train.data_tfds import load_tfds  # pylint: disable=g-import-not-at-top
+    from train.data.tfds import load_tfds  # pylint: disable=g-import-not-at-top
     if data_path is not None:
       if "data_dir" in kwargs:
         raise ValueError("pass data_dir or data_path, not both")

@@ -2,7 +2,7 @@
 `u.data` (ML-100K: tab-separated `user item rating timestamp`).
 
 Pipeline: parse (every rating counts as an interaction, whatever its value) -> k-core filter
-(5-core, iterated to a fixed point by default; see `train.data_splits`) -> renumber users and
+(5-core, iterated to a fixed point by default; see `train.data.splits`) -> renumber users and
 items 1..n -> `split="leave_one_out"` or `split="temporal"` (global, `temporal_fraction` = 0.1).
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pathlib
 
-from train.data_io import read_ratings
-from train.data_splits import build_sequence_data
-from train.data_types import SequenceData
+from train.data.readers import read_ratings
+from train.data.splits import build_sequence_data
+from train.data.records import SequenceData
 
 RATING_FILES = ("ratings.dat", "u.data")
 
@@ -36,7 +36,7 @@ def load_movielens_raw(data_path, *, split: str = "leave_one_out", name: str = "
   """Loads raw MovieLens ratings and splits them (see module docstring).
 
   split_kwargs: `num_val_users`, `val_seed` (leave-one-out), `drop_unseen_targets`,
-  `drop_empty_history` (temporal); see `train.data_splits.build_sequence_data`.
+  `drop_empty_history` (temporal); see `train.data.splits.build_sequence_data`.
   """
   path = resolve_ratings_file(data_path)
   r = read_ratings(path)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from train import data as D
-from train.data_synthetic import SyntheticCatalog, SyntheticConfig
+from train.data.synthetic import SyntheticCatalog, SyntheticConfig
 
 
 def _chi_square_ok(counts, probs, min_expected=5.0):

@@ -2,7 +2,7 @@
 
 Reads the already prepared dataset from `data_dir` (no download unless `download=True`), then
 applies the same k-core filtering, renumbering and split as the raw readers
-(`train.data_splits.build_sequence_data`). String ids that are all decimal integers keep their
+(`train.data.splits.build_sequence_data`). String ids that are all decimal integers keep their
 numeric order when renumbered; other strings are ordered as bytes.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-from train.data_splits import build_sequence_data
-from train.data_types import SequenceData
+from train.data.splits import build_sequence_data
+from train.data.records import SequenceData
 
 
 def _ids_to_int(values: np.ndarray) -> np.ndarray:

@@ -151,6 +151,6 @@ def test_load_rejects_bad_arguments():
 def test_default_data_root_points_at_shared_data(data_dir, monkeypatch):
   monkeypatch.delenv("TFRS_LOGQ_DATA", raising=False)
   assert D.default_data_root().resolve() == (
-      pathlib.Path(D.__file__).resolve().parents[2] / "shared" / "data").resolve()
+      pathlib.Path(__file__).resolve().parents[4] / "shared" / "data").resolve()
   monkeypatch.setenv("TFRS_LOGQ_DATA", str(data_dir))
   assert D.default_data_root() == data_dir
