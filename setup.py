@@ -1,10 +1,39 @@
-"""tfrs_logq: corrected logQ sampled softmax for TensorFlow Recommenders."""
+"""tfrs_logq: corrected logQ sampled softmax for TensorFlow Recommenders.
+
+    pip install .            # the library (tfrs_logq): only what it imports
+    pip install ".[app]"     # + the application: models, train (+ train.data), eval, bench, with
+                             #   the console scripts tfrs-logq-train, tfrs-logq-evaluate,
+                             #   tfrs-logq-reproduce and their dependencies
+    pip install -e ".[test]" # the application + pytest (what `make test` installs)
+
+setuptools cannot install packages per extra: the application packages are always copied, but
+they run only with the [app] dependencies (absl, ScaNN, TFDS, matplotlib); the library never
+imports them. tests/packaging checks that the library's requirements are exactly what
+tfrs_logq imports.
+"""
 
 import pathlib
 
 import setuptools
 
 HERE = pathlib.Path(__file__).parent
+
+# What tfrs_logq imports (tf-keras is Keras 2 behind tf.keras with TF_USE_LEGACY_KERAS=1).
+LIBRARY_REQUIRES = [
+    # scann 1.4.2's TF ops are built against TF 2.20 exactly: keep TF on 2.20.x.
+    "tensorflow>=2.20,<2.21",
+    "tf-keras>=2.20,<2.21",
+    "tensorflow-recommenders==0.7.7",
+    "numpy>=1.23",
+]
+# What the application packages (models, train, eval, bench) import beyond the library.
+APP_REQUIRES = [
+    "absl-py>=1.0",
+    "scann[tf]==1.4.2",
+    "tensorflow-datasets>=4.9",
+    "matplotlib>=3.5",
+]
+TEST_REQUIRES = APP_REQUIRES + ["pytest>=7"]
 
 setuptools.setup(
     name="tfrs-logq",
@@ -14,21 +43,20 @@ setuptools.setup(
     long_description=(HERE / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
     python_requires=">=3.9,<3.13",
-    packages=setuptools.find_packages(include=["tfrs_logq", "tfrs_logq.*"]),
-    install_requires=[
-        # scann 1.4.2's TF ops are built against TF 2.20 exactly: keep TF on 2.20.x.
-        "tensorflow>=2.20,<2.21",
-        "tf-keras>=2.20,<2.21",
-        "tensorflow-recommenders==0.7.7",
-        "scann[tf]==1.4.2",
-        "tensorflow-datasets>=4.9",
-        "absl-py>=1.0",
-        "numpy>=1.23",
-    ],
+    packages=setuptools.find_packages(
+        include=["tfrs_logq", "tfrs_logq.*", "models", "train", "train.*", "eval", "bench"]),
+    install_requires=LIBRARY_REQUIRES,
     extras_require={
-        # The binaries (train/, eval/), benchmarks and tests run from the repository root.
-        "tools": ["tqdm>=4.60", "matplotlib>=3.5"],
-        "test": ["pytest>=7", "tqdm>=4.60", "matplotlib>=3.5"],
+        "app": APP_REQUIRES,
+        "test": TEST_REQUIRES,
+        # (keras3 extras go here: "keras3": [...], and into "test" if the suite needs them)
+    },
+    entry_points={
+        "console_scripts": [
+            "tfrs-logq-train = train.__main__:run",
+            "tfrs-logq-evaluate = eval.evaluate:run",
+            "tfrs-logq-reproduce = bench.reproduce:run",
+        ],
     },
     license="Apache-2.0",
     classifiers=[

@@ -19,17 +19,14 @@ The last line printed is a one-line summary.
 import argparse
 import os
 import pathlib
-import sys
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+import numpy as np
 
-import numpy as np  # noqa: E402
+import tfrs_logq  # noqa: F401
+import tensorflow as tf
 
-import tfrs_logq  # noqa: E402,F401
-import tensorflow as tf  # noqa: E402
-
-from tfrs_logq.frequency import CountMinSketch, ExactCounts, HashArrayEstimator  # noqa: E402
+from tfrs_logq.frequency import CountMinSketch, ExactCounts, HashArrayEstimator
 
 VOCAB = 1_000_000
 EXPONENT = 1.05

@@ -31,18 +31,16 @@ variant, one panel per (P(p), popularity rank)); last line: a one-line summary.
 import argparse
 import os
 import pathlib
-import sys
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import tfrs_logq  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-import tensorflow as tf  # noqa: E402
+import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tensorflow as tf
 
-from tfrs_logq import losses  # noqa: E402
+from tfrs_logq import losses
 
 VARIANTS = ("none", "standard", "standard_no_positive", "corrected", "corrected_proxy",
             "corrected_no_w")

@@ -1,6 +1,6 @@
 r"""Training-step time: tfrs_logq.tasks.Retrieval(correction=...) vs tfrs.tasks.Retrieval.
 
-    python bench/loss_overhead.py [--quick] [--batch-sizes 1024,4096]
+    python bench/loss_overhead.py [--quick] [--batch-sizes 1024,4096] [--out bench/out]
 
 Model (the same on every side, same initial weights): a TFRS two-tower model with id
 embeddings for users and items (--users 50k, --items 100k, --dim 64), in-batch negatives,
@@ -26,28 +26,26 @@ loss from the embedding lookups and Adam. Target: corrected / tfrs_standard <= 1
 With --ablation, a third table (task only, largest batch) times the prototype with one library
 implementation choice switched on at a time (:data:`ABLATIONS`), to attribute the overhead.
 
-Last line: a one-line summary.
+Writes the table to --out (loss_overhead.json, loss_overhead.md). Last line: a one-line summary.
 """
 
 import argparse
+import json
 import os
-import pathlib
 import statistics
-import sys
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import tfrs_logq  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-import tensorflow as tf  # noqa: E402
+import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tensorflow as tf
 tf.get_logger().setLevel("ERROR")  # one tf.function per side: retracing warnings are expected
-import tensorflow_recommenders as tfrs  # noqa: E402
+import tensorflow_recommenders as tfrs
 
-import tfrs_logq.tasks  # noqa: E402
-from tfrs_logq import log_q as log_q_lib  # noqa: E402
+import tfrs_logq.tasks
+from tfrs_logq import log_q as log_q_lib
 
 BASELINE = "tfrs_standard"
 
@@ -296,6 +294,8 @@ def parse_args(argv=None):
                       "(task only, largest batch size)")
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--quick", action="store_true", help="5 rounds of 3 steps")
+  p.add_argument("--out", default="bench/out",
+                 help="folder for loss_overhead.json and loss_overhead.md ('' for none)")
   args = p.parse_args(argv)
   if args.quick:
     args.repeats, args.steps, args.warmup = 5, 3, 2
@@ -333,11 +333,19 @@ def main(argv=None):
     report("ablation", batch_size, time_interleaved(steps, batches, args), rows)
   header = (f"{'measure':<11} {'batch':>5} {'side':<20} {'min ms':>8} {'median ms':>9} "
             f"{'min/base':>8} {'med/base':>8}")
-  print(header)
-  print("-" * len(header))
+  lines = [header, "-" * len(header)]
   for title, b, side, tmin, tmed, rmin, rmed in rows:
-    print(f"{title:<11} {b:5d} {side:<20} {tmin * 1e3:8.2f} {tmed * 1e3:9.2f} "
-          f"{rmin:8.3f} {rmed:8.3f}")
+    lines.append(f"{title:<11} {b:5d} {side:<20} {tmin * 1e3:8.2f} {tmed * 1e3:9.2f} "
+                 f"{rmin:8.3f} {rmed:8.3f}")
+  print("\n".join(lines))
+  if args.out:
+    os.makedirs(args.out, exist_ok=True)
+    keys = ("measure", "batch", "side", "min_s", "median_s", "min_ratio", "median_ratio")
+    with open(os.path.join(args.out, "loss_overhead.json"), "w") as f:
+      json.dump({"args": {k: v for k, v in vars(args).items()},
+                 "rows": [dict(zip(keys, r)) for r in rows]}, f, indent=2)
+    with open(os.path.join(args.out, "loss_overhead.md"), "w") as f:
+      f.write("```\n" + "\n".join(lines) + "\n```\n")
   summary = []
   for title, b, side, _, _, rmin, rmed in rows:
     if title == "train step" and side == "logq_corrected":

@@ -30,22 +30,20 @@ import argparse
 import os
 import pathlib
 import statistics
-import sys
 import time
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import tfrs_logq  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-import tensorflow as tf  # noqa: E402
+import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tensorflow as tf
 
-from tfrs_logq import losses  # noqa: E402
-from tfrs_logq.frequency import ExactCounts  # noqa: E402
-from tfrs_logq.negatives import (InBatchNegatives, MixedNegatives, UniformNegatives,  # noqa: E402
+from tfrs_logq import losses
+from tfrs_logq.frequency import ExactCounts
+from tfrs_logq.negatives import (InBatchNegatives, MixedNegatives, UniformNegatives,
                                  score_negatives)
-from tfrs_logq.negatives.midx import MIDXSampler  # noqa: E402
+from tfrs_logq.negatives.midx import MIDXSampler
 
 BASELINE = "in_batch"
 

@@ -4,16 +4,26 @@ Each run trains SASRec with one loss / negative sampler / logQ correction throug
 binary and evaluates the export through the evaluation binary (the paper's protocol: all
 items scored, rated items filtered, Recall@20 / NDCG@20 over all test queries):
 
-  python -m train --dataset=... --loss=... --negatives=... --logq=... --seed=s \
-      --epochs=E --steps_per_epoch=48 [--early_stopping_patience=P] --model_dir=... --export_dir=...
-  python -m eval.evaluate --export_dir=... --dataset=... --output_dir=...
+  python -m train <RunConfig.to_flags()>          # the run's whole configuration
+  python -m eval.evaluate --export_dir=... --output_dir=...   # on the export's own data
 
-and the table reports mean ± std over seeds beside the published numbers.
+and the table reports mean ± std over seeds beside the published numbers. Every command is built
+from a `train.config.RunConfig` / `eval.config.EvalConfig`, never spelled by hand.
+
+Base configuration: every flag of `python -m train` that a run does not set itself is a flag
+here too (--batch_size, --num_negatives, --max_len, --jit_compile, --frequency, ...; defaults as
+the binary's, except --steps_per_epoch=48, the paper code's "epoch" on ML-1M, and
+--noprogress). --reference_model (default) trains as the paper's code does: the original SASRec
+block (--sasrec_block=reference), uniform negatives drawn per position (--uniform_negatives=query)
+and, in the corrected rows, the corrected script's clamp of the ratio inside the log
+(--ratio_floor=1e-10); a flag given explicitly wins over the preset.
 
 Settings (--settings):
-  ml1m_loo         ML-1M, gSASRec leave-one-out files (--ml1m_dir, default ../shared/data/ml1m)
+  ml1m_loo         ML-1M, gSASRec leave-one-out files (--ml1m_dir, default <data root>/ml1m)
   ml100k_temporal  ML-100K raw u.data, global temporal split (not in the paper: no published row)
   ml1m_temporal    ML-1M raw ratings.dat (user supplied: --ml1m_ratings), temporal split
+  gsasrec_loo      any folder in the gSASRec layout (--gsasrec_dir: e.g. the paper's Steam or
+                   Gowalla files), leave-one-out
 Budgets:
   --budget=cpu   fixed --cpu_epochs epochs of 48 steps per run (default 15 = 720 steps), no early
                  stopping, one seed by default: about 10-12 min per ML-1M row on 2 cores.
@@ -24,8 +34,11 @@ the commands. Finished runs (eval_results.json present) are reused unless --over
 
 Writes <out>/reproduce_<budget>.md and .json, recall_by_popularity_<setting>.png (Recall@20
 of each row by the target's popularity decile) and learning_curves_<setting>.png (validation
-Recall@20 against training step). The last printed line is a one-line summary.
+Recall@20 against training step); --out is relative to the working directory. The last printed
+line is a one-line summary.
 """
+
+from __future__ import annotations
 
 import json
 import pathlib
@@ -37,65 +50,78 @@ from typing import Dict, List
 from absl import app
 from absl import flags
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-DATA = ROOT.parent / "shared" / "data"
+from eval.config import EvalConfig
+from train import config_flags
+from train import data as data_lib
+from train.config import RunConfig
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("budget", "cpu", ["cpu", "full"], "cpu: fixed epochs; full: early stopping.")
-flags.DEFINE_list("rows", [], "Rows to run (default: all). See ROWS.")
+flags.DEFINE_list("rows", [], "Rows to run (default: the paper's). See ROWS.")
 flags.DEFINE_list("seeds", [], "Seeds (default: 0 for cpu, 0..4 for full).")
 flags.DEFINE_list("settings", ["ml1m_loo", "ml100k_temporal"],
-                  "ml1m_loo, ml100k_temporal, ml1m_temporal (needs --ml1m_ratings).")
-flags.DEFINE_string("ml1m_dir", str(DATA / "ml1m"), "gSASRec ML-1M folder.")
-flags.DEFINE_string("ml100k_dir", str(DATA / "ml-100k"), "Raw ML-100K folder (u.data).")
+                  "ml1m_loo, ml100k_temporal, ml1m_temporal (needs --ml1m_ratings), gsasrec_loo "
+                  "(needs --gsasrec_dir).")
+flags.DEFINE_string("ml1m_dir", str(data_lib.default_data_root() / "ml1m"),
+                    "gSASRec ML-1M folder.")
+flags.DEFINE_string("ml100k_dir", str(data_lib.default_data_root() / "ml-100k"),
+                    "Raw ML-100K folder (u.data).")
 flags.DEFINE_string("ml1m_ratings", None, "Raw ML-1M ratings.dat for the temporal split.")
+flags.DEFINE_string("gsasrec_dir", None, "A gSASRec-layout folder for --settings=gsasrec_loo.")
 flags.DEFINE_integer("cpu_epochs", 15, "Epochs per run with --budget=cpu (15 x 48 = 720 steps, the "
                      "point where the shared data README quotes the paper's code).")
 flags.DEFINE_bool("reference_model", True,
-                  "Train as the paper's code does: the original SASRec block "
-                  "(--sasrec_block=reference) and fresh uniform negatives per position "
-                  "(--uniform_negatives_per_position). With --noreference_model the train "
-                  "binary's defaults (pre-LN block, uniform negatives shared by the batch) are "
-                  "used; they learn more slowly under logQ (see README).")
-flags.DEFINE_integer("steps_per_epoch", 48, "Steps per epoch (the paper's code: 48 on ML-1M).")
+                  "Train as the paper's code does (module docstring): --sasrec_block=reference, "
+                  "--uniform_negatives=query and --ratio_floor=1e-10 in the corrected rows, "
+                  "unless those flags are given. With --noreference_model the base flags' values "
+                  "are used (the train binary's defaults unless given).")
 flags.DEFINE_integer("full_max_epochs", 100_000, "Epoch cap with --budget=full.")
 flags.DEFINE_integer("patience", 200, "Early-stopping patience (epochs) with --budget=full.")
-flags.DEFINE_integer("batch_size", 128, "Training batch size (gSASRec default).")
-flags.DEFINE_integer("num_negatives", 256, "Negatives for gBCE / sampled softmax (paper: 256).")
-flags.DEFINE_list("train_args", [], "Extra flags passed to train (e.g. --max_len=200).")
 flags.DEFINE_string("out", "bench/out/reproduce", "Output folder (runs, table, plots).")
 flags.DEFINE_bool("dry_run", False, "Print the commands without running them.")
 flags.DEFINE_bool("overwrite", False, "Re-run runs whose results exist.")
 
-# Row name -> (label, train.train flags). Mixed negatives: 128 uniform + 128 in-batch with
+# Settings that each run sets itself (rows, settings, seeds, budget, folders).
+PER_RUN = ("dataset", "data_path", "split", "tfds_name", "synthetic_users", "synthetic_items",
+           "synthetic_min_len", "synthetic_max_len", "synthetic_seed", "model", "loss",
+           "negatives", "logq", "seed", "epochs", "early_stopping_patience", "model_dir",
+           "export_dir", "metrics_json")
+config_flags.define_flags(RunConfig, exclude=PER_RUN,
+                          defaults=dict(steps_per_epoch=48, progress=False))
+
+# The paper code's model and negatives (--reference_model), and the corrected script's clamp.
+PAPER_CODE = dict(sasrec_block="reference", uniform_negatives="query")
+PAPER_CORRECTED_RATIO_FLOOR = 1e-10
+
+# Row name -> (label, RunConfig settings). Mixed negatives: 128 uniform + 128 in-batch with
 # unigram log Q (the paper's convention) is the train binary's `mixed` sampler. "Standard logQ" of
 # the paper's Table 1 is what its code runs (train_mns_log_old.py): negatives corrected by
 # log Q(d) = log(#d / N), the positive's score left uncorrected in the denominator, i.e. our
 # `standard_no_positive`; `mixed_standard_tfrs` is the TFRS form for comparison.
 ROWS: Dict[str, tuple] = {
-    "bce": ("BCE (1 uniform negative)", ["--loss=bce", "--negatives=uniform",
-                                         "--num_negatives=1", "--logq=none"]),
-    "gbce": ("gBCE", ["--loss=gbce", "--negatives=uniform", "--logq=none"]),
+    "bce": ("BCE (1 uniform negative)",
+            dict(loss="bce", negatives="uniform", num_negatives=1, logq="none")),
+    "gbce": ("gBCE", dict(loss="gbce", negatives="uniform", logq="none")),
     "ss_uniform": ("Sampled softmax, uniform negatives",
-                   ["--loss=sampled_softmax", "--negatives=uniform", "--logq=none"]),
+                   dict(loss="sampled_softmax", negatives="uniform", logq="none")),
     "inbatch_none": ("In-batch, without logQ",
-                     ["--loss=sampled_softmax", "--negatives=in_batch", "--logq=none"]),
+                     dict(loss="sampled_softmax", negatives="in_batch", logq="none")),
     "inbatch_standard": ("In-batch, standard logQ",
-                         ["--loss=sampled_softmax", "--negatives=in_batch",
-                          "--logq=standard_no_positive"]),
+                         dict(loss="sampled_softmax", negatives="in_batch",
+                              logq="standard_no_positive")),
     "inbatch_corrected": ("In-batch, improved logQ",
-                          ["--loss=sampled_softmax", "--negatives=in_batch", "--logq=corrected"]),
+                          dict(loss="sampled_softmax", negatives="in_batch", logq="corrected")),
     "mixed_none": ("Mixed, without logQ",
-                   ["--loss=sampled_softmax", "--negatives=mixed", "--logq=none"]),
+                   dict(loss="sampled_softmax", negatives="mixed", logq="none")),
     "mixed_standard": ("Mixed, standard logQ",
-                       ["--loss=sampled_softmax", "--negatives=mixed",
-                        "--logq=standard_no_positive"]),
+                       dict(loss="sampled_softmax", negatives="mixed",
+                            logq="standard_no_positive")),
     "mixed_corrected": ("Mixed, improved logQ",
-                        ["--loss=sampled_softmax", "--negatives=mixed", "--logq=corrected"]),
-    "full_softmax": ("Full softmax", ["--loss=full_softmax", "--logq=none"]),
+                        dict(loss="sampled_softmax", negatives="mixed", logq="corrected")),
+    "full_softmax": ("Full softmax", dict(loss="full_softmax", logq="none")),
     # Not in the paper: the TFRS form of standard logQ (the positive's column corrected too).
     "mixed_standard_tfrs": ("Mixed, standard logQ as TFRS (positive corrected)",
-                            ["--loss=sampled_softmax", "--negatives=mixed", "--logq=standard"]),
+                            dict(loss="sampled_softmax", negatives="mixed", logq="standard")),
 }
 # The rows run when --rows is empty (the paper's Table 1).
 PAPER_ROWS = [r for r in ROWS if r != "mixed_standard_tfrs"]
@@ -117,44 +143,54 @@ PAPER = {
 }
 
 
-def setting_args(setting: str) -> List[str]:
-  """Dataset flags shared by `python -m train` and eval.evaluate."""
+def setting_data(setting: str) -> dict:
+  """The data settings (DataConfig flags) of a --settings entry."""
   if setting == "ml1m_loo":
-    return ["--dataset=ml1m", f"--data_path={FLAGS.ml1m_dir}", "--split=leave_one_out"]
+    return dict(dataset="ml1m", data_path=FLAGS.ml1m_dir, split="leave_one_out")
   if setting == "ml100k_temporal":
-    return ["--dataset=movielens_raw", f"--data_path={FLAGS.ml100k_dir}", "--split=temporal"]
+    return dict(dataset="movielens_raw", data_path=FLAGS.ml100k_dir, split="temporal")
   if setting == "ml1m_temporal":
     if not FLAGS.ml1m_ratings:
       raise app.UsageError("ml1m_temporal needs --ml1m_ratings=<path to ratings.dat>")
-    return ["--dataset=movielens_raw", f"--data_path={FLAGS.ml1m_ratings}", "--split=temporal"]
+    return dict(dataset="movielens_raw", data_path=FLAGS.ml1m_ratings, split="temporal")
+  if setting == "gsasrec_loo":
+    if not FLAGS.gsasrec_dir:
+      raise app.UsageError("gsasrec_loo needs --gsasrec_dir=<folder in the gSASRec layout>")
+    return dict(dataset="gsasrec", data_path=FLAGS.gsasrec_dir, split="leave_one_out")
   raise app.UsageError(f"unknown setting {setting!r}")
 
 
-REFERENCE_FLAGS = ["--sasrec_block=reference", "--uniform_negatives_per_position"]
+def base_config() -> RunConfig:
+  """The flags of this binary that are RunConfig settings, with the paper-code preset."""
+  base = config_flags.from_flags(RunConfig)
+  if FLAGS.reference_model:
+    base = base.replace(**{k: v for k, v in PAPER_CODE.items() if not FLAGS[k].present})
+  return base
 
 
-def reference_flags() -> List[str]:
-  """The paper code's model and negatives (``--reference_model``), else nothing."""
-  return list(REFERENCE_FLAGS) if FLAGS.reference_model else []
-
-
-def run_commands(setting: str, row: str, seed: int, run_dir: pathlib.Path) -> List[List[str]]:
-  py = sys.executable
+def run_config(base: RunConfig, setting: str, row: str, seed: int,
+               run_dir: pathlib.Path) -> RunConfig:
+  """The whole configuration of one run."""
+  settings = dict(ROWS[row][1], **setting_data(setting), model="sasrec", seed=seed,
+                  model_dir=str(run_dir / "model"), export_dir=str(run_dir / "export"),
+                  metrics_json=str(run_dir / "train_metrics.json"))
   if FLAGS.budget == "cpu":
-    budget = [f"--epochs={FLAGS.cpu_epochs}"]  # a few epochs: early stopping never triggers
+    settings["epochs"] = FLAGS.cpu_epochs  # a few epochs: early stopping never triggers
   else:
-    budget = [f"--epochs={FLAGS.full_max_epochs}", f"--early_stopping_patience={FLAGS.patience}"]
-  row_flags = ROWS[row][1]
-  negatives = ([] if any(a.startswith("--num_negatives") for a in row_flags)
-               else [f"--num_negatives={FLAGS.num_negatives}"])
-  train = ([py, "-m", "train", "--model=sasrec", *setting_args(setting), *row_flags,
-            *negatives, f"--seed={seed}", f"--batch_size={FLAGS.batch_size}",
-            f"--steps_per_epoch={FLAGS.steps_per_epoch}", *budget, *reference_flags(),
-            f"--model_dir={run_dir / 'model'}", f"--export_dir={run_dir / 'export'}",
-            f"--metrics_json={run_dir / 'train_metrics.json'}", *FLAGS.train_args])
-  evaluate = [py, "-m", "eval.evaluate", f"--export_dir={run_dir / 'export'}",
-              *setting_args(setting), f"--output_dir={run_dir / 'eval'}", "--ks=10,20,100",
-              "--timing_repeats=1"]
+    settings.update(epochs=FLAGS.full_max_epochs, early_stopping_patience=FLAGS.patience)
+  if (FLAGS.reference_model and settings["logq"] == "corrected"
+      and not FLAGS["ratio_floor"].present):
+    settings["ratio_floor"] = PAPER_CORRECTED_RATIO_FLOOR
+  return base.replace(**settings)
+
+
+def run_commands(base: RunConfig, setting: str, row: str, seed: int,
+                 run_dir: pathlib.Path) -> List[List[str]]:
+  py = sys.executable
+  train = [py, "-m", "train", *run_config(base, setting, row, seed, run_dir).to_flags()]
+  evaluate = [py, "-m", "eval.evaluate",
+              *EvalConfig(export_dir=str(run_dir / "export"), output_dir=str(run_dir / "eval"),
+                          ks=(10, 20, 100), timing_repeats=1).to_flags(only_changed=True)]
   return [train, evaluate]
 
 
@@ -259,9 +295,8 @@ def main(argv):
     raise app.UsageError(f"unknown rows {unknown}; choose from {list(ROWS)}")
   seeds = [int(s) for s in FLAGS.seeds] or ([0] if FLAGS.budget == "cpu" else [0, 1, 2, 3, 4])
   settings = list(FLAGS.settings)
+  base = base_config()
   out = pathlib.Path(FLAGS.out)
-  if not out.is_absolute():
-    out = ROOT / out
   results: Dict = {}
   failures = []
   total_start = time.perf_counter()
@@ -269,7 +304,7 @@ def main(argv):
     for row in rows:
       for seed in seeds:
         run_dir = out / FLAGS.budget / setting / row / f"seed{seed}"
-        train_cmd, eval_cmd = run_commands(setting, row, seed, run_dir)
+        train_cmd, eval_cmd = run_commands(base, setting, row, seed, run_dir)
         result_path = run_dir / "eval" / "eval_results.json"
         if FLAGS.dry_run:
           print(" ".join(train_cmd))
@@ -283,7 +318,7 @@ def main(argv):
           for name, cmd in (("train", train_cmd), ("eval", eval_cmd)):
             t0 = time.perf_counter()
             with open(run_dir / f"{name}.log", "w") as log:
-              proc = subprocess.run(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+              proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
             record[f"{name}_seconds"] = time.perf_counter() - t0
             if proc.returncode != 0:
               failures.append(f"{setting}/{row}/seed{seed} ({name}: rc {proc.returncode}, "
@@ -329,5 +364,11 @@ def main(argv):
         + f"; table in {out / f'reproduce_{FLAGS.budget}.md'}")
 
 
-if __name__ == "__main__":
+def run():
+  """Console-script entry point (tfrs-logq-reproduce)."""
+  config_flags.expose_in_help(__name__)
   app.run(main)
+
+
+if __name__ == "__main__":
+  run()

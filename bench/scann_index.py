@@ -25,21 +25,16 @@ setting is the fastest one with agreement >= --target_recall.
 import json
 import os
 import pathlib
-import sys
 import time
 
 from absl import app
 from absl import flags
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-  sys.path.insert(0, str(ROOT))
+import numpy as np
 
-import numpy as np  # noqa: E402
+import tfrs_logq  # noqa: F401
 
-import tfrs_logq  # noqa: E402,F401
-
-from eval import index as index_lib  # noqa: E402
+from eval import index as index_lib
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("num_items", 1_000_000, "Catalog size.")

@@ -1,6 +1,8 @@
-"""Evaluation of exported retrieval models: ScaNN index, exact top-k, metrics, serving.
+"""Evaluation of exported retrieval models: ScaNN index, metrics, serving.
 
-Modules: ``eval.index`` (ScaNN and exact top-k with rated-item filtering), ``eval.evaluate``
-(absl binary ``python -m eval.evaluate``), ``eval.serving`` (SavedModel mapping a history to
-top-k items through the ScaNN TF ops, and its loader).
+Modules: ``eval.config`` (``EvalConfig``, the settings of the binary), ``eval.evaluate`` (absl
+binary ``python -m eval.evaluate`` / ``tfrs-logq-evaluate``), ``eval.index`` (ScaNN index with
+rated-item filtering by over-fetching; the exact top-k is ``tfrs_logq.metrics.exact_top_k``),
+``eval.serving`` (SavedModel mapping a history to top-k items through the ScaNN TF ops, and its
+loader).
 """

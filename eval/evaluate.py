@@ -1,95 +1,69 @@
 r"""Evaluates an exported retrieval model through a ScaNN index and an exact top-k.
 
-  python -m eval.evaluate --export_dir=/tmp/run/export --dataset=ml1m \
-      --data_path=../shared/data/ml1m --output_dir=/tmp/run/eval
+  python -m eval.evaluate --export_dir=/tmp/run/export --output_dir=/tmp/run/eval
+  tfrs-logq-evaluate ...          # the same, as the console script of `pip install ".[app]"`
+
+Data: by default the dataset the export was trained on, exactly (export_meta.json records the
+run's `train.data.DataConfig` and a fingerprint of the data). The data flags (--dataset,
+--data_path, --split, --synthetic_*, --tfds_name) override single settings, e.g. --data_path
+for a copy of the files elsewhere; data whose fingerprint (sizes, item counts, targets) differs
+from the recorded one is refused with a message naming what differs. --eval_npz evaluates on a
+custom file instead: ``inputs`` int [Q, L] (left-padded full histories), ``targets`` int [Q],
+optional ``item_counts`` [num_items + 1].
 
 Protocol (the paper's, §4.1): for every test query u (all test users; in the temporal split,
 every test interaction), q_u = query_encoder(last max_len items of H_u, left-padded); all
-items are ranked by s(u, d) = <q_u, c_d>, the rated items H_u (the full input history) are
-removed (the target never is), and Recall@k = 1[r_u < k], NDCG@k = 1[r_u < k] / log2(r_u + 2)
-are averaged over queries for k in --ks (tfrs_logq.metrics).
+items are ranked by s(u, d) = <q_u, c_d>, the rated items H_u (the full input history; the
+target too when it occurs there, unless --filter_rated=except_target) are removed, and
+Recall@k = 1[r_u < k], NDCG@k = 1[r_u < k] / log2(r_u + 2) are averaged over queries for k in
+--ks (tfrs_logq.metrics).
 
 Reported (JSON ``eval_results.json`` + markdown ``eval_summary.md`` + PNG in --output_dir):
-* metrics from the exact top-k (tf.matmul + top_k, the reference) and from the ScaNN index
-  (filtering by over-fetching k + |H_u|, see eval/index.py);
+* metrics from the exact top-k (`tfrs_logq.metrics.exact_top_k`, the reference) and from the
+  ScaNN index (filtering by over-fetching k + |H_u|, see eval/index.py);
 * agreement: mean |ScaNN top-k ∩ exact top-k| / k, on the filtered lists and on the raw
   (unfiltered) top-max(ks);
 * throughput (queries/s, min and median of --timing_repeats) of both searches, raw top-max(ks);
 * Recall@k by the target's popularity decile (items ranked by training count; decile 0 =
   the most popular tenth of the catalog) as a table and ``recall_by_popularity.png``.
 
-Export layout read (from train/__main__.py): query_encoder/ (SavedModel, serving_default:
-history int64 [B, L] -> {"embedding": float32 [B, d]}), item_embeddings.npy
-([num_items + 1, d], row 0 padding), export_meta.json ({num_items, max_len, ...}); when the
-.npy is missing, item_embeddings/ (SavedModel item_ids -> embedding) is called instead.
-
---dataset=npz reads a custom evaluation file: ``inputs`` int [Q, L] (left-padded full
-histories), ``targets`` int [Q], optional ``item_counts`` [num_items + 1].
+Export layout read (train/export.py): query_encoder/ (SavedModel, serving_default: history
+int64 [B, L] -> {"embedding": float32 [B, d]}), item_embeddings.npy ([num_items + 1, d], row 0
+padding), export_meta.json; when the .npy is missing, item_embeddings/ (SavedModel item_ids ->
+embedding) is called instead. Every flag is a field of `eval.config.EvalConfig` (or of the
+nested `eval.index.IndexConfig`, `train.data.DataConfig`).
 """
 
+from __future__ import annotations
+
+import dataclasses
 import json
 import pathlib
-import sys
 import time
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 from absl import app
 from absl import flags
 from absl import logging
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-  sys.path.insert(0, str(ROOT))
+import numpy as np
 
-import numpy as np  # noqa: E402
+import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tensorflow as tf
 
-import tfrs_logq  # noqa: E402,F401
-import tensorflow as tf  # noqa: E402
-
-from eval import index as index_lib  # noqa: E402
-from tfrs_logq import metrics  # noqa: E402
+from eval import index as index_lib
+from eval.config import EvalConfig
+from tfrs_logq import metrics
+from train import config_flags
+from train import data as data_lib
+from train import export as export_lib
 
 FLAGS = flags.FLAGS
-
-flags.DEFINE_string("export_dir", None, "Training export folder (query_encoder/, "
-                    "item_embeddings.npy, export_meta.json).")
-flags.DEFINE_string("dataset", "ml1m", "synthetic | ml1m | movielens_raw | tfds (train.data "
-                    "readers) | npz (custom evaluation file at --data_path).")
-flags.DEFINE_string("data_path", None, "Dataset folder or file.")
-flags.DEFINE_string("split", "leave_one_out", "leave_one_out | temporal.")
-flags.DEFINE_enum("eval_split", "test", ["test", "val"], "Which held-out split to score.")
-flags.DEFINE_list("ks", ["10", "20", "100"], "Cut-offs k.")
-flags.DEFINE_string("output_dir", None, "Where the JSON, markdown and PNG go.")
-flags.DEFINE_integer("batch_size", 512, "Queries per encoder call.")
-flags.DEFINE_integer("max_queries", 0, "Evaluate only the first N queries (0 = all).")
-flags.DEFINE_integer("num_bins", 10, "Popularity bins (10 = deciles).")
-flags.DEFINE_integer("timing_repeats", 3, "Repeats of each timed search.")
-flags.DEFINE_bool("plot", True, "Write recall_by_popularity.png.")
-flags.DEFINE_enum("index_mode", "auto", list(index_lib.MODES),
-                  "ScaNN mode: auto (brute force up to --brute_force_max_items items, tree + AH "
-                  "+ reordering above), brute_force, tree_ah.")
-flags.DEFINE_integer("brute_force_max_items", 20_000, "auto mode: brute force up to this size.")
-flags.DEFINE_integer("num_leaves", 0, "ScaNN tree leaves (0: ≈ 2·sqrt(N)).")
-flags.DEFINE_integer("num_leaves_to_search", 0, "Leaves probed per query (0: leaves / 10).")
-flags.DEFINE_integer("training_sample_size", 0, "Tree / AH training sample (0: min(N, 250k)).")
-flags.DEFINE_integer("dimensions_per_block", 2, "AH dimensions per 4-bit code.")
-flags.DEFINE_float("anisotropic_quantization_threshold", 0.2, "AH anisotropic threshold η.")
-flags.DEFINE_string("serving_dir", None, "Also export the ScaNN serving SavedModel (history -> "
-                    "top-k ids and scores, eval/serving.py) here, reload it and check it serves "
-                    "the same ids as the in-process index.")
-flags.DEFINE_integer("serving_k", 10, "k of the serving SavedModel.")
-flags.DEFINE_integer("reorder_k", 0, "Candidates re-scored exactly (0: max(10·k, 1000)).")
-
-
-def index_config_from_flags() -> index_lib.IndexConfig:
-  return index_lib.IndexConfig(
-      mode=FLAGS.index_mode, brute_force_max_items=FLAGS.brute_force_max_items,
-      num_leaves=FLAGS.num_leaves or None,
-      num_leaves_to_search=FLAGS.num_leaves_to_search or None,
-      training_sample_size=FLAGS.training_sample_size or None,
-      dimensions_per_block=FLAGS.dimensions_per_block,
-      anisotropic_quantization_threshold=FLAGS.anisotropic_quantization_threshold,
-      reorder_k=FLAGS.reorder_k or None)
+config_flags.define_flags(EvalConfig)
+_DATA_FLAGS = config_flags.define_flags(
+    data_lib.DataConfig, defaults={leaf.flag: None for leaf in config_flags.leaves(
+        data_lib.DataConfig)},
+    help_note="Default: the export's (export_meta.json).")
 
 
 # ----------------------------------------------------------------------------- loading
@@ -100,8 +74,7 @@ def load_export(export_dir):
   export_dir = pathlib.Path(export_dir)
   if not (export_dir / "query_encoder").is_dir():
     raise FileNotFoundError(f"{export_dir}/query_encoder (SavedModel) not found")
-  meta_path = export_dir / "export_meta.json"
-  meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
+  meta = export_lib.read_meta(export_dir)
   encoder = tf.saved_model.load(str(export_dir / "query_encoder"))
   if "serving_default" not in encoder.signatures:
     raise ValueError(f"{export_dir}/query_encoder has no serving_default signature")
@@ -133,53 +106,72 @@ def load_export(export_dir):
   return encode, items, meta
 
 
-def load_eval_set(dataset: str, data_path: Optional[str], split: str, eval_split: str,
-                  num_items: int) -> Dict[str, object]:
-  """{"histories": list of int arrays, "targets": int64 [Q], "item_counts": [N + 1]}."""
-  if dataset == "npz":
-    if not data_path:
-      raise ValueError("--dataset=npz needs --data_path=<file.npz>")
-    z = np.load(data_path)
-    inputs = np.asarray(z["inputs"], np.int64)
-    histories = [row[row > 0] for row in inputs]
-    targets = np.asarray(z["targets"], np.int64)
-    if "item_counts" in z:
-      counts = np.asarray(z["item_counts"], np.float64)
-    else:
-      counts = np.bincount(np.concatenate(histories + [np.zeros(0, np.int64)]),
-                           minlength=num_items + 1).astype(np.float64)
+def export_data_config(meta: Dict, overrides: Optional[Dict] = None) -> data_lib.DataConfig:
+  """The export's recorded DataConfig with ``overrides`` (flag name -> value) applied.
+
+  Raises:
+    ValueError: the export records no data configuration and ``overrides`` names no dataset.
+  """
+  overrides = dict(overrides or {})
+  recorded = meta.get("run_config", {}).get("data")
+  if recorded is None:
+    if "dataset" not in overrides:
+      raise ValueError("the export records no data configuration (export_meta.json has no "
+                       "run_config): pass --dataset and the other data flags, or --eval_npz")
+    return config_flags.from_dict(data_lib.DataConfig, overrides)
+  return config_flags.from_dict(data_lib.DataConfig, overrides,
+                                base=data_lib.DataConfig(**recorded))
+
+
+def check_data_matches_export(meta: Dict, data, data_config: data_lib.DataConfig) -> None:
+  """Refuses data that is not what the export was trained on.
+
+  Raises:
+    ValueError: the catalog size differs, or the recorded fingerprint (sizes, item counts,
+      targets) differs; the message names the differing entries and settings.
+  """
+  problems = []
+  if int(data.num_items) != int(meta["num_items"]):
+    problems.append(f"num_items: export {meta['num_items']}, data {data.num_items}")
+  recorded = meta.get("data_fingerprint")
+  if recorded is not None:
+    got = data_lib.fingerprint(data)
+    problems += [f"{k}: export {recorded[k]!r}, data {got.get(k)!r}" for k in sorted(recorded)
+                 if k != "num_items" and got.get(k) != recorded[k]]
+  if problems:
+    trained = meta.get("run_config", {}).get("data", {})
+    settings = [f"--{k}={v} (export: {trained[k]})" for k, v in data_config.to_dict().items()
+                if k in trained and trained[k] != v]
+    raise ValueError("the evaluation data is not the data the export was trained on: "
+                     + "; ".join(problems)
+                     + (". Settings that differ: " + ", ".join(settings) if settings else ""))
+
+
+def eval_set_from_data(data, eval_split: str) -> Dict[str, object]:
+  """{"histories", "targets", "item_counts"} of one held-out split of a SequenceData."""
+  part = getattr(data, eval_split)
+  return {"histories": [np.asarray(h, np.int64) for h in part.inputs],
+          "targets": np.asarray(part.targets, np.int64),
+          "item_counts": np.asarray(data.item_counts, np.float64)}
+
+
+def load_npz_eval_set(path, num_items: int) -> Dict[str, object]:
+  """{"histories", "targets", "item_counts"} from a custom evaluation file (module docstring)."""
+  z = np.load(path)
+  inputs = np.asarray(z["inputs"], np.int64)
+  histories = [row[row > 0] for row in inputs]
+  targets = np.asarray(z["targets"], np.int64)
+  if "item_counts" in z:
+    counts = np.asarray(z["item_counts"], np.float64)
   else:
-    from train import data as data_lib  # pylint: disable=g-import-not-at-top
-    kwargs = {"split": split} if split else {}
-    data = data_lib.load(dataset, data_path, **kwargs)
-    part = getattr(data, eval_split)
-    if part is None:
-      raise ValueError(f"dataset {dataset!r} has no {eval_split!r} split")
-    histories = [np.asarray(h, np.int64) for h in part.inputs]
-    targets = np.asarray(part.targets, np.int64)
-    counts = getattr(data, "item_counts", None)
-    if counts is None or len(counts) != num_items + 1:
-      flat = np.concatenate([np.asarray(s, np.int64) for s in data.train_sequences])
-      counts = np.bincount(flat, minlength=num_items + 1)
-    counts = np.asarray(counts, np.float64)
-    if int(data.num_items) != num_items:
-      raise ValueError(f"dataset has {data.num_items} items but the export has {num_items}")
+    counts = np.bincount(np.concatenate(histories + [np.zeros(0, np.int64)]),
+                         minlength=num_items + 1).astype(np.float64)
   if len(histories) != targets.shape[0] or targets.shape[0] == 0:
     raise ValueError(f"evaluation set is empty or inconsistent: {len(histories)} histories, "
                      f"{targets.shape[0]} targets")
   if targets.min() < 1 or targets.max() > num_items:
     raise ValueError(f"targets outside [1, {num_items}]")
   return {"histories": histories, "targets": targets, "item_counts": counts}
-
-
-def encoder_inputs(histories: List[np.ndarray], max_len: int) -> np.ndarray:
-  """The last max_len items of each history, left-padded with 0: int64 [Q, max_len]."""
-  out = np.zeros((len(histories), max_len), np.int64)
-  for i, h in enumerate(histories):
-    h = np.asarray(h, np.int64)[-max_len:]
-    if h.size:
-      out[i, max_len - h.size:] = h
-  return out
 
 
 def encode_all(encode, inputs: np.ndarray, batch_size: int) -> np.ndarray:
@@ -193,28 +185,29 @@ def encode_all(encode, inputs: np.ndarray, batch_size: int) -> np.ndarray:
 # ----------------------------------------------------------------------------- evaluation
 
 
-def evaluate(encode, items: np.ndarray, meta: Dict, eval_set: Dict, ks: List[int],
-             config: index_lib.IndexConfig, batch_size: int = 512, num_bins: int = 10,
-             timing_repeats: int = 3) -> Dict:
+def evaluate(encode, items: np.ndarray, meta: Dict, eval_set: Dict, cfg: EvalConfig) -> Dict:
   """All numbers of the report (see the module docstring)."""
   histories, targets = eval_set["histories"], eval_set["targets"]
+  ks = list(cfg.ks)
   num_items = items.shape[0] - 1
   kmax = max(ks)
   if kmax > num_items:
     raise ValueError(f"max k={kmax} exceeds the catalog size {num_items}")
   max_len = int(meta.get("max_len") or max(1, max(len(h) for h in histories)))
+  # "all": the target is removed like any rated item; "except_target": it never is.
+  keep = targets if cfg.filter_rated == "except_target" else None
 
   t0 = time.perf_counter()
-  queries = encode_all(encode, encoder_inputs(histories, max_len), batch_size)
+  queries = encode_all(encode, data_lib.left_pad(histories, max_len), cfg.batch_size)
   encode_seconds = time.perf_counter() - t0
 
-  exact_ids, _ = index_lib.exact_top_k(queries, items, kmax, history=histories, targets=targets)
-  scann = index_lib.ScannIndex(items, kmax, config)
-  scann_ids, _ = scann.search_filtered(queries, histories, kmax, targets=targets)
+  exact_ids, _ = metrics.exact_top_k(queries, items, kmax, rated=histories, targets=keep)
+  scann = index_lib.ScannIndex(items, kmax, cfg.index)
+  scann_ids, _ = scann.search_filtered(queries, histories, kmax, targets=keep)
 
   result = {"num_queries": int(len(targets)), "num_items": int(num_items), "max_len": max_len,
-            "ks": ks, "index": vars(scann.config), "index_build_seconds": scann.build_seconds,
-            "encode_seconds": encode_seconds,
+            "ks": ks, "filter_rated": cfg.filter_rated, "index": vars(scann.config),
+            "index_build_seconds": scann.build_seconds, "encode_seconds": encode_seconds,
             "metrics": {"exact": metrics.retrieval_metrics(exact_ids, targets, ks),
                         "scann": metrics.retrieval_metrics(scann_ids, targets, ks)},
             "agreement": {f"filtered@{k}": index_lib.agreement_at_k(scann_ids, exact_ids, k)
@@ -222,11 +215,12 @@ def evaluate(encode, items: np.ndarray, meta: Dict, eval_set: Dict, ks: List[int
 
   # Raw top-kmax throughput of both searches (no filtering), after one warm-up call.
   warm = queries[:min(8, len(queries))]
-  index_lib.exact_top_k(warm, items, kmax)
+  metrics.exact_top_k(warm, items, kmax)
   scann.search(warm, kmax)
-  (raw_exact, _), t_exact = index_lib.timed(index_lib.exact_top_k, queries, items, kmax,
-                                            repeats=timing_repeats)
-  (raw_scann, _), t_scann = index_lib.timed(scann.search, queries, kmax, repeats=timing_repeats)
+  (raw_exact, _), t_exact = index_lib.timed(metrics.exact_top_k, queries, items, kmax,
+                                            repeats=cfg.timing_repeats)
+  (raw_scann, _), t_scann = index_lib.timed(scann.search, queries, kmax,
+                                            repeats=cfg.timing_repeats)
   tp_exact = index_lib.throughput(len(queries), t_exact)
   tp_scann = index_lib.throughput(len(queries), t_scann)
   result["agreement"][f"unfiltered@{kmax}"] = index_lib.agreement_at_k(raw_scann, raw_exact, kmax)
@@ -234,6 +228,7 @@ def evaluate(encode, items: np.ndarray, meta: Dict, eval_set: Dict, ks: List[int
                           "speedup_median": tp_scann["qps_median"] / tp_exact["qps_median"],
                           "speedup_best": tp_scann["qps_best"] / tp_exact["qps_best"]}
 
+  num_bins = cfg.num_bins
   bins = metrics.popularity_deciles(eval_set["item_counts"], num_bins)
   target_bins = bins[targets]
   pop = {"num_bins": num_bins, "definition": "items sorted by training count, descending; "
@@ -253,7 +248,8 @@ def markdown_summary(result: Dict) -> str:
   lines = [f"# Evaluation: {result.get('export_dir', '')}", "",
            f"{result['num_queries']} queries, {result['num_items']} items, dataset "
            f"{result.get('dataset', '?')} ({result.get('split', '?')}, "
-           f"{result.get('eval_split', '?')}), rated items filtered.", "",
+           f"{result.get('eval_split', '?')}), rated items filtered "
+           f"({result.get('filter_rated', 'all')}).", "",
            "| search | " + " | ".join(f"Recall@{k} | NDCG@{k}" for k in ks) + " |",
            "|---|" + "---|---|" * len(ks)]
   for name in ("exact", "scann"):
@@ -311,58 +307,69 @@ def plot_popularity(result: Dict, path: pathlib.Path):
   plt.close(fig)
 
 
-def export_serving(serving_dir: pathlib.Path, histories) -> None:
+def export_serving(cfg: EvalConfig, histories) -> None:
   """Exports the serving SavedModel, reloads it and checks it against the in-process index."""
   from eval import serving  # pylint: disable=g-import-not-at-top
-  path = serving.export_from_training_export(
-      FLAGS.export_dir, serving_dir, k=FLAGS.serving_k, index_config=index_config_from_flags())
+  path = serving.export_from_training_export(cfg.export_dir, cfg.serving_dir, k=cfg.serving_k,
+                                             index_config=cfg.index)
   loaded = serving.load_serving_model(path)
-  max_len = max(1, max(len(h) for h in histories))
-  batch = np.zeros((len(histories), max_len), np.int64)
-  for row, h in enumerate(histories):
-    if len(h):
-      batch[row, -len(h):] = h
+  batch = data_lib.left_pad(histories)  # the whole history: the model cuts and filters inside
   served = loaded.signatures["serving_default"](history=tf.constant(batch))["item_ids"].numpy()
-  encode, items, meta = load_export(FLAGS.export_dir)
+  encode, items, meta = load_export(cfg.export_dir)
   # The serving model encodes the last max_len items and filters the whole history.
-  scann = index_lib.ScannIndex(items, FLAGS.serving_k, index_config_from_flags())
-  queries = encode(encoder_inputs(histories, int(meta.get("max_len") or max_len)))
-  ids, _ = scann.search_filtered(queries, [np.asarray(h) for h in histories], FLAGS.serving_k)
-  agreement = index_lib.agreement_at_k(served, ids, FLAGS.serving_k)
+  scann = index_lib.ScannIndex(items, cfg.serving_k, cfg.index)
+  queries = encode(data_lib.left_pad(histories, int(meta.get("max_len") or batch.shape[1])))
+  ids, _ = scann.search_filtered(queries, [np.asarray(h) for h in histories], cfg.serving_k)
+  agreement = index_lib.agreement_at_k(served, ids, cfg.serving_k)
   print(f"serving SavedModel: {path} (signature serving_default: history int64 [B, L] -> "
-        f"item_ids int64 [B, {FLAGS.serving_k}], scores float32); agreement with the in-process "
+        f"item_ids int64 [B, {cfg.serving_k}], scores float32); agreement with the in-process "
         f"index on {len(histories)} users: {agreement:.4f}")
 
 
+def load_eval_data(cfg: EvalConfig, meta: Dict, data_overrides: Dict):
+  """(eval set, data description for the report) for ``cfg`` (module docstring: Data)."""
+  num_items = int(meta["num_items"])
+  if cfg.eval_npz:
+    if data_overrides:
+      raise ValueError(f"--eval_npz replaces the dataset: drop {sorted(data_overrides)}")
+    return load_npz_eval_set(cfg.eval_npz, num_items), {"eval_npz": cfg.eval_npz}
+  data_config = export_data_config(meta, data_overrides)
+  data = data_config.load()
+  check_data_matches_export(meta, data, data_config)
+  return eval_set_from_data(data, cfg.eval_split), data_config.to_dict()
+
+
 def main(argv):
-  del argv
-  if not FLAGS.export_dir or not FLAGS.output_dir:
+  if len(argv) > 1:
+    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+  try:
+    cfg = config_flags.from_flags(EvalConfig)
+  except (TypeError, ValueError) as e:
+    raise app.UsageError(str(e)) from e
+  if not cfg.export_dir or not cfg.output_dir:
     raise app.UsageError("--export_dir and --output_dir are required")
-  ks = sorted({int(k) for k in FLAGS.ks})
-  if not ks or ks[0] < 1:
-    raise app.UsageError("--ks must be positive integers")
-  encode, items, meta = load_export(FLAGS.export_dir)
-  eval_set = load_eval_set(FLAGS.dataset, FLAGS.data_path, FLAGS.split, FLAGS.eval_split,
-                           items.shape[0] - 1)
-  if FLAGS.max_queries:
-    eval_set["histories"] = eval_set["histories"][:FLAGS.max_queries]
-    eval_set["targets"] = eval_set["targets"][:FLAGS.max_queries]
-  result = evaluate(encode, items, meta, eval_set, ks, index_config_from_flags(),
-                    batch_size=FLAGS.batch_size, num_bins=FLAGS.num_bins,
-                    timing_repeats=FLAGS.timing_repeats)
-  result.update({"export_dir": str(FLAGS.export_dir), "dataset": FLAGS.dataset,
-                 "data_path": FLAGS.data_path, "split": FLAGS.split,
-                 "eval_split": FLAGS.eval_split, "export_meta": meta})
-  out = pathlib.Path(FLAGS.output_dir)
+  encode, items, meta = load_export(cfg.export_dir)
+  eval_set, data_description = load_eval_data(
+      cfg, meta, config_flags.present_settings(data_lib.DataConfig))
+  if cfg.max_queries:
+    eval_set["histories"] = eval_set["histories"][:cfg.max_queries]
+    eval_set["targets"] = eval_set["targets"][:cfg.max_queries]
+  result = evaluate(encode, items, meta, eval_set, cfg)
+  result.update({"export_dir": str(cfg.export_dir), "data": data_description,
+                 "dataset": data_description.get("dataset", "npz"),
+                 "split": data_description.get("split", "?"), "eval_split": cfg.eval_split,
+                 "eval_config": dataclasses.asdict(cfg), "export_meta": meta})
+  out = pathlib.Path(cfg.output_dir)
   out.mkdir(parents=True, exist_ok=True)
   (out / "eval_results.json").write_text(json.dumps(result, indent=2, default=str))
   summary = markdown_summary(result)
   (out / "eval_summary.md").write_text(summary)
-  if FLAGS.plot:
+  if cfg.plot:
     plot_popularity(result, out / "recall_by_popularity.png")
   print(summary)
-  if FLAGS.serving_dir:
-    export_serving(pathlib.Path(FLAGS.serving_dir), eval_set["histories"][:256])
+  if cfg.serving_dir:
+    export_serving(cfg, eval_set["histories"][:256])
+  ks = list(cfg.ks)
   m = result["metrics"]["exact"]
   logging.info("wrote %s", out)
   print("SUMMARY " + " ".join(f"R@{k}={m[f'recall@{k}']:.4f} NDCG@{k}={m[f'ndcg@{k}']:.4f}"
@@ -370,5 +377,11 @@ def main(argv):
         + f" agreement@{ks[-1]}={result['agreement'][f'filtered@{ks[-1]}']:.4f}")
 
 
-if __name__ == "__main__":
+def run():
+  """Console-script entry point (tfrs-logq-evaluate)."""
+  config_flags.expose_in_help(__name__)
   app.run(main)
+
+
+if __name__ == "__main__":
+  run()

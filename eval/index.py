@@ -1,4 +1,5 @@
-"""Top-k retrieval over item embeddings: a ScaNN index and an exact brute-force top-k.
+"""Top-k retrieval over item embeddings through a ScaNN index (the exact top-k it is checked
+against is `tfrs_logq.metrics.exact_top_k`).
 
 Scores are dot products s(u, d) = <q_u, c_d> (the temperature does not change the ranking).
 Item embeddings come as the exported matrix [num_items + 1, d] whose row 0 is padding: the
@@ -14,10 +15,11 @@ ScaNN configuration (``IndexConfig``):
 
 Rated-item filtering with an approximate index: the searcher cannot exclude items per
 query, so ``ScannIndex.search_filtered`` over-fetches K = k + |unique(H_u)| candidates
-(the most H_u can remove), drops H_u (never the target) with ``metrics.filter_rated`` and
-keeps the top k. Queries are sorted by |unique(H_u)| and searched in batches so each batch
-over-fetches only k + (its longest history), capped at the catalog size. The exact top-k
-instead masks H_u in the score matrix before ``tf.math.top_k``.
+(the most H_u can remove), drops H_u with ``metrics.filter_rated`` (the target too, unless
+``targets`` are given: see `tfrs_logq.metrics`) and keeps the top k. Queries are sorted by
+|unique(H_u)| and searched in batches so each batch over-fetches only k + (its longest
+history), capped at the catalog size. The exact top-k instead masks H_u in the score matrix
+before ``tf.math.top_k``.
 """
 
 import dataclasses
@@ -30,6 +32,7 @@ import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow load
 import tensorflow as tf
 
 from tfrs_logq import metrics
+from train.config_flags import setting
 
 BACKENDS = ("pybind", "tf")
 MODES = ("auto", "brute_force", "tree_ah")
@@ -37,16 +40,22 @@ MODES = ("auto", "brute_force", "tree_ah")
 
 @dataclasses.dataclass
 class IndexConfig:
-  """ScaNN parameters (None: chosen from the catalog size by ``resolve``)."""
-  mode: str = "auto"
-  brute_force_max_items: int = 20_000
-  num_leaves: Optional[int] = None
-  num_leaves_to_search: Optional[int] = None
-  training_sample_size: Optional[int] = None
-  dimensions_per_block: int = 2
-  anisotropic_quantization_threshold: float = 0.2
-  reorder_k: Optional[int] = None
-  training_threads: int = 0
+  """ScaNN parameters (None: chosen from the catalog size by ``resolve``); flags of
+  `python -m eval.evaluate` (`train.config_flags`)."""
+  mode: str = setting("auto", "ScaNN mode: auto (brute force up to --brute_force_max_items "
+                      "items, tree + AH + reordering above), brute_force, tree_ah.",
+                      choices=MODES, flag="index_mode")
+  brute_force_max_items: int = setting(20_000, "auto mode: brute force up to this many items.")
+  num_leaves: Optional[int] = setting(None, "ScaNN tree leaves (unset: about 2 sqrt(N)).")
+  num_leaves_to_search: Optional[int] = setting(None, "Leaves probed per query (unset: "
+                                                "leaves / 10).")
+  training_sample_size: Optional[int] = setting(None, "Tree / AH training sample (unset: "
+                                                "min(N, 250k)).")
+  dimensions_per_block: int = setting(2, "AH dimensions per 4-bit code.")
+  anisotropic_quantization_threshold: float = setting(0.2, "AH anisotropic threshold eta.")
+  reorder_k: Optional[int] = setting(None, "Candidates re-scored exactly (unset: "
+                                     "max(10 k, 1000)).")
+  training_threads: int = setting(0, "ScaNN training threads (0 = ScaNN's default).")
 
   def resolve(self, num_items: int, k: int) -> "IndexConfig":
     """Fills the defaults for a catalog of ``num_items`` and k neighbours.
@@ -77,30 +86,6 @@ class IndexConfig:
                                training_sample_size=sample, reorder_k=reorder)
 
 
-def _check_item_embeddings(item_embeddings) -> np.ndarray:
-  emb = np.asarray(item_embeddings)
-  if emb.ndim != 2 or emb.shape[0] < 2:
-    raise ValueError(f"item_embeddings must be [num_items + 1 >= 2, d] with row 0 = padding, "
-                     f"got shape {emb.shape}")
-  if emb.dtype.kind != "f":
-    raise ValueError(f"item_embeddings must be floating point, got {emb.dtype}")
-  emb = np.ascontiguousarray(emb, dtype=np.float32)
-  if not np.all(np.isfinite(emb)):
-    raise ValueError("item_embeddings contain NaN or inf")
-  return emb
-
-
-def _check_queries(queries, dim: int) -> np.ndarray:
-  q = np.ascontiguousarray(np.asarray(queries, np.float32))
-  if q.ndim != 2 or q.shape[1] != dim:
-    raise ValueError(f"queries must be [Q, {dim}], got shape {q.shape}")
-  if q.shape[0] == 0:
-    raise ValueError("empty batch: no queries")
-  if not np.all(np.isfinite(q)):
-    raise ValueError("queries contain NaN or inf")
-  return q
-
-
 def scann_builder(item_embeddings, num_neighbors: int, config: IndexConfig,
                   backend: str = "pybind"):
   """A ScaNN builder over rows 1..N of ``item_embeddings`` (dot product), configured.
@@ -110,7 +95,7 @@ def scann_builder(item_embeddings, num_neighbors: int, config: IndexConfig,
     ``ScannSearcher`` (backend "pybind") or the TF-ops searcher (backend "tf", serializable
     into a SavedModel with ``serialize_to_module``).
   """
-  emb = _check_item_embeddings(item_embeddings)
+  emb = metrics.as_item_table(item_embeddings)
   db = emb[1:]
   cfg = config.resolve(db.shape[0], num_neighbors)
   if backend == "pybind":
@@ -140,7 +125,7 @@ class ScannIndex:
 
   def __init__(self, item_embeddings, num_neighbors: int = 100,
                config: Optional[IndexConfig] = None, backend: str = "pybind"):
-    emb = _check_item_embeddings(item_embeddings)
+    emb = metrics.as_item_table(item_embeddings)
     self.num_items = emb.shape[0] - 1
     self.dim = emb.shape[1]
     self.num_neighbors = num_neighbors
@@ -157,7 +142,7 @@ class ScannIndex:
     ``leaves_to_search`` / ``reorder_k`` override the built configuration for this call
     (tree mode only), which lets a benchmark sweep them without rebuilding.
     """
-    q = _check_queries(queries, self.dim)
+    q = metrics.as_queries(queries, self.dim)
     if int(k) != k or not 1 <= k <= self.num_items:
       raise ValueError(f"k must be in [1, {self.num_items}], got {k}")
     pre, leaves = None, None
@@ -194,12 +179,12 @@ class ScannIndex:
       queries: float [Q, d].
       history: Q int arrays (or int [Q, L] with 0 = padding): the rated items H_u.
       k: items per query after filtering.
-      targets: optional int [Q], never filtered.
+      targets: optional int [Q], never filtered (the "except target" protocol).
       batch_size: queries per search call.
     Returns:
       (ids int64 [Q, k], scores float32 [Q, k]); -1 for slots left empty.
     """
-    q = _check_queries(queries, self.dim)
+    q = metrics.as_queries(queries, self.dim)
     rows = [np.unique(np.asarray(h, np.int64)) for h in history]
     rows = [r[r > 0] for r in rows]
     if len(rows) != q.shape[0]:
@@ -219,74 +204,6 @@ class ScannIndex:
           targets=None if targets is None else targets[sel])
       ids[sel], scores[sel] = f_ids, f_scores
     return ids, scores
-
-
-def pad_histories(history: Sequence[np.ndarray]) -> np.ndarray:
-  """Left-pads a list of int arrays into int64 [Q, max(1, max_len)] with 0."""
-  rows = [np.asarray(h, np.int64).ravel() for h in history]
-  width = max([1] + [r.size for r in rows])
-  out = np.zeros((len(rows), width), np.int64)
-  for i, r in enumerate(rows):
-    if r.size:
-      out[i, width - r.size:] = r
-  return out
-
-
-def exact_top_k(queries, item_embeddings, k: int, history: Optional[Sequence[np.ndarray]] = None,
-                targets=None, chunk_size: Optional[int] = None,
-                max_chunk_scores: int = 1 << 25) -> Tuple[np.ndarray, np.ndarray]:
-  """Exact top-k by dot product: tf.matmul + tf.math.top_k over query chunks.
-
-  Each chunk scores ``chunk_size`` queries against the whole catalog; by default the chunk
-  holds at most ``max_chunk_scores`` scores (128 MB of float32), at most 1,024 queries.
-
-  With ``history``, the rated items (except the target) are masked before top_k
-  (``metrics.filtered_top_k_tf``); padding id 0 is always masked.
-
-  Returns:
-    (ids int64 [Q, k], scores float32 [Q, k]); -1 for slots left empty.
-  """
-  emb = _check_item_embeddings(item_embeddings)
-  q = _check_queries(queries, emb.shape[1])
-  num_items = emb.shape[0] - 1
-  if int(k) != k or not 1 <= k <= num_items:
-    raise ValueError(f"k must be in [1, {num_items}], got {k}")
-  if chunk_size is None:
-    chunk_size = int(np.clip(max_chunk_scores // (num_items + 1), 1, 1024))
-  if chunk_size < 1:
-    raise ValueError("chunk_size must be >= 1")
-  padded = None
-  if history is not None:
-    if len(history) != q.shape[0]:
-      raise ValueError(f"history has {len(history)} rows for {q.shape[0]} queries")
-    padded = pad_histories(history)
-    if padded.size and (padded.min() < 0 or padded.max() > num_items):
-      raise ValueError(f"history holds ids outside [0, {num_items}]")
-  if targets is not None:
-    targets = np.asarray(targets, np.int64)
-  out_ids, out_scores = [], []
-  if padded is None:
-    items = tf.constant(emb[1:])  # rows 1..N: padding excluded without masking
-    for start in range(0, q.shape[0], chunk_size):
-      ids, top = _plain_top_k(tf.constant(q[start:start + chunk_size]), items, k)
-      out_ids.append(ids.numpy() + 1)
-      out_scores.append(top.numpy())
-  else:
-    items = tf.constant(emb)
-    for start in range(0, q.shape[0], chunk_size):
-      scores = tf.matmul(tf.constant(q[start:start + chunk_size]), items, transpose_b=True)
-      ids, top = metrics.filtered_top_k_tf(
-          scores, padded[start:start + chunk_size], k,
-          targets=None if targets is None else targets[start:start + chunk_size])
-      out_ids.append(ids.numpy())
-      out_scores.append(top.numpy())
-  return np.concatenate(out_ids), np.concatenate(out_scores)
-
-
-@tf.function(reduce_retracing=True)
-def _plain_top_k(queries, items, k):
-  top, ids = tf.math.top_k(tf.matmul(queries, items, transpose_b=True), k=k)
-  return tf.cast(ids, tf.int64), top
 
 
 def agreement_at_k(approx_ids, exact_ids, k: int) -> float:

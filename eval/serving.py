@@ -37,6 +37,8 @@ import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow load
 import tensorflow as tf
 
 from eval import index as index_lib
+from train import data as data_lib
+from train import export as export_lib
 
 SCANN_OPS_MESSAGE = (
     "This SavedModel uses ScaNN's custom TensorFlow ops (namespace 'Scann'), which are not "
@@ -100,11 +102,7 @@ class ServingModule(tf.Module):
     self._reorder_k = index.config.reorder_k if index.config.mode == "tree_ah" else -1
 
   def _fit_length(self, history):
-    if not self.max_len:
-      return history
-    history = history[:, -self.max_len:]
-    pad = self.max_len - tf.shape(history)[1]
-    return tf.pad(history, [[0, 0], [pad, 0]])
+    return data_lib.fit_length(history, self.max_len) if self.max_len else history
 
   @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int64, name="history")])
   def recommend(self, history):
@@ -189,9 +187,7 @@ def export_from_training_export(export_dir: Union[str, pathlib.Path],
                                 output_dir: Union[str, pathlib.Path], **kwargs) -> pathlib.Path:
   """Serving model from a training export (query_encoder/, item_embeddings.npy, export_meta.json)."""
   export_dir = pathlib.Path(export_dir)
-  meta_path = export_dir / "export_meta.json"
-  meta = json.loads(meta_path.read_text()) if meta_path.exists() else {}
-  kwargs.setdefault("max_len", meta.get("max_len"))
+  kwargs.setdefault("max_len", export_lib.read_meta(export_dir).get("max_len"))
   emb = np.load(export_dir / "item_embeddings.npy")
   return export_serving_model(output_dir, export_dir / "query_encoder", emb, **kwargs)
 

@@ -1,14 +1,12 @@
-"""Models of tfrs_logq: SASRec (sequential) and a TFRS two-tower model, plus their training losses.
+"""Query models of tfrs_logq: SASRec (sequential) and a TFRS two-tower model.
 
-Both models share the interface the training binary and the export use:
-``query_embeddings(features, training, seed) -> [B, d]``, ``item_embeddings(ids) -> [..., d]``,
-``all_item_embeddings() -> [num_items + 1, d]`` (row 0 = padding) and ``build_all()``.
+Both implement the interface of `models.queries` (``training_queries`` -> `TrainingQueries`,
+``query_embeddings``, ``serving_queries``, ``item_embeddings``, ``all_item_embeddings``,
+``build_all``); the losses live in `tfrs_logq.losses`.
 """
 
-from models.sasrec import SASRec
-from models.training_losses import (LOSSES, bce_loss, full_softmax_loss, gbce_beta, gbce_loss,
-                                    sampled_softmax)
+from models.queries import TrainingQueries
+from models.sasrec import BLOCK_STYLES, SASRec
 from models.two_tower import TwoTower
 
-__all__ = ["SASRec", "TwoTower", "LOSSES", "bce_loss", "full_softmax_loss", "gbce_beta",
-           "gbce_loss", "sampled_softmax"]
+__all__ = ["TrainingQueries", "SASRec", "TwoTower", "BLOCK_STYLES"]

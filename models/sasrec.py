@@ -26,6 +26,10 @@ import math
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
+from models.queries import TrainingQueries
+
+__all__ = ["SASRec", "TransformerBlock", "ReferenceBlock", "CausalSelfAttention", "BLOCK_STYLES"]
+
 _NEG_INF = -1e9
 BLOCK_STYLES = ("pre_ln", "reference")
 
@@ -127,7 +131,7 @@ class ReferenceBlock(tf.keras.layers.Layer):
     a    = softmax_j(<W_q z_t, W_k x_j> / sqrt(d_head) + mask[t, j]) W_v x_j   (keys/values: raw x,
            attention dropout, no output projection)
     h    = LN2(a + z)
-    x'   = (h + dropout(W_2 dropout(W_1 h))) * m                            (no activation in the FFN)
+    x'   = (h + dropout(W_2 dropout(relu(W_1 h + b_1)) + b_2)) * m           (SASRec's FFN, Eq. 4)
 
   All weights are truncated normal (std 0.02, cut at 2 std), biases zero, LayerNorm eps 1e-5.
   """
@@ -158,7 +162,7 @@ class ReferenceBlock(tf.keras.layers.Layer):
     attn = _dropout(attn, self.rate, training, seed, salt * 10 + 1)
     a = tf.reshape(tf.einsum("bhts,bshd->bthd", attn, kv[:, :, 1]), [b, l, self.dim])
     hidden = self.ln2(a + z)
-    f = _dropout(self.ffn1(hidden), self.rate, training, seed, salt * 10 + 3)
+    f = _dropout(tf.nn.relu(self.ffn1(hidden)), self.rate, training, seed, salt * 10 + 3)
     f = _dropout(self.ffn2(f), self.rate, training, seed, salt * 10 + 4)
     return (hidden + f) * mask
 
@@ -291,9 +295,20 @@ class SASRec(tf.keras.Model):
     x = self.final_norm(x)
     return tf.scatter_nd(index, x, tf.concat([full_shape, tf.shape(x, out_type=tf.int64)[1:]], 0))
 
-  def query_embeddings(self, inputs, training=False, seed=None):
-    """Serving query of each sequence: H at the last (right-most) position, [B, d]."""
-    return self.encode(inputs, training=training, seed=seed)[:, -1, :]
+  def query_embeddings(self, features, training=False, seed=None):
+    """Query of each sequence: H at the last (right-most) position, [B, d].
+
+    ``features``: left-padded item ids [B, L], or a dict with them under "history" (or "inputs";
+    other keys such as "user_id" are ignored).
+    """
+    if isinstance(features, dict):
+      features = features["history"] if "history" in features else features["inputs"]
+    return self.encode(features, training=training, seed=seed)[:, -1, :]
+
+  def serving_queries(self, history, user_ids=None):
+    """Serving queries [B, d] of left-padded histories int [B, max_len] (user ids unused)."""
+    del user_ids
+    return self.query_embeddings(history, training=False)
 
   def item_embeddings(self, item_ids):
     """Rows of the output table E_out for ``item_ids`` (any shape) -> [..., d]."""
@@ -306,16 +321,16 @@ class SASRec(tf.keras.Model):
     self.built = True
     return self.output_embedding.embeddings
 
-  def training_queries(self, inputs, targets, training=True, seed=None):
-    """Queries and positives of one batch, gathered at non-padding target positions.
+  def training_queries(self, batch, training=True, seed=None) -> TrainingQueries:
+    """Queries and positives of a {"inputs", "targets"} [B, L] batch at non-padding targets.
 
-    Returns (queries [A, d], positive_ids [A] int64, index [A, 2]) where A = #(targets != 0) and
-    ``index`` holds the (row, position) of each query (to gather per-position negatives).
+    Returns ``TrainingQueries(queries [A, d], positive_ids [A] int64, sequence_ids [A] int64)``
+    with A = #(targets != 0), in row-major order; ``sequence_ids`` is each query's row.
     """
-    h = self.encode(inputs, training=training, seed=seed)
-    targets = tf.cast(targets, tf.int64)
+    h = self.encode(batch["inputs"], training=training, seed=seed)
+    targets = tf.cast(batch["targets"], tf.int64)
     index = tf.where(tf.not_equal(targets, 0))                      # [A, 2]
-    return tf.gather_nd(h, index), tf.gather_nd(targets, index), index
+    return TrainingQueries(tf.gather_nd(h, index), tf.gather_nd(targets, index), index[:, 0])
 
   def call(self, inputs, training=False):
     """Scores of every item for every sequence's last position: [B, num_items + 1] (column 0 padding)."""

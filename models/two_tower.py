@@ -24,6 +24,10 @@ import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow load
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
 
+from models.queries import TrainingQueries
+
+__all__ = ["TwoTower", "QueryTower", "CandidateTower"]
+
 
 class QueryTower(tf.keras.layers.Layer):
   """Mean-pooled history embeddings (+ user id embedding) followed by an MLP."""
@@ -167,10 +171,20 @@ class TwoTower(tfrs.Model):
     """[num_items + 1, d] (row 0 = padding)."""
     return self.candidate_tower(tf.range(self.num_items + 1, dtype=tf.int64))
 
-  def training_queries(self, features, training=True, seed=None):
-    """(queries [B, d], positive ids [B]) of a batch {"history", "user_id", "item_id"}."""
-    return (self.query_embeddings(features, training=training, seed=seed),
-            tf.cast(features["item_id"], tf.int64))
+  def training_queries(self, batch, training=True, seed=None) -> TrainingQueries:
+    """``TrainingQueries(queries [B, d], positive_ids [B], sequence_ids = 0..B-1)`` of a batch
+    {"history", "user_id", "item_id"} (each pair is its own sequence)."""
+    positive_ids = tf.cast(batch["item_id"], tf.int64)
+    return TrainingQueries(self.query_embeddings(batch, training=training, seed=seed),
+                           positive_ids, tf.range(tf.size(positive_ids, out_type=tf.int64)))
+
+  def serving_queries(self, history, user_ids=None):
+    """Serving queries [B, d] of left-padded histories int [B, max_len]; user ids default to 0
+    (the unknown-user bucket), as in the exported query encoder."""
+    history = tf.cast(history, tf.int64)
+    if user_ids is None:
+      user_ids = tf.zeros([tf.shape(history)[0]], tf.int64)
+    return self.query_embeddings({"history": history, "user_id": user_ids}, training=False)
 
   def call(self, features, training=False):
     q = self.query_embeddings(features, training=training)

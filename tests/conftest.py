@@ -1,6 +1,7 @@
 """Test set-up shared by the whole suite.
 
-* Puts the repository root on sys.path (the binaries and models live beside the library).
+* The application packages (models, train, eval, bench) are importable because the project is
+  installed (`pip install -e ".[test]"`, what `make test` does); nothing touches sys.path.
 * Splits the CPU into 2 logical devices before TensorFlow initialises, so
   MirroredStrategy tests have two replicas on a CPU-only machine.
 * Locates ../shared/data (or $TFRS_LOGQ_DATA): tests that need it fail, never skip, when it
@@ -9,15 +10,14 @@
 
 import os
 import pathlib
-import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tfrs_logq  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS before TF loads)
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 _cpus = tf.config.list_physical_devices("CPU")
 tf.config.set_logical_device_configuration(

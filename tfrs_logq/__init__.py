@@ -2,11 +2,16 @@
 
 Importing this package sets ``TF_USE_LEGACY_KERAS=1`` when TensorFlow is not imported yet
 (TFRS needs Keras 2) and raises a clear ImportError when ``tf.keras`` is already Keras 3.
+``import tfrs_logq.keras3`` (the Keras 3 path, any backend) skips that check; it then runs
+before the first tf-keras submodule is imported, if any.
 """
 
-from tfrs_logq._keras_env import ensure_legacy_keras as _ensure_legacy_keras
+from tfrs_logq import _keras_env
 
-_ensure_legacy_keras()
+if _keras_env.importing_keras3_only():
+  _keras_env.install_legacy_keras_guard()
+else:
+  _keras_env.ensure_legacy_keras()
 
 __version__ = "0.1.0"
 

@@ -1,11 +1,16 @@
 """Accidental hits: negatives whose id equals the row's positive id.
 
+    valid[a, i] = (d_i != p_a)          (``accidental_hit_mask``, shared [N] or per-row [A, N])
+
 A negative d_i with d_i == p is not a negative at all: for the corrected loss it must be
 masked (negatives are drawn from Q', which excludes p), and every variant should mask it.
+``RemoveAccidentalHits`` is the logits-level drop-in for TFRS's layer of the same name.
 """
 
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
+
+__all__ = ["accidental_hit_mask", "RemoveAccidentalHits", "lowest_logit"]
 
 
 def _check_ids(ids: tf.Tensor, name: str) -> tf.Tensor:
@@ -51,13 +56,19 @@ def accidental_hit_mask(positive_ids: tf.Tensor, negative_ids: tf.Tensor) -> tf.
   return tf.not_equal(positive_ids[:, tf.newaxis], negative_ids)
 
 
+@tf.keras.utils.register_keras_serializable(package="tfrs_logq")
 class RemoveAccidentalHits(tf.keras.layers.Layer):
   """Drop-in for ``tfrs.layers.loss.RemoveAccidentalHits`` that works in every float dtype.
 
-  ``call(labels [A, C] one-hot, logits [A, C], candidate_ids [C])`` sets the logits of
-  candidates that share the positive's id (other than the positive itself) to the lowest
-  finite value of the logits' dtype (TFRS adds a float32 constant that overflows to -inf in
-  float16 and can turn into NaN downstream).
+  ``call(labels [A, C] one-hot, logits [A, C], candidate_ids [C])`` returns
+
+      out[a, c] = lowest   if candidate_ids[c] == candidate_ids[argmax_c labels[a]] and
+                              labels[a, c] == 0   (a candidate sharing the positive's id)
+      out[a, c] = logits[a, c]   otherwise,
+
+  with ``lowest`` a large negative value that stays finite in the logits' dtype
+  (``lowest_logit``; TFRS adds a float32 constant that overflows to -inf in float16 and can turn
+  into NaN downstream).
   """
 
   def call(self, labels: tf.Tensor, logits: tf.Tensor, candidate_ids: tf.Tensor) -> tf.Tensor:

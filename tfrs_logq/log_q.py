@@ -1,11 +1,17 @@
-"""Log sampling probabilities: validation, conversion and the positive-excluded proposal Q'.
+"""Log sampling probabilities: validation, conversion, the positive-excluded proposal Q' and
+the inclusion probability of a deduplicated pool.
 
-Conventions (see the README): Q(d) is the *per-draw* probability that one negative slot holds
-item d, so sum_d Q(d) = 1 over the catalog. Everything in this package passes **log Q**, never
-a clipped Q: tail items of large catalogs have Q far below TFRS's 1e-6 clip.
+Conventions: Q(d) is the *per-draw* probability that one negative slot holds item d, so
+sum_d Q(d) = 1 over the catalog. Everything in this package passes **log Q**, never a clipped Q:
+tail items of large catalogs have Q far below TFRS's 1e-6 clip.
 
     Q'(d) = Q(d) / (1 - Q(p))          the proposal with the row's positive p excluded
     log Q'(d) = log Q(d) - log(1 - Q(p)) = log Q(d) - log1mexp(log Q(p))
+    pi(d) = 1 - (1 - Q(d))^B           P(d is in a pool of B i.i.d. draws), deduplicated pools
+    log pi(d) = log1mexp(B * log1mexp(log Q(d)))
+
+`log1mexp` is the one implementation of log(1 - exp(x)) in the package; ``MIN_ONE_MINUS_Q`` is
+the one floor of 1 - Q(p) (a positive that holds the whole stream must not give log 0).
 """
 
 import math
@@ -14,19 +20,28 @@ from typing import Optional
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
+__all__ = ["MIN_ONE_MINUS_Q", "log1mexp", "validate_log_q", "probability_to_log_q",
+           "resolve_log_q", "log_q_prime", "log_inclusion_probability"]
+
 # A log-probability may exceed 0 by float rounding (e.g. log(count / total) with count ==
 # total); anything above this is a caller error.
 _LOG_Q_SLACK = 1e-5
 
+MIN_ONE_MINUS_Q = 1e-6
+"""Floor of 1 - Q(p) in log(1 - Q(p)): Q(p) = 1 gives log(1e-6), not -inf."""
 
-def log1mexp(x: tf.Tensor, min_one_minus_p: float = 1e-7) -> tf.Tensor:
+
+def log1mexp(x: tf.Tensor, min_one_minus_p: float = MIN_ONE_MINUS_Q) -> tf.Tensor:
   """log(1 - exp(x)) for x <= 0, accurate everywhere (Maechler 2012).
 
   Uses log(-expm1(x)) for x > -ln 2 and log1p(-exp(x)) below; each branch only sees inputs in
   its own range, so neither the value nor the gradient of the unused branch can be NaN.
-  1 - exp(x) is floored at ``min_one_minus_p``, so that Q(p) = 1 (a one-item catalog) gives a
-  large finite value instead of -inf.
+  1 - exp(x) is floored at ``min_one_minus_p`` (default `MIN_ONE_MINUS_Q`), so that Q(p) = 1 (a
+  one-item catalog) gives a large finite value instead of -inf; ``min_one_minus_p=0`` turns the
+  floor off (then x = 0 gives -inf).
   """
+  if not 0.0 <= min_one_minus_p < 1.0:
+    raise ValueError(f"min_one_minus_p must be in [0, 1), got {min_one_minus_p!r}")
   x = tf.minimum(x, tf.cast(math.log1p(-min_one_minus_p), x.dtype))
   log_half = tf.cast(-math.log(2.0), x.dtype)
   near_one = x > log_half
@@ -106,3 +121,25 @@ def log_q_prime(negative_log_q: tf.Tensor, positive_log_q: tf.Tensor) -> tf.Tens
   negative_log_q = tf.cast(negative_log_q, tf.float32)
   positive_log_q = tf.cast(positive_log_q, tf.float32)
   return negative_log_q - log1mexp(positive_log_q)[:, tf.newaxis]
+
+
+def log_inclusion_probability(log_q: tf.Tensor, num_draws) -> tf.Tensor:
+  """log pi(d) = log(1 - (1 - Q(d))^B): the log probability that d is in a pool of B draws.
+
+  Computed as ``log1mexp(B * log1mexp(log Q))`` without floors, so pi = B Q (1 - O(B Q)) stays
+  accurate for tiny B Q and saturates at 1 for B Q >> 1. Where Q < 1e-13 (1 - Q rounds to 1 in
+  float32) the first-order value log B + log Q is used (relative error B Q / 2).
+
+  Args:
+    log_q: float log Q(d), any shape; -inf (Q = 0) gives -inf.
+    num_draws: B >= 1, the number of i.i.d. draws of the pool (scalar, may be a tensor).
+
+  Returns:
+    float32, the shape of ``log_q``.
+  """
+  log_q = tf.cast(log_q, tf.float32)
+  b = tf.cast(num_draws, tf.float32)
+  log_1mq = log1mexp(tf.minimum(log_q, 0.0), min_one_minus_p=0.0)      # log(1 - Q) <= 0
+  exact = log1mexp(b * log_1mq, min_one_minus_p=0.0)
+  tiny = log_q < -30.0
+  return tf.where(tiny, tf.math.log(b) + log_q, exact)

@@ -17,13 +17,26 @@ import tensorflow as tf
 
 from tfrs_logq import log_q as log_q_lib
 
+__all__ = ["LogQCorrection"]
 
+
+@tf.keras.utils.register_keras_serializable(package="tfrs_logq")
 class LogQCorrection(tf.keras.layers.Layer):
-  """``call(logits [A, C], candidate_sampling_probability [C] or [A, C])`` -> logits - log Q."""
+  """Subtracts log Q from logits, without clipping:
+
+      call(logits [A, C], q [C] or [A, C]) = logits - log Q     (float32, cast back)
+
+  ``from_log=False``: q is Q, checked 0 < Q <= 1 and not NaN (``InvalidArgumentError``);
+  ``from_log=True``: q is log Q, checked finite and <= 0. Replaces
+  ``tfrs.layers.loss.SamplingProbablityCorrection``, which clips Q at 1e-6.
+
+  Args:
+    from_log: the second argument of ``call`` is log Q instead of Q.
+  """
 
   def __init__(self, from_log: bool = False, **kwargs):
     super().__init__(**kwargs)
-    self.from_log = from_log
+    self.from_log = bool(from_log)
 
   def call(self, logits: tf.Tensor, candidate_sampling_probability: tf.Tensor) -> tf.Tensor:
     logits = tf.convert_to_tensor(logits)

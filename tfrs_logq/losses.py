@@ -1,14 +1,18 @@
-r"""Per-example sampled-softmax losses with none / standard / corrected logQ.
+r"""Per-example retrieval losses: sampled softmax with none / standard / corrected logQ, full
+softmax, BCE and gBCE.
 
 Notation (one meaning everywhere): for a row (query u with positive p),
 s_p = s(u, p) is the positive score, s_i = s(u, d_i) the scores of its negatives d_1..d_N,
 log Q(d_i) their per-draw log sampling probabilities, and ``valid[i]`` says whether negative i
 takes part (False for padding, accidental hits d_i == p, score masks). n is the number of valid
-negatives of the row. LSE is log-sum-exp over the valid negatives only.
+negatives of the row. LSE is log-sum-exp over the valid negatives only; softplus(x) = log(1 + e^x)
+and sigma is the logistic sigmoid.
+
+Sampled softmax (`sampled_softmax_loss`, `SampledSoftmaxLoss`):
 
 ``none`` (plain sampled softmax, positive in the denominator)::
 
-    L = -(s_p - log(exp(s_p) + sum_i exp(s_i)))
+    L = -(s_p - log(exp(s_p) + sum_i exp(s_i)))  = softplus(LSE_i s_i - s_p)
 
 ``standard`` (Yi et al. 2019, as ``tfrs.tasks.Retrieval`` does it: log Q subtracted from every
 column, the positive's included; the positive stays in the denominator)::
@@ -35,13 +39,49 @@ shift of log Q' cancels in the softmax over negatives), but w does: Q must be th
 probability of one negative slot, summing to 1 over the catalog, for P̂ to estimate
 P(p | u) (appendix B: (1/n) sum_i exp(s_i) / Q'(d_i) estimates sum_{d != p} exp(s_d)).
 
-Rows with no valid negative (n = 0): ``corrected`` gives loss 0 and weight 0 (there is no
-estimate of the denominator); the other variants give the exact value of their formula with an
-empty sum, which is 0 as well. Losses are computed in float32 whatever the input dtype (so
-mixed_float16 / mixed_bfloat16 models are safe) with a masked, max-shifted log-sum-exp, so huge
-logits stay finite and masked entries never produce NaN gradients.
+``ratio_floor = r > 0`` (``corrected`` only; off by default) reproduces the clamp of the paper's
+released corrected script, which computes the ratio R = exp(s_p) / max(sum_i exp(s_i - log Q'_i),
+r) and the loss -w log max(R, r) with r = 1e-10. In log space::
+
+    L = -w * max(s_p - max(Z, log r), log r)
+
+so a row with s_p - Z < log r (a loss above -log r ~ 23 nats for r = 1e-10) contributes the
+constant -w log r and no gradient, and a row whose corrected denominator is below r gets no
+gradient through its negatives. w is not clamped (the script computes it from an unclamped
+softmax).
+
+Full softmax (`full_softmax_loss`), over every candidate row of a table (p excluded from the LSE,
+which is the same as the usual log-sum-exp over all rows)::
+
+    L = -s_p + log sum_d exp(s_d)  = softplus(LSE_{d != p} s_d - s_p)
+
+BCE and gBCE (`bce_loss`, `gbce_loss`; gSASRec, Petrov & Macdonald, RecSys 2023)::
+
+    BCE:   L = -log sigma(s_p) - sum_{i valid} log(1 - sigma(s_i))
+             = softplus(-s_p) + sum_{i valid} softplus(s_i)
+    gBCE:  L = -log(sigma(s_p)^beta) - sum_{i valid} log(1 - sigma(s_i))
+             = beta * softplus(-s_p) + sum_{i valid} softplus(s_i)
+    beta  = alpha * (t * (1 - 1/alpha) + 1/alpha) = 1 - t * (1 - alpha),   alpha = k / (|I| - 1)
+
+with alpha the uniform negative sampling rate (k negatives per positive, |I| items) and the
+calibration t in [0, 1] (t = 0: BCE; t = 1: beta = alpha; gSASRec uses t = 0.75, k = 256). The
+gSASRec code averages over the 1 + k logits of a row; a row's loss here is the sum (a constant
+factor 1 / (1 + k), which Adam removes).
+
+Edge cases. Rows with no valid negative (n = 0) give loss 0 in every sampled variant (and weight 0
+under ``corrected``: there is no estimate of the denominator). Infinite scores give the limit of
+the formula wherever it exists: s_p = +inf gives 0 in every variant (corrected: w -> 0 faster than
+|s_p - Z| grows); s_p = -inf gives +inf; a valid negative at +inf gives +inf (with a ratio floor
+r, corrected gives the clamped value -w log r in both cases); negatives at -inf drop out of the
+sums (a row whose negatives are all -inf gives 0). s_p = +inf together with a
+negative at +inf has no limit (NaN). Wherever the loss is finite the gradients are finite.
+Losses are computed in float32 whatever the input dtype (float16 / bfloat16 inputs and
+mixed-precision models are safe) with a masked, max-shifted log-sum-exp, so huge logits stay finite
+and masked entries never produce NaN gradients.
 """
 
+import math
+import numbers
 from typing import NamedTuple, Optional
 
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
@@ -49,8 +89,15 @@ import tensorflow as tf
 
 from tfrs_logq import log_q as log_q_lib
 
+__all__ = ["CORRECTIONS", "Q_PRIME_MODES", "LOSSES", "LossOutput", "masked_logsumexp",
+           "sampled_softmax_loss", "full_softmax_loss", "bce_loss", "gbce_loss", "gbce_beta",
+           "SampledSoftmaxLoss", "FullSoftmaxLoss", "GBCELoss"]
+
 CORRECTIONS = ("none", "standard", "standard_no_positive", "corrected")
 Q_PRIME_MODES = ("exact", "proxy")
+LOSSES = ("sampled_softmax", "full_softmax", "bce", "gbce")
+
+_MASKED = -1e30  # stands for an excluded entry inside masked_logsumexp (finite: no inf - inf)
 
 
 class LossOutput(NamedTuple):
@@ -58,7 +105,7 @@ class LossOutput(NamedTuple):
 
   Attributes:
     loss: [A] float32 per-example loss (before sample weights / reduction).
-    weight: [A] float32 the weight w = sg(1 - P̂) for ``corrected``; 1 for the other variants
+    weight: [A] float32 the weight w = sg(1 - P̂) for ``corrected``; 1 for the other losses
       (0 for rows without a valid negative under ``corrected``).
     num_valid: [A] int32 number of valid negatives n of each row.
   """
@@ -67,48 +114,83 @@ class LossOutput(NamedTuple):
   num_valid: tf.Tensor
 
 
-def _check_correction(correction: str, q_prime: str) -> None:
+def _check_correction(correction: str, q_prime: str, ratio_floor: float = 0.0) -> float:
   if correction not in CORRECTIONS:
     raise ValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
   if q_prime not in Q_PRIME_MODES:
     raise ValueError(f"q_prime must be one of {Q_PRIME_MODES}, got {q_prime!r}")
+  if (isinstance(ratio_floor, bool) or not isinstance(ratio_floor, numbers.Real)
+      or not 0.0 <= float(ratio_floor) < 1.0):
+    raise ValueError(f"ratio_floor must be a float in [0, 1) (0 = off), got {ratio_floor!r}")
+  if ratio_floor > 0 and correction != "corrected":
+    raise ValueError(f"ratio_floor applies to correction='corrected' only (the clamp of the "
+                     f"paper's corrected script), got correction={correction!r}")
+  return float(ratio_floor)
 
 
 def masked_logsumexp(x: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
   """LSE over the valid entries of each row of x [A, N], in three passes over [A, N].
 
-  Invalid entries are replaced by -1e30 before a stop-gradient row-max shift, so huge values
-  are stable and invalid entries get exactly zero gradient (through tf.where). Rows with no
-  valid entry return about -1e30 (finite, never NaN); callers that need 0 there test n > 0.
+  Invalid entries (and entries equal to -inf, which add exp(-inf) = 0) are replaced by -1e30
+  before a stop-gradient row-max shift, so huge values are stable and excluded entries get
+  exactly zero gradient (through tf.where). A row whose maximum is +inf returns +inf (the shift
+  is then 0); NaN entries propagate. Rows with no valid entry return about -1e30 (finite, never
+  NaN); callers that need 0 there test n > 0.
   """
-  masked = tf.where(valid, x, tf.constant(-1e30, x.dtype))
-  shift = tf.stop_gradient(tf.reduce_max(masked, axis=1, keepdims=True))
+  keep = tf.logical_and(valid, tf.not_equal(x, -math.inf))
+  masked = tf.where(keep, x, tf.constant(_MASKED, x.dtype))
+  row_max = tf.reduce_max(masked, axis=1, keepdims=True)
+  shift = tf.stop_gradient(tf.where(tf.math.is_finite(row_max), row_max, tf.zeros_like(row_max)))
   sum_exp = tf.reduce_sum(tf.exp(masked - shift), axis=1)
   return tf.squeeze(shift, 1) + tf.math.log(sum_exp)
 
 
-def _check_shapes(positive_scores, negative_scores, negative_log_q, positive_log_q, valid_mask):
+def _scores(positive_scores, negative_scores):
+  """Float scores as float32 [A] and [A, N] (TypeError / ValueError on bad dtypes / ranks)."""
+  s_p = tf.convert_to_tensor(positive_scores)
+  s_n = tf.convert_to_tensor(negative_scores)
+  for name, t in (("positive_scores", s_p), ("negative_scores", s_n)):
+    if not t.dtype.is_floating:
+      raise TypeError(f"{name} must be floating, got {t.dtype}")
+  if s_p.shape.rank is not None and s_p.shape.rank != 1:
+    raise ValueError(f"positive_scores must be [A], got shape {s_p.shape}")
+  if s_n.shape.rank is not None and s_n.shape.rank != 2:
+    raise ValueError(f"negative_scores must be [A, N], got shape {s_n.shape}")
+  if not s_p.shape[:1].is_compatible_with(s_n.shape[:1]):
+    raise ValueError(f"positive_scores {s_p.shape} and negative_scores {s_n.shape} disagree on "
+                     "the number of rows")
+  return tf.cast(s_p, tf.float32), tf.cast(s_n, tf.float32)
+
+
+def _valid_mask(valid_mask, s_n):
+  if valid_mask is None:
+    return tf.ones_like(s_n, dtype=tf.bool), []
+  valid_mask = tf.convert_to_tensor(valid_mask)
+  if valid_mask.dtype != tf.bool:
+    raise TypeError(f"valid_mask must be boolean, got {valid_mask.dtype}")
+  if not valid_mask.shape.is_compatible_with(s_n.shape):
+    raise ValueError(f"valid_mask {valid_mask.shape} does not match negative_scores "
+                     f"{s_n.shape}")
+  return valid_mask, [tf.debugging.assert_equal(tf.shape(valid_mask), tf.shape(s_n),
+                                                message="valid_mask must be [A, N]")]
+
+
+def _check_log_q_shapes(s_p, s_n, negative_log_q, positive_log_q):
   """Static shape checks where shapes are known; dynamic asserts otherwise."""
-  if positive_scores.shape.rank is not None and positive_scores.shape.rank != 1:
-    raise ValueError(f"positive_scores must be [A], got shape {positive_scores.shape}")
-  if negative_scores.shape.rank is not None and negative_scores.shape.rank != 2:
-    raise ValueError(f"negative_scores must be [A, N], got shape {negative_scores.shape}")
-  if not positive_scores.shape[:1].is_compatible_with(negative_scores.shape[:1]):
-    raise ValueError(f"positive_scores {positive_scores.shape} and negative_scores "
-                     f"{negative_scores.shape} disagree on the number of rows")
-  a = tf.shape(positive_scores)[0]
-  n = tf.shape(negative_scores)[1]
-  checks = [tf.debugging.assert_equal(
-      tf.shape(negative_scores)[0], a,
-      message="negative_scores must have one row per positive score")]
+  a, n = tf.shape(s_p)[0], tf.shape(s_n)[1]
+  checks = [tf.debugging.assert_equal(tf.shape(s_n)[0], a,
+                                      message="negative_scores must have one row per positive "
+                                              "score"),
+            tf.debugging.assert_positive(a, message="empty batch: there are no queries "
+                                                    "(positive_scores is empty)")]
   if negative_log_q is not None:
     rank = negative_log_q.shape.rank
     if rank not in (1, 2):
       raise ValueError(f"negative_log_q must be [N] or [A, N], got shape {negative_log_q.shape}")
-    if not negative_log_q.shape[-1:].is_compatible_with(negative_scores.shape[-1:]) or (
-        rank == 2 and not negative_log_q.shape.is_compatible_with(negative_scores.shape)):
+    if not negative_log_q.shape[-1:].is_compatible_with(s_n.shape[-1:]) or (
+        rank == 2 and not negative_log_q.shape.is_compatible_with(s_n.shape)):
       raise ValueError(f"negative_log_q {negative_log_q.shape} does not match negative_scores "
-                       f"{negative_scores.shape}")
+                       f"{s_n.shape}")
     checks.append(tf.debugging.assert_equal(
         tf.shape(negative_log_q)[-1], n, message="negative_log_q must have N columns"))
     if rank == 2:
@@ -117,22 +199,19 @@ def _check_shapes(positive_scores, negative_scores, negative_log_q, positive_log
   if positive_log_q is not None:
     if positive_log_q.shape.rank is not None and positive_log_q.shape.rank != 1:
       raise ValueError(f"positive_log_q must be [A], got shape {positive_log_q.shape}")
-    if not positive_log_q.shape.is_compatible_with(positive_scores.shape):
+    if not positive_log_q.shape.is_compatible_with(s_p.shape):
       raise ValueError(f"positive_log_q {positive_log_q.shape} does not match positive_scores "
-                       f"{positive_scores.shape}")
+                       f"{s_p.shape}")
     checks.append(tf.debugging.assert_equal(tf.shape(positive_log_q)[0], a,
                                             message="positive_log_q must be [A]"))
-  if valid_mask is not None:
-    if valid_mask.dtype != tf.bool:
-      raise TypeError(f"valid_mask must be boolean, got {valid_mask.dtype}")
-    if not valid_mask.shape.is_compatible_with(negative_scores.shape):
-      raise ValueError(f"valid_mask {valid_mask.shape} does not match negative_scores "
-                       f"{negative_scores.shape}")
-    checks.append(tf.debugging.assert_equal(tf.shape(valid_mask), tf.shape(negative_scores),
-                                            message="valid_mask must be [A, N]"))
-  checks.append(tf.debugging.assert_positive(
-      a, message="empty batch: there are no queries (positive_scores is empty)"))
   return checks
+
+
+def _assert_finite(s_p, s_n, check_scores):
+  if not check_scores:
+    return s_p, s_n
+  return (tf.debugging.assert_all_finite(s_p, "positive_scores has NaN or inf"),
+          tf.debugging.assert_all_finite(s_n, "negative_scores has NaN or inf"))
 
 
 def sampled_softmax_loss(positive_scores: tf.Tensor,
@@ -143,7 +222,8 @@ def sampled_softmax_loss(positive_scores: tf.Tensor,
                          positive_log_q: Optional[tf.Tensor] = None,
                          valid_mask: Optional[tf.Tensor] = None,
                          q_prime: str = "exact",
-                         check_scores: bool = False) -> LossOutput:
+                         check_scores: bool = False,
+                         ratio_floor: float = 0.0) -> LossOutput:
   """Per-example sampled-softmax loss with the chosen logQ correction (module docstring).
 
   Args:
@@ -160,87 +240,275 @@ def sampled_softmax_loss(positive_scores: tf.Tensor,
     q_prime: ``exact`` (log Q' = log Q - log(1 - Q(p))) or ``proxy`` (log Q' ~ log Q).
     check_scores: Also assert that the scores are finite (one more pass over [A, N] in the
       forward and backward pass: off by default, on for debugging a model that produces NaN).
+    ratio_floor: r in [0, 1); r > 0 clamps the ratio inside the log of ``corrected`` as the
+      paper's released script does with r = 1e-10 (module docstring); 0 (default) = off.
 
   Returns:
     LossOutput(loss [A], weight [A], num_valid [A]).
+
+  Raises:
+    ValueError / TypeError: unknown correction, missing log Q, bad shapes or dtypes;
+    tf.errors.InvalidArgumentError at run time for a non-finite or > 0 log Q.
   """
-  _check_correction(correction, q_prime)
-  positive_scores = tf.convert_to_tensor(positive_scores)
-  negative_scores = tf.convert_to_tensor(negative_scores)
-  for name, t in (("positive_scores", positive_scores), ("negative_scores", negative_scores)):
-    if not t.dtype.is_floating:
-      raise TypeError(f"{name} must be floating, got {t.dtype}")
+  ratio_floor = _check_correction(correction, q_prime, ratio_floor)
+  s_p, s_n = _scores(positive_scores, negative_scores)
   if negative_log_q is not None:
     negative_log_q = log_q_lib.validate_log_q(negative_log_q, "negative_log_q")
   if positive_log_q is not None:
     positive_log_q = log_q_lib.validate_log_q(positive_log_q, "positive_log_q")
-  if valid_mask is not None:
-    valid_mask = tf.convert_to_tensor(valid_mask)
   needs_negative_q = correction != "none"
   needs_positive_q = correction == "standard" or (correction == "corrected" and q_prime == "exact")
   if needs_negative_q and negative_log_q is None:
     raise ValueError(f"correction={correction!r} needs negative_log_q")
   if needs_positive_q and positive_log_q is None:
     raise ValueError(f"correction={correction!r} (q_prime={q_prime!r}) needs positive_log_q")
-
-  checks = _check_shapes(positive_scores, negative_scores, negative_log_q, positive_log_q,
-                         valid_mask)
+  valid_mask, checks = _valid_mask(valid_mask, s_n)
+  checks += _check_log_q_shapes(s_p, s_n, negative_log_q, positive_log_q)
   with tf.control_dependencies(checks):
-    s_p = tf.cast(positive_scores, tf.float32)
-  s_n = tf.cast(negative_scores, tf.float32)
-  if check_scores:
-    s_n = tf.debugging.assert_all_finite(s_n, "negative_scores has NaN or inf")
-    s_p = tf.debugging.assert_all_finite(s_p, "positive_scores has NaN or inf")
-  if valid_mask is None:
-    valid_mask = tf.ones_like(s_n, dtype=tf.bool)
+    s_p = tf.identity(s_p)
+  s_p, s_n = _assert_finite(s_p, s_n, check_scores)
   num_valid = tf.reduce_sum(tf.cast(valid_mask, tf.int32), axis=1)
+  has_negatives = num_valid > 0
+
+  if correction == "corrected":
+    # LSE_i(s_i - log Q'(d_i)) = LSE_i(s_i - log Q(d_i)) + log(1 - Q(p)): Q' is a per-row shift.
+    lse = masked_logsumexp(s_n - negative_log_q, valid_mask)
+    if q_prime == "exact":
+      lse = lse + log_q_lib.log1mexp(positive_log_q)
+    log_n = tf.math.log(tf.cast(tf.maximum(num_valid, 1), tf.float32))
+    # 1 - P̂ = 1 - sigmoid(s_p - (Z - log n)) = sigmoid((Z - log n) - s_p)
+    weight = tf.stop_gradient(tf.sigmoid((lse - log_n) - s_p))
+    weight = tf.where(has_negatives, weight, tf.zeros_like(weight))
+    if ratio_floor > 0:
+      log_floor = tf.constant(math.log(ratio_floor), tf.float32)
+      term = tf.maximum(s_p - tf.maximum(lse, log_floor), log_floor)
+    else:
+      term = s_p - lse
+    # w = 0 (n = 0, or s_p = +inf where term = +inf) contributes exactly 0; NaN weights (s_p and
+    # a negative both +inf: no limit) propagate.
+    active = tf.logical_and(has_negatives, tf.not_equal(weight, 0.0))
+    loss = tf.where(active, -weight * tf.where(active, term, tf.zeros_like(term)),
+                    tf.zeros_like(term))
+    return LossOutput(loss=loss, weight=weight, num_valid=num_valid)
 
   if correction == "none":
     logits, pos_logit = s_n, s_p
   elif correction == "standard":
     logits, pos_logit = s_n - negative_log_q, s_p - positive_log_q
-  elif correction == "standard_no_positive":
+  else:  # standard_no_positive
     logits, pos_logit = s_n - negative_log_q, s_p
-  else:  # corrected
-    # LSE_i(s_i - log Q'(d_i)) = LSE_i(s_i - log Q(d_i)) + log(1 - Q(p)): Q' is a per-row shift.
-    lse = masked_logsumexp(s_n - negative_log_q, valid_mask)
-    if q_prime == "exact":
-      lse = lse + log_q_lib.log1mexp(positive_log_q)
-    has_negatives = num_valid > 0
-    log_n = tf.math.log(tf.cast(tf.maximum(num_valid, 1), tf.float32))
-    # 1 - P̂ = 1 - sigmoid(s_p - (Z - log n)) = sigmoid((Z - log n) - s_p)
-    weight = tf.stop_gradient(tf.sigmoid((lse - log_n) - s_p))
-    weight = tf.where(has_negatives, weight, tf.zeros_like(weight))
-    term = tf.where(has_negatives, s_p - lse, tf.zeros_like(s_p))
-    return LossOutput(loss=-weight * term, weight=weight, num_valid=num_valid)
-
-  # Positive in the denominator: log(e^{pos} + e^{LSE(valid negatives)}), without copying
-  # [A, N] into an [A, N + 1] tensor (an empty row's LSE is about -1e30: exactly pos).
+  # Positive in the denominator: log(e^{pos} + e^{LSE}) - pos = softplus(LSE - pos), without
+  # copying [A, N] into an [A, N + 1] tensor; finite limits for pos = +inf and LSE = -inf.
   lse = masked_logsumexp(logits, valid_mask)
-  loss = tf.reduce_logsumexp(tf.stack([pos_logit, lse], axis=1), axis=1) - pos_logit
+  loss = tf.math.softplus(lse - pos_logit)
+  loss = tf.where(has_negatives, loss, tf.zeros_like(loss))
   return LossOutput(loss=loss, weight=tf.ones_like(loss), num_valid=num_valid)
 
 
-class SampledSoftmaxLoss(tf.keras.layers.Layer):
-  """Keras layer computing :func:`sampled_softmax_loss` (per-example, float32).
+def full_softmax_loss(query_embeddings, positive_ids, candidate_embeddings, *,
+                      temperature: float = 1.0, id_offset: int = 0,
+                      check_scores: bool = False) -> LossOutput:
+  """L = softplus(LSE_{d != p} s_d - s_p) = -s_p + log sum_d exp(s_d) over every candidate row.
 
-  ``call(positive_scores, negative_scores, negative_log_q=None, positive_log_q=None,
-  valid_mask=None)`` returns a :class:`LossOutput`. The layer always computes in float32
-  (its dtype policy is fixed to float32 so mixed-precision models are safe).
+  Args:
+    query_embeddings: float [A, d].
+    positive_ids: int [A]; candidate row ``c`` has id ``c + id_offset``.
+    candidate_embeddings: float [V, d], every candidate (e.g. an item table without its padding
+      row 0, with ``id_offset=1``).
+    temperature: scores are s_d = <q, c_d> / temperature (> 0).
+    id_offset: id of row 0 (>= 0).
+    check_scores: assert that every score is finite.
+
+  Returns:
+    LossOutput(loss [A], weight 1, num_valid V - 1).
+
+  Raises:
+    ValueError / TypeError: bad ranks, dtypes, temperature; tf.errors.InvalidArgumentError at
+    run time for a positive id outside ``[id_offset, id_offset + V)``.
+  """
+  if not temperature > 0:
+    raise ValueError(f"temperature must be > 0, got {temperature!r}")
+  if isinstance(id_offset, bool) or not isinstance(id_offset, numbers.Integral) or id_offset < 0:
+    raise ValueError(f"id_offset must be an int >= 0, got {id_offset!r}")
+  q = tf.convert_to_tensor(query_embeddings)
+  table = tf.convert_to_tensor(candidate_embeddings)
+  ids = tf.convert_to_tensor(positive_ids)
+  if not (q.dtype.is_floating and table.dtype.is_floating):
+    raise TypeError("query_embeddings and candidate_embeddings must be floating, got "
+                    f"{q.dtype} and {table.dtype}")
+  if not ids.dtype.is_integer:
+    raise TypeError(f"positive_ids must be integer, got {ids.dtype}")
+  if q.shape.rank != 2 or table.shape.rank != 2 or ids.shape.rank != 1:
+    raise ValueError(f"expected query_embeddings [A, d], candidate_embeddings [V, d], "
+                     f"positive_ids [A]; got {q.shape}, {table.shape}, {ids.shape}")
+  q, table = tf.cast(q, tf.float32), tf.cast(table, tf.float32)
+  cols = tf.cast(ids, tf.int64) - int(id_offset)
+  num_rows = tf.shape(table, out_type=tf.int64)[0]
+  checks = [tf.debugging.assert_non_negative(cols, message=f"positive ids must be >= {id_offset}"),
+            tf.debugging.assert_less(cols, num_rows,
+                                     message="positive ids must be < id_offset + V"),
+            tf.debugging.assert_positive(tf.size(ids), message="empty batch: no queries")]
+  with tf.control_dependencies(checks):
+    logits = tf.matmul(q, table, transpose_b=True) * (1.0 / float(temperature))   # [A, V]
+  s_p = tf.gather(logits, cols, batch_dims=1)
+  s_p, logits = _assert_finite(s_p, logits, check_scores)
+  valid = tf.not_equal(tf.range(num_rows)[tf.newaxis, :], cols[:, tf.newaxis])
+  loss = tf.math.softplus(masked_logsumexp(logits, valid) - s_p)
+  num_valid = tf.fill(tf.shape(s_p), tf.cast(num_rows, tf.int32) - 1)
+  loss = tf.where(num_valid > 0, loss, tf.zeros_like(loss))
+  return LossOutput(loss=loss, weight=tf.ones_like(loss), num_valid=num_valid)
+
+
+def gbce_beta(num_negatives: int, num_items: int, t: float) -> float:
+  """beta = alpha (t (1 - 1/alpha) + 1/alpha) = 1 - t (1 - alpha), alpha = min(k / (|I| - 1), 1).
+
+  Args:
+    num_negatives: k >= 1 uniform negatives per positive.
+    num_items: |I| >= 2 items in the catalog.
+    t: calibration in [0, 1] (0: beta = 1, plain BCE; 1: beta = alpha).
+  """
+  for name, v in (("num_negatives", num_negatives), ("num_items", num_items)):
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+      raise TypeError(f"gBCE {name} must be an int, got {v!r}")
+  if num_items < 2:
+    raise ValueError(f"gBCE needs num_items >= 2, got {num_items}")
+  if num_negatives < 1:
+    raise ValueError(f"gBCE needs num_negatives >= 1, got {num_negatives}")
+  if not 0.0 <= t <= 1.0:
+    raise ValueError(f"gBCE t must be in [0, 1], got {t}")
+  alpha = min(num_negatives / (num_items - 1), 1.0)
+  return alpha * (t * (1.0 - 1.0 / alpha) + 1.0 / alpha)
+
+
+def gbce_loss(positive_scores, negative_scores, *, beta: float, valid_mask=None,
+              check_scores: bool = False) -> LossOutput:
+  """L = beta * softplus(-s_p) + sum_{i valid} softplus(s_i)  (gBCE, module docstring).
+
+  Args:
+    positive_scores: [A] s_p.
+    negative_scores: [A, N] s_i.
+    beta: in (0, 1] (`gbce_beta`); 1 is BCE.
+    valid_mask: optional bool [A, N]; invalid negatives (accidental hits, padding) are left out.
+    check_scores: assert that every score is finite.
+
+  Returns:
+    LossOutput(loss [A], weight 1, num_valid [A]).
+  """
+  if not 0.0 < beta <= 1.0:
+    raise ValueError(f"beta must be in (0, 1], got {beta}")
+  s_p, s_n = _scores(positive_scores, negative_scores)
+  valid, checks = _valid_mask(valid_mask, s_n)
+  with tf.control_dependencies(checks):
+    s_p = tf.identity(s_p)
+  s_p, s_n = _assert_finite(s_p, s_n, check_scores)
+  safe = tf.where(valid, s_n, tf.zeros_like(s_n))     # masked entries never reach softplus
+  neg = tf.reduce_sum(tf.where(valid, tf.math.softplus(safe), tf.zeros_like(safe)), axis=1)
+  loss = float(beta) * tf.math.softplus(-s_p) + neg
+  return LossOutput(loss=loss, weight=tf.ones_like(loss),
+                    num_valid=tf.reduce_sum(tf.cast(valid, tf.int32), axis=1))
+
+
+def bce_loss(positive_scores, negative_scores, valid_mask=None, *,
+             check_scores: bool = False) -> LossOutput:
+  """L = softplus(-s_p) + sum_{i valid} softplus(s_i)  (= -log sigma(s_p) - sum log(1 - sigma(s_i)))."""
+  return gbce_loss(positive_scores, negative_scores, beta=1.0, valid_mask=valid_mask,
+                   check_scores=check_scores)
+
+
+class SampledSoftmaxLoss(tf.keras.layers.Layer):
+  """Keras layer computing `sampled_softmax_loss` (per-example, float32).
+
+  With s_p, s_i the positive / negative scores, Z = LSE_i(s_i - log Q'(d_i)) and
+  w = sg(sigmoid(Z - log n - s_p)): ``corrected`` L = -w (s_p - Z); ``none`` /
+  ``standard`` / ``standard_no_positive`` L = -(s_p' - log(e^{s_p'} + sum_i e^{s_i'})) with the
+  logits s' corrected as the module docstring says. ``call(positive_scores, negative_scores,
+  negative_log_q=None, positive_log_q=None, valid_mask=None)`` returns a `LossOutput`. The layer
+  always computes in float32 (its dtype policy is fixed to float32 so mixed-precision models are
+  safe).
+
+  Args:
+    correction: one of `CORRECTIONS`.
+    q_prime: ``exact`` or ``proxy``.
+    ratio_floor: the paper script's clamp of ``corrected`` (0 = off).
+    check_scores: assert that every score is finite.
   """
 
-  def __init__(self, correction: str = "corrected", q_prime: str = "exact", **kwargs):
+  def __init__(self, correction: str = "corrected", q_prime: str = "exact",
+               ratio_floor: float = 0.0, check_scores: bool = False, **kwargs):
     kwargs["dtype"] = "float32"
     super().__init__(**kwargs)
-    _check_correction(correction, q_prime)
+    self.ratio_floor = _check_correction(correction, q_prime, ratio_floor)
     self.correction = correction
     self.q_prime = q_prime
+    self.check_scores = bool(check_scores)
 
   def call(self, positive_scores, negative_scores, negative_log_q=None, positive_log_q=None,
            valid_mask=None):
     return sampled_softmax_loss(positive_scores, negative_scores, negative_log_q,
                                 correction=self.correction, positive_log_q=positive_log_q,
-                                valid_mask=valid_mask, q_prime=self.q_prime)
+                                valid_mask=valid_mask, q_prime=self.q_prime,
+                                check_scores=self.check_scores, ratio_floor=self.ratio_floor)
 
   def get_config(self):
-    return {**super().get_config(), "correction": self.correction, "q_prime": self.q_prime}
+    return {**super().get_config(), "correction": self.correction, "q_prime": self.q_prime,
+            "ratio_floor": self.ratio_floor, "check_scores": self.check_scores}
+
+
+class FullSoftmaxLoss(tf.keras.layers.Layer):
+  """Keras layer computing `full_softmax_loss`: L = -s_p + log sum_d exp(s_d), float32.
+
+  ``call(query_embeddings, positive_ids, candidate_embeddings)`` returns a `LossOutput`.
+
+  Args:
+    temperature: s_d = <q, c_d> / temperature.
+    id_offset: id of candidate row 0.
+    check_scores: assert that every score is finite.
+  """
+
+  def __init__(self, temperature: float = 1.0, id_offset: int = 0, check_scores: bool = False,
+               **kwargs):
+    kwargs["dtype"] = "float32"
+    super().__init__(**kwargs)
+    if not temperature > 0:
+      raise ValueError(f"temperature must be > 0, got {temperature!r}")
+    if isinstance(id_offset, bool) or not isinstance(id_offset, numbers.Integral) or id_offset < 0:
+      raise ValueError(f"id_offset must be an int >= 0, got {id_offset!r}")
+    self.temperature = float(temperature)
+    self.id_offset = int(id_offset)
+    self.check_scores = bool(check_scores)
+
+  def call(self, query_embeddings, positive_ids, candidate_embeddings):
+    return full_softmax_loss(query_embeddings, positive_ids, candidate_embeddings,
+                             temperature=self.temperature, id_offset=self.id_offset,
+                             check_scores=self.check_scores)
+
+  def get_config(self):
+    return {**super().get_config(), "temperature": self.temperature, "id_offset": self.id_offset,
+            "check_scores": self.check_scores}
+
+
+class GBCELoss(tf.keras.layers.Layer):
+  """Keras layer computing `gbce_loss`: L = beta softplus(-s_p) + sum_{i valid} softplus(s_i).
+
+  ``call(positive_scores, negative_scores, valid_mask=None)`` returns a `LossOutput`; beta = 1 is
+  BCE, `gbce_beta` gives gSASRec's beta.
+
+  Args:
+    beta: in (0, 1].
+    check_scores: assert that every score is finite.
+  """
+
+  def __init__(self, beta: float = 1.0, check_scores: bool = False, **kwargs):
+    kwargs["dtype"] = "float32"
+    super().__init__(**kwargs)
+    if not 0.0 < beta <= 1.0:
+      raise ValueError(f"beta must be in (0, 1], got {beta}")
+    self.beta = float(beta)
+    self.check_scores = bool(check_scores)
+
+  def call(self, positive_scores, negative_scores, valid_mask=None):
+    return gbce_loss(positive_scores, negative_scores, beta=self.beta, valid_mask=valid_mask,
+                     check_scores=self.check_scores)
+
+  def get_config(self):
+    return {**super().get_config(), "beta": self.beta, "check_scores": self.check_scores}

@@ -1,10 +1,13 @@
 """Retrieval metrics with rated-item filtering (the paper's evaluation protocol).
 
 Protocol (gSASRec / "Correcting the LogQ Correction", §4.1): every query u has one held-out
-target t_u and an input history H_u (the items u already rated). All items are scored,
-the items of H_u are removed from the ranking ("filter rated"; the target itself is never
-removed, even when it also occurs in H_u), and the metrics are averaged over queries:
+target t_u and an input history H_u (the items u already rated). All items are scored by
+s(u, d) = <q_u, c_d>, the items of H_u are removed from the ranking ("filter rated"), and the
+metrics are averaged over queries:
 
+* filtering: every item of H_u is removed, the target too when it also occurs in H_u (gSASRec's
+  ``filter_rated``; with repeat consumption such a query then scores 0). Passing ``targets=`` to
+  the filtering functions instead never removes t_u (the "except target" variant);
 * rank r_u: the 0-based position of t_u in the filtered ranking (r_u = inf when t_u is not
   among the retrieved items);
 * Recall@k(u) = 1[r_u < k]            (one target: hit rate);
@@ -14,8 +17,9 @@ removed, even when it also occurs in H_u), and the metrics are averaged over que
 Item ids are integers >= 1; id 0 is padding and is never recommended. Ranked lists are
 int arrays [Q, K] of item ids, best first; -1 marks an empty slot (it never matches).
 
-Functions here work on numpy arrays; ``recall_at_k_tf`` / ``ndcg_at_k_tf`` and
-``filtered_top_k_tf`` are the TensorFlow counterparts (checked against numpy in tests).
+``exact_top_k`` is the one exact (brute-force) filtered top-k of the project: TensorFlow matmul +
+``filtered_top_k_tf`` over query chunks. The other functions work on numpy arrays;
+``recall_at_k_tf`` / ``ndcg_at_k_tf`` are TensorFlow counterparts (checked against numpy in tests).
 """
 
 from typing import Dict, Optional, Sequence, Tuple, Union
@@ -24,6 +28,11 @@ import numpy as np
 
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
+
+__all__ = ["EMPTY_SLOT", "PAD_ID", "as_item_table", "as_queries", "exact_top_k",
+           "filter_rated", "filtered_top_k_from_scores", "filtered_top_k_tf", "mean_by_group",
+           "multi_target_recall_at_k", "ndcg_at_k", "ndcg_at_k_tf", "popularity_deciles",
+           "recall_at_k", "recall_at_k_tf", "retrieval_metrics", "target_ranks"]
 
 PAD_ID = 0
 EMPTY_SLOT = -1
@@ -142,15 +151,15 @@ def filter_rated(ranked_ids, ranked_scores, history: History, k: int,
   An approximate index cannot exclude items per query, so it retrieves K >= k + |H_u|
   candidates (over-fetching) and this function drops the ones in H_u afterwards; with
   K >= k + |unique(H_u)| at least k items remain whenever the catalog has them.
-  The target t_u is never removed (if given). Slots that stay empty get id -1 and score
-  float32 min (finite).
+  Every rated item is removed; with ``targets`` the target t_u never is. Slots that stay
+  empty get id -1 and score float32 min (finite).
 
   Args:
     ranked_ids: int [Q, K] item ids, best first.
     ranked_scores: float [Q, K] their scores.
     history: int [Q, L] (0 = padding) or a list of Q int arrays: the rated items.
     k: number of items to keep.
-    targets: optional int [Q]: never filtered.
+    targets: optional int [Q]: never filtered (the "except target" protocol).
   Returns:
     (ids int64 [Q, k], scores float32 [Q, k]).
   """
@@ -187,7 +196,8 @@ def filtered_top_k_from_scores(scores, history: History, k: int,
   """Exact filtered top-k from a full score matrix (numpy reference).
 
   scores[u, d] is s(u, d) for item id d (column 0 = padding, never returned). Items in
-  H_u (except t_u) are excluded, then the k best remain, best first (ties: lower id first).
+  H_u (except t_u when ``targets`` is given) are excluded, then the k best remain, best first
+  (ties: lower id first).
 
   Returns:
     (ids int64 [Q, k], scores float32 [Q, k]); empty slots as in ``filter_rated``.
@@ -220,13 +230,14 @@ def filtered_top_k_from_scores(scores, history: History, k: int,
 
 def filtered_top_k_tf(scores: tf.Tensor, history: tf.Tensor, k: int,
                       targets: Optional[tf.Tensor] = None) -> Tuple[tf.Tensor, tf.Tensor]:
-  """TensorFlow exact filtered top-k: masks H_u (except t_u) and padding id 0, then top_k.
+  """TensorFlow exact filtered top-k: masks H_u (except t_u when ``targets`` is given) and
+  padding id 0, then top_k.
 
   Args:
     scores: float [Q, V] scores s(u, d) for item ids d = 0..V-1.
     history: int [Q, L] rated items (0 = padding).
     k: number of items (<= V - 1).
-    targets: optional int [Q], never masked.
+    targets: optional int [Q], never masked (the "except target" protocol).
   Returns:
     (ids int64 [Q, k], scores float32 [Q, k]); masked items score float32 min, so a slot
     holds a masked item only when fewer than k items are allowed (its id is then set to -1).
@@ -248,6 +259,98 @@ def filtered_top_k_tf(scores: tf.Tensor, history: tf.Tensor, k: int,
   top_ids = tf.cast(top_ids, tf.int64)
   top_ids = tf.where(top_scores > low, top_ids, tf.constant(EMPTY_SLOT, tf.int64))
   return top_ids, top_scores
+
+
+def as_item_table(item_embeddings) -> np.ndarray:
+  """Checks an item table float [num_items + 1, d] (row 0 = padding); float32, contiguous."""
+  emb = np.asarray(item_embeddings)
+  if emb.ndim != 2 or emb.shape[0] < 2:
+    raise ValueError(f"item_embeddings must be [num_items + 1 >= 2, d] with row 0 = padding, "
+                     f"got shape {emb.shape}")
+  if emb.dtype.kind != "f":
+    raise ValueError(f"item_embeddings must be floating point, got {emb.dtype}")
+  emb = np.ascontiguousarray(emb, dtype=np.float32)
+  if not np.all(np.isfinite(emb)):
+    raise ValueError("item_embeddings contain NaN or inf")
+  return emb
+
+
+def as_queries(queries, dim: int) -> np.ndarray:
+  """Checks query embeddings float [Q >= 1, dim]; float32, contiguous."""
+  q = np.ascontiguousarray(np.asarray(queries, np.float32))
+  if q.ndim != 2 or q.shape[1] != dim:
+    raise ValueError(f"queries must be [Q, {dim}], got shape {q.shape}")
+  if q.shape[0] == 0:
+    raise ValueError("empty batch: no queries")
+  if not np.all(np.isfinite(q)):
+    raise ValueError("queries contain NaN or inf")
+  return q
+
+
+def exact_top_k(queries, item_embeddings, k: int, rated: Optional[History] = None,
+                targets=None, chunk_size: Optional[int] = None,
+                max_chunk_scores: int = 1 << 25) -> Tuple[np.ndarray, np.ndarray]:
+  """Exact top-k by dot product s(u, d) = <q_u, c_d> over item ids 1..N, rated items filtered.
+
+  Scores ``chunk_size`` queries against the whole catalog at a time (default: at most
+  ``max_chunk_scores`` scores, 128 MB of float32, and at most 1,024 queries per chunk). With
+  ``rated``, the rated items are masked before top_k (``filtered_top_k_tf``); padding id 0 is
+  never returned.
+
+  Args:
+    queries: float [Q, d].
+    item_embeddings: float [N + 1, d], row 0 = padding.
+    k: items per query, 1 <= k <= N.
+    rated: optional Q int arrays (or int [Q, L], 0 = padding): H_u, removed from the ranking.
+    targets: optional int [Q], never removed (the "except target" protocol; see module doc).
+    chunk_size: queries per matmul.
+    max_chunk_scores: bound on chunk_size * (N + 1) when chunk_size is not given.
+  Returns:
+    (ids int64 [Q, k], scores float32 [Q, k]); -1 for slots left empty.
+  """
+  emb = as_item_table(item_embeddings)
+  q = as_queries(queries, emb.shape[1])
+  num_items = emb.shape[0] - 1
+  if int(k) != k or not 1 <= k <= num_items:
+    raise ValueError(f"k must be in [1, {num_items}], got {k}")
+  if chunk_size is None:
+    chunk_size = int(np.clip(max_chunk_scores // (num_items + 1), 1, 1024))
+  if chunk_size < 1:
+    raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+  rows = None
+  if rated is not None:
+    rows = _history_rows(rated, q.shape[0])
+    for r in rows:
+      if r.size and (r.min() < 0 or r.max() > num_items):
+        raise ValueError(f"rated items hold ids outside [0, {num_items}]")
+  if targets is not None:
+    targets = _as_int_array(targets, "targets", 1)
+    if targets.shape[0] != q.shape[0]:
+      raise ValueError(f"targets has {targets.shape[0]} rows for {q.shape[0]} queries")
+  items = tf.constant(emb)
+  out_ids, out_scores = [], []
+  for start in range(0, q.shape[0], chunk_size):
+    stop = min(start + chunk_size, q.shape[0])
+    if rows is None and targets is None:  # nothing to mask: rows 1..N only, one top_k
+      top, ids = _plain_top_k(tf.constant(q[start:stop]), items[1:], k)
+      ids = ids + 1
+    else:
+      chunk = rows[start:stop] if rows is not None else [np.zeros(0, np.int64)] * (stop - start)
+      mask = tf.RaggedTensor.from_row_lengths(
+          np.concatenate(chunk + [np.zeros(0, np.int64)]),
+          np.array([r.size for r in chunk], np.int64)).to_tensor(0)
+      scores = tf.matmul(tf.constant(q[start:stop]), items, transpose_b=True)
+      ids, top = filtered_top_k_tf(scores, mask, k,
+                                   targets=None if targets is None else targets[start:stop])
+    out_ids.append(ids.numpy())
+    out_scores.append(top.numpy())
+  return np.concatenate(out_ids), np.concatenate(out_scores)
+
+
+@tf.function(reduce_retracing=True)
+def _plain_top_k(queries, items, k):
+  top, ids = tf.math.top_k(tf.matmul(queries, items, transpose_b=True), k=k)
+  return top, tf.cast(ids, tf.int64)
 
 
 def recall_at_k_tf(ranked_ids: tf.Tensor, targets: tf.Tensor, k: int) -> tf.Tensor:

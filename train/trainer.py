@@ -15,129 +15,78 @@ without a better NDCG@10. Final metrics (best model, validation and test) go to 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
 import time
-from typing import Optional
 
 import numpy as np
 
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
+from tfrs_logq import frequency
+
 from models.sasrec import SASRec
 from models.two_tower import TwoTower
-from tfrs_logq import frequency
 from train import data as data_lib
 from train import distribute
-from train import validation as evaluation
 from train import export as export_lib
-from train.objective import Objective, ObjectiveConfig
+from train import validation
+from train.config import RunConfig
+from train.objective import Objective
 
-MODELS = ("sasrec", "two_tower")
-FREQUENCIES = ("exact", "hash_array", "count_min")
-
-
-@dataclasses.dataclass
-class TrainConfig:
-  """Every setting of a run (the flags of train/__main__.py)."""
-  dataset: str = "synthetic"
-  data_path: Optional[str] = None
-  split: str = "leave_one_out"
-  dataset_kwargs: dict = dataclasses.field(default_factory=dict)
-  model: str = "sasrec"
-  loss: str = "sampled_softmax"
-  negatives: str = "mixed"
-  num_negatives: int = 256
-  uniform_negatives_per_position: bool = False
-  logq: str = "corrected"
-  q_prime: str = "exact"
-  frequency: str = "exact"
-  frequency_buckets: int = 0
-  temperature: float = 1.0
-  gbce_t: float = 0.75
-  batch_size: int = 128
-  learning_rate: float = 1e-3
-  epochs: int = 200
-  steps_per_epoch: int = 100
-  early_stopping_patience: int = 200
-  seed: int = 0
-  max_len: int = 200
-  embedding_dim: int = 128
-  num_blocks: int = 2
-  num_heads: int = 1
-  dropout: float = 0.5
-  sasrec_block: str = "pre_ln"
-  tie_embeddings: bool = False
-  jit_compile: bool = False
-  midx_codewords: int = 32
-  strategy: str = "default"
-  tpu: Optional[str] = None
-  model_dir: str = "/tmp/tfrs_logq_run"
-  export_dir: Optional[str] = None
-  metrics_json: Optional[str] = None
-  eval_batch_size: int = 512
-  progress: bool = True
-  max_checkpoints: int = 3
-
-  def validate(self):
-    if self.model not in MODELS:
-      raise ValueError(f"model must be one of {MODELS}, got {self.model!r}")
-    if self.frequency not in FREQUENCIES:
-      raise ValueError(f"frequency must be one of {FREQUENCIES}, got {self.frequency!r}")
-    for name in ("batch_size", "epochs", "max_len", "embedding_dim"):
-      if getattr(self, name) < 1:
-        raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-    if self.steps_per_epoch < 0:
-      raise ValueError("steps_per_epoch must be >= 0 (0 = one pass over the training data)")
-    if self.early_stopping_patience < 1:
-      raise ValueError("early_stopping_patience must be >= 1")
-    if not self.learning_rate > 0:
-      raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
-    return self
+__all__ = ["Trainer", "build_estimator", "build_model"]
 
 
-def build_estimator(cfg: TrainConfig, data) -> frequency.FrequencyEstimator:
-  """Q(d) estimator: exact training-set counts, or streaming hash array / count-min sketch."""
+def build_estimator(cfg: RunConfig, data) -> frequency.FrequencyEstimator:
+  """Q(d) estimator: exact training-set counts, or a streaming hash array / count-min sketch
+  (its parameters are the --frequency_* / --hash_array_* / --count_min_* settings)."""
   n = data.num_items + 1
   if cfg.frequency == "exact":
-    return frequency.ExactCounts(n, counts=data.item_counts, name="frequency")
+    return frequency.ExactCounts(n, counts=data.item_counts, min_count=cfg.frequency_min_count,
+                                 name="frequency")
   buckets = cfg.frequency_buckets or max(1024, 4 * n)
   if cfg.frequency == "hash_array":
-    return frequency.HashArrayEstimator(num_buckets=buckets, num_items=n, seed=cfg.seed,
-                                        name="frequency")
-  return frequency.CountMinSketch(width=buckets, depth=4, num_items=n, seed=cfg.seed,
-                                  name="frequency")
+    return frequency.HashArrayEstimator(
+        num_buckets=buckets, num_hashes=cfg.hash_array_hashes, alpha=cfg.hash_array_alpha,
+        warmup=cfg.hash_array_warmup, pending_gap=cfg.hash_array_pending_gap, seed=cfg.seed,
+        num_items=n, name="frequency")
+  return frequency.CountMinSketch(
+      width=buckets, depth=cfg.count_min_depth, conservative=cfg.count_min_conservative,
+      half_life=cfg.count_min_half_life, min_count=cfg.frequency_min_count, seed=cfg.seed,
+      num_items=n, name="frequency")
 
 
-def build_model(cfg: TrainConfig, data):
+def build_model(cfg: RunConfig, data):
+  """The query model of --model (the `models` query-model interface)."""
   if cfg.model == "sasrec":
     return SASRec(data.num_items, max_len=cfg.max_len, embedding_dim=cfg.embedding_dim,
                   num_blocks=cfg.num_blocks, num_heads=cfg.num_heads, dropout=cfg.dropout,
                   temperature=cfg.temperature, jit_compile=cfg.jit_compile, seed=cfg.seed,
                   block_style=cfg.sasrec_block, tie_embeddings=cfg.tie_embeddings)
   return TwoTower(data.num_items, num_users=data.num_users, embedding_dim=cfg.embedding_dim,
-                  use_user_id=False, temperature=cfg.temperature, max_len=cfg.max_len,
-                  seed=cfg.seed)
+                  hidden_dims=cfg.hidden_dims, use_user_id=cfg.use_user_id,
+                  use_history=cfg.use_history, temperature=cfg.temperature,
+                  max_len=cfg.max_len, seed=cfg.seed)
 
 
 class Trainer:
   """Builds everything under the strategy and runs the epochs (module docstring)."""
 
-  def __init__(self, cfg: TrainConfig, data=None, strategy=None):
-    self.cfg = cfg.validate()
+  def __init__(self, cfg: RunConfig, data=None, strategy=None):
+    if not isinstance(cfg, RunConfig):
+      raise TypeError(f"cfg must be a train.config.RunConfig, got {type(cfg).__name__}")
+    self.cfg = cfg  # validated when it was built
     self.strategy = strategy or distribute.make_strategy(cfg.strategy, cfg.tpu)
     self.chief = distribute.is_chief(self.strategy)
-    self.data = data if data is not None else data_lib.load(
-        cfg.dataset, cfg.data_path, split=cfg.split, seed=cfg.seed, **cfg.dataset_kwargs)
+    self.data = data if data is not None else cfg.data.load()
     self.replicas = self.strategy.num_replicas_in_sync
     if cfg.batch_size % self.replicas:
       raise ValueError(f"global batch_size {cfg.batch_size} is not divisible by the "
                        f"{self.replicas} replicas")
-    if cfg.steps_per_epoch == 0:
-      cfg.steps_per_epoch = max(1, len(self.data.train_sequences) // cfg.batch_size)
+    self.steps_per_epoch = cfg.steps_per_epoch or max(
+        1, len(self.data.train_sequences) // cfg.batch_size)
     with self.strategy.scope():
       self.model = build_model(cfg, self.data).build_all()
       self.optimizer = tf.keras.optimizers.Adam(cfg.learning_rate)
@@ -154,12 +103,7 @@ class Trainer:
       self.best_metric = tf.Variable(-1.0, dtype=tf.float64, trainable=False, name="best_ndcg10")
       self.best_epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="best_epoch")
       self.bad_epochs = tf.Variable(0, dtype=tf.int64, trainable=False, name="bad_epochs")
-    self.objective = Objective(ObjectiveConfig(
-        num_items=self.data.num_items, loss=cfg.loss, negatives=cfg.negatives,
-        num_negatives=cfg.num_negatives, per_position=cfg.uniform_negatives_per_position,
-        logq=cfg.logq, q_prime=cfg.q_prime, temperature=cfg.temperature, gbce_t=cfg.gbce_t,
-        seed=cfg.seed, update_estimator=cfg.frequency != "exact", jit_compile=cfg.jit_compile),
-        self.model, self.estimator, self.midx)
+    self.objective = Objective(cfg, self.model, self.data.num_items, self.estimator, self.midx)
     trackables = dict(model=self.model, optimizer=self.optimizer, estimator=self.estimator,
                       step=self.step, epoch=self.epoch, best_metric=self.best_metric,
                       best_epoch=self.best_epoch, bad_epochs=self.bad_epochs)
@@ -191,7 +135,7 @@ class Trainer:
                                             max_len=cfg.max_len, seed=seed)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    return ds.take(cfg.steps_per_epoch).with_options(options)
+    return ds.take(self.steps_per_epoch).with_options(options)
 
   def distributed_epoch(self, epoch: int):
     return self.strategy.experimental_distribute_dataset(self.epoch_dataset(epoch))
@@ -230,10 +174,10 @@ class Trainer:
     return True
 
   def validate(self, split_name="val") -> dict:
-    split = getattr(self.data, split_name)
-    return evaluation.evaluate(self.model, split, max_len=self.cfg.max_len,
-                               batch_size=self.cfg.eval_batch_size,
-                               temperature=self.cfg.temperature)
+    """Exact Recall/NDCG@10,20 of the current model on a split (`train.validation`)."""
+    return validation.evaluate(self.model, getattr(self.data, split_name),
+                               max_len=self.cfg.max_len, batch_size=self.cfg.eval_batch_size,
+                               filter_rated=self.cfg.filter_rated)
 
   def run(self) -> dict:
     """Trains (resuming if possible), then evaluates the best model, exports, writes JSON."""
@@ -244,7 +188,7 @@ class Trainer:
       e = int(self.epoch.numpy())
       if self.midx is not None:
         self.midx.refresh(tf.convert_to_tensor(self.model.all_item_embeddings())[1:])
-      bar = tf.keras.utils.Progbar(cfg.steps_per_epoch, verbose=1 if (cfg.progress and self.chief)
+      bar = tf.keras.utils.Progbar(self.steps_per_epoch, verbose=1 if (cfg.progress and self.chief)
                                    else 0, stateful_metrics=["loss", "w"])
       start, losses, weights, n = time.time(), 0.0, 0.0, 0
       for batch in self.distributed_epoch(e):
@@ -291,17 +235,17 @@ class Trainer:
     best = tf.train.latest_checkpoint(os.path.join(self.model_dir, "best"))
     if best is not None:
       self.best_checkpoint.restore(best).assert_existing_objects_matched()
-    result = dict(config=dataclasses.asdict(cfg), num_items=self.data.num_items,
+    result = dict(config=cfg.to_dict(), data_fingerprint=data_lib.fingerprint(self.data),
+                  num_items=self.data.num_items, steps_per_epoch=self.steps_per_epoch,
                   global_step=int(self.step.numpy()), epochs_done=int(self.epoch.numpy()),
-                  best_epoch=int(self.best_epoch.numpy()), best_val_ndcg10=float(self.best_metric.numpy()),
+                  best_epoch=int(self.best_epoch.numpy()),
+                  best_val_ndcg10=float(self.best_metric.numpy()),
                   stopped_early=int(self.bad_epochs.numpy()) >= cfg.early_stopping_patience,
                   val=self.validate("val"), test=self.validate("test"), history=history)
     if self.chief:
       if cfg.export_dir:
-        result["export"] = export_lib.export(self.model, cfg.export_dir, dict(
-            num_items=self.data.num_items, max_len=cfg.max_len, model=cfg.model,
-            dataset=cfg.dataset, loss=cfg.loss, logq=cfg.logq, negatives=cfg.negatives,
-            temperature=cfg.temperature))
+        result["export"] = export_lib.export(self.model, cfg.export_dir, config=cfg,
+                                             data=self.data)
       path = cfg.metrics_json or os.path.join(cfg.model_dir, "metrics.json")
       os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
       with open(path, "w") as f:

@@ -1,4 +1,5 @@
-"""SASRec: shapes, causality (future items never change earlier outputs), padding, XLA parity."""
+"""SASRec: shapes, causality (future items never change earlier outputs), padding, XLA parity,
+the query-model interface, and the reference block against a numpy oracle of its description."""
 
 import numpy as np
 import pytest
@@ -6,6 +7,7 @@ import pytest
 import tfrs_logq  # noqa: F401
 import tensorflow as tf
 
+from models import TrainingQueries
 from models.sasrec import SASRec
 
 
@@ -70,11 +72,25 @@ def test_training_queries_gather_non_padding_targets():
   m = _model()
   x = _batch(np.random.default_rng(2))
   t = np.where(x > 0, (x % 30) + 1, 0)
-  q, pos, idx = m.training_queries(x, t, training=False)
-  assert q.shape[0] == int((t > 0).sum()) == pos.shape[0]
+  out = m.training_queries({"inputs": x, "targets": t}, training=False)
+  assert isinstance(out, TrainingQueries)
+  q, pos, seq = out
+  assert q.shape[0] == int((t > 0).sum()) == pos.shape[0] == seq.shape[0]
+  assert pos.dtype == tf.int64 and seq.dtype == tf.int64
   np.testing.assert_array_equal(pos.numpy(), t[t > 0])
+  np.testing.assert_array_equal(seq.numpy(), np.nonzero(t > 0)[0])   # the row of each position
   h = m.encode(x).numpy()
   np.testing.assert_allclose(q.numpy(), h[t > 0], atol=1e-6)
+
+
+def test_serving_queries_are_the_last_position_and_ignore_user_ids():
+  m = _model()
+  x = _batch(np.random.default_rng(8))
+  last = m.encode(x).numpy()[:, -1]
+  np.testing.assert_allclose(m.serving_queries(x).numpy(), last, atol=1e-6)
+  np.testing.assert_allclose(m.serving_queries(x, user_ids=np.arange(4)).numpy(), last, atol=1e-6)
+  np.testing.assert_allclose(m.query_embeddings({"history": x, "user_id": np.zeros(4)}).numpy(),
+                             last, atol=1e-6)
 
 
 def test_stateless_dropout_is_seeded_and_xla_matches():
@@ -120,7 +136,7 @@ def test_packed_tokens_path_equals_padded_path():
 
   def grads(m):
     with tf.GradientTape() as tape:
-      q, pos, _ = m.training_queries(x, t, training=False)
+      q, pos, _ = m.training_queries({"inputs": x, "targets": t}, training=False)
       loss = tf.reduce_sum(q * m.item_embeddings(pos))
     return [tf.convert_to_tensor(g).numpy() for g in tape.gradient(loss, m.trainable_variables)]
 
@@ -149,38 +165,52 @@ def _np_layer_norm(x, ln):
 
 
 def _np_reference_encoder(m, x):
-  """Independent numpy forward of block_style="reference" (no dropout): the original SASRec
-  block of gSASRec-pytorch written out with plain matrix algebra."""
+  """Numpy forward of block_style="reference" (no dropout), written from the original SASRec
+  block's description as gSASRec-pytorch builds it (the logQ paper's code), not from the layer:
+
+    x_0  = E_in[item] + P[position]  (unscaled; padding rows zeroed)
+    per block (weights: W_q, b_q on LN1(x); W_k, W_v on the raw x; heads split the d columns):
+      z    = LN1(x)
+      a    = softmax over keys j <= t with item_j != 0 of <z_t W_q, x_j W_k> / sqrt(d_head),
+             times x_j W_v                       (no output projection)
+      h    = LN2(a + z)
+      f    = relu(h W_1 + b_1) W_2 + b_2         (SASRec's point-wise FFN, Eq. 4 of the paper)
+      x    = (h + f) * m                         (m = 1 at non-padding positions)
+    H = LN(x) * m
+  """
   d, heads = m.embedding_dim, m.num_heads
   dh = d // heads
   valid = x != 0
-  mask = valid[..., None].astype(np.float64)
+  keep = valid[..., None].astype(np.float64)
   l = x.shape[1]
-  h = m.input_embedding.embeddings.numpy()[x] + m.position_embedding.embeddings.numpy()[
-      m.max_len - l:][None]
-  h = h * mask
-  causal = np.tril(np.ones((l, l), bool))
+  emb = m.input_embedding.embeddings.numpy().astype(np.float64)
+  pos_table = m.position_embedding.embeddings.numpy().astype(np.float64)
+  hidden = (emb[x] + pos_table[m.max_len - l:][None]) * keep
+
+  def dense(layer, v):
+    return v @ layer.kernel.numpy() + layer.bias.numpy()
+
   for blk in m.blocks:
-    z = _np_layer_norm(h, blk.ln1)
-    q = z @ blk.query.kernel.numpy() + blk.query.bias.numpy()
-    kv = h @ blk.kv.kernel.numpy() + blk.kv.bias.numpy()
-    k, v = kv[..., :d], kv[..., d:]
-    out = np.zeros_like(h)
+    z = _np_layer_norm(hidden, blk.ln1)
+    queries = dense(blk.query, z)
+    keys_values = dense(blk.kv, hidden)
+    keys, values = keys_values[..., :d], keys_values[..., d:]
+    attended = np.zeros_like(hidden)
     for b in range(x.shape[0]):
-      for hd in range(heads):
-        sl = slice(hd * dh, (hd + 1) * dh)
-        logits = q[b, :, sl] @ k[b, :, sl].T / np.sqrt(dh)
-        allowed = causal & valid[b][None, :]
-        logits = np.where(allowed, logits, -np.inf)
-        row_max = np.max(np.where(allowed, logits, -1e30), axis=1, keepdims=True)
-        e = np.where(allowed, np.exp(logits - row_max), 0.0)
-        p = e / np.maximum(e.sum(1, keepdims=True), 1e-30)
-        out[b, :, sl] = p @ v[b, :, sl]
-    hidden = _np_layer_norm(out + z, blk.ln2)
-    f = (hidden @ blk.ffn1.kernel.numpy() + blk.ffn1.bias.numpy()) @ blk.ffn2.kernel.numpy() \
-        + blk.ffn2.bias.numpy()
-    h = (hidden + f) * mask
-  return _np_layer_norm(h, m.final_norm) * mask
+      for t in range(l):
+        allowed = [j for j in range(t + 1) if valid[b, j]]
+        for hd in range(heads):
+          cols = slice(hd * dh, (hd + 1) * dh)
+          if not allowed:
+            continue                                   # padding query: zeroed below
+          logits = np.array([queries[b, t, cols] @ keys[b, j, cols] for j in allowed]) / np.sqrt(dh)
+          weights = np.exp(logits - logits.max())
+          weights /= weights.sum()
+          attended[b, t, cols] = sum(w * values[b, j, cols] for w, j in zip(weights, allowed))
+    h = _np_layer_norm(attended + z, blk.ln2)
+    f = dense(blk.ffn2, np.maximum(dense(blk.ffn1, h), 0.0))
+    hidden = (h + f) * keep
+  return _np_layer_norm(hidden, m.final_norm) * keep
 
 
 @pytest.mark.parametrize("heads", [1, 2])

@@ -50,3 +50,22 @@ def test_fit_with_retrieval_task_decreases_loss():
   hist_loss = model.fit(ds, epochs=6, verbose=0).history["loss"]
   assert np.all(np.isfinite(hist_loss))
   assert hist_loss[-1] < 0.6 * hist_loss[0]
+
+
+def test_query_model_interface_training_and_serving_queries():
+  from models import TrainingQueries  # pylint: disable=g-import-not-at-top
+  m = TwoTower(num_items=10, num_users=5, embedding_dim=4, use_user_id=True, max_len=6,
+               seed=2).build_all()
+  hist = np.random.default_rng(1).integers(0, 11, size=(3, 6)).astype(np.int64)
+  batch = {"history": hist, "user_id": np.array([1, 2, 3]), "item_id": np.array([4, 5, 4])}
+  out = m.training_queries(batch, training=False)
+  assert isinstance(out, TrainingQueries)
+  np.testing.assert_allclose(out.queries.numpy(), m.query_embeddings(batch).numpy(), atol=1e-6)
+  np.testing.assert_array_equal(out.positive_ids.numpy(), [4, 5, 4])
+  np.testing.assert_array_equal(out.sequence_ids.numpy(), [0, 1, 2])   # one sequence per pair
+  assert out.positive_ids.dtype == tf.int64 and out.sequence_ids.dtype == tf.int64
+  # Serving: the history with the unknown-user bucket 0 (what the export serves).
+  unknown = m.query_embeddings({"history": hist, "user_id": np.zeros(3, np.int64)}).numpy()
+  np.testing.assert_allclose(m.serving_queries(hist).numpy(), unknown, atol=1e-6)
+  np.testing.assert_allclose(m.serving_queries(hist, user_ids=np.array([1, 2, 3])).numpy(),
+                             out.queries.numpy(), atol=1e-6)

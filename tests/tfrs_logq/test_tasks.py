@@ -12,6 +12,7 @@ import numpy_reference as ref  # noqa: E402
 import tfrs_logq  # noqa: E402,F401
 import tensorflow as tf  # noqa: E402
 import tensorflow_recommenders as tfrs  # noqa: E402
+from tfrs_logq import frequency  # noqa: E402
 from tfrs_logq import tasks  # noqa: E402
 
 
@@ -209,3 +210,294 @@ def test_corrected_hard_negatives_keep_the_top_k_by_s_minus_log_q_prime():
     hard[r, order[:k]] = True
   want, _, _, _ = ref.loss_and_grads(np.diag(scores), scores, lq, lq[:a], hard, "corrected")
   np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-5)
+
+
+# ---- max-sim, dtypes, check_scores, infinite scores -------------------------------------------
+
+def test_max_sim_equals_tfrs():
+  """[A, heads, d] queries: s[a, c] = max_h <q_ah, x_c>, as tfrs.tasks.Retrieval."""
+  rng = np.random.default_rng(11)
+  query = tf.constant(rng.normal(size=(8, 3, 5)), tf.float32)
+  cand = tf.constant(rng.normal(size=(8, 5)), tf.float32)
+  prob = tf.constant(rng.uniform(0.01, 0.2, size=8), tf.float32)
+  want = tfrs.tasks.Retrieval()(query, cand, candidate_sampling_probability=prob)
+  got = tasks.Retrieval(correction="standard")(query, cand, candidate_sampling_probability=prob)
+  np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5)
+
+
+@pytest.mark.parametrize("correction", ["none", "standard", "standard_no_positive", "corrected"])
+def test_float16_embeddings_are_scored_in_float32(correction):
+  """float16 query and candidate embeddings (what a mixed_float16 tower gives): the loss is
+  the float32 loss of the same (float16-representable) values; it used to raise MatMul float
+  vs half for every correction."""
+  b = _batch(8)
+  q16, c16 = tf.cast(b["query"], tf.float16), tf.cast(b["cand"], tf.float16)
+  call = dict(candidate_ids=b["ids"])
+  if correction != "none":
+    call["candidate_sampling_probability"] = b["prob"]
+  got = tasks.Retrieval(correction=correction)(q16, c16, **call)
+  want = tasks.Retrieval(correction=correction)(tf.cast(q16, tf.float32),
+                                                tf.cast(c16, tf.float32), **call)
+  assert got.dtype == tf.float32
+  np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
+  tasks.Retrieval(correction="none")(tf.random.normal([4, 8], dtype=tf.float16),
+                                     tf.random.normal([4, 8], dtype=tf.float16))
+
+
+def test_mixed_float16_policy_trains_with_finite_float32_loss():
+  tf.keras.mixed_precision.set_global_policy("mixed_float16")
+  try:
+    b = _batch(9)
+    query_tower = tf.keras.layers.Dense(6)
+    candidate_tower = tf.keras.layers.Dense(6)
+    task = tasks.Retrieval(correction="corrected", batch_metrics=[tf.keras.metrics.AUC(
+        from_logits=True)])
+    with tf.GradientTape() as tape:
+      query, cand = query_tower(b["query"]), candidate_tower(b["cand"])
+      assert query.dtype == tf.float16 and cand.dtype == tf.float16
+      loss = task(query, cand, candidate_sampling_probability=b["prob"], candidate_ids=b["ids"])
+    grads = tape.gradient(loss, query_tower.trainable_variables)
+    want = tasks.Retrieval(correction="corrected")(
+        tf.cast(query, tf.float32), tf.cast(cand, tf.float32),
+        candidate_sampling_probability=b["prob"], candidate_ids=b["ids"])
+    assert loss.dtype == tf.float32
+    np.testing.assert_allclose(loss.numpy(), want.numpy(), rtol=1e-6)
+    assert all(np.all(np.isfinite(g.numpy())) for g in grads)
+  finally:
+    tf.keras.mixed_precision.set_global_policy("float32")
+
+
+def test_check_scores_names_a_nan_embedding():
+  b = _batch(10)
+  cand = b["cand"].numpy()
+  cand[3, 1] = np.nan
+  call = dict(candidate_sampling_probability=b["prob"], candidate_ids=b["ids"])
+  with pytest.raises(tf.errors.InvalidArgumentError, match="check_scores"):
+    tasks.Retrieval(check_scores=True)(b["query"], tf.constant(cand), **call)
+  assert np.isnan(tasks.Retrieval()(b["query"], tf.constant(cand), **call).numpy())
+  ok = tasks.Retrieval(check_scores=True)(b["query"], b["cand"], **call)
+  np.testing.assert_allclose(ok.numpy(), tasks.Retrieval()(b["query"], b["cand"], **call),
+                             rtol=1e-6)
+
+
+@pytest.mark.parametrize("correction", ["none", "standard", "standard_no_positive", "corrected"])
+def test_infinite_scores_give_the_limit_not_nan(correction):
+  """Row 0: positive score +inf (every negative finite) -> loss 0; row 1: a negative at +inf ->
+  loss +inf; row 2: huge finite scores -> the float64 value of the formula. Hard-negative top-k,
+  batch-metric logits, a zero-weight row with an infinite loss and the sum stay NaN-free."""
+  big = 1e20                                        # big * big overflows float32 to +inf
+  query = np.array([[big, 0], [0, big], [1, 1]], np.float32)
+  cand = np.array([[big, 0], [0, 1], [1, 0], [0, big]], np.float32)
+  prob = np.full(4, 0.25, np.float32)
+  ids = np.arange(4)
+  auc = tf.keras.metrics.AUC(from_logits=True)
+  task = tasks.Retrieval(correction=correction, num_hard_negatives=2, batch_metrics=[auc],
+                         loss=tf.keras.losses.CategoricalCrossentropy(
+                             from_logits=True, reduction=tf.keras.losses.Reduction.NONE))
+  got = task(tf.constant(query), tf.constant(cand), candidate_sampling_probability=prob,
+             candidate_ids=ids).numpy()
+  assert got[0] == 0.0 and got[1] == np.inf, got
+  s = query[2].astype(np.float64) @ cand.T.astype(np.float64)   # [1e20, 1, 1, 1e20]
+  lq = np.log(prob.astype(np.float64))
+  hard = np.array([True, True, False, True])   # negatives 0, 1, 3: the two hardest are 0 and 3
+  hard[1] = False
+  want, _, _, _ = ref.loss_and_grads(s[2:3], s[None, :], lq, lq[2:3], hard[None, :], correction)
+  np.testing.assert_allclose(got[2], want[0], rtol=1e-6)
+  assert np.isfinite(auc.result().numpy())
+  summed = tasks.Retrieval(correction=correction)(
+      tf.constant(query), tf.constant(cand), candidate_sampling_probability=prob,
+      candidate_ids=ids, sample_weight=tf.constant([1.0, 0.0, 1.0]))
+  assert np.isfinite(summed.numpy())
+
+
+# ---- frequency_estimator: log Q without computing it -------------------------------------------
+
+def _int_batch(seed, a=12, extra=4, d=5, num_items=9):
+  rng = np.random.default_rng(seed)
+  return dict(query=tf.constant(rng.normal(size=(a, d)), tf.float32),
+              cand=tf.constant(rng.normal(size=(a + extra, d)), tf.float32),
+              ids=rng.integers(0, num_items, size=a + extra).astype(np.int64))
+
+
+def test_estimator_is_updated_with_the_positives_then_read_for_every_candidate():
+  """log Q(c) = log(#c / N) after counting the A positives of this call (ExactCounts): the loss
+  equals the task given those log Q explicitly; extra candidate rows are not counted."""
+  num_items = 9
+  previous = np.array([3, 1, 4, 1, 5, 9, 2, 6, 5], np.int64)
+  est = frequency.ExactCounts(num_items, counts=previous, accumulate=True)
+  b = _int_batch(20)
+  a = b["query"].shape[0]
+  task = tasks.Retrieval(correction="corrected", frequency_estimator=est)
+  got = task(b["query"], b["cand"], candidate_ids=b["ids"], training=True)
+  counts = previous + np.bincount(b["ids"][:a], minlength=num_items)
+  np.testing.assert_array_equal(est.counts.numpy(), counts)
+  log_q = np.log(np.maximum(counts, 1) / counts.sum())[b["ids"]]
+  want = tasks.Retrieval(correction="corrected")(
+      b["query"], b["cand"], candidate_ids=b["ids"],
+      candidate_log_sampling_probability=tf.constant(log_q, tf.float32))
+  np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-5)
+
+
+def test_update_frequency_follows_training():
+  b = _int_batch(21)
+  a = b["query"].shape[0]
+  per_call = np.bincount(b["ids"][:a], minlength=9)
+
+  def counts_after(update_frequency, **call):
+    est = frequency.ExactCounts(9)
+    task = tasks.Retrieval(frequency_estimator=est, update_frequency=update_frequency)
+    task(b["query"], b["cand"], candidate_ids=b["ids"], **call)
+    return est.counts.numpy()
+
+  np.testing.assert_array_equal(counts_after("training", training=True), per_call)
+  np.testing.assert_array_equal(counts_after("training", training=False), 0 * per_call)
+  np.testing.assert_array_equal(counts_after("always", training=False), per_call)
+  np.testing.assert_array_equal(counts_after("always"), per_call)
+  np.testing.assert_array_equal(counts_after("never", training=True), 0 * per_call)
+  with pytest.raises(ValueError, match="training="):
+    counts_after("training")
+  est = frequency.ExactCounts(9)
+  task = tasks.Retrieval(frequency_estimator=est)
+  step = tf.function(lambda training: task(b["query"], b["cand"], candidate_ids=b["ids"],
+                                           training=training))
+  step(tf.constant(False))
+  step(tf.constant(True))                              # a tensor flag: tf.cond inside the graph
+  np.testing.assert_array_equal(est.counts.numpy(), per_call)
+
+
+def test_estimator_errors():
+  b = _int_batch(22)
+  task = tasks.Retrieval(frequency_estimator=frequency.ExactCounts(9))
+  with pytest.raises(ValueError, match="not both"):
+    task(b["query"], b["cand"], candidate_ids=b["ids"], training=True,
+         candidate_sampling_probability=tf.fill([16], 0.1))
+  with pytest.raises(ValueError, match="candidate_ids"):
+    task(b["query"], b["cand"], training=True)
+  with pytest.raises(TypeError, match="frequency_estimator"):
+    tasks.Retrieval(frequency_estimator=np.ones(3))
+  with pytest.raises(ValueError, match="update_frequency"):
+    tasks.Retrieval(update_frequency="sometimes")
+
+
+def test_estimator_counts_the_global_batch_under_mirrored_strategy(mirrored_strategy):
+  """2 replicas, each with its own queries: the estimator state is the count of the positives
+  of both replicas (the global batch), identical on both replicas."""
+  strategy = mirrored_strategy
+  with strategy.scope():
+    est = frequency.ExactCounts(9)
+    task = tasks.Retrieval(correction="corrected", frequency_estimator=est)
+  parts = [_int_batch(23), _int_batch(24, a=7)]
+
+  @tf.function
+  def step(q, c, ids):
+    return strategy.run(lambda q, c, ids: task(q, c, candidate_ids=ids, training=True),
+                        args=(q, c, ids))
+
+  def per_replica(key):
+    return strategy.experimental_distribute_values_from_function(
+        lambda ctx: tf.constant(parts[ctx.replica_id_in_sync_group][key]))
+
+  losses = step(per_replica("query"), per_replica("cand"), per_replica("ids"))
+  want = sum(np.bincount(p["ids"][:p["query"].shape[0]], minlength=9) for p in parts)
+  for copy in strategy.experimental_local_results(est.counts):
+    np.testing.assert_array_equal(copy.numpy(), want)
+  assert all(np.isfinite(x.numpy()) for x in strategy.experimental_local_results(losses))
+
+
+# ---- negative_sampler: extra negatives appended to the in-batch block --------------------------
+
+class _FixedSampler:
+  """Contract-A sampler returning fixed extra negatives ([A, N] ids from a table), log Q_s."""
+
+  def __init__(self, table, ids, log_q, positive_log_q):
+    self.table, self.ids = table, ids
+    self.log_q, self.positive_log_q = log_q, positive_log_q
+
+  def score(self, query, positive_ids, positive_embeddings, *, temperature=1.0, seed=None,
+            sequence_ids=None, item_table=None):
+    del seed, sequence_ids, item_table
+    from tfrs_logq.negatives import scoring  # pylint: disable=g-import-not-at-top
+    emb = tf.gather(self.table, self.ids)                                 # [A, N, d]
+    scores = tf.einsum("ad,and->an", query, emb) / temperature
+    return scoring.ScoredCandidates(
+        tf.reduce_sum(query * positive_embeddings, -1) / temperature, scores,
+        tf.constant(self.log_q, tf.float32),
+        tf.not_equal(tf.constant(self.ids), tf.cast(positive_ids, tf.int64)[:, None]),
+        tf.constant(self.positive_log_q, tf.float32))
+
+
+def _sampler_case(seed, a=6, n=5, d=4, num_items=8, temperature=0.5):
+  rng = np.random.default_rng(seed)
+  table = rng.normal(size=(num_items, d)).astype(np.float32)
+  ids = rng.integers(0, num_items, size=a)
+  ids[1] = ids[0]                                       # an in-batch accidental hit
+  extra = rng.integers(0, num_items, size=(a, n))
+  extra[2, 0] = ids[2]                                  # a sampled accidental hit
+  q_b = rng.dirichlet(np.ones(num_items))               # in-batch proposal (given Q)
+  q_s = rng.dirichlet(np.ones(num_items))               # the sampler's proposal
+  query = rng.normal(size=(a, d)).astype(np.float32)
+  return dict(table=table, ids=ids, extra=extra, q_b=q_b, q_s=q_s, query=query, t=temperature)
+
+
+def _two_block_oracle(c, correction, q_prime="exact"):
+  """Per-row loss of the in-batch block + sampler block, from the formulas: every negative is
+  corrected with its own block's proposal, and Q' excludes p from that proposal."""
+  s_in = c["query"].astype(np.float64) @ c["table"][c["ids"]].T.astype(np.float64) / c["t"]
+  emb = c["table"][c["extra"]].astype(np.float64)
+  s_ex = np.einsum("ad,and->an", c["query"].astype(np.float64), emb) / c["t"]
+  a = len(c["ids"])
+  lq_in = np.log(c["q_b"][c["ids"]])
+  lq_ex = np.log(c["q_s"][c["extra"]])
+  lp_b, lp_s = np.log(c["q_b"][c["ids"]]), np.log(c["q_s"][c["ids"]])
+  # In-batch hits are masked under corrected (remove_accidental_hits=False otherwise, as TFRS:
+  # only the positive's own column leaves); the sampler masks its own hits.
+  in_batch = (c["ids"][:, None] != c["ids"][None, :] if correction == "corrected"
+              else ~np.eye(a, dtype=bool))
+  valid = np.concatenate([in_batch, c["extra"] != c["ids"][:, None]], axis=1)
+  if correction == "corrected":
+    if q_prime == "exact":
+      lq_in = lq_in[None, :] - np.log1p(-np.exp(lp_b))[:, None]
+      lq_ex = lq_ex - np.log1p(-np.exp(lp_s))[:, None]
+    lq = np.concatenate([np.broadcast_to(lq_in, (a, a)), lq_ex], axis=1)
+    out = ref.loss_and_grads(np.diag(s_in), np.concatenate([s_in, s_ex], 1), lq, lp_b, valid,
+                             "corrected", q_prime="proxy")
+  else:
+    lq = np.concatenate([np.broadcast_to(lq_in, (a, a)), lq_ex], axis=1)
+    out = ref.loss_and_grads(np.diag(s_in), np.concatenate([s_in, s_ex], 1), lq, lp_b, valid,
+                             correction)
+  return out[0]
+
+
+@pytest.mark.parametrize("correction,q_prime", [
+    ("corrected", "exact"), ("corrected", "proxy"), ("standard", "exact"),
+    ("standard_no_positive", "exact"), ("none", "exact")])
+def test_sampler_block_uses_its_own_proposal(correction, q_prime):
+  c = _sampler_case(30)
+  sampler = _FixedSampler(c["table"], c["extra"], np.log(c["q_s"][c["extra"]]),
+                          np.log(c["q_s"][c["ids"]]))
+  task = tasks.Retrieval(correction=correction, q_prime=q_prime, temperature=c["t"],
+                         negative_sampler=sampler,
+                         loss=tf.keras.losses.CategoricalCrossentropy(
+                             from_logits=True, reduction=tf.keras.losses.Reduction.NONE))
+  got = task(tf.constant(c["query"]), tf.constant(c["table"][c["ids"]]),
+             candidate_ids=tf.constant(c["ids"]),
+             candidate_sampling_probability=tf.constant(c["q_b"][c["ids"]], tf.float32))
+  np.testing.assert_allclose(got.numpy(), _two_block_oracle(c, correction, q_prime),
+                             rtol=2e-5, atol=1e-5)
+
+
+def test_sampler_errors():
+  c = _sampler_case(31)
+  sampler = _FixedSampler(c["table"], c["extra"], np.log(c["q_s"][c["extra"]]), None)
+  sampler.positive_log_q = None
+  sampler.score = lambda *args, _s=sampler.score, **kw: _s(*args, **kw)._replace(
+      positive_log_q=None)
+  call = dict(candidate_ids=tf.constant(c["ids"]),
+              candidate_sampling_probability=tf.constant(c["q_b"][c["ids"]], tf.float32))
+  with pytest.raises(ValueError, match="positive_log_q"):
+    tasks.Retrieval(negative_sampler=sampler)(tf.constant(c["query"]),
+                                              tf.constant(c["table"][c["ids"]]), **call)
+  with pytest.raises(ValueError, match="max-sim"):
+    tasks.Retrieval(negative_sampler=sampler)(tf.ones([6, 2, 4]), tf.ones([6, 4]), **call)
+  with pytest.raises(TypeError, match="negative_sampler"):
+    tasks.Retrieval(negative_sampler=object())

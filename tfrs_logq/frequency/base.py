@@ -1,7 +1,7 @@
 """Common interface of the streaming estimators of Q(d), the per-draw sampling probability.
 
-Q(d) is the probability that one negative slot holds item d; it sums to 1 over the catalog
-(see shared/DESIGN.md). Every estimator is a Keras layer with
+Q(d) is the per-draw probability that one negative slot holds item d; it sums to 1 over the
+catalog (one meaning throughout tfrs_logq). Every estimator is a Keras layer with
 
 * ``update(ids)``: called once per training step with the step's candidate ids (int or string,
   any rank >= 1, flattened). Under a ``tf.distribute`` strategy, when called in replica context
@@ -29,7 +29,10 @@ declared, < num_items (``tf.errors.InvalidArgumentError`` at run time, raised be
 changes); non-integer, non-string dtypes raise TypeError; scalars raise ValueError.
 """
 
+import numbers
 from typing import Optional
+
+import numpy as np
 
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
@@ -37,20 +40,46 @@ import tensorflow as tf
 from tfrs_logq import log_q as log_q_lib
 from tfrs_logq.frequency import hashing
 
+__all__ = ["FrequencyEstimator", "MIN_ONE_MINUS_Q"]
+
 MIN_ONE_MINUS_Q = 1e-6
 
 
-def log1m_exp(log_p: tf.Tensor) -> tf.Tensor:
+def _log1m_exp(log_p: tf.Tensor) -> tf.Tensor:
   """log(1 − exp(log_p)) for log_p <= 0, stable, with 1 − p floored at MIN_ONE_MINUS_Q."""
   return log_q_lib.log1mexp(tf.cast(log_p, tf.float32), MIN_ONE_MINUS_Q)
 
 
-class FrequencyEstimator(tf.keras.layers.Layer):
-  """Base class: id handling, cross-replica gathering, log Q' and the Keras plumbing.
+def _positive_int(value, name: str) -> int:
+  """``value`` as a Python int >= 1; Python and numpy integers are accepted, bools and
+  non-integral numbers are not (ValueError naming the argument)."""
+  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
+    raise ValueError(f"{name} must be a positive integer, got {value!r}")
+  if int(value) < 1:
+    raise ValueError(f"{name} must be a positive integer, got {value!r}")
+  return int(value)
 
-  Subclasses implement ``_update_keys(keys)`` (1-D int64 keys of the global batch, may be empty)
-  and ``_log_q_keys(keys)`` (int64 keys of any shape -> float32 log Q), and may override
-  ``log_one_minus_q`` when they can compute it more exactly.
+
+def _int(value, name: str) -> int:
+  """``value`` as a Python int (Python or numpy integer; ValueError otherwise)."""
+  if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
+    raise ValueError(f"{name} must be an integer, got {value!r}")
+  return int(value)
+
+
+class FrequencyEstimator(tf.keras.layers.Layer):
+  """Streaming estimate of Q(d), the per-draw probability of item d (sums to 1 over the catalog).
+
+  ``update(ids)`` counts one step's candidate ids (all replicas' ids under ``tf.distribute``),
+  ``log_q(ids)`` returns log Q(d) (float32, finite), and
+
+      log Q'(d) = log Q(d) − log(1 − Q(p))          (``log_q_prime(ids, positive_ids)``)
+
+  with 1 − Q(p) floored at ``MIN_ONE_MINUS_Q``. Base class: id handling, cross-replica
+  gathering, log Q' and the Keras plumbing. Subclasses implement ``_update_keys(keys)`` (1-D
+  int64 keys of the global batch, may be empty) and ``_log_q_keys(keys)`` (int64 keys of any
+  shape -> float32 log Q), and may override ``log_one_minus_q`` when they can compute it more
+  exactly.
   """
 
   supports_strings = True
@@ -59,9 +88,7 @@ class FrequencyEstimator(tf.keras.layers.Layer):
     kwargs.setdefault("trainable", False)
     kwargs.setdefault("dtype", "float32")
     super().__init__(**kwargs)
-    if num_items is not None and (int(num_items) != num_items or num_items < 1):
-      raise ValueError(f"num_items must be a positive integer, got {num_items!r}")
-    self.num_items = None if num_items is None else int(num_items)
+    self.num_items = None if num_items is None else _positive_int(num_items, "num_items")
     self.validate_ids = bool(validate_ids)
 
   # ---- state helpers -------------------------------------------------------------------------
@@ -125,7 +152,7 @@ class FrequencyEstimator(tf.keras.layers.Layer):
 
   def log_one_minus_q(self, ids) -> tf.Tensor:
     """log(1 − Q(d)), float32, stable, with 1 − Q floored at MIN_ONE_MINUS_Q."""
-    return log1m_exp(self.log_q(ids))
+    return _log1m_exp(self.log_q(ids))
 
   def log_q_prime(self, ids, positive_ids) -> tf.Tensor:
     """log Q'(d) = log Q(d) − log(1 − Q(p)), broadcasting ids against positive_ids."""
@@ -147,7 +174,7 @@ class FrequencyEstimator(tf.keras.layers.Layer):
     raise NotImplementedError
 
 
-def group(indices: tf.Tensor):
+def _group(indices: tf.Tensor):
   """Distinct values of a 1-D int64 tensor with their multiplicities (deterministic).
 
   Returns (distinct [u] int64, counts [u] int32). Every distinct index appears once, so the
@@ -157,14 +184,14 @@ def group(indices: tf.Tensor):
   return distinct, counts
 
 
-def group_slots(keys: tf.Tensor, slots_fn):
+def _group_slots(keys: tf.Tensor, slots_fn):
   """Distinct slots hit by a batch and how often: ids are de-duplicated first, so the hash
   functions run once per distinct id, then the slots of all hash functions are grouped
   (collisions of distinct ids add up). Deterministic; returns (slots [s] int64, counts [s] int32).
 
   slots_fn maps distinct keys [u] to slots [m, u].
   """
-  distinct, id_counts = group(keys)
+  distinct, id_counts = _group(keys)
   slots = slots_fn(distinct)
   m = tf.shape(slots)[0]
   slots_u, segment = tf.unique(tf.reshape(slots, [-1]), out_idx=tf.int32)

@@ -35,6 +35,12 @@ from tfrs_logq.frequency import base
 from tfrs_logq.frequency import hashing
 
 
+__all__ = ["CountMinSketch", "sketch_shape"]
+
+_DEFAULT_EPSILON = 1e-4
+_DEFAULT_DELTA = 0.01
+
+
 def sketch_shape(epsilon: float, delta: float):
   """(depth, width) = (⌈ln 1/δ⌉, ⌈e/ε⌉)."""
   if not 0.0 < epsilon < 1.0:
@@ -44,37 +50,59 @@ def sketch_shape(epsilon: float, delta: float):
   return max(1, math.ceil(math.log(1.0 / delta))), math.ceil(math.e / epsilon)
 
 
+@tf.keras.utils.register_keras_serializable(package="tfrs_logq")
 class CountMinSketch(base.FrequencyEstimator):
-  """Count-min sketch with optional conservative update and exponential decay."""
+  """Count-min sketch: Q(d) = min_j C[j, h_j(d)] / N, optional conservative update and decay.
 
-  def __init__(self, epsilon: Optional[float] = None, delta: Optional[float] = None,
+  depth r = ⌈ln 1/δ⌉ rows of width w = ⌈e/ε⌉ cells; a step adds each id's count c_x to
+  C[j, h_j(x)] in every row (``conservative``: raises each cell only to max(C, est(x) + c_x)).
+  Without decay, true ≤ est ≤ true + ε·N with probability ≥ 1 − δ per id, so |Q̂ − Q| ≤ ε.
+  ``half_life`` h weights a count of age a steps by 2^(−a/h) (cells and N alike). Counts are
+  floored at ``min_count``. Int or string ids. Details in the module docstring of
+  ``tfrs_logq.frequency.count_min``.
+
+  Args:
+    epsilon: ε, the additive error bound on Q (default 1e-4 when ``width`` is not given).
+    delta: δ, the failure probability per id (default 0.01 when ``depth`` is not given).
+    width: w cells per row instead of ⌈e/ε⌉ (int or numpy integer).
+    depth: r rows instead of ⌈ln 1/δ⌉.
+    conservative: conservative update (Estan & Varghese), batched and order-independent.
+    half_life: optional decay half-life in steps (> 0).
+    min_count: floor of a cell estimate and of N (default 1).
+    seed: seed of the row hashes (row j uses seed + j).
+    num_items: optional catalog size (ids are then checked to be < num_items).
+    validate_ids: check ids >= 0 (and < num_items) at run time.
+  """
+
+  def __init__(self, epsilon: Optional[float] = None, delta: Optional[float] = None, *,
                width: Optional[int] = None, depth: Optional[int] = None,
                conservative: bool = False, half_life: Optional[float] = None,
                min_count: float = 1.0, seed: int = 0, num_items=None,
                validate_ids: bool = True, **kwargs):
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
-    if (epsilon is None) == (width is None) or (delta is None) == (depth is None):
-      raise ValueError("give either epsilon or width, and either delta or depth")
-    if epsilon is not None or delta is not None:
-      d_eps, w_eps = sketch_shape(epsilon if epsilon is not None else 0.5,
-                                  delta if delta is not None else 0.5)
-      width = w_eps if epsilon is not None else width
-      depth = d_eps if delta is not None else depth
-    if not (int(width) == width and width >= 1 and int(depth) == depth and depth >= 1):
-      raise ValueError(f"width and depth must be positive ints, got {width}, {depth}")
+    if epsilon is not None and width is not None:
+      raise ValueError("give epsilon or width, not both")
+    if delta is not None and depth is not None:
+      raise ValueError("give delta or depth, not both")
+    if width is None:
+      width = sketch_shape(_DEFAULT_EPSILON if epsilon is None else epsilon, 0.5)[1]
+    if depth is None:
+      depth = sketch_shape(0.5, _DEFAULT_DELTA if delta is None else delta)[0]
+    width = base._positive_int(width, "width")
+    depth = base._positive_int(depth, "depth")
     if width * depth >= 2**31:
       raise ValueError("width * depth must be < 2**31")
     if half_life is not None and not half_life > 0:
       raise ValueError(f"half_life must be > 0 steps, got {half_life}")
     if not min_count > 0:
       raise ValueError(f"min_count must be > 0, got {min_count}")
-    self.width, self.depth = int(width), int(depth)
+    self.width, self.depth = width, depth
     self.epsilon = math.e / self.width       # the ε this width guarantees
     self.delta = math.exp(-self.depth)       # the δ this depth guarantees
     self.conservative = bool(conservative)
     self.half_life = None if half_life is None else float(half_life)
     self.min_count = float(min_count)
-    self.seed = int(seed)
+    self.seed = base._int(seed, "seed")
     size = self.width * self.depth
     self.table = self._state("table", [size], tf.float32, 0.0)
     self.last_write = (self._state("last_write", [size], tf.int32, 0)
@@ -111,7 +139,7 @@ class CountMinSketch(base.FrequencyEstimator):
     nonempty = n > 0
     t_new = self.step + tf.cast(nonempty, tf.int64)
     if self.conservative:
-      ids, counts = base.group(keys)
+      ids, counts = base._group(keys)
       id_cells = self._cells(ids)                                   # [depth, u]
       estimate = tf.reduce_min(self._read(id_cells, t_new), axis=0)
       wanted = tf.reshape(estimate + tf.cast(counts, tf.float32)[None, :]
@@ -120,7 +148,7 @@ class CountMinSketch(base.FrequencyEstimator):
       wanted = tf.math.unsorted_segment_max(wanted, segment, tf.size(cells))
       new_values = tf.maximum(self._read(cells, t_new), wanted)
     else:
-      cells, counts = base.group_slots(keys, self._cells)
+      cells, counts = base._group_slots(keys, self._cells)
       new_values = self._read(cells, t_new) + tf.cast(counts, tf.float32)
     self._write(cells, new_values, t_new)
     total = self.decay * self.total + tf.cast(n, tf.float32)

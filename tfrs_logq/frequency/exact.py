@@ -12,8 +12,8 @@ Floors (documented, so log Q is always finite): an item with #d < ``min_count`` 
 treated as if counted ``min_count`` times, Q(d) = max(#d, min_count) / N; before anything has been
 counted (N = 0) Q is uniform, 1 / num_items. ``log_q`` and ``log_one_minus_q`` are computed in
 float64 from the integer counts and returned as float32, so Q' is #d / (N − #p) to float32
-precision (N − #p floored at min_count, so Q' ≤ #d / min_count). Ids must be integers in [0, num_items); strings
-need a vocabulary first (tf.keras.layers.StringLookup).
+precision (N − #p floored at min_count, so Q' ≤ #d / min_count). Ids must be integers in
+[0, num_items); strings need a vocabulary first (tf.keras.layers.StringLookup).
 """
 
 import math
@@ -26,9 +26,24 @@ import tensorflow as tf
 
 from tfrs_logq.frequency import base
 
+__all__ = ["ExactCounts"]
 
+
+@tf.keras.utils.register_keras_serializable(package="tfrs_logq")
 class ExactCounts(base.FrequencyEstimator):
-  """Q(d) = #d / N from an exact counts table (int ids in [0, num_items))."""
+  """Exact counts: Q(d) = max(#d, min_count) / N and Q'(d) = #d / (N − #p), N = Σ_d #d.
+
+  Integer ids in [0, num_items) only (strings: map them with tf.keras.layers.StringLookup).
+  Before anything is counted (N = 0), Q(d) = 1 / num_items.
+
+  Args:
+    num_items: size of the counts table (ids 0 .. num_items − 1); int or numpy integer.
+    counts: optional initial table [num_items] of whole numbers >= 0 (e.g. training-set counts).
+    accumulate: add each ``update``'s ids to the table; default: True without ``counts``,
+      False with (the table is then fixed and ``update`` only validates ids).
+    min_count: floor of a count, so that log Q is finite (default 1).
+    validate_ids: check 0 <= id < num_items at run time.
+  """
 
   supports_strings = False
 
@@ -58,7 +73,7 @@ class ExactCounts(base.FrequencyEstimator):
   def _update_keys(self, keys):
     if not self.accumulate:
       return
-    distinct, counts = base.group(keys)
+    distinct, counts = base._group(keys)
     counts = tf.cast(counts, tf.int64)
     self.counts.scatter_add(tf.IndexedSlices(counts, distinct))
     self.total.assign_add(tf.reduce_sum(counts))

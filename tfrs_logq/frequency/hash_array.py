@@ -11,16 +11,16 @@ step (TFRS issue #635), while at batch 4096 the head of a Zipf stream occurs hun
 
 Extension 1 — c hits per step. A bucket hit c times in step t (c counts every occurrence of
 every id of the step's batch that hashes there) gets c per-hit updates, the c hits spread evenly
-over the g = t − A steps since its last hit (gap g / c each). The j-th hit after the bucket's first sighting uses
-the rate α_j = max(α, 1/j) (a running mean for the first ⌊1/α⌋ hits, then the EMA; ``warmup``),
+over the g = t − A steps since its last hit (gap g / c each). The j-th hit after the bucket's
+first sighting uses the rate α_j = max(α, 1/j) (a running mean for the first ⌊1/α⌋ hits, then the EMA; ``warmup``),
 which in closed form is
 
     B ← w·B + (1 − w)·g / c,     w = Π_{j=k+1}^{k+c} (1 − α_j)
       = k / max(k, min(k + c, J)) · (1 − α)^{max(0, k + c − max(k, J))},   J = ⌊1/α⌋,
 
 with k = hits since the first sighting (stored capped at J in K_i). B then estimates steps per
-hit, so 1/B is the expected number of hits per step (no saturation). With ``warmup=False``, k = J after the second
-sighting (the fixed-α EMA of the paper, generalised to c hits: w = (1 − α)^c).
+hit, so 1/B is the expected number of hits per step (no saturation). With ``warmup=False``,
+k = J after the second sighting (the fixed-α EMA of the paper, generalised to c hits: w = (1 − α)^c).
 
 Extension 2 — per-draw probability. The loss needs Q(d), the probability of one draw, which sums
 to 1 over the catalog: Q(d) = E[hits of d per step] / E[ids per step] = 1 / (B̂(d) · n̄), where
@@ -51,8 +51,10 @@ import tensorflow as tf
 from tfrs_logq.frequency import base
 from tfrs_logq.frequency import hashing
 
+__all__ = ["HashArrayEstimator"]
 
-def gap_weight(k, c, alpha: float, warmup_hits: int):
+
+def _gap_weight(k, c, alpha: float, warmup_hits: int):
   """w = Π_{j=k+1}^{k+c} (1 − max(α, 1/j)) in closed form (int64 k, c; float32 result)."""
   j_cap = tf.constant(warmup_hits, tf.int64)
   k = tf.cast(k, tf.int64)
@@ -63,17 +65,41 @@ def gap_weight(k, c, alpha: float, warmup_hits: int):
   return running * tf.pow(tf.constant(1.0 - alpha, tf.float32), tf.cast(ema_hits, tf.float32))
 
 
+@tf.keras.utils.register_keras_serializable(package="tfrs_logq")
 class HashArrayEstimator(base.FrequencyEstimator):
-  """Yi et al. hash arrays with multi-hit steps and per-draw output (see module docstring)."""
+  """Hash-array estimate of the per-draw probability: Q(d) = 1 / (B̂(d) · n̄).
 
-  def __init__(self, num_buckets: int = 2**22, num_hashes: int = 2, alpha: float = 0.01,
+  Per hash function h_i (i < m), A_i = step of the last hit and B_i = estimated steps between
+  hits; a bucket hit c times in step t, g = t − A_i steps after its previous hit, updates
+
+      B_i ← w·B_i + (1 − w)·g/c,   w = Π_{j=k+1}^{k+c} (1 − max(α, 1/j))   (k = hits so far),
+
+  B̂(d) = max_i B_i[h_i(d)] (collisions only shorten gaps) and n̄ is the moving average of the
+  number of ids per step. Yi et al. 2019 (Algorithms 2 and 3) extended to several hits per
+  step and to a per-draw output; floors and the ``pending_gap`` rule are in the module
+  docstring of ``tfrs_logq.frequency.hash_array``. Int or string ids.
+
+  Args:
+    num_buckets: H, buckets per hash function (int or numpy integer; memory m·H·12 bytes).
+    num_hashes: m.
+    alpha: α, the EMA rate after the warm-up (1/α hits ≈ the memory of the estimate). With
+      the defaults, on the 1000 most frequent of 1M items of a Zipf(1.05) stream of 4000 steps
+      × 4096 ids, Q̂ is within 9 % (max; 1.9 % mean) of the true probability and 6.5 % (max) of
+      the stream's own frequency; α = 0.01 adapts ten times faster to popularity shifts but is
+      noisier (33 % max).
+    warmup: running mean (rate max(α, 1/j)) for the first ⌊1/α⌋ hits of a bucket.
+    pending_gap: a bucket not hit for a while reads as if hit now (vanishing items decay).
+    seed: seed of the hash functions (h_i uses seed + i).
+    num_items: optional catalog size (ids are then checked to be < num_items).
+    validate_ids: check ids >= 0 (and < num_items) at run time.
+  """
+
+  def __init__(self, num_buckets: int = 2**22, num_hashes: int = 2, alpha: float = 0.001,
                warmup: bool = True, pending_gap: bool = True, seed: int = 0,
                num_items=None, validate_ids: bool = True, **kwargs):
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
-    if not (isinstance(num_buckets, int) and num_buckets >= 1):
-      raise ValueError(f"num_buckets must be a positive int, got {num_buckets!r}")
-    if not (isinstance(num_hashes, int) and num_hashes >= 1):
-      raise ValueError(f"num_hashes must be a positive int, got {num_hashes!r}")
+    num_buckets = base._positive_int(num_buckets, "num_buckets")
+    num_hashes = base._positive_int(num_hashes, "num_hashes")
     if num_buckets * num_hashes >= 2**31:
       raise ValueError("num_buckets * num_hashes must be < 2**31")
     if not 0.0 < alpha <= 1.0:
@@ -85,7 +111,7 @@ class HashArrayEstimator(base.FrequencyEstimator):
     self.alpha = float(alpha)
     self.warmup = bool(warmup)
     self.pending_gap = bool(pending_gap)
-    self.seed = int(seed)
+    self.seed = base._int(seed, "seed")
     self.warmup_hits = int(math.floor(1.0 / self.alpha))   # J
     size = num_buckets * num_hashes
     self.last_step = self._state("last_step", [size], tf.int32, 0)     # A
@@ -109,13 +135,13 @@ class HashArrayEstimator(base.FrequencyEstimator):
     n = tf.size(keys, out_type=tf.int64)
     nonempty = n > 0
     t_new = self.step + tf.cast(nonempty, tf.int64)
-    slots, counts = base.group_slots(keys, self._slots)
+    slots, counts = base._group_slots(keys, self._slots)
     last = tf.gather(self.last_step, slots)
     old_gap = tf.gather(self.gap, slots)
     k = self._prior_hits(last, tf.gather(self.hits, slots))
     g = tf.cast(t_new - tf.cast(last, tf.int64), tf.float32)
     c = tf.cast(counts, tf.float32)
-    w = gap_weight(k, counts, self.alpha, self.warmup_hits)
+    w = _gap_weight(k, counts, self.alpha, self.warmup_hits)
     new_gap = w * old_gap + (1.0 - w) * (g / c)
     new_hits = tf.minimum(tf.cast(k, tf.int64) + tf.cast(counts, tf.int64), self.warmup_hits)
     new_hits = tf.where(tf.equal(last, 0), tf.zeros_like(new_hits), new_hits)  # first sighting
@@ -140,7 +166,7 @@ class HashArrayEstimator(base.FrequencyEstimator):
     t = tf.cast(self.step, tf.float32)
     if self.pending_gap:
       k = self._prior_hits(last, tf.gather(self.hits, slots))
-      w1 = gap_weight(k, tf.ones_like(k), self.alpha, self.warmup_hits)
+      w1 = _gap_weight(k, tf.ones_like(k), self.alpha, self.warmup_hits)
       g = t - tf.cast(last, tf.float32)
       gap = tf.maximum(gap, w1 * gap + (1.0 - w1) * g)
     gap = tf.where(tf.equal(last, 0), tf.maximum(t, 1.0), gap)

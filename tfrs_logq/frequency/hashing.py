@@ -18,11 +18,13 @@ tests check it bit-for-bit against a numpy uint64 reference.
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
+__all__ = ["ids_to_keys", "mix64", "bucket"]
+
 _MASK64 = (1 << 64) - 1
-GOLDEN = 0x9E3779B97F4A7C15
-MIX1 = 0xBF58476D1CE4E5B9
-MIX2 = 0x94D049BB133111EB
-STRING_KEY_RANGE = (1 << 63) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+_MIX1 = 0xBF58476D1CE4E5B9
+_MIX2 = 0x94D049BB133111EB
+_STRING_KEY_RANGE = (1 << 63) - 1
 
 
 def _signed(u: int) -> int:
@@ -43,7 +45,7 @@ def ids_to_keys(ids: tf.Tensor) -> tf.Tensor:
   """
   ids = tf.convert_to_tensor(ids)
   if ids.dtype == tf.string:
-    return tf.strings.to_hash_bucket_fast(ids, STRING_KEY_RANGE)
+    return tf.strings.to_hash_bucket_fast(ids, _STRING_KEY_RANGE)
   if ids.dtype in (tf.int32, tf.int64, tf.int16, tf.int8, tf.uint8, tf.uint16, tf.uint32):
     return tf.cast(ids, tf.int64)
   raise TypeError(f"item ids must be an integer or string tensor, got dtype {ids.dtype.name}")
@@ -51,11 +53,11 @@ def ids_to_keys(ids: tf.Tensor) -> tf.Tensor:
 
 def mix64(keys: tf.Tensor, seed: int) -> tf.Tensor:
   """SplitMix64 finaliser of ``keys + (seed + 1) * GOLDEN`` (mod 2**64), as int64 bits."""
-  x = tf.add(keys, tf.constant(_signed((seed + 1) * GOLDEN), tf.int64))
+  x = tf.add(keys, tf.constant(_signed((seed + 1) * _GOLDEN), tf.int64))
   x = tf.bitwise.bitwise_xor(x, _shift_right_logical(x, 30))
-  x = tf.multiply(x, tf.constant(_signed(MIX1), tf.int64))
+  x = tf.multiply(x, tf.constant(_signed(_MIX1), tf.int64))
   x = tf.bitwise.bitwise_xor(x, _shift_right_logical(x, 27))
-  x = tf.multiply(x, tf.constant(_signed(MIX2), tf.int64))
+  x = tf.multiply(x, tf.constant(_signed(_MIX2), tf.int64))
   return tf.bitwise.bitwise_xor(x, _shift_right_logical(x, 31))
 
 

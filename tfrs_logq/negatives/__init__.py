@@ -1,29 +1,50 @@
-"""Negative samplers for sampled softmax, each returning a `Negatives` with log Q.
+"""Negative samplers for sampled softmax: draw the negatives of a step, score them, give log Q.
 
-* `InBatchNegatives`: the (global) batch's positives, deduplicated (first occurrence), optional
-  ``k_b`` subsample; log Q = log q_uni (unigram per-draw probability; see `in_batch`).
-* `UniformNegatives`: ``k_u`` uniform draws from an id range or id table; log Q = -log |D|.
-* `MixedNegatives`: both, log Q under the ``"unigram"`` (paper) or ``"mixture"`` convention.
-* `all_gather_rows` (`cross_replica`): global-batch pool under tf.distribute (differentiable).
-* `score_negatives` -> `ScoredCandidates`: the inputs of `tfrs_logq.losses.sampled_softmax_loss`;
-  `task_candidates`: candidate rows for the drop-in `tfrs_logq.tasks.Retrieval`.
-* `MIDXSampler` (`midx`): adaptive query-dependent sampler, imported lazily.
+Every sampler is a `NegativeSampler`:
+``sampler.score(query_embeddings [A, d], positive_ids [A], positive_embeddings [A, d], *,
+temperature, seed, sequence_ids, item_table)`` returns a `ScoredCandidates` (positive_scores [A],
+negative_scores [A, N], negative_log_q [N] or [A, N], valid_mask [A, N] with accidental hits
+masked, positive_log_q [A]): the arguments of ``tfrs_logq.losses.sampled_softmax_loss``.
+Q is the per-draw probability of one negative slot under each sampler's stated convention.
+
+* `UniformNegatives` (`uniform`): k uniform draws from an id range or an id table, shared by the
+  batch (``per="batch"``), one set per sequence (``"sequence"``) or per query (``"query"``, the
+  paper code's per-position negatives); log Q = -log |D| exactly.
+* `InBatchNegatives` (`in_batch`): the (global) batch's positives, deduplicated (first
+  occurrence), optional ``k_b`` subsample; log Q = log q_uni (``"unigram"``) or the
+  ``"expected_count"`` convention log pi(d) - log U, pi(d) = 1 - (1 - q_uni(d))^B.
+* `MixedNegatives` (`mixed`): a shared in-batch block + a uniform block of any layout; log Q
+  under ``"unigram"`` (the paper's), ``"mixture"`` (per-slot mixture) or ``"expected_count"``
+  (log E[count of d among the row's n negatives] - log n; Horvitz-Thompson weights).
+* `MIDXSampler` (`midx`): adaptive query-dependent proposal, exact log Q(d|z) [A, N]; imported
+  lazily.
+* `ScoredCandidates` (`scoring`) with ``concat`` to join blocks; `score_negatives` for any
+  `Negatives`; `per_query_scores` / `per_segment_scores`: the exact scoring paths (gather, [A, V]
+  matmul + gather, batched per-sequence matmul); `task_candidates`: candidate rows for the drop-in
+  ``tfrs_logq.tasks.Retrieval``.
+* `all_gather_rows` (`cross_replica`): the global-batch pool under tf.distribute
+  (differentiable).
 """
 
 import importlib.util as _importlib_util
 
+from tfrs_logq.negatives.base import NegativeSampler, Negatives, validate_negatives
 from tfrs_logq.negatives.cross_replica import all_gather_rows, num_replicas
-from tfrs_logq.negatives.in_batch import (InBatchNegatives, dedup_first_occurrence,
+from tfrs_logq.negatives.in_batch import (CONVENTIONS, InBatchNegatives, InBatchPool,
+                                          dedup_first_occurrence, expected_count_log_q,
                                           subsample_indices)
-from tfrs_logq.negatives.mixed import CONVENTIONS, MixedNegatives, mixture_log_q
-from tfrs_logq.negatives.scoring import ScoredCandidates, score_negatives, task_candidates
-from tfrs_logq.negatives.base import Negatives, validate_negatives
-from tfrs_logq.negatives.uniform import UniformNegatives
+from tfrs_logq.negatives.mixed import MixedNegatives, mixture_log_q
+from tfrs_logq.negatives.scoring import (MATMUL_GATHER_RATIO, ScoredCandidates, embed_ids,
+                                         per_query_scores, per_segment_scores, score_negatives,
+                                         task_candidates)
+from tfrs_logq.negatives.uniform import UNIFORM_PER, UniformNegatives
 
-__all__ = ["Negatives", "validate_negatives", "InBatchNegatives", "dedup_first_occurrence",
-           "subsample_indices", "UniformNegatives", "MixedNegatives", "mixture_log_q",
-           "CONVENTIONS", "all_gather_rows", "num_replicas", "ScoredCandidates",
-           "score_negatives", "task_candidates", "MIDXSampler"]
+__all__ = ["NegativeSampler", "Negatives", "validate_negatives", "ScoredCandidates",
+           "score_negatives", "task_candidates", "per_query_scores", "per_segment_scores",
+           "embed_ids", "MATMUL_GATHER_RATIO", "UniformNegatives", "UNIFORM_PER",
+           "InBatchNegatives", "InBatchPool", "dedup_first_occurrence", "subsample_indices",
+           "expected_count_log_q", "MixedNegatives", "mixture_log_q", "CONVENTIONS",
+           "all_gather_rows", "num_replicas", "MIDXSampler"]
 
 
 def __getattr__(name):

@@ -11,30 +11,47 @@ keeps a uniformly random subset of ``min(U, k_b)`` of the ``U`` distinct ids (wi
 kept in first-occurrence order). The same negatives are shared by every query; each query masks
 its own positive later (accidental hits, `scoring`).
 
-log Q convention ("per-draw probability" of a deduplicated in-batch negative). Each batch row is
-one draw from the unigram distribution, so the per-draw probability of item d is
+log Q conventions (``convention``; Q is a per-draw probability, see `tfrs_logq.log_q`):
 
-    Q(d) = q_uni(d) = #d / N   (the frequency estimator's ``log_q``),
+* ``"unigram"`` (the paper's, default; ``"mixture"`` is the same for in-batch alone): each batch
+  row is one draw from the unigram distribution, so
 
-and this module returns ``log Q(d_i) = log q_uni(d_i)`` for every distinct negative ``d_i``, the
-paper's convention (its Q(d) = #d/N for in-batch sampling with deduplication). The approximation:
-after deduplication an item is present once with inclusion probability
-``pi(d) = 1 - (1 - Q(d))^B``, not ``B * Q(d)`` times. Weighted (self-normalised) importance
-sampling only needs weights proportional to ``pi(d)``, and ``pi(d) ~ B * Q(d)`` (a constant
-factor ``B``, which cancels in the softmax) while ``B * Q(d) << 1``; for items with
-``B * Q(d)`` near or above 1 the true ``pi(d)`` saturates at 1, so ``log Q`` over-corrects the
-most popular items by up to ``log(B * Q(d)) - log(pi(d))``. Subsampling to ``k_b`` multiplies
-every ``pi(d)`` by the same ``k_b / U``: a constant, so the convention is unchanged.
+      log Q(d) = log q_uni(d) = log(#d / N)   (the frequency estimator's ``log_q``).
+
+  The approximation: after deduplication an item is present once with inclusion probability
+  ``pi(d) = 1 - (1 - Q(d))^B``, not ``B * Q(d)`` times. Self-normalised importance sampling only
+  needs weights proportional to ``pi(d)``, and ``pi(d) ~ B * Q(d)`` while ``B * Q(d) << 1``; for
+  items with ``B * Q(d)`` near or above 1 the true ``pi(d)`` saturates at 1, so ``log Q``
+  over-corrects the most popular items by up to ``log(B * Q(d)) - log(pi(d))``.
+* ``"expected_count"``: log Q_eff(d) = log E[#times d is among the negatives] - log n_b, with
+  B the pool size (valid rows of the global batch), U its number of distinct ids and
+  n_b = min(U, k_b) the negatives kept:
+
+      E[count(d)] = pi(d) * n_b / U,   log Q_eff(d) = log pi(d) - log U,
+
+  which makes the importance weights (1/n) e^{s} / Q_eff = e^{s} / E[count] Horvitz-Thompson
+  (sum_d Q_eff(d) = E[U] / U ~ 1). Subsampling to ``k_b`` multiplies every inclusion probability
+  by the same ``n_b / U``.
+
+Both conventions need the per-draw q_uni (estimator or ``candidate_log_q``); the pool statistics
+(B, U, n_b) of the step are returned by `InBatchNegatives.pool` as an `InBatchPool`.
 """
 
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import tfrs_logq  # noqa: F401
 import tensorflow as tf
 
+from tfrs_logq import log_q as log_q_lib
 from tfrs_logq.negatives import cross_replica
-from tfrs_logq.negatives.base import (Negatives, as_float, as_ids, check_not_empty,
-                                       check_rank, check_same_dim)
+from tfrs_logq.negatives.base import (NegativeSampler, Negatives, as_float, as_ids,
+                                       check_not_empty, check_positive_int, check_rank,
+                                       check_same_dim)
+
+__all__ = ["InBatchNegatives", "InBatchPool", "CONVENTIONS", "dedup_first_occurrence",
+           "subsample_indices", "expected_count_log_q"]
+
+CONVENTIONS = ("unigram", "mixture", "expected_count")
 
 
 def dedup_first_occurrence(ids):
@@ -76,11 +93,45 @@ def subsample_indices(n, k: int, seed=None) -> tf.Tensor:
   return tf.sort(chosen)
 
 
-class InBatchNegatives:
+class InBatchPool(NamedTuple):
+  """The in-batch negatives of one step with the pool statistics the conventions need.
+
+  Attributes:
+    negatives: `Negatives` (ids [n_b], embeddings [n_b, d], log_q [n_b] = the per-draw
+      log q_uni of each negative, positive_log_q [B_local] = log q_uni of the queries' positives).
+    num_draws: B, int32 scalar: pool rows (valid rows of the global batch) before dedup.
+    num_distinct: U, int32 scalar: distinct ids of the pool (before the k_b subsample).
+  """
+  negatives: Negatives
+  num_draws: tf.Tensor
+  num_distinct: tf.Tensor
+
+  @property
+  def num_kept(self) -> tf.Tensor:
+    """n_b = min(U, k_b), int32 scalar."""
+    return tf.shape(self.negatives.ids)[0]
+
+
+def expected_count_log_q(log_q_unigram, pool: InBatchPool) -> tf.Tensor:
+  """log E[count of d among the n_b in-batch negatives] = log pi(d) + log n_b - log U.
+
+  pi(d) = 1 - (1 - q_uni(d))^B (`tfrs_logq.log_q.log_inclusion_probability`); -inf for an empty
+  pool.
+  """
+  b = tf.cast(pool.num_draws, tf.float32)
+  u = tf.cast(pool.num_distinct, tf.float32)
+  n_b = tf.cast(pool.num_kept, tf.float32)
+  return (log_q_lib.log_inclusion_probability(log_q_unigram, b) + tf.math.log(n_b)
+          - tf.math.log(tf.maximum(u, 1.0)))
+
+
+class InBatchNegatives(NegativeSampler):
   """Deduplicated (optionally subsampled, cross-replica) in-batch negatives.
 
-  ``log Q(d) = log q_uni(d)`` from ``frequency_estimator.log_q`` (or the caller's
-  ``candidate_log_q``); see the module docstring for the convention and its approximation.
+  Negatives: the distinct positives of the (global) batch, in first-occurrence order, at most
+  ``k_b`` of them (uniform subset). ``log Q(d) = log q_uni(d)`` (``"unigram"``, the paper's) or
+  ``log pi(d) - log U`` with pi(d) = 1 - (1 - q_uni(d))^B (``"expected_count"``), q_uni from
+  ``frequency_estimator.log_q`` or the caller's ``candidate_log_q``; see the module docstring.
   The sampler only reads the estimator: call ``frequency_estimator.update(ids)`` once per step
   yourself (with the step's candidate ids; the `tfrs_logq.frequency` estimators gather them
   across replicas).
@@ -95,47 +146,57 @@ class InBatchNegatives:
     num_negatives: ``k_b``; None keeps every distinct id.
     cross_replica: under ``tf.distribute`` (inside ``strategy.run``) all-gather the pool over
       replicas so the global batch is the in-batch pool (see `cross_replica`).
+    convention: ``"unigram"`` (= ``"mixture"`` here) or ``"expected_count"``.
   """
 
   def __init__(self, frequency_estimator=None, *, num_negatives: Optional[int] = None,
-               cross_replica: bool = True):
+               cross_replica: bool = True, convention: str = "unigram"):
     if frequency_estimator is not None and not callable(
         getattr(frequency_estimator, "log_q", None)):
       raise TypeError("frequency_estimator must have a log_q(ids) method, got "
                       f"{type(frequency_estimator).__name__}")
-    if num_negatives is not None and (not isinstance(num_negatives, int) or num_negatives <= 0):
-      raise ValueError(f"num_negatives must be None or a positive int, got {num_negatives!r}")
+    if num_negatives is not None:
+      num_negatives = check_positive_int(num_negatives, "num_negatives")
+    if convention not in CONVENTIONS:
+      raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
     self.frequency_estimator = frequency_estimator
     self.num_negatives = num_negatives
-    self.cross_replica = cross_replica
+    self.cross_replica = bool(cross_replica)
+    self.convention = convention
 
-  def log_q(self, ids) -> tf.Tensor:
-    """log Q(d) = log q_uni(d) of any ids (e.g. the queries' positives), float32."""
+  def get_config(self) -> dict:
+    """Constructor arguments; ``frequency_estimator`` is returned as the object itself."""
+    return dict(frequency_estimator=self.frequency_estimator, num_negatives=self.num_negatives,
+                cross_replica=self.cross_replica, convention=self.convention)
+
+  def unigram_log_q(self, ids) -> tf.Tensor:
+    """log q_uni(d) of any ids from the estimator, float32."""
     if self.frequency_estimator is None:
       raise ValueError("InBatchNegatives has no frequency_estimator: pass candidate_log_q to "
                        "the call, or give an estimator to compute log Q of arbitrary ids")
     ids = as_ids(ids, "ids")
     return tf.cast(self.frequency_estimator.log_q(ids), tf.float32)
 
-  def __call__(self, positive_ids, positive_embeddings, *, candidate_log_q=None, valid=None,
-               seed=None) -> Negatives:
-    """Builds the in-batch negatives of one step from the batch's positives.
+  def log_q(self, ids, pool: Optional[InBatchPool] = None) -> tf.Tensor:
+    """log Q(d) of any ids (e.g. the queries' positives) under the convention, float32.
 
-    Args:
-      positive_ids: integer ``[B]``, the local batch's positive ids.
-      positive_embeddings: ``[B, d]``, their candidate embeddings (reused; gradients flow back
-        to the first row of each distinct id, on the replica that produced it).
-      candidate_log_q: optional float ``[B]``, log q_uni of each positive (overrides the
-        estimator, e.g. precomputed in the input pipeline).
-      valid: optional bool ``[B]``; False rows (padding) are left out of the pool.
-      seed: optional ``[2]`` int stateless seed for the ``k_b`` subsample.
+    ``"expected_count"`` needs the step's ``pool`` (its B, U and n_b).
+    """
+    return self._convention_log_q(self.unigram_log_q(ids), pool)
 
-    Returns:
-      ``Negatives(ids [N], embeddings [N, d], log_q [N], positive_log_q [B])``, with
-      ``positive_log_q`` the log Q of the *local* positives (the queries' positives).
+  def _convention_log_q(self, log_q_unigram, pool):
+    if self.convention != "expected_count":
+      return log_q_unigram
+    if pool is None:
+      raise ValueError("convention='expected_count' needs the step's InBatchPool (B, U, n_b)")
+    return expected_count_log_q(log_q_unigram, pool) - tf.math.log(
+        tf.cast(tf.maximum(pool.num_kept, 1), tf.float32))
 
-    Raises:
-      TypeError / ValueError: wrong dtypes, ranks, mismatched sizes or an empty batch.
+  def pool(self, positive_ids, positive_embeddings, *, candidate_log_q=None, valid=None,
+           seed=None) -> InBatchPool:
+    """The deduplicated, subsampled negatives with per-draw log q_uni and (B, U).
+
+    Args: as `__call__`.
     """
     ids = as_ids(positive_ids, "positive_ids")
     emb = as_float(positive_embeddings, "positive_embeddings")
@@ -148,7 +209,7 @@ class InBatchNegatives:
       check_rank(log_q, 1, "candidate_log_q")
       deps += check_same_dim(ids, 0, log_q, 0, "positive_ids vs candidate_log_q")
     else:
-      log_q = self.log_q(ids)
+      log_q = self.unigram_log_q(ids)
     if valid is not None:
       valid = tf.convert_to_tensor(valid)
       if valid.dtype != tf.bool:
@@ -167,9 +228,44 @@ class InBatchNegatives:
       pool_ids, pool_emb, pool_log_q = cross_replica.all_gather_rows(
           [pool_ids, pool_emb, pool_log_q])
     unique_ids, first_index, _ = dedup_first_occurrence(pool_ids)
+    num_distinct = tf.shape(unique_ids)[0]
     if self.num_negatives is not None:
       first_index = tf.gather(
-          first_index, subsample_indices(tf.shape(first_index)[0], self.num_negatives, seed))
+          first_index, subsample_indices(num_distinct, self.num_negatives, seed))
       unique_ids = tf.gather(pool_ids, first_index)
-    return Negatives(ids=unique_ids, embeddings=tf.gather(pool_emb, first_index),
-                     log_q=tf.gather(pool_log_q, first_index), positive_log_q=positive_log_q)
+    negatives = Negatives(ids=unique_ids, embeddings=tf.gather(pool_emb, first_index),
+                          log_q=tf.gather(pool_log_q, first_index),
+                          positive_log_q=positive_log_q)
+    return InBatchPool(negatives, tf.shape(pool_ids)[0], num_distinct)
+
+  def __call__(self, positive_ids, positive_embeddings, *, candidate_log_q=None, valid=None,
+               seed=None) -> Negatives:
+    """Builds the in-batch negatives of one step from the batch's positives.
+
+    Args:
+      positive_ids: integer ``[B]``, the local batch's positive ids.
+      positive_embeddings: ``[B, d]``, their candidate embeddings (reused; gradients flow back
+        to the first row of each distinct id, on the replica that produced it).
+      candidate_log_q: optional float ``[B]``, log q_uni of each positive (overrides the
+        estimator, e.g. precomputed in the input pipeline).
+      valid: optional bool ``[B]``; False rows (padding) are left out of the pool.
+      seed: optional ``[2]`` int stateless seed for the ``k_b`` subsample.
+
+    Returns:
+      ``Negatives(ids [N], embeddings [N, d], log_q [N], positive_log_q [B])`` with log Q under
+      the convention, ``positive_log_q`` that of the *local* positives (the queries' positives).
+
+    Raises:
+      TypeError / ValueError: wrong dtypes, ranks, mismatched sizes or an empty batch.
+    """
+    pool = self.pool(positive_ids, positive_embeddings, candidate_log_q=candidate_log_q,
+                     valid=valid, seed=seed)
+    neg = pool.negatives
+    return neg._replace(log_q=self._convention_log_q(neg.log_q, pool),
+                        positive_log_q=self._convention_log_q(neg.positive_log_q, pool))
+
+  def sample_negatives(self, query_embeddings, positive_ids, positive_embeddings, *, seed=None,
+                       sequence_ids=None, item_table=None) -> Negatives:
+    """`__call__` on the queries' positives (the in-batch pool)."""
+    del query_embeddings, sequence_ids, item_table
+    return self(positive_ids, positive_embeddings, seed=seed)

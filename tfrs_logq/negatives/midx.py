@@ -1,7 +1,7 @@
 """MIDX adaptive negative sampler: inverted multi-index with query-dependent proposal Q(i|z).
 
-Paper: Chen et al., "Adaptive Sampled Softmax with Inverted Multi-Index" (../shared/papers/
-midx-adaptive-sampled-softmax.md), Theorem 2 / Eq. (6), with B = 2 codebooks of K codewords.
+Paper: Chen et al., "Adaptive Sampled Softmax with Inverted Multi-Index: Methods, Theory and
+Applications", Theorem 2 / Eq. (6), with B = 2 codebooks of K codewords.
 
 Index (rebuilt by ``refresh`` from the current item embeddings q_i, i = 0..N-1):
   * product quantization ("pq"): q_i = [q_i^1, q_i^2] (first d//2 dims, the rest); codebook C^l is
@@ -30,18 +30,23 @@ Randomness is stateless: every ``sample`` call derives its seed from (seed, draw
 resume identically from a checkpoint.
 """
 
+from typing import Callable, Optional
+
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
+from tfrs_logq import accidental_hits
 from tfrs_logq.negatives import kmeans as kmeans_lib
-from tfrs_logq.negatives.base import Negatives, as_ids, check_rank
-from tfrs_logq.negatives.uniform import call_embedder
+from tfrs_logq.negatives import scoring
+from tfrs_logq.negatives.base import NegativeSampler, Negatives, as_ids, check_rank
+
+__all__ = ["MIDXSampler", "RefreshEveryNSteps", "MIDXRefreshCallback"]
 
 _QUANTIZERS = ("pq", "rq")
 _NOT_REFRESHED = "MIDXSampler: call refresh(item_embeddings) before sampling (the index is empty)"
 
 
-class MIDXSampler(tf.keras.layers.Layer):
+class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
   """Samples negatives from the MIDX proposal Q(i|z) (Theorem 2 of the MIDX paper).
 
   Q(i|z) = exp(s^1_{k1(i)}(z) + s^2_{k2(i)}(z)) / sum_{k1,k2} |Omega_{k1,k2}| exp(s^1_{k1}(z) + s^2_{k2}(z))
@@ -61,10 +66,13 @@ class MIDXSampler(tf.keras.layers.Layer):
   checkpoint into a fresh sampler before the first refresh).
   """
 
-  def __init__(self, num_codewords: int = 64, quantizer: str = "pq", *, num_items: int | None = None,
-               dim: int | None = None, temperature: float = 1.0, id_offset: int = 0, seed: int = 0,
-               kmeans_iterations: int = 10, kmeans_max_points: int | None = 262144,
-               chunk_size: int = 16384, **kwargs):
+  def __init__(self, num_codewords: int = 64, quantizer: str = "pq", *,
+               num_items: Optional[int] = None, dim: Optional[int] = None,
+               temperature: float = 1.0, id_offset: int = 0, seed: int = 0,
+               kmeans_iterations: int = 10, kmeans_max_points: Optional[int] = 262144,
+               chunk_size: int = 16384, num_negatives: Optional[int] = None,
+               candidate_embedder: Optional[Callable] = None, jit_compile: bool = False,
+               **kwargs):
     """Configures the sampler.
 
     Args:
@@ -78,6 +86,12 @@ class MIDXSampler(tf.keras.layers.Layer):
       kmeans_iterations: Lloyd iterations per codebook and refresh.
       kmeans_max_points: codebooks are learned on at most this many random items (all are assigned).
       chunk_size: rows per k-means distance block.
+      num_negatives: S, negatives per query drawn by `score` / `sample_negatives` (None: only
+        ``sample`` / ``negatives`` with an explicit S work).
+      candidate_embedder: optional callable ids [m] -> [m, d] used by `score` /
+        `sample_negatives` (not part of the config); without it they embed from the
+        ``item_table`` passed to the call (row i = id i).
+      jit_compile: score through XLA-compiled table paths in `score`.
       **kwargs: tf.keras.layers.Layer arguments (name, ...).
     """
     kwargs.setdefault("trainable", False)
@@ -94,6 +108,14 @@ class MIDXSampler(tf.keras.layers.Layer):
       raise ValueError(f"kmeans_iterations must be >= 0, got {kmeans_iterations}")
     if kmeans_max_points is not None and kmeans_max_points < 1:
       raise ValueError(f"kmeans_max_points must be >= 1 or None, got {kmeans_max_points}")
+    if num_negatives is not None and (not isinstance(num_negatives, int)
+                                      or isinstance(num_negatives, bool) or num_negatives < 1):
+      raise ValueError(f"num_negatives must be None or an int >= 1, got {num_negatives!r}")
+    if candidate_embedder is not None and not callable(candidate_embedder):
+      raise TypeError("candidate_embedder must be callable (ids -> embeddings) or None")
+    self.num_negatives = num_negatives
+    self.candidate_embedder = candidate_embedder
+    self.jit_compile = bool(jit_compile)
     self.num_codewords = num_codewords
     self.quantizer = quantizer
     self.temperature = float(temperature)
@@ -304,8 +326,7 @@ class MIDXSampler(tf.keras.layers.Layer):
                 positive_log_q float32 [A] or None).
     """
     ids, log_q = self.sample(query_embeddings, num_samples, seed=seed)
-    flat = call_embedder(candidate_embedder, tf.reshape(ids, [-1]))
-    emb = tf.reshape(flat, tf.concat([tf.shape(ids), tf.shape(flat)[1:]], axis=0))
+    emb = scoring.embed_ids(ids, candidate_embedder=candidate_embedder)
     positive_log_q = None
     if positive_ids is not None:
       positive_ids = as_ids(positive_ids, "positive_ids")
@@ -378,8 +399,49 @@ class MIDXSampler(tf.keras.layers.Layer):
                   num_items=self.num_items, dim=self.dim, temperature=self.temperature,
                   id_offset=self.id_offset, seed=self.seed,
                   kmeans_iterations=self.kmeans_iterations,
-                  kmeans_max_points=self.kmeans_max_points, chunk_size=self.chunk_size)
+                  kmeans_max_points=self.kmeans_max_points, chunk_size=self.chunk_size,
+                  num_negatives=self.num_negatives, jit_compile=self.jit_compile)
     return config
+
+  # ------------------------------------------------------------------------- NegativeSampler API
+  def _num_negatives(self) -> int:
+    if self.num_negatives is None:
+      raise ValueError("MIDXSampler.score / sample_negatives need num_negatives (constructor "
+                       "argument or attribute)")
+    return self.num_negatives
+
+  def sample_negatives(self, query_embeddings, positive_ids, positive_embeddings, *, seed=None,
+                       sequence_ids=None, item_table=None) -> Negatives:
+    """`negatives` with ``num_negatives`` per query, embedded by ``candidate_embedder`` or the
+    rows of ``item_table``; ``positive_log_q = log Q(p|z)``."""
+    del positive_embeddings, sequence_ids
+    ids, log_q = self.sample(query_embeddings, self._num_negatives(), seed=seed)
+    emb = scoring.embed_ids(ids, candidate_embedder=self.candidate_embedder,
+                            item_table=item_table)
+    return Negatives(ids=ids, embeddings=emb, log_q=log_q,
+                     positive_log_q=self.log_prob(query_embeddings, positive_ids))
+
+  def score(self, query_embeddings, positive_ids, positive_embeddings, *,
+            temperature: float = 1.0, seed=None, sequence_ids=None, item_table=None):
+    """`NegativeSampler.score` for S = ``num_negatives`` per-query MIDX negatives.
+
+    The [A, S] negatives are scored by `scoring.per_query_scores` (one [A, V] matmul + gather when
+    ``item_table`` is given and V <= 0.4 S d); negative_log_q = log Q(d|z) [A, S],
+    positive_log_q = log Q(p|z) [A]; accidental hits masked.
+    """
+    del sequence_ids
+    if not temperature > 0:
+      raise ValueError(f"temperature must be > 0, got {temperature!r}")
+    inv_t = 1.0 / float(temperature)
+    query, pos_ids, pos_emb = scoring.check_queries(query_embeddings, positive_ids,
+                                                    positive_embeddings)
+    ids, log_q = self.sample(query, self._num_negatives(), seed=seed)
+    scores = scoring.per_query_scores(
+        query, ids, item_table=item_table, candidate_embedder=self.candidate_embedder,
+        num_rows=self.num_items + self.id_offset, jit_compile=self.jit_compile) * inv_t
+    return scoring.ScoredCandidates(
+        tf.reduce_sum(query * pos_emb, axis=-1) * inv_t, scores, log_q,
+        accidental_hits.accidental_hit_mask(pos_ids, ids), self.log_prob(query, pos_ids))
 
 
 class RefreshEveryNSteps:

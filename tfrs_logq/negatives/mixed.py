@@ -1,30 +1,39 @@
-"""Mixed negative sampling (Yang et al. 2020): in-batch negatives + uniform negatives.
+"""Mixed negative sampling (Yang et al. 2020): a shared in-batch block + a uniform block.
 
 The negatives of a step are the ``n_b`` deduplicated in-batch negatives (`in_batch`, ``n_b <= k_b``,
-counted over the global batch under ``tf.distribute``) followed by the ``k_u`` uniform negatives
-(`uniform`), ``N = n_b + k_u`` rows shared by every query. log Q of every negative (and of each
-query's positive, for Q') follows one explicit convention:
+counted over the global batch under ``tf.distribute``), shared by every query, followed by the
+``k_u`` uniform negatives (`uniform`) of whichever layout the `UniformNegatives` has: shared by
+the batch, one set per sequence, or one set per query (the paper code's per-position draws).
+Each row has ``n = n_b + k_u`` slots. log Q of every negative (and of each query's positive, for
+Q') follows one explicit convention, with q_uni the frequency estimator's per-draw unigram
+probability, B the in-batch pool size (valid rows of the global batch) and U its distinct ids:
 
 * ``"unigram"`` (the paper's, §4.1: "log Q values are based on unigram frequencies and not
-  adjusted for the uniform portion"): for both halves
+  adjusted for the uniform portion"): for both blocks
 
-      log Q(d) = log q_uni(d)         (q_uni from the frequency estimator).
+      log Q(d) = log q_uni(d).
 
   A uniform draw that the estimator has never seen has ``q_uni(d) = 0``; its log Q would be
   ``-inf`` (an infinite logit after correction), so, and only then, it gets the per-slot
-  probability of the slot that produced it, ``log(k_u / ((n_b + k_u) |D|))``.
+  probability of the slot that produced it, ``log(k_u / ((n_b + k_u) |D|))``. (The paper's
+  script clamps Q' at 1e-10 there instead.)
 * ``"mixture"``: the per-slot mixture, the probability that one slot chosen uniformly among the
-  ``N`` slots holds d:
+  ``n`` slots holds d, each in-batch slot counted as one unigram draw:
 
-      q(d) = (n_b * q_uni(d) + k_u / |D|) / (n_b + k_u),
+      Q(d) = (n_b * q_uni(d) + k_u / |D|) / (n_b + k_u).
 
-  computed in log space: ``logsumexp(log n_b + log q_uni(d), log k_u - log |D|) - log(n_b + k_u)``.
-  ``n_b`` is the number of in-batch negatives actually present in this step (after dedup and the
-  ``k_b`` subsample), and each in-batch slot counts as one unigram draw (see `in_batch` for that
-  approximation).
+* ``"expected_count"``: log Q_eff(d) = log E[#times d is among the row's n negatives] - log n,
+  the sum of both blocks' expected counts (deduplicated in-batch: pi(d) n_b / U with
+  pi(d) = 1 - (1 - q_uni(d))^B; uniform: k_u / |D|):
 
-Q' (positive excluded) for the corrected loss is ``log Q'(d) = log Q(d) - log(1 - Q(p))`` per row,
-computed from ``Negatives.positive_log_q`` (same convention) by `scoring.log_q_prime`.
+      Q_eff(d) = (pi(d) * n_b / U + k_u / |D|) / (n_b + k_u),
+
+  so that the importance weights e^{s_i} / (n Q_eff(d_i)) = e^{s_i} / E[count(d_i)] are
+  Horvitz-Thompson weights (sum_d Q_eff(d) = (n_b E[U] / U + k_u) / n ~ 1).
+
+All three are computed in log space (``logsumexp`` of the two blocks' terms). Q' (positive
+excluded) for the corrected loss is ``log Q'(d) = log Q(d) - log(1 - Q(p))`` per row, from the
+returned ``positive_log_q`` (same convention).
 """
 
 import math
@@ -32,11 +41,13 @@ import math
 import tfrs_logq  # noqa: F401
 import tensorflow as tf
 
-from tfrs_logq.negatives.in_batch import InBatchNegatives
-from tfrs_logq.negatives.base import Negatives, as_float
+from tfrs_logq.negatives import scoring
+from tfrs_logq.negatives.base import NegativeSampler, Negatives, as_float
+from tfrs_logq.negatives.in_batch import (CONVENTIONS, InBatchNegatives, InBatchPool,
+                                          expected_count_log_q)
 from tfrs_logq.negatives.uniform import UniformNegatives
 
-CONVENTIONS = ("unigram", "mixture")
+__all__ = ["MixedNegatives", "CONVENTIONS", "mixture_log_q"]
 
 
 def mixture_log_q(log_q_unigram, num_in_batch, num_uniform, catalog_size) -> tf.Tensor:
@@ -50,22 +61,30 @@ def mixture_log_q(log_q_unigram, num_in_batch, num_uniform, catalog_size) -> tf.
   """
   log_q_unigram = as_float(log_q_unigram, "log_q_unigram")
   n_b = tf.cast(num_in_batch, tf.float32)
+  return _two_block_log_q(tf.math.log(n_b) + log_q_unigram, n_b, num_uniform, catalog_size)
+
+
+def _two_block_log_q(log_in_batch_part, n_b, num_uniform, catalog_size):
+  """log((exp(log_in_batch_part) + k_u / |D|) / (n_b + k_u))."""
   k_u = tf.cast(num_uniform, tf.float32)
-  in_batch_part = tf.math.log(n_b) + log_q_unigram  # -inf when n_b == 0 or q_uni == 0
-  uniform_part = tf.fill(tf.shape(log_q_unigram),
+  uniform_part = tf.fill(tf.shape(log_in_batch_part),
                          tf.math.log(k_u) - tf.cast(math.log(catalog_size), tf.float32))
-  return (tf.reduce_logsumexp(tf.stack([in_batch_part, uniform_part]), axis=0)
+  return (tf.reduce_logsumexp(tf.stack([log_in_batch_part, uniform_part]), axis=0)
           - tf.math.log(n_b + k_u))
 
 
-class MixedNegatives:
-  """In-batch + uniform negatives with log Q under the ``unigram`` or ``mixture`` convention.
+class MixedNegatives(NegativeSampler):
+  """In-batch + uniform negatives with log Q under one convention (module docstring).
+
+  With n_b in-batch and k_u uniform slots, q_uni the unigram per-draw probability:
+  ``unigram`` log Q = log q_uni; ``mixture`` Q = (n_b q_uni + k_u/|D|) / (n_b + k_u);
+  ``expected_count`` Q = (pi n_b / U + k_u/|D|) / (n_b + k_u), pi = 1 - (1 - q_uni)^B.
 
   Args:
     in_batch: an `InBatchNegatives` with a ``frequency_estimator`` (q_uni is needed for the
-      uniform draws too).
-    uniform: a `UniformNegatives` (its catalog gives ``|D|``).
-    convention: ``"unigram"`` or ``"mixture"`` (module docstring).
+      uniform draws too); its own ``convention`` is ignored (this sampler's applies).
+    uniform: a `UniformNegatives` (its catalog gives ``|D|``, its ``per`` the uniform layout).
+    convention: ``"unigram"``, ``"mixture"`` or ``"expected_count"``.
   """
 
   def __init__(self, in_batch: InBatchNegatives, uniform: UniformNegatives, *,
@@ -76,48 +95,107 @@ class MixedNegatives:
       raise TypeError(f"uniform must be a UniformNegatives, got {type(uniform).__name__}")
     if in_batch.frequency_estimator is None:
       raise ValueError("mixed negatives need in_batch.frequency_estimator: log q_uni of the "
-                       "uniform draws is part of both conventions")
+                       "uniform draws is part of every convention")
     if convention not in CONVENTIONS:
       raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
     self.in_batch = in_batch
     self.uniform = uniform
     self.convention = convention
 
-  def log_q(self, ids, num_in_batch) -> tf.Tensor:
-    """log Q(d) of any ids under the convention, given this step's ``n_b``.
+  def get_config(self) -> dict:
+    """Nested configs of both blocks and the convention."""
+    return dict(in_batch=self.in_batch.get_config(), uniform=self.uniform.get_config(),
+                convention=self.convention)
 
-    Under ``unigram`` an id never seen by the estimator gets ``log(k_u / ((n_b + k_u) |D|))``.
-    """
-    log_q_uni = self.in_batch.log_q(ids)
+  @classmethod
+  def from_config(cls, config: dict):
+    config = dict(config)
+    in_batch, uniform = config.pop("in_batch"), config.pop("uniform")
+    if isinstance(in_batch, dict):
+      in_batch = InBatchNegatives.from_config(in_batch)
+    if isinstance(uniform, dict):
+      uniform = UniformNegatives.from_config(uniform)
+    return cls(in_batch, uniform, **config)
+
+  def log_q(self, ids, pool: InBatchPool) -> tf.Tensor:
+    """log Q(d) of any ids under the convention, given this step's in-batch ``pool``."""
+    log_q_uni = self.in_batch.unigram_log_q(ids)
+    n_b = tf.cast(pool.num_kept, tf.float32)
     k_u, size = self.uniform.num_negatives, self.uniform.catalog_size
     if self.convention == "mixture":
-      return mixture_log_q(log_q_uni, num_in_batch, k_u, size)
-    n_b = tf.cast(num_in_batch, tf.float32)
+      return mixture_log_q(log_q_uni, n_b, k_u, size)
+    if self.convention == "expected_count":
+      return _two_block_log_q(expected_count_log_q(log_q_uni, pool), n_b, k_u, size)
     unseen = (tf.math.log(tf.constant(float(k_u))) - math.log(size) - tf.math.log(n_b + k_u))
     return tf.where(tf.math.is_finite(log_q_uni), log_q_uni, unseen)
 
-  def __call__(self, positive_ids, positive_embeddings, *, valid=None, seed=None) -> Negatives:
-    """Mixed negatives of one step: in-batch rows first, then the ``k_u`` uniform rows.
-
-    Args:
-      positive_ids: integer ``[B]`` (the queries' positives; the in-batch pool).
-      positive_embeddings: ``[B, d]`` (reused for the in-batch half).
-      valid: optional bool ``[B]`` (padding rows left out of the pool).
-      seed: optional ``[2]`` stateless seed (split between the two halves).
-
-    Returns:
-      ``Negatives(ids [N], embeddings [N, d], log_q [N], positive_log_q [B])``,
-      ``N = n_b + k_u``, log Q under ``self.convention``.
-    """
+  def _in_batch_pool(self, positive_ids, positive_embeddings, seed, valid=None):
+    """(the in-batch pool, the uniform block's seed): the step seed is split in two."""
     seed_b = seed_u = None
     if seed is not None:
       seed_b, seed_u = tf.unstack(
           tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), 2))
-    batch = self.in_batch(positive_ids, positive_embeddings, valid=valid, seed=seed_b)
-    uni = self.uniform(seed=seed_u)
-    ids = tf.concat([batch.ids, uni.ids], axis=0)
-    n_b = tf.shape(batch.ids)[0]
-    return Negatives(ids=ids,
-                     embeddings=tf.concat([batch.embeddings, uni.embeddings], axis=0),
-                     log_q=self.log_q(ids, n_b),
-                     positive_log_q=self.log_q(positive_ids, n_b))
+    pool = self.in_batch.pool(positive_ids, positive_embeddings, valid=valid, seed=seed_b)
+    return pool, seed_u
+
+  def __call__(self, positive_ids, positive_embeddings, *, valid=None, seed=None,
+               sequence_ids=None, item_table=None) -> Negatives:
+    """Mixed negatives of one step: in-batch rows first, then the ``k_u`` uniform rows.
+
+    Args:
+      positive_ids: integer ``[B]`` (the queries' positives; the in-batch pool).
+      positive_embeddings: ``[B, d]`` (reused for the in-batch block).
+      valid: optional bool ``[B]`` (padding rows left out of the pool).
+      seed: optional ``[2]`` stateless seed (split between the two blocks).
+      sequence_ids: optional integer ``[B]`` (a per-sequence uniform block).
+      item_table: optional table to embed the uniform block from (no candidate embedder).
+
+    Returns:
+      ``Negatives(ids [N] or [B, N], embeddings [N, d] or [B, N, d], log_q [N] or [B, N],
+      positive_log_q [B])``, ``N = n_b + k_u``, log Q under ``self.convention``; per-query
+      layouts when the uniform block is not shared.
+    """
+    pool, seed_u = self._in_batch_pool(positive_ids, positive_embeddings, seed, valid)
+    batch = pool.negatives
+    uni = self.uniform(positive_ids, seed=seed_u, sequence_ids=sequence_ids,
+                       item_table=item_table)
+    if uni.shared:
+      ids = tf.concat([batch.ids, uni.ids], axis=0)
+      emb = tf.concat([batch.embeddings, uni.embeddings], axis=0)
+    else:
+      rows = tf.shape(uni.ids)[0]
+      n_b = tf.shape(batch.ids)[0]
+      ids = tf.concat([tf.broadcast_to(batch.ids, tf.stack([rows, n_b])), uni.ids], axis=1)
+      emb = tf.concat([tf.broadcast_to(batch.embeddings[tf.newaxis],
+                                       tf.concat([[rows], tf.shape(batch.embeddings)], 0)),
+                       uni.embeddings], axis=1)
+    return Negatives(ids=ids, embeddings=emb, log_q=self.log_q(ids, pool),
+                     positive_log_q=self.log_q(positive_ids, pool))
+
+  def sample_negatives(self, query_embeddings, positive_ids, positive_embeddings, *, seed=None,
+                       sequence_ids=None, item_table=None) -> Negatives:
+    """`__call__` on the queries' positives (per-query layouts materialise [A, N, d])."""
+    del query_embeddings
+    return self(positive_ids, positive_embeddings, seed=seed, sequence_ids=sequence_ids,
+                item_table=item_table)
+
+  def score(self, query_embeddings, positive_ids, positive_embeddings, *,
+            temperature: float = 1.0, seed=None, sequence_ids=None, item_table=None):
+    """Scores of the shared in-batch block (one matmul) joined with the uniform block's (its own
+    cheapest path), log Q under the convention.
+
+    Returns:
+      ``ScoredCandidates(positive_scores [A], negative_scores [A, n_b + k_u], negative_log_q
+      [n_b + k_u] or [A, n_b + k_u], valid_mask [A, n_b + k_u], positive_log_q [A])``.
+    """
+    pool, seed_u = self._in_batch_pool(positive_ids, positive_embeddings, seed)
+    log_q_fn = lambda ids: self.log_q(ids, pool)  # noqa: E731
+    batch = pool.negatives
+    in_batch = scoring.score_negatives(
+        query_embeddings, positive_ids, positive_embeddings,
+        batch._replace(log_q=log_q_fn(batch.ids), positive_log_q=None), temperature=temperature)
+    uniform = self.uniform._score_with_log_q(  # pylint: disable=protected-access
+        query_embeddings, positive_ids, positive_embeddings, temperature=temperature,
+        seed=seed_u, sequence_ids=sequence_ids, item_table=item_table, log_q_fn=log_q_fn)
+    return scoring.ScoredCandidates.concat(in_batch, uniform,
+                                           positive_log_q=uniform.positive_log_q)

@@ -1,59 +1,100 @@
-"""Uniform negatives: k_u ids drawn uniformly (with replacement) from the catalog.
+"""Uniform negatives: k ids drawn uniformly (with replacement) from the catalog, per batch,
+per sequence or per query.
 
-The catalog D is either an id range ``[lo, hi)`` or a table of distinct candidate ids. Each of the
-``k_u`` slots is an independent draw, so the per-draw probability is exact:
+The catalog D is either an id range ``[lo, hi)`` or a table of distinct candidate ids. Each slot
+is an independent uniform draw, so the per-draw probability is exact for every layout:
 
     Q(d) = 1 / |D|,   log Q(d) = -log |D|   for every d in D.
 
-Duplicates among the ``k_u`` draws are kept (they are separate draws of the same proposal). The
-embeddings come from the caller's candidate tower / embedding layer (``ids -> [k, d]``), so
-feature-based towers work as well as id tables.
+Duplicates among the draws are kept (they are separate draws of the same proposal). Layouts
+(``per``):
+
+* ``"batch"``: k ids shared by every query of the step (scores: one [A, d] x [d, k] matmul);
+* ``"sequence"``: k ids per distinct ``sequence_ids`` value, shared by that sequence's queries
+  (a SASRec sequence's positions); scored with one batched matmul per sequence, far cheaper than
+  per query when a sequence has many positions. ``sequence_ids=None`` makes every query its own
+  sequence;
+* ``"query"``: k fresh ids per query (the paper code's per-position negatives); scored by gather
+  + contraction, or by one [A, V] matmul + gather when a table is given and V <= 0.4 k d.
+
+The accidental hits d == p of each row are masked. Embeddings come from the caller's candidate
+tower / embedding layer (``ids -> [m, d]``), so feature-based towers work as well as id tables,
+or, without a ``candidate_embedder``, from the rows of the ``item_table`` passed to the call.
+Randomness: a ``[2]`` stateless seed gives the same draws on every call (and on every replica:
+per-query and per-sequence draws then fold in the replica id, so replicas draw independent
+negatives for their own queries); without a seed the stateful global RNG is used.
 """
 
 import math
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Callable, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
 import tfrs_logq  # noqa: F401
 import tensorflow as tf
 
-from tfrs_logq.negatives.base import Negatives, as_float, as_ids, check_rank
+from tfrs_logq import accidental_hits
+from tfrs_logq.negatives import scoring
+from tfrs_logq.negatives.base import (NegativeSampler, Negatives, as_ids, check_positive_int,
+                                       check_rank)
+
+__all__ = ["UniformNegatives", "UNIFORM_PER"]
+
+UNIFORM_PER = ("batch", "sequence", "query")
 
 
-def call_embedder(candidate_embedder: Callable, ids: tf.Tensor) -> tf.Tensor:
-  """Embeds ids with the caller's tower and checks the result is ``[len(ids), d]`` float."""
-  emb = candidate_embedder(ids)
-  emb = as_float(emb, "candidate_embedder(ids)")
-  check_rank(emb, ids.shape.rank + 1, "candidate_embedder(ids) (rank of ids + 1)")
-  if ids.shape[0] is not None and emb.shape[0] is not None and ids.shape[0] != emb.shape[0]:
-    raise ValueError(f"candidate_embedder returned {emb.shape[0]} rows for {ids.shape[0]} ids")
-  return emb
+class _Draw(NamedTuple):
+  """ids [k] (batch), [A, k] (query) or [U, k] (sequence, with segment [A] int32 in [0, U))."""
+  ids: tf.Tensor
+  segment: Optional[tf.Tensor] = None
+
+  def row_ids(self):
+    """[k] or [A, k] ids of each query's negatives."""
+    return self.ids if self.segment is None else tf.gather(self.ids, self.segment)
 
 
-class UniformNegatives:
-  """``k_u`` uniform negatives from an id range or an id table; log Q(d) = -log |D|.
+def _replica_seed(seed):
+  """Folds the replica id into a stateless seed under a multi-replica strategy."""
+  ctx = tf.distribute.get_replica_context()
+  if ctx is None or ctx.num_replicas_in_sync == 1:
+    return seed
+  return tf.random.experimental.stateless_fold_in(
+      seed, tf.cast(ctx.replica_id_in_sync_group, tf.int64))
+
+
+class UniformNegatives(NegativeSampler):
+  """k uniform negatives from an id range or an id table, per batch / sequence / query.
+
+  log Q(d) = -log |D| exactly for every slot (module docstring); accidental hits are masked per
+  row.
 
   Args:
-    candidate_embedder: callable or Keras layer mapping int64 ids ``[k]`` to ``[k, d]``.
-    num_negatives: ``k_u`` (positive int).
+    candidate_embedder: callable or Keras layer mapping int64 ids ``[m]`` to ``[m, d]``, or None
+      to embed from the ``item_table`` given to `score` / `sample_negatives`.
+    num_negatives: k (positive int).
     id_range: ``(lo, hi)``: the catalog is the ids ``lo <= id < hi`` (``hi > lo``).
     candidate_ids: alternatively a 1-D table of distinct integer ids (the catalog).
+    per: ``"batch"`` | ``"sequence"`` | ``"query"`` (module docstring).
+    jit_compile: score per-query negatives with XLA-compiled table paths.
   """
 
-  def __init__(self, candidate_embedder: Callable, num_negatives: int, *,
+  def __init__(self, candidate_embedder: Optional[Callable], num_negatives: int, *,
                id_range: Optional[Tuple[int, int]] = None,
-               candidate_ids: Optional[Sequence[int]] = None):
-    if not callable(candidate_embedder):
-      raise TypeError("candidate_embedder must be callable (ids -> embeddings)")
-    if not isinstance(num_negatives, int) or num_negatives <= 0:
-      raise ValueError(f"num_negatives must be a positive int, got {num_negatives!r}")
+               candidate_ids: Optional[Sequence[int]] = None, per: str = "batch",
+               jit_compile: bool = False):
+    if candidate_embedder is not None and not callable(candidate_embedder):
+      raise TypeError("candidate_embedder must be callable (ids -> embeddings) or None")
+    self.num_negatives = check_positive_int(num_negatives, "num_negatives")
     if (id_range is None) == (candidate_ids is None):
       raise ValueError("give exactly one of id_range=(lo, hi) or candidate_ids")
+    if per not in UNIFORM_PER:
+      raise ValueError(f"per must be one of {UNIFORM_PER}, got {per!r}")
     self.candidate_embedder = candidate_embedder
-    self.num_negatives = num_negatives
+    self.per = per
+    self.jit_compile = bool(jit_compile)
     if id_range is not None:
-      if len(id_range) != 2 or not all(isinstance(v, (int, np.integer)) for v in id_range):
+      if len(id_range) != 2 or not all(
+          isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in id_range):
         raise ValueError(f"id_range must be (lo, hi) ints, got {id_range!r}")
       lo, hi = int(id_range[0]), int(id_range[1])
       if hi <= lo:
@@ -61,6 +102,7 @@ class UniformNegatives:
       self.id_range = (lo, hi)
       self.candidate_ids = None
       self.catalog_size = hi - lo
+      self._id_bound = hi
     else:
       table = np.asarray(candidate_ids)
       if table.ndim != 1 or table.size == 0:
@@ -73,49 +115,137 @@ class UniformNegatives:
       self.id_range = None
       self.candidate_ids = tf.constant(table.astype(np.int64))
       self.catalog_size = int(table.size)
+      self._id_bound = int(table.max()) + 1
     self._log_q_value = -math.log(self.catalog_size)
 
+  # -- configuration ----------------------------------------------------------------------------
+  def get_config(self) -> dict:
+    """Constructor arguments; ``candidate_embedder`` is returned as the object itself."""
+    return dict(candidate_embedder=self.candidate_embedder, num_negatives=self.num_negatives,
+                id_range=self.id_range,
+                candidate_ids=(None if self.candidate_ids is None
+                               else self.candidate_ids.numpy().tolist()),
+                per=self.per, jit_compile=self.jit_compile)
+
+  # -- sampling ---------------------------------------------------------------------------------
   def log_q(self, ids) -> tf.Tensor:
     """log Q(d) = -log |D| for every id (float32, shape of ``ids``)."""
     ids = as_ids(ids, "ids")
     return tf.fill(tf.shape(ids), tf.constant(self._log_q_value, tf.float32))
 
-  def sample_ids(self, seed=None) -> tf.Tensor:
-    """``k_u`` ids drawn uniformly with replacement (int64 ``[k_u]``).
+  def sample_ids(self, seed=None, num_rows=None) -> tf.Tensor:
+    """Ids drawn uniformly with replacement: int64 ``[k]``, or ``[num_rows, k]``.
 
     Args:
       seed: optional ``[2]`` int seed of the stateless RNG; None uses the stateful global RNG.
+      num_rows: None for one shared set, else the number of independent sets (scalar).
     """
-    k = self.num_negatives
+    shape = [self.num_negatives] if num_rows is None else tf.stack(
+        [tf.cast(num_rows, tf.int32), self.num_negatives])
     if self.id_range is not None:
       lo, hi = self.id_range
-      if seed is None:
-        return tf.random.uniform([k], lo, hi, dtype=tf.int64)
-      return tf.random.stateless_uniform([k], tf.cast(seed, tf.int64), lo, hi, dtype=tf.int64)
-    n = self.catalog_size
-    if seed is None:
-      rows = tf.random.uniform([k], 0, n, dtype=tf.int64)
     else:
-      rows = tf.random.stateless_uniform([k], tf.cast(seed, tf.int64), 0, n, dtype=tf.int64)
-    return tf.gather(self.candidate_ids, rows)
+      lo, hi = 0, self.catalog_size
+    if seed is None:
+      draws = tf.random.uniform(shape, lo, hi, dtype=tf.int64)
+    else:
+      draws = tf.random.stateless_uniform(shape, tf.cast(seed, tf.int64), lo, hi, dtype=tf.int64)
+    return draws if self.id_range is not None else tf.gather(self.candidate_ids, draws)
 
-  def __call__(self, positive_ids=None, *, seed=None) -> Negatives:
-    """Draws ``k_u`` uniform negatives and embeds them with the candidate tower.
+  def _draw(self, positive_ids, sequence_ids, seed) -> _Draw:
+    if self.per == "batch":
+      return _Draw(self.sample_ids(seed))
+    if seed is not None:
+      seed = _replica_seed(tf.cast(seed, tf.int64))
+    if self.per == "sequence" and sequence_ids is not None:
+      seq = as_ids(sequence_ids, "sequence_ids")
+      check_rank(seq, 1, "sequence_ids")
+      with tf.control_dependencies([tf.debugging.assert_equal(
+          tf.shape(seq)[0], tf.shape(positive_ids)[0],
+          message="sequence_ids must have one entry per query")]):
+        distinct, segment = tf.unique(seq, out_idx=tf.int32)
+      return _Draw(self.sample_ids(seed, tf.shape(distinct)[0]), segment)
+    return _Draw(self.sample_ids(seed, tf.shape(positive_ids)[0]))
+
+  def _embed(self, ids, item_table):
+    return scoring.embed_ids(ids, candidate_embedder=self.candidate_embedder,
+                             item_table=item_table)
+
+  def _raw_scores(self, query, draw: _Draw, item_table):
+    """<q_a, c_{d}> (no temperature) of each query's negatives, [A, k]."""
+    if self.per == "batch":
+      return tf.matmul(query, self._embed(draw.ids, item_table), transpose_b=True)
+    if draw.segment is not None:
+      return scoring.per_segment_scores(query, draw.segment, self._embed(draw.ids, item_table))
+    return scoring.per_query_scores(query, draw.ids, item_table=item_table,
+                                    candidate_embedder=self.candidate_embedder,
+                                    num_rows=self._id_bound, jit_compile=self.jit_compile)
+
+  def __call__(self, positive_ids=None, *, seed=None, sequence_ids=None,
+               item_table=None) -> Negatives:
+    """Draws the negatives and embeds them (``[k, d]``, or ``[A, k, d]`` unless per="batch").
 
     Args:
-      positive_ids: optional integer ``[A]``, the queries' positives (only used for
-        ``positive_log_q = -log |D|``).
+      positive_ids: integer ``[A]``, the queries' positives (gives ``positive_log_q`` and, unless
+        per="batch", the number of queries A; required then).
       seed: optional ``[2]`` stateless seed.
+      sequence_ids: optional integer ``[A]`` (per="sequence").
+      item_table: optional ``[V, d]`` table to embed from when there is no candidate_embedder.
 
     Returns:
-      ``Negatives(ids [k_u], embeddings [k_u, d], log_q [k_u], positive_log_q [A] or None)``.
+      ``Negatives(ids [k] or [A, k], embeddings [k, d] or [A, k, d], log_q [k],
+      positive_log_q [A] or None)``.
     """
-    ids = self.sample_ids(seed)
-    emb = call_embedder(self.candidate_embedder, ids)
     positive_log_q = None
     if positive_ids is not None:
       positive_ids = as_ids(positive_ids, "positive_ids")
       check_rank(positive_ids, 1, "positive_ids")
       positive_log_q = self.log_q(positive_ids)
-    return Negatives(ids=ids, embeddings=emb, log_q=self.log_q(ids),
-                     positive_log_q=positive_log_q)
+    elif self.per != "batch":
+      raise ValueError(f"per={self.per!r} draws negatives per query: pass positive_ids")
+    draw = self._draw(positive_ids, sequence_ids, seed)
+    ids = draw.row_ids()
+    emb = self._embed(ids, item_table)
+    log_q = tf.fill([self.num_negatives], tf.constant(self._log_q_value, tf.float32))
+    return Negatives(ids=ids, embeddings=emb, log_q=log_q, positive_log_q=positive_log_q)
+
+  def sample_negatives(self, query_embeddings, positive_ids, positive_embeddings, *, seed=None,
+                       sequence_ids=None, item_table=None) -> Negatives:
+    """`Negatives` of one step (see `__call__`; per-query layouts materialise [A, k, d])."""
+    del query_embeddings, positive_embeddings
+    return self(positive_ids, seed=seed, sequence_ids=sequence_ids, item_table=item_table)
+
+  def score(self, query_embeddings, positive_ids, positive_embeddings, *,
+            temperature: float = 1.0, seed=None, sequence_ids=None, item_table=None):
+    """`NegativeSampler.score` with the cheapest exact path of the layout (module docstring).
+
+    Returns:
+      ``ScoredCandidates(positive_scores [A], negative_scores [A, k], negative_log_q [k]
+      (= -log |D|), valid_mask [A, k], positive_log_q [A] (= -log |D|))``.
+    """
+    return self._score_with_log_q(query_embeddings, positive_ids, positive_embeddings,
+                                  temperature=temperature, seed=seed, sequence_ids=sequence_ids,
+                                  item_table=item_table)
+
+  def _score_with_log_q(self, query_embeddings, positive_ids, positive_embeddings, *,
+                       temperature: float = 1.0, seed=None, sequence_ids=None, item_table=None,
+                       log_q_fn: Optional[Callable] = None):
+    """`score`, with log Q of the drawn ids and of the positives from ``log_q_fn(ids)`` instead
+    of -log |D| (a mixed sampler's convention); ``log_q_fn`` gets ``[k]`` or ``[A, k]`` ids."""
+    if not temperature > 0:
+      raise ValueError(f"temperature must be > 0, got {temperature!r}")
+    inv_t = 1.0 / float(temperature)
+    query, pos_ids, pos_emb = scoring.check_queries(query_embeddings, positive_ids,
+                                                    positive_embeddings)
+    draw = self._draw(pos_ids, sequence_ids, seed)
+    row_ids = draw.row_ids()
+    scores = self._raw_scores(query, draw, item_table) * inv_t
+    valid = tf.broadcast_to(accidental_hits.accidental_hit_mask(pos_ids, row_ids),
+                            tf.shape(scores))
+    if log_q_fn is None:
+      log_q = tf.fill([self.num_negatives], tf.constant(self._log_q_value, tf.float32))
+      pos_log_q = self.log_q(pos_ids)
+    else:
+      log_q, pos_log_q = log_q_fn(row_ids), log_q_fn(pos_ids)
+    return scoring.ScoredCandidates(tf.reduce_sum(query * pos_emb, axis=-1) * inv_t, scores,
+                                    log_q, valid, pos_log_q)

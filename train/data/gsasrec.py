@@ -1,4 +1,7 @@
-"""Reader for the gSASRec leave-one-out files (MovieLens-1M as used by the logQ paper's code).
+"""Reader for any dataset folder in the gSASRec leave-one-out layout.
+
+The logQ paper's code (and gSASRec's) ship MovieLens-1M, Steam and Gowalla this way; `load("ml1m")`
+is this reader on <data root>/ml1m, `load("gsasrec", folder)` on any other folder.
 
 Layout of `data_path` (see ../shared/data/README.md):
   dataset_stats.json        {"num_users", "num_items", "num_interactions"}
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+from typing import Optional
 
 import numpy as np
 
@@ -41,8 +45,12 @@ def _stats(root: pathlib.Path) -> dict:
   return stats
 
 
-def load_gsasrec(data_path, *, name: str = "ml1m") -> SequenceData:
+def load_gsasrec(data_path, *, name: Optional[str] = None) -> SequenceData:
   """Loads and cross-checks a gSASRec leave-one-out dataset folder (see module docstring).
+
+  Args:
+    data_path: the folder.
+    name: the dataset's name (default: the folder's name).
 
   Returns:
     SequenceData with one training sequence per user (user ids 1..num_users), `val` = the
@@ -52,6 +60,7 @@ def load_gsasrec(data_path, *, name: str = "ml1m") -> SequenceData:
   if not root.is_dir():
     raise FileNotFoundError(f"gSASRec dataset folder not found: {root}")
   stats = _stats(root)
+  name = name or root.resolve().name
   num_users, num_items = stats["num_users"], stats["num_items"]
   paths = {k: root / k.split("_")[0] / f"{k.split('_')[1]}.txt"
            for k in ("train_input", "val_input", "val_output", "test_input", "test_output")}

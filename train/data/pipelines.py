@@ -29,6 +29,7 @@ import numpy as np
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
+from train.data.padding import left_pad
 from train.data.records import EvalSplit, SequenceData
 
 
@@ -177,7 +178,7 @@ def eval_arrays(split: EvalSplit, max_len: int = 200) -> dict:
   """Evaluation queries as numpy arrays.
 
   Returns dict:
-    "inputs": int64 [Q, max_len], the last max_len items of each input, left-padded with 0;
+    "inputs": int64 [Q, max_len], `train.data.padding.left_pad(split.inputs, max_len)`;
     "targets": int64 [Q]; "user_ids": int64 [Q];
     "history_lengths": int64 [Q], full input length (before truncation);
     "rated_values", "rated_row_splits": the FULL input histories in CSR form (row q is
@@ -187,10 +188,8 @@ def eval_arrays(split: EvalSplit, max_len: int = 200) -> dict:
   """
   _check_positive(max_len=max_len)
   flat, starts, ends = _flatten(split.inputs)
-  idx = ends[:, None] - max_len + np.arange(max_len)[None, :]
-  valid = idx >= starts[:, None]
-  inputs = np.where(valid, flat[np.maximum(idx, 0)] if flat.size else 0, 0).astype(np.int64)
-  out = dict(inputs=inputs, targets=split.targets.copy(), user_ids=split.user_ids.copy(),
+  out = dict(inputs=left_pad(split.inputs, max_len), targets=split.targets.copy(),
+             user_ids=split.user_ids.copy(),
              history_lengths=(ends - starts).astype(np.int64), rated_values=flat,
              rated_row_splits=np.concatenate([[0], ends]).astype(np.int64))
   if split.timestamps is not None:

@@ -12,6 +12,7 @@ Conventions (all readers):
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from typing import Any, Optional
 
 import numpy as np
@@ -180,3 +181,13 @@ def summary(data: SequenceData) -> dict[str, Any]:
               train_sequences=len(data.train_sequences),
               train_interactions=data.num_train_interactions,
               val_queries=data.val.num_queries, test_queries=data.test.num_queries)
+
+
+def fingerprint(data: SequenceData) -> dict[str, Any]:
+  """What identifies a dataset's content: its sizes and a SHA-256 digest of the item counts and
+  the validation / test targets. Recorded in exports, so that evaluation can refuse other data."""
+  digest = hashlib.sha256()
+  for array in (data.item_counts, data.val.targets, data.test.targets,
+                np.array([sum(s.size for s in data.test.inputs)], np.int64)):
+    digest.update(np.ascontiguousarray(array, np.int64).tobytes())
+  return dict(summary(data), digest=digest.hexdigest())

@@ -65,6 +65,23 @@ def test_sketch_shape_from_epsilon_delta():
     CountMinSketch(epsilon=0.1, width=10, delta=0.1)
 
 
+def test_documented_signature_defaults_and_numpy_sizes():
+  """README's CountMinSketch(epsilon, delta, conservative=..., half_life=...): ε and δ are the
+  first two positionals, the rest are keywords; with nothing given ε = 1e-4, δ = 0.01
+  (width ⌈e/ε⌉, depth ⌈ln 1/δ⌉); numpy integers are sizes like ints."""
+  cms = CountMinSketch(1e-3, 0.05, conservative=True, half_life=10.0)
+  assert (cms.depth, cms.width, cms.conservative, cms.half_life) == (3, 2719, True, 10.0)
+  default = CountMinSketch()
+  assert (default.depth, default.width) == (math.ceil(math.log(100)), math.ceil(math.e / 1e-4))
+  with pytest.raises(TypeError):
+    CountMinSketch(1e-3, 0.05, 100)          # width is keyword-only
+  sized = CountMinSketch(width=np.int64(64), depth=np.int32(3), seed=np.int64(2))
+  assert (sized.width, sized.depth, sized.seed) == (64, 3, 2)
+  for bad in (64.5, "64", 0):
+    with pytest.raises(ValueError, match="width"):
+      CountMinSketch(width=bad, depth=2)
+
+
 @pytest.mark.parametrize("conservative,half_life", [
     (False, None), (True, None), (False, 3.0), (True, 2.5)])
 def test_matches_numpy_reference(conservative, half_life):

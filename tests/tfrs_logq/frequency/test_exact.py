@@ -60,3 +60,15 @@ def test_bad_tables_and_strings():
     ExactCounts(3, counts=[1, 2.5, 3])
   with pytest.raises(TypeError, match="StringLookup"):
     ExactCounts(3).update(tf.constant(["a"]))
+
+
+def test_numpy_integer_num_items():
+  """Sizes computed with numpy (e.g. ``counts.shape[0]``, ``np.int64(n)``) are accepted."""
+  counts = np.array([3, 1, 0, 4], np.int64)
+  est = ExactCounts(np.int64(counts.shape[0]), counts=counts)
+  assert est.num_items == 4 and type(est.num_items) is int
+  np.testing.assert_allclose(np.exp(est.log_q(tf.constant([0, 3])).numpy()), [3 / 8, 4 / 8],
+                             rtol=1e-6)
+  for bad in (4.0, "4", 0):
+    with pytest.raises(ValueError, match="num_items"):
+      ExactCounts(bad)

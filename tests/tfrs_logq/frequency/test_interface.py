@@ -8,7 +8,7 @@ import tfrs_logq  # noqa: F401
 import tensorflow as tf
 
 from tfrs_logq.frequency import (CountMinSketch, ExactCounts, HashArrayEstimator, hashing,
-                                 log1m_exp)
+                                 MIN_ONE_MINUS_Q)
 
 FACTORIES = {
     "exact": lambda: ExactCounts(50),
@@ -38,12 +38,19 @@ def _assert_same_state(a, b):
     np.testing.assert_array_equal(x, y)
 
 
-def test_log1m_exp_matches_numpy_and_is_stable():
-  x = np.array([-80.0, -5.0, -0.7, -0.69, -1e-3, -1e-7, 0.0], np.float32)
-  got = log1m_exp(tf.constant(x)).numpy()
-  ref = np.log(np.maximum(-np.expm1(x.astype(np.float64)), 1e-6))   # 1 − Q floored at 1e-6
-  np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-30)
-  assert np.all(np.isfinite(got))
+@pytest.mark.parametrize("kind", ["hash", "cms"])
+def test_log_one_minus_q_is_stable_and_floored(kind):
+  """log(1 − Q(p)) from log Q(p), with 1 − Q floored at MIN_ONE_MINUS_Q: a stream made of one
+  id gives Q = 1 and a finite log(1e-6), other ids log1p(−Q)."""
+  est = FACTORIES[kind]()
+  for _ in range(3):
+    est.update(tf.constant([7] * 40, tf.int64))
+  ids = tf.constant([7, 3, 11], tf.int64)
+  lq = est.log_q(ids).numpy().astype(np.float64)
+  ref = np.log(np.maximum(-np.expm1(lq), MIN_ONE_MINUS_Q))
+  got = est.log_one_minus_q(ids).numpy()
+  np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-7)
+  assert np.all(np.isfinite(got)) and lq[0] > -1e-6           # Q(7) = 1
 
 
 @pytest.mark.parametrize("kind", sorted(FACTORIES))

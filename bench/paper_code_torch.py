@@ -1,0 +1,196 @@
+r"""A PyTorch yardstick for bench/train_speed.py: the logQ paper's SASRec training step.
+
+Written for this bench from the description of the paper's code (a gSASRec-pytorch fork; the
+mixed-negatives script with the corrected logQ loss), reproducing its computation, its dtypes and
+its memory layout, so that "ours vs the paper code" is measured in one run on one machine. It is
+eager PyTorch, as the paper code runs. PyTorch is an optional extra (``pip install torch``): this
+module imports it lazily and nothing in the test suite needs it.
+
+One step on a batch of left-padded windows ``w`` int [B, L + 1] (0 = padding; ML-1M: B = 128,
+L = 200, d = 128, 2 blocks, 1 head, dropout 0.5 everywhere):
+
+    inputs = w[:, :-1], labels = w[:, 1:], m = (inputs != 0)          A = #m queries
+    x_0    = dropout(E_in[inputs] + P[0..L-1]) * m                     learned positions
+    block (original SASRec, as gSASRec-pytorch builds it; every block the same):
+      z    = LN1(x)
+      a    = dropout(mask_q * softmax(mask_k,causal(Q(z) K(x)^T / sqrt(d_head)))) V(x)
+      h    = LN2(a + z)
+      x'   = (h + dropout(F2(dropout(F1(h))))) * m                    F1, F2: d -> d linear maps,
+                                                                       no activation (as the paper
+                                                                       code; ``ffn_activation``
+                                                                       adds one)
+    H      = LN(x_L)[m]                                                [A, d]
+    negatives of query a: 128 ids uniform over 1..|I| drawn per position, then the first
+      occurrences of the batch's unique labels (a [U, A] comparison), shuffled, the first 128,
+      shared by all queries: ids [A, 256] and their embeddings E_out[ids] [A, 256, d]
+    s_p    = <H_a, E_out[p_a]>,  s_n = <H_a, E_out[ids]>   (einsum, then cast to float64)
+    s_n    = -inf where ids == p_a (accidental hits)
+    r      = max(c(ids) / (sum(c) - c(p_a)), 1e-10)        c = training-set item counts: Q'(d)
+    L_a    = -log max(exp(s_p) / max(sum_n exp(s_n - log r), 1e-10), 1e-10)
+    w_a    = sg(1 - softmax([s_p, s_n - log r - log max(n_a, 1e-10)])_0)
+    loss   = mean_a(w_a L_a); backward; Adam(lr 1e-3) step
+
+Weights: truncated normal (std 0.02, cut at +-0.04), LayerNorm gains 1, biases 0.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["PaperCodeStep"]
+
+
+def _torch():
+  import torch  # pylint: disable=g-import-not-at-top
+  return torch
+
+
+def _build_model(num_items: int, max_len: int, dim: int, num_blocks: int, num_heads: int,
+                 dropout: float, ffn_activation: bool):
+  """The paper code's SASRec as a torch.nn.Module (module docstring)."""
+  torch = _torch()
+  nn = torch.nn
+
+  class Attention(nn.Module):
+    """SASRec attention: queries from LN(x), keys and values from raw x, no output map."""
+
+    def __init__(self):
+      super().__init__()
+      self.q, self.k, self.v = nn.Linear(dim, dim), nn.Linear(dim, dim), nn.Linear(dim, dim)
+      self.drop = nn.Dropout(dropout)
+
+    def forward(self, queries, keys):
+      heads = lambda t: torch.cat(t.chunk(num_heads, dim=2), dim=0)   # [H*B, L, d/H]
+      q, k, v = heads(self.q(queries)), heads(self.k(keys)), heads(self.v(keys))
+      logits = torch.matmul(q, k.transpose(1, 2)) / math.sqrt(k.size(-1))
+      length = queries.size(1)
+      key_real = torch.sign(keys.abs().sum(-1)).repeat(num_heads, 1)          # [H*B, L]
+      logits = logits.masked_fill((key_real == 0)[:, None, :].expand_as(logits), float("-inf"))
+      causal = torch.tril(torch.ones_like(logits[0]))[None].expand_as(logits)
+      logits = logits.masked_fill(causal == 0, float("-inf"))
+      attn = torch.nan_to_num(torch.softmax(logits, dim=-1), nan=0.0, posinf=0.0, neginf=0.0)
+      query_real = torch.sign(queries.abs().sum(-1)).repeat(num_heads, 1)
+      attn = self.drop(attn * query_real[:, :, None].expand(-1, -1, length))
+      out = torch.matmul(attn, v)
+      return torch.cat(out.chunk(num_heads, dim=0), dim=2)
+
+  class Block(nn.Module):
+
+    def __init__(self):
+      super().__init__()
+      self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+      self.attention = Attention()
+      self.ffn1, self.ffn2 = nn.Linear(dim, dim), nn.Linear(dim, dim)
+      self.drop = nn.Dropout(dropout)
+
+    def forward(self, x, mask):
+      z = self.norm1(x)
+      h = self.norm2(self.attention(z, x) + z)
+      f = self.ffn1(h)
+      if ffn_activation:
+        f = torch.relu(f)
+      f = self.drop(self.ffn2(self.drop(f)))
+      return (h + f) * mask
+
+  class Model(nn.Module):
+
+    def __init__(self):
+      super().__init__()
+      self.item_embedding = nn.Embedding(num_items + 1, dim)
+      self.position_embedding = nn.Embedding(max_len, dim)
+      self.output_embedding = nn.Embedding(num_items + 1, dim)
+      self.blocks = nn.ModuleList([Block() for _ in range(num_blocks)])
+      self.final_norm = nn.LayerNorm(dim)
+      self.drop = nn.Dropout(dropout)
+      with torch.no_grad():
+        for name, p in self.named_parameters():
+          if name.endswith("bias"):
+            nn.init.zeros_(p)
+          elif "norm" in name:
+            nn.init.ones_(p)
+          else:
+            nn.init.trunc_normal_(p, std=0.02, a=-0.04, b=0.04)
+
+    def forward(self, inputs):
+      mask = (inputs != 0).float()[..., None]
+      positions = torch.arange(inputs.size(1), device=inputs.device)[None].repeat(
+          inputs.size(0), 1)
+      x = self.drop(self.item_embedding(inputs) + self.position_embedding(positions)) * mask
+      for block in self.blocks:
+        x = block(x, mask)
+      return self.final_norm(x)
+
+  return Model()
+
+
+class PaperCodeStep:
+  """One optimisation step of the paper code (module docstring) on numpy windows [B, L + 1].
+
+  Args:
+    num_items: |I|; ids 1..num_items, 0 = padding.
+    item_counts: training-set count of each item, [num_items + 1] (index 0 unused).
+    max_len: L. dim, num_blocks, num_heads, dropout: the model (ML-1M: 128, 2, 1, 0.5).
+    num_uniform, num_in_batch: negatives per query (128 + 128).
+    threads: torch intra-op threads (None: torch's default).
+    seed: torch's global seed (initial weights, dropout, negatives).
+    ffn_activation: ReLU between the FFN maps (the paper code has none).
+  """
+
+  def __init__(self, num_items: int, item_counts, *, max_len: int = 200, dim: int = 128,
+               num_blocks: int = 2, num_heads: int = 1, dropout: float = 0.5,
+               num_uniform: int = 128, num_in_batch: int = 128, threads=None, seed: int = 0,
+               ffn_activation: bool = False):
+    torch = _torch()
+    if threads:
+      torch.set_num_threads(int(threads))
+    torch.manual_seed(seed)
+    counts = np.asarray(item_counts, np.float32)
+    if counts.shape != (num_items + 1,):
+      raise ValueError(f"item_counts must be [num_items + 1] = [{num_items + 1}], got "
+                       f"{counts.shape}")
+    self.torch = torch
+    self.num_items, self.max_len = num_items, max_len
+    self.num_uniform, self.num_in_batch = num_uniform, num_in_batch
+    self.model = _build_model(num_items, max_len, dim, num_blocks, num_heads, dropout,
+                              ffn_activation)
+    self.model.train()
+    self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+    self.counts = torch.from_numpy(counts)
+    self.total = self.counts.sum()
+
+  def __call__(self, windows):
+    """Runs one step on int windows [B, L + 1]; returns (mean loss, mean weight w) as floats."""
+    torch = self.torch
+    windows = torch.from_numpy(np.asarray(windows, np.int64))
+    if windows.dim() != 2 or windows.size(1) != self.max_len + 1:
+      raise ValueError(f"windows must be [B, {self.max_len + 1}], got {tuple(windows.shape)}")
+    inputs = windows[:, :-1]
+    mask = inputs != 0
+    hidden = self.model(inputs)[mask]                                        # [A, d]
+    labels = windows[:, 1:][mask]                                            # [A]
+    a = labels.size(0)
+    uniform = torch.randint(1, self.num_items + 1, (*inputs.shape, self.num_uniform))[mask]
+    unique, inverse = torch.unique(labels, sorted=False, return_inverse=True)
+    first = torch.argmax(
+        (torch.arange(unique.size(0))[:, None] == inverse[None]).int(), dim=1)  # [U]
+    first = first[torch.randperm(first.size(0))[:self.num_in_batch]]
+    in_batch = labels[first]
+    ids = torch.cat([uniform, in_batch[None].tile([a, 1])], dim=-1)          # [A, N]
+    table = self.model.output_embedding
+    s_p = torch.einsum("ad,ad->a", hidden, table(labels))[:, None].to(torch.float64)
+    s_n = torch.einsum("ad,and->an", hidden, table(ids)).to(torch.float64)
+    valid = labels[:, None] != ids
+    s_n[~valid] = -torch.inf
+    ratio = torch.clamp(self.counts[ids] / (self.total - self.counts[labels])[:, None], min=1e-10)
+    s_c = s_n - torch.log(ratio)
+    loss = -torch.log(torch.clamp(
+        torch.exp(s_p[:, 0]) / torch.clamp(torch.exp(s_c).sum(-1), min=1e-10), min=1e-10))
+    n = torch.clamp(valid.sum(-1, keepdim=True).to(torch.float64), min=1e-10)
+    weight = (1.0 - torch.softmax(torch.cat([s_p, s_c - torch.log(n)], 1), -1)[:, 0]).detach()
+    loss = (loss * weight).mean()
+    loss.backward()
+    self.optimizer.step()
+    self.optimizer.zero_grad()
+    return float(loss.item()), float(weight.mean().item())

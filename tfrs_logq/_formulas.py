@@ -1,0 +1,180 @@
+r"""The formulas of the library written once, for any array backend (tf-keras and Keras 3 paths).
+
+Every function takes an ``ops`` namespace first: ``keras.ops`` on the Keras 3 path (JAX,
+TensorFlow, PyTorch), or ``tf_ops()`` (the same names bound to TensorFlow functions) on the
+tf-keras path. This module imports neither TensorFlow nor Keras. The names used are
+
+    where max sum exp log log1p expm1 sigmoid stop_gradient minimum maximum abs
+    squeeze expand_dims cast zeros_like ones_like logaddexp isfinite power full_like
+
+with the keras.ops signatures (``max(x, axis, keepdims)``, ``cast(x, dtype_name)``).
+
+Formulas (notation of ``tfrs_logq.losses``; A rows, N negatives, valid [A, N]):
+
+    log1mexp(x)   = log(1 - e^x)                         (x <= 0, stable, 1 - e^x floored)
+    LSE_valid(x)  = max-shifted log-sum-exp over valid entries (invalid -> -1e30)
+    none / standard / standard_no_positive:
+                    L = softplus(LSE_valid(l_i) - l_p)  = log(e^{l_p} + sum_i e^{l_i}) - l_p
+                    (l_p = s_p or s_p - log Q(p); l_i = s_i or s_i - log Q(d_i))
+    corrected:      Z = LSE_valid(s_i - log Q(d_i)) + log(1 - Q(p))      (q_prime="exact")
+                    w = sg(sigmoid(Z - log n - s_p)),   L = -w (s_p - Z)  (0 when n = 0)
+    mixture log Q:  log((n_b q_uni(d) + k_u / |D|) / (n_b + k_u))
+    gap weight:     w = prod_{j=k+1}^{k+c} (1 - max(alpha, 1/j))  (hash-array estimator)
+"""
+
+import math
+import types
+
+CORRECTIONS = ("none", "standard", "standard_no_positive", "corrected")
+Q_PRIME_MODES = ("exact", "proxy")
+MIXED_CONVENTIONS = ("unigram", "mixture")
+MASKED_LOGIT = -1e30          # fill value of invalid entries inside the log-sum-exp
+LOG1MEXP_FLOOR = 1e-7         # 1 - Q(p) floor of log Q' (tfrs_logq.log_q.log1mexp)
+LOG_Q_SLACK = 1e-5            # log Q may exceed 0 by this much (float rounding)
+
+
+def check_correction(correction: str, q_prime: str) -> None:
+  """Raises ValueError naming the argument for an unknown correction / q_prime."""
+  if correction not in CORRECTIONS:
+    raise ValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
+  if q_prime not in Q_PRIME_MODES:
+    raise ValueError(f"q_prime must be one of {Q_PRIME_MODES}, got {q_prime!r}")
+
+
+def needs_log_q(correction: str, q_prime: str):
+  """(needs negative log Q, needs positive log Q) of a correction."""
+  return (correction != "none",
+          correction == "standard" or (correction == "corrected" and q_prime == "exact"))
+
+
+def lowest_logit(dtype_name: str) -> float:
+  """dtype.min / 100 (float16: -6e4): finite with room to spare, and exp of it is 0."""
+  return {"float16": -6.0e4, "bfloat16": -3.3895313892515355e36,
+          "float32": -3.4028234663852886e36, "float64": -1.7976931348623157e306}[dtype_name]
+
+
+def log1mexp(ops, x, min_one_minus_p: float = LOG1MEXP_FLOOR):
+  """log(1 - exp(x)) for x <= 0 (Maechler 2012), 1 - exp(x) floored at min_one_minus_p.
+
+  log(-expm1(x)) above -ln 2, log1p(-exp(x)) below; each branch sees only its own range, so
+  neither the value nor the gradient of the unused branch is NaN.
+  """
+  x = ops.minimum(x, math.log1p(-min_one_minus_p))
+  log_half = -math.log(2.0)
+  near_one = x > log_half
+  hi = ops.where(near_one, x, log_half)
+  lo = ops.where(near_one, log_half, x)
+  return ops.where(near_one, ops.log(-ops.expm1(hi)), ops.log1p(-ops.exp(lo)))
+
+
+def masked_logsumexp(ops, x, valid):
+  """LSE over the valid entries of each row of x [A, N]; a row without one gives ~ -1e30.
+
+  Invalid entries become -1e30 before a stop-gradient row-max shift, so they get exactly zero
+  gradient and huge values stay finite.
+  """
+  masked = ops.where(valid, x, MASKED_LOGIT)
+  shift = ops.stop_gradient(ops.max(masked, axis=1, keepdims=True))
+  sum_exp = ops.sum(ops.exp(masked - shift), axis=1)
+  return ops.squeeze(shift, 1) + ops.log(sum_exp)
+
+
+def softplus(ops, x):
+  """log(1 + e^x) = max(x, 0) + log1p(e^{-|x|}): finite gradient everywhere, 0 at x = -inf."""
+  return ops.maximum(x, 0.0) + ops.log1p(ops.exp(-ops.abs(x)))
+
+
+def sampled_softmax(ops, s_p, s_n, negative_log_q, positive_log_q, valid, correction: str,
+                    q_prime: str = "exact"):
+  """Per-row loss, weight and n of the four corrections (module docstring).
+
+  Args:
+    ops: the array namespace.
+    s_p: float32 [A] positive scores.
+    s_n: float32 [A, N] negative scores.
+    negative_log_q: float32 [N] or [A, N] (None for ``none``).
+    positive_log_q: float32 [A] (None unless ``standard`` or ``corrected`` + ``exact``).
+    valid: bool [A, N].
+    correction, q_prime: as in ``tfrs_logq.losses``.
+
+  Returns:
+    (loss [A], weight [A], num_valid [A] int32), all computed in the inputs' float dtype.
+  """
+  num_valid = ops.sum(ops.cast(valid, "int32"), axis=1)
+  if correction == "corrected":
+    lse = masked_logsumexp(ops, s_n - negative_log_q, valid)
+    if q_prime == "exact":
+      lse = lse + log1mexp(ops, positive_log_q)
+    has_negatives = num_valid > 0
+    log_n = ops.log(ops.cast(ops.maximum(num_valid, 1), "float32"))
+    # 1 - P̂ = 1 - sigmoid(s_p - (Z - log n)) = sigmoid((Z - log n) - s_p)
+    weight = ops.stop_gradient(ops.sigmoid((lse - log_n) - s_p))
+    weight = ops.where(has_negatives, weight, ops.zeros_like(weight))
+    term = ops.where(has_negatives, s_p - lse, ops.zeros_like(s_p))
+    # w = 0 (no negative, or P̂ = 1 at s_p = +inf) contributes exactly 0, never 0 * inf.
+    loss = ops.where(weight > 0, -weight * term, ops.zeros_like(term))
+    return loss, weight, num_valid
+  if correction == "none":
+    logits, pos_logit = s_n, s_p
+  elif correction == "standard":
+    logits, pos_logit = s_n - negative_log_q, s_p - positive_log_q
+  elif correction == "standard_no_positive":
+    logits, pos_logit = s_n - negative_log_q, s_p
+  else:
+    raise ValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
+  # log(e^{pos} + e^{LSE(valid negatives)}) - pos, without an [A, N + 1] copy; an empty row's
+  # LSE is about -1e30, which gives exactly 0.
+  loss = softplus(ops, masked_logsumexp(ops, logits, valid) - pos_logit)
+  return loss, ops.ones_like(loss), num_valid
+
+
+def log_q_prime(ops, negative_log_q, positive_log_q, min_one_minus_p: float = LOG1MEXP_FLOOR):
+  """log Q'(d) = log Q(d) - log(1 - Q(p)): [N] or [A, N] against [A] -> [A, N]."""
+  return negative_log_q - ops.expand_dims(log1mexp(ops, positive_log_q, min_one_minus_p), -1)
+
+
+def mixture_log_q(ops, log_q_unigram, num_in_batch, num_uniform: int, catalog_size: int):
+  """log q(d) = log((n_b q_uni(d) + k_u / |D|) / (n_b + k_u)) in log space (n_b float32)."""
+  in_batch = ops.log(num_in_batch) + log_q_unigram          # -inf when n_b = 0 or q_uni = 0
+  uniform = ops.full_like(log_q_unigram, math.log(num_uniform) - math.log(catalog_size))
+  return ops.logaddexp(in_batch, uniform) - ops.log(num_in_batch + float(num_uniform))
+
+
+def unigram_log_q(ops, log_q_unigram, num_in_batch, num_uniform: int, catalog_size: int):
+  """The paper's convention: log q_uni(d), or log(k_u / ((n_b + k_u) |D|)) where q_uni = 0."""
+  unseen = (math.log(num_uniform) - math.log(catalog_size)
+            - ops.log(num_in_batch + float(num_uniform)))
+  return ops.where(ops.isfinite(log_q_unigram), log_q_unigram, unseen)
+
+
+def gap_weight(ops, k, c, alpha: float, warmup_hits: int):
+  """w = prod_{j=k+1}^{k+c} (1 - max(alpha, 1/j)) in closed form (k, c float32 >= 0)."""
+  j_cap = float(warmup_hits)
+  running = k / ops.maximum(ops.maximum(k, ops.minimum(k + c, j_cap)), 1.0)
+  ema_hits = ops.maximum(k + c - ops.maximum(k, j_cap), 0.0)
+  return running * ops.power(1.0 - alpha, ema_hits)
+
+
+def tf_ops():
+  """The namespace above bound to TensorFlow (for the tf-keras path and its tests)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  def _cast(x, dtype):
+    return tf.cast(x, dtype)
+
+  def _logaddexp(a, b):
+    m = tf.maximum(a, b)
+    safe = tf.where(tf.math.is_finite(m), m, tf.zeros_like(m))
+    return tf.where(tf.math.is_finite(m),
+                    safe + tf.math.log(tf.exp(a - safe) + tf.exp(b - safe)), m)
+
+  def _full_like(x, value):
+    return tf.fill(tf.shape(x), tf.cast(value, x.dtype))
+
+  return types.SimpleNamespace(
+      where=tf.where, max=tf.reduce_max, sum=tf.reduce_sum, exp=tf.exp, log=tf.math.log,
+      log1p=tf.math.log1p, expm1=tf.math.expm1, sigmoid=tf.sigmoid,
+      stop_gradient=tf.stop_gradient, minimum=tf.minimum, maximum=tf.maximum, abs=tf.abs,
+      squeeze=tf.squeeze, expand_dims=tf.expand_dims, cast=_cast, zeros_like=tf.zeros_like,
+      ones_like=tf.ones_like, logaddexp=_logaddexp, isfinite=tf.math.is_finite, power=tf.pow,
+      full_like=_full_like)

@@ -1,0 +1,34 @@
+"""tfrs_logq.keras3: the corrected logQ for Keras 3 (keras-rs users; JAX, TensorFlow, PyTorch).
+
+Only ``keras`` and ``keras.ops``; the formulas come from ``tfrs_logq._formulas``, shared with
+the tf-keras path (``tfrs_logq.losses`` & co.) and tested against it on every backend.
+
+    import tfrs_logq.keras3 as tlk      # not `from tfrs_logq import keras3` (see below)
+
+* ``SamplingProbabilityCorrection``: keras-rs's layer of that name (same arguments), without
+  the 1e-6 clip, taking Q or log Q, computing in float32.
+* ``RemoveAccidentalHits``: keras-rs's signature, masks for real (lowest finite logit).
+* ``sampled_softmax_loss`` / ``SampledSoftmaxLoss``: none / standard / standard_no_positive /
+  corrected, per example, with the weight w and n.
+* ``Retrieval``: the TFRS-style task (scores, masks, corrections, reduction) for
+  ``compute_loss`` / ``train_step`` / ``add_loss``.
+* ``frequency.ExactCounts``, ``frequency.HashArrayEstimator``: stateful estimators of Q.
+* ``negatives``: in-batch, uniform (shared / per query), mixed; ``score_negatives``.
+
+``import tfrs_logq.keras3`` does not run the tf-keras environment switch of ``import
+tfrs_logq`` (it sets ``TF_USE_LEGACY_KERAS`` and rejects a Keras-3 ``tf.keras``), so it works in
+a process that uses only Keras 3, with any backend, also after ``import tensorflow``.
+"""
+
+from tfrs_logq.keras3 import frequency
+from tfrs_logq.keras3 import negatives
+from tfrs_logq.keras3.accidental_hits import RemoveAccidentalHits, accidental_hit_mask
+from tfrs_logq.keras3.log_q import log_q_prime
+from tfrs_logq.keras3.logq_correction import SamplingProbabilityCorrection
+from tfrs_logq.keras3.losses import (CORRECTIONS, Q_PRIME_MODES, LossOutput, SampledSoftmaxLoss,
+                                     sampled_softmax_loss)
+from tfrs_logq.keras3.retrieval import Retrieval
+
+__all__ = ["SamplingProbabilityCorrection", "RemoveAccidentalHits", "accidental_hit_mask",
+           "log_q_prime", "sampled_softmax_loss", "SampledSoftmaxLoss", "LossOutput",
+           "CORRECTIONS", "Q_PRIME_MODES", "Retrieval", "frequency", "negatives"]

@@ -1,0 +1,128 @@
+"""Common interface of the Keras 3 streaming estimators of Q(d), the per-draw probability.
+
+The Keras 3 twin of ``tfrs_logq.frequency.base``: every estimator is a ``keras.layers.Layer``
+whose state lives in non-trainable ``keras.Variable``s created in ``__init__`` and updated with
+backend-neutral ``keras.ops`` (``assign`` of a scattered copy), so it works inside a compiled
+JAX / TensorFlow train step (Keras threads the non-trainable state through ``jax.jit``) and on
+PyTorch, and is saved in ``.keras`` files and checkpoints.
+
+* ``update(ids)``: once per training step with the step's candidate ids (integer, any rank >= 1,
+  flattened). An empty batch (static size 0) is a no-op.
+* ``log_q(ids) -> float32, same shape``: log Q(d), always finite (documented floors).
+* ``log_one_minus_q(ids)``: log(1 - Q(d)), stable, 1 - Q floored at ``MIN_ONE_MINUS_Q`` = 1e-6.
+* ``log_q_prime(ids, positive_ids)``: log Q(d) - log(1 - Q(p)) with broadcasting.
+* ``call(ids)`` is ``log_q(ids)``.
+
+Ids are integers; JAX without x64 holds them as int32 (ids < 2**31). Id checks (>= 0, <
+``num_items``) run where values are concrete (eager) and raise ValueError before any state
+changes; inside a compiled step they cannot raise (out-of-range gathers are clamped by JAX).
+Cross-replica updates: under ``keras.distribution.DataParallel`` (JAX) the batch passed to
+``update`` is the global batch, so every replica applies the same update.
+"""
+
+from typing import Optional
+
+import numpy as np
+
+import keras
+from keras import ops
+
+from tfrs_logq import _formulas
+from tfrs_logq.keras3 import _tensors
+
+MIN_ONE_MINUS_Q = 1e-6
+
+__all__ = ["FrequencyEstimator", "MIN_ONE_MINUS_Q", "log1m_exp", "group_sorted"]
+
+
+def log1m_exp(log_p):
+  """log(1 - exp(log_p)) for log_p <= 0, stable, 1 - p floored at MIN_ONE_MINUS_Q."""
+  return _formulas.log1mexp(ops, ops.cast(log_p, "float32"), MIN_ONE_MINUS_Q)
+
+
+def group_sorted(values):
+  """Sorts a 1-D int32 tensor and counts each value's occurrences, with static shapes.
+
+  Returns (sorted [n], counts [n]): counts[i] is the multiplicity of sorted[i] (equal for every
+  copy of a value), so a scatter that writes a value computed from (sorted[i], counts[i]) writes
+  the same thing for each copy: deterministic, without a dynamic-size unique.
+  """
+  values = ops.sort(ops.reshape(values, (-1,)))
+  n = values.shape[0]
+  first = ops.concatenate([ops.ones((1,), "bool"), ops.not_equal(values[1:], values[:-1])])
+  run = ops.cumsum(ops.cast(first, "int32")) - 1
+  per_run = ops.segment_sum(ops.ones((n,), "int32"), run, num_segments=n)
+  return values, ops.take(per_run, run)
+
+
+@keras.saving.register_keras_serializable(package="tfrs_logq")
+class FrequencyEstimator(keras.layers.Layer):
+  """Base class: id handling, log Q' and the Keras plumbing (see the module docstring).
+
+  Subclasses implement ``_update_keys(keys)`` (1-D int32 keys, static size > 0) and
+  ``_log_q_keys(keys)`` (int32 keys of any shape -> float32 log Q).
+  """
+
+  def __init__(self, num_items: Optional[int] = None, validate_ids: bool = True, **kwargs):
+    kwargs.setdefault("trainable", False)
+    kwargs["dtype"] = "float32"
+    super().__init__(**kwargs)
+    if num_items is not None and (int(num_items) != num_items or num_items < 1):
+      raise ValueError(f"num_items must be a positive integer, got {num_items!r}")
+    self.num_items = None if num_items is None else int(num_items)
+    self.validate_ids = bool(validate_ids)
+
+  def _state(self, name, shape, dtype, initial=0):
+    value = np.full(shape, initial) if np.isscalar(initial) else np.asarray(initial)
+    return self.add_weight(name=name, shape=shape, dtype=dtype, trainable=False,
+                           initializer=keras.initializers.Constant(value.astype(dtype)))
+
+  def _keys(self, ids, *, flatten: bool):
+    """Validated int32 keys, optionally flattened to 1-D."""
+    ids = _tensors.as_ids(ids, f"{self.name}: ids")
+    if flatten and len(ids.shape) == 0:
+      raise ValueError(f"{self.name}.update expects ids of rank >= 1, got a scalar")
+    if self.validate_ids:
+      value = _tensors.concrete(ids)
+      if value is not None and value.size:
+        if value.min() < 0:
+          raise ValueError(f"{self.name}: item ids must be >= 0")
+        if self.num_items is not None and value.max() >= self.num_items:
+          raise ValueError(f"{self.name}: item ids must be < num_items={self.num_items}")
+    keys = ops.cast(ids, "int32")
+    return ops.reshape(keys, (-1,)) if flatten else keys
+
+  def update(self, ids) -> None:
+    """Counts one training step's candidate ids."""
+    keys = self._keys(ids, flatten=True)
+    if keys.shape[0] == 0:
+      return
+    self._update_keys(keys)
+
+  def log_q(self, ids):
+    """log Q(d), float32, same shape as ids."""
+    return self._log_q_keys(self._keys(ids, flatten=False))
+
+  def log_one_minus_q(self, ids):
+    """log(1 - Q(d)), float32, stable, 1 - Q floored at MIN_ONE_MINUS_Q."""
+    return log1m_exp(self.log_q(ids))
+
+  def log_q_prime(self, ids, positive_ids):
+    """log Q'(d) = log Q(d) - log(1 - Q(p)), broadcasting ids against positive_ids."""
+    return self.log_q(ids) - self.log_one_minus_q(positive_ids)
+
+  def call(self, ids):  # pylint: disable=arguments-differ
+    return self.log_q(ids)
+
+  def compute_output_spec(self, ids):
+    return keras.KerasTensor(ids.shape, "float32")
+
+  def get_config(self):
+    return {**super().get_config(), "num_items": self.num_items,
+            "validate_ids": self.validate_ids}
+
+  def _update_keys(self, keys) -> None:
+    raise NotImplementedError
+
+  def _log_q_keys(self, keys):
+    raise NotImplementedError

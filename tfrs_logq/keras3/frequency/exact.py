@@ -1,0 +1,82 @@
+"""Exact item counts on the Keras 3 path (the academic setup of the paper, §3.3).
+
+    Q(d)  = #d / N,                 N = Σ_d #d
+    Q'(d) = #d / (N − #p)  =  Q(d) / (1 − Q(p))
+
+The Keras 3 twin of ``tfrs_logq.frequency.ExactCounts``, same arguments and floors: an item
+with #d < ``min_count`` counts as ``min_count``; before anything is counted (N = 0) Q is uniform,
+1 / num_items; N − #p is floored at ``min_count``. State: ``counts`` int32 [num_items] and
+``total`` int32 (JAX keeps 32-bit integers: up to 2**31 − 1 counted ids), updated by
+``segment_sum`` + ``assign``. Q and 1 − Q are formed as ratios in float32 before the log (the
+tf-keras path works in float64; the two agree to float32 precision).
+"""
+
+import math
+from typing import Optional
+
+import numpy as np
+
+import keras
+from keras import ops
+
+from tfrs_logq.keras3.frequency import base
+
+__all__ = ["ExactCounts"]
+
+
+@keras.saving.register_keras_serializable(package="tfrs_logq")
+class ExactCounts(base.FrequencyEstimator):
+  """Q(d) = #d / N from an exact counts table (int ids in [0, num_items))."""
+
+  def __init__(self, num_items: int, counts=None, accumulate: Optional[bool] = None,
+               min_count: float = 1.0, validate_ids: bool = True, **kwargs):
+    if num_items is None:
+      raise ValueError("ExactCounts needs num_items (the size of the counts table)")
+    super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
+    if not min_count > 0:
+      raise ValueError(f"min_count must be > 0, got {min_count}")
+    self.min_count = float(min_count)
+    initial = np.zeros([self.num_items], np.int64)
+    if counts is not None:
+      table = np.asarray(counts)
+      if table.shape != (self.num_items,):
+        raise ValueError(f"counts must have shape [{self.num_items}], got {table.shape}")
+      if not (np.issubdtype(table.dtype, np.integer) or np.all(np.equal(np.mod(table, 1), 0))):
+        raise ValueError("counts must be whole numbers")
+      if np.any(table < 0):
+        raise ValueError("counts must be >= 0")
+      initial = table.astype(np.int64)
+    if initial.sum() >= 2**31:
+      raise ValueError("counts must sum to less than 2**31 (int32 state)")
+    self.accumulate = (counts is None) if accumulate is None else bool(accumulate)
+    self.counts = self._state("counts", (self.num_items,), "int32", initial)
+    self.total = self._state("total", (), "int32", int(initial.sum()))
+    self.built = True
+
+  def _update_keys(self, keys):
+    if not self.accumulate:
+      return
+    hits = ops.segment_sum(ops.ones_like(keys), keys, num_segments=self.num_items)
+    self.counts.assign(self.counts + hits)
+    self.total.assign(self.total + ops.cast(keys.shape[0], "int32"))
+
+  def _floored_counts(self, keys):
+    return ops.maximum(ops.cast(ops.take(self.counts, keys), "float32"), self.min_count)
+
+  def _log_q_keys(self, keys):
+    n = ops.cast(self.total, "float32")
+    c = self._floored_counts(keys)
+    counted = ops.log(ops.minimum(c / ops.maximum(n, 1.0), 1.0))
+    return ops.where(n > 0, counted, -math.log(self.num_items))
+
+  def log_one_minus_q(self, ids):
+    """log((N − #p) / N), N − #p floored at min_count; with N = 0, log(1 − 1/num_items)."""
+    keys = self._keys(ids, flatten=False)
+    n = ops.cast(self.total, "float32")
+    c = self._floored_counts(keys)
+    counted = ops.log(ops.maximum(n - c, self.min_count) / ops.maximum(n, 1.0))
+    uniform = math.log(max(1.0 - 1.0 / self.num_items, base.MIN_ONE_MINUS_Q))
+    return ops.where(n > 0, counted, uniform)
+
+  def get_config(self):
+    return {**super().get_config(), "accumulate": self.accumulate, "min_count": self.min_count}

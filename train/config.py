@@ -1,0 +1,239 @@
+"""`RunConfig`: every setting of a training run, declared once.
+
+The flags of `python -m train` (and the base flags of `bench/reproduce.py`) are generated from the
+fields below (`train.config_flags`: help text and choices live in each field's metadata); the
+configuration is validated once, on construction (`RunConfig.validate`). The data settings are a
+nested `train.data.DataConfig` (flags --dataset, --data_path, --split, --tfds_name,
+--synthetic_*). The trainer, the objective (`train.objective.Objective(config, ...)`), the
+metrics JSON and the export metadata all take or record this one object:
+
+    cfg = RunConfig.create(dataset="ml1m", negatives="mixed", logq="corrected")
+    cfg.to_flags()        # ["--dataset=ml1m", ..., "--logq=corrected", ...] for a subprocess
+    RunConfig.from_dict(json.load(f)["run_config"])     # back from an export's metadata
+
+Defaults of the frequency-estimator settings are read from the library's constructors
+(`tfrs_logq.frequency`), so the binary follows the library's choices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from typing import Any, Dict, Optional, Sequence, Tuple
+
+from tfrs_logq import frequency as frequency_lib
+from tfrs_logq import losses
+
+from models.sasrec import BLOCK_STYLES
+from train import config_flags
+from train.config_flags import setting
+from train.data import DataConfig
+from train.distribute import STRATEGIES
+from train.validation import FILTER_RATED
+
+__all__ = ["FILTER_RATED", "FREQUENCIES", "LOG_Q_CONVENTIONS", "LOSSES", "MODELS", "NEGATIVES",
+           "RunConfig", "UNIFORM_NEGATIVES"]
+
+MODELS = ("sasrec", "two_tower")
+LOSSES = ("sampled_softmax", "full_softmax", "bce", "gbce")
+NEGATIVES = ("uniform", "in_batch", "mixed", "midx")
+UNIFORM_NEGATIVES = ("batch", "sequence", "query")
+LOG_Q_CONVENTIONS = ("unigram", "mixture", "expected_count")
+FREQUENCIES = ("exact", "hash_array", "count_min")
+
+
+def _library_default(cls, name: str):
+  """The default of argument ``name`` of ``cls``'s constructor."""
+  default = inspect.signature(cls.__init__).parameters[name].default
+  if default is inspect.Parameter.empty:
+    raise TypeError(f"{cls.__name__}({name}=...) has no default")
+  return default
+
+
+@dataclasses.dataclass
+class RunConfig:
+  """Every setting of a run (module docstring); validated on construction."""
+  # ------------------------------------------------------------------------------------ data
+  data: DataConfig = dataclasses.field(default_factory=DataConfig)
+  # ----------------------------------------------------------------------------------- model
+  model: str = setting("sasrec", "sasrec (sequential) or two_tower (history / user-id query "
+                       "tower and item tower).", choices=MODELS)
+  max_len: int = setting(200, "Sequence / history length L (the last L items, left-padded).")
+  embedding_dim: int = setting(128, "Embedding size d.")
+  num_blocks: int = setting(2, "SASRec transformer blocks.")
+  num_heads: int = setting(1, "SASRec attention heads.")
+  dropout: float = setting(0.5, "SASRec dropout rate.")
+  sasrec_block: str = setting(
+      "pre_ln", "SASRec block: pre_ln (pre-LayerNorm transformer, inputs scaled by sqrt(d)) or "
+      "reference (the original SASRec block of the paper's gSASRec-pytorch code).",
+      choices=BLOCK_STYLES)
+  tie_embeddings: bool = setting(
+      False, "SASRec: score with the input item-embedding table (gSASRec's "
+      "reuse_item_embeddings) instead of a separate output table.")
+  hidden_dims: Tuple[int, ...] = setting(
+      (), "two_tower: hidden layer sizes of the query tower's MLP (comma-separated; empty = "
+      "no MLP).")
+  use_user_id: bool = setting(False, "two_tower: a user-id embedding in the query tower.")
+  use_history: bool = setting(True, "two_tower: the pooled history in the query tower.")
+  # ------------------------------------------------------------------------------------ loss
+  loss: str = setting(
+      "sampled_softmax", "full_softmax (all items), sampled_softmax (--negatives, --logq), bce "
+      "(uniform negatives; --num_negatives=1 for SASRec's original), gbce (gSASRec).",
+      choices=LOSSES)
+  negatives: str = setting(
+      "mixed", "Negatives of the sampled losses: uniform, in_batch (positives of the global "
+      "batch, deduplicated), mixed (num_negatives // 2 in-batch + the rest uniform), midx "
+      "(adaptive MIDX proposal).", choices=NEGATIVES)
+  num_negatives: int = setting(256, "Negatives per query (mixed: k // 2 in-batch, k - k // 2 "
+                               "uniform).")
+  uniform_negatives: str = setting(
+      "batch", "How uniform negatives are shared: batch (one set for the whole batch, one "
+      "matmul), sequence (one set per sequence, shared by its positions) or query (fresh ones "
+      "per query/position, as the paper's code).", choices=UNIFORM_NEGATIVES)
+  logq: str = setting("corrected", "logQ correction of the sampled softmax.",
+                      choices=losses.CORRECTIONS)
+  q_prime: str = setting("exact", "corrected: log Q' = log Q - log(1 - Q(p)) (exact) or log Q "
+                         "(proxy).", choices=losses.Q_PRIME_MODES)
+  log_q_convention: str = setting(
+      "unigram", "log Q of in-batch / mixed negatives: unigram (the per-draw frequency, the "
+      "paper's), mixture (per-slot mixture of the in-batch and uniform proposals) or "
+      "expected_count (log of the expected number of copies among the negatives, minus log n).",
+      choices=LOG_Q_CONVENTIONS)
+  ratio_floor: float = setting(
+      0.0, "corrected: floor of the ratio inside the log (the paper's corrected script clamps it "
+      "at 1e-10, so rows with a loss above ~23 nats get no gradient); 0 = off. Only for exact "
+      "reproduction of the paper's code.")
+  temperature: float = setting(1.0, "Scores are <q, c> / temperature.")
+  gbce_t: float = setting(0.75, "gBCE calibration parameter t in [0, 1].")
+  midx_codewords: int = setting(32, "MIDX codewords per codebook.")
+  # ------------------------------------------------------------------------ frequency of Q(d)
+  frequency: str = setting(
+      "exact", "Q(d) estimator: exact training counts, or streaming hash_array / count_min "
+      "(updated every step with the global batch's positives).", choices=FREQUENCIES)
+  frequency_buckets: int = setting(
+      0, "Hash-array size H / count-min width (0 = max(1024, 4 x (number of items + 1))).")
+  frequency_min_count: float = setting(
+      _library_default(frequency_lib.ExactCounts, "min_count"),
+      "exact / count_min: floor of a count (log Q stays finite for unseen items).")
+  hash_array_hashes: int = setting(_library_default(frequency_lib.HashArrayEstimator, "num_hashes"),
+                                   "hash_array: number of hash functions m.")
+  hash_array_alpha: float = setting(_library_default(frequency_lib.HashArrayEstimator, "alpha"),
+                                    "hash_array: EMA rate alpha of the step gaps.")
+  hash_array_warmup: bool = setting(_library_default(frequency_lib.HashArrayEstimator, "warmup"),
+                                    "hash_array: running mean (1/j) before the EMA takes over.")
+  hash_array_pending_gap: bool = setting(
+      _library_default(frequency_lib.HashArrayEstimator, "pending_gap"),
+      "hash_array: items not seen for a while decay (reads max(B, the gap so far)).")
+  count_min_depth: int = setting(4, "count_min: number of rows (hash functions).")
+  count_min_conservative: bool = setting(
+      _library_default(frequency_lib.CountMinSketch, "conservative"),
+      "count_min: conservative update (raise only the smallest cells).")
+  count_min_half_life: Optional[float] = setting(
+      _library_default(frequency_lib.CountMinSketch, "half_life"),
+      "count_min: half-life of the counts in steps (unset = no decay).")
+  # ---------------------------------------------------------------------------- optimisation
+  batch_size: int = setting(128, "GLOBAL batch size (sequences or pairs), split over replicas.")
+  learning_rate: float = setting(1e-3, "Adam learning rate.")
+  epochs: int = setting(200, "Maximum number of epochs.")
+  steps_per_epoch: int = setting(100, "Steps per epoch (0 = one pass over the training data).")
+  early_stopping_patience: int = setting(
+      200, "Stop after this many epochs without a better validation NDCG@10.")
+  seed: int = setting(0, "Seed of initialisation, data order, negatives and dropout.")
+  jit_compile: bool = setting(False, "Compile the SASRec encoder and scoring with XLA.")
+  # ---------------------------------------------------------------------------- distribution
+  strategy: str = setting("default", "tf.distribute strategy: default, mirrored (local "
+                          "devices), multi_worker (TF_CONFIG), tpu (--tpu).", choices=STRATEGIES)
+  tpu: Optional[str] = setting(None, "TPU name or address for --strategy=tpu ('local' on a "
+                               "TPU VM).")
+  cpu_replicas: int = setting(0, "Split the CPU into this many logical devices (for "
+                              "--strategy=mirrored on a CPU-only machine); 0 = leave as is.")
+  # ---------------------------------------------------------------------- validation, output
+  filter_rated: str = setting(
+      "all", "Rated-item filtering at validation: all (every input item is removed, the target "
+      "too when it occurs in the input: the paper's protocol) or except_target (the target is "
+      "never removed).", choices=FILTER_RATED)
+  eval_batch_size: int = setting(512, "Queries per validation batch.")
+  model_dir: str = setting("/tmp/tfrs_logq_run", "Checkpoints, TensorBoard, metrics.json.")
+  export_dir: Optional[str] = setting(None, "Write the serving SavedModels here "
+                                      "(train/export.py).")
+  metrics_json: Optional[str] = setting(None, "Final metrics JSON (default: "
+                                        "model_dir/metrics.json).")
+  max_checkpoints: int = setting(3, "Checkpoints kept in model_dir/ckpt.")
+  progress: bool = setting(True, "Show a progress bar.")
+
+  def __post_init__(self):
+    if isinstance(self.data, dict):
+      self.data = DataConfig(**self.data)
+    config_flags.coerce(self)
+    self.validate()
+
+  def validate(self) -> "RunConfig":
+    """Checks every setting and their combinations; raises ValueError naming the setting."""
+    self.data.validate()
+    for name in ("max_len", "embedding_dim", "num_blocks", "num_heads", "num_negatives",
+                 "midx_codewords", "hash_array_hashes", "count_min_depth", "batch_size",
+                 "epochs", "early_stopping_patience", "eval_batch_size", "max_checkpoints"):
+      if getattr(self, name) < 1:
+        raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+    for name in ("steps_per_epoch", "frequency_buckets", "cpu_replicas", "ratio_floor"):
+      if getattr(self, name) < 0:
+        raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+    for name in ("temperature", "learning_rate", "frequency_min_count"):
+      if not getattr(self, name) > 0:
+        raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+    if not 0.0 <= self.dropout < 1.0:
+      raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+    if not 0.0 <= self.gbce_t <= 1.0:
+      raise ValueError(f"gbce_t must be in [0, 1], got {self.gbce_t}")
+    if not self.ratio_floor < 1.0:
+      raise ValueError(f"ratio_floor must be < 1, got {self.ratio_floor}")
+    if not 0.0 < self.hash_array_alpha <= 1.0:
+      raise ValueError(f"hash_array_alpha must be in (0, 1], got {self.hash_array_alpha}")
+    if self.count_min_half_life is not None and not self.count_min_half_life > 0:
+      raise ValueError(f"count_min_half_life must be > 0, got {self.count_min_half_life}")
+    if any(h < 1 for h in self.hidden_dims):
+      raise ValueError(f"hidden_dims must be positive, got {self.hidden_dims}")
+    if self.model == "sasrec" and self.embedding_dim % self.num_heads:
+      raise ValueError(f"embedding_dim={self.embedding_dim} is not divisible by "
+                       f"num_heads={self.num_heads}")
+    if self.model == "two_tower" and not (self.use_user_id or self.use_history):
+      raise ValueError("two_tower needs use_history, use_user_id or both")
+    if self.loss in ("bce", "gbce") and self.negatives != "uniform":
+      raise ValueError(f"loss={self.loss} draws uniform negatives (gSASRec's alpha is the "
+                       f"uniform sampling rate); got negatives={self.negatives}")
+    if self.loss == "sampled_softmax" and self.negatives == "mixed" and self.num_negatives < 2:
+      raise ValueError("mixed negatives need num_negatives >= 2 (split in-batch / uniform)")
+    if self.strategy == "tpu" and self.tpu is None:
+      raise ValueError("strategy=tpu needs tpu (a name, an address or 'local')")
+    return self
+
+  # ------------------------------------------------------------------------------ conversions
+  @classmethod
+  def create(cls, **settings) -> "RunConfig":
+    """A RunConfig from flat settings named as the flags (data settings included)."""
+    return config_flags.from_dict(cls, settings)
+
+  def replace(self, **settings) -> "RunConfig":
+    """A copy with the given flat settings changed (validated)."""
+    return config_flags.from_dict(type(self), settings, base=self)
+
+  def to_flags(self, *, exclude: Sequence[str] = (), only_changed: bool = False) -> list:
+    """["--name=value", ...] that make `python -m train` build this configuration."""
+    return config_flags.to_flags(self, exclude=exclude, only_changed=only_changed)
+
+  def to_dict(self) -> Dict[str, Any]:
+    """JSON-ready nested dict ({"data": {...}, "model": ..., ...}); `from_dict` inverts it."""
+    out = dataclasses.asdict(self)
+    out["hidden_dims"] = list(self.hidden_dims)
+    return out
+
+  @classmethod
+  def from_dict(cls, values: Dict[str, Any]) -> "RunConfig":
+    """Inverse of `to_dict`; raises TypeError for unknown settings."""
+    values = dict(values)
+    data = values.pop("data", {})
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(values) - names
+    if unknown:
+      raise TypeError(f"RunConfig has no settings named {sorted(unknown)}")
+    return cls(data=DataConfig(**data), **values)
