@@ -63,11 +63,12 @@ import numpy as np
 from eval import synthetic_world as world_lib
 
 __all__ = ["RowSpec", "parse_row", "default_rows", "log_softmax", "top_k", "kl_divergence",
-           "recall_vs_oracle", "hit_rate", "hit_rate_by_bin", "calibration_by_bin",
+           "recall_vs_oracle", "hit_rate", "hit_rate_by_bin", "calibration_by_bin", "rank_bins",
            "mean_and_se", "paired_difference", "evaluate_model", "run"]
 
 NEGATIVES = ("in_batch", "mixed", "uniform")
 _LABELS = {"in_batch": "in-batch", "mixed": "mixed", "uniform": "uniform"}
+RANK_EDGES = (1, 2, 4, 11, 31, 101, 301, 1001, 3001, 10001, 30001, 100001)
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
          2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
          2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
@@ -225,9 +226,33 @@ def calibration_by_bin(p, log_p_hat, bins, num_bins: int) -> np.ndarray:
   return np.divide(num, den, out=np.full(num_bins, np.nan), where=den > 0)
 
 
-def evaluate_model(p, log_p_hat, bins, k: int, num_bins: int, oracle_top=None) -> Dict:
-  """Every metric of one model on held-out users (module docstring)."""
+def rank_bins(popularity, edges: Sequence[int] = RANK_EDGES) -> tuple:
+  """(bin of every item by its popularity rank, labels): ranks 1, 2-3, 4-10, 11-30, ... .
+
+  ``edges`` are the first ranks of the bins (1-based, increasing, starting at 1); the last bin
+  ends at the catalog size. Ties in popularity: lower id first.
+  """
+  pop = np.asarray(popularity, np.float64)
+  edges = [e for e in edges if e <= pop.size]
+  if not edges or edges[0] != 1 or any(b <= a for a, b in zip(edges, edges[1:])):
+    raise ValueError(f"edges must be increasing first ranks starting at 1, got {edges}")
+  ids = np.arange(pop.size)
+  rank = np.empty(pop.size, np.int64)
+  rank[np.lexsort((ids, -pop))] = np.arange(1, pop.size + 1)
+  bins = np.searchsorted(np.asarray(edges), rank, side="right") - 1
+  ends = list(edges[1:]) + [pop.size + 1]
+  labels = [str(a) if b - a == 1 else f"{a}–{b - 1}" for a, b in zip(edges, ends)]
+  return bins, labels
+
+
+def evaluate_model(p, log_p_hat, bins, k: int, num_bins: int, oracle_top=None,
+                   ranks=None) -> Dict:
+  """Every metric of one model on held-out users (module docstring); ``ranks`` = `rank_bins`."""
   log_p_hat = np.asarray(log_p_hat, np.float64)
+  extra = {}
+  if ranks is not None:
+    extra["calibration_by_rank"] = calibration_by_bin(p, log_p_hat, ranks[0],
+                                                      len(ranks[1])).tolist()
   model_top = top_k(log_p_hat, k)
   oracle_top = top_k(p, k) if oracle_top is None else oracle_top
   return {"kl": float(kl_divergence(p, log_p_hat).mean()),
@@ -235,7 +260,8 @@ def evaluate_model(p, log_p_hat, bins, k: int, num_bins: int, oracle_top=None) -
           "hit_rate": float(hit_rate(p, model_top).mean()),
           "hit_rate_tail": float(hit_rate_by_bin(p, model_top, np.minimum(bins, 1), 2)[1]),
           "hit_rate_by_bin": hit_rate_by_bin(p, model_top, bins, num_bins).tolist(),
-          "calibration_by_bin": calibration_by_bin(p, log_p_hat, bins, num_bins).tolist()}
+          "calibration_by_bin": calibration_by_bin(p, log_p_hat, bins, num_bins).tolist(),
+          **extra}
 
 
 def mean_and_se(values) -> tuple:
@@ -444,6 +470,7 @@ def run(cfg: _Config, output_dir: str, plot: bool = True, log=print) -> Dict:
   # Popularity: Q(d) = E_u P(d|u) over the evaluation users of the first seed's set.
   popularity = eval_sets[0][2].mean(axis=0)
   bins = world_lib.popularity_bins(popularity, cfg.num_bins)
+  ranks = rank_bins(popularity)
   log(f"world: {cfg.num_items} items, Zipf {cfg.zipf}, tau {cfg.tau}; "
       f"{_world_stats(eval_sets[0][2], popularity, cfg.batch_size)}")
   trainer = _Trainer(cfg, streams)
@@ -471,17 +498,19 @@ def run(cfg: _Config, output_dir: str, plot: bool = True, log=print) -> Dict:
     r, s = model[0], model[1]
     x, ids, p = eval_sets[s]
     per_seed[cfg.rows[r].name][s] = evaluate_model(p, trainer.log_probs(model, x, ids), bins,
-                                                   cfg.k, cfg.num_bins)
+                                                   cfg.k, cfg.num_bins, ranks=ranks)
   references = {}
   for name in ("oracle", "most popular"):
     results = []
     for x, ids, p in eval_sets:
       log_q = np.log(np.broadcast_to(popularity, p.shape))
       results.append(evaluate_model(p, np.log(p) if name == "oracle" else log_q, bins, cfg.k,
-                                    cfg.num_bins))
+                                    cfg.num_bins, ranks=ranks))
     references[name] = results
   summary = _summarise(cfg, per_seed, references, curve, curve_steps)
-  summary["world"] = {"stats": _world_stats(eval_sets[0][2], popularity, cfg.batch_size)}
+  summary["world"] = {"stats": _world_stats(eval_sets[0][2], popularity, cfg.batch_size),
+                      "rank_bins": ranks[1],
+                      "popularity": popularity.tolist()}
   summary["seconds"] = {"train": train_seconds, "total": time.time() - start}
   summary["config"] = {k: (list(v) if isinstance(v, (list, tuple)) else v)
                        for k, v in cfg._asdict().items() if k != "rows"}
@@ -510,7 +539,7 @@ def _world_stats(p, popularity, batch_size) -> str:
 
 
 _SCALARS = ("kl", "recall_vs_oracle", "hit_rate", "hit_rate_tail")
-_VECTORS = ("hit_rate_by_bin", "calibration_by_bin")
+_VECTORS = ("hit_rate_by_bin", "calibration_by_bin", "calibration_by_rank")
 
 
 def _aggregate(results: List[Dict]) -> Dict:
@@ -651,9 +680,25 @@ def format_markdown(summary) -> str:
   for stat in summary["rows"].values():
     md.append(f"| {stat['label']} | " + " | ".join(
         f"{v:+.2f}" for v in stat["calibration_by_bin"]["mean"]) + " |")
+  labels = summary["world"]["rank_bins"]
+  md += ["", "The same by popularity rank of the item (finer at the head, where "
+         "standard logQ's bias ≈ P(p|u) / (1 − P(p|u)) is predicted):", "",
+         "| row | " + " | ".join(labels) + " |", "|" + "---|" * (len(labels) + 1)]
+  for stat in summary["rows"].values():
+    md.append(f"| {stat['label']} | " + " | ".join(
+        f"{v:+.2f}" for v in stat["calibration_by_rank"]["mean"]) + " |")
   md += ["", f"Training {summary['seconds']['train']:.0f} s, total "
          f"{summary['seconds']['total']:.0f} s. Configuration: `{json.dumps(summary['config'])}`"]
   return "\n".join(md) + "\n"
+
+
+def _errorbar_lines(ax, x, stats, key):
+  for stat in stats:
+    mean = np.asarray(stat[key]["mean"], np.float64)
+    se = np.nan_to_num(np.asarray(stat[key]["se"], np.float64))
+    style = "--" if stat["label"] in ("oracle", "most popular") else "-"
+    ax.errorbar(x, mean, yerr=se, marker="o", ms=3, capsize=2, linestyle=style,
+                label=stat["label"])
 
 
 def _plot(summary, out: pathlib.Path):
@@ -662,32 +707,43 @@ def _plot(summary, out: pathlib.Path):
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
   k = summary["k"]
   stats = list(summary["rows"].values())
-  bins = np.arange(1, len(stats[0]["hit_rate_by_bin"]["mean"]) + 1)
-  for key, fname, ylabel, refs in (
-      ("calibration_by_bin", "calibration.png",
-       "E[log P̂(d|u) − log P(d|u)] over held-out draws", False),
-      ("hit_rate_by_bin", "recall_by_decile.png",
-       f"HR@{k} of held-out draws in the decile", True)):
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    for stat in stats + (list(summary["references"].values()) if refs else []):
-      mean = np.asarray(stat[key]["mean"], np.float64)
-      se = np.nan_to_num(np.asarray(stat[key]["se"], np.float64))
-      style = "--" if stat["label"] in ("oracle", "most popular") else "-"
-      ax.errorbar(bins, mean, yerr=se, marker="o", ms=3, capsize=2, linestyle=style,
-                  label=stat["label"])
-    if key == "calibration_by_bin":
-      ax.axhline(0.0, color="black", lw=0.8)
-    ax.set_xlabel("popularity decile of the item (1 = most popular)")
-    ax.set_ylabel(ylabel)
-    ax.set_xticks(bins)
+  deciles = np.arange(1, len(stats[0]["hit_rate_by_bin"]["mean"]) + 1)
+  decile_label = "popularity decile of the item (1 = most popular)"
+
+  fig, axes = plt.subplots(1, 2, figsize=(13, 4.8), sharey=True)
+  _errorbar_lines(axes[0], deciles, stats, "calibration_by_bin")
+  axes[0].set_xticks(deciles)
+  axes[0].set_xlabel(decile_label)
+  labels = summary["world"]["rank_bins"]
+  _errorbar_lines(axes[1], np.arange(len(labels)), stats, "calibration_by_rank")
+  axes[1].set_xticks(np.arange(len(labels)))
+  axes[1].set_xticklabels(labels, fontsize=8)
+  axes[1].set_xlabel("popularity rank of the item")
+  axes[0].set_ylabel("E[log P̂(d|u) − log P(d|u)] over held-out draws")
+  for ax in axes:
+    ax.axhline(0.0, color="black", lw=0.8)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / fname, dpi=110)
-    plt.close(fig)
+  axes[1].legend(fontsize=8)
+  fig.suptitle("Calibration: learned − true log-probability (0 = the truth; < 0: under-predicted)",
+               fontsize=10)
+  fig.tight_layout()
+  fig.savefig(out / "calibration.png", dpi=110)
+  plt.close(fig)
+
+  fig, ax = plt.subplots(figsize=(7.5, 4.8))
+  _errorbar_lines(ax, deciles, stats + list(summary["references"].values()), "hit_rate_by_bin")
+  ax.set_xticks(deciles)
+  ax.set_xlabel(decile_label)
+  ax.set_ylabel(f"HR@{k}: share of the decile's held-out draws retrieved")
+  ax.grid(alpha=0.3)
+  ax.legend(fontsize=8)
+  fig.tight_layout()
+  fig.savefig(out / "recall_by_decile.png", dpi=110)
+  plt.close(fig)
+
   curve = summary["learning_curve"]
   if curve["steps"]:
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    fig, ax = plt.subplots(figsize=(7.5, 4.8))
     for name, per_seed in curve["kl"].items():
       mean, se = mean_and_se(per_seed)
       ax.errorbar(curve["steps"], mean, yerr=np.nan_to_num(se), marker="o", ms=3, capsize=2,

@@ -4,41 +4,57 @@ Every function takes an ``ops`` namespace first: ``keras.ops`` on the Keras 3 pa
 TensorFlow, PyTorch), or ``tf_ops()`` (the same names bound to TensorFlow functions) on the
 tf-keras path. This module imports neither TensorFlow nor Keras. The names used are
 
-    where max sum exp log log1p expm1 sigmoid stop_gradient minimum maximum abs
-    squeeze expand_dims cast zeros_like ones_like logaddexp isfinite power full_like
+    where max sum exp log log1p expm1 sigmoid softplus stop_gradient minimum maximum
+    logical_and not_equal squeeze expand_dims cast zeros_like ones_like logaddexp isfinite
+    power full_like
 
 with the keras.ops signatures (``max(x, axis, keepdims)``, ``cast(x, dtype_name)``).
 
 Formulas (notation of ``tfrs_logq.losses``; A rows, N negatives, valid [A, N]):
 
     log1mexp(x)   = log(1 - e^x)                         (x <= 0, stable, 1 - e^x floored)
-    LSE_valid(x)  = max-shifted log-sum-exp over valid entries (invalid -> -1e30)
+    LSE_valid(x)  = max-shifted log-sum-exp over valid entries (invalid and -inf -> -1e30)
     none / standard / standard_no_positive:
                     L = softplus(LSE_valid(l_i) - l_p)  = log(e^{l_p} + sum_i e^{l_i}) - l_p
-                    (l_p = s_p or s_p - log Q(p); l_i = s_i or s_i - log Q(d_i))
+                    (l_p = s_p or s_p - log Q(p); l_i = s_i or s_i - log Q(d_i); 0 when n = 0)
     corrected:      Z = LSE_valid(s_i - log Q(d_i)) + log(1 - Q(p))      (q_prime="exact")
                     w = sg(sigmoid(Z - log n - s_p)),   L = -w (s_p - Z)  (0 when n = 0)
+                    ratio_floor r > 0: L = -w max(s_p - max(Z, log r), log r)
+
+Infinite scores give the limit of the formula where it exists (s_p = +inf: 0; s_p = -inf or a
+valid negative at +inf: +inf; negatives at -inf drop out), and finite losses have finite
+gradients (the edge cases of ``tfrs_logq.losses``).
     mixture log Q:  log((n_b q_uni(d) + k_u / |D|) / (n_b + k_u))
     gap weight:     w = prod_{j=k+1}^{k+c} (1 - max(alpha, 1/j))  (hash-array estimator)
 """
 
 import math
+import numbers
 import types
 
 CORRECTIONS = ("none", "standard", "standard_no_positive", "corrected")
 Q_PRIME_MODES = ("exact", "proxy")
 MIXED_CONVENTIONS = ("unigram", "mixture")
 MASKED_LOGIT = -1e30          # fill value of invalid entries inside the log-sum-exp
-LOG1MEXP_FLOOR = 1e-7         # 1 - Q(p) floor of log Q' (tfrs_logq.log_q.log1mexp)
+MIN_ONE_MINUS_Q = 1e-6        # 1 - Q(p) floor of log(1 - Q(p)) (tfrs_logq.log_q.MIN_ONE_MINUS_Q)
 LOG_Q_SLACK = 1e-5            # log Q may exceed 0 by this much (float rounding)
 
 
-def check_correction(correction: str, q_prime: str) -> None:
-  """Raises ValueError naming the argument for an unknown correction / q_prime."""
+def check_correction(correction: str, q_prime: str,
+                     ratio_floor: float = 0.0) -> float:
+  """Raises ValueError naming the argument for an unknown correction / q_prime / ratio_floor;
+  returns ratio_floor as a float."""
   if correction not in CORRECTIONS:
     raise ValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
   if q_prime not in Q_PRIME_MODES:
     raise ValueError(f"q_prime must be one of {Q_PRIME_MODES}, got {q_prime!r}")
+  if (isinstance(ratio_floor, bool) or not isinstance(ratio_floor, numbers.Real)
+      or not 0.0 <= float(ratio_floor) < 1.0):
+    raise ValueError(f"ratio_floor must be a float in [0, 1) (0 = off), got {ratio_floor!r}")
+  if ratio_floor > 0 and correction != "corrected":
+    raise ValueError("ratio_floor applies to correction='corrected' only (the clamp of the "
+                     f"paper's corrected script), got correction={correction!r}")
+  return float(ratio_floor)
 
 
 def needs_log_q(correction: str, q_prime: str):
@@ -53,7 +69,7 @@ def lowest_logit(dtype_name: str) -> float:
           "float32": -3.4028234663852886e36, "float64": -1.7976931348623157e306}[dtype_name]
 
 
-def log1mexp(ops, x, min_one_minus_p: float = LOG1MEXP_FLOOR):
+def log1mexp(ops, x, min_one_minus_p: float = MIN_ONE_MINUS_Q):
   """log(1 - exp(x)) for x <= 0 (Maechler 2012), 1 - exp(x) floored at min_one_minus_p.
 
   log(-expm1(x)) above -ln 2, log1p(-exp(x)) below; each branch sees only its own range, so
@@ -70,22 +86,20 @@ def log1mexp(ops, x, min_one_minus_p: float = LOG1MEXP_FLOOR):
 def masked_logsumexp(ops, x, valid):
   """LSE over the valid entries of each row of x [A, N]; a row without one gives ~ -1e30.
 
-  Invalid entries become -1e30 before a stop-gradient row-max shift, so they get exactly zero
-  gradient and huge values stay finite.
+  Invalid entries and entries at -inf (which add e^-inf = 0) become -1e30 before a
+  stop-gradient row-max shift, so they get exactly zero gradient and huge values stay finite; a
+  row whose maximum is +inf gives +inf (shift 0); NaN propagates.
   """
-  masked = ops.where(valid, x, MASKED_LOGIT)
-  shift = ops.stop_gradient(ops.max(masked, axis=1, keepdims=True))
+  keep = ops.logical_and(valid, ops.not_equal(x, -math.inf))
+  masked = ops.where(keep, x, MASKED_LOGIT)
+  row_max = ops.max(masked, axis=1, keepdims=True)
+  shift = ops.stop_gradient(ops.where(ops.isfinite(row_max), row_max, 0.0))
   sum_exp = ops.sum(ops.exp(masked - shift), axis=1)
   return ops.squeeze(shift, 1) + ops.log(sum_exp)
 
 
-def softplus(ops, x):
-  """log(1 + e^x) = max(x, 0) + log1p(e^{-|x|}): finite gradient everywhere, 0 at x = -inf."""
-  return ops.maximum(x, 0.0) + ops.log1p(ops.exp(-ops.abs(x)))
-
-
 def sampled_softmax(ops, s_p, s_n, negative_log_q, positive_log_q, valid, correction: str,
-                    q_prime: str = "exact"):
+                    q_prime: str = "exact", ratio_floor: float = 0.0):
   """Per-row loss, weight and n of the four corrections (module docstring).
 
   Args:
@@ -95,24 +109,31 @@ def sampled_softmax(ops, s_p, s_n, negative_log_q, positive_log_q, valid, correc
     negative_log_q: float32 [N] or [A, N] (None for ``none``).
     positive_log_q: float32 [A] (None unless ``standard`` or ``corrected`` + ``exact``).
     valid: bool [A, N].
-    correction, q_prime: as in ``tfrs_logq.losses``.
+    correction, q_prime, ratio_floor: as in ``tfrs_logq.losses`` (checked by the caller).
 
   Returns:
     (loss [A], weight [A], num_valid [A] int32), all computed in the inputs' float dtype.
   """
   num_valid = ops.sum(ops.cast(valid, "int32"), axis=1)
+  has_negatives = num_valid > 0
   if correction == "corrected":
     lse = masked_logsumexp(ops, s_n - negative_log_q, valid)
     if q_prime == "exact":
       lse = lse + log1mexp(ops, positive_log_q)
-    has_negatives = num_valid > 0
     log_n = ops.log(ops.cast(ops.maximum(num_valid, 1), "float32"))
     # 1 - P̂ = 1 - sigmoid(s_p - (Z - log n)) = sigmoid((Z - log n) - s_p)
     weight = ops.stop_gradient(ops.sigmoid((lse - log_n) - s_p))
     weight = ops.where(has_negatives, weight, ops.zeros_like(weight))
-    term = ops.where(has_negatives, s_p - lse, ops.zeros_like(s_p))
-    # w = 0 (no negative, or P̂ = 1 at s_p = +inf) contributes exactly 0, never 0 * inf.
-    loss = ops.where(weight > 0, -weight * term, ops.zeros_like(term))
+    if ratio_floor > 0:
+      log_floor = math.log(ratio_floor)
+      term = ops.maximum(s_p - ops.maximum(lse, log_floor), log_floor)
+    else:
+      term = s_p - lse
+    # w = 0 (n = 0, or s_p = +inf where term = +inf) contributes exactly 0, never 0 * inf; a NaN
+    # weight (s_p and a negative both +inf: no limit) propagates.
+    active = ops.logical_and(has_negatives, ops.not_equal(weight, 0.0))
+    loss = ops.where(active, -weight * ops.where(active, term, ops.zeros_like(term)),
+                     ops.zeros_like(term))
     return loss, weight, num_valid
   if correction == "none":
     logits, pos_logit = s_n, s_p
@@ -122,13 +143,15 @@ def sampled_softmax(ops, s_p, s_n, negative_log_q, positive_log_q, valid, correc
     logits, pos_logit = s_n - negative_log_q, s_p
   else:
     raise ValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
-  # log(e^{pos} + e^{LSE(valid negatives)}) - pos, without an [A, N + 1] copy; an empty row's
-  # LSE is about -1e30, which gives exactly 0.
-  loss = softplus(ops, masked_logsumexp(ops, logits, valid) - pos_logit)
+  # log(e^{pos} + e^{LSE(valid negatives)}) - pos = softplus(LSE - pos), without an [A, N + 1]
+  # copy; finite limits for pos = +inf and LSE = -inf; a row without negatives gives 0.
+  loss = ops.softplus(masked_logsumexp(ops, logits, valid) - pos_logit)
+  loss = ops.where(has_negatives, loss, ops.zeros_like(loss))
   return loss, ops.ones_like(loss), num_valid
 
 
-def log_q_prime(ops, negative_log_q, positive_log_q, min_one_minus_p: float = LOG1MEXP_FLOOR):
+def log_q_prime(ops, negative_log_q, positive_log_q,
+                min_one_minus_p: float = MIN_ONE_MINUS_Q):
   """log Q'(d) = log Q(d) - log(1 - Q(p)): [N] or [A, N] against [A] -> [A, N]."""
   return negative_log_q - ops.expand_dims(log1mexp(ops, positive_log_q, min_one_minus_p), -1)
 
@@ -174,7 +197,7 @@ def tf_ops():
   return types.SimpleNamespace(
       where=tf.where, max=tf.reduce_max, sum=tf.reduce_sum, exp=tf.exp, log=tf.math.log,
       log1p=tf.math.log1p, expm1=tf.math.expm1, sigmoid=tf.sigmoid,
-      stop_gradient=tf.stop_gradient, minimum=tf.minimum, maximum=tf.maximum, abs=tf.abs,
-      squeeze=tf.squeeze, expand_dims=tf.expand_dims, cast=_cast, zeros_like=tf.zeros_like,
+      softplus=tf.math.softplus, stop_gradient=tf.stop_gradient, minimum=tf.minimum,
+      maximum=tf.maximum, logical_and=tf.logical_and, not_equal=tf.not_equal, squeeze=tf.squeeze, expand_dims=tf.expand_dims, cast=_cast, zeros_like=tf.zeros_like,
       ones_like=tf.ones_like, logaddexp=_logaddexp, isfinite=tf.math.is_finite, power=tf.pow,
       full_like=_full_like)

@@ -129,20 +129,26 @@ def _check_correction(correction: str, q_prime: str, ratio_floor: float = 0.0) -
 
 
 def masked_logsumexp(x: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
-  """LSE over the valid entries of each row of x [A, N], in three passes over [A, N].
+  """LSE over the valid entries of each row of x [A, N] (a few elementwise passes over [A, N]).
 
   Invalid entries (and entries equal to -inf, which add exp(-inf) = 0) are replaced by -1e30
   before a stop-gradient row-max shift, so huge values are stable and excluded entries get
-  exactly zero gradient (through tf.where). A row whose maximum is +inf returns +inf (the shift
-  is then 0); NaN entries propagate. Rows with no valid entry return about -1e30 (finite, never
-  NaN); callers that need 0 there test n > 0.
+  exactly zero gradient (through tf.where). A row with a valid +inf entry returns +inf with zero
+  gradient (never inf - inf); NaN entries propagate. Rows with no valid entry return about -1e30
+  (finite, never NaN); callers that need 0 there test n > 0.
   """
   keep = tf.logical_and(valid, tf.not_equal(x, -math.inf))
   masked = tf.where(keep, x, tf.constant(_MASKED, x.dtype))
   row_max = tf.reduce_max(masked, axis=1, keepdims=True)
+  row_inf = tf.equal(row_max, math.inf)
+  # Rows holding +inf are evaluated on constants (value replaced by +inf below): no NaN gradient.
+  safe = tf.where(row_inf, tf.where(tf.equal(masked, math.inf), tf.zeros_like(masked),
+                                    tf.fill(tf.shape(masked), tf.constant(_MASKED, x.dtype))),
+                  masked)
   shift = tf.stop_gradient(tf.where(tf.math.is_finite(row_max), row_max, tf.zeros_like(row_max)))
-  sum_exp = tf.reduce_sum(tf.exp(masked - shift), axis=1)
-  return tf.squeeze(shift, 1) + tf.math.log(sum_exp)
+  lse = tf.squeeze(shift, 1) + tf.math.log(tf.reduce_sum(tf.exp(safe - shift), axis=1))
+  return tf.where(tf.squeeze(row_inf, 1), tf.fill(tf.shape(lse), tf.constant(math.inf, x.dtype)),
+                  lse)
 
 
 def _scores(positive_scores, negative_scores):

@@ -465,8 +465,8 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
           "cannot be serialised; save the model with tf.saved_model / checkpoints instead")
     config = super().get_config()
     config.update(
-        loss=(None if self._loss_object is None
-              else tf.keras.losses.serialize(self._loss_object)),
+        # `loss` only carries a reduction (a CategoricalCrossentropy(from_logits=True)).
+        loss_reduction=None if self._loss_object is None else self._loss_object.reduction,
         batch_metrics=[tf.keras.metrics.serialize(m) for m in self._batch_metrics],
         loss_metrics=[tf.keras.metrics.serialize(m) for m in self._loss_metrics],
         temperature=self._temperature, num_hard_negatives=self._num_hard_negatives,
@@ -480,8 +480,10 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
   @classmethod
   def from_config(cls, config):
     config = dict(config)
-    if config.get("loss") is not None:
-      config["loss"] = tf.keras.losses.deserialize(config["loss"])
+    reduction = config.pop("loss_reduction", None)
+    if reduction is not None:
+      config["loss"] = tf.keras.losses.CategoricalCrossentropy(from_logits=True,
+                                                               reduction=reduction)
     for key in ("batch_metrics", "loss_metrics"):
       config[key] = [tf.keras.metrics.deserialize(m) for m in config.get(key) or []]
     if config.get("frequency_estimator") is not None:

@@ -1,11 +1,11 @@
 """Exact brute-force validation metrics for the training binary (filter-rated protocol).
 
-For every evaluation query u (input history H_u, held-out target t_u), q_u =
-``model.serving_queries`` of the last max_len items of H_u (left-padded), all items are scored,
-s(u, d) = <q_u, c_d> (the temperature does not change the ranking), the items of the FULL
-history H_u (not only its last max_len items) are removed -- the target too when it occurs in
-H_u, unless ``filter_rated="except_target"`` -- padding id 0 is removed, and with r_u the
-0-based rank of t_u:
+For every evaluation query u (input history H_u, held-out target t_u, user id), q_u =
+``model.serving_queries`` of the last max_len items of H_u (left-padded) and the user id; all
+items are scored, s(u, d) = <q_u, c_d> (the temperature does not change the ranking); the items
+of the FULL history H_u (not only its last max_len items) are removed -- the target too when it
+occurs in H_u, unless ``filter_rated="except_target"`` -- and padding id 0; with r_u the 0-based
+rank of t_u:
 
     Recall@k = mean_u 1[r_u < k],        NDCG@k = mean_u 1[r_u < k] / log2(r_u + 2).
 
@@ -31,11 +31,16 @@ __all__ = ["FILTER_RATED", "evaluate", "query_embeddings"]
 FILTER_RATED = ("all", "except_target")
 
 
-def query_embeddings(model, inputs: np.ndarray, batch_size: int = 512) -> np.ndarray:
-  """float32 [Q, d]: ``model.serving_queries`` of left-padded histories int [Q, max_len]."""
-  out = [np.asarray(model.serving_queries(tf.constant(inputs[s:s + batch_size], tf.int64)),
-                    np.float32) for s in range(0, inputs.shape[0], batch_size)]
-  return np.concatenate(out) if out else np.zeros((0, 0), np.float32)
+def query_embeddings(model, inputs: np.ndarray, user_ids=None,
+                     batch_size: int = 512) -> np.ndarray:
+  """float32 [Q, d]: ``model.serving_queries`` of left-padded histories int [Q, max_len] (and
+  the queries' user ids, which a two-tower model with a user-id embedding uses)."""
+  out = []
+  for s in range(0, inputs.shape[0], batch_size):
+    users = None if user_ids is None else tf.constant(user_ids[s:s + batch_size], tf.int64)
+    out.append(np.asarray(model.serving_queries(tf.constant(inputs[s:s + batch_size], tf.int64),
+                                                user_ids=users), np.float32))
+  return np.concatenate(out)
 
 
 def evaluate(model, split, *, max_len: int, ks=(10, 20), batch_size: int = 512,
@@ -46,7 +51,7 @@ def evaluate(model, split, *, max_len: int, ks=(10, 20), batch_size: int = 512,
   if split.num_queries == 0:
     raise ValueError("evaluation split has no queries")
   inputs = data_lib.left_pad(split.inputs, max_len)
-  queries = query_embeddings(model, inputs, batch_size)
+  queries = query_embeddings(model, inputs, split.user_ids, batch_size)
   table = np.asarray(tf.convert_to_tensor(model.all_item_embeddings()), np.float32)
   k_max = max(ks)
   if k_max > table.shape[0] - 1:

@@ -1,4 +1,5 @@
-"""ScaNN index and exact top-k: exactness, agreement, over-fetch filtering, config."""
+"""ScaNN index: exactness against tfrs_logq.metrics.exact_top_k, agreement, over-fetch filtering
+(both rated-item protocols), config."""
 
 import numpy as np
 import pytest
@@ -27,21 +28,6 @@ def _histories(num_q, num_items, seed, max_len=30):
   return [rng.integers(1, num_items + 1, size=rng.integers(0, max_len)) for _ in range(num_q)]
 
 
-def test_exact_top_k_matches_numpy_reference():
-  items = _catalog(500, 8, 0)
-  q = np.random.default_rng(1).normal(size=(37, 8)).astype(np.float32)
-  hist = _histories(37, 500, 2)
-  targets = np.array([h[0] if h.size and i % 3 == 0 else 7 for i, h in enumerate(hist)])
-  ids, scores = index_lib.exact_top_k(q, items, 25, history=hist, targets=targets, chunk_size=10)
-  ref_ids, ref_scores = metrics.filtered_top_k_from_scores(q @ items.T, hist, 25, targets=targets)
-  np.testing.assert_array_equal(ids, ref_ids)
-  np.testing.assert_allclose(scores, ref_scores, rtol=1e-5, atol=1e-5)
-  raw_ids, _ = index_lib.exact_top_k(q, items, 25)
-  ref_raw, _ = metrics.filtered_top_k_from_scores(q @ items.T, [np.zeros(0, np.int64)] * 37, 25)
-  np.testing.assert_array_equal(raw_ids, ref_raw)
-  assert np.all(raw_ids > 0)  # padding row 0 is never returned
-
-
 @pytest.mark.parametrize("backend", ["pybind", "tf"])
 def test_brute_force_mode_is_exact(backend):
   items = _catalog(2000, 16, 3)
@@ -49,15 +35,20 @@ def test_brute_force_mode_is_exact(backend):
   idx = index_lib.ScannIndex(items, 20, index_lib.IndexConfig(), backend=backend)
   assert idx.config.mode == "brute_force"  # auto: 2,000 <= 20,000 items
   ids, scores = idx.search(q, 20)
-  ex_ids, ex_scores = index_lib.exact_top_k(q, items, 20)
+  ex_ids, ex_scores = metrics.exact_top_k(q, items, 20)
   np.testing.assert_array_equal(ids, ex_ids)
   np.testing.assert_allclose(scores, ex_scores, rtol=1e-5, atol=1e-4)
   # Over-fetch + filter == exact masking (histories up to 30 items, k = 20).
   hist = _histories(50, 2000, 5)
   targets = np.array([h[-1] if h.size else 1 for h in hist])
   f_ids, _ = idx.search_filtered(q, hist, 20, targets=targets, batch_size=16)
-  e_ids, _ = index_lib.exact_top_k(q, items, 20, history=hist, targets=targets)
+  e_ids, _ = metrics.exact_top_k(q, items, 20, rated=hist, targets=targets)
   np.testing.assert_array_equal(f_ids, e_ids)
+  # The paper's protocol (the target is filtered like any rated item) agrees as well.
+  f_ids, _ = idx.search_filtered(q, hist, 20, batch_size=16)
+  e_ids, _ = metrics.exact_top_k(q, items, 20, rated=hist)
+  np.testing.assert_array_equal(f_ids, e_ids)
+  assert not any(set(row) & set(h.tolist()) for row, h in zip(f_ids, hist))
 
 
 def test_tree_mode_agrees_with_exact_on_clustered_catalog():
@@ -68,7 +59,7 @@ def test_tree_mode_agrees_with_exact_on_clustered_catalog():
   idx = index_lib.ScannIndex(items, 10, cfg)
   assert idx.config.mode == "tree_ah" and idx.config.training_sample_size == 6000
   ids, _ = idx.search(q, 10)
-  ex, _ = index_lib.exact_top_k(q, items, 10)
+  ex, _ = metrics.exact_top_k(q, items, 10)
   assert index_lib.agreement_at_k(ids, ex, 10) >= 0.97
   # Probing a single leaf loses neighbours: the agreement must drop (the check can fail).
   few, _ = idx.search(q, 10, leaves_to_search=1, reorder_k=10)
@@ -100,7 +91,7 @@ def test_config_resolution_and_errors():
   with pytest.raises(ValueError, match="NaN"):
     bad = items.copy()
     bad[3, 1] = np.nan
-    index_lib.exact_top_k(np.ones((1, 4), np.float32), bad, 3)
+    metrics.exact_top_k(np.ones((1, 4), np.float32), bad, 3)
   idx = index_lib.ScannIndex(items, 5)
   with pytest.raises(ValueError, match="empty batch"):
     idx.search(np.zeros((0, 4), np.float32), 5)
@@ -109,4 +100,4 @@ def test_config_resolution_and_errors():
   with pytest.raises(ValueError, match="k must be"):
     idx.search(np.zeros((2, 4), np.float32), 51)
   with pytest.raises(ValueError, match="outside"):
-    index_lib.exact_top_k(np.ones((1, 4), np.float32), items, 3, history=[np.array([51])])
+    metrics.exact_top_k(np.ones((1, 4), np.float32), items, 3, rated=[np.array([51])])

@@ -2,7 +2,6 @@
 
 import json
 import os
-import pathlib
 import subprocess
 import sys
 
@@ -12,16 +11,13 @@ import pytest
 import tfrs_logq  # noqa: F401
 import tensorflow as tf
 
-from eval import evaluate
 from eval import index as index_lib
 from eval import serving
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from tfrs_logq import metrics
 
 _LOAD_AND_SERVE = r"""
-import json, sys
+import json
 import numpy as np
-sys.path.insert(0, {root!r})
 import tfrs_logq
 from eval import serving
 model = serving.load_serving_model({path!r}, import_scann={import_scann})
@@ -64,7 +60,7 @@ def served(tiny_export, tmp_path_factory):
 
 def test_fresh_process_serves_same_ids_as_in_process_index(served):
   out, hist, hist_path, qe, items, in_process = served
-  proc = _run(_LOAD_AND_SERVE.format(root=str(ROOT), path=str(out), hist=str(hist_path),
+  proc = _run(_LOAD_AND_SERVE.format(path=str(out), hist=str(hist_path),
                                      import_scann=True))
   assert proc.returncode == 0, proc.stderr[-3000:]
   got = json.loads(proc.stdout.split("RESULT ", 1)[1])
@@ -79,11 +75,11 @@ def test_fresh_process_serves_same_ids_as_in_process_index(served):
   assert np.all(ids >= 1)
   for row, h in zip(ids, hist):
     assert not np.isin(row, h[h > 0]).any()
-  q = qe.serve(tf.constant(evaluate.encoder_inputs(list(hist), 6)))["embedding"].numpy()
+  q = qe.serve(tf.constant(hist[:, -6:]))["embedding"].numpy()  # the encoder's last 6 columns
   np.testing.assert_allclose(scores, np.take_along_axis(q @ items.T, ids, 1), rtol=1e-4,
                              atol=1e-4)
   # Tree search over 6 of 12 leaves with reordering: most of the exact filtered top-10.
-  ex, _ = index_lib.exact_top_k(q, items, 10, history=list(hist))
+  ex, _ = metrics.exact_top_k(q, items, 10, rated=list(hist))
   assert index_lib.agreement_at_k(ids, ex, 10) >= 0.5
 
 
@@ -100,7 +96,7 @@ def test_in_process_load_matches_and_validates(served):
 
 def test_missing_scann_ops_gives_clear_message(served):
   out, _, hist_path, _, _, _ = served
-  proc = _run(_LOAD_AND_SERVE.format(root=str(ROOT), path=str(out), hist=str(hist_path),
+  proc = _run(_LOAD_AND_SERVE.format(path=str(out), hist=str(hist_path),
                                      import_scann=False))
   assert proc.returncode != 0
   assert "ScannOpsMissingError" in proc.stderr
@@ -117,7 +113,7 @@ def test_brute_force_serving_is_exact(tiny_export, tmp_path, filter_history):
   ids = model.recommend(tf.constant(hist))["item_ids"].numpy()
   q = qe.serve(tf.constant(hist))["embedding"].numpy()
   history = list(hist) if filter_history else None
-  ex, _ = index_lib.exact_top_k(q, items, 5, history=history)  # brute-force mode: exact
+  ex, _ = metrics.exact_top_k(q, items, 5, rated=history)  # brute-force mode: exact
   np.testing.assert_array_equal(ids, ex)
 
 

@@ -130,3 +130,44 @@ def test_bad_input_errors():
     metrics.filtered_top_k_from_scores(np.zeros((1, 4)), [np.array([7])], 2)
   with pytest.raises(ValueError, match="groups"):
     metrics.mean_by_group([1.0], [3], 2)
+
+
+def _ref_top_k(scores, history, target, k, keep_target):
+  """Plain Python: items 1..N not in the history (the target kept only with keep_target),
+  sorted by score desc then id asc, first k, -1 for empty slots."""
+  banned = set(int(h) for h in history)
+  if keep_target:
+    banned.discard(int(target))
+  items = sorted((d for d in range(1, len(scores)) if d not in banned),
+                 key=lambda d: (-float(scores[d]), d))[:k]
+  return items + [-1] * (k - len(items))
+
+
+@pytest.mark.parametrize("keep_target", [False, True])
+def test_exact_top_k_matches_plain_python_under_both_protocols(keep_target):
+  rng = np.random.default_rng(11)
+  items = rng.normal(size=(41, 6)).astype(np.float32)
+  items[0] = 0.0
+  q = rng.normal(size=(23, 6)).astype(np.float32)
+  hist = [rng.integers(1, 41, size=rng.integers(0, 38)) for _ in range(23)]
+  hist[5] = np.arange(1, 41)  # everything rated: only empty slots (or the kept target) remain
+  targets = np.array([h[0] if h.size and i % 2 else 7 for i, h in enumerate(hist)])
+  ids, scores = metrics.exact_top_k(q, items, 12, rated=hist,
+                                    targets=targets if keep_target else None, chunk_size=5)
+  full = q.astype(np.float64) @ items.astype(np.float64).T
+  for row in range(23):
+    assert ids[row].tolist() == _ref_top_k(full[row], hist[row], targets[row], 12, keep_target)
+    found = ids[row] > 0
+    np.testing.assert_allclose(scores[row][found], full[row][ids[row][found]], rtol=1e-5,
+                               atol=1e-5)
+  raw_ids, _ = metrics.exact_top_k(q, items, 12)  # no filtering: padding row 0 never returned
+  for row in range(23):
+    assert raw_ids[row].tolist() == _ref_top_k(full[row], [], 0, 12, False)
+  with pytest.raises(ValueError, match="outside"):
+    metrics.exact_top_k(q[:1], items, 3, rated=[np.array([41])])
+  with pytest.raises(ValueError, match="k must be"):
+    metrics.exact_top_k(q, items, 41)
+  with pytest.raises(ValueError, match="NaN"):
+    bad = items.copy()
+    bad[2, 0] = np.inf
+    metrics.exact_top_k(q, bad, 3)

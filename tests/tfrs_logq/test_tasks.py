@@ -423,7 +423,7 @@ class _FixedSampler:
         tf.reduce_sum(query * positive_embeddings, -1) / temperature, scores,
         tf.constant(self.log_q, tf.float32),
         tf.not_equal(tf.constant(self.ids), tf.cast(positive_ids, tf.int64)[:, None]),
-        tf.constant(self.positive_log_q, tf.float32))
+        None if self.positive_log_q is None else tf.constant(self.positive_log_q, tf.float32))
 
 
 def _sampler_case(seed, a=6, n=5, d=4, num_items=8, temperature=0.5):
@@ -489,9 +489,6 @@ def test_sampler_block_uses_its_own_proposal(correction, q_prime):
 def test_sampler_errors():
   c = _sampler_case(31)
   sampler = _FixedSampler(c["table"], c["extra"], np.log(c["q_s"][c["extra"]]), None)
-  sampler.positive_log_q = None
-  sampler.score = lambda *args, _s=sampler.score, **kw: _s(*args, **kw)._replace(
-      positive_log_q=None)
   call = dict(candidate_ids=tf.constant(c["ids"]),
               candidate_sampling_probability=tf.constant(c["q_b"][c["ids"]], tf.float32))
   with pytest.raises(ValueError, match="positive_log_q"):
@@ -501,3 +498,66 @@ def test_sampler_errors():
     tasks.Retrieval(negative_sampler=sampler)(tf.ones([6, 2, 4]), tf.ones([6, 4]), **call)
   with pytest.raises(TypeError, match="negative_sampler"):
     tasks.Retrieval(negative_sampler=object())
+
+
+class _Towers(tfrs.Model):
+  """A two-tower tfrs.Model whose task gets log Q from an estimator and extra per-query uniform
+  negatives from a sampler: the model code passes only ids and `training`."""
+
+  def __init__(self, num_users, num_items, d, task_factory):
+    super().__init__()
+    self.user = tf.keras.layers.Embedding(num_users, d, name="user")
+    self.item = tf.keras.layers.Embedding(num_items + 1, d, name="item")   # id 0 unused
+    self.task = task_factory(self.item)
+
+  def compute_loss(self, features, training=False):
+    return self.task(self.user(features["user"]), self.item(features["item"]),
+                     candidate_ids=features["item"], compute_metrics=False, training=training)
+
+
+def _mixed_task(num_items, k):
+  from tfrs_logq import negatives  # pylint: disable=g-import-not-at-top
+  return lambda item: tasks.Retrieval(
+      correction="corrected", frequency_estimator=frequency.ExactCounts(num_items + 1),
+      negative_sampler=negatives.UniformNegatives(item, k, id_range=(1, num_items + 1),
+                                                  per="query"))
+
+
+def test_two_tower_with_estimator_and_per_query_uniform_negatives():
+  """In-batch negatives (log Q from ExactCounts updated with the batch) + k per-query uniform
+  negatives (log Q = −log |D|): one step's loss equals the numpy formula, and fit decreases it."""
+  num_users, num_items, d, k, n = 60, 40, 8, 6, 2048
+  rng = np.random.default_rng(0)
+  pop = 1.0 / np.arange(1, num_users + 1)
+  users = rng.choice(num_users, size=n, p=pop / pop.sum())
+  items = (users * 7 + rng.integers(0, 2, size=n)) % num_items + 1      # ids 1..num_items
+  tf.keras.utils.set_random_seed(0)
+  model = _Towers(num_users, num_items, d, _mixed_task(num_items, k))
+
+  # One call with a fixed seed against the formula.
+  batch_users, batch_items = users[:32], items[:32].astype(np.int64)
+  seed = tf.constant([3, 4], tf.int64)
+  loss = model.task(model.user(batch_users), model.item(batch_items), candidate_ids=batch_items,
+                    training=True, seed=seed).numpy()
+  drawn = model.task.negative_sampler.sample_ids(seed, num_rows=32).numpy()   # [A, k]
+  u_table, i_table = model.user.embeddings.numpy(), model.item.embeddings.numpy()
+  q, c = u_table[batch_users].astype(np.float64), i_table[batch_items].astype(np.float64)
+  counts = np.bincount(batch_items, minlength=num_items + 1)
+  log_q_b = np.log(np.maximum(counts, 1) / counts.sum())
+  s_in, s_ex = q @ c.T, np.einsum("ad,akd->ak", q, i_table[drawn].astype(np.float64))
+  lq_prime = np.concatenate([
+      log_q_b[batch_items][None, :] - np.log1p(-np.exp(log_q_b[batch_items]))[:, None],
+      np.full(drawn.shape, -np.log(num_items)) - np.log1p(-1.0 / num_items)], axis=1)
+  valid = np.concatenate([batch_items[:, None] != batch_items[None, :],
+                          drawn != batch_items[:, None]], axis=1)
+  want, _, _, _ = ref.loss_and_grads(np.diag(s_in), np.concatenate([s_in, s_ex], 1), lq_prime,
+                                     np.zeros(32), valid, "corrected", q_prime="proxy")
+  np.testing.assert_allclose(loss, want.sum(), rtol=1e-5)
+
+  # A few epochs of fit (fresh model and estimator).
+  model = _Towers(num_users, num_items, d, _mixed_task(num_items, k))
+  model.compile(optimizer=tf.keras.optimizers.Adam(0.05))
+  ds = tf.data.Dataset.from_tensor_slices({"user": users, "item": items.astype(np.int64)})
+  history = model.fit(ds.batch(128), epochs=4, verbose=0).history["loss"]
+  assert np.all(np.isfinite(history)) and history[-1] < 0.8 * history[0], history
+  assert model.task.frequency_estimator.total.numpy() == 4 * n      # updated once per step

@@ -14,9 +14,9 @@ catalog (one meaning throughout tfrs_logq). Every estimator is a Keras layer wit
   its floor for ids never seen).
 * ``log_q_prime(ids, positive_ids)``: log Q'(d) = log Q(d) − log(1 − Q(p)) with the usual
   broadcasting (e.g. ids [A, N] or [N] against positive ids [A, 1]). log(1 − Q(p)) is computed
-  stably from log Q(p) as log(−expm1(x)) for x > −ln 2 and log1p(−exp(x)) otherwise, with
-  1 − Q(p) floored at ``MIN_ONE_MINUS_Q`` = 1e-6 so that a positive holding the whole stream
-  never yields +inf.
+  stably from log Q(p) (``tfrs_logq.log_q.log1mexp``), with 1 − Q(p) floored at
+  ``MIN_ONE_MINUS_Q`` (1e-6, as everywhere in tfrs_logq) so that a positive holding the whole
+  stream never yields +inf.
 * ``call(ids)`` is ``log_q(ids)``.
 
 State lives in non-trainable variables created in ``__init__`` (construct the layer inside
@@ -42,7 +42,8 @@ from tfrs_logq.frequency import hashing
 
 __all__ = ["FrequencyEstimator", "MIN_ONE_MINUS_Q"]
 
-MIN_ONE_MINUS_Q = 1e-6
+# The floor of 1 − Q(p) in log Q' (the package's one value, ``tfrs_logq.log_q``).
+MIN_ONE_MINUS_Q = log_q_lib.MIN_ONE_MINUS_Q
 
 
 def _log1m_exp(log_p: tf.Tensor) -> tf.Tensor:

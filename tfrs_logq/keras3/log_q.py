@@ -16,10 +16,12 @@ from keras import ops
 from tfrs_logq import _formulas
 from tfrs_logq.keras3 import _tensors
 
-__all__ = ["log1mexp", "validate_log_q", "probability_to_log_q", "resolve_log_q", "log_q_prime"]
+MIN_ONE_MINUS_Q = _formulas.MIN_ONE_MINUS_Q
+
+__all__ = ["MIN_ONE_MINUS_Q", "log1mexp", "validate_log_q", "probability_to_log_q", "resolve_log_q", "log_q_prime"]
 
 
-def log1mexp(x, min_one_minus_p: float = _formulas.LOG1MEXP_FLOOR):
+def log1mexp(x, min_one_minus_p: float = _formulas.MIN_ONE_MINUS_Q):
   """log(1 - exp(x)) for x <= 0, stable, 1 - exp(x) floored at ``min_one_minus_p``."""
   return _formulas.log1mexp(ops, _tensors.as_float32(x, "x"), min_one_minus_p)
 

@@ -77,19 +77,22 @@ def sampled_softmax_loss(positive_scores,
                          positive_log_q=None,
                          valid_mask=None,
                          q_prime: str = "exact",
-                         check_scores: bool = False) -> LossOutput:
+                         check_scores: bool = False,
+                         ratio_floor: float = 0.0) -> LossOutput:
   """Per-example sampled-softmax loss with the chosen logQ correction (module docstring).
 
   Arguments, shapes and results are those of ``tfrs_logq.losses.sampled_softmax_loss``:
   positive_scores [A], negative_scores [A, N], negative_log_q [N] or [A, N] (per-draw log Q),
   positive_log_q [A], valid_mask bool [A, N] (mask accidental hits with
   ``tfrs_logq.keras3.accidental_hits.accidental_hit_mask``), q_prime ``exact`` | ``proxy``.
-  ``check_scores`` raises ValueError on non-finite concrete scores (eager only).
+  ``check_scores`` raises ValueError on non-finite concrete scores (eager only);
+  ``ratio_floor`` r > 0 (``corrected`` only) clamps as the paper's script: -w max(s_p -
+  max(Z, log r), log r).
 
   Returns:
     LossOutput(loss [A] float32, weight [A] float32, num_valid [A] int32).
   """
-  _formulas.check_correction(correction, q_prime)
+  ratio_floor = _formulas.check_correction(correction, q_prime, ratio_floor)
   s_p = _tensors.as_float32(positive_scores, "positive_scores")
   s_n = _tensors.as_float32(negative_scores, "negative_scores")
   if negative_log_q is not None:
@@ -113,7 +116,8 @@ def sampled_softmax_loss(positive_scores,
     valid_mask = ops.ones_like(s_n, dtype="bool")
   loss, weight, num_valid = _formulas.sampled_softmax(
       ops, s_p, s_n, negative_log_q if needs_negative_q else None,
-      positive_log_q if needs_positive_q else None, valid_mask, correction, q_prime)
+      positive_log_q if needs_positive_q else None, valid_mask, correction, q_prime,
+      ratio_floor)
   return LossOutput(loss=loss, weight=weight, num_valid=num_valid)
 
 
@@ -126,10 +130,11 @@ class SampledSoftmaxLoss(keras.layers.Layer):
   mixed_float16 / mixed_bfloat16 model is safe.
   """
 
-  def __init__(self, correction: str = "corrected", q_prime: str = "exact", **kwargs):
+  def __init__(self, correction: str = "corrected", q_prime: str = "exact",
+               ratio_floor: float = 0.0, **kwargs):
     kwargs["dtype"] = "float32"
     super().__init__(**kwargs)
-    _formulas.check_correction(correction, q_prime)
+    self.ratio_floor = _formulas.check_correction(correction, q_prime, ratio_floor)
     self.correction = correction
     self.q_prime = q_prime
     self.built = True
@@ -138,7 +143,8 @@ class SampledSoftmaxLoss(keras.layers.Layer):
            valid_mask=None):
     return sampled_softmax_loss(positive_scores, negative_scores, negative_log_q,
                                 correction=self.correction, positive_log_q=positive_log_q,
-                                valid_mask=valid_mask, q_prime=self.q_prime)
+                                valid_mask=valid_mask, q_prime=self.q_prime,
+                                ratio_floor=self.ratio_floor)
 
   def compute_output_spec(self, positive_scores, negative_scores, *args, **kwargs):
     rows = positive_scores.shape[:1]
@@ -146,4 +152,5 @@ class SampledSoftmaxLoss(keras.layers.Layer):
                       keras.KerasTensor(rows, "int32"))
 
   def get_config(self):
-    return {**super().get_config(), "correction": self.correction, "q_prime": self.q_prime}
+    return {**super().get_config(), "correction": self.correction, "q_prime": self.q_prime,
+            "ratio_floor": self.ratio_floor}

@@ -21,7 +21,12 @@ s = <q, c> / temperature; ``candidate_sampling_probability[c]`` is the per-draw 
 * with ``num_hard_negatives=k``, all but the k highest (corrected) negative logits.
 
 The result is reduced by ``reduction``: ``"sum"`` over the batch (TFRS's default), ``"mean"``
-(sum / A) or ``"none"`` ([A]), after multiplying by ``sample_weight`` [A].
+(sum / A) or ``"none"`` ([A]), after multiplying by ``sample_weight`` [A] (a row of weight 0
+contributes exactly 0, even if its loss is infinite).
+
+With a ``frequency_estimator`` (a ``tfrs_logq.keras3.frequency`` layer) log Q of every candidate
+column is read from it, after counting the A positives' ids when ``update_frequency`` says so
+(``"training"``: in training calls only; ``"always"``; ``"never"``), as the tf-keras task does.
 
 Use it from a custom ``compute_loss`` / ``train_step`` (the keras-rs pattern), or call it in the
 model's ``call`` and ``self.add_loss(...)`` the result, then ``model.compile(optimizer)`` and
@@ -39,9 +44,10 @@ from tfrs_logq.keras3 import accidental_hits
 from tfrs_logq.keras3 import log_q as log_q_lib
 from tfrs_logq.keras3 import losses as losses_lib
 
-__all__ = ["Retrieval", "REDUCTIONS"]
+__all__ = ["Retrieval", "REDUCTIONS", "UPDATE_FREQUENCY_MODES"]
 
 REDUCTIONS = ("sum", "mean", "none")
+UPDATE_FREQUENCY_MODES = ("training", "always", "never")
 
 
 @keras.saving.register_keras_serializable(package="tfrs_logq")
@@ -55,14 +61,28 @@ class Retrieval(keras.layers.Layer):
     num_hard_negatives: keep only the k hardest negatives of each row (non-positive: all).
     remove_accidental_hits: mask candidates sharing the positive's id (needs candidate_ids).
     reduction: ``sum`` | ``mean`` | ``none``.
+    frequency_estimator: optional estimator layer giving log Q of the candidates' ids.
+    update_frequency: ``training`` | ``always`` | ``never`` (estimator updates).
+    check_scores: raise ValueError on non-finite concrete scores (eager only).
+    ratio_floor: the clamp of the paper's script for ``corrected`` (0 = off).
   """
 
   def __init__(self, correction: str = "corrected", q_prime: str = "exact",
                temperature: Optional[float] = None, num_hard_negatives: Optional[int] = None,
-               remove_accidental_hits: bool = False, reduction: str = "sum", **kwargs):
+               remove_accidental_hits: bool = False, reduction: str = "sum",
+               frequency_estimator=None, update_frequency: str = "training",
+               check_scores: bool = False, ratio_floor: float = 0.0, **kwargs):
     kwargs["dtype"] = "float32"
     super().__init__(**kwargs)
-    _formulas.check_correction(correction, q_prime)
+    self.ratio_floor = _formulas.check_correction(correction, q_prime, ratio_floor)
+    if update_frequency not in UPDATE_FREQUENCY_MODES:
+      raise ValueError(f"update_frequency must be one of {UPDATE_FREQUENCY_MODES}, got "
+                       f"{update_frequency!r}")
+    if frequency_estimator is not None and not (hasattr(frequency_estimator, "log_q")
+                                                and hasattr(frequency_estimator, "update")):
+      raise TypeError("frequency_estimator must have update(ids) and log_q(ids) (a "
+                      "tfrs_logq.keras3.frequency estimator), got "
+                      f"{type(frequency_estimator).__name__}")
     if reduction not in REDUCTIONS:
       raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
     if temperature is not None and not temperature > 0:
@@ -75,11 +95,14 @@ class Retrieval(keras.layers.Layer):
     self.num_hard_negatives = None if num_hard_negatives is None else int(num_hard_negatives)
     self.remove_accidental_hits = bool(remove_accidental_hits)
     self.reduction = reduction
+    self.frequency_estimator = frequency_estimator
+    self.update_frequency = update_frequency
+    self.check_scores = bool(check_scores)
     self.built = True
 
   def call(self, query_embeddings, candidate_embeddings, sample_weight=None,
            candidate_sampling_probability=None, candidate_ids=None, score_mask=None,
-           candidate_log_sampling_probability=None):
+           candidate_log_sampling_probability=None, training=None):
     """The reduced loss (a scalar; [A] with reduction ``none``).
 
     Args:
@@ -90,6 +113,7 @@ class Retrieval(keras.layers.Layer):
       candidate_ids: [C] integer ids (accidental hits).
       score_mask: [A, C] bool, False drops the candidate from the row's negatives.
       candidate_log_sampling_probability: [C] log Q instead of Q (use for Q < 1e-6).
+      training: whether this is a training step (estimator updates); Keras fills it in.
     """
     query = _tensors.as_float32(query_embeddings, "query_embeddings")
     candidates = _tensors.as_float32(candidate_embeddings, "candidate_embeddings")
@@ -100,6 +124,7 @@ class Retrieval(keras.layers.Layer):
     else:
       scores = ops.matmul(query, ops.transpose(candidates))
     num_queries, num_candidates = scores.shape
+    rows = ops.shape(scores)[0]
     if num_queries == 0:
       raise ValueError("empty batch: no queries")
     if num_queries is not None and num_candidates is not None and num_candidates < num_queries:
@@ -108,10 +133,17 @@ class Retrieval(keras.layers.Layer):
     if self.temperature is not None:
       scores = scores / self.temperature
 
+    if self.check_scores:
+      value = _tensors.concrete(scores)
+      if value is not None and not bool((abs(value) < float("inf")).all()):
+        raise ValueError(f"{self.name}: scores <q, c> / temperature have NaN or inf "
+                         "(check_scores=True): look for NaN or inf in the embeddings")
     log_q = log_q_lib.resolve_log_q(candidate_sampling_probability,
                                     candidate_log_sampling_probability)
     if log_q is not None:
       _tensors.check_rank(log_q, 1, "candidate sampling probabilities")
+    if self.frequency_estimator is not None:
+      log_q = self._estimator_log_q(log_q, candidate_ids, rows, training)
     if self.correction != "none" and log_q is None:
       raise ValueError(
           f"correction={self.correction!r} needs candidate_sampling_probability (or "
@@ -123,7 +155,6 @@ class Retrieval(keras.layers.Layer):
           ("accidental-hit removal is enabled" if self.remove_accidental_hits else
            "correction='corrected' masks negatives equal to the positive"))
 
-    rows = ops.shape(scores)[0]
     if mask_hits:
       # Row a's own column has the positive's id, so this also leaves the positive out.
       candidate_ids = _tensors.as_ids(candidate_ids, "candidate_ids")
@@ -139,16 +170,32 @@ class Retrieval(keras.layers.Layer):
     use_q = self.correction != "none"
     out = losses_lib.sampled_softmax_loss(
         ops.diagonal(scores), scores, log_q if use_q else None, correction=self.correction,
-        positive_log_q=log_q[:rows] if use_q else None, valid_mask=valid, q_prime=self.q_prime)
+        positive_log_q=log_q[:rows] if use_q else None, valid_mask=valid, q_prime=self.q_prime,
+        ratio_floor=self.ratio_floor)
     per_example = out.loss
     if sample_weight is not None:
-      per_example = per_example * ops.reshape(_tensors.as_float32(sample_weight,
-                                                                  "sample_weight"), (-1,))
+      weight = ops.reshape(_tensors.as_float32(sample_weight, "sample_weight"), (-1,))
+      per_example = ops.where(ops.equal(weight, 0.0), 0.0, per_example * weight)
     if self.reduction == "sum":
       return ops.sum(per_example)
     if self.reduction == "mean":
       return ops.sum(per_example) / ops.cast(rows, "float32")
     return per_example
+
+  def _estimator_log_q(self, log_q, candidate_ids, num_queries, training):
+    """log Q [C] read from the estimator, after counting the positives when configured."""
+    if log_q is not None:
+      raise ValueError("pass either a frequency_estimator (to the constructor) or "
+                       "candidate_(log_)sampling_probability, not both")
+    if candidate_ids is None:
+      raise ValueError("candidate_ids are needed with a frequency_estimator (it is updated "
+                       "with and read for the candidates' ids)")
+    positives = candidate_ids[:num_queries]
+    if self.update_frequency == "always" or (self.update_frequency == "training" and training):
+      self.frequency_estimator.update(positives)
+    if self.correction == "none":
+      return None
+    return _tensors.as_float32(self.frequency_estimator.log_q(candidate_ids), "log Q")
 
   def _keep_hardest(self, scores, log_q, valid):
     """valid AND (at least the k-th largest corrected negative logit of the row); ties kept."""
@@ -163,4 +210,16 @@ class Retrieval(keras.layers.Layer):
   def get_config(self):
     return {**super().get_config(), "correction": self.correction, "q_prime": self.q_prime,
             "temperature": self.temperature, "num_hard_negatives": self.num_hard_negatives,
-            "remove_accidental_hits": self.remove_accidental_hits, "reduction": self.reduction}
+            "remove_accidental_hits": self.remove_accidental_hits, "reduction": self.reduction,
+            "frequency_estimator": (None if self.frequency_estimator is None else
+                                    keras.saving.serialize_keras_object(self.frequency_estimator)),
+            "update_frequency": self.update_frequency, "check_scores": self.check_scores,
+            "ratio_floor": self.ratio_floor}
+
+  @classmethod
+  def from_config(cls, config):
+    config = dict(config)
+    if config.get("frequency_estimator") is not None:
+      config["frequency_estimator"] = keras.saving.deserialize_keras_object(
+          config["frequency_estimator"])
+    return cls(**config)

@@ -12,6 +12,8 @@ codebook (on CPU; GPU segment sums use atomics and may differ in the last bits).
 Distances are computed in chunks of ``chunk_size`` rows so memory stays O(chunk_size * K).
 """
 
+from __future__ import annotations
+
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 

@@ -148,3 +148,47 @@ def test_dynamic_empty_batch_raises_at_run_time(counts_table):
 
   with pytest.raises(tf.errors.InvalidArgumentError, match="empty"):
     run(tf.zeros([0], tf.int64), tf.zeros([0, 2]))
+
+
+def test_expected_count_convention_is_inclusion_probability_over_distinct(counts_table):
+  """log Q_eff(d) = log(1 - (1 - q_uni(d))^B) - log U, B = valid pool rows, U = distinct ids."""
+  counts = np.array([5, 1, 3, 40, 2, 9], np.float64)
+  table = counts_table(counts)
+  q = counts / counts.sum()
+  ids = np.array([2, 5, 2, 0, 5, 3, 3, 3, 0])
+  valid = ids != 0                                              # B = 7 rows, U = 3 distinct
+  emb = np.ones((9, 2), np.float32)
+  sampler = InBatchNegatives(table, num_negatives=2, convention="expected_count")
+  neg = sampler(ids, emb, valid=valid, seed=[1, 2])
+  want = lambda d: np.log(1 - (1 - q[d]) ** 7) - np.log(3)  # noqa: E731
+  np.testing.assert_allclose(neg.log_q.numpy(), want(neg.ids.numpy()), rtol=1e-5)
+  np.testing.assert_allclose(neg.positive_log_q.numpy(), want(ids), rtol=1e-5)
+  pool = sampler.pool(ids, emb, valid=valid, seed=[1, 2])
+  assert (int(pool.num_draws), int(pool.num_distinct), int(pool.num_kept)) == (7, 3, 2)
+  np.testing.assert_allclose(pool.negatives.log_q.numpy(), np.log(q[neg.ids.numpy()]),
+                             rtol=1e-5)                        # the pool keeps per-draw q_uni
+  with pytest.raises(ValueError, match="InBatchPool"):
+    sampler.log_q([1, 2])
+
+
+def test_tiny_probabilities_keep_their_inclusion_probability():
+  from tfrs_logq import log_q  # pylint: disable=g-import-not-at-top
+  lq = np.array([0.0, -1e-3, -5.0, -25.0, -40.0, -90.0, -np.inf])
+  got = log_q.log_inclusion_probability(tf.constant(lq, tf.float32), 64).numpy()
+  q = np.exp(lq)
+  with np.errstate(divide="ignore"):
+    want = np.log(-np.expm1(64 * np.log1p(-q)))               # float64 reference
+  want[5] = np.log(64) - 90.0                                  # q underflows float64's 1 - q
+  np.testing.assert_allclose(got[:6], want[:6], rtol=1e-5)
+  assert got[6] == -np.inf
+
+
+def test_config_round_trip(counts_table):
+  table = counts_table(np.ones(4))
+  sampler = InBatchNegatives(table, num_negatives=np.int64(3), cross_replica=False,
+                             convention="expected_count")
+  clone = InBatchNegatives.from_config(sampler.get_config())
+  assert clone.get_config() == sampler.get_config()
+  assert clone.num_negatives == 3 and clone.frequency_estimator is table
+  with pytest.raises(ValueError, match="convention"):
+    InBatchNegatives(table, convention="paper")

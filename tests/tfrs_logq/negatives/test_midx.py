@@ -327,6 +327,39 @@ def test_sampled_softmax_losses_take_query_dependent_log_q():
     np.testing.assert_allclose(out.loss.numpy(), want, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("source", ["item_table", "embedder"])
+def test_score_is_the_negative_sampler_interface(source):
+  """score(): per-query scores of the drawn ids, exact log Q(d|z), log Q(p|z), hits masked."""
+  rng = np.random.default_rng(8)
+  n, d, a, s = 30, 4, 5, 40
+  table = rng.normal(size=(n + 1, d)).astype(np.float32)           # row 0 = padding
+  z = rng.normal(size=(a, d)).astype(np.float32)
+  pos = np.array([1, 5, 30, 5, 2])
+  embedder = (lambda i: tf.gather(table, i)) if source == "embedder" else None
+  sampler = MIDXSampler(num_codewords=3, quantizer="pq", seed=4, id_offset=1, num_negatives=s,
+                        candidate_embedder=embedder)
+  sampler.refresh(table[1:])
+  kwargs = dict(item_table=table) if source == "item_table" else {}
+  scored = sampler.score(z, pos, table[pos], temperature=0.5, seed=[1, 2], **kwargs)
+  ids, log_q = sampler.sample(z, s, seed=[1, 2])
+  ids = ids.numpy()
+  np.testing.assert_allclose(scored.negative_scores.numpy(),
+                             np.einsum("ad,asd->as", z, table[ids]) / 0.5, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(scored.positive_scores.numpy(), (z * table[pos]).sum(1) / 0.5,
+                             rtol=1e-5)
+  np.testing.assert_allclose(scored.negative_log_q.numpy(), log_q.numpy(), rtol=1e-6)
+  np.testing.assert_allclose(scored.negative_log_q.numpy(), np_log_q(sampler, z)[
+      np.arange(a)[:, None], ids - 1], rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(scored.positive_log_q.numpy(),
+                             np_log_q(sampler, z)[np.arange(a), pos - 1], rtol=1e-4, atol=1e-5)
+  np.testing.assert_array_equal(scored.valid_mask.numpy(), ids != pos[:, None])
+  neg = sampler.sample_negatives(z, pos, table[pos], seed=[1, 2], item_table=table)
+  np.testing.assert_array_equal(neg.ids.numpy(), ids)
+  assert MIDXSampler.from_config(sampler.get_config()).num_negatives == s
+  with pytest.raises(ValueError, match="num_negatives"):
+    MIDXSampler(num_codewords=3, num_items=n, dim=d).score(z, pos, table[pos], item_table=table)
+
+
 # --------------------------------------------------------------------- (4) errors and checkpoints
 def test_bad_inputs_raise_clear_errors():
   with pytest.raises(ValueError, match="quantizer"):

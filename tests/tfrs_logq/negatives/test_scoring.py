@@ -1,4 +1,5 @@
-"""score_negatives / task_candidates: scores, masks, log Q' vs numpy; loss and task integration."""
+"""score_negatives / task_candidates / the per-query and per-sequence scoring paths /
+ScoredCandidates.concat against numpy; loss and task integration."""
 
 import math
 
@@ -10,7 +11,8 @@ import tensorflow as tf
 
 from tfrs_logq import losses
 from tfrs_logq import tasks
-from tfrs_logq.negatives import Negatives, score_negatives, task_candidates
+from tfrs_logq.negatives import (Negatives, ScoredCandidates, per_query_scores,
+                                 per_segment_scores, score_negatives, task_candidates)
 
 RNG = np.random.default_rng(0)
 A, N, D = 4, 6, 3
@@ -171,3 +173,74 @@ def test_package_exports_midx_sampler_lazily():
   assert negatives.MIDXSampler is midx.MIDXSampler
   with pytest.raises(AttributeError):
     negatives.NoSuchSampler  # pylint: disable=pointless-statement
+
+
+@pytest.mark.parametrize("vocab", [20, 5000])   # [A, V] matmul + gather vs [A, k, d] gather
+@pytest.mark.parametrize("jit", [False, True])
+@pytest.mark.parametrize("source", ["table", "callable_table", "embedder"])
+def test_per_query_scores_values_and_gradients(vocab, jit, source):
+  rng = np.random.default_rng(vocab)
+  a, k, d = 7, 6, 8
+  q = tf.Variable(rng.normal(size=(a, d)).astype(np.float32))
+  table = tf.Variable(rng.normal(size=(vocab, d)).astype(np.float32))
+  ids = rng.integers(0, vocab, size=(a, k))
+  ids[0, :3] = ids[0, 3]                       # repeated ids: gradients must add up
+  up = rng.normal(size=(a, k)).astype(np.float32)
+  kwargs = dict(table=dict(item_table=table),
+                callable_table=dict(item_table=lambda: tf.identity(table), num_rows=vocab),
+                embedder=dict(candidate_embedder=lambda i: tf.gather(table, i)))[source]
+  with tf.GradientTape() as tape:
+    s = per_query_scores(q, tf.constant(ids, tf.int64), jit_compile=jit, **kwargs)
+    loss = tf.reduce_sum(s * up)
+  g_q, g_t = tape.gradient(loss, [q, table])
+  qn, tn = q.numpy(), table.numpy()
+  np.testing.assert_allclose(s.numpy(), np.einsum("ad,akd->ak", qn, tn[ids]), rtol=1e-5,
+                             atol=1e-5)
+  np.testing.assert_allclose(g_q.numpy(), np.einsum("ak,akd->ad", up, tn[ids]), atol=1e-4)
+  exp_t = np.zeros_like(tn)
+  np.add.at(exp_t, ids.reshape(-1), (up[..., None] * qn[:, None, :]).reshape(-1, d))
+  np.testing.assert_allclose(tf.convert_to_tensor(g_t).numpy(), exp_t, atol=1e-4)
+
+
+def test_per_query_scores_needs_a_source():
+  with pytest.raises(ValueError, match="item_table or a candidate_embedder"):
+    per_query_scores(tf.ones([2, 3]), tf.zeros([2, 4], tf.int64))
+
+
+def test_per_segment_scores_match_numpy_in_any_order():
+  rng = np.random.default_rng(3)
+  a, u, k, d = 11, 4, 5, 3
+  q = tf.Variable(rng.normal(size=(a, d)).astype(np.float32))
+  emb = tf.Variable(rng.normal(size=(u, k, d)).astype(np.float32))
+  seg = np.array([2, 0, 2, 3, 1, 1, 0, 2, 3, 3, 3])          # unsorted, uneven segments
+  up = rng.normal(size=(a, k)).astype(np.float32)
+  with tf.GradientTape() as tape:
+    out = per_segment_scores(q, seg, emb)
+    loss = tf.reduce_sum(out * up)
+  g_q, g_e = tape.gradient(loss, [q, emb])
+  qn, en = q.numpy(), emb.numpy()
+  np.testing.assert_allclose(out.numpy(), np.einsum("ad,akd->ak", qn, en[seg]), rtol=1e-5,
+                             atol=1e-6)
+  np.testing.assert_allclose(g_q.numpy(), np.einsum("ak,akd->ad", up, en[seg]), atol=1e-5)
+  want_e = np.zeros_like(en)
+  np.add.at(want_e, seg, up[..., None] * qn[:, None, :])
+  np.testing.assert_allclose(g_e.numpy(), want_e, atol=1e-5)
+
+
+def test_concat_joins_blocks_and_broadcasts_log_q():
+  a = 3
+  s_p = tf.constant([1.0, 2.0, 3.0])
+  shared = ScoredCandidates(s_p, tf.ones([a, 2]), tf.constant([-1.0, -2.0]),
+                            tf.constant([[True, False]] * a), tf.constant([-0.5] * a))
+  per_row = ScoredCandidates(s_p, 2 * tf.ones([a, 3]), tf.fill([a, 3], -3.0),
+                             tf.ones([a, 3], tf.bool), tf.constant([-0.7] * a))
+  joined = ScoredCandidates.concat(shared, per_row)
+  assert joined.negative_scores.shape == (a, 5)
+  np.testing.assert_array_equal(joined.negative_log_q.numpy(),
+                                [[-1.0, -2.0, -3.0, -3.0, -3.0]] * a)
+  np.testing.assert_array_equal(joined.valid_mask.numpy()[:, 1], False)
+  np.testing.assert_array_equal(joined.positive_log_q.numpy(), [-0.5] * a)   # the first block's
+  both_shared = ScoredCandidates.concat(shared, shared, positive_log_q=None)
+  assert both_shared.negative_log_q.shape == (4,) and both_shared.positive_log_q is None
+  with pytest.raises(ValueError):
+    ScoredCandidates.concat()

@@ -1,4 +1,5 @@
-"""Uniform negatives: ids in the catalog, uniform frequencies, log Q = -log |D|, errors."""
+"""Uniform negatives: ids in the catalog, uniform frequencies, log Q = -log |D|, the batch /
+sequence / query layouts and their scoring paths against numpy, config round trip, errors."""
 
 import math
 
@@ -82,8 +83,121 @@ def test_bad_sampler_arguments_raise():
   with pytest.raises(ValueError, match="num_negatives"):
     UniformNegatives(lambda ids: ids, 0, id_range=(0, 3))
   with pytest.raises(TypeError, match="callable"):
-    UniformNegatives(None, 2, id_range=(0, 3))
+    UniformNegatives(3, 2, id_range=(0, 3))
+  with pytest.raises(ValueError, match="per"):
+    UniformNegatives(None, 2, id_range=(0, 3), per="position")
+  with pytest.raises(ValueError, match="candidate_embedder or an item_table"):
+    UniformNegatives(None, 2, id_range=(0, 3))()
+  with pytest.raises(ValueError, match="positive_ids"):
+    UniformNegatives(None, 2, id_range=(0, 3), per="query")()
   with pytest.raises(ValueError, match="rows"):
     UniformNegatives(lambda ids: tf.zeros([3, 2]), 2, id_range=(0, 3))()
   with pytest.raises(TypeError, match="floating"):
     UniformNegatives(lambda ids: ids, 2, id_range=(0, 3))()
+
+
+# ---------------------------------------------------------------- per-sequence / per-query layouts
+NUM_ITEMS, DIM = 40, 5
+
+
+def _scoring_case(seed=0, a=9):
+  rng = np.random.default_rng(seed)
+  table = rng.normal(size=(NUM_ITEMS + 1, DIM)).astype(np.float32)     # row 0 = padding
+  query = rng.normal(size=(a, DIM)).astype(np.float32)
+  pos = rng.integers(1, NUM_ITEMS + 1, size=a)
+  seq = np.array([4, 4, 4, 1, 1, 9, 4, 9, 2])[:a]                      # 4 sequences, any order
+  return table, query, pos, seq
+
+
+def _np_scored(query, pos, ids, table, temperature):
+  """Scores, mask and log Q of per-row negative ids [A, k] written out in numpy."""
+  s_p = np.einsum("ad,ad->a", query, table[pos]) / temperature
+  s_n = np.einsum("ad,akd->ak", query, table[ids]) / temperature
+  return s_p, s_n, ids != pos[:, None]
+
+
+@pytest.mark.parametrize("per", ["batch", "sequence", "query"])
+@pytest.mark.parametrize("use_table", [False, True])
+def test_layouts_score_like_numpy(per, use_table):
+  table, query, pos, seq = _scoring_case()
+  embed = None if use_table else (lambda ids: tf.gather(table, ids))
+  sampler = UniformNegatives(embed, 6, id_range=(1, NUM_ITEMS + 1), per=per)
+  kwargs = dict(temperature=0.5, seed=[3, 1], sequence_ids=seq,
+                item_table=table if use_table else None)
+  scored = sampler.score(query, pos, table[pos], **kwargs)
+  neg = sampler.sample_negatives(query, pos, table[pos], seed=[3, 1], sequence_ids=seq,
+                                 item_table=table if use_table else None)
+  ids = np.broadcast_to(neg.ids.numpy(), (len(pos), 6))
+  assert ids.min() >= 1 and ids.max() <= NUM_ITEMS
+  if per == "batch":
+    assert neg.ids.shape == (6,)
+  if per == "sequence":           # one set per sequence, shared by its queries
+    for a in range(len(pos)):
+      for b in range(len(pos)):
+        assert np.array_equal(ids[a], ids[b]) == (seq[a] == seq[b])
+  if per == "query":
+    assert len({tuple(r) for r in ids}) == len(pos)
+  s_p, s_n, valid = _np_scored(query, pos, ids, table, 0.5)
+  np.testing.assert_allclose(scored.positive_scores.numpy(), s_p, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(scored.negative_scores.numpy(), s_n, rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(scored.valid_mask.numpy(), valid)
+  np.testing.assert_allclose(scored.negative_log_q.numpy(), -math.log(NUM_ITEMS), rtol=1e-6)
+  np.testing.assert_allclose(scored.positive_log_q.numpy(), -math.log(NUM_ITEMS), rtol=1e-6)
+  np.testing.assert_allclose(np.broadcast_to(neg.embeddings.numpy(), ids.shape + (DIM,)),
+                             table[ids], rtol=1e-6)
+
+
+def test_accidental_hits_are_masked_per_row():
+  table, query, _, _ = _scoring_case(1)
+  sampler = UniformNegatives(None, 30, id_range=(1, 4), per="query")    # 3 items: many hits
+  pos = np.array([1, 2, 3, 1, 2, 3, 1, 2, 3])
+  scored = sampler.score(query, pos, table[pos], seed=[0, 0], item_table=table)
+  ids = sampler(pos, seed=[0, 0], item_table=table).ids.numpy()
+  np.testing.assert_array_equal(scored.valid_mask.numpy(), ids != pos[:, None])
+  assert (~scored.valid_mask.numpy()).sum() > 20
+
+
+def test_per_query_draws_are_independent_uniform_draws():
+  sampler = UniformNegatives(None, 50, id_range=(0, 10), per="query")
+  ids = sampler(np.zeros(400, np.int64), seed=[5, 5], item_table=np.eye(10, dtype=np.float32)).ids
+  counts = np.bincount(ids.numpy().ravel(), minlength=10)
+  assert chi_square(counts, 400 * 50 / 10) < 27.9    # 9 dof, p = 0.001
+  # The same column of two rows is not the same draw.
+  assert np.mean(ids.numpy()[0] == ids.numpy()[1]) < 0.3
+
+
+def test_sequence_ids_none_means_one_sequence_per_query():
+  table, query, pos, _ = _scoring_case(2)
+  per_seq = UniformNegatives(None, 4, id_range=(1, NUM_ITEMS + 1), per="sequence")
+  per_query = UniformNegatives(None, 4, id_range=(1, NUM_ITEMS + 1), per="query")
+  a = per_seq.score(query, pos, table[pos], seed=[1, 2], item_table=table)
+  b = per_query.score(query, pos, table[pos], seed=[1, 2], item_table=table)
+  np.testing.assert_allclose(a.negative_scores.numpy(), b.negative_scores.numpy(), rtol=1e-6)
+
+
+def test_per_query_matmul_path_gradients_equal_gather_path():
+  """Small V (matmul + gather) and the embedder path give the same loss gradients."""
+  table, query, pos, _ = _scoring_case(3)
+  table_var = tf.Variable(table)
+
+  def grads(use_table):
+    sampler = UniformNegatives(None if use_table else (lambda i: tf.gather(table_var, i)), 64,
+                               id_range=(1, NUM_ITEMS + 1), per="query")
+    with tf.GradientTape() as tape:
+      scored = sampler.score(query, pos, tf.gather(table_var, pos), seed=[7, 7],
+                             item_table=table_var if use_table else None)
+      loss = tf.reduce_sum(tf.sin(scored.negative_scores))
+    return tf.convert_to_tensor(tape.gradient(loss, table_var)).numpy()
+
+  assert NUM_ITEMS + 1 <= 0.4 * 64 * DIM       # the table path is the matmul one here
+  np.testing.assert_allclose(grads(True), grads(False), atol=1e-5)
+
+
+def test_config_round_trip():
+  embed = lambda ids: tf.zeros([tf.size(ids), 2])  # noqa: E731
+  for sampler in (UniformNegatives(embed, 5, id_range=(1, 9), per="sequence", jit_compile=True),
+                  UniformNegatives(None, np.int64(3), candidate_ids=[4, 8, 15], per="query")):
+    clone = UniformNegatives.from_config(sampler.get_config())
+    assert clone.get_config() == sampler.get_config()
+    np.testing.assert_array_equal(clone.sample_ids(seed=[1, 1]).numpy(),
+                                  sampler.sample_ids(seed=[1, 1]).numpy())

@@ -1,4 +1,5 @@
-"""train.data: the load() dispatcher and the gSASRec ML-1M reader (real files + corrupt copies)."""
+"""train.data: the load() dispatcher and the gSASRec reader (ML-1M real files, small generated
+folders in the same layout, corrupt copies), DataConfig.load."""
 
 import json
 import pathlib
@@ -99,6 +100,38 @@ def test_tiny_gsasrec_roundtrip(tiny_root):
   assert [s.tolist() for s in d.train_sequences] == [
       s[:-3] if u in (1, 4) else s[:-2] for u, s in enumerate(seqs)]
   assert d.val.targets.tolist() == [seqs[1][-2], seqs[4][-2]]
+
+
+def test_any_gsasrec_folder_loads_with_its_own_name(tmp_path):
+  """A generated folder in the gSASRec layout (as the paper's Steam / Gowalla files come):
+  every split is the sequences' suffix the layout prescribes, counts are the training items."""
+  rng = np.random.default_rng(3)
+  num_items = 40
+  seqs = [rng.integers(1, num_items + 1, size=rng.integers(4, 12)).tolist()  # repeats allowed
+          for _ in range(25)]
+  val_users = {0, 3, 7, 8, 20}
+  root = tmp_path / "steam_like"
+  _write_tiny_gsasrec(root, seqs, val_users, num_items)
+  d = D.load("gsasrec", root)
+  assert d.name == "steam_like" and d.num_items == num_items and len(d.train_sequences) == 25
+  for u, s in enumerate(seqs):
+    assert d.train_sequences[u].tolist() == (s[:-3] if u in val_users else s[:-2])
+    assert d.test.inputs[u].tolist() == s[:-1] and d.test.targets[u] == s[-1]
+  assert d.val.user_ids.tolist() == [u + 1 for u in sorted(val_users)]
+  assert d.val.targets.tolist() == [seqs[u][-2] for u in sorted(val_users)]
+  counts = np.zeros(num_items + 1, np.int64)
+  for u, s in enumerate(seqs):
+    for i in (s[:-3] if u in val_users else s[:-2]):
+      counts[i] += 1
+  np.testing.assert_array_equal(d.item_counts, counts)
+  # The same folder through the data settings of the binaries; ml1m is the same reader.
+  via_config = D.DataConfig(dataset="gsasrec", data_path=str(root)).load()
+  np.testing.assert_array_equal(via_config.item_counts, d.item_counts)
+  assert D.load("ml1m", root).name == "ml1m"
+  with pytest.raises(ValueError, match="needs data_path"):
+    D.load("gsasrec")
+  with pytest.raises(ValueError, match="data_path"):
+    D.DataConfig(dataset="gsasrec")
 
 
 def _replace_line(path, line_no, text):

@@ -19,6 +19,7 @@ the update has static shapes.
 """
 
 import math
+import numbers
 
 import keras
 from keras import ops
@@ -34,14 +35,14 @@ __all__ = ["HashArrayEstimator"]
 class HashArrayEstimator(base.FrequencyEstimator):
   """Yi et al. hash arrays with multi-hit steps and per-draw output (module docstring)."""
 
-  def __init__(self, num_buckets: int = 2**22, num_hashes: int = 2, alpha: float = 0.01,
+  def __init__(self, num_buckets: int = 2**22, num_hashes: int = 2, alpha: float = 0.001,
                warmup: bool = True, pending_gap: bool = True, seed: int = 0,
                num_items=None, validate_ids: bool = True, **kwargs):
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
-    if not (isinstance(num_buckets, int) and num_buckets >= 1):
-      raise ValueError(f"num_buckets must be a positive int, got {num_buckets!r}")
-    if not (isinstance(num_hashes, int) and num_hashes >= 1):
-      raise ValueError(f"num_hashes must be a positive int, got {num_hashes!r}")
+    for name, value in (("num_buckets", num_buckets), ("num_hashes", num_hashes)):
+      if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+        raise ValueError(f"{name} must be a positive int, got {value!r}")
+    num_buckets, num_hashes = int(num_buckets), int(num_hashes)
     if num_buckets * num_hashes >= 2**31:
       raise ValueError("num_buckets * num_hashes must be < 2**31")
     if not 0.0 < alpha <= 1.0:

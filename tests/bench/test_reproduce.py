@@ -8,43 +8,68 @@ import sys
 
 import numpy as np
 
+from train import config_flags
+from train.config import RunConfig
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _run(args):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
   return subprocess.run([sys.executable, "-m", "bench.reproduce", *args], cwd=ROOT,
-                        capture_output=True, text=True, env=env, timeout=120)
+                        capture_output=True, text=True, env=env, timeout=240)
+
+
+def _config(line):
+  """The RunConfig a printed `python -m train ...` command builds."""
+  argv = line.split(" -m train ", 1)[1].split()
+  return config_flags.parse(RunConfig, argv)
 
 
 def test_dry_run_lists_train_and_eval_commands(tmp_path):
-  proc = _run(["--dry_run", "--rows=bce,mixed_corrected", "--seeds=0,1",
-               "--settings=ml1m_loo,ml100k_temporal", f"--out={tmp_path}"])
+  rows = "bce,mixed_corrected,mixed_standard,mixed_standard_tfrs"
+  proc = _run(["--dry_run", f"--rows={rows}", "--seeds=0,1",
+               "--settings=ml1m_loo,ml100k_temporal,gsasrec_loo",
+               f"--gsasrec_dir={tmp_path / 'steam'}", f"--out={tmp_path}", "--max_len=50"])
   assert proc.returncode == 0, proc.stderr[-2000:]
   lines = proc.stdout.strip().splitlines()
-  assert lines[-1].startswith("SUMMARY") and "8 runs" in lines[-1]
-  train = [l for l in lines if "-m train" in l]
+  assert lines[-1].startswith("SUMMARY") and "24 runs" in lines[-1]
+  train = [_config(l) for l in lines if "-m train " in l]
   evals = [l for l in lines if "-m eval.evaluate" in l]
-  assert len(train) == 8 and len(evals) == 8
-  bce = [l for l in train if "--loss=bce" in l]
-  assert bce and all("--num_negatives=1 " in l + " " for l in bce)
-  mixed = [l for l in train if "--logq=corrected" in l]
-  assert all("--negatives=mixed" in l and "--num_negatives=256" in l for l in mixed)
-  assert any("--split=temporal" in l and "ml-100k" in l for l in evals)
+  assert len(train) == 24 and len(evals) == 24
+  # Every command is a whole RunConfig: the row, the setting, the seed, the base flags.
+  bce = [c for c in train if c.loss == "bce"]
+  assert len(bce) == 6 and all(c.num_negatives == 1 and c.negatives == "uniform" for c in bce)
+  mixed = [c for c in train if c.loss != "bce"]
+  assert all(c.negatives == "mixed" and c.num_negatives == 256 for c in mixed)
   # The paper's "standard logQ" is its code's: the positive's score is not corrected.
-  proc = _run(["--dry_run", "--rows=mixed_standard,mixed_standard_tfrs", "--seeds=0",
-               "--settings=ml1m_loo", f"--out={tmp_path}"])
-  train = [l for l in proc.stdout.splitlines() if "-m train" in l]
-  assert "--logq=standard_no_positive" in train[0] and "--logq=standard " in train[1] + " "
-  # By default every run trains as the paper's code does (its block, per-position uniforms);
-  # --noreference_model leaves the train binary's defaults.
-  assert all("--sasrec_block=reference" in l and "--uniform_negatives_per_position" in l
-             for l in train)
+  assert sorted({c.logq for c in mixed}) == ["corrected", "standard", "standard_no_positive"]
+  assert {c.seed for c in train} == {0, 1} and all(c.max_len == 50 for c in train)
+  assert all(c.steps_per_epoch == 48 and c.epochs == 15 and not c.progress for c in train)
+  by_dataset = {}
+  for c in train:
+    by_dataset.setdefault((c.data.dataset, c.data.split), []).append(c.data.data_path)
+  assert sorted(by_dataset) == [("gsasrec", "leave_one_out"), ("ml1m", "leave_one_out"),
+                                ("movielens_raw", "temporal")]
+  assert all("ml-100k" in p for p in by_dataset[("movielens_raw", "temporal")])
+  assert all(p.endswith("steam") for p in by_dataset[("gsasrec", "leave_one_out")])
+  # Evaluation takes the export's own data: no data flag, only where to read and write.
+  assert all("--dataset" not in l and "--export_dir=" in l for l in evals)
+  # The paper code's model and negatives by default, and its corrected script's clamp.
+  assert all(c.sasrec_block == "reference" and c.uniform_negatives == "query" for c in train)
+  assert all(c.ratio_floor == (1e-10 if c.logq == "corrected" else 0.0) for c in train)
+  # --noreference_model leaves the train binary's defaults; explicit flags win over the preset.
   proc = _run(["--dry_run", "--rows=mixed_corrected", "--seeds=0", "--settings=ml1m_loo",
                "--noreference_model", "--cpu_epochs=3", f"--out={tmp_path}"])
-  train = [l for l in proc.stdout.splitlines() if "-m train" in l]
-  assert len(train) == 1 and "--epochs=3" in train[0]
-  assert "--sasrec_block" not in train[0] and "per_position" not in train[0]
+  (c,) = [_config(l) for l in proc.stdout.splitlines() if "-m train " in l]
+  defaults = RunConfig()
+  assert c.epochs == 3 and c.ratio_floor == 0.0
+  assert (c.sasrec_block, c.uniform_negatives) == (defaults.sasrec_block,
+                                                   defaults.uniform_negatives)
+  proc = _run(["--dry_run", "--rows=mixed_corrected", "--seeds=0", "--settings=ml1m_loo",
+               "--uniform_negatives=sequence", f"--out={tmp_path}"])
+  (c,) = [_config(l) for l in proc.stdout.splitlines() if "-m train " in l]
+  assert (c.sasrec_block, c.uniform_negatives, c.ratio_floor) == ("reference", "sequence", 1e-10)
   assert not list(tmp_path.iterdir())  # a dry run writes nothing
 
 

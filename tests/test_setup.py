@@ -1,0 +1,138 @@
+"""setup.py: what `pip install .` / `.[app]` promise, checked on the installed metadata.
+
+* the library's requirements are exactly what tfrs_logq imports (tf-keras: through tf.keras);
+  the application's extra adds what models / train / eval / bench import;
+* the console scripts exist, point at the binaries and print their flags from any directory;
+* Python >= the advertised floor: no syntax or annotation newer than it in any installed module.
+"""
+
+import ast
+import importlib.metadata as metadata
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import sysconfig
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DIST = "tfrs-logq"
+APPLICATION = ("models", "train", "eval", "bench")
+# Optional yardstick of bench/train_speed.py (`pip install torch`), not a requirement.
+OPTIONAL_IMPORTS = {"torch", "paper_code_torch"}
+
+
+def _canon(name: str) -> str:
+  return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _installed():
+  """The project's metadata as pip installed it (site-packages; never a stray *.egg-info in the
+  working directory)."""
+  paths = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+  found = [d for d in metadata.distributions(path=paths) if _canon(d.metadata["Name"]) == DIST]
+  assert len(found) == 1, f"{DIST} is not installed: run pip install -e '.[test]'"
+  return found[0]
+
+
+def _requirements():
+  """{extra or "": {distribution names}} from the installed metadata."""
+  out = {}
+  for req in _installed().requires or []:
+    name = _canon(re.match(r"[A-Za-z0-9_.\-]+", req).group(0))
+    extra = re.search(r'extra\s*==\s*"([^"]+)"', req)
+    out.setdefault(extra.group(1) if extra else "", set()).add(name)
+  return out
+
+
+def _third_party_imports(package: str, skip=()):
+  names = set()
+  for path in (ROOT / package).rglob("*.py"):
+    if any(part in skip for part in path.relative_to(ROOT).parts):
+      continue
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+      if isinstance(node, ast.Import):
+        names |= {a.name.split(".")[0] for a in node.names}
+      elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+        names.add(node.module.split(".")[0])
+  own = {"tfrs_logq", *APPLICATION}
+  return {n for n in names if n not in sys.stdlib_module_names and n not in own}
+
+
+def _distributions(modules):
+  mapping = metadata.packages_distributions()
+  missing = sorted(m for m in modules if m not in mapping)
+  assert not missing, f"imported but not installed: {missing}"
+  return {_canon(mapping[m][0]) for m in modules}
+
+
+def test_library_requires_exactly_what_it_imports():
+  reqs = _requirements()
+  # tfrs_logq.keras3 is the optional Keras 3 path (its own extra).
+  imported = _distributions(_third_party_imports("tfrs_logq", skip=("keras3",)))
+  assert imported <= reqs[""], f"tfrs_logq imports {imported - reqs['']} it does not require"
+  assert reqs[""] - imported == {"tf-keras"}, reqs[""]
+  for app_only in ("absl-py", "scann", "tensorflow-datasets", "matplotlib"):
+    assert app_only not in reqs[""] and app_only in reqs["app"]
+
+
+def test_app_extra_provides_what_the_application_imports():
+  reqs = _requirements()
+  for package in APPLICATION:
+    modules = _third_party_imports(package) - OPTIONAL_IMPORTS
+    missing = _distributions(modules) - reqs[""] - reqs["app"]
+    assert not missing, f"{package} imports {missing}, in no requirement of .[app]"
+  assert reqs["app"] | {"pytest"} == reqs["test"]
+
+
+def test_console_scripts_point_at_the_binaries():
+  scripts = {ep.name: ep.value for ep in _installed().entry_points
+             if ep.group == "console_scripts"}
+  assert scripts == {"tfrs-logq-train": "train.__main__:run",
+                     "tfrs-logq-evaluate": "eval.evaluate:run",
+                     "tfrs-logq-reproduce": "bench.reproduce:run"}
+
+
+@pytest.mark.parametrize("script, flag", [("tfrs-logq-train", "--logq"),
+                                          ("tfrs-logq-evaluate", "--export_dir"),
+                                          ("tfrs-logq-reproduce", "--rows")])
+def test_console_script_help_lists_the_flags_from_any_directory(tmp_path, script, flag):
+  exe = pathlib.Path(sys.executable).parent / script
+  assert exe.exists(), f"{exe}: run pip install -e '.[test]'"
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  proc = subprocess.run([str(exe), "--help"], cwd=tmp_path, capture_output=True, text=True,
+                        env=env, timeout=240)
+  assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+  assert re.search(rf"^  {flag}[:=]", proc.stdout, re.M), proc.stdout[-2000:]
+
+
+def _annotations(tree):
+  for node in ast.walk(tree):
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+      args = node.args
+      for a in args.posonlyargs + args.args + args.kwonlyargs + [args.vararg, args.kwarg]:
+        if a is not None and a.annotation is not None:
+          yield a.annotation
+      if node.returns is not None:
+        yield node.returns
+    elif isinstance(node, ast.AnnAssign):
+      yield node.annotation
+
+
+def test_no_syntax_newer_than_the_python_floor():
+  floor = re.search(r">=\s*3\.(\d+)", _installed().metadata["Requires-Python"])
+  minor = int(floor.group(1))
+  assert minor == 9
+  for package in ("tfrs_logq", *APPLICATION):
+    for path in (ROOT / package).rglob("*.py"):
+      source = path.read_text()
+      tree = ast.parse(source, str(path), feature_version=(3, minor))
+      if "from __future__ import annotations" in source:
+        continue  # annotations are strings, never evaluated
+      for annotation in _annotations(tree):
+        for node in ast.walk(annotation):
+          assert not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr)), (
+              f"{path}:{node.lineno}: `X | Y` annotations need Python 3.10 (use Optional / "
+              "Union or `from __future__ import annotations`)")

@@ -1,0 +1,571 @@
+"""tfrs_logq.keras3 on every Keras 3 backend against the tf-keras path and numpy references.
+
+Each backend runs ``backend_worker.py`` in its own process with ``KERAS_BACKEND`` set (and no
+``TF_USE_LEGACY_KERAS``): a process that uses only Keras 3. The worker writes its results; the
+tests here compare them with the tf-keras implementation (this process) and with numpy oracles
+written from the formulas. TensorFlow and JAX are required (the tests fail when jax is missing);
+PyTorch runs when it is installed (an optional backend, not part of the ``keras3`` extra).
+"""
+
+import ast
+import importlib.util
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+sys.path.insert(0, str(HERE.parent))
+import numpy_reference as ref  # noqa: E402
+
+import tfrs_logq  # noqa: E402,F401
+import tensorflow as tf  # noqa: E402
+from tfrs_logq import _formulas  # noqa: E402
+from tfrs_logq import accidental_hits as tf_hits  # noqa: E402
+from tfrs_logq import frequency as tf_frequency  # noqa: E402
+from tfrs_logq import logq_correction as tf_correction  # noqa: E402
+from tfrs_logq import losses as tf_losses  # noqa: E402
+from tfrs_logq import tasks as tf_tasks  # noqa: E402
+
+_TORCH = importlib.util.find_spec("torch") is not None
+BACKENDS = ["tensorflow", "jax",
+            pytest.param("torch", marks=pytest.mark.skipif(
+                not _TORCH, reason="PyTorch is optional (not in the keras3 extra)"))]
+CORRECTIONS = _formulas.CORRECTIONS
+VOCAB = 40
+
+
+# ---- the cases (numpy, deterministic) -------------------------------------------------------
+
+def _loss_case(seed, a=7, num_items=12, n=13, per_row_q=False):
+  rng = np.random.default_rng(seed)
+  q = rng.dirichlet(np.ones(num_items))
+  pos_ids = rng.integers(0, num_items, size=a)
+  neg_ids = rng.choice(num_items, size=n, p=q)
+  neg_ids[0] = pos_ids[0]
+  valid = pos_ids[:, None] != neg_ids[None, :]
+  valid[-1, :] = False                                   # a row without negatives
+  lq_n = np.log(q[neg_ids])
+  if per_row_q:
+    lq_n = np.log(rng.dirichlet(np.ones(n), size=a) * 0.5 + 1e-3)
+  return dict(s_p=rng.normal(0, 2, a), s_n=rng.normal(0, 2, (a, n)), lq_n=lq_n,
+              lq_p=np.log(q[pos_ids]), valid=valid)
+
+
+def _extreme_case():
+  """Huge finite scores, +-inf scores and -inf negatives (the edge cases of tfrs_logq.losses)."""
+  c = _loss_case(9, a=6, n=5)
+  c["valid"][:] = True
+  c["s_p"][:] = [1e30, np.inf, -np.inf, 0.5, 3e4, 0.0]
+  c["s_n"][0] = [1e30, -1e30, 2e29, 0.0, 1.0]
+  c["s_n"][1] = [0.0, 1.0, 2.0, 3.0, 4.0]
+  c["s_n"][2] = [0.0, 1.0, 2.0, 3.0, 4.0]
+  c["s_n"][3] = [-np.inf, 1.0, -np.inf, 2.0, 0.0]
+  c["s_n"][4] = [np.inf, 0.0, 1.0, 2.0, 3.0]
+  c["s_n"][5] = [-np.inf] * 5
+  return c
+
+
+LOSS_CASES = {f"loss/{i}": _loss_case(i, per_row_q=(i % 2 == 1)) for i in range(4)}
+LOSS_CASES["loss/f16"] = dict(_loss_case(5), dtype="float16")
+LOSS_CASES["loss/bf16"] = dict(_loss_case(6), dtype="bfloat16")
+LOSS_CASES["loss/extreme"] = _extreme_case()
+
+
+def _task_case(seed, a=10, extra=6, d=5, num_items=15):
+  rng = np.random.default_rng(seed)
+  q = np.maximum(rng.dirichlet(np.ones(num_items) * 0.5), 1e-4)
+  q /= q.sum()
+  ids = rng.choice(num_items, size=a + extra, p=q)
+  return dict(query=rng.normal(size=(a, d)), cand=rng.normal(size=(a + extra, d)), prob=q[ids],
+              ids=ids, weight=rng.uniform(0.5, 2.0, size=a),
+              mask=rng.uniform(size=(a, a + extra)) > 0.2)
+
+
+TASK_CASES = [  # (Keras 3 kwargs, call arguments -> case arrays)
+    (dict(correction=c), dict(candidate_sampling_probability="prob", candidate_ids="ids"))
+    for c in CORRECTIONS] + [
+    (dict(correction="corrected", q_prime="proxy", temperature=0.3),
+     dict(candidate_log_sampling_probability="log_prob", candidate_ids="ids")),
+    (dict(correction="standard", remove_accidental_hits=True, num_hard_negatives=4,
+          reduction="mean"),
+     dict(candidate_sampling_probability="prob", candidate_ids="ids", sample_weight="weight")),
+    (dict(correction="corrected", num_hard_negatives=5),
+     dict(candidate_sampling_probability="prob", candidate_ids="ids", score_mask="mask",
+          sample_weight="weight")),
+    (dict(correction="none"), dict()),
+]
+
+
+def _stream():
+  rng = np.random.default_rng(1)
+  p = np.arange(1, VOCAB + 1) ** -1.2
+  return [rng.choice(VOCAB, size=int(rng.integers(1, 30)), p=p / p.sum()).astype(np.int32)
+          for _ in range(12)]
+
+
+HASH_CONFIGS = {"a": dict(num_buckets=16, num_hashes=2, alpha=0.2, seed=3),
+                "b": dict(num_buckets=16, num_hashes=3, alpha=0.3, warmup=False, seed=1),
+                "c": dict(num_buckets=2**20, num_hashes=1, alpha=0.05, pending_gap=False,
+                          seed=11)}
+
+
+def _cases():
+  out = {}
+  for name, case in LOSS_CASES.items():
+    for key, value in case.items():
+      if key != "dtype":
+        value = np.asarray(value, np.float32) if key != "valid" else value
+      out[f"{name}/{key}"] = np.asarray(value)
+    out.setdefault(f"{name}/dtype", np.array("float32"))
+  for i, (kwargs, call) in enumerate(TASK_CASES):
+    case = _task_case(i)
+    case["log_prob"] = np.log(case["prob"])
+    for key, value in case.items():
+      out[f"task/{i}/{key}"] = value.astype(np.float32) if value.dtype == np.float64 else value
+    out[f"task/{i}/kwargs"] = np.array(repr(kwargs))
+    out[f"task/{i}/call"] = np.array(repr(call))
+  rng = np.random.default_rng(3)
+  out["layers/logits"] = rng.normal(0, 3, (5, 8)).astype(np.float32)
+  out["layers/q"] = rng.dirichlet(np.ones(8)).astype(np.float32)
+  out["layers/ids"] = np.array([3, 1, 3, 4, 1, 5, 6, 3], np.int32)
+  out["layers/labels"] = np.eye(5, 8, dtype=np.float32)
+  out["mask/pos"] = np.array([1, 2, 3, 2], np.int32)
+  out["mask/neg"] = np.array([2, 2, 5, 1, 3], np.int32)
+  out["mask/neg_rows"] = rng.integers(1, 4, (4, 5)).astype(np.int32)
+  out["lqp/neg"] = np.log(rng.dirichlet(np.ones(6))).astype(np.float32)
+  out["lqp/pos"] = np.log(np.array([0.01, 0.3, 0.7, 0.999999])).astype(np.float32)
+  out["hash/keys"] = np.concatenate([rng.integers(0, 2**31 - 1, 500), np.arange(50),
+                                     [2**31 - 1, 2**31 - 2]]).astype(np.int32)
+  stream = _stream()
+  out["stream/n"] = np.array(len(stream))
+  for i, ids in enumerate(stream):
+    out[f"stream/{i}"] = ids
+  out["stream/probe"] = np.arange(VOCAB, dtype=np.int32).reshape(4, 10)
+  out["stream/vocab"] = np.array(VOCAB)
+  out["stream/table"] = np.arange(VOCAB) % 7
+  for name, cfg in HASH_CONFIGS.items():
+    out[f"hash_cfg/{name}"] = np.array(repr(cfg))
+  out["neg/pos_ids"] = np.array([3, 5, 3, 7, 1, 5, 9, 2], np.int32)
+  out["neg/pos_valid"] = np.array([1, 1, 1, 1, 0, 1, 1, 1], bool)
+  out["neg/emb_table"] = rng.normal(size=(12, 4)).astype(np.float32)
+  out["neg/query"] = rng.normal(size=(8, 4)).astype(np.float32)
+  out["neg/counts"] = np.array([0, 5, 3, 9, 1, 4, 0, 2, 0, 6, 1, 1])
+  out["neg/k_u"] = np.array(6)
+  out["neg/table_ids"] = np.array([2, 4, 6, 8, 10], np.int32)
+  return out
+
+
+CASES = _cases()
+_RESULTS = {}
+
+
+def _clean_env(backend):
+  env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+  env.update(KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT),
+             JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
+  return env
+
+
+def results(backend, tmp_path_factory):
+  """The worker's results on one backend (run once per session)."""
+  if backend not in _RESULTS:
+    directory = tmp_path_factory.mktemp(f"keras3_{backend}")
+    cases, out = directory / "cases.npz", directory / "out.npz"
+    np.savez(cases, **CASES)
+    proc = subprocess.run([sys.executable, str(HERE / "backend_worker.py"), str(cases), str(out)],
+                          env=_clean_env(backend), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, (f"Keras 3 worker failed on backend {backend} (is it "
+                                  f"installed? pip install -e '.[keras3]'):\n{proc.stderr[-4000:]}")
+    _RESULTS[backend] = dict(np.load(out, allow_pickle=False))
+  return _RESULTS[backend]
+
+
+@pytest.fixture(params=BACKENDS)
+def res(request, tmp_path_factory):
+  return results(request.param, tmp_path_factory)
+
+
+# ---- helpers on the tf-keras side ----------------------------------------------------------
+
+def _tf_loss(case, correction, q_prime="exact", dtype=tf.float32, ratio_floor=0.0):
+  s_p = tf.constant(case["s_p"], dtype)
+  s_n = tf.constant(case["s_n"], dtype)
+  with tf.GradientTape() as tape:
+    tape.watch([s_p, s_n])
+    out = tf_losses.sampled_softmax_loss(
+        s_p, s_n, tf.constant(case["lq_n"], tf.float32), correction=correction,
+        positive_log_q=tf.constant(case["lq_p"], tf.float32),
+        valid_mask=tf.constant(case["valid"]), q_prime=q_prime, ratio_floor=ratio_floor)
+    total = tf.reduce_sum(out.loss)
+  gp, gn = tape.gradient(total, [s_p, s_n])
+  return out.loss.numpy(), out.weight.numpy(), out.num_valid.numpy(), gp.numpy(), gn.numpy()
+
+
+# ---- the process -----------------------------------------------------------------------------
+
+def test_worker_process_uses_only_keras3(res):
+  """No TF_USE_LEGACY_KERAS, no tf_keras; JAX and PyTorch processes never load TensorFlow."""
+  assert str(res["env/legacy_keras_var"]) == ""
+  assert not bool(res["env/tf_keras_loaded"])
+  if str(res["env/backend"]) != "tensorflow":
+    assert not bool(res["env/tensorflow_loaded"])
+
+
+# ---- losses ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("case_name", [f"loss/{i}" for i in range(4)])
+def test_losses_weights_gradients_equal_numpy_and_tf_keras(res, case_name):
+  case = LOSS_CASES[case_name]
+  for correction in CORRECTIONS:
+    for q_prime in ("exact", "proxy") if correction == "corrected" else ("exact",):
+      tag = f"{case_name}/{correction}/{q_prime}"
+      want = ref.loss_and_grads(case["s_p"], case["s_n"], case["lq_n"], case["lq_p"],
+                                case["valid"], correction, q_prime)
+      tf_out = _tf_loss(case, correction, q_prime)
+      got = [res[tag + k] for k in ("/loss", "/weight", "/grad_pos", "/grad_neg")]
+      for g, w, t in zip(got, want, [tf_out[0], tf_out[1], tf_out[3], tf_out[4]]):
+        np.testing.assert_allclose(g, w, atol=2e-5, rtol=2e-5, err_msg=tag)
+        np.testing.assert_allclose(g, t, atol=2e-6, rtol=2e-6, err_msg=tag)
+      np.testing.assert_array_equal(res[tag + "/num_valid"], case["valid"].sum(1))
+
+
+@pytest.mark.parametrize("case_name,dtype", [("loss/f16", tf.float16),
+                                             ("loss/bf16", tf.bfloat16)])
+def test_half_precision_scores_are_computed_in_float32(res, case_name, dtype):
+  """float16 / bfloat16 scores give a float32 loss equal to the tf-keras path's (same rounding
+  of the inputs, then float32 arithmetic)."""
+  case = LOSS_CASES[case_name]
+  for correction in CORRECTIONS:
+    tag = f"{case_name}/{correction}/exact"
+    assert str(res[tag + "/loss_dtype"]) == "float32"
+    loss, weight = _tf_loss(case, correction, dtype=dtype)[:2]
+    np.testing.assert_allclose(res[tag + "/loss"], loss, rtol=1e-6, atol=1e-6, err_msg=tag)
+    np.testing.assert_allclose(res[tag + "/weight"], weight, rtol=1e-6, atol=1e-6, err_msg=tag)
+
+
+def test_huge_and_infinite_scores_give_the_tf_keras_limits_without_nan_gradients(res):
+  """Rows: huge finite scores, s_p = +inf (0), s_p = -inf (+inf), -inf negatives (drop out),
+  a negative at +inf (+inf), all negatives -inf (0): the values of the tf-keras path, and
+  finite gradients wherever the loss is finite."""
+  case = LOSS_CASES["loss/extreme"]
+  for correction in CORRECTIONS:
+    tag = f"loss/extreme/{correction}/exact"
+    loss, weight = _tf_loss(case, correction)[:2]
+    np.testing.assert_allclose(res[tag + "/loss"], loss, rtol=1e-6, err_msg=tag)
+    np.testing.assert_allclose(res[tag + "/weight"], weight, rtol=1e-6, err_msg=tag)
+    finite = np.isfinite(res[tag + "/loss"])
+    assert finite[[0, 1, 3, 5]].all() and res[tag + "/loss"][1] == 0.0, tag
+    assert np.isfinite(res[tag + "/grad_pos"][finite]).all(), tag
+    assert np.isfinite(res[tag + "/grad_neg"][finite]).all(), tag
+
+
+def test_ratio_floor_equals_tf_keras(res):
+  np.testing.assert_allclose(res["ratio_floor/loss"],
+                             _tf_loss(LOSS_CASES["loss/0"], "corrected", ratio_floor=0.3)[0],
+                             rtol=1e-6, atol=1e-6)
+
+
+def test_shared_formulas_on_tensorflow_equal_the_tf_keras_losses():
+  """_formulas.sampled_softmax with tf_ops() is the tf-keras loss (the one source of truth)."""
+  ops = _formulas.tf_ops()
+  for name in ("loss/0", "loss/1", "loss/extreme"):
+    case = LOSS_CASES[name]
+    for correction in CORRECTIONS:
+      loss, weight, n = _formulas.sampled_softmax(
+          ops, tf.constant(case["s_p"], tf.float32), tf.constant(case["s_n"], tf.float32),
+          tf.constant(case["lq_n"], tf.float32), tf.constant(case["lq_p"], tf.float32),
+          tf.constant(case["valid"]), correction)
+      want = _tf_loss(case, correction)
+      np.testing.assert_allclose(loss.numpy(), want[0], rtol=1e-6, atol=1e-7)
+      np.testing.assert_allclose(weight.numpy(), want[1], rtol=1e-6, atol=1e-7)
+      np.testing.assert_array_equal(n.numpy(), want[2])
+
+
+# ---- the task --------------------------------------------------------------------------------
+
+def _tf_task(kwargs):
+  kwargs = dict(kwargs)
+  reduction = kwargs.pop("reduction", "sum")
+  if reduction == "mean":
+    kwargs["loss"] = tf.keras.losses.CategoricalCrossentropy(
+        from_logits=True, reduction=tf.keras.losses.Reduction.SUM_OVER_BATCH_SIZE)
+  return tf_tasks.Retrieval(**kwargs)
+
+
+@pytest.mark.parametrize("index", range(len(TASK_CASES)))
+def test_retrieval_equals_tf_keras_task(res, index):
+  kwargs, call = TASK_CASES[index]
+  base = f"task/{index}"
+  query = tf.constant(CASES[base + "/query"])
+  cand = tf.constant(CASES[base + "/cand"])
+  with tf.GradientTape() as tape:
+    tape.watch([query, cand])
+    loss = _tf_task(kwargs)(query, cand, **{arg: tf.constant(CASES[f"{base}/{name}"])
+                                            for arg, name in call.items()})
+  g_query, g_cand = tape.gradient(loss, [query, cand])
+  np.testing.assert_allclose(res[base + "/loss"], loss.numpy(), rtol=2e-6)
+  np.testing.assert_allclose(res[base + "/grad_query"], g_query.numpy(), rtol=2e-5, atol=1e-6)
+  np.testing.assert_allclose(res[base + "/grad_cand"], g_cand.numpy(), rtol=2e-5, atol=1e-6)
+
+
+# ---- layers ----------------------------------------------------------------------------------
+
+def test_sampling_probability_correction_is_logits_minus_log_q_unclipped(res):
+  logits, q = CASES["layers/logits"], CASES["layers/q"]
+  want = logits - np.log(q)[None, :]
+  tf_layer = tf_correction.LogQCorrection()
+  for key in ("spc/prob", "spc/log", "spc/rows"):
+    np.testing.assert_allclose(res[key], want, rtol=1e-6, atol=1e-6, err_msg=key)
+  np.testing.assert_allclose(res["spc/prob"], tf_layer(logits, q).numpy(), rtol=1e-6)
+  assert str(res["spc/float16_dtype"]).endswith("float16")
+  np.testing.assert_allclose(
+      res["spc/float16"], tf_layer(tf.constant(logits, tf.float16), q).numpy(), rtol=1e-3)
+  # epsilon given: keras-rs's clip to [epsilon, 1]
+  np.testing.assert_allclose(res["spc/clip"], logits - np.log(np.clip(q * 1e-4, 1e-3, 1.0)),
+                             rtol=1e-6)
+  assert bool(res["spc/raises_zero"]) and bool(res["spc/raises_above_one"])
+
+
+def test_remove_accidental_hits_masks_duplicates_of_the_positive(res):
+  logits, labels, ids = CASES["layers/logits"], CASES["layers/labels"], CASES["layers/ids"]
+  positive_ids = ids[labels.argmax(1)]
+  duplicate = (ids[None, :] == positive_ids[:, None]) & (labels == 0)
+  assert duplicate.any()
+  for dtype, lowest in (("float32", np.finfo(np.float32).min / 100), ("float16", -6e4)):
+    assert str(res[f"rah/{dtype}_dtype"]) == dtype
+    want = np.where(duplicate, lowest, logits.astype(dtype).astype(np.float64))
+    np.testing.assert_allclose(res[f"rah/{dtype}"], want, rtol=1e-6)
+    tf_out = tf_hits.RemoveAccidentalHits()(labels, tf.constant(logits.astype(dtype)), ids)
+    np.testing.assert_allclose(res[f"rah/{dtype}"], tf_out.numpy().astype(np.float64), rtol=1e-6)
+  np.testing.assert_allclose(res["rah/rows"], res["rah/float32"].astype(np.float32))
+
+
+def test_accidental_hit_mask_and_log_q_prime(res):
+  pos, neg, rows = CASES["mask/pos"], CASES["mask/neg"], CASES["mask/neg_rows"]
+  np.testing.assert_array_equal(res["mask"], pos[:, None] != neg[None, :])
+  np.testing.assert_array_equal(res["mask_rows"], pos[:, None] != rows)
+  lq_n, lq_p = CASES["lqp/neg"].astype(np.float64), CASES["lqp/pos"].astype(np.float64)
+  one_minus = np.maximum(1.0 - np.exp(lq_p), _formulas.MIN_ONE_MINUS_Q)
+  np.testing.assert_allclose(res["log_q_prime"], lq_n[None, :] - np.log(one_minus)[:, None],
+                             rtol=1e-5, atol=1e-5)
+
+
+# ---- frequency estimators ----------------------------------------------------------------------
+
+def np_bucket32(keys, seed, num_buckets):
+  """Independent uint32 lowbias32 of key + (seed + 1) * 0x9e3779b9 (numpy wraps mod 2**32)."""
+  x = keys.astype(np.int64).astype(np.uint32) + np.uint32(((seed + 1) * 0x9E3779B9) % 2**32)
+  x = x ^ (x >> np.uint32(16))
+  x = x * np.uint32(0x7FEB352D)
+  x = x ^ (x >> np.uint32(15))
+  x = x * np.uint32(0x846CA68B)
+  x = x ^ (x >> np.uint32(16))
+  return ((x & np.uint32(0x7FFFFFFF)) % np.uint32(num_buckets)).astype(np.int64)
+
+
+def test_hash_is_lowbias32_bit_for_bit(res):
+  with np.errstate(over="ignore"):
+    assert np_bucket32(np.array([0]), -1, 2**31 - 1)[0] == 0   # lowbias32(0) = 0
+    for seed in (0, 1, 7):
+      for num_buckets in (1, 7, 1000, 2**20, 2**31 - 1):
+        np.testing.assert_array_equal(res[f"hash/{seed}/{num_buckets}"],
+                                      np_bucket32(CASES["hash/keys"], seed, num_buckets))
+
+
+def _numpy_hash_array(cfg):
+  spec = importlib.util.spec_from_file_location(
+      "_ref_hash_array", HERE.parent / "frequency" / "test_hash_array.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+
+  class Numpy32(module.NumpyHashArray):
+    def slots(self, keys):
+      with np.errstate(over="ignore"):
+        return np.stack([np_bucket32(np.asarray(keys), self.seed + i, self.h) + i * self.h
+                         for i in range(self.m)])
+
+  return Numpy32(cfg["num_buckets"], cfg["num_hashes"], cfg["alpha"], cfg.get("warmup", True),
+                 cfg.get("pending_gap", True), cfg["seed"])
+
+
+@pytest.mark.parametrize("cfg_name", sorted(HASH_CONFIGS))
+def test_hash_array_matches_the_per_hit_numpy_reference(res, cfg_name):
+  cfg = HASH_CONFIGS[cfg_name]
+  reference = _numpy_hash_array(cfg)
+  probe = CASES["stream/probe"]
+  for i in range(int(CASES["stream/n"])):
+    reference.update(CASES[f"stream/{i}"])
+    np.testing.assert_allclose(res[f"hash_cfg/{cfg_name}/log_q/{i}"], reference.log_q(probe),
+                               rtol=1e-5, atol=1e-5, err_msg=f"step {i}")
+  np.testing.assert_array_equal(res[f"hash_cfg/{cfg_name}/last_step"], reference.a)
+  np.testing.assert_allclose(res[f"hash_cfg/{cfg_name}/gap"], reference.b, rtol=1e-5)
+  assert int(res[f"hash_cfg/{cfg_name}/step"]) == reference.t
+
+
+def test_hash_array_equals_tf_keras_estimator_without_collisions(res):
+  """With 2**20 buckets neither hash family collides on the 40 ids, so both estimators hold the
+  same per-item state and must give the same log Q after every step."""
+  cfg = HASH_CONFIGS["c"]
+  ids = np.arange(VOCAB)
+  with np.errstate(over="ignore"):
+    assert np.unique(np_bucket32(ids, cfg["seed"], cfg["num_buckets"])).size == VOCAB
+  est = tf_frequency.HashArrayEstimator(**cfg)
+  assert np.unique(est._slots(tf.constant(ids, tf.int64)).numpy()).size == VOCAB
+  for i in range(int(CASES["stream/n"])):
+    est.update(tf.constant(CASES[f"stream/{i}"], tf.int64))
+    np.testing.assert_allclose(res[f"hash_cfg/c/log_q/{i}"],
+                               est.log_q(tf.constant(CASES["stream/probe"], tf.int64)).numpy(),
+                               rtol=1e-6, atol=1e-6, err_msg=f"step {i}")
+
+
+def test_exact_counts_equal_numpy_and_tf_keras(res):
+  probe = CASES["stream/probe"]
+  est = tf_frequency.ExactCounts(VOCAB)
+  counts = np.zeros(VOCAB)
+  for i in range(int(CASES["stream/n"])):
+    ids = CASES[f"stream/{i}"]
+    counts += np.bincount(ids, minlength=VOCAB)
+    est.update(tf.constant(ids, tf.int64))
+    c, n = np.maximum(counts[probe], 1.0), counts.sum()
+    np.testing.assert_allclose(res[f"exact/log_q/{i}"], np.log(c / n), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(res[f"exact/log_one_minus_q/{i}"],
+                               np.log(np.maximum(n - c, 1.0) / n), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(res[f"exact/log_q/{i}"],
+                               est.log_q(tf.constant(probe, tf.int64)).numpy(), rtol=1e-6)
+  np.testing.assert_array_equal(res["exact/counts"], counts)
+  np.testing.assert_allclose(
+      res["exact/log_q_prime"],
+      est.log_q_prime(tf.constant(probe[:5], tf.int64),
+                      tf.constant(probe[5:10, None], tf.int64)).numpy(), rtol=1e-5, atol=1e-6)
+  table = CASES["stream/table"]
+  np.testing.assert_allclose(res["table/log_q"],
+                             np.log(np.maximum(table[probe], 1) / table.sum()), rtol=1e-6)
+  assert bool(res["exact/raises_out_of_range"])
+  np.testing.assert_array_equal(res["exact/counts_after_bad"], counts)   # state untouched
+
+
+# ---- negatives -------------------------------------------------------------------------------
+
+def test_mixed_negatives_equal_the_tf_keras_pool_and_conventions(res):
+  """Keras 3 keeps all B rows and masks duplicates / padding; the loss equals the tf-keras loss
+  on the deduplicated pool + the same uniform draws, log Q under each convention equals the
+  formula (tf-keras mixture_log_q for ``mixture``)."""
+  pos_ids, valid = CASES["neg/pos_ids"], CASES["neg/pos_valid"]
+  first = np.zeros_like(valid)
+  seen = set()
+  for i, (d, v) in enumerate(zip(pos_ids, valid)):
+    if v and d not in seen:
+      seen.add(d)
+      first[i] = True
+  np.testing.assert_array_equal(res["neg/first"], first)
+  counts = CASES["neg/counts"]
+  table = CASES["neg/emb_table"]
+  lq_uni = np.log(np.maximum(counts, 1) / counts.sum())
+  k_u, size, n_b = int(CASES["neg/k_u"]), table.shape[0] - 1, first.sum()
+  query = CASES["neg/query"]
+  from tfrs_logq.negatives import mixed as tf_mixed  # pylint: disable=g-import-not-at-top
+  for convention in ("unigram", "mixture"):
+    ids = res[f"neg/{convention}/ids"]
+    uniform = ids[len(pos_ids):]
+    assert uniform.size == k_u and ((uniform >= 1) & (uniform < table.shape[0])).all()
+    np.testing.assert_array_equal(res[f"neg/{convention}/valid"],
+                                  np.concatenate([first, np.ones(k_u, bool)]))
+    if convention == "unigram":
+      want = lq_uni[ids]
+    else:
+      want = tf_mixed.mixture_log_q(lq_uni[ids], n_b, k_u, size).numpy()
+      np.testing.assert_allclose(
+          want, np.log((n_b * np.exp(lq_uni[ids]) + k_u / size) / (n_b + k_u)), rtol=1e-5)
+    np.testing.assert_allclose(res[f"neg/{convention}/log_q"], want, rtol=1e-5, atol=1e-6)
+    pool = np.concatenate([np.flatnonzero(first), len(pos_ids) + np.arange(k_u)])
+    neg_ids, lq_n = ids[pool], res[f"neg/{convention}/log_q"][pool]
+    s_p = (query * table[pos_ids]).sum(1) / 0.5
+    s_n = query @ table[neg_ids].T / 0.5
+    tf_out = tf_losses.sampled_softmax_loss(
+        s_p.astype(np.float32), s_n.astype(np.float32), lq_n, correction="corrected",
+        positive_log_q=res[f"neg/{convention}/positive_log_q"],
+        valid_mask=pos_ids[:, None] != neg_ids[None, :])
+    np.testing.assert_allclose(res[f"neg/{convention}/loss"], tf_out.loss.numpy(), rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_per_query_uniform_negatives(res):
+  ids, table_ids = res["per_query/ids"], CASES["neg/table_ids"]
+  query, table = CASES["neg/query"], CASES["neg/emb_table"]
+  pos_ids = CASES["neg/pos_ids"]
+  assert ids.shape == (query.shape[0], 5) and np.isin(ids, table_ids).all()
+  assert len({tuple(r) for r in ids}) > 1                     # one draw per query
+  np.testing.assert_allclose(res["per_query/log_q"], -np.log(table_ids.size), rtol=1e-6)
+  s_p = (query * table[pos_ids]).sum(1)
+  s_n = np.einsum("ad,and->an", query, table[ids])
+  lq = np.full(ids.shape, -np.log(table_ids.size))
+  want = ref.loss_and_grads(s_p, s_n, lq, np.full(len(pos_ids), -np.log(table_ids.size)),
+                            pos_ids[:, None] != ids, "corrected")[0]
+  np.testing.assert_allclose(res["per_query/loss"], want, rtol=1e-5, atol=1e-6)
+
+
+# ---- compiled training and serialisation --------------------------------------------------------
+
+def test_compiled_fit_updates_the_estimators_and_trains(res):
+  """model.fit (jit / tf.function) with the estimator updated inside the step: compute_loss
+  with mixed negatives, and the Retrieval task through add_loss with compile(optimizer)."""
+  assert np.isfinite(res["fit/loss"]).all() and res["fit/loss"][-1] < res["fit/loss"][0]
+  assert int(res["fit/estimator_step"]) == 8                   # 2 epochs x 4 batches
+  assert np.isfinite(res["add_loss/loss"]).all()
+  np.testing.assert_array_equal(res["add_loss/counts"],
+                                2 * np.bincount(res["fit/items"], minlength=12))
+
+
+SERIALISED = ["SampledSoftmaxLoss", "SamplingProbabilityCorrection", "RemoveAccidentalHits",
+              "Retrieval", "RetrievalWithEstimator", "ExactCounts", "HashArrayEstimator",
+              "UniformNegatives", "MixedNegatives"]
+
+
+@pytest.mark.parametrize("name", SERIALISED)
+def test_get_config_and_keras_file_round_trips(res, name):
+  assert bool(res[f"serial/{name}/config_same"])
+  i = 0
+  while f"serial/{name}/{i}/before" in res:
+    before = res[f"serial/{name}/{i}/before"]
+    np.testing.assert_array_equal(res[f"serial/{name}/{i}/clone"], before)
+    np.testing.assert_array_equal(res[f"serial/{name}/{i}/after"], before)
+    i += 1
+  assert i > 0
+
+
+# ---- the environment switch --------------------------------------------------------------------
+
+def _python(code, backend):
+  return subprocess.run([sys.executable, "-c", code], env=_clean_env(backend),
+                        capture_output=True, text=True, timeout=300)
+
+
+def test_keras3_path_works_after_tensorflow_under_keras3_and_guards_the_tf_keras_path():
+  """import tensorflow (tf.keras = Keras 3) + import tfrs_logq.keras3 works; a later import of
+  a tf-keras module still fails with the fix in the message, as `import tfrs_logq` would."""
+  code = ("import tensorflow as tf, keras; assert tf.keras.Model.__module__.startswith('keras')\n"
+          "import tfrs_logq.keras3 as tlk, numpy as np\n"
+          "print(float(tlk.Retrieval()(np.eye(2, dtype='float32'), np.eye(3, dtype='float32'), "
+          "candidate_sampling_probability=np.full(3, 0.2, 'float32'), candidate_ids=[1, 2, 3])))\n"
+          "try:\n  import tfrs_logq.losses\nexcept ImportError as e:\n  print('ImportError', e)")
+  out = _python(code, "tensorflow")
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert "ImportError" in out.stdout and "TF_USE_LEGACY_KERAS=1" in out.stdout, out.stdout
+  assert np.isfinite(float(out.stdout.split()[0]))
+
+
+def test_keras3_first_then_tf_keras_path_in_one_process():
+  """JAX process: keras3 loads without TensorFlow; importing the tf-keras path afterwards sets
+  TF_USE_LEGACY_KERAS=1 before TensorFlow loads, as `import tfrs_logq` does."""
+  code = ("import os, sys, keras, tfrs_logq.keras3\n"
+          "print('tensorflow' in sys.modules, os.environ.get('TF_USE_LEGACY_KERAS'))\n"
+          "import tfrs_logq.losses, tensorflow as tf\n"
+          "print(os.environ['TF_USE_LEGACY_KERAS'], tf.keras.Model.__module__.split('.')[0])")
+  out = _python(code, "jax")
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert out.stdout.split() == ["False", "None", "1", "tf_keras"], out.stdout
