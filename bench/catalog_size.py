@@ -21,8 +21,9 @@ Variants:
 * ``full``: the full softmax over all |I| items ([B, |I|] logits). A point whose projected memory,
   4 bytes x (3 B |I| + 4 (|I| + 1) d), exceeds ``--max_gib`` is not run (listed as skipped).
 
-Each point runs in its own subprocess, one after the other: ``--warmup`` untimed steps, then
-``--steps`` timed ones. Reported per point: min / median ms per step, peak resident set during the
+Each point runs in a process of its own (forked after the imports), one after the other:
+``--warmup`` untimed steps, then ``--steps`` timed ones; ``--passes`` sweeps over all points,
+their timed steps pooled. Reported per point: min / median ms per step, peak resident set during the
 timed steps (VmHWM, reset after the warm-up) and the same above the process's size after importing
 TensorFlow, the item table's size, the estimator's state (bytes of its variables), the number of rows of the
 item table's gradient (sparse IndexedSlices naming the batch's and the negatives' rows: the update
@@ -40,21 +41,19 @@ import json
 import os
 import pathlib
 import re
+import select
+import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import types
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
 VARIANTS = ("mixed+exact", "mixed+hash_array", "mixed+count_min", "full")
-_REPLY = "@@"
 
 
 def full_softmax_bytes(batch: int, num_items: int, dim: int) -> int:
@@ -81,7 +80,7 @@ def _status_kib(field: str) -> int:
 
 
 def _point(spec: dict) -> dict:
-  """One (variant, |I|) point, in this (sub)process; returns the measurements."""
+  """One (variant, |I|) point, in this process; returns the measurements."""
   import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from train.config import RunConfig  # pylint: disable=g-import-not-at-top
@@ -152,17 +151,40 @@ def _point(spec: dict) -> dict:
 
 
 def _run_point(spec: dict, timeout: float) -> dict:
-  """`_point` in a fresh subprocess (each point's memory on its own)."""
-  with tempfile.TemporaryFile("w+") as log:
-    proc = subprocess.run([sys.executable, __file__, "--_point", json.dumps(spec)],
-                          stdout=subprocess.PIPE, stderr=log, text=True, timeout=timeout,
-                          cwd=str(ROOT), check=False)
-    for line in proc.stdout.splitlines():
-      if line.startswith(_REPLY + " "):
-        return json.loads(line[len(_REPLY) + 1:])
-    log.seek(0)
-    tail = log.read()[-2000:]
-  return dict(error=f"exit {proc.returncode}: {tail.strip().splitlines()[-1] if tail else ''}")
+  """`_point` in a child process of its own, so that each point's memory is measured alone.
+
+  The child is forked from this process, which has imported TensorFlow and the application but
+  never run an op (so no runtime threads exist yet and forking is safe): each point then costs
+  its own setup and steps only, not another import.
+  """
+  read_fd, write_fd = os.pipe()
+  pid = os.fork()
+  if pid == 0:                                                     # the child
+    os.close(read_fd)
+    try:
+      out = _point(spec)
+    except BaseException as e:  # pylint: disable=broad-except
+      out = dict(error=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300])
+    with os.fdopen(write_fd, "w") as f:
+      f.write(json.dumps(out))
+    os._exit(0)
+  os.close(write_fd)
+  chunks, deadline = [], time.time() + timeout
+  with os.fdopen(read_fd, "r") as f:
+    while True:
+      ready, _, _ = select.select([f], [], [], max(0.0, deadline - time.time()))
+      if not ready:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        return dict(error=f"timeout after {timeout:g} s")
+      chunk = f.read()
+      if not chunk:
+        break
+      chunks.append(chunk)
+  _, status = os.waitpid(pid, 0)
+  if not chunks:
+    return dict(error=f"the point's process died (status {status}; out of memory?)")
+  return json.loads("".join(chunks))
 
 
 def _fmt_size(n: int) -> str:
@@ -170,7 +192,7 @@ def _fmt_size(n: int) -> str:
   return f"1e{e}" if 10 ** e == n else f"{n:.0e}".replace("+0", "").replace("+", "")
 
 
-def _table(rows, args) -> list:
+def _table(rows) -> list:
   lines = ["| variant | \\|I\\| | min ms | median ms | peak RSS GiB | above import GiB | "
            "item table GiB | estimator MiB | table grad rows | loss |",
            "|---|---|---|---|---|---|---|---|---|---|"]
@@ -223,9 +245,43 @@ def _plot(rows, path):
   plt.close(fig)
 
 
+def _merge(old: dict, new: dict) -> dict:
+  """Pools the timed steps of two passes over a point; memory: the larger peak."""
+  if "times" not in old:
+    return new
+  if "times" not in new:
+    return old
+  out = dict(old, times=old["times"] + new["times"])
+  if old.get("peak_rss_kib") and new.get("peak_rss_kib") and new["peak_rss_kib"] > old[
+      "peak_rss_kib"]:
+    out.update(peak_rss_kib=new["peak_rss_kib"], rss_import_kib=new["rss_import_kib"])
+  return out
+
+
+def _summary(rows, sizes) -> str:
+  by = {}
+  for r in rows:
+    if "times" in r["result"]:
+      by.setdefault(r["variant"], []).append(r)
+  if not by:
+    return "summary: no point ran"
+  parts = []
+  for variant, pts in by.items():
+    med = [statistics.median(p["result"]["times"]) * 1e3 for p in pts]
+    part = (f"{variant} {med[0]:.0f} -> {med[-1]:.0f} ms "
+            f"({_fmt_size(pts[0]['num_items'])} -> {_fmt_size(pts[-1]['num_items'])})")
+    if variant != "full":
+      est = [p["result"]["estimator_bytes"] / 2 ** 20 for p in pts]
+      part += f", estimator {est[0]:.1f} -> {est[-1]:.1f} MiB"
+    parts.append(part)
+  return (f"summary: median step, |I| {_fmt_size(sizes[0])} -> {_fmt_size(sizes[-1])}: "
+          + "; ".join(parts) + " (shared machine: compare shapes)")
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--quick", action="store_true", help="1e4..1e6, 1 warm-up + 3 steps")
+  parser.add_argument("--quick", action="store_true",
+                      help="1e4..1e6, 1 pass of 1 warm-up + 3 steps")
   parser.add_argument("--sizes", default="10000,100000,1000000,3000000,10000000",
                       help="comma-separated catalog sizes |I|")
   parser.add_argument("--variants", default=",".join(VARIANTS),
@@ -236,82 +292,74 @@ def main(argv=None):
   parser.add_argument("--num_negatives", type=int, default=256, help="128 in-batch + 128 uniform")
   parser.add_argument("--buckets", type=int, default=2 ** 20,
                       help="hash-array size / count-min width (fixed, whatever |I|)")
-  parser.add_argument("--steps", type=int, default=6, help="timed steps per point")
-  parser.add_argument("--warmup", type=int, default=2, help="untimed steps per point")
+  parser.add_argument("--passes", type=int, default=2,
+                      help="sweeps over all points (their steps are pooled: a point slowed by "
+                      "a burst of load in one pass is not in the other)")
+  parser.add_argument("--steps", type=int, default=5, help="timed steps per point and pass")
+  parser.add_argument("--warmup", type=int, default=2, help="untimed steps per point and pass")
   parser.add_argument("--max_gib", type=float, default=8.0,
                       help="skip full-softmax points projected above this memory")
   parser.add_argument("--timeout", type=float, default=900, help="seconds per point")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--out", default=str(ROOT / "docs" / "results"),
                       help="folder for catalog_size.png and catalog_size.md")
-  parser.add_argument("--_point", default=None, help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
-  if args._point:  # pylint: disable=protected-access
-    result = _point(json.loads(args._point))  # pylint: disable=protected-access
-    print(f"{_REPLY} {json.dumps(result)}", flush=True)
-    return
   if args.quick:
-    args.sizes, args.steps, args.warmup = "10000,100000,1000000", 3, 1
-  sizes = [int(float(s)) for s in args.sizes.split(",") if s]
+    args.sizes, args.passes, args.steps, args.warmup = "10000,100000,1000000", 1, 3, 1
+  sizes = sorted(int(float(s)) for s in args.sizes.split(",") if s)
   variants = [v for v in args.variants.split(",") if v]
   bad = [v for v in variants if v not in VARIANTS]
-  if bad or not sizes or min(sizes) < 1:
-    raise ValueError(f"--variants must be from {VARIANTS} (got {bad}) and --sizes positive")
+  if bad or not sizes or sizes[0] < 1 or args.passes < 1 or args.steps < 1:
+    raise ValueError(f"--variants must be from {VARIANTS} (got {bad}); --sizes, --passes and "
+                     "--steps positive")
+  # Imported once here, before any op runs; every point is a fork of this process.
+  import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  import tensorflow  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  import train.config  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  import train.objective  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  import train.trainer  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   command = "python bench/catalog_size.py " + " ".join(argv if argv is not None else sys.argv[1:])
   print(f"two-tower, B = {args.batch_size}, d = {args.dim}, {args.num_users} users, SGD; "
-        f"{args.warmup} warm-up + {args.steps} timed steps per point, each point in its own "
-        f"process (shared machine: absolute ms are noisy)", flush=True)
-  rows = []
-  for v in sizes:
-    for variant in variants:
-      spec = dict(variant=variant, num_items=v, batch_size=args.batch_size, dim=args.dim,
-                  num_users=args.num_users, num_negatives=args.num_negatives,
-                  buckets=args.buckets, steps=args.steps, warmup=args.warmup, seed=args.seed)
-      need = full_softmax_bytes(args.batch_size, v, args.dim) / 2 ** 30
-      if variant == "full" and need > args.max_gib:
-        result = dict(skipped=f"skipped: projected {need:.0f} GiB > --max_gib {args.max_gib:g}")
-      else:
-        start = time.time()
-        try:
+        f"{args.passes} passes x ({args.warmup} warm-up + {args.steps} timed steps) per point, "
+        "each point in a process of its own (shared machine: absolute ms are noisy)", flush=True)
+  results = {}
+  started = time.time()
+  for sweep in range(args.passes):
+    for v in sizes:
+      for variant in variants:
+        spec = dict(variant=variant, num_items=v, batch_size=args.batch_size, dim=args.dim,
+                    num_users=args.num_users, num_negatives=args.num_negatives,
+                    buckets=args.buckets, steps=args.steps, warmup=args.warmup, seed=args.seed)
+        need = full_softmax_bytes(args.batch_size, v, args.dim) / 2 ** 30
+        if variant == "full" and need > args.max_gib:
+          result = dict(skipped=f"skipped: projected {need:.0f} GiB > --max_gib "
+                        f"{args.max_gib:g}")
+        else:
           result = _run_point(spec, args.timeout)
-        except subprocess.TimeoutExpired:
-          result = dict(error=f"timeout after {args.timeout:g} s")
-        result["wall_s"] = time.time() - start
-      rows.append(dict(variant=variant, num_items=v, result=result))
-      print(_table([rows[-1]], args)[-1], flush=True)
-  lines = _table(rows, args)
+        key = (variant, v)
+        results[key] = _merge(results[key], result) if key in results else result
+        row = dict(variant=variant, num_items=v, result=result)
+        print(f"pass {sweep + 1}: " + _table([row])[-1], flush=True)
+  rows = [dict(variant=variant, num_items=v, result=results[(variant, v)])
+          for variant in variants for v in sizes]
+  lines = _table(rows)
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   _plot(rows, out / "catalog_size.png")
-  sampled = [r for r in rows if r["variant"].startswith("mixed") and "times" in r["result"]]
-  summary = "summary: no sampled point ran"
-  if sampled:
-    by = {}
-    for r in sampled:
-      by.setdefault(r["variant"], []).append(r)
-    parts = []
-    for variant, pts in by.items():
-      med = [statistics.median(p["result"]["times"]) * 1e3 for p in pts]
-      est = [p["result"]["estimator_bytes"] / 2 ** 20 for p in pts]
-      parts.append(f"{variant} {med[0]:.0f} -> {med[-1]:.0f} ms, estimator {est[0]:.1f} -> "
-                   f"{est[-1]:.1f} MiB")
-    full = [r for r in rows if r["variant"] == "full" and "times" in r["result"]]
-    tail = ""
-    if full:
-      tail = (f"; full softmax {statistics.median(full[0]['result']['times']) * 1e3:.0f} -> "
-              f"{statistics.median(full[-1]['result']['times']) * 1e3:.0f} ms "
-              f"({_fmt_size(full[0]['num_items'])} -> {_fmt_size(full[-1]['num_items'])})")
-    summary = (f"summary: |I| {_fmt_size(sizes[0])} -> {_fmt_size(sizes[-1])}: "
-               + "; ".join(parts) + tail)
+  summary = _summary(rows, sizes)
   md = ["# Two-tower step cost against the catalog size", "",
-        "Produced by", "", "```", command.strip(), "```", "",
-        f"B = {args.batch_size}, d = {args.dim}, {args.num_users} users (id tower), SGD, "
-        f"{args.warmup} warm-up + {args.steps} timed steps per point, each point in its own "
-        f"process on a shared 2-core CPU machine (absolute times are noisy; compare the shape of "
-        f"the curves). Streaming estimators: {args.buckets} buckets (count-min depth 4). "
-        "Peak RSS = VmHWM during the timed steps; \"above import\" subtracts the process's size "
-        "after importing TensorFlow. See bench/catalog_size.py for the definitions.", "",
-        *lines, "", summary, "", "![catalog size](catalog_size.png)", ""]
+        "Produced by (on a 2-core CPU machine shared with other jobs; "
+        f"{(time.time() - started) / 60:.0f} min)", "", "```", command.strip(), "```", "",
+        f"B = {args.batch_size}, d = {args.dim}, {args.num_users} users (id tower), SGD; "
+        f"{args.passes} passes over the points, each point {args.warmup} warm-up + "
+        f"{args.steps} timed steps in a process of its own; min and median over the pooled "
+        "steps. Absolute times are noisy (the machine is shared): compare the shapes of the "
+        f"curves. Streaming estimators: {args.buckets} buckets (count-min depth 4). "
+        "Peak RSS = VmHWM during the timed steps; \"above import\" subtracts the process's "
+        "size after importing TensorFlow and the application; \"table grad rows\" = rows of "
+        "the item table's gradient (|I| + 1 = a dense update). Definitions: "
+        "bench/catalog_size.py.", "", *lines, "", summary, "",
+        "![catalog size](catalog_size.png)", ""]
   (out / "catalog_size.md").write_text("\n".join(md))
   print("\n".join(lines))
   print(f"wrote {out / 'catalog_size.png'} and {out / 'catalog_size.md'}")

@@ -76,7 +76,6 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
@@ -202,8 +201,7 @@ def _worker(spec: dict) -> None:
     import torch  # pylint: disable=g-import-not-at-top
     torch.set_num_threads(threads)
     rss_import = _status_kib("VmRSS")
-    sys.path.insert(0, str(ROOT / "bench"))
-    import paper_code_torch  # pylint: disable=g-import-not-at-top
+    from bench import paper_code_torch  # pylint: disable=g-import-not-at-top
     step_fn = paper_code_torch.PaperCodeStep(
         int(arrays["num_items"]), arrays["item_counts"], max_len=spec["max_len"],
         dropout=spec["dropout"], threads=threads, seed=spec["seed"])
@@ -372,7 +370,7 @@ class _Side:
     self.name, self.spec = name, spec
     self.log_path = os.path.join(log_dir, re.sub(r"[^a-z0-9]+", "_", name.lower()) + ".log")
     self.log = open(self.log_path, "w")
-    self.proc = subprocess.Popen([sys.executable, __file__, "--_worker", json.dumps(spec)],
+    self.proc = subprocess.Popen([sys.executable, "-m", "bench.train_speed", "--_worker", json.dumps(spec)],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
                                  text=True, bufsize=1, cwd=str(ROOT))
     self.times, self.loss, self.w, self.info, self.memory = [], None, None, {}, {}

@@ -53,7 +53,7 @@ import json
 import math
 import pathlib
 import time
-from typing import Dict, List, NamedTuple, Optional, Sequence
+from typing import Dict, List, NamedTuple, Sequence, Tuple
 
 from absl import app
 from absl import flags
@@ -62,17 +62,42 @@ import numpy as np
 
 from eval import synthetic_world as world_lib
 
-__all__ = ["RowSpec", "parse_row", "default_rows", "log_softmax", "top_k", "kl_divergence",
+__all__ = ["DemoConfig", "validate_config", "RowSpec", "parse_row", "default_rows", "Trainer", "log_softmax", "top_k", "kl_divergence",
            "recall_vs_oracle", "hit_rate", "hit_rate_by_bin", "calibration_by_bin", "rank_bins",
            "mean_and_se", "paired_difference", "evaluate_model", "run"]
 
 NEGATIVES = ("in_batch", "mixed", "uniform")
+USER_TOWERS = ("features", "id")
 _LABELS = {"in_batch": "in-batch", "mixed": "mixed", "uniform": "uniform"}
 RANK_EDGES = (1, 2, 4, 11, 31, 101, 301, 1001, 3001, 10001, 30001, 100001)
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
          2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
          2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
+class DemoConfig(NamedTuple):
+  """Settings of one demo run (the flags of ``python -m eval.demo`` carry the same names)."""
+  rows: Tuple["RowSpec", ...] = ()  # () = default_rows()
+  seeds: Tuple[int, ...] = (0, 1, 2)
+  steps: int = 2000
+  batch_size: int = 256
+  num_negatives: int = 256
+  learning_rate: float = 0.02
+  embedding_dim: int = 16
+  user_tower: str = "features"
+  num_items: int = 2000
+  feature_dim: int = 16
+  zipf: float = 1.1
+  tau: float = 4.0
+  world_seed: int = 0
+  train_users: int = 4096
+  eval_users: int = 2000
+  k: int = 10
+  num_bins: int = 10
+  curve_points: int = 5
+  curve_users: int = 500
+
+
+_D = DemoConfig()
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", "runs/demo", "Where summary.json/.md and the PNGs go.")
 flags.DEFINE_list("rows", None, "Rows: 'full' or NEGATIVES:CORRECTION[:CONVENTION] with "
@@ -80,27 +105,29 @@ flags.DEFINE_list("rows", None, "Rows: 'full' or NEGATIVES:CORRECTION[:CONVENTIO
                   "CONVENTION one of tfrs_logq.negatives.CONVENTIONS (default unigram). "
                   "Default: full, in_batch:{none,standard,corrected}, plus "
                   "in_batch:{standard,corrected}:expected_count when the library offers it.")
-flags.DEFINE_list("seeds", ["0", "1", "2"], "Paired seeds (init, draws, order, sampling).")
-flags.DEFINE_integer("steps", 2500, "Training steps.")
-flags.DEFINE_integer("batch_size", 256, "Training rows per step (the in-batch pool).")
-flags.DEFINE_integer("num_negatives", 256, "in_batch: keep at most this many distinct ids; "
-                     "mixed: k // 2 in-batch + the rest uniform; uniform: k draws.")
-flags.DEFINE_float("learning_rate", 0.02, "Adam's initial rate (cosine decay to 1%).")
-flags.DEFINE_integer("embedding_dim", 16, "Model dimension (+1 bias column).")
-flags.DEFINE_enum("user_tower", "features", ["features", "id"],
-                  "features: q_u = [x_u W, 1], held-out users; id: a user-id embedding, "
-                  "evaluated on held-out draws of the training users.")
-flags.DEFINE_integer("num_items", 2000, "Catalog size.")
-flags.DEFINE_integer("feature_dim", 16, "User feature dimension f.")
-flags.DEFINE_float("zipf", 1.1, "Zipf exponent of the item popularity bias.")
-flags.DEFINE_float("tau", 4.0, "Peakedness of the preferences (scale of <x_u, v_d>).")
-flags.DEFINE_integer("world_seed", 0, "Seed of the world (item vectors, evaluation users).")
-flags.DEFINE_integer("train_users", 4096, "Training user pool size.")
-flags.DEFINE_integer("eval_users", 2000, "Held-out users for the final metrics.")
-flags.DEFINE_integer("k", 10, "Cut-off k of R@k and HR@k.")
-flags.DEFINE_integer("num_bins", 10, "Popularity bins (10 = deciles).")
-flags.DEFINE_integer("curve_points", 5, "KL evaluations during training (learning curve).")
-flags.DEFINE_integer("curve_users", 500, "Held-out users of each learning-curve point.")
+flags.DEFINE_list("seeds", [str(s) for s in _D.seeds],
+                  "Paired seeds (initialisation, training draws and order, sampling).")
+flags.DEFINE_integer("steps", _D.steps, "Training steps.")
+flags.DEFINE_integer("batch_size", _D.batch_size, "Training rows per step (the in-batch pool).")
+flags.DEFINE_integer("num_negatives", _D.num_negatives, "in_batch: keep at most this many "
+                     "distinct ids; mixed: k // 2 in-batch + the rest uniform; uniform: k draws.")
+flags.DEFINE_float("learning_rate", _D.learning_rate, "Adam's initial rate (cosine decay to 1%).")
+flags.DEFINE_integer("embedding_dim", _D.embedding_dim, "Model dimension (+1 bias column).")
+flags.DEFINE_enum("user_tower", _D.user_tower, list(USER_TOWERS),
+                  "features: q_u = [x_u W, 1], metrics on held-out users; id: a user-id "
+                  "embedding, metrics on the training users (held-out draws).")
+flags.DEFINE_integer("num_items", _D.num_items, "Catalog size |D|.")
+flags.DEFINE_integer("feature_dim", _D.feature_dim, "User feature dimension f.")
+flags.DEFINE_float("zipf", _D.zipf, "Zipf exponent of the item popularity bias.")
+flags.DEFINE_float("tau", _D.tau, "Peakedness of the preferences (scale of <x_u, v_d>).")
+flags.DEFINE_integer("world_seed", _D.world_seed, "Seed of the world (items, held-out users).")
+flags.DEFINE_integer("train_users", _D.train_users, "Training user pool size.")
+flags.DEFINE_integer("eval_users", _D.eval_users, "Held-out users of the final metrics.")
+flags.DEFINE_integer("k", _D.k, "Cut-off k of R@k and HR@k.")
+flags.DEFINE_integer("num_bins", _D.num_bins, "Popularity bins (10 = deciles).")
+flags.DEFINE_integer("curve_points", _D.curve_points,
+                     "KL evaluations during training (learning curve; 0 = none).")
+flags.DEFINE_integer("curve_users", _D.curve_users, "Held-out users of each curve point.")
 flags.DEFINE_bool("plot", True, "Write the PNGs.")
 
 
@@ -285,55 +312,50 @@ def paired_difference(a, b) -> tuple:
 # ------------------------------------------------------------------------------ training (TF)
 
 
-class _Config(NamedTuple):
-  rows: Sequence[RowSpec]
-  seeds: Sequence[int]
-  steps: int
-  batch_size: int
-  num_negatives: int
-  learning_rate: float
-  embedding_dim: int
-  user_tower: str
-  num_items: int
-  feature_dim: int
-  zipf: float
-  tau: float
-  world_seed: int
-  train_users: int
-  eval_users: int
-  k: int
-  num_bins: int
-  curve_points: int
-  curve_users: int
-
-
-def _config_from_flags() -> _Config:
-  rows = [parse_row(r) for r in FLAGS.rows] if FLAGS.rows else default_rows()
+def validate_config(cfg: DemoConfig) -> DemoConfig:
+  """Checks every setting (ValueError naming it); returns cfg with the default rows filled in."""
+  rows = tuple(cfg.rows) or tuple(default_rows())
+  if not all(isinstance(r, RowSpec) for r in rows):
+    raise TypeError("rows must be RowSpec values (see parse_row)")
   names = [r.name for r in rows]
   if len(set(names)) != len(names):
     raise ValueError(f"rows: duplicate rows in {names}")
-  try:
-    seeds = [int(s) for s in FLAGS.seeds]
-  except ValueError as e:
-    raise ValueError(f"seeds must be integers, got {FLAGS.seeds}") from e
-  if not seeds or len(set(seeds)) != len(seeds):
-    raise ValueError(f"seeds must be distinct integers, got {FLAGS.seeds}")
+  seeds = tuple(cfg.seeds)
+  if not seeds or len(set(seeds)) != len(seeds) or not all(
+      isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in seeds):
+    raise ValueError(f"seeds must be distinct integers, got {cfg.seeds}")
   for name in ("steps", "batch_size", "num_negatives", "embedding_dim", "num_items",
                "feature_dim", "train_users", "eval_users", "k", "num_bins", "curve_users"):
-    if getattr(FLAGS, name) <= 0:
-      raise ValueError(f"{name} must be positive, got {getattr(FLAGS, name)}")
-  if FLAGS.k > FLAGS.num_items:
-    raise ValueError(f"k must be <= num_items, got {FLAGS.k}")
-  if not FLAGS.learning_rate > 0:
-    raise ValueError(f"learning_rate must be > 0, got {FLAGS.learning_rate}")
-  return _Config(rows, seeds, FLAGS.steps, FLAGS.batch_size, FLAGS.num_negatives,
-                 FLAGS.learning_rate, FLAGS.embedding_dim, FLAGS.user_tower, FLAGS.num_items,
-                 FLAGS.feature_dim, FLAGS.zipf, FLAGS.tau, FLAGS.world_seed, FLAGS.train_users,
-                 FLAGS.eval_users, FLAGS.k, FLAGS.num_bins, max(FLAGS.curve_points, 0),
-                 FLAGS.curve_users)
+    value = getattr(cfg, name)
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
+      raise ValueError(f"{name} must be a positive int, got {value!r}")
+  if cfg.curve_points < 0:
+    raise ValueError(f"curve_points must be >= 0, got {cfg.curve_points}")
+  if cfg.k > cfg.num_items or cfg.num_bins > cfg.num_items:
+    raise ValueError(f"k and num_bins must be <= num_items ({cfg.num_items}), got {cfg.k}, "
+                     f"{cfg.num_bins}")
+  if not cfg.learning_rate > 0:
+    raise ValueError(f"learning_rate must be > 0, got {cfg.learning_rate}")
+  if cfg.user_tower not in USER_TOWERS:
+    raise ValueError(f"user_tower must be one of {USER_TOWERS}, got {cfg.user_tower!r}")
+  if cfg.user_tower == "id" and cfg.eval_users > cfg.train_users:
+    raise ValueError("user_tower='id' evaluates the training users: eval_users must be <= "
+                     f"train_users ({cfg.train_users}), got {cfg.eval_users}")
+  return cfg._replace(rows=rows, seeds=tuple(int(x) for x in seeds))
 
 
-def _initial_weights(cfg: _Config, seed: int):
+def _config_from_flags() -> DemoConfig:
+  try:
+    seeds = tuple(int(x) for x in FLAGS.seeds)
+  except ValueError as e:
+    raise ValueError(f"seeds must be integers, got {FLAGS.seeds}") from e
+  rows = tuple(parse_row(r) for r in FLAGS.rows) if FLAGS.rows else ()
+  values = {name: getattr(FLAGS, name) for name in DemoConfig._fields
+            if name not in ("rows", "seeds")}
+  return validate_config(DemoConfig(rows=rows, seeds=seeds, **values))
+
+
+def _initial_weights(cfg: DemoConfig, seed: int):
   """Same seed -> same initial weights for every row (paired)."""
   rng = np.random.default_rng([seed, 2])
   rows = cfg.feature_dim if cfg.user_tower == "features" else cfg.train_users
@@ -343,10 +365,10 @@ def _initial_weights(cfg: _Config, seed: int):
   return user.astype(np.float32), items.astype(np.float32)
 
 
-class _Trainer:
+class Trainer:
   """All rows x seeds in one graph; ``train(num_steps)`` advances every model."""
 
-  def __init__(self, cfg: _Config, streams):
+  def __init__(self, cfg: DemoConfig, streams):
     import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     from tfrs_logq import frequency, losses, negatives  # pylint: disable=g-import-not-at-top
@@ -425,6 +447,10 @@ class _Trainer:
       grads = tape.gradient(total, self._variables)
       self._optimizer.apply_gradients(zip(grads, self._variables))
 
+  def batch_losses(self, step: int) -> np.ndarray:
+    """Mean loss of every model (order of ``self.models``) on batch ``step``, eagerly."""
+    return np.array([float(self._loss(m, self._tf.constant(step))) for m in self.models])
+
   def train(self, num_steps: int):
     tf = self._tf
     if num_steps > 0:
@@ -443,7 +469,7 @@ class _Trainer:
 # ------------------------------------------------------------------------------ the run
 
 
-def _eval_sets(cfg: _Config, world, streams, num_users: int):
+def _eval_sets(cfg: DemoConfig, world, streams, num_users: int):
   """Per seed: (features, ids, P) of the users the metrics are computed on."""
   sets = []
   if cfg.user_tower == "features":
@@ -457,9 +483,10 @@ def _eval_sets(cfg: _Config, world, streams, num_users: int):
   return sets
 
 
-def run(cfg: _Config, output_dir: str, plot: bool = True, log=print) -> Dict:
+def run(cfg: DemoConfig, output_dir: str, plot: bool = True, log=print) -> Dict:
   """Trains every row x seed, evaluates, writes the outputs; returns the summary dict."""
   start = time.time()
+  cfg = validate_config(cfg)
   out = pathlib.Path(output_dir)
   out.mkdir(parents=True, exist_ok=True)
   world = world_lib.make_world(cfg.num_items, cfg.feature_dim, cfg.zipf, cfg.tau, cfg.world_seed)
@@ -471,9 +498,9 @@ def run(cfg: _Config, output_dir: str, plot: bool = True, log=print) -> Dict:
   popularity = eval_sets[0][2].mean(axis=0)
   bins = world_lib.popularity_bins(popularity, cfg.num_bins)
   ranks = rank_bins(popularity)
-  log(f"world: {cfg.num_items} items, Zipf {cfg.zipf}, tau {cfg.tau}; "
-      f"{_world_stats(eval_sets[0][2], popularity, cfg.batch_size)}")
-  trainer = _Trainer(cfg, streams)
+  stats = _world_stats(eval_sets[0][2], popularity, cfg.batch_size)
+  log(f"world: {cfg.num_items} items, Zipf {cfg.zipf}, tau {cfg.tau}; {stats}")
+  trainer = Trainer(cfg, streams)
   log(f"training {len(cfg.rows)} rows x {len(cfg.seeds)} seeds for {cfg.steps} steps "
       f"(batch {cfg.batch_size}) ...")
   curve_steps = sorted({max(1, round(cfg.steps * (i + 1) / cfg.curve_points))
@@ -499,17 +526,14 @@ def run(cfg: _Config, output_dir: str, plot: bool = True, log=print) -> Dict:
     x, ids, p = eval_sets[s]
     per_seed[cfg.rows[r].name][s] = evaluate_model(p, trainer.log_probs(model, x, ids), bins,
                                                    cfg.k, cfg.num_bins, ranks=ranks)
-  references = {}
-  for name in ("oracle", "most popular"):
-    results = []
-    for x, ids, p in eval_sets:
-      log_q = np.log(np.broadcast_to(popularity, p.shape))
-      results.append(evaluate_model(p, np.log(p) if name == "oracle" else log_q, bins, cfg.k,
-                                    cfg.num_bins, ranks=ranks))
-    references[name] = results
+  references = {"oracle": [], "most popular": []}
+  for _, _, p in eval_sets:  # P̂ = P, and P̂ = Q (the same list for every user)
+    references["oracle"].append(evaluate_model(p, np.log(p), bins, cfg.k, cfg.num_bins,
+                                               ranks=ranks))
+    references["most popular"].append(evaluate_model(
+        p, np.log(np.broadcast_to(popularity, p.shape)), bins, cfg.k, cfg.num_bins, ranks=ranks))
   summary = _summarise(cfg, per_seed, references, curve, curve_steps)
-  summary["world"] = {"stats": _world_stats(eval_sets[0][2], popularity, cfg.batch_size),
-                      "rank_bins": ranks[1],
+  summary["world"] = {"stats": stats, "rank_bins": ranks[1],
                       "popularity": popularity.tolist()}
   summary["seconds"] = {"train": train_seconds, "total": time.time() - start}
   summary["config"] = {k: (list(v) if isinstance(v, (list, tuple)) else v)

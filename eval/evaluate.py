@@ -349,8 +349,14 @@ def main(argv):
   if not cfg.export_dir or not cfg.output_dir:
     raise app.UsageError("--export_dir and --output_dir are required")
   encode, items, meta = load_export(cfg.export_dir)
-  eval_set, data_description = load_eval_data(
-      cfg, meta, config_flags.present_settings(data_lib.DataConfig))
+  try:
+    eval_set, data_description = load_eval_data(
+        cfg, meta, config_flags.present_settings(data_lib.DataConfig))
+  except (TypeError, ValueError) as e:  # other data than the export's, bad data flags
+    raise app.UsageError(str(e)) from e
+  if max(cfg.ks) > int(meta["num_items"]):
+    raise app.UsageError(f"--ks: max k={max(cfg.ks)} exceeds the catalog size "
+                         f"{meta['num_items']}")
   if cfg.max_queries:
     eval_set["histories"] = eval_set["histories"][:cfg.max_queries]
     eval_set["targets"] = eval_set["targets"][:cfg.max_queries]

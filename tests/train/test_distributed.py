@@ -16,7 +16,8 @@ import tensorflow as tf
 
 from train import data as data_lib
 from train import distribute
-from train.trainer import TrainConfig, Trainer
+from train.config import RunConfig
+from train.trainer import Trainer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -27,7 +28,7 @@ def _cfg(tmp, **kw):
               max_len=10, embedding_dim=8, num_blocks=1, dropout=0.0, steps_per_epoch=3,
               epochs=1, model_dir=str(tmp), progress=False, seed=5)
   args.update(kw)
-  return TrainConfig(**args)
+  return RunConfig.create(**args)
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ log_q, positive_log_q)` holds the sampled negatives themselves:
 * ``embeddings``: ``[N, d]`` (shared) or ``[A, N, d]`` (per query); row ``i`` is the candidate
   tower's embedding of ``ids[..., i]``.
 * ``log_q``: float32 ``[N]`` or ``[A, N]``: log Q(d_i); a query-dependent proposal (MIDX) gives
-  ``[A, N]``.
+  ``[A, N]``; a log Q that does not depend on the row may stay ``[N]`` with per-query ids.
 * ``positive_log_q``: float32 ``[A]`` or ``None``: log Q(p) of each query's positive under the
   same proposal, which the corrected loss needs for ``log Q'(d) = log Q(d) - log(1 - Q(p))``.
 """
@@ -33,7 +33,15 @@ __all__ = ["Negatives", "NegativeSampler", "validate_negatives"]
 
 
 class Negatives(NamedTuple):
-  """Negatives of one step: ids, candidate embeddings, log Q (see the module docstring)."""
+  """The negatives d_1..d_N of one step.
+
+  Attributes:
+    ids: int64 [N] (shared by every query) or [A, N] (one set per query).
+    embeddings: [N, d] or [A, N, d], the candidate embeddings c_{d_i}.
+    log_q: [N] or [A, N] log Q(d_i) (per-draw probability; [N] may go with per-query ids when it
+      does not depend on the row).
+    positive_log_q: [A] log Q(p_a) of each query's positive under the same proposal, or None.
+  """
   ids: tf.Tensor
   embeddings: tf.Tensor
   log_q: tf.Tensor

@@ -52,7 +52,15 @@ _KEEP = object()
 
 
 class ScoredCandidates(NamedTuple):
-  """Inputs of `sampled_softmax_loss` (see the module docstring for each formula)."""
+  """The inputs of ``tfrs_logq.losses.sampled_softmax_loss`` for A queries and N negatives.
+
+  Attributes:
+    positive_scores: [A] s_p = <q_a, c_{p_a}> / T.
+    negative_scores: [A, N] s_i = <q_a, c_{d_i}> / T (d_i shared, or per row).
+    negative_log_q: [N] or [A, N] log Q(d_i), the per-draw log probability of each negative.
+    valid_mask: bool [A, N], False where d_i == p_a (accidental hit) or otherwise masked.
+    positive_log_q: [A] log Q(p_a) under the same proposal, or None.
+  """
   positive_scores: tf.Tensor
   negative_scores: tf.Tensor
   negative_log_q: tf.Tensor

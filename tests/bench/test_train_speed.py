@@ -1,0 +1,53 @@
+"""bench/train_speed.py: the model-FLOP count and the configuration names (no timing)."""
+
+import pytest
+
+from bench import train_speed
+
+
+def _matmul_flops(block, b, l, d, f, blocks, a, n):
+  """2 m k n summed over every matmul of the forward pass, listed layer by layer, times 3."""
+  tokens = b * l
+  per_block = []
+  if block == "reference":
+    per_block += [(tokens, d, d)] * 3               # W_q on LN(x); W_k, W_v on x
+  else:
+    per_block += [(tokens, d, 3 * d), (tokens, d, d)]   # fused W_qkv, output map
+  per_block += [(l, d, l)] * b                      # Q K^T per sequence
+  per_block += [(l, l, d)] * b                      # attn V per sequence
+  per_block += [(tokens, d, f), (tokens, f, d)]     # FFN
+  scores = [(1, d, 1 + n)] * a                      # each query against its 1 + N candidates
+  forward = sum(2 * m * k * p for m, k, p in per_block * blocks + scores)
+  return 3 * forward
+
+
+@pytest.mark.parametrize("block", ["reference", "pre_ln"])
+def test_step_flops_counts_every_matmul_forward_and_backward(block):
+  got = train_speed.step_flops(7, batch=3, length=5, dim=4, num_blocks=2, block=block,
+                               num_negatives=9, ffn_dim=6)
+  assert got == _matmul_flops(block, b=3, l=5, d=4, f=6, blocks=2, a=7, n=9)
+
+
+def test_step_flops_of_the_ml1m_batch_is_about_44_gflop():
+  # The issue's rough count: ~40 GFLOP for the transformer, forward + backward.
+  got = train_speed.step_flops(14_000, batch=128, length=200, dim=128, num_blocks=2,
+                               block="reference", num_negatives=256)
+  assert 40e9 < got < 48e9
+
+
+def test_named_configs_and_aliases():
+  paper = train_speed.parse_config("paper")
+  assert (paper.uniform, paper.xla, paper.block, paper.estimator) == (
+      "query", True, "reference", "exact")
+  fast = train_speed.parse_config("fastest")
+  assert (fast.uniform, fast.xla, fast.block) == ("batch", True, "pre_ln")
+  alias = train_speed.parse_config("per_position+count_min")
+  assert (alias.uniform, alias.xla, alias.estimator) == ("query", False, "count_min")
+  assert train_speed.parse_config("shared+xla").uniform == "batch"
+  assert train_speed.parse_config("sequence").uniform == "sequence"
+
+
+@pytest.mark.parametrize("name", ["batch+query", "xla+bogus", "hash_array+count_min"])
+def test_bad_config_names_are_rejected(name):
+  with pytest.raises(ValueError, match="--configs"):
+    train_speed.parse_config(name)
