@@ -6,6 +6,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= runs/demo
+# Extras of setup.py installed (editable) into .venv: test = app (the binaries: absl, ScaNN,
+# TFDS, matplotlib) + pytest. Extras of other paths (e.g. the Keras 3 one) are appended here.
+EXTRAS ?= test
 
 .PHONY: venv test demo bench clean help
 
@@ -15,7 +18,7 @@ help:
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade pip
-	$(PY) -m pip install -e ".[test]"
+	$(PY) -m pip install -e ".[$(EXTRAS)]"
 	@touch $(STAMP)
 
 venv: $(STAMP)

@@ -42,7 +42,7 @@ setuptools.setup(
                  "for TensorFlow Recommenders"),
     long_description=(HERE / "README.md").read_text(encoding="utf-8"),
     long_description_content_type="text/markdown",
-    python_requires=">=3.9,<3.13",
+    python_requires=">=3.10,<3.13",
     packages=setuptools.find_packages(
         include=["tfrs_logq", "tfrs_logq.*", "models", "train", "train.*", "eval", "bench"]),
     install_requires=LIBRARY_REQUIRES,

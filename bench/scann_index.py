@@ -14,7 +14,7 @@ catalog probed, i.e. <= 5x; see the report.)
 
 Measured: build time, RSS delta of the build (/proc/self/statm), queries/s of the ScaNN
 searcher (all cores, batched) and of the exact top-k (tf.matmul + tf.math.top_k in chunks,
-``eval.index.exact_top_k``), agreement = |ScaNN top-k ∩ exact top-k| / k. A sweep over
+``tfrs_logq.metrics.exact_top_k``), agreement = |ScaNN top-k ∩ exact top-k| / k. A sweep over
 num_leaves_to_search × reorder_k at query time (one build) shows the trade-off; the chosen
 setting is the fastest one with agreement >= --target_recall.
 
@@ -35,6 +35,7 @@ import numpy as np
 import tfrs_logq  # noqa: F401
 
 from eval import index as index_lib
+from tfrs_logq import metrics
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("num_items", 1_000_000, "Catalog size.")
@@ -129,8 +130,8 @@ def main(argv):
         f"(float32 catalog itself: {items[1:].nbytes / 2**20:.0f} MiB); config {index.config}")
 
   # Exact baseline (warm-up on a few queries first, then timed repeats).
-  index_lib.exact_top_k(queries[:8], items, k)
-  (exact_ids, _), exact_times = index_lib.timed(index_lib.exact_top_k, queries, items, k,
+  metrics.exact_top_k(queries[:8], items, k)
+  (exact_ids, _), exact_times = index_lib.timed(metrics.exact_top_k, queries, items, k,
                                                 repeats=FLAGS.repeats)
   exact_tp = index_lib.throughput(num_queries, exact_times)
   # Second exact baseline: ScaNN's own brute-force scorer (same ids; often faster than TF's

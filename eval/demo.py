@@ -29,10 +29,9 @@ same as training each alone).
 Metrics, on held-out users u (E_u = mean over them), with P = P(.|u) and P̂ the model's softmax:
 
     KL          = E_u sum_d P(d|u) (log P(d|u) - log P̂(d|u))        (lower is better, 0 = truth)
-    R@k oracle  = E_u |top_k(P̂) ∩ top_k(P)| / k                       (agreement with the true top-k)
-    HR@k        = E_u sum_{d in top_k(P̂)} P(d|u)                      (probability that a held-out
-                                                                       draw is retrieved; the oracle
-                                                                       top-k gives the maximum)
+    R@k oracle  = E_u |top_k(P̂) ∩ top_k(P)| / k     (agreement with the true top-k)
+    HR@k        = E_u sum_{d in top_k(P̂)} P(d|u)    (probability that a held-out draw is
+                                                     retrieved; the oracle top-k gives the maximum)
     HR@k bin j  = E_u sum_{d in top_k(P̂), bin(d) = j} P(d|u) / E_u sum_{bin(d) = j} P(d|u)
                   (the same, for held-out draws whose item lies in popularity decile j)
     calibration bin j = E over held-out draws (u, d), bin(d) = j, of log P̂(d|u) - log P(d|u)
@@ -62,9 +61,10 @@ import numpy as np
 
 from eval import synthetic_world as world_lib
 
-__all__ = ["DemoConfig", "validate_config", "RowSpec", "parse_row", "default_rows", "Trainer", "log_softmax", "top_k", "kl_divergence",
-           "recall_vs_oracle", "hit_rate", "hit_rate_by_bin", "calibration_by_bin", "rank_bins",
-           "mean_and_se", "paired_difference", "evaluate_model", "run"]
+__all__ = ["DemoConfig", "validate_config", "RowSpec", "parse_row", "default_rows", "Trainer",
+           "log_softmax", "top_k", "kl_divergence", "recall_vs_oracle", "hit_rate",
+           "hit_rate_by_bin", "calibration_by_bin", "rank_bins", "evaluate_model", "mean_and_se",
+           "paired_difference", "verdicts", "format_table", "format_markdown", "run"]
 
 NEGATIVES = ("in_batch", "mixed", "uniform")
 USER_TOWERS = ("features", "id")
@@ -273,10 +273,17 @@ def rank_bins(popularity, edges: Sequence[int] = RANK_EDGES) -> tuple:
 
 
 def evaluate_model(p, log_p_hat, bins, k: int, num_bins: int, oracle_top=None,
-                   ranks=None) -> Dict:
-  """Every metric of one model on held-out users (module docstring); ``ranks`` = `rank_bins`."""
+                   ranks=None, head=None) -> Dict:
+  """Every metric of one model on held-out users (module docstring).
+
+  ``ranks`` (`rank_bins`) adds ``calibration_by_rank``; ``head`` (bool [D], e.g. the most popular
+  1% of the items) adds ``calibration_head``, the calibration over those items.
+  """
   log_p_hat = np.asarray(log_p_hat, np.float64)
   extra = {}
+  if head is not None:
+    extra["calibration_head"] = float(calibration_by_bin(
+        p, log_p_hat, np.where(np.asarray(head), 0, 1), 2)[0])
   if ranks is not None:
     extra["calibration_by_rank"] = calibration_by_bin(p, log_p_hat, ranks[0],
                                                       len(ranks[1])).tolist()
@@ -498,6 +505,8 @@ def run(cfg: DemoConfig, output_dir: str, plot: bool = True, log=print) -> Dict:
   popularity = eval_sets[0][2].mean(axis=0)
   bins = world_lib.popularity_bins(popularity, cfg.num_bins)
   ranks = rank_bins(popularity)
+  head = np.zeros(cfg.num_items, bool)
+  head[np.argsort(-popularity, kind="stable")[:max(1, cfg.num_items // 100)]] = True
   stats = _world_stats(eval_sets[0][2], popularity, cfg.batch_size)
   log(f"world: {cfg.num_items} items, Zipf {cfg.zipf}, tau {cfg.tau}; {stats}")
   trainer = Trainer(cfg, streams)
@@ -525,13 +534,14 @@ def run(cfg: DemoConfig, output_dir: str, plot: bool = True, log=print) -> Dict:
     r, s = model[0], model[1]
     x, ids, p = eval_sets[s]
     per_seed[cfg.rows[r].name][s] = evaluate_model(p, trainer.log_probs(model, x, ids), bins,
-                                                   cfg.k, cfg.num_bins, ranks=ranks)
+                                                   cfg.k, cfg.num_bins, ranks=ranks, head=head)
   references = {"oracle": [], "most popular": []}
   for _, _, p in eval_sets:  # P̂ = P, and P̂ = Q (the same list for every user)
     references["oracle"].append(evaluate_model(p, np.log(p), bins, cfg.k, cfg.num_bins,
-                                               ranks=ranks))
+                                               ranks=ranks, head=head))
     references["most popular"].append(evaluate_model(
-        p, np.log(np.broadcast_to(popularity, p.shape)), bins, cfg.k, cfg.num_bins, ranks=ranks))
+        p, np.log(np.broadcast_to(popularity, p.shape)), bins, cfg.k, cfg.num_bins, ranks=ranks,
+        head=head))
   summary = _summarise(cfg, per_seed, references, curve, curve_steps)
   summary["world"] = {"stats": stats, "rank_bins": ranks[1],
                       "popularity": popularity.tolist()}
@@ -562,7 +572,7 @@ def _world_stats(p, popularity, batch_size) -> str:
           f"{np.sort(popularity)[::-1][:len(popularity) // 10].sum():.0%} of the draws")
 
 
-_SCALARS = ("kl", "recall_vs_oracle", "hit_rate", "hit_rate_tail")
+_SCALARS = ("kl", "recall_vs_oracle", "hit_rate", "hit_rate_tail", "calibration_head")
 _VECTORS = ("hit_rate_by_bin", "calibration_by_bin", "calibration_by_rank")
 
 
@@ -601,12 +611,21 @@ def _summarise(cfg, per_seed, references, curve, curve_steps) -> Dict:
   refs = {name: {"label": name, **_aggregate(res)} for name, res in references.items()}
   diffs = []
   for a, b in _pairs(cfg.rows):
-    entry = {"a": a.name, "b": b.name, "label_a": a.label, "label_b": b.label,
-             "label": f"({a.label}) − ({b.label})"}
+    neg = _LABELS[a.negatives]
+    if a.correction != b.correction:
+      kind, context = "correction", f"{neg}, {a.convention} log Q"
+      label = f"{a.correction} − {b.correction} ({context})"
+    else:
+      kind, context = "convention", f"{neg}, {a.correction}"
+      label = f"{a.convention} − {b.convention} log Q ({context})"
+    entry = {"a": a.name, "b": b.name, "kind": kind, "context": context, "label": label}
     for key in _SCALARS + _VECTORS:
       mean, half = paired_difference([x[key] for x in per_seed[a.name]],
                                      [x[key] for x in per_seed[b.name]])
       entry[key] = {"mean": np.asarray(mean).tolist(), "ci95": np.asarray(half).tolist()}
+    if curve_steps:  # the KL difference along training (learning-curve users)
+      mean, half = paired_difference(curve[a.name], curve[b.name])
+      entry["kl_curve"] = {"mean": np.asarray(mean).tolist(), "ci95": np.asarray(half).tolist()}
     diffs.append(entry)
   return {"rows": rows, "references": refs, "paired_differences": diffs,
           "learning_curve": {"steps": curve_steps, "kl": curve},
@@ -621,7 +640,9 @@ def _pm(stat, key, fmt="{:.3f}", index=None):
   if index is not None:
     mean, se = mean[index], se[index]
   text = fmt.format(mean)
-  return text if se is None or not np.isfinite(se) else f"{text} ± {fmt.replace('+', '').format(se)}"
+  if se is None or not np.isfinite(se):
+    return text
+  return f"{text} ± {fmt.replace('+', '').format(se)}"
 
 
 def _ci(entry, key, index=None, fmt="{:+.3f}"):
@@ -636,48 +657,88 @@ def _ci(entry, key, index=None, fmt="{:+.3f}"):
 def _table_rows(summary):
   k = summary["k"]
   header = ["row", "KL(P‖P̂) ↓", f"R@{k} vs oracle ↑", f"HR@{k} ↑", f"HR@{k} decile 1",
-            f"HR@{k} deciles 2–10", "calib. decile 1"]
+            f"HR@{k} deciles 2–10", "log P̂/P top 1%"]
   lines = []
   for stat in list(summary["rows"].values()) + list(summary["references"].values()):
     lines.append([stat["label"], _pm(stat, "kl"), _pm(stat, "recall_vs_oracle"),
                   _pm(stat, "hit_rate"), _pm(stat, "hit_rate_by_bin", index=0),
-                  _pm(stat, "hit_rate_tail"), _pm(stat, "calibration_by_bin", "{:+.2f}", 0)])
+                  _pm(stat, "hit_rate_tail"), _pm(stat, "calibration_head", "{:+.2f}")])
   return header, lines
 
 
-def _verdicts(summary) -> List[str]:
+def _ranges(values: List[int]) -> str:
+  """[2, 3, 4, 7] -> '2–4, 7'."""
+  out, i = [], 0
+  while i < len(values):
+    j = i
+    while j + 1 < len(values) and values[j + 1] == values[j] + 1:
+      j += 1
+    out.append(str(values[i]) if i == j else f"{values[i]}–{values[j]}")
+    i = j + 1
+  return ", ".join(out) or "none"
+
+
+def _where(d) -> str:
+  """Deciles where a's HR@k is above / below b's (95% interval excluding 0)."""
+  mean = np.asarray(d["hit_rate_by_bin"]["mean"], np.float64)
+  half = np.asarray(d["hit_rate_by_bin"]["ci95"], np.float64)
+  ok = np.isfinite(half) & np.isfinite(mean)
+  higher = [i + 1 for i in range(mean.size) if ok[i] and mean[i] - half[i] > 0]
+  lower = [i + 1 for i in range(mean.size) if ok[i] and mean[i] + half[i] < 0]
+  return f"higher {_ranges(higher)}; lower {_ranges(lower)}"
+
+
+def _difference_rows(summary):
+  k = summary["k"]
+  header = ["paired difference (95% interval)", "ΔKL", f"ΔR@{k} vs oracle", f"ΔHR@{k}",
+            f"HR@{k} by decile"]
+  lines = [[d["label"], _ci(d, "kl"), _ci(d, "recall_vs_oracle"), _ci(d, "hit_rate"), _where(d)]
+           for d in summary["paired_differences"]]
+  return header, lines
+
+
+def verdicts(summary) -> List[str]:
+  """One plain sentence per corrected − standard pair: who is closer to the truth, and where."""
   k = summary["k"]
   out = []
   for d in summary["paired_differences"]:
-    parts = []
-    for key, name, better in (("kl", "KL", -1), ("recall_vs_oracle", f"R@{k} vs oracle", 1),
-                              ("hit_rate", f"HR@{k}", 1)):
-      mean, half = d[key]["mean"], d[key]["ci95"]
-      if not np.isfinite(half):
-        verdict = "one seed: no interval"
-      elif mean - half > 0 or mean + half < 0:
-        verdict = f"{d['label_a'] if mean * better > 0 else d['label_b']} better"
-      else:
-        verdict = "no difference beyond seed noise"
-      parts.append(f"{name} {_ci(d, key)} ({verdict})")
-    deciles = np.asarray(d["hit_rate_by_bin"]["mean"]), np.asarray(d["hit_rate_by_bin"]["ci95"])
-    ahead = [i + 1 for i, (m, h) in enumerate(zip(*deciles)) if np.isfinite(h) and m - h > 0]
-    behind = [i + 1 for i, (m, h) in enumerate(zip(*deciles)) if np.isfinite(h) and m + h < 0]
-    where = (f"; HR@{k} higher in deciles {ahead or 'none'}, lower in {behind or 'none'} "
-             "(95% intervals excluding 0)")
-    out.append(f"{d['label']}: " + "; ".join(parts) + where)
+    if d["kind"] != "correction" or d["b"].split(":")[1] != "standard":
+      continue
+    mean, half = d["kl"]["mean"], d["kl"]["ci95"]
+    if not np.isfinite(half):
+      head = f"{d['context']}: one seed, no interval: corrected − standard KL {mean:+.3f}"
+    elif mean + half < 0:
+      head = f"{d['context']}: corrected is ahead of standard (KL {_ci(d, 'kl')})"
+    elif mean - half > 0:
+      head = (f"{d['context']}: corrected is NOT ahead — standard is closer to the truth "
+              f"(KL {_ci(d, 'kl')})")
+    else:
+      head = (f"{d['context']}: corrected and standard do not differ beyond seed noise "
+              f"(KL {_ci(d, 'kl')})")
+    out.append(f"{head}; corrected's HR@{k} by popularity decile: {_where(d)}.")
   return out
 
 
-def format_table(summary) -> str:
-  header, lines = _table_rows(summary)
+def _text_table(header, lines) -> List[str]:
   widths = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(header)]
-  fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths))  # noqa: E731
-  text = [fmt(header), "  ".join("-" * w for w in widths)] + [fmt(l) for l in lines]
+  fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+  return [fmt(header), "  ".join("-" * w for w in widths)] + [fmt(l) for l in lines]
+
+
+def _md_table(header, lines) -> List[str]:
+  return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+          + ["| " + " | ".join(l) + " |" for l in lines])
+
+
+def format_table(summary) -> str:
   n = len(summary["seeds"])
-  text.append(f"(mean ± s.e. over {n} paired seed{'s' if n > 1 else ''}; held-out users)")
-  text.append("paired differences (95% interval):")
-  text += ["  " + v for v in _verdicts(summary)]
+  text = _text_table(*_table_rows(summary))
+  text.append(f"(mean ± s.e. over {n} paired seed{'s' if n > 1 else ''}, held-out users; "
+              f"HR@k: probability that a held-out draw is retrieved, the oracle's is the "
+              f"maximum; log P̂/P top 1%: calibration on the most popular 1% of items)")
+  if summary["paired_differences"]:
+    text += [""] + _text_table(*_difference_rows(summary))
+  text += [""] + ["verdict: " + v for v in verdicts(summary)]
   return "\n".join(text)
 
 
@@ -685,13 +746,14 @@ def format_markdown(summary) -> str:
   header, lines = _table_rows(summary)
   k, bins = summary["k"], len(summary["references"]["oracle"]["hit_rate_by_bin"]["mean"])
   md = ["# Demo: corrected vs standard logQ in a world that knows P(d|u)", "",
-        f"World: {summary['world']['stats']}.", "",
-        "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-  md += ["| " + " | ".join(l) + " |" for l in lines]
+        f"World: {summary['world']['stats']}.", ""] + _md_table(header, lines)
   md += ["", f"Mean ± standard error over seeds {summary['seeds']} (paired: same seed, same "
-         "initialisation and data for every row), on held-out users.", "",
+         "initialisation and data for every row), on held-out users. HR@k: the probability that "
+         "a held-out draw is in the top k (the oracle's is the maximum); log P̂/P top 1%: "
+         "calibration on the most popular 1% of items.", "",
          "## Paired differences (95% interval over seeds)", ""]
-  md += ["- " + v for v in _verdicts(summary)]
+  md += _md_table(*_difference_rows(summary))
+  md += [""] + ["- " + v for v in verdicts(summary)]
   md += ["", f"## HR@{k} by popularity decile of the held-out draw (1 = most popular)", "",
          "| row | " + " | ".join(str(i + 1) for i in range(bins)) + " |",
          "|" + "---|" * (bins + 1)]
@@ -748,8 +810,8 @@ def _plot(summary, out: pathlib.Path):
     ax.axhline(0.0, color="black", lw=0.8)
     ax.grid(alpha=0.3)
   axes[1].legend(fontsize=8)
-  fig.suptitle("Calibration: learned − true log-probability (0 = the truth; < 0: under-predicted)",
-               fontsize=10)
+  fig.suptitle("Calibration: learned − true log-probability (0 = the truth; < 0: "
+               "under-predicted)", fontsize=10)
   fig.tight_layout()
   fig.savefig(out / "calibration.png", dpi=110)
   plt.close(fig)
@@ -767,16 +829,24 @@ def _plot(summary, out: pathlib.Path):
 
   curve = summary["learning_curve"]
   if curve["steps"]:
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
     for name, per_seed in curve["kl"].items():
       mean, se = mean_and_se(per_seed)
-      ax.errorbar(curve["steps"], mean, yerr=np.nan_to_num(se), marker="o", ms=3, capsize=2,
-                  label=summary["rows"][name]["label"])
-    ax.set_yscale("log")
-    ax.set_xlabel("training step")
-    ax.set_ylabel("KL(P ‖ P̂) on held-out users")
-    ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
+      axes[0].errorbar(curve["steps"], mean, yerr=np.nan_to_num(se), marker="o", ms=3,
+                       capsize=2, label=summary["rows"][name]["label"])
+    axes[0].set_yscale("log")
+    axes[0].set_ylabel("KL(P ‖ P̂) on held-out users")
+    for d in summary["paired_differences"]:
+      if "kl_curve" in d and not d["b"].endswith(":none"):  # none is off this scale
+        axes[1].errorbar(curve["steps"], d["kl_curve"]["mean"],
+                         yerr=np.nan_to_num(np.asarray(d["kl_curve"]["ci95"], np.float64)),
+                         marker="o", ms=3, capsize=2, label=d["label"])
+    axes[1].axhline(0.0, color="black", lw=0.8)
+    axes[1].set_ylabel("paired KL difference (95% interval); < 0: first is closer")
+    for ax in axes:
+      ax.set_xlabel("training step")
+      ax.grid(alpha=0.3, which="both")
+      ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out / "learning_curve.png", dpi=110)
     plt.close(fig)

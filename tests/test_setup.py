@@ -3,7 +3,7 @@
 * the library's requirements are exactly what tfrs_logq imports (tf-keras: through tf.keras);
   the application's extra adds what models / train / eval / bench import;
 * the console scripts exist, point at the binaries and print their flags from any directory;
-* Python >= the advertised floor: no syntax or annotation newer than it in any installed module.
+* Python >= the advertised floor (3.10): no syntax newer than it in any installed module.
 """
 
 import ast
@@ -107,31 +107,12 @@ def test_console_script_help_lists_the_flags_from_any_directory(tmp_path):
     assert re.search(rf"^  {flag}:", proc.stdout, re.M), proc.stdout[-2000:]
 
 
-def _annotations(tree):
-  for node in ast.walk(tree):
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-      args = node.args
-      for a in args.posonlyargs + args.args + args.kwonlyargs + [args.vararg, args.kwarg]:
-        if a is not None and a.annotation is not None:
-          yield a.annotation
-      if node.returns is not None:
-        yield node.returns
-    elif isinstance(node, ast.AnnAssign):
-      yield node.annotation
-
-
 def test_no_syntax_newer_than_the_python_floor():
+  """Every module parses with the grammar of the advertised floor (3.10: tensorflow-recommenders
+  0.7.7 itself evaluates `X | Y` at import, so 3.9 cannot be claimed)."""
   floor = re.search(r">=\s*3\.(\d+)", _installed().metadata["Requires-Python"])
   minor = int(floor.group(1))
-  assert minor == 9
+  assert minor == 10
   for package in ("tfrs_logq", *APPLICATION):
     for path in (ROOT / package).rglob("*.py"):
-      source = path.read_text()
-      tree = ast.parse(source, str(path), feature_version=(3, minor))
-      if "from __future__ import annotations" in source:
-        continue  # annotations are strings, never evaluated
-      for annotation in _annotations(tree):
-        for node in ast.walk(annotation):
-          assert not (isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr)), (
-              f"{path}:{node.lineno}: `X | Y` annotations need Python 3.10 (use Optional / "
-              "Union or `from __future__ import annotations`)")
+      ast.parse(path.read_text(), str(path), feature_version=(3, minor))

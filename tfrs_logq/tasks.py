@@ -27,11 +27,11 @@ Q' and therefore needs ``candidate_ids``), when ``score_mask[a, c]`` is False, a
 s - log Q of the row (ties with the k-th are kept). The per-row loss is
 ``tfrs_logq.losses.SampledSoftmaxLoss`` over the remaining negatives:
 
-    none:                  L = -(s_p - log(e^{s_p} + sum_i e^{s_i}))
-    standard:              L = -((s_p - log Q(p)) - log(e^{s_p - log Q(p)} + sum_i e^{s_i - log Q_i}))
-    standard_no_positive:  L = -(s_p - log(e^{s_p} + sum_i e^{s_i - log Q_i}))
-    corrected:             L = -w (s_p - LSE_i(s_i - log Q'_i)),  w = sg(1 - P_hat),
-                           P_hat = sigmoid(s_p - (LSE_i(s_i - log Q'_i) - log n))
+    none:                 L = -(s_p - log(e^{s_p} + sum_i e^{s_i}))
+    standard:             L = -((s_p - log Q_p) - log(e^{s_p - log Q_p} + sum_i e^{s_i - log Q_i}))
+    standard_no_positive: L = -(s_p - log(e^{s_p} + sum_i e^{s_i - log Q_i}))
+    corrected:            L = -w (s_p - LSE_i(s_i - log Q'_i)),  w = sg(1 - P_hat),
+                          P_hat = sigmoid(s_p - (LSE_i(s_i - log Q'_i) - log n))
 
 with n the number of valid negatives of the row. ``correction="standard"`` reproduces
 ``tfrs.tasks.Retrieval`` with ``candidate_sampling_probability`` (without TFRS's 1e-6 clip of Q)
@@ -280,13 +280,18 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     ]
     with tf.control_dependencies(checks):
       scores = tf.identity(scores)
-    inv_temperature = 1.0 if self._temperature is None else 1.0 / self._temperature
     if self._temperature is not None:
       scores = scores / self._temperature
     scores = self._maybe_check(scores)
 
     if candidate_ids is not None:
       candidate_ids = tf.convert_to_tensor(candidate_ids)
+    if self.negative_sampler is not None:
+      if max_sim:
+        raise ValueError("negative_sampler needs [A, d] query embeddings (no max-sim)")
+      if candidate_ids is None:
+        raise ValueError("candidate_ids are needed with a negative_sampler (its negatives equal "
+                         "to the positive are masked)")
     log_q = self._candidate_log_q(candidate_sampling_probability,
                                   candidate_log_sampling_probability, candidate_ids,
                                   num_queries, training)
@@ -316,14 +321,9 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     negative_scores, negative_log_q = scores, log_q
 
     if self.negative_sampler is not None:
-      if max_sim:
-        raise ValueError("negative_sampler needs [A, d] query embeddings (no max-sim)")
-      if candidate_ids is None:
-        raise ValueError("candidate_ids are needed with a negative_sampler (its negatives equal "
-                         "to the positive are masked)")
       negative_scores, negative_log_q, valid = self._append_sampled(
           query, candidates[:num_queries], candidate_ids[:num_queries], positive_scores,
-          positive_log_q, scores, log_q, valid, inv_temperature, seed, item_table)
+          positive_log_q, scores, log_q, valid, seed, item_table)
 
     if self._num_hard_negatives is not None:
       valid = self._keep_hardest(negative_scores, negative_log_q, valid)
@@ -413,11 +413,12 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     return tf.constant(True)
 
   def _append_sampled(self, query, positive_embeddings, positive_ids, positive_scores,
-                      positive_log_q, scores, log_q, valid, inv_temperature, seed, item_table):
+                      positive_log_q, scores, log_q, valid, seed, item_table):
     """Joins the in-batch block [A, C] and the sampler's block [A, N] (module docstring)."""
     from tfrs_logq.negatives import scoring  # pylint: disable=g-import-not-at-top
     extra = self.negative_sampler.score(
-        query, positive_ids, positive_embeddings, temperature=1.0 / inv_temperature, seed=seed,
+        query, positive_ids, positive_embeddings,
+        temperature=1.0 if self._temperature is None else self._temperature, seed=seed,
         sequence_ids=None, item_table=item_table)
     extra_scores = self._maybe_check(tf.cast(extra.negative_scores, tf.float32))
     extra_log_q = tf.cast(extra.negative_log_q, tf.float32)

@@ -23,22 +23,24 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 from tfrs_logq import frequency as frequency_lib
 from tfrs_logq import losses
+from tfrs_logq.negatives.in_batch import CONVENTIONS
+from tfrs_logq.negatives.uniform import UNIFORM_PER
 
 from models.sasrec import BLOCK_STYLES
 from train import config_flags
 from train.config_flags import setting
 from train.data import DataConfig
 from train.distribute import STRATEGIES
+from train.objective import NEGATIVES
 from train.validation import FILTER_RATED
 
 __all__ = ["FILTER_RATED", "FREQUENCIES", "LOG_Q_CONVENTIONS", "LOSSES", "MODELS", "NEGATIVES",
            "RunConfig", "UNIFORM_NEGATIVES"]
 
 MODELS = ("sasrec", "two_tower")
-LOSSES = ("sampled_softmax", "full_softmax", "bce", "gbce")
-NEGATIVES = ("uniform", "in_batch", "mixed", "midx")
-UNIFORM_NEGATIVES = ("batch", "sequence", "query")
-LOG_Q_CONVENTIONS = ("unigram", "mixture", "expected_count")
+LOSSES = losses.LOSSES
+UNIFORM_NEGATIVES = UNIFORM_PER
+LOG_Q_CONVENTIONS = CONVENTIONS
 FREQUENCIES = ("exact", "hash_array", "count_min")
 
 

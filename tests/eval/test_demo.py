@@ -73,7 +73,8 @@ def test_metrics_match_plain_python_oracles():
   log_p_hat = np.array([[t - math.log(sum(math.exp(v) for v in row)) for t in row]
                         for row in logits])
   bins = np.arange(num_items) % num_bins
-  got = demo.evaluate_model(p, log_p_hat, bins, k, num_bins)
+  head = np.arange(num_items) < 2
+  got = demo.evaluate_model(p, log_p_hat, bins, k, num_bins, head=head)
 
   kl = np.mean([sum(p[u, d] * (math.log(p[u, d]) - log_p_hat[u, d])
                     for d in range(num_items) if p[u, d] > 0) for u in range(num_users)])
@@ -86,6 +87,9 @@ def test_metrics_match_plain_python_oracles():
     mass = sum(p[u, d] for u, d in cell)
     hit_bin.append(sum(p[u, d] for u, d in cell if d in _top(log_p_hat[u], k)) / mass)
     cal_bin.append(sum(p[u, d] * (log_p_hat[u, d] - math.log(p[u, d])) for u, d in cell) / mass)
+  top = [(u, d) for u in range(num_users) for d in range(2)]
+  cal_head = (sum(p[u, d] * (log_p_hat[u, d] - math.log(p[u, d])) for u, d in top)
+              / sum(p[u, d] for u, d in top))
   tail = [(u, d) for u in range(num_users) for d in range(num_items) if bins[d] != 0]
   hit_tail = (sum(p[u, d] for u, d in tail if d in _top(log_p_hat[u], k))
               / sum(p[u, d] for u, d in tail))
@@ -96,6 +100,7 @@ def test_metrics_match_plain_python_oracles():
   assert got["hit_rate_tail"] == pytest.approx(hit_tail, rel=1e-12)
   np.testing.assert_allclose(got["hit_rate_by_bin"], hit_bin, rtol=1e-12)
   np.testing.assert_allclose(got["calibration_by_bin"], cal_bin, rtol=1e-10)
+  assert got["calibration_head"] == pytest.approx(cal_head, rel=1e-10)
 
 
 def test_the_truth_scores_perfectly_and_top_k_breaks_ties_by_lower_index():
@@ -202,24 +207,26 @@ def test_help_lists_the_flags():
 
 
 def test_cli_writes_summary_table_and_plots(tmp_path):
-  out = _run([f"--output_dir={tmp_path}", "--rows=full,in_batch:standard,in_batch:corrected",
+  out = _run([f"--output_dir={tmp_path}", "--rows=in_batch:standard,in_batch:corrected",
               "--seeds=0,1", "--steps=6", "--batch_size=16", "--num_negatives=16",
               "--num_items=40", "--train_users=20", "--eval_users=15", "--curve_users=5",
               "--curve_points=2", "--k=3"])
   assert out.returncode == 0, out.stderr[-3000:]
-  assert "full softmax" in out.stdout and "in-batch, corrected" in out.stdout
+  assert "in-batch, standard" in out.stdout and "in-batch, corrected" in out.stdout
   for name in ("summary.json", "summary.md", "calibration.png", "recall_by_decile.png",
                "learning_curve.png"):
     assert (tmp_path / name).stat().st_size > 0, name
   summary = json.loads((tmp_path / "summary.json").read_text())
-  assert set(summary["rows"]) == {"full", "in_batch:standard", "in_batch:corrected"}
-  assert len(summary["rows"]["full"]["per_seed"]) == 2
+  assert set(summary["rows"]) == {"in_batch:standard", "in_batch:corrected"}
+  assert len(summary["rows"]["in_batch:standard"]["per_seed"]) == 2
   diff = summary["paired_differences"][0]
   assert (diff["a"], diff["b"]) == ("in_batch:corrected", "in_batch:standard")
   per_seed = [r["kl"] for r in summary["rows"]["in_batch:corrected"]["per_seed"]]
   base = [r["kl"] for r in summary["rows"]["in_batch:standard"]["per_seed"]]
   assert diff["kl"]["mean"] == pytest.approx(np.mean(np.subtract(per_seed, base)))
   assert summary["learning_curve"]["steps"] == [3, 6]
+  assert len(diff["kl_curve"]["mean"]) == 2
+  assert "verdict: in-batch, unigram log Q:" in out.stdout
 
 
 def test_cli_rejects_a_bad_row():

@@ -16,7 +16,11 @@ import tfrs_logq  # noqa: F401
 from tfrs_logq import frequency
 from tfrs_logq import losses
 
+from tfrs_logq.negatives.in_batch import CONVENTIONS
+from tfrs_logq.negatives.uniform import UNIFORM_PER
+
 from models.sasrec import BLOCK_STYLES
+from train import objective
 from train import config_flags
 from train import data as data_lib
 from train.config import RunConfig
@@ -60,6 +64,10 @@ def test_choices_and_estimator_defaults_come_from_the_library():
   assert leaves["logq"].choices == tuple(losses.CORRECTIONS)
   assert leaves["q_prime"].choices == tuple(losses.Q_PRIME_MODES)
   assert leaves["sasrec_block"].choices == tuple(BLOCK_STYLES)
+  assert leaves["loss"].choices == tuple(losses.LOSSES)
+  assert leaves["negatives"].choices == tuple(objective.NEGATIVES)
+  assert leaves["uniform_negatives"].choices == tuple(UNIFORM_PER)
+  assert leaves["log_q_convention"].choices == tuple(CONVENTIONS)
   assert leaves["dataset"].choices == tuple(data_lib.DATASETS) and "gsasrec" in data_lib.DATASETS
   hash_array = inspect.signature(frequency.HashArrayEstimator.__init__).parameters
   count_min = inspect.signature(frequency.CountMinSketch.__init__).parameters

@@ -174,3 +174,20 @@ def test_ratio_floor_and_the_library_validation():
   assert np.isfinite(obj(batch, 0, training=False)["loss"].numpy())
   with pytest.raises(ValueError, match="ratio_floor"):     # validated by the library, once
     objective.Objective(_config(logq="standard", ratio_floor=1e-10), model, N_ITEMS, est)
+
+
+@pytest.mark.parametrize("negatives, per, convention", [
+    ("mixed", "sequence", "expected_count"), ("mixed", "query", "mixture"),
+    ("in_batch", "batch", "expected_count")])
+def test_graph_mode_equals_eager(negatives, per, convention):
+  """The trainer runs the objective inside tf.function with unknown batch shapes."""
+  model, est, _, batch, _ = _setup(16)
+  obj = objective.Objective(_config(negatives=negatives, uniform_negatives=per,
+                                    log_q_convention=convention), model, N_ITEMS, est)
+  spec = {k: tf.TensorSpec([None, None], v.dtype) for k, v in batch.items()}
+  graph = tf.function(lambda b, s: obj(b, s, training=False),
+                      input_signature=[spec, tf.TensorSpec([], tf.int64)])
+  eager = obj(batch, tf.constant(5, tf.int64), training=False)
+  got = graph(batch, tf.constant(5, tf.int64))
+  assert np.isfinite(got["loss"].numpy())
+  np.testing.assert_allclose(got["loss_sum"].numpy(), eager["loss_sum"].numpy(), rtol=1e-5)

@@ -12,15 +12,16 @@ step (TFRS issue #635), while at batch 4096 the head of a Zipf stream occurs hun
 Extension 1 — c hits per step. A bucket hit c times in step t (c counts every occurrence of
 every id of the step's batch that hashes there) gets c per-hit updates, the c hits spread evenly
 over the g = t − A steps since its last hit (gap g / c each). The j-th hit after the bucket's
-first sighting uses the rate α_j = max(α, 1/j) (a running mean for the first ⌊1/α⌋ hits, then the EMA; ``warmup``),
-which in closed form is
+first sighting uses the rate α_j = max(α, 1/j) (a running mean for the first ⌊1/α⌋ hits, then
+the EMA; ``warmup``), which in closed form is
 
     B ← w·B + (1 − w)·g / c,     w = Π_{j=k+1}^{k+c} (1 − α_j)
       = k / max(k, min(k + c, J)) · (1 − α)^{max(0, k + c − max(k, J))},   J = ⌊1/α⌋,
 
 with k = hits since the first sighting (stored capped at J in K_i). B then estimates steps per
 hit, so 1/B is the expected number of hits per step (no saturation). With ``warmup=False``,
-k = J after the second sighting (the fixed-α EMA of the paper, generalised to c hits: w = (1 − α)^c).
+k = J after the second sighting (the fixed-α EMA of the paper, generalised to c hits:
+w = (1 − α)^c).
 
 Extension 2 — per-draw probability. The loss needs Q(d), the probability of one draw, which sums
 to 1 over the catalog: Q(d) = E[hits of d per step] / E[ids per step] = 1 / (B̂(d) · n̄), where

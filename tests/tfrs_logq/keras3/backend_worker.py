@@ -336,7 +336,9 @@ def run_serialisation(cases, out):
 
 def main():
   cases = dict(np.load(sys.argv[1], allow_pickle=False))
-  out = {}
+  # After importing keras and tfrs_logq.keras3, before keras's own fit / saving utilities
+  # (which may load TensorFlow for data handling on any backend).
+  out = {"env/tensorflow_loaded": np.array("tensorflow" in sys.modules)}
   for section in (run_losses, run_retrieval, run_layers, run_estimators, run_negatives):
     start = time.process_time()
     section(cases, out)
@@ -348,7 +350,6 @@ def main():
   run_serialisation(cases, out)
   print(f"run_serialisation: {time.time() - start:.1f} s", file=sys.stderr)
   out["env/backend"] = np.array(BACKEND)
-  out["env/tensorflow_loaded"] = np.array("tensorflow" in sys.modules)
   out["env/legacy_keras_var"] = np.array(os.environ.get("TF_USE_LEGACY_KERAS", ""))
   out["env/tf_keras_loaded"] = np.array("tf_keras" in sys.modules)
   np.savez(sys.argv[2], **out)

@@ -162,7 +162,7 @@ def _cases():
 
 
 CASES = _cases()
-_RESULTS = {}
+_RUNS = {}
 
 
 def _clean_env(backend):
@@ -172,18 +172,31 @@ def _clean_env(backend):
   return env
 
 
+def _start_workers(tmp_path_factory):
+  """Starts one worker per installed backend at once (they overlap on the CPU cores)."""
+  directory = tmp_path_factory.mktemp("keras3_backends")
+  cases = directory / "cases.npz"
+  np.savez(cases, **CASES)
+  for backend in ["tensorflow", "jax"] + (["torch"] if _TORCH else []):
+    out = directory / f"{backend}.npz"
+    proc = subprocess.Popen([sys.executable, str(HERE / "backend_worker.py"), str(cases),
+                             str(out)], env=_clean_env(backend), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    _RUNS[backend] = [proc, out, None]
+
+
 def results(backend, tmp_path_factory):
-  """The worker's results on one backend (run once per session)."""
-  if backend not in _RESULTS:
-    directory = tmp_path_factory.mktemp(f"keras3_{backend}")
-    cases, out = directory / "cases.npz", directory / "out.npz"
-    np.savez(cases, **CASES)
-    proc = subprocess.run([sys.executable, str(HERE / "backend_worker.py"), str(cases), str(out)],
-                          env=_clean_env(backend), capture_output=True, text=True, timeout=600)
+  """The worker's results on one backend (each worker runs once per session)."""
+  if not _RUNS:
+    _start_workers(tmp_path_factory)
+  run = _RUNS[backend]
+  if run[2] is None:
+    proc, out, _ = run
+    _, stderr = proc.communicate(timeout=900)
     assert proc.returncode == 0, (f"Keras 3 worker failed on backend {backend} (is it "
-                                  f"installed? pip install -e '.[keras3]'):\n{proc.stderr[-4000:]}")
-    _RESULTS[backend] = dict(np.load(out, allow_pickle=False))
-  return _RESULTS[backend]
+                                  f"installed? pip install -e '.[keras3]'):\n{stderr[-4000:]}")
+    run[2] = dict(np.load(out, allow_pickle=False))
+  return run[2]
 
 
 @pytest.fixture(params=BACKENDS)

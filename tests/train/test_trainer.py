@@ -1,0 +1,46 @@
+"""train.trainer: every estimator and tower setting of the RunConfig reaches the object built
+(get_config of the estimators; the two-tower's layers), so no flag is silently ignored."""
+
+import numpy as np
+import pytest
+
+import tfrs_logq  # noqa: F401
+from tfrs_logq import frequency
+
+from train import data as data_lib
+from train.config import RunConfig
+from train.trainer import build_estimator, build_model
+
+
+@pytest.fixture(scope="module")
+def tiny():
+  return data_lib.load("synthetic", num_users=40, num_items=30, min_len=4, max_len=8)
+
+
+def test_estimator_settings_reach_the_estimator(tiny):
+  exact = build_estimator(RunConfig.create(frequency="exact", frequency_min_count=0.5), tiny)
+  assert isinstance(exact, frequency.ExactCounts) and exact.min_count == 0.5
+  np.testing.assert_array_equal(exact.counts.numpy()[:31], tiny.item_counts)
+  hashed = build_estimator(RunConfig.create(
+      frequency="hash_array", frequency_buckets=512, hash_array_hashes=3, hash_array_alpha=0.05,
+      hash_array_warmup=False, hash_array_pending_gap=False, seed=7), tiny)
+  assert isinstance(hashed, frequency.HashArrayEstimator)
+  got = hashed.get_config()
+  assert (got["num_buckets"], got["num_hashes"], got["alpha"], got["warmup"],
+          got["pending_gap"], got["seed"]) == (512, 3, 0.05, False, False, 7)
+  sketch = build_estimator(RunConfig.create(
+      frequency="count_min", count_min_depth=3, count_min_conservative=True,
+      count_min_half_life=100.0, frequency_min_count=2.0), tiny)
+  assert isinstance(sketch, frequency.CountMinSketch)
+  assert (sketch.width, sketch.depth, sketch.conservative, sketch.half_life,
+          sketch.min_count) == (1024, 3, True, 100.0, 2.0)  # width: max(1024, 4 (N + 1))
+
+
+def test_two_tower_tower_settings_reach_the_model(tiny):
+  model = build_model(RunConfig.create(model="two_tower", hidden_dims=(12, 6), use_user_id=True,
+                                       use_history=False, embedding_dim=6), tiny).build_all()
+  tower = model.query_tower
+  assert [layer.units for layer in tower.mlp] == [12, 6]
+  assert tower.use_user_id and not tower.use_history
+  q = model.serving_queries(np.zeros((2, 200), np.int64), user_ids=np.array([1, 2]))
+  assert q.shape == (2, 6)
