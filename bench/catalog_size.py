@@ -9,9 +9,11 @@ table [|I| + 1, d = 64], built, like the loss, by the training binary's own code
 (`train.trainer.build_model`, `build_estimator`, `train.objective.Objective` from a
 `train.config.RunConfig`). Batches of B = 256 (user, item) pairs, items drawn from a Zipf(1)-like
 popularity (id = floor(exp(u log(|I| + 1))), u ~ U(0, 1), P(i) = log((i + 1) / i) / log(|I| + 1)).
-One step = the objective, its gradient and a plain SGD update (SGD touches only the rows the
-gradient names; Adam's dense slots would add two more tables and O(|I|) work per step whatever
-the loss).
+One step = the objective, its gradient and a plain SGD update with
+``tf.keras.optimizers.legacy.SGD``, which scatters the sparse gradient into the rows it names.
+(Measured here: tf-keras's current optimizers, ``tf.keras.optimizers.SGD`` and ``Adam``, cost
+O(|I| d) per step even for a sparse gradient -- about 2 s and 4 s per step at |I| = 1e6, d = 64,
+whatever the loss -- and Adam's slots add two tables of memory; the ``@adam`` series shows it.)
 
 Variants:
 * ``mixed+exact|hash_array|count_min``: sampled softmax with mixed negatives (128 in-batch,
@@ -19,7 +21,9 @@ Variants:
   from exact counts (a table of |I| + 1 int64) or a streaming hash array / count-min sketch of a
   FIXED size (``--buckets`` = 2^20; depth 4), updated every step;
 * ``full``: the full softmax over all |I| items ([B, |I|] logits). A point whose projected memory,
-  4 bytes x (3 B |I| + 4 (|I| + 1) d), exceeds ``--max_gib`` is not run (listed as skipped).
+  4 bytes x (3 B |I| + 4 (|I| + 1) d), exceeds ``--max_gib`` is not run (listed as skipped);
+* ``...@adam``: the same with ``tf.keras.optimizers.Adam`` (the training binary's optimizer)
+  instead of the sparse SGD, up to ``--adam_max_items`` items.
 
 Each point runs in a process of its own (forked after the imports), one after the other:
 ``--warmup`` untimed steps, then ``--steps`` timed ones; ``--passes`` sweeps over all points,
@@ -53,7 +57,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-VARIANTS = ("mixed+exact", "mixed+hash_array", "mixed+count_min", "full")
+VARIANTS = ("mixed+exact", "mixed+hash_array", "mixed+count_min", "full",
+            "mixed+hash_array@adam")
+OPTIMIZERS = ("sgd", "adam")
 
 
 def full_softmax_bytes(batch: int, num_items: int, dim: int) -> int:
@@ -89,7 +95,7 @@ def _point(spec: dict) -> dict:
   tf.get_logger().setLevel("ERROR")
   rss_import = _status_kib("VmRSS")
   v, b, d, users = spec["num_items"], spec["batch_size"], spec["dim"], spec["num_users"]
-  variant = spec["variant"]
+  variant, _, optimizer_name = spec["variant"].partition("@")
   loss, _, frequency = variant.partition("+")
   settings = dict(model="two_tower", use_user_id=True, use_history=False, embedding_dim=d,
                   batch_size=b, seed=spec["seed"], progress=False,
@@ -106,9 +112,12 @@ def _point(spec: dict) -> dict:
   estimator = trainer_lib.build_estimator(cfg, data) if loss != "full" else None
   del data, p
   objective = Objective(cfg, model, v, estimator)
-  optimizer = tf.keras.optimizers.SGD(0.05)
   variables = model.trainable_variables
-  optimizer.build(variables)
+  if optimizer_name == "adam":
+    optimizer = tf.keras.optimizers.Adam(1e-3)            # what train/trainer.py uses
+    optimizer.build(variables)
+  else:
+    optimizer = tf.keras.optimizers.legacy.SGD(0.05)      # sparse rows: scatter into the table
   step = tf.Variable(0, dtype=tf.int64)
   table = model.candidate_tower.item_embedding.embeddings
   rng = np.random.default_rng(spec["seed"])
@@ -238,7 +247,7 @@ def _plot(rows, path):
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
-  fig.suptitle("Two-tower step (B = 256, d = 64, SGD): sampled (mixed, corrected logQ) vs full "
+  fig.suptitle("Two-tower step (B = 256, d = 64, sparse SGD unless @adam): sampled (mixed, corrected logQ) vs full "
                "softmax", fontsize=10)
   fig.tight_layout()
   fig.savefig(path, dpi=120)
@@ -270,7 +279,7 @@ def _summary(rows, sizes) -> str:
     med = [statistics.median(p["result"]["times"]) * 1e3 for p in pts]
     part = (f"{variant} {med[0]:.0f} -> {med[-1]:.0f} ms "
             f"({_fmt_size(pts[0]['num_items'])} -> {_fmt_size(pts[-1]['num_items'])})")
-    if variant != "full":
+    if not variant.startswith("full"):
       est = [p["result"]["estimator_bytes"] / 2 ** 20 for p in pts]
       part += f", estimator {est[0]:.1f} -> {est[-1]:.1f} MiB"
     parts.append(part)
@@ -299,6 +308,8 @@ def main(argv=None):
   parser.add_argument("--warmup", type=int, default=2, help="untimed steps per point and pass")
   parser.add_argument("--max_gib", type=float, default=8.0,
                       help="skip full-softmax points projected above this memory")
+  parser.add_argument("--adam_max_items", type=float, default=1e6,
+                      help="skip @adam points above this catalog size (O(|I|) per step)")
   parser.add_argument("--timeout", type=float, default=900, help="seconds per point")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--out", default=str(ROOT / "docs" / "results"),
@@ -308,10 +319,12 @@ def main(argv=None):
     args.sizes, args.passes, args.steps, args.warmup = "10000,100000,1000000", 1, 3, 1
   sizes = sorted(int(float(s)) for s in args.sizes.split(",") if s)
   variants = [v for v in args.variants.split(",") if v]
-  bad = [v for v in variants if v not in VARIANTS]
+  bases = {v.partition("@")[0] for v in VARIANTS}
+  bad = [v for v in variants if v.partition("@")[0] not in bases
+         or v.partition("@")[2] not in ("",) + OPTIMIZERS]
   if bad or not sizes or sizes[0] < 1 or args.passes < 1 or args.steps < 1:
-    raise ValueError(f"--variants must be from {VARIANTS} (got {bad}); --sizes, --passes and "
-                     "--steps positive")
+    raise ValueError(f"--variants must be from {VARIANTS}, optionally @{'|'.join(OPTIMIZERS)} "
+                     f"(got {bad}); --sizes, --passes and --steps positive")
   # Imported once here, before any op runs; every point is a fork of this process.
   import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   import tensorflow  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
@@ -319,7 +332,8 @@ def main(argv=None):
   import train.objective  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   import train.trainer  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   command = "python bench/catalog_size.py " + " ".join(argv if argv is not None else sys.argv[1:])
-  print(f"two-tower, B = {args.batch_size}, d = {args.dim}, {args.num_users} users, SGD; "
+  print(f"two-tower, B = {args.batch_size}, d = {args.dim}, {args.num_users} users, sparse SGD "
+        "unless @adam; "
         f"{args.passes} passes x ({args.warmup} warm-up + {args.steps} timed steps) per point, "
         "each point in a process of its own (shared machine: absolute ms are noisy)", flush=True)
   results = {}
@@ -331,9 +345,11 @@ def main(argv=None):
                     num_users=args.num_users, num_negatives=args.num_negatives,
                     buckets=args.buckets, steps=args.steps, warmup=args.warmup, seed=args.seed)
         need = full_softmax_bytes(args.batch_size, v, args.dim) / 2 ** 30
-        if variant == "full" and need > args.max_gib:
+        if variant.startswith("full") and need > args.max_gib:
           result = dict(skipped=f"skipped: projected {need:.0f} GiB > --max_gib "
                         f"{args.max_gib:g}")
+        elif variant.endswith("@adam") and v > args.adam_max_items:
+          result = dict(skipped=f"skipped: > --adam_max_items {args.adam_max_items:g}")
         else:
           result = _run_point(spec, args.timeout)
         key = (variant, v)
@@ -350,7 +366,8 @@ def main(argv=None):
   md = ["# Two-tower step cost against the catalog size", "",
         "Produced by (on a 2-core CPU machine shared with other jobs; "
         f"{(time.time() - started) / 60:.0f} min)", "", "```", command.strip(), "```", "",
-        f"B = {args.batch_size}, d = {args.dim}, {args.num_users} users (id tower), SGD; "
+        f"B = {args.batch_size}, d = {args.dim}, {args.num_users} users (id tower), sparse SGD "
+        "(tf.keras.optimizers.legacy.SGD) unless @adam (tf.keras.optimizers.Adam); "
         f"{args.passes} passes over the points, each point {args.warmup} warm-up + "
         f"{args.steps} timed steps in a process of its own; min and median over the pooled "
         "steps. Absolute times are noisy (the machine is shared): compare the shapes of the "

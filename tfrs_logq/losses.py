@@ -416,7 +416,7 @@ def gbce_loss(positive_scores, negative_scores, *, beta: float, valid_mask=None,
 
 def bce_loss(positive_scores, negative_scores, valid_mask=None, *,
              check_scores: bool = False) -> LossOutput:
-  """L = softplus(-s_p) + sum_{i valid} softplus(s_i)  (= -log sigma(s_p) - sum log(1 - sigma(s_i)))."""
+  """BCE: L = softplus(-s_p) + sum_{i valid} softplus(s_i) (`gbce_loss` with beta = 1)."""
   return gbce_loss(positive_scores, negative_scores, beta=1.0, valid_mask=valid_mask,
                    check_scores=check_scores)
 

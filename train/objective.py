@@ -1,9 +1,9 @@
 """One replica's share of the training loss, composed of library objects.
 
-    queries, p, seq = model.training_queries(batch)            models.TrainingQueries [A, d], [A], [A]
-    scored          = sampler.score(queries, p, c_p, seq)       tfrs_logq.negatives (from the config)
-    L_a             = loss(scored) | full_softmax(queries, p)    tfrs_logq.losses
-    loss_r          = (1 / A) sum_{a on replica r} L_a,          A = sum_r A_r (the global batch)
+    q, p, seq = model.training_queries(batch)        models.TrainingQueries: [A, d], [A], [A]
+    scored    = sampler.score(q, p, c_p, seq)         tfrs_logq.negatives (built from the config)
+    L_a       = loss(scored) | full_softmax(q, p)     tfrs_logq.losses
+    loss_r    = (1 / A) sum_{a on replica r} L_a,     A = sum_r A_r (the global batch)
 
 so that the gradients summed over replicas equal the gradient of the global-batch mean. Samplers:
 ``uniform`` (k per batch / sequence / query), ``in_batch`` (k_b = k of the global batch),

@@ -5,7 +5,7 @@ with log Q(d_i), and scores A queries against them. `NegativeSampler.score` retu
 ``tfrs_logq.losses.sampled_softmax_loss`` as a `tfrs_logq.negatives.ScoredCandidates`:
 
     positive_scores[a]    = <q_a, c_{p_a}> / T                      [A]
-    negative_scores[a, i] = <q_a, c_{d_i}> / T                      [A, N]  (d_i per row if per query)
+    negative_scores[a, i] = <q_a, c_{d_i}> / T                      [A, N]  (d_i may depend on a)
     negative_log_q        = log Q(d_i)                              [N] or [A, N]
     valid_mask[a, i]      = d_i != p_a                              [A, N]  (accidental hits)
     positive_log_q[a]     = log Q(p_a) under the same proposal      [A] or None

@@ -49,13 +49,16 @@ _NOT_REFRESHED = "MIDXSampler: call refresh(item_embeddings) before sampling (th
 class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
   """Samples negatives from the MIDX proposal Q(i|z) (Theorem 2 of the MIDX paper).
 
-  Q(i|z) = exp(s^1_{k1(i)}(z) + s^2_{k2(i)}(z)) / sum_{k1,k2} |Omega_{k1,k2}| exp(s^1_{k1}(z) + s^2_{k2}(z))
+  Q(i|z) = exp(s^1_{k1(i)}(z) + s^2_{k2(i)}(z)) / Z(z),
+  Z(z) = sum_{k1,k2} |Omega_{k1,k2}| exp(s^1_{k1}(z) + s^2_{k2}(z)),
   with s^l_k(z) = <z^l, c^l_k> / temperature (see the module docstring for the index).
 
   Usage:
-    sampler = MIDXSampler(num_codewords=64, quantizer="pq", id_offset=1, seed=7)
+    sampler = MIDXSampler(num_codewords=64, quantizer="pq", id_offset=1, seed=7,
+                          num_negatives=128)
     sampler.refresh(item_table[1:])               # every N steps (see ``RefreshEveryNSteps``)
     ids, log_q = sampler.sample(query_emb, 128)   # int64 [A, S], float32 [A, S]
+    scored = sampler.score(query_emb, pos_ids, pos_emb, item_table=item_table)  # NegativeSampler
 
   Ids returned are item_row + ``id_offset``: with ``id_offset=1`` and ``refresh(table[1:])``, id 0
   (padding) is never sampled.

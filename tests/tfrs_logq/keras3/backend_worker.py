@@ -106,7 +106,8 @@ def run_layers(cases, out):
   out["spc/log"] = _np(tlk.SamplingProbabilityCorrection(from_log=True)(logits, np.log(q)))
   out["spc/rows"] = _np(spc(logits, np.broadcast_to(q, logits.shape).copy()))
   out["spc/float16"] = _np(spc(logits.astype("float16"), q))
-  out["spc/float16_dtype"] = np.array(str(spc(logits.astype("float16"), q).dtype))
+  out["spc/float16_dtype"] = np.array(keras.backend.standardize_dtype(
+      spc(logits.astype("float16"), q).dtype))
   out["spc/clip"] = _np(tlk.SamplingProbabilityCorrection(epsilon=1e-3)(logits, q * 1e-4))
   for name, bad in (("zero", np.where(np.arange(q.size) == 1, 0.0, q)),
                     ("above_one", q * 100.0)):

@@ -336,7 +336,7 @@ def test_sampling_probability_correction_is_logits_minus_log_q_unclipped(res):
   for key in ("spc/prob", "spc/log", "spc/rows"):
     np.testing.assert_allclose(res[key], want, rtol=1e-6, atol=1e-6, err_msg=key)
   np.testing.assert_allclose(res["spc/prob"], tf_layer(logits, q).numpy(), rtol=1e-6)
-  assert str(res["spc/float16_dtype"]).endswith("float16")
+  assert str(res["spc/float16_dtype"]) == "float16"
   np.testing.assert_allclose(
       res["spc/float16"], tf_layer(tf.constant(logits, tf.float16), q).numpy(), rtol=1e-3)
   # epsilon given: keras-rs's clip to [epsilon, 1]
@@ -564,7 +564,7 @@ def test_keras3_path_works_after_tensorflow_under_keras3_and_guards_the_tf_keras
   a tf-keras module still fails with the fix in the message, as `import tfrs_logq` would."""
   code = ("import tensorflow as tf, keras; assert tf.keras.Model.__module__.startswith('keras')\n"
           "import tfrs_logq.keras3 as tlk, numpy as np\n"
-          "print(float(tlk.Retrieval()(np.eye(2, dtype='float32'), np.eye(3, dtype='float32'), "
+          "print(float(tlk.Retrieval()(np.eye(2, 3, dtype='float32'), np.eye(3, dtype='float32'), "
           "candidate_sampling_probability=np.full(3, 0.2, 'float32'), candidate_ids=[1, 2, 3])))\n"
           "try:\n  import tfrs_logq.losses\nexcept ImportError as e:\n  print('ImportError', e)")
   out = _python(code, "tensorflow")
