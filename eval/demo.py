@@ -13,7 +13,8 @@ q_u = [x_u W, 1], c_d = [e_d, beta_d], s(u, d) = <q_u, c_d> (``--user_tower=id``
 by a user-id embedding; it is then evaluated on held-out draws of the training users, as ids
 cannot generalise to new users). One row per loss:
 
-* ``full``: full softmax over the catalog (the target the sampled losses approximate);
+* ``full``: full softmax over the catalog, ``tfrs_logq.losses.full_softmax_loss`` (the target the
+  sampled losses approximate);
 * ``NEGATIVES:CORRECTION[:CONVENTION]``: sampled softmax with ``tfrs_logq.negatives``
   (``in_batch`` = InBatchNegatives, ``mixed`` = MixedNegatives, ``uniform`` = UniformNegatives),
   log Q from a ``tfrs_logq.frequency.ExactCounts`` table of the training draws under the
@@ -428,22 +429,16 @@ class Trainer:
 
   def _loss(self, model, step):
     """Mean loss of one model on its seed's batch ``step`` (composed from the library)."""
-    tf, neg = self._tf, self._negatives
+    tf = self._tf
     r, s, user_var, item_var, sampler = model
     row, data = self.cfg.rows[r], self._data[s]
     ids = data["items"][step]
     query = self._queries(user_var, data, data["users"][step])
-    positives = tf.gather(item_var, ids)
-    if sampler is None:  # full softmax: every item is a negative, the positive masked out
-      catalog = neg.Negatives(tf.range(self.cfg.num_items, dtype=tf.int64), item_var,
-                              tf.zeros([self.cfg.num_items]))
-      scored = neg.score_negatives(query, ids, positives, catalog)
-      correction = "none"
-    else:
-      seed = tf.stack([tf.constant(self.cfg.seeds[s], tf.int64), tf.cast(step, tf.int64)])
-      scored = sampler.score(query, ids, positives, seed=seed, item_table=item_var)
-      correction = row.correction
-    out = self._losses.sampled_softmax_loss(**scored.loss_kwargs(), correction=correction)
+    if sampler is None:  # full softmax over the whole catalog
+      return tf.reduce_mean(self._losses.full_softmax_loss(query, ids, item_var).loss)
+    seed = tf.stack([tf.constant(self.cfg.seeds[s], tf.int64), tf.cast(step, tf.int64)])
+    scored = sampler.score(query, ids, tf.gather(item_var, ids), seed=seed, item_table=item_var)
+    out = self._losses.sampled_softmax_loss(**scored.loss_kwargs(), correction=row.correction)
     return tf.reduce_mean(out.loss)
 
   def _train_steps(self, start, num_steps):
@@ -629,7 +624,9 @@ def _summarise(cfg, per_seed, references, curve, curve_steps) -> Dict:
     diffs.append(entry)
   return {"rows": rows, "references": refs, "paired_differences": diffs,
           "learning_curve": {"steps": curve_steps, "kl": curve},
-          "seeds": list(cfg.seeds), "k": cfg.k}
+          "seeds": list(cfg.seeds), "k": cfg.k,
+          "evaluated_on": ("held-out users" if cfg.user_tower == "features"
+                           else "the training users (held-out draws)")}
 
 
 # ------------------------------------------------------------------------------ reporting
@@ -733,7 +730,8 @@ def _md_table(header, lines) -> List[str]:
 def format_table(summary) -> str:
   n = len(summary["seeds"])
   text = _text_table(*_table_rows(summary))
-  text.append(f"(mean ± s.e. over {n} paired seed{'s' if n > 1 else ''}, held-out users; "
+  text.append(f"(mean ± s.e. over {n} paired seed{'s' if n > 1 else ''}, "
+              f"{summary['evaluated_on']}; "
               f"HR@k: probability that a held-out draw is retrieved, the oracle's is the "
               f"maximum; log P̂/P top 1%: calibration on the most popular 1% of items)")
   if summary["paired_differences"]:
@@ -748,9 +746,9 @@ def format_markdown(summary) -> str:
   md = ["# Demo: corrected vs standard logQ in a world that knows P(d|u)", "",
         f"World: {summary['world']['stats']}.", ""] + _md_table(header, lines)
   md += ["", f"Mean ± standard error over seeds {summary['seeds']} (paired: same seed, same "
-         "initialisation and data for every row), on held-out users. HR@k: the probability that "
-         "a held-out draw is in the top k (the oracle's is the maximum); log P̂/P top 1%: "
-         "calibration on the most popular 1% of items.", "",
+         f"initialisation and data for every row), on {summary['evaluated_on']}. HR@k: the "
+         "probability that a held-out draw is in the top k (the oracle's is the maximum); "
+         "log P̂/P top 1%: calibration on the most popular 1% of items.", "",
          "## Paired differences (95% interval over seeds)", ""]
   md += _md_table(*_difference_rows(summary))
   md += [""] + ["- " + v for v in verdicts(summary)]
