@@ -37,13 +37,17 @@ Metrics, on held-out users u (E_u = mean over them), with P = P(.|u) and P̂ the
                   (the same, for held-out draws whose item lies in popularity decile j)
     calibration bin j = E over held-out draws (u, d), bin(d) = j, of log P̂(d|u) - log P(d|u)
                   (learned logit - true logit, centred per user by each side's log-normaliser;
-                   > 0: the model over-predicts the decile's items, < 0: under-predicts)
+                   > 0: the model over-predicts the bin's items, < 0: under-predicts)
 
 Deciles rank the items by their true popularity Q(d) = E_u P(d|u) (decile 1 = the most popular
-tenth). Reference rows: ``oracle`` (P̂ = P) and ``most popular`` (P̂ = Q, the same list for
-every user). Every row is reported as mean ± standard error over the seeds, and the paired
-difference corrected - standard (per seed, then mean ± t_{0.975, S-1} * sd / sqrt(S), a 95%
-interval) for every negatives / convention that has both rows.
+tenth); the table also gives HR@k of deciles 2-10 together and the calibration of the most
+popular 1% of the items, summary.md the calibration by popularity-rank bins (1, 2-3, 4-10,
+11-30, ...: finer at the head, where standard logQ's bias ~ P(p|u) / (1 - P(p|u)) is predicted),
+and learning_curve.png the KL (on --curve_users users) at --curve_points steps of training.
+Reference rows: ``oracle`` (P̂ = P) and ``most popular`` (P̂ = Q, the same list for every
+user). Every row is reported as mean ± standard error over the seeds, and the paired
+differences corrected - standard, corrected - none and expected_count - unigram log Q (per seed,
+then mean ± t_{0.975, S-1} * sd / sqrt(S), a 95% interval) wherever both rows are present.
 
 Outputs in --output_dir: summary.json (everything, per seed), summary.md (the tables and the
 verdict), calibration.png, recall_by_decile.png, learning_curve.png; the table is printed.
@@ -74,6 +78,7 @@ RANK_EDGES = (1, 2, 4, 11, 31, 101, 301, 1001, 3001, 10001, 30001, 100001)
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
          2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
          2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
 
 class DemoConfig(NamedTuple):
   """Settings of one demo run (the flags of ``python -m eval.demo`` carry the same names)."""
@@ -179,6 +184,9 @@ def parse_row(text: str) -> RowSpec:
     raise ValueError(f"rows: correction must be one of {corrections}, got {correction!r}")
   if convention not in conventions:
     raise ValueError(f"rows: convention must be one of {conventions}, got {convention!r}")
+  if negatives == "uniform" and convention != "unigram":
+    raise ValueError(f"rows: {text!r}: uniform negatives have one log Q (-log |D|), a "
+                     "convention does not apply")
   return RowSpec(negatives, correction, convention)
 
 

@@ -198,6 +198,7 @@ def tf_ops():
       where=tf.where, max=tf.reduce_max, sum=tf.reduce_sum, exp=tf.exp, log=tf.math.log,
       log1p=tf.math.log1p, expm1=tf.math.expm1, sigmoid=tf.sigmoid,
       softplus=tf.math.softplus, stop_gradient=tf.stop_gradient, minimum=tf.minimum,
-      maximum=tf.maximum, logical_and=tf.logical_and, not_equal=tf.not_equal, squeeze=tf.squeeze, expand_dims=tf.expand_dims, cast=_cast, zeros_like=tf.zeros_like,
+      maximum=tf.maximum, logical_and=tf.logical_and, not_equal=tf.not_equal,
+      squeeze=tf.squeeze, expand_dims=tf.expand_dims, cast=_cast, zeros_like=tf.zeros_like,
       ones_like=tf.ones_like, logaddexp=_logaddexp, isfinite=tf.math.is_finite, power=tf.pow,
       full_like=_full_like)

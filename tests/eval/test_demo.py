@@ -126,7 +126,8 @@ def test_parse_row_names_what_is_wrong():
   assert demo.parse_row("full") == demo.RowSpec("full")
   assert demo.parse_row("in_batch:corrected") == demo.RowSpec("in_batch", "corrected")
   for text, word in (("in_batch", "NEGATIVES:CORRECTION"), ("bogus:none", "negatives"),
-                     ("in_batch:bogus", "correction"), ("in_batch:standard:bogus", "convention")):
+                     ("in_batch:bogus", "correction"), ("in_batch:standard:bogus", "convention"),
+                     ("uniform:corrected:mixture", "uniform")):
     with pytest.raises(ValueError, match=word):
       demo.parse_row(text)
 

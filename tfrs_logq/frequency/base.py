@@ -3,13 +3,15 @@
 Q(d) is the per-draw probability that one negative slot holds item d; it sums to 1 over the
 catalog (one meaning throughout tfrs_logq). Every estimator is a Keras layer with
 
-* ``update(ids)``: called once per training step with the step's candidate ids (int or string,
-  any rank >= 1, flattened). Under a ``tf.distribute`` strategy, when called in replica context
+* ``update(ids, valid=None)``: called once per training step with the step's candidate ids (int
+  or string, any rank >= 1, flattened); ``valid`` (bool, same shape) leaves out padding entries of
+  a static-shape batch. Under a ``tf.distribute`` strategy, when called in replica context
   (inside ``strategy.run`` / ``model.fit``), the ids of all replicas are gathered with
-  ``ReplicaContext.all_gather`` (in replica order, identical on every replica) and every replica
-  applies the identical update to its copy of the state, so the state stays identical and
-  estimates the *global* batch. An empty (global) batch is a documented no-op: nothing changes,
-  not even the step counter.
+  ``ReplicaContext.all_gather`` (in replica order, identical on every replica; an all-reduce of
+  per-replica blocks inside XLA, see ``tfrs_logq._static_shapes``) and every replica applies the
+  identical, deterministic update to its own copy of the state, so the state stays identical and
+  estimates the *global* batch. An empty (global) batch, or one without a valid entry, is a
+  documented no-op: nothing changes, not even the step counter.
 * ``log_q(ids) -> float32, same shape as ids``: log Q(d), always finite (each estimator documents
   its floor for ids never seen).
 * ``log_q_prime(ids, positive_ids)``: log Q'(d) = log Q(d) − log(1 − Q(p)) with the usual
@@ -20,9 +22,15 @@ catalog (one meaning throughout tfrs_logq). Every estimator is a Keras layer wit
 * ``call(ids)`` is ``log_q(ids)``.
 
 State lives in non-trainable variables created in ``__init__`` (construct the layer inside
-``strategy.scope()`` when distributing) with ``aggregation=ONLY_FIRST_REPLICA``, and is updated
-with scatter ops only (no ``tf.lookup`` tables), so it is saved by ``tf.train.Checkpoint`` and in
-SavedModels.
+``strategy.scope()`` when distributing) with ``aggregation=NONE`` (each replica writes its own
+copy, no ``merge_call``, so the update also runs inside an XLA-compiled replica function), and is
+updated with scatter ops only (no ``tf.lookup`` tables), so it is saved by ``tf.train.Checkpoint``
+and in SavedModels.
+
+Static shapes. Updates group the step's slots by `tf.unique`, or, when ``valid`` is given or the
+update is compiled by XLA (``tf.function(jit_compile=True)``, TPU), by a stable sort
+(``tfrs_logq._static_shapes``): every intermediate then has the size of the batch, and the same
+value is scattered to every copy of a slot, so both paths give the same state.
 
 Input checks (``validate_ids=True``): integer ids must be >= 0 and, when ``num_items`` is
 declared, < num_items (``tf.errors.InvalidArgumentError`` at run time, raised before any state
@@ -37,6 +45,7 @@ import numpy as np
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
+from tfrs_logq import _static_shapes
 from tfrs_logq import log_q as log_q_lib
 from tfrs_logq.frequency import hashing
 
@@ -77,10 +86,10 @@ class FrequencyEstimator(tf.keras.layers.Layer):
       log Q'(d) = log Q(d) − log(1 − Q(p))          (``log_q_prime(ids, positive_ids)``)
 
   with 1 − Q(p) floored at ``MIN_ONE_MINUS_Q``. Base class: id handling, cross-replica
-  gathering, log Q' and the Keras plumbing. Subclasses implement ``_update_keys(keys)`` (1-D
-  int64 keys of the global batch, may be empty) and ``_log_q_keys(keys)`` (int64 keys of any
-  shape -> float32 log Q), and may override ``log_one_minus_q`` when they can compute it more
-  exactly.
+  gathering, log Q' and the Keras plumbing. Subclasses implement ``_update_keys(keys, valid)``
+  (1-D int64 keys of the global batch, may be empty; ``valid`` None or bool of the same shape,
+  False entries not counted) and ``_log_q_keys(keys)`` (int64 keys of any shape -> float32
+  log Q), and may override ``log_one_minus_q`` when they can compute it more exactly.
   """
 
   supports_strings = True
@@ -98,7 +107,7 @@ class FrequencyEstimator(tf.keras.layers.Layer):
         name=name, shape=shape, dtype=dtype, trainable=False,
         initializer=tf.keras.initializers.Constant(initial),
         synchronization=tf.VariableSynchronization.ON_WRITE,
-        aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
+        aggregation=tf.VariableAggregation.NONE)
 
   # ---- id handling ---------------------------------------------------------------------------
   def _keys(self, ids, *, flatten: bool) -> tf.Tensor:
@@ -134,9 +143,26 @@ class FrequencyEstimator(tf.keras.layers.Layer):
     return keys, [c for c in checks if c is not None]
 
   # ---- public interface ----------------------------------------------------------------------
-  def update(self, ids) -> None:
-    """Counts one training step's candidate ids (gathered across replicas when distributed)."""
+  def update(self, ids, valid=None) -> None:
+    """Counts one training step's candidate ids (gathered across replicas when distributed).
+
+    Args:
+      ids: int or string ids, any rank >= 1.
+      valid: optional bool, same shape as ``ids``: False entries (padding of a static-shape
+        batch) are not counted.
+    """
     keys, checks = self._keys_and_checks(ids, flatten=True)
+    if valid is not None:
+      valid = tf.convert_to_tensor(valid)
+      if valid.dtype != tf.bool:
+        raise TypeError(f"{self.name}.update: valid must be bool, got {valid.dtype.name}")
+      ids_shape = tf.convert_to_tensor(ids).shape
+      if not valid.shape.is_compatible_with(ids_shape):
+        raise ValueError(f"{self.name}.update: valid {valid.shape} does not match ids "
+                         f"{ids_shape}")
+      valid = tf.reshape(valid, [-1])
+      checks.append(tf.debugging.assert_equal(tf.size(valid), tf.size(keys),
+                                              message="valid must have the shape of ids"))
     # Every op of the update (not only those fed by `keys`, whose size may be constant-folded)
     # waits for the input checks, so a failed check leaves the state untouched.
     with tf.control_dependencies(checks):
@@ -144,8 +170,16 @@ class FrequencyEstimator(tf.keras.layers.Layer):
       if tf.distribute.has_strategy() and not tf.distribute.in_cross_replica_context():
         ctx = tf.distribute.get_replica_context()
         if ctx is not None and ctx.num_replicas_in_sync > 1:
-          keys = ctx.all_gather(keys, axis=0)
-      self._update_keys(keys)
+          keys, valid = self._all_gather(ctx, keys, valid)
+      self._update_keys(keys, valid)
+
+  @staticmethod
+  def _all_gather(ctx, keys, valid):
+    if _static_shapes.in_xla_context():
+      gather = lambda x: _static_shapes.all_gather_by_all_reduce(ctx, x)  # noqa: E731
+    else:
+      gather = lambda x: ctx.all_gather(x, axis=0)  # noqa: E731
+    return gather(keys), (None if valid is None else gather(valid))
 
   def log_q(self, ids) -> tf.Tensor:
     """log Q(d), float32, same shape as ids."""
@@ -175,26 +209,54 @@ class FrequencyEstimator(tf.keras.layers.Layer):
     raise NotImplementedError
 
 
-def _group(indices: tf.Tensor):
-  """Distinct values of a 1-D int64 tensor with their multiplicities (deterministic).
+def _num_counted(keys: tf.Tensor, valid) -> tf.Tensor:
+  """Number of ids the step counts, int64 (the valid ones)."""
+  if valid is None:
+    return tf.size(keys, out_type=tf.int64)
+  return tf.reduce_sum(tf.cast(valid, tf.int64))
 
-  Returns (distinct [u] int64, counts [u] int32). Every distinct index appears once, so the
-  scatter updates built from it touch each slot once and do not depend on the order of the ids.
+
+def _static(valid) -> bool:
+  """Group by sorting (static shapes) when a mask is given or XLA compiles the update."""
+  return valid is not None or _static_shapes.in_xla_context()
+
+
+def _group(indices: tf.Tensor, valid=None):
+  """Multiplicity of each id of a 1-D int64 tensor (deterministic).
+
+  Returns ``(ids, counts int32)``. Dynamic path: the distinct ids, each once, with counts >= 1.
+  Static path (``valid`` given or XLA): all ids sorted, each with the number of valid entries of
+  its value (copies of one id carry the same count; 0 when none of them is valid).
   """
-  distinct, _, counts = tf.unique_with_counts(indices, out_idx=tf.int32)
-  return distinct, counts
+  if not _static(valid):
+    distinct, _, counts = tf.unique_with_counts(indices, out_idx=tf.int32)
+    return distinct, counts
+  runs = _static_shapes.sorted_runs(indices)
+  weights = (tf.ones_like(runs.run) if valid is None
+             else tf.cast(tf.gather(valid, runs.order), tf.int32))
+  return runs.keys, _static_shapes.run_total(runs, weights)
 
 
-def _group_slots(keys: tf.Tensor, slots_fn):
-  """Distinct slots hit by a batch and how often: ids are de-duplicated first, so the hash
-  functions run once per distinct id, then the slots of all hash functions are grouped
-  (collisions of distinct ids add up). Deterministic; returns (slots [s] int64, counts [s] int32).
+def _group_slots(keys: tf.Tensor, slots_fn, valid=None):
+  """Slots hit by a batch and how often (collisions of distinct ids add up). Deterministic.
 
-  slots_fn maps distinct keys [u] to slots [m, u].
+  ``slots_fn`` maps keys [u] to slots [m, u]. Dynamic path: ids are de-duplicated first, so the
+  hash functions run once per distinct id, then the slots of all hash functions are grouped;
+  returns ``(slots [s] int64, counts [s] int32)`` with distinct slots. Static path (``valid``
+  given or XLA): every entry's m slots, sorted, each with its slot's total count (copies of one
+  slot carry the same count, 0 when no valid entry hits it), so a scatter of per-slot values
+  writes the same value to every copy.
   """
-  distinct, id_counts = _group(keys)
-  slots = slots_fn(distinct)
+  if not _static(valid):
+    distinct, id_counts = _group(keys)
+    slots = slots_fn(distinct)
+    m = tf.shape(slots)[0]
+    slots_u, segment = tf.unique(tf.reshape(slots, [-1]), out_idx=tf.int32)
+    counts = tf.math.unsorted_segment_sum(tf.tile(id_counts, [m]), segment, tf.size(slots_u))
+    return slots_u, counts
+  slots = slots_fn(keys)
   m = tf.shape(slots)[0]
-  slots_u, segment = tf.unique(tf.reshape(slots, [-1]), out_idx=tf.int32)
-  counts = tf.math.unsorted_segment_sum(tf.tile(id_counts, [m]), segment, tf.size(slots_u))
-  return slots_u, counts
+  weights = (tf.ones([tf.size(slots)], tf.int32) if valid is None
+             else tf.tile(tf.cast(valid, tf.int32), [m]))
+  runs = _static_shapes.sorted_runs(tf.reshape(slots, [-1]))
+  return runs.keys, _static_shapes.run_total(runs, tf.gather(weights, runs.order))

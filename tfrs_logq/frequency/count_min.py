@@ -31,6 +31,7 @@ from typing import Optional
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
+from tfrs_logq import _static_shapes
 from tfrs_logq.frequency import base
 from tfrs_logq.frequency import hashing
 
@@ -128,17 +129,24 @@ class CountMinSketch(base.FrequencyEstimator):
     age = tf.cast(t - tf.cast(tf.gather(self.last_write, cells), tf.int64), tf.float32)
     return values * tf.pow(tf.constant(self.decay, tf.float32), age)
 
-  def _write(self, cells, values, t):
+  def _write(self, cells, values, t, hit=None):
+    """Writes cell values at step t. Where ``hit`` is False (the static path's cells hit only by
+    padding entries) the cell is written back unchanged, value and last write alike."""
+    new_last = tf.fill(tf.shape(cells), tf.cast(t, tf.int32))
+    if hit is not None:
+      values = tf.where(hit, values, tf.gather(self.table, cells))
+      if self.last_write is not None:
+        new_last = tf.where(hit, new_last, tf.gather(self.last_write, cells))
     self.table.scatter_update(tf.IndexedSlices(values, cells))
     if self.last_write is not None:
-      self.last_write.scatter_update(tf.IndexedSlices(
-          tf.fill(tf.shape(cells), tf.cast(t, tf.int32)), cells))
+      self.last_write.scatter_update(tf.IndexedSlices(new_last, cells))
 
-  def _update_keys(self, keys):
-    n = tf.size(keys, out_type=tf.int64)
+  def _update_keys(self, keys, valid=None):
+    n = base._num_counted(keys, valid)
     nonempty = n > 0
     t_new = self.step + tf.cast(nonempty, tf.int64)
-    if self.conservative:
+    hit = None
+    if self.conservative and not base._static(valid):
       ids, counts = base._group(keys)
       id_cells = self._cells(ids)                                   # [depth, u]
       estimate = tf.reduce_min(self._read(id_cells, t_new), axis=0)
@@ -147,10 +155,25 @@ class CountMinSketch(base.FrequencyEstimator):
       cells, segment = tf.unique(tf.reshape(id_cells, [-1]))
       wanted = tf.math.unsorted_segment_max(wanted, segment, tf.size(cells))
       new_values = tf.maximum(self._read(cells, t_new), wanted)
+    elif self.conservative:
+      # Static shapes: every entry (copies of an id carry the same count c_x and estimate), its
+      # depth cells sorted; each cell takes the max over its entries of est(x) + c_x.
+      ids, counts = base._group(keys, valid)                        # [n] sorted, c_x per entry
+      id_cells = self._cells(ids)                                   # [depth, n]
+      estimate = tf.reduce_min(self._read(id_cells, t_new), axis=0)
+      wanted = estimate + tf.cast(counts, tf.float32)
+      wanted = tf.where(counts > 0, wanted, tf.fill(tf.shape(wanted), -float("inf")))
+      runs = _static_shapes.sorted_runs(tf.reshape(id_cells, [-1]))
+      wanted = tf.gather(tf.reshape(tf.broadcast_to(wanted, tf.shape(id_cells)), [-1]),
+                         runs.order)
+      wanted = _static_shapes.run_total(runs, wanted, "max")
+      cells, hit = runs.keys, wanted > -float("inf")
+      new_values = tf.maximum(self._read(cells, t_new), wanted)
     else:
-      cells, counts = base._group_slots(keys, self._cells)
+      cells, counts = base._group_slots(keys, self._cells, valid)
       new_values = self._read(cells, t_new) + tf.cast(counts, tf.float32)
-    self._write(cells, new_values, t_new)
+      hit = counts > 0 if base._static(valid) else None
+    self._write(cells, new_values, t_new, hit)
     total = self.decay * self.total + tf.cast(n, tf.float32)
     self.total.assign(tf.where(nonempty, total, self.total))
     self.step.assign(t_new)

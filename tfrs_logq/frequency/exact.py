@@ -70,13 +70,13 @@ class ExactCounts(base.FrequencyEstimator):
     self.counts = self._state("counts", [self.num_items], tf.int64, initial)
     self.total = self._state("total", [], tf.int64, int(initial.sum()))
 
-  def _update_keys(self, keys):
+  def _update_keys(self, keys, valid=None):
     if not self.accumulate:
       return
-    distinct, counts = base._group(keys)
-    counts = tf.cast(counts, tf.int64)
-    self.counts.scatter_add(tf.IndexedSlices(counts, distinct))
-    self.total.assign_add(tf.reduce_sum(counts))
+    # An integer scatter-add: copies of an id add up in any order (exact, static shapes).
+    ones = tf.ones_like(keys) if valid is None else tf.cast(valid, tf.int64)
+    self.counts.scatter_add(tf.IndexedSlices(ones, keys))
+    self.total.assign_add(tf.reduce_sum(ones))
 
   def _q64(self, keys):
     """Q(d) in float64 with the documented floors."""

@@ -132,24 +132,27 @@ class HashArrayEstimator(base.FrequencyEstimator):
       return hits
     return tf.where(hits > 0, tf.fill(tf.shape(hits), self.warmup_hits), tf.zeros_like(hits))
 
-  def _update_keys(self, keys):
-    n = tf.size(keys, out_type=tf.int64)
+  def _update_keys(self, keys, valid=None):
+    n = base._num_counted(keys, valid)
     nonempty = n > 0
     t_new = self.step + tf.cast(nonempty, tf.int64)
-    slots, counts = base._group_slots(keys, self._slots)
+    slots, counts = base._group_slots(keys, self._slots, valid)
+    hit = counts > 0               # False only on the static path, for slots of padding entries
     last = tf.gather(self.last_step, slots)
     old_gap = tf.gather(self.gap, slots)
-    k = self._prior_hits(last, tf.gather(self.hits, slots))
+    old_hits = tf.gather(self.hits, slots)
+    k = self._prior_hits(last, old_hits)
     g = tf.cast(t_new - tf.cast(last, tf.int64), tf.float32)
-    c = tf.cast(counts, tf.float32)
+    c = tf.cast(tf.maximum(counts, 1), tf.float32)
     w = _gap_weight(k, counts, self.alpha, self.warmup_hits)
     new_gap = w * old_gap + (1.0 - w) * (g / c)
     new_hits = tf.minimum(tf.cast(k, tf.int64) + tf.cast(counts, tf.int64), self.warmup_hits)
     new_hits = tf.where(tf.equal(last, 0), tf.zeros_like(new_hits), new_hits)  # first sighting
-    self.gap.scatter_update(tf.IndexedSlices(new_gap, slots))
-    self.hits.scatter_update(tf.IndexedSlices(tf.cast(new_hits, tf.int32), slots))
-    self.last_step.scatter_update(tf.IndexedSlices(
-        tf.fill(tf.shape(slots), tf.cast(t_new, tf.int32)), slots))
+    new_last = tf.fill(tf.shape(slots), tf.cast(t_new, tf.int32))
+    self.gap.scatter_update(tf.IndexedSlices(tf.where(hit, new_gap, old_gap), slots))
+    self.hits.scatter_update(tf.IndexedSlices(
+        tf.where(hit, tf.cast(new_hits, tf.int32), old_hits), slots))
+    self.last_step.scatter_update(tf.IndexedSlices(tf.where(hit, new_last, last), slots))
     rate = tf.maximum(tf.constant(self.alpha, tf.float32),
                       1.0 / tf.cast(tf.maximum(t_new, 1), tf.float32))
     n_bar = (1.0 - rate) * self.ids_per_step + rate * tf.cast(n, tf.float32)

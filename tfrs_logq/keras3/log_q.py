@@ -18,7 +18,8 @@ from tfrs_logq.keras3 import _tensors
 
 MIN_ONE_MINUS_Q = _formulas.MIN_ONE_MINUS_Q
 
-__all__ = ["MIN_ONE_MINUS_Q", "log1mexp", "validate_log_q", "probability_to_log_q", "resolve_log_q", "log_q_prime"]
+__all__ = ["MIN_ONE_MINUS_Q", "log1mexp", "validate_log_q", "probability_to_log_q",
+           "resolve_log_q", "log_q_prime"]
 
 
 def log1mexp(x, min_one_minus_p: float = _formulas.MIN_ONE_MINUS_Q):

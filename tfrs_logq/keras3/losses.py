@@ -4,7 +4,8 @@ The same four formulas as ``tfrs_logq.losses`` (the tf-keras path), from the sam
 ``tfrs_logq._formulas.sampled_softmax``, evaluated with ``keras.ops`` (JAX, TensorFlow, PyTorch):
 
     none                  L = -(s_p - log(e^{s_p} + sum_i e^{s_i}))
-    standard              L = -((s_p - log Q(p)) - log(e^{s_p - log Q(p)} + sum_i e^{s_i - log Q(d_i)}))
+    standard              L = -((s_p - log Q(p))
+                                - log(e^{s_p - log Q(p)} + sum_i e^{s_i - log Q(d_i)}))
     standard_no_positive  L = -(s_p - log(e^{s_p} + sum_i e^{s_i - log Q(d_i)}))
     corrected             Z = LSE_i(s_i - log Q'(d_i)),  log Q' = log Q - log(1 - Q(p))  ("exact")
                           w = sg(sigmoid(Z - log n - s_p)),  L = -w (s_p - Z)

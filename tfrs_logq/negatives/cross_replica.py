@@ -16,12 +16,24 @@ approximation described in `in_batch` (one distinct item ~ one draw, exact only 
 in-batch slots (the ``mixture`` convention's ``k_b``) uses the global count. The frequency
 estimator must therefore be updated with the global batch's ids (the estimators of
 `tfrs_logq.frequency` gather across replicas in ``update``).
+
+Compiled replica steps. ``ReplicaContext.all_gather`` goes through ``merge_call``, which a
+replica function compiled by XLA (``strategy.run(tf.function(fn, jit_compile=True))``, the
+merge-call-free path MirroredStrategy offers on GPUs) cannot contain. There the rows are gathered
+by an all-reduce instead (``method="all_reduce"``, the default inside XLA): replica r writes its
+rows into block r of a zero ``[R * B_r, ...]`` tensor and the blocks are summed over replicas,
+which is exact (x + 0 = x) and differentiable (the gradient is the all-reduce of the incoming
+gradient, sliced back to block r). It needs the same ``B_r`` on every replica (static shapes).
 """
 
 from typing import Sequence
 
 import tfrs_logq  # noqa: F401
 import tensorflow as tf
+
+from tfrs_logq import _static_shapes
+
+METHODS = ("auto", "all_gather", "all_reduce")
 
 
 def num_replicas() -> int:
@@ -36,12 +48,15 @@ def in_replica_context_with_peers() -> bool:
           and ctx.num_replicas_in_sync > 1)
 
 
-def all_gather_rows(tensors: Sequence[tf.Tensor]) -> list:
+def all_gather_rows(tensors: Sequence[tf.Tensor], method: str = "auto") -> list:
   """All-gathers each tensor along axis 0 across replicas (identity with one replica).
 
   Args:
     tensors: tensors with the same leading size ``B_r`` on a replica (sizes may differ between
-      replicas); each of rank >= 1.
+      replicas with ``"all_gather"``); each of rank >= 1.
+    method: ``"all_gather"`` (``ReplicaContext.all_gather``), ``"all_reduce"`` (block placement
+      + all-reduce sum; equal ``B_r`` on every replica; works inside XLA-compiled replica
+      functions) or ``"auto"`` (``"all_reduce"`` while compiled by XLA, else ``"all_gather"``).
 
   Returns:
     The gathered tensors, ``[sum_r B_r, ...]``, rows of replica 0 first. Differentiable.
@@ -49,8 +64,10 @@ def all_gather_rows(tensors: Sequence[tf.Tensor]) -> list:
   Raises:
     RuntimeError: called in a cross-replica context of a multi-replica strategy (all-gather
       needs every replica to participate: call it inside ``strategy.run``).
-    ValueError: a scalar tensor.
+    ValueError: a scalar tensor, or an unknown ``method``.
   """
+  if method not in METHODS:
+    raise ValueError(f"method must be one of {METHODS}, got {method!r}")
   tensors = [tf.convert_to_tensor(t) for t in tensors]
   for t in tensors:
     if t.shape.rank == 0:
@@ -66,6 +83,9 @@ def all_gather_rows(tensors: Sequence[tf.Tensor]) -> list:
     return list(tensors)
   if ctx.num_replicas_in_sync == 1:
     return list(tensors)
+  if method == "all_reduce" or (method == "auto" and _static_shapes.in_xla_context()):
+    stop = lambda t: _dense_gradient(t) if t.dtype.is_floating else tf.stop_gradient(t)  # noqa: E731
+    return [_static_shapes.all_gather_by_all_reduce(ctx, stop(t)) for t in tensors]
   # One all-gather per tensor: the gradient of a nested all-gather packs the gradients of all
   # members into one concat, which fails for a mix of integer ids and float rows.
   out = []

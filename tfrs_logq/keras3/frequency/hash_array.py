@@ -5,7 +5,7 @@ rule and reading (see that module for the derivation). Per hash function h_i, A_
 last hit, B_i = moving estimate of steps per hit, K_i = hits since the first sighting (capped at
 J = ⌊1/α⌋); a bucket hit c times in step t with gap g = t − A_i and k = K_i prior hits gets
 
-    B ← w·B + (1 − w)·g / c,     w = Π_{j=k+1}^{k+c} (1 − max(α, 1/j))   (_formulas.gap_weight)
+    B ← w·B + (1 − w)·g / c, w = Π_{j=k+1}^{k+c} (1 − max(α, 1/j))  (_formulas.gap_weight)
 
 (the first sighting only sets B = t / c), and
 
