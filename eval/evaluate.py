@@ -60,7 +60,7 @@ from train import export as export_lib
 
 FLAGS = flags.FLAGS
 config_flags.define_flags(EvalConfig)
-_DATA_FLAGS = config_flags.define_flags(
+config_flags.define_flags(
     data_lib.DataConfig, defaults={leaf.flag: None for leaf in config_flags.leaves(
         data_lib.DataConfig)},
     help_note="Default: the export's (export_meta.json).")

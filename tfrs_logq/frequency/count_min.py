@@ -162,12 +162,14 @@ class CountMinSketch(base.FrequencyEstimator):
       id_cells = self._cells(ids)                                   # [depth, n]
       estimate = tf.reduce_min(self._read(id_cells, t_new), axis=0)
       wanted = estimate + tf.cast(counts, tf.float32)
-      wanted = tf.where(counts > 0, wanted, tf.fill(tf.shape(wanted), -float("inf")))
       runs = _static_shapes.sorted_runs(tf.reshape(id_cells, [-1]))
-      wanted = tf.gather(tf.reshape(tf.broadcast_to(wanted, tf.shape(id_cells)), [-1]),
-                         runs.order)
-      wanted = _static_shapes.run_total(runs, wanted, "max")
-      cells, hit = runs.keys, wanted > -float("inf")
+      per_cell = lambda x: tf.gather(  # noqa: E731
+          tf.reshape(tf.broadcast_to(x, tf.shape(id_cells)), [-1]), runs.order)
+      counted = per_cell(counts) > 0
+      wanted = tf.where(counted, per_cell(wanted), tf.zeros_like(per_cell(wanted)))
+      wanted = _static_shapes.run_total(runs, wanted, "max")      # est + c >= 1 where counted
+      hit = _static_shapes.run_total(runs, tf.cast(counted, tf.int32), "max") > 0
+      cells = runs.keys
       new_values = tf.maximum(self._read(cells, t_new), wanted)
     else:
       cells, counts = base._group_slots(keys, self._cells, valid)

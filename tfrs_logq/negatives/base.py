@@ -21,6 +21,14 @@ log_q, positive_log_q)` holds the sampled negatives themselves:
   ``[A, N]``; a log Q that does not depend on the row may stay ``[N]`` with per-query ids.
 * ``positive_log_q``: float32 ``[A]`` or ``None``: log Q(p) of each query's positive under the
   same proposal, which the corrected loss needs for ``log Q'(d) = log Q(d) - log(1 - Q(p))``.
+* ``valid``: bool of the shape of ``ids``, or ``None`` (all valid): False marks padding slots of a
+  static-shape pool (an XLA-compiled step keeps the in-batch pool at its full size and masks the
+  duplicates instead of dropping them); scoring folds it into ``valid_mask``, and the log Q of a
+  padding slot is finite.
+
+``score(..., valid=None)``: an optional bool ``[A]`` marks padding *queries* of a static-shape
+batch (e.g. SASRec's padded positions); they are left out of any in-batch pool and of the uniform
+draws' numbering, their rows are still scored (finite) and the caller drops their loss.
 """
 
 import numbers
@@ -41,11 +49,13 @@ class Negatives(NamedTuple):
     log_q: [N] or [A, N] log Q(d_i) (per-draw probability; [N] may go with per-query ids when it
       does not depend on the row).
     positive_log_q: [A] log Q(p_a) of each query's positive under the same proposal, or None.
+    valid: bool, shape of ``ids``: False for padding slots of a static-shape pool; None = all.
   """
   ids: tf.Tensor
   embeddings: tf.Tensor
   log_q: tf.Tensor
   positive_log_q: Optional[tf.Tensor] = None
+  valid: Optional[tf.Tensor] = None
 
   @property
   def shared(self) -> bool:
@@ -69,12 +79,13 @@ class NegativeSampler:
   """
 
   def sample_negatives(self, query_embeddings, positive_ids, positive_embeddings, *, seed=None,
-                       sequence_ids=None, item_table=None) -> Negatives:
+                       sequence_ids=None, item_table=None, valid=None) -> Negatives:
     """The negatives of one step (`Negatives`); arguments as in `score`."""
     raise NotImplementedError(f"{type(self).__name__} must implement sample_negatives")
 
   def score(self, query_embeddings, positive_ids, positive_embeddings, *,
-            temperature: float = 1.0, seed=None, sequence_ids=None, item_table=None):
+            temperature: float = 1.0, seed=None, sequence_ids=None, item_table=None,
+            valid=None):
     """Draws the step's negatives and scores the queries against them.
 
     Args:
@@ -90,6 +101,8 @@ class NegativeSampler:
         zero-argument callable returning it): per-query negatives may score through one
         [A, V] matmul + gather when that is cheaper, and samplers without a candidate
         embedder embed from it.
+      valid: optional bool ``[A]``: False for padding queries of a static-shape batch (left
+        out of in-batch pools; their rows are scored and must be dropped by the caller).
 
     Returns:
       ``ScoredCandidates(positive_scores [A], negative_scores [A, N], negative_log_q [N] or
@@ -98,7 +111,7 @@ class NegativeSampler:
     from tfrs_logq.negatives import scoring  # pylint: disable=g-import-not-at-top
     negatives = self.sample_negatives(query_embeddings, positive_ids, positive_embeddings,
                                       seed=seed, sequence_ids=sequence_ids,
-                                      item_table=item_table)
+                                      item_table=item_table, valid=valid)
     return scoring.score_negatives(query_embeddings, positive_ids, positive_embeddings,
                                    negatives, temperature=temperature)
 
@@ -163,9 +176,9 @@ def validate_negatives(negatives: Negatives) -> Negatives:
   """Checks ranks, dtypes and matching sizes of a `Negatives`; returns it with int64/float32.
 
   Raises:
-    TypeError: non-integer ids or non-floating embeddings / log Q.
+    TypeError: non-integer ids, non-floating embeddings / log Q, non-bool valid.
     ValueError: ranks or sizes that do not fit ``ids [N] | [A, N]``, ``embeddings [N, d] |
-      [A, N, d]``, ``log_q [N] | [A, N]``.
+      [A, N, d]``, ``log_q [N] | [A, N]``, ``valid`` of the shape of ids.
   """
   if not isinstance(negatives, Negatives):
     raise TypeError(f"expected a Negatives, got {type(negatives).__name__}")
@@ -186,6 +199,13 @@ def validate_negatives(negatives: Negatives) -> Negatives:
   if pos is not None:
     pos = as_float(pos, "Negatives.positive_log_q")
     check_rank(pos, 1, "Negatives.positive_log_q")
+  valid = negatives.valid
+  if valid is not None:
+    valid = tf.convert_to_tensor(valid)
+    if valid.dtype != tf.bool:
+      raise TypeError(f"Negatives.valid must be bool, got dtype {valid.dtype.name}")
+    check_rank(valid, rank, "Negatives.valid (rank of ids)")
+    deps += check_same_dim(ids, -1, valid, -1, "Negatives ids vs valid")
   with tf.control_dependencies(deps):
     ids = tf.identity(ids)
-  return Negatives(ids, emb, log_q, pos)
+  return Negatives(ids, emb, log_q, pos, valid)

@@ -92,6 +92,8 @@ def all_gather_rows(tensors: Sequence[tf.Tensor], method: str = "auto") -> list:
   for t in tensors:
     if t.dtype.is_floating:
       out.append(_dense_gradient(ctx.all_gather(t, axis=0)))
+    elif t.dtype == tf.bool:                                 # collectives take numbers
+      out.append(tf.cast(ctx.all_gather(tf.cast(t, tf.int64), axis=0), tf.bool))
     else:
       out.append(tf.stop_gradient(ctx.all_gather(t, axis=0)))
   return out

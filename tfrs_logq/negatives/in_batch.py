@@ -8,8 +8,19 @@ Deduplication (deterministic). Distinct ids are kept in order of **first occurre
 embedding and log Q of a distinct id are those of its first row, so its gradient flows to that row
 (with an id table every row of an id holds the same vector). Optionally ``num_negatives = k_b``
 keeps a uniformly random subset of ``min(U, k_b)`` of the ``U`` distinct ids (without replacement,
-kept in first-occurrence order). The same negatives are shared by every query; each query masks
-its own positive later (accidental hits, `scoring`).
+kept in first-occurrence order): every valid pool row r gets a random int32 key ``z[rank(r)]``
+(``rank`` = its index among the valid rows, ``z`` a stateless draw of the step seed) and the
+``k_b`` distinct ids with the largest keys of their first rows are kept. The same negatives are
+shared by every query; each query masks its own positive later (accidental hits, `scoring`).
+
+Static shapes (``static_shapes=True``, or automatically inside ``tf.function(jit_compile=True)``):
+the pool keeps all ``B`` rows (all ``k_b`` slots with a subsample) and marks the first
+occurrences in ``Negatives.valid`` instead of dropping the rest: dedup by a stable sort
+(``tfrs_logq._static_shapes.first_occurrence``), subsample by ``top_k`` over the keys of the first
+occurrences (padding slots when U < k_b). Padding rows of the batch (``valid``) stay in the pool,
+masked; every masked slot has log Q = 0 (finite). Scoring masks the slots, so the loss, U, n_b and
+the log Q of every convention equal the dynamic path's, and since the keys follow the rank among
+valid rows the static subsample keeps the same ids as the dynamic one.
 
 log Q conventions (``convention``; Q is a per-draw probability, see `tfrs_logq.log_q`):
 
@@ -42,6 +53,7 @@ from typing import NamedTuple, Optional
 import tfrs_logq  # noqa: F401
 import tensorflow as tf
 
+from tfrs_logq import _static_shapes
 from tfrs_logq import log_q as log_q_lib
 from tfrs_logq.negatives import cross_replica
 from tfrs_logq.negatives.base import (NegativeSampler, Negatives, as_float, as_ids,
@@ -49,7 +61,7 @@ from tfrs_logq.negatives.base import (NegativeSampler, Negatives, as_float, as_i
                                        check_same_dim)
 
 __all__ = ["InBatchNegatives", "InBatchPool", "CONVENTIONS", "dedup_first_occurrence",
-           "subsample_indices", "expected_count_log_q"]
+           "first_occurrence_mask", "subsample_indices", "expected_count_log_q"]
 
 CONVENTIONS = ("unigram", "mixture", "expected_count")
 
@@ -73,23 +85,54 @@ def dedup_first_occurrence(ids):
   return unique_ids, first_index, inverse
 
 
+def first_occurrence_mask(ids, valid=None) -> tf.Tensor:
+  """Static-shape dedup: bool ``[B]``, True at the first valid row of each distinct id.
+
+  ``boolean_mask(ids, mask)`` is ``dedup_first_occurrence(boolean_mask(ids, valid))[0]``; the
+  shape is that of ``ids`` whatever the values (a stable sort, no `tf.unique`: XLA / TPU).
+
+  Args:
+    ids: integer ``[B]``.
+    valid: optional bool ``[B]``; False rows are never a first occurrence.
+  """
+  ids = as_ids(ids, "ids")
+  check_rank(ids, 1, "ids")
+  if valid is not None:
+    valid = tf.convert_to_tensor(valid)
+    if valid.dtype != tf.bool:
+      raise TypeError(f"valid must be bool, got {valid.dtype.name}")
+  return _static_shapes.first_occurrence(ids, valid)[0]
+
+
+def _random_keys(n, seed) -> tf.Tensor:
+  """int32 [n] uniform keys from a stateless ``[2]`` seed (a fresh one when None).
+
+  Integer keys: the stateless integer draws are bit-identical with and without XLA (the float
+  ones are not), and the first m keys of a draw of n are the draw of m.
+  """
+  if seed is None:
+    seed = tf.random.uniform([2], minval=0, maxval=2**62, dtype=tf.int64)
+  return tf.random.stateless_uniform(tf.reshape(tf.cast(n, tf.int32), [1]),
+                                     seed=tf.cast(seed, tf.int64), minval=None, maxval=None,
+                                     dtype=tf.int32)
+
+
 def subsample_indices(n, k: int, seed=None) -> tf.Tensor:
   """``min(n, k)`` distinct indices of ``range(n)`` chosen uniformly at random, increasing.
+
+  The indices with the ``k`` largest of n random int32 keys (`InBatchNegatives` keeps its
+  ``k_b`` distinct ids the same way, one key per valid pool row).
 
   Args:
     n: scalar int, the pool size.
     k: the number to keep (positive int).
     seed: optional ``[2]`` int seed for the stateless RNG (same seed -> same subset, also
-      across replicas); None draws from the stateful global RNG.
+      across replicas); None draws a fresh seed from the stateful global RNG.
   """
   if not isinstance(k, int) or k <= 0:
     raise ValueError(f"num_negatives must be a positive int, got {k!r}")
   n = tf.cast(n, tf.int32)
-  if seed is None:
-    keys = tf.random.uniform([n])
-  else:
-    keys = tf.random.stateless_uniform([n], seed=tf.cast(seed, tf.int64))
-  _, chosen = tf.math.top_k(keys, k=tf.minimum(n, k))
+  _, chosen = tf.math.top_k(_random_keys(n, seed), k=tf.minimum(n, k))
   return tf.sort(chosen)
 
 
@@ -108,8 +151,10 @@ class InBatchPool(NamedTuple):
 
   @property
   def num_kept(self) -> tf.Tensor:
-    """n_b = min(U, k_b), int32 scalar."""
-    return tf.shape(self.negatives.ids)[0]
+    """n_b = min(U, k_b), int32 scalar (the valid slots of a static-shape pool)."""
+    if self.negatives.valid is None:
+      return tf.shape(self.negatives.ids)[0]
+    return tf.reduce_sum(tf.cast(self.negatives.valid, tf.int32))
 
 
 def expected_count_log_q(log_q_unigram, pool: InBatchPool) -> tf.Tensor:
@@ -147,10 +192,13 @@ class InBatchNegatives(NegativeSampler):
     cross_replica: under ``tf.distribute`` (inside ``strategy.run``) all-gather the pool over
       replicas so the global batch is the in-batch pool (see `cross_replica`).
     convention: ``"unigram"`` (= ``"mixture"`` here) or ``"expected_count"``.
+    static_shapes: keep the pool at its full size with ``Negatives.valid`` (module docstring);
+      None (default) = only while compiled by XLA.
   """
 
   def __init__(self, frequency_estimator=None, *, num_negatives: Optional[int] = None,
-               cross_replica: bool = True, convention: str = "unigram"):
+               cross_replica: bool = True, convention: str = "unigram",
+               static_shapes: Optional[bool] = None):
     if frequency_estimator is not None and not callable(
         getattr(frequency_estimator, "log_q", None)):
       raise TypeError("frequency_estimator must have a log_q(ids) method, got "
@@ -163,11 +211,13 @@ class InBatchNegatives(NegativeSampler):
     self.num_negatives = num_negatives
     self.cross_replica = bool(cross_replica)
     self.convention = convention
+    self.static_shapes = None if static_shapes is None else bool(static_shapes)
 
   def get_config(self) -> dict:
     """Constructor arguments; ``frequency_estimator`` is returned as the object itself."""
     return dict(frequency_estimator=self.frequency_estimator, num_negatives=self.num_negatives,
-                cross_replica=self.cross_replica, convention=self.convention)
+                cross_replica=self.cross_replica, convention=self.convention,
+                static_shapes=self.static_shapes)
 
   def unigram_log_q(self, ids) -> tf.Tensor:
     """log q_uni(d) of any ids from the estimator, float32."""
@@ -218,6 +268,8 @@ class InBatchNegatives(NegativeSampler):
       deps += check_same_dim(ids, 0, valid, 0, "positive_ids vs valid")
     with tf.control_dependencies(deps):
       ids = tf.identity(ids)
+    if _static_shapes.use_static_shapes(self.static_shapes):
+      return self._static_pool(ids, emb, log_q, valid, seed)
     positive_log_q = log_q
     pool_ids, pool_emb, pool_log_q = ids, emb, log_q
     if valid is not None:
@@ -230,13 +282,46 @@ class InBatchNegatives(NegativeSampler):
     unique_ids, first_index, _ = dedup_first_occurrence(pool_ids)
     num_distinct = tf.shape(unique_ids)[0]
     if self.num_negatives is not None:
-      first_index = tf.gather(
-          first_index, subsample_indices(num_distinct, self.num_negatives, seed))
+      keys = tf.gather(_random_keys(tf.shape(pool_ids)[0], seed), first_index)
+      _, chosen = tf.math.top_k(keys, k=tf.minimum(num_distinct, self.num_negatives))
+      first_index = tf.gather(first_index, tf.sort(chosen))
       unique_ids = tf.gather(pool_ids, first_index)
     negatives = Negatives(ids=unique_ids, embeddings=tf.gather(pool_emb, first_index),
                           log_q=tf.gather(pool_log_q, first_index),
                           positive_log_q=positive_log_q)
     return InBatchPool(negatives, tf.shape(pool_ids)[0], num_distinct)
+
+  def _static_pool(self, ids, emb, log_q, valid, seed) -> InBatchPool:
+    """The pool with static shapes: all rows (or k_b slots), ``Negatives.valid`` marking the
+    kept first occurrences; masked slots get log Q = 0."""
+    positive_log_q = log_q
+    pool_valid = tf.ones_like(ids, tf.bool) if valid is None else valid
+    pool_ids, pool_emb, pool_log_q = ids, emb, log_q
+    if self.cross_replica:
+      pool_ids, pool_emb, pool_log_q, pool_valid = cross_replica.all_gather_rows(
+          [pool_ids, pool_emb, pool_log_q, pool_valid])
+    first, _, num_distinct = _static_shapes.first_occurrence(pool_ids, pool_valid)
+    num_draws = tf.reduce_sum(tf.cast(pool_valid, tf.int32))
+    if self.num_negatives is None:
+      kept, rows = first, None
+    else:
+      k = self.num_negatives
+      n = tf.shape(pool_ids)[0]
+      # Row r's key is z[rank(r)]: the key the dynamic path gives the same row.
+      keys = tf.gather(_random_keys(n, seed),
+                       tf.minimum(_static_shapes.valid_rank(pool_valid), n - 1))
+      lowest = tf.int64.min
+      score = tf.where(first, tf.cast(keys, tf.int64), tf.fill(tf.shape(keys), lowest))
+      score = tf.concat([score, tf.fill([k], lowest)], 0)       # at least k slots
+      _, chosen = tf.math.top_k(score, k=k)
+      chosen = tf.sort(chosen)
+      kept = tf.gather(tf.concat([first, tf.zeros([k], tf.bool)], 0), chosen)
+      rows = tf.minimum(chosen, n - 1)
+    take = (lambda x: x) if rows is None else (lambda x: tf.gather(x, rows))  # noqa: E731
+    negatives = Negatives(ids=take(pool_ids), embeddings=take(pool_emb),
+                          log_q=tf.where(kept, take(pool_log_q), tf.zeros_like(take(pool_log_q))),
+                          positive_log_q=positive_log_q, valid=kept)
+    return InBatchPool(negatives, num_draws, num_distinct)
 
   def __call__(self, positive_ids, positive_embeddings, *, candidate_log_q=None, valid=None,
                seed=None) -> Negatives:
@@ -253,7 +338,8 @@ class InBatchNegatives(NegativeSampler):
 
     Returns:
       ``Negatives(ids [N], embeddings [N, d], log_q [N], positive_log_q [B])`` with log Q under
-      the convention, ``positive_log_q`` that of the *local* positives (the queries' positives).
+      the convention, ``positive_log_q`` that of the *local* positives (the queries' positives);
+      on the static path N is the pool size (or k_b) and ``valid [N]`` marks the kept slots.
 
     Raises:
       TypeError / ValueError: wrong dtypes, ranks, mismatched sizes or an empty batch.
@@ -265,7 +351,7 @@ class InBatchNegatives(NegativeSampler):
                         positive_log_q=self._convention_log_q(neg.positive_log_q, pool))
 
   def sample_negatives(self, query_embeddings, positive_ids, positive_embeddings, *, seed=None,
-                       sequence_ids=None, item_table=None) -> Negatives:
-    """`__call__` on the queries' positives (the in-batch pool)."""
+                       sequence_ids=None, item_table=None, valid=None) -> Negatives:
+    """`__call__` on the queries' positives (the in-batch pool; ``valid`` leaves padding out)."""
     del query_embeddings, sequence_ids, item_table
-    return self(positive_ids, positive_embeddings, seed=seed)
+    return self(positive_ids, positive_embeddings, seed=seed, valid=valid)

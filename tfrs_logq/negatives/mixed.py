@@ -145,23 +145,28 @@ class MixedNegatives(NegativeSampler):
     Args:
       positive_ids: integer ``[B]`` (the queries' positives; the in-batch pool).
       positive_embeddings: ``[B, d]`` (reused for the in-batch block).
-      valid: optional bool ``[B]`` (padding rows left out of the pool).
+      valid: optional bool ``[B]`` (padding rows left out of the pool and of the numbering of
+        per-query / per-sequence uniform draws).
       seed: optional ``[2]`` stateless seed (split between the two blocks).
       sequence_ids: optional integer ``[B]`` (a per-sequence uniform block).
       item_table: optional table to embed the uniform block from (no candidate embedder).
 
     Returns:
       ``Negatives(ids [N] or [B, N], embeddings [N, d] or [B, N, d], log_q [N] or [B, N],
-      positive_log_q [B])``, ``N = n_b + k_u``, log Q under ``self.convention``; per-query
-      layouts when the uniform block is not shared.
+      positive_log_q [B], valid)``, ``N = n_b + k_u``, log Q under ``self.convention``;
+      per-query layouts when the uniform block is not shared; ``valid`` (shape of ids) is set
+      when the in-batch block has static shapes (its padding slots).
     """
     pool, seed_u = self._in_batch_pool(positive_ids, positive_embeddings, seed, valid)
     batch = pool.negatives
     uni = self.uniform(positive_ids, seed=seed_u, sequence_ids=sequence_ids,
-                       item_table=item_table)
+                       item_table=item_table, valid=valid)
+    batch_valid = batch.valid
     if uni.shared:
       ids = tf.concat([batch.ids, uni.ids], axis=0)
       emb = tf.concat([batch.embeddings, uni.embeddings], axis=0)
+      if batch_valid is not None:
+        batch_valid = tf.concat([batch_valid, tf.ones_like(uni.ids, tf.bool)], axis=0)
     else:
       rows = tf.shape(uni.ids)[0]
       n_b = tf.shape(batch.ids)[0]
@@ -169,18 +174,22 @@ class MixedNegatives(NegativeSampler):
       emb = tf.concat([tf.broadcast_to(batch.embeddings[tf.newaxis],
                                        tf.concat([[rows], tf.shape(batch.embeddings)], 0)),
                        uni.embeddings], axis=1)
+      if batch_valid is not None:
+        batch_valid = tf.concat([tf.broadcast_to(batch_valid, tf.stack([rows, n_b])),
+                                 tf.ones_like(uni.ids, tf.bool)], axis=1)
     return Negatives(ids=ids, embeddings=emb, log_q=self.log_q(ids, pool),
-                     positive_log_q=self.log_q(positive_ids, pool))
+                     positive_log_q=self.log_q(positive_ids, pool), valid=batch_valid)
 
   def sample_negatives(self, query_embeddings, positive_ids, positive_embeddings, *, seed=None,
-                       sequence_ids=None, item_table=None) -> Negatives:
+                       sequence_ids=None, item_table=None, valid=None) -> Negatives:
     """`__call__` on the queries' positives (per-query layouts materialise [A, N, d])."""
     del query_embeddings
     return self(positive_ids, positive_embeddings, seed=seed, sequence_ids=sequence_ids,
-                item_table=item_table)
+                item_table=item_table, valid=valid)
 
   def score(self, query_embeddings, positive_ids, positive_embeddings, *,
-            temperature: float = 1.0, seed=None, sequence_ids=None, item_table=None):
+            temperature: float = 1.0, seed=None, sequence_ids=None, item_table=None,
+            valid=None):
     """Scores of the shared in-batch block (one matmul) joined with the uniform block's (its own
     cheapest path), log Q under the convention.
 
@@ -188,7 +197,7 @@ class MixedNegatives(NegativeSampler):
       ``ScoredCandidates(positive_scores [A], negative_scores [A, n_b + k_u], negative_log_q
       [n_b + k_u] or [A, n_b + k_u], valid_mask [A, n_b + k_u], positive_log_q [A])``.
     """
-    pool, seed_u = self._in_batch_pool(positive_ids, positive_embeddings, seed)
+    pool, seed_u = self._in_batch_pool(positive_ids, positive_embeddings, seed, valid)
     log_q_fn = lambda ids: self.log_q(ids, pool)  # noqa: E731
     batch = pool.negatives
     in_batch = scoring.score_negatives(
@@ -196,6 +205,7 @@ class MixedNegatives(NegativeSampler):
         batch._replace(log_q=log_q_fn(batch.ids), positive_log_q=None), temperature=temperature)
     uniform = self.uniform._score_with_log_q(  # pylint: disable=protected-access
         query_embeddings, positive_ids, positive_embeddings, temperature=temperature,
-        seed=seed_u, sequence_ids=sequence_ids, item_table=item_table, log_q_fn=log_q_fn)
+        seed=seed_u, sequence_ids=sequence_ids, item_table=item_table, log_q_fn=log_q_fn,
+        valid=valid)
     return scoring.ScoredCandidates.concat(in_batch, uniform,
                                            positive_log_q=uniform.positive_log_q)

@@ -5,7 +5,8 @@ positives ``p_a`` with embeddings ``c_{p_a}`` and negatives ``d_1..d_N``:
 
     positive_scores[a]    = <q_a, c_{p_a}> / temperature                      [A]
     negative_scores[a, i] = <q_a, c_{d_i}> / temperature                      [A, N]
-    valid_mask[a, i]      = d_i != p_a   (accidental hits of the row's positive are masked)
+    valid_mask[a, i]      = d_i != p_a   (accidental hits of the row's positive are masked;
+                                          so are padding slots, ``Negatives.valid`` False)
     negative_log_q        = log Q(d_i)   [N] or [A, N], unchanged, or, with ``apply_q_prime``,
     log Q'(d_i | p_a)     = log Q(d_i) - log(1 - Q(p_a))                      [A, N]
                             (`tfrs_logq.log_q.log_q_prime`; the mask is
@@ -320,6 +321,8 @@ def score_negatives(query_embeddings, positive_ids, positive_embeddings, negativ
     valid = tf.broadcast_to(valid, tf.shape(negative_scores))
   else:
     valid = tf.ones_like(negative_scores, dtype=tf.bool)
+  if negatives.valid is not None:                    # padding slots of a static-shape pool
+    valid = tf.logical_and(valid, negatives.valid)
   negative_log_q = negatives.log_q
   if apply_q_prime:
     if positive_log_q is None:
@@ -348,6 +351,9 @@ def task_candidates(positive_ids, positive_embeddings, positive_log_q, negatives
   if not negatives.shared or negatives.log_q.shape.rank != 1:
     raise ValueError("task_candidates needs shared negatives (ids [N], log_q [N]); use "
                      "score_negatives for per-query negatives")
+  if negatives.valid is not None:
+    raise ValueError("task_candidates takes negatives without padding slots (Negatives.valid is "
+                     "set, a static-shape pool); use score_negatives, which masks them")
   pos_ids = as_ids(positive_ids, "positive_ids")
   pos_emb = as_float(positive_embeddings, "positive_embeddings")
   pos_log_q = as_float(positive_log_q, "positive_log_q")
