@@ -173,7 +173,8 @@ def _run_point(spec: dict, timeout: float) -> dict:
     try:
       out = _point(spec)
     except BaseException as e:  # pylint: disable=broad-except
-      out = dict(error=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300])
+      lines = [l.strip() for l in str(e).splitlines() if l.strip()]
+      out = dict(error=f"{type(e).__name__}: {lines[-1] if lines else ''}"[:300])
     with os.fdopen(write_fd, "w") as f:
       f.write(json.dumps(out))
     os._exit(0)

@@ -2,8 +2,9 @@
 
 Every query model implements
 
-    training_queries(batch: dict, training: bool, seed) -> TrainingQueries(
+    training_queries(batch: dict, training: bool, seed, static_shapes=False) -> TrainingQueries(
         queries [A, d], positive_ids int64 [A], sequence_ids int64 [A])
+        (static_shapes: A does not depend on the values; padding queries have positive id 0)
     query_embeddings(features, training=False, seed=None) -> [B, d]
     serving_queries(history int64 [B, max_len] left-padded) -> [B, d]
     item_embeddings(ids) -> [..., d];  all_item_embeddings() -> [num_items + 1, d] (row 0 = padding)

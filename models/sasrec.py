@@ -26,6 +26,8 @@ import math
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
+from tfrs_logq import _static_shapes
+
 from models.queries import TrainingQueries
 
 __all__ = ["SASRec", "TransformerBlock", "ReferenceBlock", "CausalSelfAttention", "BLOCK_STYLES"]
@@ -45,7 +47,8 @@ def _dropout(x, rate, training, seed, salt):
     return x
   if seed is None:
     return tf.nn.dropout(x, rate)
-  s = tf.cast(seed, tf.int64) + tf.constant([0, 1_000_003], tf.int64) * salt
+  s = _static_shapes.stateless_seed(                    # the same masks with and without XLA
+      tf.cast(seed, tf.int64) + tf.constant([0, 1_000_003], tf.int64) * salt)
   threshold = min(max(int(round(256 * rate)), 1), 255)
   n = tf.size(x)
   words = tf.random.stateless_uniform([(n + 3) // 4], seed=s, minval=None, maxval=None,
@@ -251,6 +254,8 @@ class SASRec(tf.keras.Model):
     if not inputs.dtype.is_integer:
       raise TypeError(f"SASRec inputs must be integer item ids, got {inputs.dtype}")
     inputs = tf.cast(inputs, tf.int64)
+    if self.pack_tokens and _static_shapes.in_xla_context():
+      return self._encode(inputs, training=training, seed=seed, pack_tokens=False)
     if self.jit_compile_encoder and self.final_norm.built:
       if self._encode_xla is None:
         self._encode_xla = tf.function(self._encode, jit_compile=True, reduce_retracing=True)
@@ -259,8 +264,8 @@ class SASRec(tf.keras.Model):
       return self._encode_xla(inputs, training=bool(training), seed=tf.cast(seed, tf.int64))
     return self._encode(inputs, training=training, seed=seed)
 
-  def _encode(self, inputs, training=False, seed=None):
-    if self.pack_tokens:
+  def _encode(self, inputs, training=False, seed=None, pack_tokens=None):
+    if self.pack_tokens if pack_tokens is None else pack_tokens:
       return self._encode_packed(inputs, training=training, seed=seed)
     l = tf.shape(inputs)[1]
     valid = tf.not_equal(inputs, 0)                                 # [B, L]
@@ -321,12 +326,23 @@ class SASRec(tf.keras.Model):
     self.built = True
     return self.output_embedding.embeddings
 
-  def training_queries(self, batch, training=True, seed=None) -> TrainingQueries:
+  def training_queries(self, batch, training=True, seed=None,
+                       static_shapes=False) -> TrainingQueries:
     """Queries and positives of a {"inputs", "targets"} [B, L] batch at non-padding targets.
 
     Returns ``TrainingQueries(queries [A, d], positive_ids [A] int64, sequence_ids [A] int64)``
-    with A = #(targets != 0), in row-major order; ``sequence_ids`` is each query's row.
+    with A = #(targets != 0), in row-major order; ``sequence_ids`` is each query's row. With
+    ``static_shapes`` (XLA / TPU) all A = B * L positions are returned, row-major, padding
+    included (positive id 0, query 0), and the encoder runs on the padded grid.
     """
+    if static_shapes:
+      h = (self._encode(batch["inputs"], training=training, seed=seed, pack_tokens=False)
+           if self.pack_tokens else self.encode(batch["inputs"], training=training, seed=seed))
+      targets = tf.cast(batch["targets"], tf.int64)
+      b, l = tf.shape(targets)[0], tf.shape(targets)[1]
+      rows = tf.repeat(tf.range(tf.cast(b, tf.int64)), l)
+      return TrainingQueries(tf.reshape(h, [b * l, self.embedding_dim]),
+                             tf.reshape(targets, [-1]), rows)
     h = self.encode(batch["inputs"], training=training, seed=seed)
     targets = tf.cast(batch["targets"], tf.int64)
     index = tf.where(tf.not_equal(targets, 0))                      # [A, 2]

@@ -171,9 +171,12 @@ class TwoTower(tfrs.Model):
     """[num_items + 1, d] (row 0 = padding)."""
     return self.candidate_tower(tf.range(self.num_items + 1, dtype=tf.int64))
 
-  def training_queries(self, batch, training=True, seed=None) -> TrainingQueries:
+  def training_queries(self, batch, training=True, seed=None,
+                       static_shapes=False) -> TrainingQueries:
     """``TrainingQueries(queries [B, d], positive_ids [B], sequence_ids = 0..B-1)`` of a batch
-    {"history", "user_id", "item_id"} (each pair is its own sequence)."""
+    {"history", "user_id", "item_id"} (each pair is its own sequence; the shapes are static
+    either way, ``static_shapes`` is accepted for the shared interface)."""
+    del static_shapes
     positive_ids = tf.cast(batch["item_id"], tf.int64)
     return TrainingQueries(self.query_embeddings(batch, training=training, seed=seed),
                            positive_ids, tf.range(tf.size(positive_ids, out_type=tf.int64)))

@@ -21,6 +21,11 @@ its input and carry a validity mask instead:
 where ``ReplicaContext.all_gather`` (a ``merge_call``) cannot run: replica r writes its rows into
 block r of a zero ``[R * B_r, ...]`` tensor and the blocks are summed over replicas.
 
+``stateless_seed(seed)``: XLA's stateless random kernels read the low 32 bits of each seed
+component, TensorFlow's CPU kernels all 64; a seed reduced to [0, 2^32) per component gives the
+same draws compiled or not (the integer draws; the float ones differ in their last bits, so the
+library ranks and samples with integers).
+
 ``use_static_shapes(None)`` is True while a function is being traced for XLA (inside
 ``tf.function(jit_compile=True)``, including functions it calls), so library code picks the
 static path exactly when it is compiled; True / False force either path.
@@ -34,7 +39,8 @@ from tensorflow.python.framework import ops as _ops  # pylint: disable=g-direct-
 from tensorflow.python.ops import control_flow_util as _cf_util  # pylint: disable=g-direct-tensorflow-import
 
 __all__ = ["in_xla_context", "use_static_shapes", "SortedRuns", "sorted_runs", "run_total",
-           "first_occurrence", "valid_rank", "unsort", "all_gather_by_all_reduce"]
+           "first_occurrence", "valid_rank", "unsort", "all_gather_by_all_reduce",
+           "stateless_seed"]
 
 
 def in_xla_context() -> bool:
@@ -47,6 +53,12 @@ def use_static_shapes(static_shapes: Optional[bool]) -> bool:
   if static_shapes is None:
     return in_xla_context()
   return bool(static_shapes)
+
+
+def stateless_seed(seed) -> tf.Tensor:
+  """A ``[2]`` stateless seed as int64 with each component reduced to its low 32 bits (the bits
+  XLA reads), so that draws agree with and without XLA."""
+  return tf.bitwise.bitwise_and(tf.cast(seed, tf.int64), tf.constant(0xFFFFFFFF, tf.int64))
 
 
 class SortedRuns(NamedTuple):

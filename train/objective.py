@@ -11,11 +11,19 @@ so that the gradients summed over replicas equal the gradient of the global-batc
 Randomness is stateless: negatives use a seed from (seed, step) shared by all replicas, dropout
 one that also folds in the replica id. The frequency estimator is updated once per step with the
 global batch's positive ids (unless ``frequency == "exact"``) before log Q is read.
+
+Static shapes (``static_shapes=True``, or automatically while the step is compiled by XLA, e.g.
+``tf.function(replica_fn, jit_compile=True)``): the model returns every position (A = B * L for
+SASRec, padding has positive id 0), the padding rows are masked (``valid = positive_id != 0``)
+in the in-batch pool, the uniform draws' numbering, the estimator update and the loss, and no op
+has a value-dependent shape. The loss, its gradient and the estimator state equal the dynamic
+path's (tests/train/test_compiled_step.py).
 """
 
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
+from tfrs_logq import _static_shapes
 from tfrs_logq import losses
 from tfrs_logq import negatives as neg_lib
 
@@ -24,13 +32,15 @@ NEGATIVES = ("uniform", "in_batch", "mixed", "midx")
 
 def step_seeds(seed: int, step):
   """(shared negative seed, per-replica dropout seed), int64 [2] each, from (seed, step)."""
-  base = tf.stack([tf.constant(seed, tf.int64), tf.cast(step, tf.int64)])
-  shared = tf.random.experimental.stateless_fold_in(base, 1)
-  dropout = tf.random.experimental.stateless_fold_in(base, 2)
+  # 32-bit seed components: XLA's stateless kernels read only those bits (compiled == not).
+  base = _static_shapes.stateless_seed(tf.stack([tf.constant(seed, tf.int64),
+                                                 tf.cast(step, tf.int64)]))
+  shared = _static_shapes.stateless_seed(tf.random.experimental.stateless_fold_in(base, 1))
+  dropout = _static_shapes.stateless_seed(tf.random.experimental.stateless_fold_in(base, 2))
   ctx = tf.distribute.get_replica_context()
   if ctx is not None and ctx.num_replicas_in_sync > 1:
-    dropout = tf.random.experimental.stateless_fold_in(
-        dropout, tf.cast(ctx.replica_id_in_sync_group, tf.int64))
+    dropout = _static_shapes.stateless_seed(tf.random.experimental.stateless_fold_in(
+        dropout, tf.cast(ctx.replica_id_in_sync_group, tf.int64)))
   return shared, dropout
 
 
@@ -42,12 +52,13 @@ def global_sum(x):
   return ctx.all_reduce(tf.distribute.ReduceOp.SUM, x)
 
 
-def build_sampler(config, model, num_items: int, estimator=None, midx=None):
+def build_sampler(config, model, num_items: int, estimator=None, midx=None,
+                  static_shapes=None):
   """The library sampler the config asks for (None for the full softmax)."""
   k, c = config.num_negatives, config
   uniform = lambda n: neg_lib.UniformNegatives(  # noqa: E731
       model.item_embeddings, n, id_range=(1, num_items + 1), per=c.uniform_negatives,
-      jit_compile=c.jit_compile)
+      jit_compile=c.jit_compile, static_shapes=static_shapes)
   if c.loss == "full_softmax":
     return None
   if c.loss in ("bce", "gbce") or c.negatives == "uniform":
@@ -59,7 +70,7 @@ def build_sampler(config, model, num_items: int, estimator=None, midx=None):
     return midx
   k_b = k if c.negatives == "in_batch" else k // 2
   in_batch = neg_lib.InBatchNegatives(estimator, num_negatives=k_b,
-                                      convention=c.log_q_convention)
+                                      convention=c.log_q_convention, static_shapes=static_shapes)
   if c.negatives == "in_batch":
     return in_batch
   return neg_lib.MixedNegatives(in_batch, uniform(k - k_b), convention=c.log_q_convention)
@@ -76,11 +87,15 @@ class Objective:
     num_items: catalog size (ids 1..num_items, 0 = padding).
     estimator: a `tfrs_logq.frequency` estimator (in_batch / mixed negatives).
     midx: a `tfrs_logq.negatives.MIDXSampler` (``negatives="midx"``).
+    static_shapes: the static-shape step (module docstring); None (default) = only while
+      compiled by XLA.
   """
 
-  def __init__(self, config, model, num_items: int, estimator=None, midx=None):
+  def __init__(self, config, model, num_items: int, estimator=None, midx=None,
+               static_shapes=None):
     self.config, self.model, self.estimator = config, model, estimator
-    self.sampler = build_sampler(config, model, num_items, estimator, midx)
+    self.static_shapes = None if static_shapes is None else bool(static_shapes)
+    self.sampler = build_sampler(config, model, num_items, estimator, midx, self.static_shapes)
     if config.loss == "full_softmax":
       self.loss = losses.FullSoftmaxLoss(config.temperature, id_offset=1)
     elif config.loss == "sampled_softmax":
@@ -95,29 +110,40 @@ class Objective:
     """Returns dict(loss: scaled replica loss, loss_sum, weight_sum, count) for one step."""
     c = self.config
     shared_seed, dropout_seed = step_seeds(c.seed, step)
-    q, pos_ids, seq_ids = self.model.training_queries(batch, training=training, seed=dropout_seed)
-    count = tf.cast(tf.shape(pos_ids)[0], tf.float32)
+    static = _static_shapes.use_static_shapes(self.static_shapes)
+    q, pos_ids, seq_ids = self.model.training_queries(batch, training=training, seed=dropout_seed,
+                                                      static_shapes=static)
+    valid = tf.not_equal(pos_ids, 0) if static else None          # padding positions
+    count = (tf.reduce_sum(tf.cast(valid, tf.float32)) if static
+             else tf.cast(tf.shape(pos_ids)[0], tf.float32))
     # Cross-replica collectives (this sum, the estimator's all-gather, the in-batch pool's
     # all-gather) must run in the same order on every replica: chain them by dependencies.
     total = global_sum(count)
     with tf.control_dependencies([total]):
       pos_ids = tf.identity(pos_ids)
     if self.estimator is not None and c.frequency != "exact" and training:
-      self.estimator.update(pos_ids)
+      self.estimator.update(pos_ids, valid=valid)
       with tf.control_dependencies([tf.identity(v) for v in self.estimator.weights]):
         pos_ids, q = tf.identity(pos_ids), tf.identity(q)
-    out = self.per_query_loss(q, pos_ids, seq_ids, shared_seed)
-    loss_sum = tf.reduce_sum(out.loss)
+    out = self.per_query_loss(q, pos_ids, seq_ids, shared_seed, valid=valid)
+    loss, weight = out.loss, out.weight
+    if valid is not None:
+      loss = tf.where(valid, loss, tf.zeros_like(loss))
+      weight = tf.where(valid, weight, tf.zeros_like(weight))
+    loss_sum = tf.reduce_sum(loss)
     return dict(loss=loss_sum / tf.maximum(total, 1.0), loss_sum=loss_sum,
-                weight_sum=tf.reduce_sum(out.weight), count=count)
+                weight_sum=tf.reduce_sum(weight), count=count)
 
-  def per_query_loss(self, q, pos_ids, seq_ids, seed) -> losses.LossOutput:
-    """`LossOutput` of the A queries ``q`` with positives ``pos_ids`` (negatives from ``seed``)."""
+  def per_query_loss(self, q, pos_ids, seq_ids, seed, valid=None) -> losses.LossOutput:
+    """`LossOutput` of the A queries ``q`` with positives ``pos_ids`` (negatives from ``seed``);
+    ``valid`` (bool [A]) marks the real queries of a static-shape batch: padding rows are left
+    out of the negatives and get a finite loss that the caller drops."""
     if self.sampler is None:
-      return self.loss(q, pos_ids, self.model.all_item_embeddings()[1:])
+      ids = pos_ids if valid is None else tf.where(valid, pos_ids, tf.ones_like(pos_ids))
+      return self.loss(q, ids, self.model.all_item_embeddings()[1:])
     s = self.sampler.score(q, pos_ids, self.model.item_embeddings(pos_ids),
                            temperature=self.config.temperature, seed=seed, sequence_ids=seq_ids,
-                           item_table=self.model.all_item_embeddings)
+                           item_table=self.model.all_item_embeddings, valid=valid)
     if self.config.loss == "sampled_softmax":
       return self.loss(s.positive_scores, s.negative_scores, s.negative_log_q, s.positive_log_q,
                        s.valid_mask)

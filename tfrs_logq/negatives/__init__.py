@@ -12,7 +12,9 @@ Q is the per-draw probability of one negative slot under each sampler's stated c
   paper code's per-position negatives); log Q = -log |D| exactly.
 * `InBatchNegatives` (`in_batch`): the (global) batch's positives, deduplicated (first
   occurrence), optional ``k_b`` subsample; log Q = log q_uni (``"unigram"``) or the
-  ``"expected_count"`` convention log pi(d) - log U, pi(d) = 1 - (1 - q_uni(d))^B.
+  ``"expected_count"`` convention log pi(d) - log U, pi(d) = 1 - (1 - q_uni(d))^B. Inside XLA
+  (or with ``static_shapes=True``) the pool keeps its full size and masks the duplicates
+  (``Negatives.valid``; `first_occurrence_mask`), so a compiled step has static shapes.
 * `MixedNegatives` (`mixed`): a shared in-batch block + a uniform block of any layout; log Q
   under ``"unigram"`` (the paper's), ``"mixture"`` (per-slot mixture) or ``"expected_count"``
   (log E[count of d among the row's n negatives] - log n; Horvitz-Thompson weights).
@@ -32,7 +34,7 @@ from tfrs_logq.negatives.base import NegativeSampler, Negatives, validate_negati
 from tfrs_logq.negatives.cross_replica import all_gather_rows, num_replicas
 from tfrs_logq.negatives.in_batch import (CONVENTIONS, InBatchNegatives, InBatchPool,
                                           dedup_first_occurrence, expected_count_log_q,
-                                          subsample_indices)
+                                          first_occurrence_mask, subsample_indices)
 from tfrs_logq.negatives.mixed import MixedNegatives, mixture_log_q
 from tfrs_logq.negatives.scoring import (MATMUL_GATHER_RATIO, ScoredCandidates, embed_ids,
                                          per_query_scores, per_segment_scores, score_negatives,
@@ -42,7 +44,8 @@ from tfrs_logq.negatives.uniform import UNIFORM_PER, UniformNegatives
 __all__ = ["NegativeSampler", "Negatives", "validate_negatives", "ScoredCandidates",
            "score_negatives", "task_candidates", "per_query_scores", "per_segment_scores",
            "embed_ids", "MATMUL_GATHER_RATIO", "UniformNegatives", "UNIFORM_PER",
-           "InBatchNegatives", "InBatchPool", "dedup_first_occurrence", "subsample_indices",
+           "InBatchNegatives", "InBatchPool", "dedup_first_occurrence", "first_occurrence_mask",
+           "subsample_indices",
            "expected_count_log_q", "MixedNegatives", "mixture_log_q", "CONVENTIONS",
            "all_gather_rows", "num_replicas", "MIDXSampler"]
 

@@ -107,14 +107,14 @@ def first_occurrence_mask(ids, valid=None) -> tf.Tensor:
 def _random_keys(n, seed) -> tf.Tensor:
   """int32 [n] uniform keys from a stateless ``[2]`` seed (a fresh one when None).
 
-  Integer keys: the stateless integer draws are bit-identical with and without XLA (the float
-  ones are not), and the first m keys of a draw of n are the draw of m.
+  Integer keys from a 32-bit seed (`_static_shapes.stateless_seed`): bit-identical with and
+  without XLA (float draws are not), and the first m keys of a draw of n are the draw of m.
   """
   if seed is None:
-    seed = tf.random.uniform([2], minval=0, maxval=2**62, dtype=tf.int64)
+    seed = tf.random.uniform([2], minval=0, maxval=2**32, dtype=tf.int64)
   return tf.random.stateless_uniform(tf.reshape(tf.cast(n, tf.int32), [1]),
-                                     seed=tf.cast(seed, tf.int64), minval=None, maxval=None,
-                                     dtype=tf.int32)
+                                     seed=_static_shapes.stateless_seed(seed), minval=None,
+                                     maxval=None, dtype=tf.int32)
 
 
 def subsample_indices(n, k: int, seed=None) -> tf.Tensor:

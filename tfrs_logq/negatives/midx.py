@@ -414,10 +414,11 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     return self.num_negatives
 
   def sample_negatives(self, query_embeddings, positive_ids, positive_embeddings, *, seed=None,
-                       sequence_ids=None, item_table=None) -> Negatives:
+                       sequence_ids=None, item_table=None, valid=None) -> Negatives:
     """`negatives` with ``num_negatives`` per query, embedded by ``candidate_embedder`` or the
-    rows of ``item_table``; ``positive_log_q = log Q(p|z)``."""
-    del positive_embeddings, sequence_ids
+    rows of ``item_table``; ``positive_log_q = log Q(p|z)`` (``valid`` is not needed: every
+    query draws from its own proposal)."""
+    del positive_embeddings, sequence_ids, valid
     ids, log_q = self.sample(query_embeddings, self._num_negatives(), seed=seed)
     emb = scoring.embed_ids(ids, candidate_embedder=self.candidate_embedder,
                             item_table=item_table)
@@ -425,14 +426,16 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
                      positive_log_q=self.log_prob(query_embeddings, positive_ids))
 
   def score(self, query_embeddings, positive_ids, positive_embeddings, *,
-            temperature: float = 1.0, seed=None, sequence_ids=None, item_table=None):
+            temperature: float = 1.0, seed=None, sequence_ids=None, item_table=None,
+            valid=None):
     """`NegativeSampler.score` for S = ``num_negatives`` per-query MIDX negatives.
 
     The [A, S] negatives are scored by `scoring.per_query_scores` (one [A, V] matmul + gather when
     ``item_table`` is given and V <= 0.4 S d); negative_log_q = log Q(d|z) [A, S],
-    positive_log_q = log Q(p|z) [A]; accidental hits masked.
+    positive_log_q = log Q(p|z) [A]; accidental hits masked. ``valid`` is not needed (every
+    query draws from its own proposal; padding rows are dropped by the caller).
     """
-    del sequence_ids
+    del sequence_ids, valid
     if not temperature > 0:
       raise ValueError(f"temperature must be > 0, got {temperature!r}")
     inv_t = 1.0 / float(temperature)

@@ -41,6 +41,7 @@ import math
 import tfrs_logq  # noqa: F401
 import tensorflow as tf
 
+from tfrs_logq import _static_shapes
 from tfrs_logq.negatives import scoring
 from tfrs_logq.negatives.base import NegativeSampler, Negatives, as_float
 from tfrs_logq.negatives.in_batch import (CONVENTIONS, InBatchNegatives, InBatchPool,
@@ -134,7 +135,7 @@ class MixedNegatives(NegativeSampler):
     seed_b = seed_u = None
     if seed is not None:
       seed_b, seed_u = tf.unstack(
-          tf.random.experimental.stateless_split(tf.cast(seed, tf.int64), 2))
+          tf.random.experimental.stateless_split(_static_shapes.stateless_seed(seed), 2))
     pool = self.in_batch.pool(positive_ids, positive_embeddings, valid=valid, seed=seed_b)
     return pool, seed_u
 
