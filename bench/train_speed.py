@@ -292,19 +292,15 @@ class _Profiler:
         loss = tf.reduce_sum(q * tf.random.stateless_normal(tf.shape(q), [5, 6]))
       return [tf.convert_to_tensor(g) for g in tape.gradient(loss, variables) if g is not None]
 
-    fixed = [model.training_queries(b, training=True, seed=seed) for b in batches]
-    rebuild = ((lambda out, q: type(out)(q, *tuple(out)[1:])) if hasattr(fixed[0], "_fields")
-               else (lambda out, q: (q,) + tuple(out)[1:]))
-    self.fixed_q = [tf.Variable(queries(f)) for f in fixed]
-    frozen = _FixedQueries(model)
+    frozen = _FixedQueries(model, batches, seed)
     loss_objective = copy.copy(objective)
     loss_objective.model = frozen
 
     def loss_fwd_bwd_fn(batch, i):
+      frozen.index = i
       with tf.GradientTape() as tape:
-        frozen.current = rebuild(fixed[i], self.fixed_q[i])
         terms = loss_objective(batch, step, training=True)
-      grads = tape.gradient(terms["loss"], [self.fixed_q[i]] + variables)
+      grads = tape.gradient(terms["loss"], [frozen.last] + variables)
       return [tf.convert_to_tensor(g) for g in grads if g is not None]
     loss_fns = [tf.function(lambda b, i=i: loss_fwd_bwd_fn(b, i)) for i in range(len(batches))]
 
@@ -350,16 +346,29 @@ class _Profiler:
 
 
 class _FixedQueries:
-  """A query model whose training queries are set from outside; everything else is the model's."""
+  """A query model whose training queries are fixed: the real model's for batch ``index`` with the
+  same arguments, computed once (eagerly, outside the traced step) and held in a variable, so a
+  traced objective sees a constant encoder; everything else is the real model."""
 
-  def __init__(self, model):
-    self._model, self.current = model, None
+  def __init__(self, model, batches, seed):
+    self._model, self._batches, self._seed = model, batches, seed
+    self._cache = {}
+    self.index, self.last = 0, None
 
   def __getattr__(self, name):
     return getattr(self._model, name)
 
-  def training_queries(self, batch, training=True, seed=None):  # pylint: disable=unused-argument
-    return self.current
+  def training_queries(self, batch, training=True, seed=None, **kwargs):  # pylint: disable=unused-argument
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    key = (self.index, repr(sorted(kwargs.items())))
+    if key not in self._cache:
+      with tf.init_scope():
+        out = self._model.training_queries(self._batches[self.index], training=True,
+                                           seed=self._seed, **kwargs)
+        self._cache[key] = (tf.Variable(out[0]), out)
+    self.last, out = self._cache[key]
+    rest = tuple(out)[1:]
+    return type(out)(self.last, *rest) if hasattr(out, "_fields") else (self.last,) + rest
 
 
 # ------------------------------------------------------------------------------------ parent

@@ -101,56 +101,63 @@ def _op_types(concrete):
   return types_
 
 
-@pytest.mark.parametrize("estimator, per", [
-    ("streaming_exact", "query"), ("hash_array", "batch"), ("count_min", "query"),
-    ("count_min", "batch")])
-def test_compiled_step_equals_uncompiled_dynamic_step(estimator, per):
+_COMPILED = {}
+
+
+def _compiled_run(estimator, per, dropout):
+  """Per-step results of the compiled single-device step (each configuration compiled once)."""
+  key = (estimator, per, dropout)
+  if key not in _COMPILED:
+    model, opt, est, obj = _build(_config(uniform_negatives=per, frequency=estimator), estimator,
+                                  dropout=dropout)
+    _COMPILED[key] = _run(step_lib.make_replica_step(obj, model, opt, jit_compile=True), model,
+                          est, _batches())
+  return _COMPILED[key]
+
+
+@pytest.mark.parametrize("estimator, per, dropout", [
+    ("streaming_exact", "query", 0.3), ("hash_array", "batch", 0.0), ("count_min", "query", 0.3),
+    ("count_min", "batch", 0.0)])
+def test_compiled_step_equals_uncompiled_dynamic_step(estimator, per, dropout):
   """tf.function(replica step, jit_compile=True) (static shapes: padded positions masked, sort-
-  based dedup, top_k subsample, static estimator update) == the default dynamic-shape step."""
-  config = _config(uniform_negatives=per, frequency=estimator)
-  batches = _batches()
-  runs = {}
-  for jit in (False, True):
-    model, opt, est, obj = _build(config, estimator)
-    fn = step_lib.make_replica_step(obj, model, opt, jit_compile=jit)
-    runs[jit] = _run(fn if jit else tf.function(fn), model, est, batches)
-  _assert_same_steps(runs[True], runs[False])
-  assert runs[False][0][0][2] == 25.0               # count = the non-padding positions
+  based dedup, top_k subsample, static estimator update) == the default dynamic-shape step
+  (eager), dropout masks included."""
+  model, opt, est, obj = _build(_config(uniform_negatives=per, frequency=estimator), estimator,
+                                dropout=dropout)
+  eager = _run(step_lib.make_replica_step(obj, model, opt), model, est, _batches())
+  _assert_same_steps(_compiled_run(estimator, per, dropout), eager)
+  assert eager[0][0][2] == 25.0                      # count = the non-padding positions
 
 
-def test_compiled_adam_step_equals_uncompiled():
-  """The trainer's optimizer: Adam's sparse-gradient update equals the compiled step's dense one."""
-  config = _config(uniform_negatives="batch", log_q_convention="expected_count")
+def test_compiled_adam_step_equals_uncompiled_and_has_no_dynamic_shape_op():
+  """The trainer's optimizer (Adam: its sparse-gradient update equals the compiled step's dense
+  one), per-sequence uniform negatives, expected_count log Q; the compiled step has no Unique /
+  Where / boolean_mask op and no bounded-dynamic dimension in its HLO, while the dynamic path's
+  graph has them (the check can fail)."""
+  config = _config(uniform_negatives="sequence", log_q_convention="expected_count")
   batches = _batches(2, seed=1)
-  weights = {}
+  results = {}
   for jit in (False, True):
     model, opt, est, obj = _build(config, "count_min", optimizer="adam")
     fn = step_lib.make_replica_step(obj, model, opt, jit_compile=jit)
-    fn = fn if jit else tf.function(fn)
     terms = [[float(t) for t in fn(b, tf.constant(i, tf.int64))] for i, b in enumerate(batches)]
-    weights[jit] = (terms, [v.numpy() for v in model.weights + est.weights])
-  np.testing.assert_allclose(weights[True][0], weights[False][0], rtol=1e-5)
-  for a, b in zip(weights[True][1], weights[False][1]):
+    results[jit] = (terms, [v.numpy() for v in model.weights + est.weights])
+  np.testing.assert_allclose(results[True][0], results[False][0], rtol=1e-5)
+  for a, b in zip(results[True][1], results[False][1]):
     # Adam divides by sqrt(v): parameters with ~0 gradient move by float noise x lr.
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-5)
 
-
-def test_compiled_step_has_no_dynamic_shape_op():
-  """No Unique / Where / boolean_mask in the traced step, no bounded-dynamic dimension in its
-  HLO; the dynamic path's graph does have them (the check can fail)."""
-  config = _config(uniform_negatives="sequence", log_q_convention="expected_count")
-  batch, step = _batches(1)[0], tf.constant(0, tf.int64)
-  model, opt, _, obj = _build(config, "count_min", optimizer="adam")
-  compiled = step_lib.make_replica_step(obj, model, opt, jit_compile=True)
-  found = {t for t in _op_types(compiled.get_concrete_function(batch, step))
+  step = tf.constant(0, tf.int64)
+  found = {t for t in _op_types(fn.get_concrete_function(batches[0], step))
            if DYNAMIC_OPS.match(t)}
   assert not found, f"dynamic-shape ops in the compiled step: {sorted(found)}"
-  hlo = compiled.experimental_get_compiler_ir(batch, step)(stage="hlo")
+  hlo = fn.experimental_get_compiler_ir(batches[0], step)(stage="hlo")
   assert "ENTRY" in hlo and not re.search(r"\[[^\]]*<=", hlo), "bounded-dynamic shapes in HLO"
   dynamic = tf.function(step_lib.make_replica_step(
       objective_lib.Objective(config, model, N_ITEMS, ESTIMATORS["count_min"](),
                               static_shapes=False), model, opt))
-  assert {"Unique", "Where"} <= {t for t in _op_types(dynamic.get_concrete_function(batch, step))}
+  assert {"Unique", "Where"} <= {t for t in _op_types(dynamic.get_concrete_function(batches[0],
+                                                                                    step))}
 
 
 def _mirrored_run(strategy, config, estimator, batches, static_shapes):
@@ -159,8 +166,7 @@ def _mirrored_run(strategy, config, estimator, batches, static_shapes):
     model, opt, est, obj = _build(config, estimator, dropout=0.0, static_shapes=static_shapes)
   fn = step_lib.make_replica_step(obj, model, opt, strategy=strategy)
 
-  @tf.function
-  def run(per_replica, step):
+  def run(per_replica, step):                 # eager: no tracing of the two replicas (fast)
     out = strategy.run(fn, args=(per_replica, step))
     return [strategy.reduce(tf.distribute.ReduceOp.SUM, x, axis=None) for x in out]
 
@@ -181,12 +187,8 @@ def test_mirrored_static_step_equals_compiled_single_device_step(estimator, mirr
   """2 replicas, static shapes (cross-replica pool with padding masks, estimator on the gathered
   ids and masks) == one device running the compiled step on the global batch."""
   config = _config(uniform_negatives="batch", frequency=estimator)
-  batches = _batches(2, seed=2)
-  mirrored = _mirrored_run(mirrored_strategy, config, estimator, batches, static_shapes=True)
-  model, opt, est, obj = _build(config, estimator, dropout=0.0)
-  single = _run(step_lib.make_replica_step(obj, model, opt, jit_compile=True), model, est,
-                batches)
-  _assert_same_steps(mirrored, single)
+  mirrored = _mirrored_run(mirrored_strategy, config, estimator, _batches(), static_shapes=True)
+  _assert_same_steps(mirrored, _compiled_run(estimator, "batch", 0.0))
 
 
 def test_mirrored_static_per_query_draws_equal_dynamic(mirrored_strategy):

@@ -175,11 +175,14 @@ class FrequencyEstimator(tf.keras.layers.Layer):
 
   @staticmethod
   def _all_gather(ctx, keys, valid):
+    """The global batch's keys (and mask): an all-reduce of blocks inside XLA (no merge_call)."""
     if _static_shapes.in_xla_context():
       gather = lambda x: _static_shapes.all_gather_by_all_reduce(ctx, x)  # noqa: E731
     else:
       gather = lambda x: ctx.all_gather(x, axis=0)  # noqa: E731
-    return gather(keys), (None if valid is None else gather(valid))
+    if valid is None:
+      return gather(keys), None
+    return gather(keys), tf.cast(gather(tf.cast(valid, tf.int64)), tf.bool)
 
   def log_q(self, ids) -> tf.Tensor:
     """log Q(d), float32, same shape as ids."""

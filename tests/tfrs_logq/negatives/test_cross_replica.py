@@ -1,5 +1,6 @@
 """Cross-replica in-batch negatives: MirroredStrategy on 2 logical CPUs == one device on the
-global batch (loss and gradients), with dedup over the global batch."""
+global batch (loss and gradients), with dedup over the global batch; the all-reduce all-gather
+(what XLA-compiled replica functions use) equals ReplicaContext.all_gather, gradients included."""
 
 import numpy as np
 import pytest
@@ -96,3 +97,38 @@ def test_all_gather_in_cross_replica_context_raises(mirrored_strategy):
   with strategy.scope():
     with pytest.raises(RuntimeError, match="strategy.run"):
       all_gather_rows([tf.constant([1])])
+
+
+def test_all_gather_by_all_reduce_equals_all_gather(mirrored_strategy):
+  """Block placement + all-reduce sum == all_gather for floats (inf and NaN kept), int64 ids and
+  bools; the float gradient is the summed gradient of the replica's own rows."""
+  strategy = mirrored_strategy
+  with strategy.scope():
+    x = tf.Variable([[1.0, -2.0], [3.0, 4.0]])
+  rows = np.array([[[0.5, np.inf], [2.0, -1.0]], [[np.nan, 1.0], [7.0, 8.0]]], np.float32)
+  ids = np.array([[5, 2**40], [-3, 0]], np.int64)
+  flags = np.array([[True, False], [False, True]])
+  weights = tf.constant([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0], [7.0, 8.0]])
+
+  def replica_fn(method):
+    r = tf.distribute.get_replica_context().replica_id_in_sync_group
+    with tf.GradientTape() as tape:
+      local = x * tf.cast(r + 1, tf.float32)
+      gathered = all_gather_rows([local, tf.gather(rows, r), tf.gather(ids, r),
+                                  tf.gather(flags, r)], method=method)
+      loss = tf.reduce_sum(gathered[0] * weights)
+    return gathered + [tape.gradient(loss, x)]
+
+  @tf.function
+  def run(method):
+    return strategy.run(replica_fn, args=(method,))
+
+  want, got = run("all_gather"), run("all_reduce")
+  for w, g in zip(want, got):
+    for a, b in zip(strategy.experimental_local_results(w), strategy.experimental_local_results(g)):
+      assert a.dtype == b.dtype
+      np.testing.assert_array_equal(b.numpy(), a.numpy())
+  np.testing.assert_array_equal(strategy.experimental_local_results(got[2])[0].numpy(),
+                                ids.reshape(-1))
+  with pytest.raises(ValueError, match="method"):
+    all_gather_rows([tf.constant([1])], method="gather")

@@ -1,4 +1,5 @@
-"""In-batch negatives: first-occurrence dedup, k_b subsample, padding, log Q = log q_uni, errors."""
+"""In-batch negatives: first-occurrence dedup, k_b subsample, padding, log Q = log q_uni, errors;
+the static-shape pool (XLA) masks exactly what the dynamic pool drops."""
 
 import numpy as np
 import pytest
@@ -6,7 +7,9 @@ import pytest
 import tfrs_logq  # noqa: F401
 import tensorflow as tf
 
-from tfrs_logq.negatives import InBatchNegatives, dedup_first_occurrence, subsample_indices
+from tfrs_logq import losses
+from tfrs_logq.negatives import (InBatchNegatives, dedup_first_occurrence, first_occurrence_mask,
+                                 score_negatives, subsample_indices)
 
 
 def np_dedup(ids):
@@ -192,3 +195,78 @@ def test_config_round_trip(counts_table):
   assert clone.num_negatives == 3 and clone.frequency_estimator is table
   with pytest.raises(ValueError, match="convention"):
     InBatchNegatives(table, convention="paper")
+
+
+def test_first_occurrence_mask_matches_reference():
+  rng = np.random.default_rng(5)
+  ids = rng.integers(0, 7, size=40)
+  valid = rng.random(40) < 0.7
+  mask = first_occurrence_mask(ids, valid).numpy()
+  ref_uniq, ref_first = np_dedup(ids[valid].tolist())
+  np.testing.assert_array_equal(ids[mask], ref_uniq)
+  np.testing.assert_array_equal(np.flatnonzero(mask), np.flatnonzero(valid)[ref_first])
+  with pytest.raises(TypeError, match="bool"):
+    first_occurrence_mask(ids, valid.astype(np.int32))
+
+
+def _padded_batch(seed=4, size=16):
+  rng = np.random.default_rng(seed)
+  ids = rng.integers(1, 12, size=size)
+  ids[[0, 5, 6, 11]] = 0                                        # padding rows
+  return ids, ids != 0, rng.normal(size=(size, 3)).astype(np.float32)
+
+
+def _kept(neg):
+  keep = neg.valid.numpy()
+  return neg.ids.numpy()[keep], neg.embeddings.numpy()[keep], neg.log_q.numpy()[keep]
+
+
+@pytest.mark.parametrize("k_b, convention", [
+    (None, "unigram"), (3, "unigram"), (3, "expected_count"), (20, "expected_count")])
+def test_static_pool_masks_what_the_dynamic_pool_drops(counts_table, k_b, convention):
+  """Static shapes: B slots (k_b with a subsample) whose valid ones are the dynamic negatives (the
+  same k_b subset for the same seed) with the same log Q and (B, U, n_b); masked slots have a
+  finite log Q; compiled with XLA the static pool is the default and equals the eager one."""
+  table = counts_table(np.arange(1, 13))
+  ids, valid, emb = _padded_batch()
+  kw = dict(num_negatives=k_b, convention=convention)
+  dynamic = InBatchNegatives(table, static_shapes=False, **kw)
+  static = InBatchNegatives(table, static_shapes=True, **kw)
+  want = dynamic(ids, emb, valid=valid, seed=[7, 8])
+  got = static(ids, emb, valid=valid, seed=[7, 8])
+  assert got.ids.shape[0] == (len(ids) if k_b is None else k_b)
+  for a, b in zip(_kept(got), (want.ids, want.embeddings, want.log_q)):
+    np.testing.assert_allclose(a, b.numpy(), rtol=1e-6)
+  if k_b is None:
+    np.testing.assert_array_equal(_kept(got)[0], np_dedup(ids[valid].tolist())[0])
+  np.testing.assert_allclose(got.positive_log_q.numpy(), want.positive_log_q.numpy())
+  assert np.isfinite(got.log_q.numpy()).all()
+  stats = lambda p: (int(p.num_draws), int(p.num_distinct), int(p.num_kept))  # noqa: E731
+  assert stats(static.pool(ids, emb, valid=valid, seed=[7, 8])) == stats(
+      dynamic.pool(ids, emb, valid=valid, seed=[7, 8]))
+  auto = InBatchNegatives(table, **kw)                          # static_shapes=None: XLA decides
+  compiled = tf.function(lambda i, e, v: auto(i, e, valid=v, seed=[7, 8]), jit_compile=True)(
+      tf.constant(ids), tf.constant(emb), tf.constant(valid))
+  for a, b in zip(compiled, got):
+    np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
+
+
+def test_static_pool_gives_the_dynamic_loss_and_gradients(counts_table):
+  """Scored and masked, the static pool's loss and gradients (to the first occurrences only)
+  equal the dynamic pool's."""
+  table = counts_table(np.arange(1, 13))
+  ids, valid, emb0 = _padded_batch(6)
+  query = tf.constant(np.random.default_rng(7).normal(size=(len(ids), 3)), tf.float32)
+  results = []
+  for static in (False, True):
+    emb = tf.Variable(emb0)
+    with tf.GradientTape() as tape:
+      neg = InBatchNegatives(table, num_negatives=5, static_shapes=static)(ids, emb, valid=valid,
+                                                                          seed=[1, 2])
+      scored = score_negatives(query, ids, emb, neg)
+      out = losses.sampled_softmax_loss(**scored.loss_kwargs(), correction="corrected")
+      loss = tf.reduce_sum(tf.where(valid, out.loss, 0.0))
+    results.append((loss.numpy(), tf.convert_to_tensor(tape.gradient(loss, emb)).numpy()))
+  np.testing.assert_allclose(results[1][0], results[0][0], rtol=1e-6)
+  np.testing.assert_allclose(results[1][1], results[0][1], rtol=1e-5, atol=1e-7)
+  assert np.abs(results[0][1]).sum() > 0

@@ -1,5 +1,6 @@
 """Mixed negatives: layout, the `unigram` / `mixture` / `expected_count` log Q conventions against
-numpy (expected_count against Monte Carlo inclusion frequencies), per-query uniform blocks."""
+numpy (expected_count against Monte Carlo inclusion frequencies), per-query uniform blocks; the
+static-shape path (padding queries, masked in-batch slots) scores like the dynamic one."""
 
 import math
 
@@ -9,6 +10,7 @@ import pytest
 import tfrs_logq  # noqa: F401
 import tensorflow as tf
 
+from tfrs_logq import losses
 from tfrs_logq.negatives import (InBatchNegatives, InBatchPool, MixedNegatives, Negatives,
                                  UniformNegatives, mixture_log_q)
 
@@ -240,3 +242,40 @@ def test_config_round_trip(counts_table):
   assert clone.get_config() == config
   assert clone.uniform.per == "query" and clone.in_batch.num_negatives == 4
   assert clone.in_batch.frequency_estimator is table
+
+
+def _masked_loss(scored, valid):
+  out = losses.sampled_softmax_loss(**scored.loss_kwargs(), correction="corrected")
+  return tf.where(valid, out.loss, 0.0).numpy(), tf.where(valid, out.weight, 0.0).numpy()
+
+
+@pytest.mark.parametrize("per", ["batch", "sequence", "query"])
+@pytest.mark.parametrize("convention", ["unigram", "expected_count"])
+def test_static_shapes_score_like_dynamic_shapes(counts_table, per, convention):
+  """Padding queries in the batch + static shapes (k_b slots with masked duplicates, uniform
+  sets numbered over the valid queries) give the per-row loss of the batch without padding;
+  `__call__` marks the masked in-batch slots in Negatives.valid."""
+  table = counts_table(np.arange(1, NUM_ITEMS + 1, dtype=np.float64))
+  rng = np.random.default_rng(9)
+  emb = rng.normal(size=(NUM_ITEMS, 3)).astype(np.float32)
+  pos = np.array([3, 0, 7, 3, 0, 11, 5, 7, 0])
+  seq = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2])
+  valid = pos != 0
+  query = rng.normal(size=(9, 3)).astype(np.float32)
+  sampler = lambda static: MixedNegatives(  # noqa: E731
+      InBatchNegatives(table, num_negatives=6, static_shapes=static),
+      UniformNegatives(None, 4, id_range=(1, NUM_ITEMS), per=per, static_shapes=static),
+      convention=convention)
+  kw = dict(seed=[5, 6], item_table=emb)
+  want = sampler(False).score(query[valid], pos[valid], emb[pos[valid]],
+                              sequence_ids=seq[valid], **kw)
+  want_loss, want_weight = _masked_loss(want, np.ones(valid.sum(), bool))
+  got = sampler(True).score(query, pos, emb[pos], sequence_ids=seq, valid=valid, **kw)
+  assert got.negative_scores.shape == (9, 6 + 4)                 # k_b slots, 4 distinct ids
+  loss, weight = _masked_loss(got, valid)
+  np.testing.assert_allclose(loss[valid], want_loss, rtol=1e-5)
+  np.testing.assert_allclose(weight[valid], want_weight, rtol=1e-5)
+  neg = sampler(True)(pos, emb[pos], sequence_ids=seq, valid=valid, **kw)
+  assert neg.valid.shape == neg.ids.shape and int(np.sum(neg.valid.numpy()[..., :6])) == (
+      4 if per == "batch" else 4 * 9)
+  assert neg.valid.numpy()[..., 6:].all()                         # uniform slots always valid

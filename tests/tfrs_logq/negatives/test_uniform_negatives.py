@@ -1,5 +1,6 @@
 """Uniform negatives: ids in the catalog, uniform frequencies, log Q = -log |D|, the batch /
-sequence / query layouts and their scoring paths against numpy, config round trip, errors."""
+sequence / query layouts and their scoring paths against numpy, config round trip, errors;
+padding queries (``valid``) and static shapes leave the valid queries' draws unchanged."""
 
 import math
 
@@ -201,3 +202,36 @@ def test_config_round_trip():
     assert clone.get_config() == sampler.get_config()
     np.testing.assert_array_equal(clone.sample_ids(seed=[1, 1]).numpy(),
                                   sampler.sample_ids(seed=[1, 1]).numpy())
+
+
+@pytest.mark.parametrize("per", ["query", "sequence"])
+def test_padding_queries_leave_the_valid_queries_draws_unchanged(per):
+  """With ``valid``, per-query sets are numbered by the rank of each valid query and per-sequence
+  sets by the distinct sequences of the valid queries: the padded batch draws for its valid
+  queries what the batch without padding draws, with dynamic or static shapes and compiled."""
+  table = np.random.default_rng(1).normal(size=(20, 3)).astype(np.float32)
+  pos = np.array([0, 3, 5, 0, 7, 2, 0, 9, 0, 4])
+  seq = np.array([0, 0, 0, 1, 1, 2, 2, 2, 3, 3])
+  valid = pos != 0
+  query = np.random.default_rng(2).normal(size=(10, 3)).astype(np.float32)
+  sampler = lambda static: UniformNegatives(None, 4, id_range=(1, 20), per=per,  # noqa: E731
+                                            static_shapes=static)
+  want = sampler(False)(pos[valid], seed=[3, 4], sequence_ids=seq[valid], item_table=table)
+  want_scores = sampler(False).score(query[valid], pos[valid], table[pos[valid]], seed=[3, 4],
+                                     sequence_ids=seq[valid], item_table=table)
+  for static in (False, True):
+    got = sampler(static)(pos, seed=[3, 4], sequence_ids=seq, item_table=table, valid=valid)
+    np.testing.assert_array_equal(got.ids.numpy()[valid], want.ids.numpy())
+    scores = sampler(static).score(query, pos, table[pos], seed=[3, 4], sequence_ids=seq,
+                                   item_table=table, valid=valid)
+    np.testing.assert_allclose(scores.negative_scores.numpy()[valid],
+                               want_scores.negative_scores.numpy(), rtol=1e-6)
+  compiled = tf.function(
+      lambda q, p, s, v: sampler(None).score(q, p, tf.gather(table, p), seed=[3, 4],
+                                             sequence_ids=s, item_table=table, valid=v),
+      jit_compile=True)(query, pos, seq, valid)
+  np.testing.assert_allclose(compiled.negative_scores.numpy()[valid],
+                             want_scores.negative_scores.numpy(), rtol=1e-5)
+  if per == "sequence":           # the positions of one sequence share their negatives
+    rows = want.ids.numpy()
+    np.testing.assert_array_equal(rows[0], rows[1])
