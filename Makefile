@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_DIR ?= runs/demo
 # Extras of setup.py installed (editable) into .venv: test = app (the binaries: absl, ScaNN,
-# TFDS, matplotlib) + pytest. Extras of other paths (e.g. the Keras 3 one) are appended here.
+# TFDS, matplotlib) + keras3 (Keras 3, keras-rs, jax[cpu]) + pytest.
 EXTRAS ?= test
 
 .PHONY: venv test demo bench clean help

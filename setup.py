@@ -33,7 +33,16 @@ APP_REQUIRES = [
     "tensorflow-datasets>=4.9",
     "matplotlib>=3.5",
 ]
-TEST_REQUIRES = APP_REQUIRES + ["pytest>=7"]
+# The Keras 3 path (tfrs_logq.keras3, keras.ops only): Keras 3 with keras-rs and the JAX backend.
+# Python >= 3.10 (tested on 3.11 with keras 3.15, keras-rs 0.4, jax 0.10). PyTorch is optional
+# (a CPU wheel: `pip install torch`); the parity tests run it when it is installed.
+KERAS3_REQUIRES = [
+    "keras>=3.12",
+    "keras-rs>=0.2.1",
+    "jax[cpu]>=0.6.2",
+]
+# The suite runs the Keras 3 parity tests on the TensorFlow and JAX backends.
+TEST_REQUIRES = APP_REQUIRES + KERAS3_REQUIRES + ["pytest>=7"]
 
 setuptools.setup(
     name="tfrs-logq",
@@ -49,7 +58,7 @@ setuptools.setup(
     extras_require={
         "app": APP_REQUIRES,
         "test": TEST_REQUIRES,
-        # (keras3 extras go here: "keras3": [...], and into "test" if the suite needs them)
+        "keras3": KERAS3_REQUIRES,
     },
     entry_points={
         "console_scripts": [

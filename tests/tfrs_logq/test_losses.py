@@ -1,12 +1,9 @@
 """tfrs_logq.losses: every formula and its gradient against the numpy reference."""
 
-import pathlib
-import sys
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import numpy_reference as ref  # noqa: E402
 
 import tfrs_logq  # noqa: E402,F401

@@ -1,12 +1,9 @@
 """tfrs_logq.tasks.Retrieval: the drop-in claim against tfrs.tasks.Retrieval, and corrected."""
 
-import pathlib
-import sys
 
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).parent))
 import numpy_reference as ref  # noqa: E402
 
 import tfrs_logq  # noqa: E402,F401

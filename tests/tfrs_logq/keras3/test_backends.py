@@ -19,7 +19,6 @@ import pytest
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
-sys.path.insert(0, str(HERE.parent))
 import numpy_reference as ref  # noqa: E402
 
 import tfrs_logq  # noqa: E402,F401
