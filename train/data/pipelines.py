@@ -3,9 +3,9 @@
 Design: all training items are kept in ONE flat int64 tensor; an example is an index into it,
 and each batch's windows are built with one vectorised gather (no per-example Python, no
 [examples x max_len] matrix in memory). Shuffling is a full uniform permutation per epoch,
-`tf.random.experimental.stateless_shuffle(range(n), seed=[seed, 2 * epoch])`, and uniform
-negatives use `stateless_uniform(seed=[seed, 2 * step + 1])`, so the stream is a pure function
-of `seed` (deterministic across runs and parallelism). Batches span epoch boundaries when
+`tf.random.experimental.stateless_shuffle(range(n), seed=[seed, 2 * epoch])`, so the stream is
+a pure function of `seed` (deterministic across runs and parallelism). Negatives are drawn in
+the training step by the library's samplers, not here. Batches span epoch boundaries when
 `repeat=True` (like `repeat().batch()`), and `batch_size` is the GLOBAL batch.
 
 SASRec windows (SASRec convention): for a training sequence s_1..s_n, only the last
@@ -73,13 +73,6 @@ def _left_padded_windows(flat: tf.Tensor, first: tf.Tensor, end: tf.Tensor, leng
   return tf.where(valid, tf.gather(flat, tf.maximum(idx, 0)), tf.zeros_like(idx))
 
 
-def _uniform_negatives(shape, num_items: int, seed: int, step) -> tf.Tensor:
-  """Uniform draws from 1..num_items (int64), a pure function of (seed, step)."""
-  return tf.random.stateless_uniform(
-      shape, seed=tf.stack([tf.constant(seed, tf.int64), 2 * step + 1]), minval=1,
-      maxval=num_items + 1, dtype=tf.int64)
-
-
 def _finish(ds: tf.data.Dataset) -> tf.data.Dataset:
   options = tf.data.Options()
   options.deterministic = True
@@ -88,24 +81,18 @@ def _finish(ds: tf.data.Dataset) -> tf.data.Dataset:
 
 def sasrec_train_dataset(data: SequenceData, *, batch_size: int, max_len: int = 200,
                          seed: int = 0, shuffle: bool = True, repeat: bool = True,
-                         num_uniform_negatives: int = 0, negatives_per_position: bool = False,
                          drop_remainder: Optional[bool] = None) -> tf.data.Dataset:
   """SASRec training batches (see module docstring for the window formula).
 
   Yields dicts:
     "inputs":  int64 [B, max_len], left-padded with 0;
-    "targets": int64 [B, max_len], the next item at each position, 0 where padding;
-    "negatives" (when num_uniform_negatives = k > 0): int64 uniform draws from 1..num_items,
-      [B, max_len, k] (one set per position) if `negatives_per_position`, else [k] shared by
-      the whole batch. Accidental hits are NOT removed here (the loss masks them).
+    "targets": int64 [B, max_len], the next item at each position, 0 where padding.
+  Negatives are not drawn here: the library's samplers (`tfrs_logq.negatives`) draw them in the
+  training step.
   `drop_remainder` defaults to `repeat` (static batch shapes for an endless stream; with
-  repeat=False the last partial batch is kept). B = batch_size is the global batch; note that
-  `experimental_distribute_dataset` splits every component along axis 0, the shared [k]
-  negatives included.
+  repeat=False the last partial batch is kept). B = batch_size is the global batch.
   """
   _check_positive(batch_size=batch_size, max_len=max_len)
-  if num_uniform_negatives < 0:
-    raise ValueError(f"num_uniform_negatives must be >= 0, got {num_uniform_negatives}")
   seqs = [s for s in data.train_sequences if s.size >= 2]
   if not seqs:
     raise ValueError(f"{data.name}: no training sequence with >= 2 items")
@@ -113,18 +100,12 @@ def sasrec_train_dataset(data: SequenceData, *, batch_size: int, max_len: int = 
   flat = tf.constant(flat_np)
   starts = tf.constant(starts_np)
   ends = tf.constant(ends_np)
-  num_items, k = data.num_items, int(num_uniform_negatives)
   drop = repeat if drop_remainder is None else drop_remainder
 
-  def make_batch(step, idx):
+  def make_batch(step, idx):  # pylint: disable=unused-argument
     first, end = tf.gather(starts, idx), tf.gather(ends, idx)
-    out = {"inputs": _left_padded_windows(flat, first, end - 1, max_len),
-           "targets": _left_padded_windows(flat, first + 1, end, max_len)}
-    if k:
-      shape = (tf.stack([tf.size(idx, tf.int32), max_len, k]) if negatives_per_position
-               else [k])
-      out["negatives"] = _uniform_negatives(shape, num_items, seed, step)
-    return out
+    return {"inputs": _left_padded_windows(flat, first, end - 1, max_len),
+            "targets": _left_padded_windows(flat, first + 1, end, max_len)}
 
   ds = _index_stream(len(seqs), seed=seed, shuffle=shuffle, repeat=repeat)
   ds = ds.batch(batch_size, drop_remainder=drop).enumerate()
@@ -134,18 +115,17 @@ def sasrec_train_dataset(data: SequenceData, *, batch_size: int, max_len: int = 
 
 def two_tower_train_dataset(data: SequenceData, *, batch_size: int, max_len: int = 200,
                             seed: int = 0, shuffle: bool = True, repeat: bool = True,
-                            min_history: int = 1, num_uniform_negatives: int = 0,
+                            min_history: int = 1,
                             drop_remainder: Optional[bool] = None) -> tf.data.Dataset:
   """Two-tower training pairs, one per training interaction (see module docstring).
 
   Yields dicts: "user_id" int64 [B]; "history" int64 [B, max_len] left-padded with 0;
-  "item_id" int64 [B]; and, when num_uniform_negatives = k > 0, "negatives" int64 [k]
-  uniform from 1..num_items shared by the batch. Interactions with fewer than `min_history`
+  "item_id" int64 [B]. Interactions with fewer than `min_history`
   earlier items of their user are skipped (min_history=0 keeps all; an empty history is all 0).
   """
   _check_positive(batch_size=batch_size, max_len=max_len)
-  if min_history < 0 or num_uniform_negatives < 0:
-    raise ValueError("min_history and num_uniform_negatives must be >= 0")
+  if min_history < 0:
+    raise ValueError(f"min_history must be >= 0, got {min_history}")
   flat_np, starts_np, _ = _flatten(data.train_sequences)
   lengths = np.array([s.size for s in data.train_sequences], np.int64)
   flat_start_np = np.repeat(starts_np, lengths)
@@ -156,17 +136,13 @@ def two_tower_train_dataset(data: SequenceData, *, batch_size: int, max_len: int
                      "items")
   flat, flat_start = tf.constant(flat_np), tf.constant(flat_start_np)
   flat_user, positions = tf.constant(flat_user_np), tf.constant(positions_np.astype(np.int64))
-  num_items, k = data.num_items, int(num_uniform_negatives)
   drop = repeat if drop_remainder is None else drop_remainder
 
-  def make_batch(step, idx):
+  def make_batch(step, idx):  # pylint: disable=unused-argument
     pos = tf.gather(positions, idx)
-    out = {"user_id": tf.gather(flat_user, pos),
-           "history": _left_padded_windows(flat, tf.gather(flat_start, pos), pos, max_len),
-           "item_id": tf.gather(flat, pos)}
-    if k:
-      out["negatives"] = _uniform_negatives([k], num_items, seed, step)
-    return out
+    return {"user_id": tf.gather(flat_user, pos),
+            "history": _left_padded_windows(flat, tf.gather(flat_start, pos), pos, max_len),
+            "item_id": tf.gather(flat, pos)}
 
   ds = _index_stream(int(positions_np.size), seed=seed, shuffle=shuffle, repeat=repeat)
   ds = ds.batch(batch_size, drop_remainder=drop).enumerate()

@@ -83,27 +83,6 @@ def test_sasrec_shuffle_is_a_deterministic_permutation_per_epoch():
   assert two_epochs[:n] == a  # epoch 0 is the same permutation as the one-epoch stream
 
 
-@pytest.mark.parametrize("per_position", [False, True])
-def test_sasrec_uniform_negatives(per_position):
-  data = _data(num_items=20)
-  ds = D.sasrec_train_dataset(data, batch_size=4, max_len=6, seed=3, num_uniform_negatives=5,
-                              negatives_per_position=per_position)
-  batches = [b["negatives"].numpy() for b in ds.take(400)]
-  assert batches[0].shape == ((4, 6, 5) if per_position else (5,))
-  assert batches[0].dtype == np.int64
-  draws = np.concatenate([x.reshape(-1) for x in batches])
-  assert draws.min() >= 1 and draws.max() <= 20
-  counts = np.bincount(draws, minlength=21)[1:]
-  expected = draws.size / 20
-  chi2 = ((counts - expected) ** 2 / expected).sum()
-  assert chi2 < 19 + 6 * np.sqrt(38)  # uniform over 1..20
-  again = [b["negatives"].numpy() for b in D.sasrec_train_dataset(
-      data, batch_size=4, max_len=6, seed=3, num_uniform_negatives=5,
-      negatives_per_position=per_position).take(3)]
-  assert all(np.array_equal(x, y) for x, y in zip(batches, again))
-  assert not np.array_equal(batches[0], batches[1])
-
-
 def test_two_tower_pairs_match_reference():
   data = _data()
   for min_history, max_len in ((1, 3), (0, 6)):
@@ -116,9 +95,9 @@ def test_two_tower_pairs_match_reference():
     assert list(zip(got["user_id"].tolist(), map(tuple, got["history"].tolist()),
                     got["item_id"].tolist())) == ref
   shuffled = D.two_tower_train_dataset(data, batch_size=5, max_len=6, seed=4, repeat=False,
-                                       min_history=0, num_uniform_negatives=7)
+                                       min_history=0)
   first = next(iter(shuffled))
-  assert first["negatives"].shape == (7,) and first["history"].shape == (5, 6)
+  assert first["history"].shape == (5, 6) and "negatives" not in first
   got = _collect(shuffled, ["user_id", "history", "item_id"])
   assert sorted(zip(got["user_id"].tolist(), map(tuple, got["history"].tolist()),
                     got["item_id"].tolist())) == sorted(ref)
@@ -149,10 +128,9 @@ def test_eval_arrays_and_rated_filtering():
 
 def test_pipelines_on_ml1m_windows(data_dir):
   data = D.load("ml1m", data_dir / "ml1m")
-  ds = D.sasrec_train_dataset(data, batch_size=128, max_len=200, seed=0, shuffle=False,
-                              num_uniform_negatives=128)
+  ds = D.sasrec_train_dataset(data, batch_size=128, max_len=200, seed=0, shuffle=False)
   batch = next(iter(ds))
-  assert batch["inputs"].shape == (128, 200) and batch["negatives"].shape == (128,)
+  assert batch["inputs"].shape == (128, 200) and batch["targets"].shape == (128, 200)
   ref = _sasrec_reference(D.SequenceData(
       name="x", num_items=data.num_items, train_sequences=data.train_sequences[:128],
       val=data.val, test=data.test, item_counts=D.count_items(
@@ -167,8 +145,8 @@ def test_pipeline_argument_errors():
     D.sasrec_train_dataset(data, batch_size=0, seed=0)
   with pytest.raises(ValueError, match="max_len"):
     D.two_tower_train_dataset(data, batch_size=2, max_len=0, seed=0)
-  with pytest.raises(ValueError, match="num_uniform_negatives"):
-    D.sasrec_train_dataset(data, batch_size=2, seed=0, num_uniform_negatives=-1)
+  with pytest.raises(ValueError, match="min_history"):
+    D.two_tower_train_dataset(data, batch_size=2, seed=0, min_history=-1)
   with pytest.raises(ValueError, match=">= 2 items"):
     D.sasrec_train_dataset(_data(lengths=(1, 1)), batch_size=2, seed=0)
   with pytest.raises(ValueError, match="earlier"):
