@@ -255,7 +255,7 @@ class SASRec(tf.keras.Model):
       raise TypeError(f"SASRec inputs must be integer item ids, got {inputs.dtype}")
     inputs = tf.cast(inputs, tf.int64)
     if self.pack_tokens and _static_shapes.in_xla_context():
-      return self._encode(inputs, training=training, seed=seed, pack_tokens=False)
+      return self._encode_packed(inputs, training=training, seed=seed, all_tokens=True)
     if self.jit_compile_encoder and self.final_norm.built:
       if self._encode_xla is None:
         self._encode_xla = tf.function(self._encode, jit_compile=True, reduce_retracing=True)
@@ -264,8 +264,8 @@ class SASRec(tf.keras.Model):
       return self._encode_xla(inputs, training=bool(training), seed=tf.cast(seed, tf.int64))
     return self._encode(inputs, training=training, seed=seed)
 
-  def _encode(self, inputs, training=False, seed=None, pack_tokens=None):
-    if self.pack_tokens if pack_tokens is None else pack_tokens:
+  def _encode(self, inputs, training=False, seed=None):
+    if self.pack_tokens:
       return self._encode_packed(inputs, training=training, seed=seed)
     l = tf.shape(inputs)[1]
     valid = tf.not_equal(inputs, 0)                                 # [B, L]
@@ -281,13 +281,22 @@ class SASRec(tf.keras.Model):
       x = block(x, bias, mask, training=training, seed=seed, salt=i + 1)
     return self.final_norm(x) * mask
 
-  def _encode_packed(self, inputs, training=False, seed=None):
+  def _encode_packed(self, inputs, training=False, seed=None, all_tokens=False):
     """The encoder with every per-token layer (embeddings, LayerNorms, projections, FFN) applied
     to the T non-padding tokens only; attention runs on the [B, L, L] grid. Same function as the
-    padded path (dropout masks are drawn per token, so they differ from the padded path's)."""
+    padded path (dropout masks are drawn per token, so they differ from the padded path's).
+
+    ``all_tokens`` (static shapes, XLA): the per-token layers run on all T = B * L tokens, in the
+    same [T, d] layout the packed layers were built for; padding keys stay masked in attention
+    and padding outputs are zeroed, as in the padded path."""
     l = tf.shape(inputs)[1]
     valid = tf.not_equal(inputs, 0)
-    index = tf.where(valid)                                                  # [T, 2] int64
+    if all_tokens:
+      b = tf.shape(inputs, out_type=tf.int64)[0]
+      l64 = tf.cast(l, tf.int64)
+      index = tf.stack([tf.repeat(tf.range(b), l64), tf.tile(tf.range(l64), [b])], axis=1)
+    else:
+      index = tf.where(valid)                                                # [T, 2] int64
     full_shape = tf.shape(inputs, out_type=tf.int64)
     x = self.input_embedding(tf.gather_nd(inputs, index)) * self.input_scale
     x = x + self.position_embedding(index[:, 1] + tf.cast(self.max_len - l, tf.int64))
@@ -298,7 +307,8 @@ class SASRec(tf.keras.Model):
     for i, block in enumerate(self.blocks):
       x = block.call_packed(x, index, full_shape, bias, training=training, seed=seed, salt=i + 1)
     x = self.final_norm(x)
-    return tf.scatter_nd(index, x, tf.concat([full_shape, tf.shape(x, out_type=tf.int64)[1:]], 0))
+    out = tf.scatter_nd(index, x, tf.concat([full_shape, tf.shape(x, out_type=tf.int64)[1:]], 0))
+    return out * tf.cast(valid, out.dtype)[..., None] if all_tokens else out
 
   def query_embeddings(self, features, training=False, seed=None):
     """Query of each sequence: H at the last (right-most) position, [B, d].
@@ -333,10 +343,11 @@ class SASRec(tf.keras.Model):
     Returns ``TrainingQueries(queries [A, d], positive_ids [A] int64, sequence_ids [A] int64)``
     with A = #(targets != 0), in row-major order; ``sequence_ids`` is each query's row. With
     ``static_shapes`` (XLA / TPU) all A = B * L positions are returned, row-major, padding
-    included (positive id 0, query 0), and the encoder runs on the padded grid.
+    included (positive id 0, query 0), and no encoder op depends on where the padding is.
     """
     if static_shapes:
-      h = (self._encode(batch["inputs"], training=training, seed=seed, pack_tokens=False)
+      h = (self._encode_packed(tf.cast(batch["inputs"], tf.int64), training=training, seed=seed,
+                               all_tokens=True)
            if self.pack_tokens else self.encode(batch["inputs"], training=training, seed=seed))
       targets = tf.cast(batch["targets"], tf.int64)
       b, l = tf.shape(targets)[0], tf.shape(targets)[1]
