@@ -27,11 +27,12 @@ Variants:
 
 Each point runs in a process of its own (forked after the imports), one after the other:
 ``--warmup`` untimed steps, then ``--steps`` timed ones; ``--passes`` sweeps over all points,
-their timed steps pooled. Reported per point: min / median ms per step, peak resident set during the
-timed steps (VmHWM, reset after the warm-up) and the same above the process's size after importing
-TensorFlow, the item table's size, the estimator's state (bytes of its variables), the number of rows of the
-item table's gradient (sparse IndexedSlices naming the batch's and the negatives' rows: the update
-costs O((B + k) d); |I| + 1 rows: O(|I| d)), and the loss. The sampled step must stay flat in |I| and the streaming estimators' memory constant.
+their timed steps pooled. Reported per point: min / median ms per step, peak resident set during
+the timed steps (VmHWM, reset after the warm-up) and the same above the process's size after
+importing TensorFlow, the item table's size, the estimator's state (bytes of its variables), the
+number of rows of the item table's gradient (sparse IndexedSlices naming the batch's and the
+negatives' rows: the update costs O((B + k) d); |I| + 1 rows: O(|I| d)), and the loss. The sampled
+step must stay flat in |I| and the streaming estimators' memory constant.
 Points run at different moments of a shared machine: compare shapes of curves, not single ms.
 
 Writes ``--out``/catalog_size.png (time and memory against |I|, log-log) and catalog_size.md
@@ -248,8 +249,8 @@ def _plot(rows, path):
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
-  fig.suptitle("Two-tower step (B = 256, d = 64, sparse SGD unless @adam): sampled (mixed, corrected logQ) vs full "
-               "softmax", fontsize=10)
+  fig.suptitle("Two-tower step (B = 256, d = 64, sparse SGD unless @adam): sampled (mixed, "
+               "corrected logQ) vs full softmax", fontsize=10)
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)
@@ -305,7 +306,7 @@ def main(argv=None):
   parser.add_argument("--passes", type=int, default=2,
                       help="sweeps over all points (their steps are pooled: a point slowed by "
                       "a burst of load in one pass is not in the other)")
-  parser.add_argument("--steps", type=int, default=5, help="timed steps per point and pass")
+  parser.add_argument("--steps", type=int, default=4, help="timed steps per point and pass")
   parser.add_argument("--warmup", type=int, default=2, help="untimed steps per point and pass")
   parser.add_argument("--max_gib", type=float, default=8.0,
                       help="skip full-softmax points projected above this memory")

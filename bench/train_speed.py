@@ -1,6 +1,6 @@
 r"""Seconds per SASRec training step, ours against the paper's PyTorch code in the same run.
 
-    python bench/train_speed.py                 # paper-code configuration + fastest default vs paper code
+    python bench/train_speed.py                 # paper-code config + fastest default vs paper code
     python bench/train_speed.py --quick         # 1 warm-up step, 2 rounds of 2 steps
     python bench/train_speed.py --configs=paper,batch+xla,sequence+xla,query+xla
     python bench/train_speed.py --no_yardstick  # ours only (no PyTorch needed)
@@ -358,7 +358,8 @@ class _FixedQueries:
   def __getattr__(self, name):
     return getattr(self._model, name)
 
-  def training_queries(self, batch, training=True, seed=None, **kwargs):  # pylint: disable=unused-argument
+  def training_queries(self, batch, training=True, seed=None,  # pylint: disable=unused-argument
+                       **kwargs):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     key = (self.index, repr(sorted(kwargs.items())))
     if key not in self._cache:
@@ -379,7 +380,8 @@ class _Side:
     self.name, self.spec = name, spec
     self.log_path = os.path.join(log_dir, re.sub(r"[^a-z0-9]+", "_", name.lower()) + ".log")
     self.log = open(self.log_path, "w")
-    self.proc = subprocess.Popen([sys.executable, "-m", "bench.train_speed", "--_worker", json.dumps(spec)],
+    self.proc = subprocess.Popen([sys.executable, "-m", "bench.train_speed", "--_worker",
+                                  json.dumps(spec)],
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
                                  text=True, bufsize=1, cwd=str(ROOT))
     self.times, self.loss, self.w, self.info, self.memory = [], None, None, {}, {}
@@ -532,8 +534,10 @@ def main(argv=None):
   print(f"fp32 matmul peak ({args.matmul_n}^2, {args.threads} threads): TensorFlow "
         f"{peak['tensorflow']:.1f} GFLOP/s" + (f", PyTorch {peak['torch']:.1f} GFLOP/s"
                                                if peak["torch"] else ""))
+  pre_ln = step_flops(num_queries, batch=args.batch_size, length=args.max_len, dim=128,
+                      num_blocks=2, block="pre_ln", num_negatives=256)
   print(f"model FLOPs per step: {flops[YARDSTICK] / 1e9:.1f} G (reference block), "
-        f"{step_flops(num_queries, batch=args.batch_size, length=args.max_len, dim=128, num_blocks=2, block='pre_ln', num_negatives=256) / 1e9:.1f} G (pre-LN block)")
+        f"{pre_ln / 1e9:.1f} G (pre-LN block)")
   ref = sides.get(YARDSTICK)
   header = (f"{'side':<44}{'min s':>7}{'med s':>7}{'x min':>7}{'x med':>7}{'GFLOP/s':>9}"
             f"{'%peak':>7}{'RSS GiB':>9}{'step GiB':>9}{'loss':>8}{'w':>7}")

@@ -105,36 +105,40 @@ class DemoConfig(NamedTuple):
 
 _D = DemoConfig()
 FLAGS = flags.FLAGS
-flags.DEFINE_string("output_dir", "runs/demo", "Where summary.json/.md and the PNGs go.")
-flags.DEFINE_list("rows", None, "Rows: 'full' or NEGATIVES:CORRECTION[:CONVENTION] with "
-                  f"NEGATIVES in {NEGATIVES}, CORRECTION one of tfrs_logq.losses.CORRECTIONS, "
-                  "CONVENTION one of tfrs_logq.negatives.CONVENTIONS (default unigram). "
-                  "Default: full, in_batch:{none,standard,corrected}, plus "
-                  "in_batch:{standard,corrected}:expected_count when the library offers it.")
-flags.DEFINE_list("seeds", [str(s) for s in _D.seeds],
-                  "Paired seeds (initialisation, training draws and order, sampling).")
-flags.DEFINE_integer("steps", _D.steps, "Training steps.")
-flags.DEFINE_integer("batch_size", _D.batch_size, "Training rows per step (the in-batch pool).")
-flags.DEFINE_integer("num_negatives", _D.num_negatives, "in_batch: keep at most this many "
-                     "distinct ids; mixed: k // 2 in-batch + the rest uniform; uniform: k draws.")
-flags.DEFINE_float("learning_rate", _D.learning_rate, "Adam's initial rate (cosine decay to 1%).")
-flags.DEFINE_integer("embedding_dim", _D.embedding_dim, "Model dimension (+1 bias column).")
-flags.DEFINE_enum("user_tower", _D.user_tower, list(USER_TOWERS),
-                  "features: q_u = [x_u W, 1], metrics on held-out users; id: a user-id "
-                  "embedding, metrics on the training users (held-out draws).")
-flags.DEFINE_integer("num_items", _D.num_items, "Catalog size |D|.")
-flags.DEFINE_integer("feature_dim", _D.feature_dim, "User feature dimension f.")
-flags.DEFINE_float("zipf", _D.zipf, "Zipf exponent of the item popularity bias.")
-flags.DEFINE_float("tau", _D.tau, "Peakedness of the preferences (scale of <x_u, v_d>).")
-flags.DEFINE_integer("world_seed", _D.world_seed, "Seed of the world (items, held-out users).")
-flags.DEFINE_integer("train_users", _D.train_users, "Training user pool size.")
-flags.DEFINE_integer("eval_users", _D.eval_users, "Held-out users of the final metrics.")
-flags.DEFINE_integer("k", _D.k, "Cut-off k of R@k and HR@k.")
-flags.DEFINE_integer("num_bins", _D.num_bins, "Popularity bins (10 = deciles).")
-flags.DEFINE_integer("curve_points", _D.curve_points,
-                     "KL evaluations during training (learning curve; 0 = none).")
-flags.DEFINE_integer("curve_users", _D.curve_users, "Held-out users of each curve point.")
-flags.DEFINE_bool("plot", True, "Write the PNGs.")
+
+
+def define_flags() -> None:
+  """Defines the demo's absl flags (at run time, so importing this module defines none)."""
+  flags.DEFINE_string("output_dir", "runs/demo", "Where summary.json/.md and the PNGs go.")
+  flags.DEFINE_list("rows", None, "Rows: 'full' or NEGATIVES:CORRECTION[:CONVENTION] with "
+                    f"NEGATIVES in {NEGATIVES}, CORRECTION one of tfrs_logq.losses.CORRECTIONS, "
+                    "CONVENTION one of tfrs_logq.negatives.CONVENTIONS (default unigram). "
+                    "Default: full, in_batch:{none,standard,corrected}, plus "
+                    "in_batch:{standard,corrected}:expected_count when the library offers it.")
+  flags.DEFINE_list("seeds", [str(s) for s in _D.seeds],
+                    "Paired seeds (initialisation, training draws and order, sampling).")
+  flags.DEFINE_integer("steps", _D.steps, "Training steps.")
+  flags.DEFINE_integer("batch_size", _D.batch_size, "Training rows per step (the in-batch pool).")
+  flags.DEFINE_integer("num_negatives", _D.num_negatives, "in_batch: keep at most this many "
+                       "distinct ids; mixed: k // 2 in-batch + the rest uniform; uniform: k draws.")
+  flags.DEFINE_float("learning_rate", _D.learning_rate, "Adam's initial rate (cosine decay to 1%).")
+  flags.DEFINE_integer("embedding_dim", _D.embedding_dim, "Model dimension (+1 bias column).")
+  flags.DEFINE_enum("user_tower", _D.user_tower, list(USER_TOWERS),
+                    "features: q_u = [x_u W, 1], metrics on held-out users; id: a user-id "
+                    "embedding, metrics on the training users (held-out draws).")
+  flags.DEFINE_integer("num_items", _D.num_items, "Catalog size |D|.")
+  flags.DEFINE_integer("feature_dim", _D.feature_dim, "User feature dimension f.")
+  flags.DEFINE_float("zipf", _D.zipf, "Zipf exponent of the item popularity bias.")
+  flags.DEFINE_float("tau", _D.tau, "Peakedness of the preferences (scale of <x_u, v_d>).")
+  flags.DEFINE_integer("world_seed", _D.world_seed, "Seed of the world (items, held-out users).")
+  flags.DEFINE_integer("train_users", _D.train_users, "Training user pool size.")
+  flags.DEFINE_integer("eval_users", _D.eval_users, "Held-out users of the final metrics.")
+  flags.DEFINE_integer("k", _D.k, "Cut-off k of R@k and HR@k.")
+  flags.DEFINE_integer("num_bins", _D.num_bins, "Popularity bins (10 = deciles).")
+  flags.DEFINE_integer("curve_points", _D.curve_points,
+                       "KL evaluations during training (learning curve; 0 = none).")
+  flags.DEFINE_integer("curve_users", _D.curve_users, "Held-out users of each curve point.")
+  flags.DEFINE_bool("plot", True, "Write the PNGs.")
 
 
 # ------------------------------------------------------------------------------ rows
@@ -868,5 +872,11 @@ def main(argv):
   run(cfg, FLAGS.output_dir, plot=FLAGS.plot)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+  """Entry point: `python -m eval.demo`."""
+  define_flags()
   app.run(main)
+
+
+if __name__ == "__main__":
+  cli()

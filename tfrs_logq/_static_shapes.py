@@ -35,8 +35,10 @@ from typing import NamedTuple, Optional
 
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
-from tensorflow.python.framework import ops as _ops  # pylint: disable=g-direct-tensorflow-import
-from tensorflow.python.ops import control_flow_util as _cf_util  # pylint: disable=g-direct-tensorflow-import
+# pylint: disable=g-direct-tensorflow-import  (no public API tells whether XLA compiles a trace)
+from tensorflow.python.framework import ops as _ops
+from tensorflow.python.ops import control_flow_util as _cf_util
+# pylint: enable=g-direct-tensorflow-import
 
 __all__ = ["in_xla_context", "use_static_shapes", "SortedRuns", "sorted_runs", "run_total",
            "first_occurrence", "valid_rank", "unsort", "all_gather_by_all_reduce",

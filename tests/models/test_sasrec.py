@@ -144,6 +144,29 @@ def test_packed_tokens_path_equals_padded_path():
     np.testing.assert_allclose(a, b, atol=1e-4)
 
 
+@pytest.mark.parametrize("pack_tokens", [True, False])
+def test_static_shape_training_queries_keep_every_position(pack_tokens):
+  """static_shapes: all B * L positions row-major (padding: positive id 0, query 0, row id); the
+  non-padding ones are the dynamic queries; compiled by XLA (the packed encoder then runs its
+  per-token layers on every token) the hidden states are the same."""
+  m = _model(pack_tokens=pack_tokens)
+  x = _batch(np.random.default_rng(5))
+  t = np.where(x > 0, (x % 30) + 1, 0)
+  batch = {"inputs": tf.constant(x), "targets": tf.constant(t)}
+  q, pos, seq = m.training_queries(batch, training=False, static_shapes=True)
+  assert q.shape == (x.size, 16)
+  np.testing.assert_array_equal(pos.numpy(), t.reshape(-1))
+  np.testing.assert_array_equal(seq.numpy(), np.repeat(np.arange(x.shape[0]), x.shape[1]))
+  q_dyn, _, _ = m.training_queries(batch, training=False)
+  np.testing.assert_allclose(q.numpy()[t.reshape(-1) > 0], q_dyn.numpy(), atol=1e-5)
+  np.testing.assert_array_equal(q.numpy()[x.reshape(-1) == 0], 0.0)
+  compiled = tf.function(lambda b: m.training_queries(b, training=False, static_shapes=True)[0],
+                         jit_compile=True)(batch)
+  np.testing.assert_allclose(compiled.numpy(), q.numpy(), atol=1e-5)
+  np.testing.assert_allclose(tf.function(m.encode, jit_compile=True)(x).numpy(),
+                             m.encode(x).numpy(), atol=1e-5)
+
+
 def test_fast_dropout_rate_and_scale():
   from models.sasrec import _dropout
   x = tf.ones([200, 500])

@@ -27,10 +27,11 @@ copy, no ``merge_call``, so the update also runs inside an XLA-compiled replica 
 updated with scatter ops only (no ``tf.lookup`` tables), so it is saved by ``tf.train.Checkpoint``
 and in SavedModels.
 
-Static shapes. Updates group the step's slots by `tf.unique`, or, when ``valid`` is given or the
-update is compiled by XLA (``tf.function(jit_compile=True)``, TPU), by a stable sort
-(``tfrs_logq._static_shapes``): every intermediate then has the size of the batch, and the same
-value is scattered to every copy of a slot, so both paths give the same state.
+Static shapes. The hash-array and count-min updates group the step's slots by `tf.unique`, or,
+when ``valid`` is given or the update is compiled by XLA (``tf.function(jit_compile=True)``, TPU),
+by a stable sort (``tfrs_logq._static_shapes``): every intermediate then has the size of the
+batch, and the same value is scattered to every copy of a slot, so both paths give the same state.
+Exact counts need no grouping (an integer scatter-add).
 
 Input checks (``validate_ids=True``): integer ids must be >= 0 and, when ``num_items`` is
 declared, < num_items (``tf.errors.InvalidArgumentError`` at run time, raised before any state

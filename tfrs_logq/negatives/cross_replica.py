@@ -84,8 +84,8 @@ def all_gather_rows(tensors: Sequence[tf.Tensor], method: str = "auto") -> list:
   if ctx.num_replicas_in_sync == 1:
     return list(tensors)
   if method == "all_reduce" or (method == "auto" and _static_shapes.in_xla_context()):
-    stop = lambda t: _dense_gradient(t) if t.dtype.is_floating else tf.stop_gradient(t)  # noqa: E731
-    return [_static_shapes.all_gather_by_all_reduce(ctx, stop(t)) for t in tensors]
+    return [_static_shapes.all_gather_by_all_reduce(
+        ctx, _dense_gradient(t) if t.dtype.is_floating else tf.stop_gradient(t)) for t in tensors]
   # One all-gather per tensor: the gradient of a nested all-gather packs the gradients of all
   # members into one concat, which fails for a mix of integer ids and float rows.
   out = []
