@@ -142,6 +142,9 @@ class RunConfig:
       200, "Stop after this many epochs without a better validation NDCG@10.")
   seed: int = setting(0, "Seed of initialisation, data order, negatives and dropout.")
   jit_compile: bool = setting(False, "Compile the SASRec encoder and scoring with XLA.")
+  jit_compile_step: bool = setting(
+      False, "Compile the whole train step (objective, gradients, optimizer, estimator update) "
+      "into one static-shape XLA program (single device or TPU; MirroredStrategy on GPUs).")
   # ---------------------------------------------------------------------------- distribution
   strategy: str = setting("default", "tf.distribute strategy: default, mirrored (local "
                           "devices), multi_worker (TF_CONFIG), tpu (--tpu).", choices=STRATEGIES)

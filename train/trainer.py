@@ -34,6 +34,7 @@ from train import distribute
 from train import export as export_lib
 from train import validation
 from train.config import RunConfig
+from train import step as step_lib
 from train.objective import Objective
 
 __all__ = ["Trainer", "build_estimator", "build_model"]
@@ -104,6 +105,11 @@ class Trainer:
       self.best_epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="best_epoch")
       self.bad_epochs = tf.Variable(0, dtype=tf.int64, trainable=False, name="bad_epochs")
     self.objective = Objective(cfg, self.model, self.data.num_items, self.estimator, self.midx)
+    # The replica's step (objective, gradients, optimizer, estimator update); with
+    # --jit_compile_step one static-shape XLA program (train/step.py).
+    self._replica_step = step_lib.make_replica_step(
+        self.objective, self.model, self.optimizer, jit_compile=cfg.jit_compile_step,
+        strategy=self.strategy)
     trackables = dict(model=self.model, optimizer=self.optimizer, estimator=self.estimator,
                       step=self.step, epoch=self.epoch, best_metric=self.best_metric,
                       best_epoch=self.best_epoch, bad_epochs=self.bad_epochs)
@@ -142,17 +148,7 @@ class Trainer:
 
   def _train_step_fn(self, batch):
     step = self.step.read_value()
-
-    def replica_fn(batch):
-      with tf.GradientTape() as tape:
-        terms = self.objective(batch, step, training=True)
-      variables = self.model.trainable_variables
-      grads = tape.gradient(terms["loss"], variables)
-      pairs = [(g, v) for g, v in zip(grads, variables) if g is not None]
-      self.optimizer.apply_gradients(pairs)
-      return terms["loss_sum"], terms["weight_sum"], terms["count"]
-
-    loss_sum, weight_sum, count = self.strategy.run(replica_fn, args=(batch,))
+    loss_sum, weight_sum, count = self.strategy.run(self._replica_step, args=(batch, step))
     total = lambda x: self.strategy.reduce(tf.distribute.ReduceOp.SUM, x, axis=None)
     loss_sum, weight_sum, count = total(loss_sum), total(weight_sum), total(count)
     self.step.assign_add(1)
