@@ -19,10 +19,11 @@ Sides. Each runs in its own subprocess, all set up (and warmed up: tracing, XLA)
 * ours, one per ``--configs`` entry: `train.trainer.Trainer.train_step` with the configuration
   named by ``+``-joined tokens: ``batch`` | ``sequence`` | ``query`` (who shares the 128 uniform
   negatives: the batch, each sequence, or nobody = the paper code's per-position draws; aliases
-  ``shared``, ``per_position``), ``xla`` (jit_compile), ``reference`` (the paper code's block,
-  else the default pre-LN block), ``hash_array`` | ``count_min`` (streaming Q(d) estimator
-  updated every step, else exact counts). ``paper`` = ``query+reference+xla`` (the paper-code
-  configuration), ``fastest`` = ``batch+xla``.
+  ``shared``, ``per_position``), ``xla`` (jit_compile: encoder and scoring), ``step``
+  (jit_compile_step: the whole step as one static-shape XLA program), ``reference`` (the paper
+  code's block, else the default pre-LN block), ``hash_array`` | ``count_min`` (streaming Q(d)
+  estimator updated every step, else exact counts). ``paper`` = ``query+reference+xla`` (the
+  paper-code configuration), ``fastest`` = ``batch+xla``.
 
 Timing: ``--rounds`` rounds; in each, every side runs ``--steps`` steps in a rotated order while
 the others wait, so drift from other jobs on a shared machine hits every side alike. Reported: min
@@ -97,11 +98,13 @@ class SideConfig:
   xla: bool = False
   block: str = "pre_ln"
   estimator: str = "exact"
+  step_xla: bool = False
 
   @property
   def label(self) -> str:
     block = "reference" if self.block == "reference" else "pre-LN"
-    return (f"ours: {self.uniform} uniform, {block}{', XLA' if self.xla else ''}"
+    xla = ", XLA step" if self.step_xla else (", XLA" if self.xla else "")
+    return (f"ours: {self.uniform} uniform, {block}{xla}"
             f"{', ' + self.estimator if self.estimator != 'exact' else ''}")
 
 
@@ -111,13 +114,14 @@ def parse_config(name: str) -> SideConfig:
   uniform = [PER_TOKENS[t] for t in tokens if t in PER_TOKENS]
   estimator = [t for t in tokens if t in ESTIMATORS]
   unknown = [t for t in tokens if t not in PER_TOKENS and t not in ESTIMATORS
-             and t not in ("xla", "reference")]
+             and t not in ("xla", "reference", "step")]
   if unknown or len(uniform) > 1 or len(estimator) > 1:
     raise ValueError(f"--configs entry {name!r}: expected paper, fastest or tokens "
-                     f"{sorted(PER_TOKENS)} + xla + reference + {ESTIMATORS} (one of each kind)")
+                     f"{sorted(PER_TOKENS)} + xla + step + reference + {ESTIMATORS} (one of "
+                     "each kind)")
   return SideConfig(name=name, uniform=uniform[0] if uniform else "batch", xla="xla" in tokens,
                     block="reference" if "reference" in tokens else "pre_ln",
-                    estimator=estimator[0] if estimator else "exact")
+                    estimator=estimator[0] if estimator else "exact", step_xla="step" in tokens)
 
 
 def step_flops(num_queries: float, *, batch: int, length: int, dim: int, num_blocks: int,
@@ -159,6 +163,7 @@ def _our_trainer(spec: dict, cfg: SideConfig):
       negatives="mixed", num_negatives=256, uniform_negatives=cfg.uniform, logq=spec["logq"],
       sasrec_block=cfg.block, frequency=cfg.estimator, frequency_buckets=spec["buckets"],
       batch_size=spec["batch_size"], max_len=spec["max_len"], jit_compile=cfg.xla,
+      jit_compile_step=cfg.step_xla,
       dropout=spec["dropout"], seed=spec["seed"], steps_per_epoch=1,
       model_dir=tempfile.mkdtemp(prefix="train_speed_"), progress=False)
   return Trainer(run_config, data=data), data

@@ -51,3 +51,9 @@ def test_named_configs_and_aliases():
 def test_bad_config_names_are_rejected(name):
   with pytest.raises(ValueError, match="--configs"):
     train_speed.parse_config(name)
+
+
+def test_step_token_compiles_the_whole_step():
+  cfg = train_speed.parse_config("sequence+xla+step")
+  assert (cfg.uniform, cfg.xla, cfg.step_xla) == ("sequence", True, True)
+  assert not train_speed.parse_config("paper").step_xla
