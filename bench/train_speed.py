@@ -109,8 +109,8 @@ class SideConfig:
 
 
 def parse_config(name: str) -> SideConfig:
-  """``paper`` | ``fastest`` | tokens joined by ``+`` (module docstring) -> SideConfig."""
-  tokens = NAMED.get(name, name).split("+")
+  """Tokens joined by ``+`` (``paper`` and ``fastest`` expand to theirs; module docstring)."""
+  tokens = [t for part in name.split("+") for t in NAMED.get(part, part).split("+")]
   uniform = [PER_TOKENS[t] for t in tokens if t in PER_TOKENS]
   estimator = [t for t in tokens if t in ESTIMATORS]
   unknown = [t for t in tokens if t not in PER_TOKENS and t not in ESTIMATORS
@@ -461,6 +461,8 @@ def main(argv=None):
                       help="intra-op threads of every side")
   parser.add_argument("--matmul_n", type=int, default=2048, help="size of the peak matmul")
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--out", default="bench/out",
+                      help="folder for train_speed.json (every side's times, ratios, GFLOP/s, RSS)")
   parser.add_argument("--_worker", default=None, help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
   if args._worker:  # pylint: disable=protected-access
@@ -563,6 +565,15 @@ def main(argv=None):
     print(f"{label:<44}{mn:>7.2f}{med:>7.2f}{ratio_min}{ratio_med}{gflops:>9.1f}"
           f"{100 * gflops / peak[framework]:>7.0f}{_gib(mem.get('peak_rss_kib')):>9}"
           f"{_gib(step_mem):>9}{side.loss:>8.3f}{side.w:>7.3f}")
+  _write_json(args.out, dict(
+      argv=sys.argv[1:], peak_gflops=peak,
+      model_gflop_per_step={n: f / 1e9 for n, f in flops.items()},
+      sides={name: dict(times=side.times, min_s=min(side.times),
+                        median_s=statistics.median(side.times), memory=side.memory,
+                        x_min=(min(ref.times) / min(side.times)) if ref else None,
+                        x_median=(statistics.median(ref.times) / statistics.median(side.times))
+                        if ref else None)
+             for name, side in sides.items()}))
   print("x min / x med: the paper code's min / median over ours (same run); RSS: peak resident "
         "set during the timed steps; step: the same above the framework's import footprint. "
         "Losses differ by definition (the paper code's loss has no log-sum-exp shift).")
@@ -583,6 +594,13 @@ def main(argv=None):
           f"per step, {flops[best] / results[best][1] / 1e9:.1f} GFLOP/s = "
           f"{100 * flops[best] / results[best][1] / 1e9 / peak['tensorflow']:.0f}% of the "
           f"TensorFlow matmul peak (no paper-code side; shared machine: absolute times noisy)")
+
+
+def _write_json(out_dir, report) -> None:
+  """Writes the run's figures to OUT/train_speed.json."""
+  os.makedirs(out_dir, exist_ok=True)
+  with open(os.path.join(out_dir, "train_speed.json"), "w") as f:
+    json.dump(report, f, indent=2, default=float)
 
 
 def _profile(sides, configs, args):

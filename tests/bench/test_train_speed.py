@@ -57,3 +57,5 @@ def test_step_token_compiles_the_whole_step():
   cfg = train_speed.parse_config("sequence+xla+step")
   assert (cfg.uniform, cfg.xla, cfg.step_xla) == ("sequence", True, True)
   assert not train_speed.parse_config("paper").step_xla
+  paper_step = train_speed.parse_config("paper+step")
+  assert (paper_step.uniform, paper_step.block, paper_step.step_xla) == ("query", "reference", True)
