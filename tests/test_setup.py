@@ -82,7 +82,9 @@ def test_app_extra_provides_what_the_application_imports():
     modules = _third_party_imports(package) - OPTIONAL_IMPORTS
     missing = _distributions(modules) - reqs[""] - reqs["app"]
     assert not missing, f"{package} imports {missing}, in no requirement of .[app]"
-  assert reqs["app"] | {"pytest"} == reqs["test"]
+  # The suite = the application + the Keras 3 path's parity tests (JAX backend) + pytest.
+  assert reqs["keras3"] == {"keras", "keras-rs", "jax"}
+  assert reqs["app"] | reqs["keras3"] | {"pytest"} == reqs["test"]
 
 
 def test_console_scripts_point_at_the_binaries():
