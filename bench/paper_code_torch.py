@@ -15,10 +15,11 @@ L = 200, d = 128, 2 blocks, 1 head, dropout 0.5 everywhere):
       z    = LN1(x)
       a    = dropout(mask_q * softmax(mask_k,causal(Q(z) K(x)^T / sqrt(d_head)))) V(x)
       h    = LN2(a + z)
-      x'   = (h + dropout(F2(dropout(F1(h))))) * m                    F1, F2: d -> d linear maps,
-                                                                       no activation (as the paper
-                                                                       code; ``ffn_activation``
-                                                                       adds one)
+      x'   = (h + dropout(F2(dropout(relu(F1(h)))))) * m              F1, F2: d -> d linear maps
+                                                                       (gSASRec-pytorch's current
+                                                                       block; an early version had
+                                                                       no ReLU:
+                                                                       ffn_activation=False)
     H      = LN(x_L)[m]                                                [A, d]
     negatives of query a: 128 ids uniform over 1..|I| drawn per position, then the first
       occurrences of the batch's unique labels (a [U, A] comparison), shuffled, the first 128,
@@ -135,13 +136,13 @@ class PaperCodeStep:
     num_uniform, num_in_batch: negatives per query (128 + 128).
     threads: torch intra-op threads (None: torch's default).
     seed: torch's global seed (initial weights, dropout, negatives).
-    ffn_activation: ReLU between the FFN maps (the paper code has none).
+    ffn_activation: ReLU between the FFN maps (gSASRec-pytorch's block; False: none).
   """
 
   def __init__(self, num_items: int, item_counts, *, max_len: int = 200, dim: int = 128,
                num_blocks: int = 2, num_heads: int = 1, dropout: float = 0.5,
                num_uniform: int = 128, num_in_batch: int = 128, threads=None, seed: int = 0,
-               ffn_activation: bool = False):
+               ffn_activation: bool = True):
     torch = _torch()
     if threads:
       torch.set_num_threads(int(threads))
