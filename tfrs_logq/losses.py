@@ -87,14 +87,15 @@ from typing import NamedTuple, Optional
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
+from tfrs_logq import _formulas
 from tfrs_logq import log_q as log_q_lib
 
 __all__ = ["CORRECTIONS", "Q_PRIME_MODES", "LOSSES", "LossOutput", "masked_logsumexp",
            "sampled_softmax_loss", "full_softmax_loss", "bce_loss", "gbce_loss", "gbce_beta",
            "SampledSoftmaxLoss", "FullSoftmaxLoss", "GBCELoss"]
 
-CORRECTIONS = ("none", "standard", "standard_no_positive", "corrected")
-Q_PRIME_MODES = ("exact", "proxy")
+CORRECTIONS = _formulas.CORRECTIONS
+Q_PRIME_MODES = _formulas.Q_PRIME_MODES
 LOSSES = ("sampled_softmax", "full_softmax", "bce", "gbce")
 
 _MASKED = -1e30  # stands for an excluded entry inside masked_logsumexp (finite: no inf - inf)
@@ -114,18 +115,8 @@ class LossOutput(NamedTuple):
   num_valid: tf.Tensor
 
 
-def _check_correction(correction: str, q_prime: str, ratio_floor: float = 0.0) -> float:
-  if correction not in CORRECTIONS:
-    raise ValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
-  if q_prime not in Q_PRIME_MODES:
-    raise ValueError(f"q_prime must be one of {Q_PRIME_MODES}, got {q_prime!r}")
-  if (isinstance(ratio_floor, bool) or not isinstance(ratio_floor, numbers.Real)
-      or not 0.0 <= float(ratio_floor) < 1.0):
-    raise ValueError(f"ratio_floor must be a float in [0, 1) (0 = off), got {ratio_floor!r}")
-  if ratio_floor > 0 and correction != "corrected":
-    raise ValueError(f"ratio_floor applies to correction='corrected' only (the clamp of the "
-                     f"paper's corrected script), got correction={correction!r}")
-  return float(ratio_floor)
+# One validation of (correction, q_prime, ratio_floor) for the tf-keras and Keras 3 paths.
+_check_correction = _formulas.check_correction
 
 
 def masked_logsumexp(x: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
