@@ -7,8 +7,24 @@ items scored, rated items filtered, Recall@20 / NDCG@20 over all test queries):
   python -m train <RunConfig.to_flags()>          # the run's whole configuration
   python -m eval.evaluate --export_dir=... --output_dir=...   # on the export's own data
 
-and the table reports mean ± std over seeds beside the published numbers. Every command is built
-from a `train.config.RunConfig` / `eval.config.EvalConfig`, never spelled by hand.
+Every command is built from a `train.config.RunConfig` / `eval.config.EvalConfig`, never spelled
+by hand.
+
+Paired seeds. A seed fixes the initialisation and the order of the training data whatever the
+row (the trainer keys both on the seed), so the rows of one seed form a pair and the runs go
+setting -> seed -> row: a seed's rows finish together. The report takes every finished run
+found under --out (several invocations with different --seeds accumulate into one report):
+
+  per row, over its n seeds:   mean ± s.e.,  s.e. = s / sqrt(n)  (s: sample std, ddof 1)
+  per pair (A, B) of rows, over the seeds present in both, d_s = metric_A(s) - metric_B(s):
+    mean d ± s.e.(d),  95% CI = mean d ± t_{0.975, n-1} · s_d / sqrt(n)   (Student t, n >= 2)
+    verdict: "ahead" (CI above 0), "behind" (CI below 0), "within noise" (CI contains 0);
+    one common seed: no interval.
+
+The pairs are X_corrected − X_standard, X_corrected − X_none and X_standard − X_none for X in
+{mixed, inbatch}, where both rows are selected (PAIR_FAMILIES x PAIR_CONTRASTS). The t quantile
+is computed here (bisection on the t CDF, written with the regularized incomplete beta function)
+so that the application needs no scipy.
 
 Base configuration: every flag of `python -m train` that a run does not set itself is a flag
 here too (--batch_size, --num_negatives, --max_len, --jit_compile, --frequency, ...; defaults as
@@ -31,21 +47,29 @@ Budgets:
                  epochs of 48 steps, 5 seeds (a GPU machine).
 Selection: --rows=mixed_corrected,full_softmax --seeds=0,1 --settings=ml1m_loo; --dry_run prints
 the commands. Finished runs (eval_results.json present) are reused unless --overwrite.
+--report_only runs nothing: it reports the finished runs found under --out for the selected
+settings and rows (every seed found, or only --seeds) and lists the missing ones.
 
-Writes <out>/reproduce_<budget>.md and .json, recall_by_popularity_<setting>.png (Recall@20
-of each row by the target's popularity decile) and learning_curves_<setting>.png (validation
-Recall@20 against training step); --out is relative to the working directory. The last printed
-line is a one-line summary.
+Writes <out>/reproduce_<budget>.md (tables, how to read them, the command that wrote it) and
+.json (every run's record and the statistics), recall_by_popularity_<setting>.png (Recall@20 by
+the target's popularity decile, mean ± s.e. over seeds) and learning_curves_<setting>.png
+(validation Recall@20 and NDCG@10 against training step, mean ± s.e. over seeds); --docs_dir
+also copies the markdown and the plots there. --out is relative to the working directory. The
+last printed line is a one-line summary.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import os
 import pathlib
+import shlex
+import shutil
 import subprocess
 import sys
 import time
-from typing import Dict, List
+from typing import Dict, List, Optional, Sequence
 
 from absl import app
 from absl import flags
@@ -80,6 +104,12 @@ flags.DEFINE_integer("patience", 200, "Early-stopping patience (epochs) with --b
 flags.DEFINE_string("out", "bench/out/reproduce", "Output folder (runs, table, plots).")
 flags.DEFINE_bool("dry_run", False, "Print the commands without running them.")
 flags.DEFINE_bool("overwrite", False, "Re-run runs whose results exist.")
+flags.DEFINE_bool("report_only", False,
+                  "Run nothing: report the finished runs found under --out for the selected "
+                  "settings and rows (every seed found, or only --seeds); missing runs are listed.")
+flags.DEFINE_string("docs_dir", None,
+                    "Also copy the markdown report and the plots to this folder (e.g. "
+                    "docs/results/evidence).")
 
 # Settings that each run sets itself (rows, settings, seeds, budget, folders).
 PER_RUN = ("dataset", "data_path", "split", "tfds_name", "synthetic_users", "synthetic_items",
@@ -194,97 +224,497 @@ def run_commands(base: RunConfig, setting: str, row: str, seed: int,
   return [train, evaluate]
 
 
-def mean_std(values: List[float]):
+# ------------------------------------------------------------------------------------ statistics
+# The metrics reported (those a run's eval_results.json holds), in table order, and their names.
+METRICS = ("recall@10", "recall@20", "ndcg@10", "ndcg@20", "recall@100")
+METRIC_NAMES = {"recall@10": "R@10", "recall@20": "R@20", "ndcg@10": "NDCG@10",
+                "ndcg@20": "NDCG@20", "recall@100": "R@100"}
+# The paired differences: (family_first − family_second) for every family, where both rows exist.
+PAIR_FAMILIES = ("mixed", "inbatch")
+PAIR_CONTRASTS = (("corrected", "standard"), ("corrected", "none"), ("standard", "none"))
+CONFIDENCE = 0.95
+ONE_SEED = "one seed: no interval"
+# The validation metrics drawn by the learning curves (keys of model/history.json).
+CURVES = ("val_recall@20", "val_ndcg@10")
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+  """The regularized incomplete beta function I_x(a, b) = B(x; a, b) / B(a, b), 0 <= x <= 1.
+
+  I_x(a, b) = x^a (1 - x)^b / (a B(a, b)) · 1 / (1 + d_1 / (1 + d_2 / (1 + ...))) with
+  d_{2m+1} = -(a + m)(a + b + m) x / ((a + 2m)(a + 2m + 1)), d_{2m} = m (b - m) x / ((a + 2m - 1)
+  (a + 2m)); the fraction converges fast for x < (a + 1) / (a + b + 2), and the symmetry
+  I_x(a, b) = 1 - I_{1-x}(b, a) covers the other side. Evaluated by the modified Lentz method.
+  """
+  if x <= 0.0:
+    return 0.0
+  if x >= 1.0:
+    return 1.0
+  if x > (a + 1.0) / (a + b + 2.0):
+    return 1.0 - _betainc(b, a, 1.0 - x)
+  log_front = (a * math.log(x) + b * math.log1p(-x)
+               + math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b))
+  tiny = 1e-300
+
+  def _guard(v):
+    return v if abs(v) > tiny else tiny
+
+  # 1 / (1 + d_1 / (1 + d_2 / ...)) as the product of Lentz's C_j D_j, starting after d_1.
+  c = 1.0
+  d = 1.0 / _guard(1.0 - (a + b) * x / (a + 1.0))
+  value = d
+  for m in range(1, 10_000):
+    for coef in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                 -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+      d = 1.0 / _guard(1.0 + coef * d)
+      c = _guard(1.0 + coef / c)
+      value *= c * d
+    if abs(c * d - 1.0) < 1e-15:
+      break
+  return math.exp(log_front) * value / a
+
+
+def t_cdf(t: float, df: float) -> float:
+  """P(T <= t) for Student's t with df degrees of freedom:
+  1 - I_{df / (df + t^2)}(df / 2, 1 / 2) / 2 for t >= 0, and the mirror image for t < 0."""
+  if df <= 0:
+    raise ValueError(f"df must be > 0, got {df}")
+  tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+  return 1.0 - tail if t >= 0 else tail
+
+
+def t_quantile(p: float, df: float) -> float:
+  """The p-quantile of Student's t with df degrees of freedom (bisection on `t_cdf`)."""
+  if not 0.0 < p < 1.0:
+    raise ValueError(f"p must be in (0, 1), got {p}")
+  if df <= 0:
+    raise ValueError(f"df must be > 0, got {df}")
+  if p < 0.5:
+    return -t_quantile(1.0 - p, df)
+  lo, hi = 0.0, 1.0
+  while t_cdf(hi, df) < p:
+    lo, hi = hi, 2.0 * hi
+  for _ in range(200):
+    mid = 0.5 * (lo + hi)
+    if t_cdf(mid, df) < p:
+      lo = mid
+    else:
+      hi = mid
+    if hi - lo <= 1e-13 * hi:
+      break
+  return 0.5 * (lo + hi)
+
+
+def mean_se(values: Sequence[float]) -> dict:
+  """n, mean, sample std (ddof 1) and standard error std / sqrt(n); std and s.e. are None for
+  one value (no spread to report, not a zero)."""
   n = len(values)
   if n == 0:
-    return None, None
+    return dict(n=0, mean=None, std=None, se=None)
   mean = sum(values) / n
-  std = (sum((v - mean) ** 2 for v in values) / (n - 1)) ** 0.5 if n > 1 else None
-  return mean, std  # one seed: no spread to report (None), not a zero std
+  if n == 1:
+    return dict(n=1, mean=mean, std=None, se=None)
+  std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
+  return dict(n=n, mean=mean, std=std, se=std / math.sqrt(n))
 
 
-def fmt(mean, std):
-  if mean is None:
-    return "—"
-  return f"{mean:.4f}" if std is None else f"{mean:.4f} ± {std:.4f}"
+def paired_difference(first: Dict[int, float], second: Dict[int, float],
+                      confidence: float = CONFIDENCE) -> dict:
+  """Statistics of d_s = first[s] − second[s] over the seeds s present in both (module
+  docstring): mean, s.e., the Student t interval, the seeds where d_s > 0 and a verdict."""
+  seeds = sorted(set(first) & set(second))
+  diffs = [first[s] - second[s] for s in seeds]
+  stats = mean_se(diffs)
+  stats.update(seeds=seeds, differences=diffs, positive=sum(d > 0 for d in diffs),
+               confidence=confidence, t=None, ci=None)
+  if stats["n"] == 0:
+    stats["verdict"] = "no common seed"
+  elif stats["n"] == 1:
+    stats["verdict"] = ONE_SEED
+  else:
+    t = t_quantile(0.5 + confidence / 2.0, stats["n"] - 1)
+    low, high = stats["mean"] - t * stats["se"], stats["mean"] + t * stats["se"]
+    stats.update(t=t, ci=[low, high])
+    stats["verdict"] = "ahead" if low > 0 else "behind" if high < 0 else "within noise"
+  return stats
 
 
-def table(results: Dict, settings: List[str], rows: List[str]) -> str:
-  lines = [f"# Table 1 reproduction (budget={FLAGS.budget})", "",
-           "Mean ± sample std over seeds of exact-search metrics (rated items filtered). "
-           "Paper columns: Table 1 of the paper (5 runs, early stopping).", ""]
+def paired_rows(rows: Sequence[str]) -> List[tuple]:
+  """(first row, second row, label) of every pair of PAIR_FAMILIES x PAIR_CONTRASTS whose two
+  rows are both in `rows`."""
+  pairs = []
+  for family in PAIR_FAMILIES:
+    for first, second in PAIR_CONTRASTS:
+      a, b = f"{family}_{first}", f"{family}_{second}"
+      if a in rows and b in rows:
+        pairs.append((a, b, f"{family}: {first} − {second}"))
+  return pairs
+
+
+# ---------------------------------------------------------------------------------- the runs
+def _run_dir(out: pathlib.Path, setting: str, row: str, seed: int) -> pathlib.Path:
+  return out / FLAGS.budget / setting / row / f"seed{seed}"
+
+
+def _seeds_found(out: pathlib.Path, setting: str, row: str, finished: bool = True) -> List[int]:
+  """Seeds with a finished run (eval/eval_results.json) of one row; with finished=False, every
+  seed with a run folder (started, perhaps unfinished or failed)."""
+  row_dir = out / FLAGS.budget / setting / row
+  if not row_dir.is_dir():
+    return []
+  return sorted(int(p.name[4:]) for p in row_dir.glob("seed*")
+                if p.name[4:].isdigit()
+                and (not finished or (p / "eval" / "eval_results.json").exists()))
+
+
+def _read_json(path: pathlib.Path):
+  """The JSON in `path`, or None when it is absent or unreadable (e.g. being written)."""
+  try:
+    return json.loads(path.read_text())
+  except (OSError, ValueError):
+    return None
+
+
+def load_run(out: pathlib.Path, setting: str, row: str, seed: int) -> Optional[dict]:
+  """The record of one finished run (None if its eval results are absent or unreadable):
+  exact and ScaNN metrics, recall by popularity decile, the validation curve, timing, and the
+  training flags (from train_metrics.json, as `python -m train` takes them)."""
+  run_dir = _run_dir(out, setting, row, seed)
+  result = _read_json(run_dir / "eval" / "eval_results.json")
+  if not isinstance(result, dict) or "metrics" not in result:
+    return None
+  record = dict(setting=setting, row=row, seed=seed, run_dir=str(run_dir))
+  record.update(_read_json(run_dir / "timing.json") or {})
+  record.update(metrics=result["metrics"]["exact"], scann_metrics=result["metrics"].get("scann"),
+                popularity=result.get("popularity"))
+  history = _read_json(run_dir / "model" / "history.json") or []
+  record["curve"] = [{k: h[k] for k in ("step", *CURVES) if k in h} for h in history
+                     if isinstance(h, dict) and "step" in h]
+  train_metrics = _read_json(run_dir / "train_metrics.json")
+  if isinstance(train_metrics, dict) and "config" in train_metrics:
+    try:
+      record["train_flags"] = RunConfig.from_dict(train_metrics["config"]).to_flags(
+          only_changed=True)
+    except (TypeError, ValueError, KeyError):
+      pass  # a configuration of another version of the binary: the record goes without it
+  return record
+
+
+def collect(out: pathlib.Path, settings: Sequence[str], rows: Sequence[str],
+            seeds: Optional[Sequence[int]] = None, expected: Sequence[int] = ()):
+  """The finished runs under `out`: {setting: {row: {seed: record}}}, and the missing runs.
+
+  Every seed found is taken, or only `seeds` when given. A run is missing when its row lacks a
+  finished run of a seed that `seeds` names, that `expected` names (the seeds this invocation
+  ran), or, without `seeds`, that has a run folder in any selected row of the setting.
+  """
+  results: Dict = {}
+  missing = []
   for setting in settings:
-    paper = PAPER.get(setting, {})
-    lines += [f"## {setting}", "",
-              "| row | R@20 | NDCG@20 | paper R@20 | paper NDCG@20 | R@10 | R@100 | seeds | "
-              "train min/run |", "|---|---|---|---|---|---|---|---|---|"]
+    found = {row: [s for s in _seeds_found(out, setting, row) if seeds is None or s in seeds]
+             for row in rows}
+    wanted = set(expected) | (set(seeds) if seeds is not None else
+                              {s for row in rows
+                               for s in _seeds_found(out, setting, row, finished=False)})
     for row in rows:
-      runs = results.get(setting, {}).get(row, [])
-      cells = []
-      for key in ("recall@20", "ndcg@20"):
-        cells.append(fmt(*mean_std([r["metrics"][key] for r in runs])))
-      p = paper.get(row)
-      cells += [f"{p[0]:.4f}" if p else "—", f"{p[1]:.4f}" if p else "—"]
-      for key in ("recall@10", "recall@100"):
-        cells.append(fmt(*mean_std([r["metrics"][key] for r in runs])))
-      minutes = mean_std([r["train_seconds"] / 60 for r in runs if r.get("train_seconds")])[0]
-      cells += [str(len(runs)), "—" if minutes is None else f"{minutes:.1f}"]
-      lines.append(f"| {ROWS[row][0]} | " + " | ".join(cells) + " |")
+      for seed in sorted(wanted):
+        record = load_run(out, setting, row, seed) if seed in found[row] else None
+        if record is None:
+          run_dir = _run_dir(out, setting, row, seed)
+          missing.append(dict(setting=setting, row=row, seed=seed, run_dir=str(run_dir),
+                              reason=("no eval results yet (unfinished or failed)"
+                                      if run_dir.exists() else "not run")))
+        else:
+          results.setdefault(setting, {}).setdefault(row, {})[seed] = record
+  return results, missing
+
+
+# ---------------------------------------------------------------------------------- the report
+def statistics(results: Dict, settings: Sequence[str], rows: Sequence[str]) -> Dict:
+  """Per setting: every row's mean ± s.e. of each metric, and the paired differences."""
+  stats = {}
+  for setting in settings:
+    by_row = results.get(setting, {})
+    metrics = [m for m in METRICS
+               if any(m in r["metrics"] for runs in by_row.values() for r in runs.values())]
+    paper = PAPER.get(setting, {})
+    row_stats = {}
+    for row in rows:
+      runs = by_row.get(row, {})
+      row_stats[row] = dict(
+          label=ROWS[row][0], seeds=sorted(runs),
+          metrics={m: mean_se([r["metrics"][m] for r in runs.values() if m in r["metrics"]])
+                   for m in metrics},
+          train_minutes=mean_se([r["train_seconds"] / 60 for r in runs.values()
+                                 if r.get("train_seconds")])["mean"],
+          paper=(dict(zip(("recall@20", "ndcg@20"), paper[row])) if row in paper else None))
+    pair_stats = []
+    for first, second, label in paired_rows(rows):
+      a, b = by_row.get(first, {}), by_row.get(second, {})
+      pair = dict(first=first, second=second, label=label,
+                  unpaired={first: sorted(set(a) - set(b)), second: sorted(set(b) - set(a))},
+                  metrics={})
+      for m in metrics:
+        pair["metrics"][m] = paired_difference(
+            {s: r["metrics"][m] for s, r in a.items() if m in r["metrics"]},
+            {s: r["metrics"][m] for s, r in b.items() if m in r["metrics"]})
+      pair_stats.append(pair)
+    stats[setting] = dict(metrics=metrics, rows=row_stats, pairs=pair_stats)
+  return stats
+
+
+def _fmt(stats: dict) -> str:
+  if stats["mean"] is None:
+    return "—"
+  if stats["se"] is None:
+    return f"{stats['mean']:.4f}"
+  return f"{stats['mean']:.4f} ± {stats['se']:.4f}"
+
+
+def _command() -> str:
+  """The command line of this invocation (as `python -m bench.reproduce`) and where it ran."""
+  root = pathlib.Path(__file__).resolve().parents[1]
+  cwd = pathlib.Path.cwd().resolve()
+  where = ("the repository root" if cwd == root else f"`{cwd}`")
+  return f"`python -m bench.reproduce {shlex.join(sys.argv[1:])}` (run from {where})"
+
+
+def _commit() -> Optional[str]:
+  """The repository's commit, and whether tracked files differ from it (best effort, read-only:
+  GIT_OPTIONAL_LOCKS=0 keeps `git status` from refreshing the index)."""
+  root = pathlib.Path(__file__).resolve().parents[1]
+  env = dict(os.environ, GIT_OPTIONAL_LOCKS="0")
+  try:
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], env=env,
+                          capture_output=True, text=True, timeout=30, check=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
+                            "--untracked-files=no"], env=env, capture_output=True, text=True,
+                           timeout=30, check=True).stdout.strip()
+  except (OSError, subprocess.SubprocessError):
+    return None
+  return head + (" (with uncommitted changes)" if dirty else "")
+
+
+HOW_TO_READ = """\
+How to read: exact search over all items, rated items filtered. Each row shows the mean ± standard
+error over its seeds (s.e. = sample standard deviation / √n; one seed: the value alone). A seed
+fixes the initialisation and the order of the training data in every row, so rows are compared
+seed by seed: for a pair A − B, d = metric(A) − metric(B) on each seed present in both rows (a
+seed missing from either is left out of that pair), reported as mean ± s.e. of d with the 95%
+confidence interval mean ± t(0.975, n − 1) · s.e. (Student t). "positive": seeds where A is
+higher. Verdict: "ahead" when the interval lies above 0, "behind" when below, "within noise" when
+it contains 0. With few seeds the interval is wide (t(0.975, 2) = 4.30 for 3 seeds): "within
+noise" means this experiment cannot tell, not that the rows are equal. Paper columns: Table 1 of
+the paper (5 runs, early stopping); a fixed cpu budget is not comparable with them."""
+
+
+def _signed(v: float) -> str:
+  return f"{v:+.4f}"
+
+
+def markdown(stats: Dict, results: Dict, settings: Sequence[str], rows: Sequence[str],
+             missing: List[dict], failures: List[str], plots: Dict[str, List[str]]) -> str:
+  commit = _commit()
+  lines = [f"# Table 1 reproduction (budget={FLAGS.budget})", "",
+           f"Written by {_command()}" + (f" at commit {commit}" if commit else "") + ".", "",
+           HOW_TO_READ, ""]
+  for setting in settings:
+    s = stats[setting]
+    metrics = s["metrics"]
+    lines += [f"## {setting}", ""]
+    if not metrics:
+      lines += ["No finished run.", ""]
+      continue
+    names = [METRIC_NAMES[m] for m in metrics]
+    lines += ["| row | seeds | " + " | ".join(names) + " | paper R@20 | paper NDCG@20 | "
+              "train min/run |", "|---|---|" + "---|" * (len(names) + 3)]
+    for row in rows:
+      r = s["rows"][row]
+      seeds = ",".join(str(x) for x in r["seeds"])
+      cells = [f"{len(r['seeds'])} ({seeds})" if seeds else "0"]
+      cells += [_fmt(r["metrics"][m]) for m in metrics]
+      paper = r["paper"]
+      cells += [f"{paper['recall@20']:.4f}" if paper else "—",
+                f"{paper['ndcg@20']:.4f}" if paper else "—",
+                "—" if r["train_minutes"] is None else f"{r['train_minutes']:.1f}"]
+      lines.append(f"| {r['label']} | " + " | ".join(cells) + " |")
+    lines.append("")
+    if s["pairs"]:
+      lines += [f"Paired differences (same seed), {CONFIDENCE:.0%} interval:", "",
+                "| difference | metric | seeds | mean ± s.e. | 95% CI | positive | verdict |",
+                "|---|---|---|---|---|---|---|"]
+      notes = []
+      for pair in s["pairs"]:
+        for m in metrics:
+          d = pair["metrics"][m]
+          if d["n"] == 0:
+            mean, ci = "—", "—"
+          else:
+            mean = _signed(d["mean"]) + ("" if d["se"] is None else f" ± {d['se']:.4f}")
+            ci = "—" if d["ci"] is None else f"[{_signed(d['ci'][0])}, {_signed(d['ci'][1])}]"
+          lines.append(f"| {pair['label']} | {METRIC_NAMES[m]} | {d['n']} | {mean} | {ci} | "
+                       f"{d['positive']}/{d['n']} | {d['verdict']} |")
+        for row, alone in pair["unpaired"].items():
+          if alone:
+            other = pair["second"] if row == pair["first"] else pair["first"]
+            notes.append(f"- {pair['label']}: seed(s) {', '.join(map(str, alone))} of {row} "
+                         f"have no run of {other}: left out of the pair.")
+      lines.append("")
+      if notes:
+        lines += notes + [""]
+    flag_lists = [r.get("train_flags") for runs in results.get(setting, {}).values()
+                  for r in runs.values()]
+    if flag_lists and all(flag_lists):
+      shared = [f for f in flag_lists[0] if all(f in other for other in flag_lists[1:])]
+      lines += ["Training flags shared by every run above (from each run's train_metrics.json; "
+                "the row's loss, negatives, logq, seed and folders complete each command): "
+                f"`python -m train {' '.join(shared)}`", ""]
+    for name in plots.get(setting, []):
+      lines += [f"![{name}]({name})", ""]
+  if failures:
+    lines += ["Failed runs:", ""] + [f"- {f}" for f in failures] + [""]
+  if missing:
+    lines += ["Missing runs (not in the tables):", ""]
+    lines += [f"- {m['setting']}/{m['row']}/seed{m['seed']}: {m['reason']}" for m in missing]
     lines.append("")
   return "\n".join(lines)
 
 
-def plot_popularity(results: Dict, setting: str, path: pathlib.Path):
+# ------------------------------------------------------------------------------------- plots
+def _pyplot():
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, ax = plt.subplots(figsize=(8, 4))
-  for row, runs in results.get(setting, {}).items():
-    curves = [r["popularity"]["recall@20"] for r in runs if "popularity" in r]
-    if curves:
-      mean = [sum(c[b] for c in curves) / len(curves) for b in range(len(curves[0]))]
-      ax.plot(range(len(mean)), mean, "o-", label=ROWS[row][0], ms=3)
-  ax.set_xlabel("target popularity decile (0 = most popular items)")
-  ax.set_ylabel("Recall@20 (exact)")
-  ax.set_title(setting)
-  ax.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  return plt
 
 
-def plot_curves(out: pathlib.Path, setting: str, rows: List[str], seeds: List[int],
-                path: pathlib.Path):
-  """Validation Recall@20 against training step of every row (mean over seeds), from each run's
-  model/history.json."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, ax = plt.subplots(figsize=(8, 4))
-  drawn = 0
+def plot_popularity(results: Dict, setting: str, rows: Sequence[str],
+                    path: pathlib.Path) -> bool:
+  """Recall@20 by the target's popularity decile: mean ± s.e. over seeds, one line per row."""
+  series = []
   for row in rows:
-    curves = []
-    for seed in seeds:
-      hist = out / FLAGS.budget / setting / row / f"seed{seed}" / "model" / "history.json"
-      if hist.exists():
-        curves.append([(h["step"], h["val_recall@20"]) for h in json.loads(hist.read_text())
-                       if "val_recall@20" in h])
+    curves = [r["popularity"]["recall@20"] for r in results.get(setting, {}).get(row, {}).values()
+              if (r.get("popularity") or {}).get("recall@20")]
     if curves:
-      n = min(len(c) for c in curves)
-      steps = [curves[0][i][0] for i in range(n)]
-      mean = [sum(c[i][1] for c in curves) / len(curves) for i in range(n)]
-      ax.plot(steps, mean, "-", label=ROWS[row][0])
-      drawn += 1
-  if not drawn:
-    plt.close(fig)
-    return
-  ax.set_xlabel("training step")
-  ax.set_ylabel("validation Recall@20")
-  ax.set_title(f"{setting}: learning curves (mean over seeds)")
+      series.append((row, curves))
+  if not series:
+    return False
+  plt = _pyplot()
+  fig, ax = plt.subplots(figsize=(8, 4))
+  width = 0.6 / max(len(series), 1)
+  for i, (row, curves) in enumerate(series):
+    bins = min(len(c) for c in curves)
+    stats = [mean_se([c[b] for c in curves]) for b in range(bins)]
+    x = [b + (i - (len(series) - 1) / 2) * width for b in range(bins)]
+    ax.errorbar(x, [st["mean"] for st in stats], yerr=[st["se"] or 0.0 for st in stats],
+                fmt="o-", ms=3, capsize=2, label=f"{ROWS[row][0]} (n={len(curves)})")
+  ax.set_xlabel("target popularity decile (0 = most popular items)")
+  ax.set_ylabel("Recall@20 (exact), mean ± s.e.")
+  ax.set_title(f"{setting}: recall by popularity decile")
   ax.legend(fontsize=7)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
+  return True
+
+
+def plot_curves(results: Dict, setting: str, rows: Sequence[str], path: pathlib.Path) -> bool:
+  """Validation Recall@20 and NDCG@10 against training step: at each step, mean ± s.e. over the
+  seeds that reached it (a band), one line per row."""
+  drawn = []
+  for row in rows:
+    runs = results.get(setting, {}).get(row, {})
+    by_key = {}
+    for key in CURVES:
+      by_step: Dict[int, List[float]] = {}
+      for r in runs.values():
+        for h in r.get("curve", []):
+          if key in h:
+            by_step.setdefault(h["step"], []).append(h[key])
+      if by_step:
+        by_key[key] = sorted((step, mean_se(v)) for step, v in by_step.items())
+    if by_key:
+      drawn.append((row, len(runs), by_key))
+  if not drawn:
+    return False
+  plt = _pyplot()
+  fig, axes = plt.subplots(1, len(CURVES), figsize=(12, 4))
+  for ax, key in zip(axes, CURVES):
+    for row, n, by_key in drawn:
+      points = by_key.get(key)
+      if not points:
+        continue
+      steps = [p[0] for p in points]
+      mean = [p[1]["mean"] for p in points]
+      se = [p[1]["se"] or 0.0 for p in points]
+      (line,) = ax.plot(steps, mean, "-", label=f"{ROWS[row][0]} (n={n})")
+      ax.fill_between(steps, [m - e for m, e in zip(mean, se)],
+                      [m + e for m, e in zip(mean, se)], color=line.get_color(), alpha=0.2)
+    ax.set_xlabel("training step")
+    ax.set_ylabel(f"validation {key[len('val_'):]}, mean ± s.e.")
+    ax.set_title(f"{setting}: {key[len('val_'):]}")
+    ax.legend(fontsize=7)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return True
+
+
+# -------------------------------------------------------------------------------------- main
+def _train_and_evaluate(base: RunConfig, out: pathlib.Path, settings: Sequence[str],
+                        rows: Sequence[str], seeds: Sequence[int], failures: List[str]) -> int:
+  """Runs every unfinished run, setting -> seed -> row (a seed's paired rows finish together);
+  returns the number run. --dry_run prints the commands instead."""
+  ran = 0
+  for setting in settings:
+    for seed in seeds:
+      for row in rows:
+        run_dir = _run_dir(out, setting, row, seed)
+        train_cmd, eval_cmd = run_commands(base, setting, row, seed, run_dir)
+        if FLAGS.dry_run:
+          print(" ".join(train_cmd))
+          print(" ".join(eval_cmd))
+          continue
+        if not FLAGS.overwrite and (run_dir / "eval" / "eval_results.json").exists():
+          continue
+        run_dir.mkdir(parents=True, exist_ok=True)
+        record = {}
+        start = time.perf_counter()
+        ok = True
+        for name, cmd in (("train", train_cmd), ("eval", eval_cmd)):
+          t0 = time.perf_counter()
+          with open(run_dir / f"{name}.log", "w") as log:
+            proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False)
+          record[f"{name}_seconds"] = time.perf_counter() - t0
+          if proc.returncode != 0:
+            failures.append(f"{setting}/{row}/seed{seed} ({name}: rc {proc.returncode}, "
+                            f"see {run_dir / (name + '.log')})")
+            ok = False
+            break
+        ran += 1
+        print(f"{setting} {row} seed {seed}: {'ok' if ok else 'FAILED'} in "
+              f"{time.perf_counter() - start:.0f}s", flush=True)
+        if ok:
+          (run_dir / "timing.json").write_text(json.dumps(record))
+  return ran
+
+
+def _summary(stats: Dict, results: Dict) -> str:
+  parts = []
+  for setting, s in stats.items():
+    by_row = results.get(setting, {})
+    if not by_row:
+      continue
+    best = max(by_row, key=lambda row: s["rows"][row]["metrics"].get(
+        "ndcg@20", {"mean": None})["mean"] or -1.0)
+    part = f"{setting}: best NDCG@20 {best}"
+    for pair in s["pairs"]:
+      d = pair["metrics"].get("recall@20")
+      if d and d["n"]:
+        ci = "" if d["ci"] is None else f" [{_signed(d['ci'][0])}, {_signed(d['ci'][1])}]"
+        part += f", {pair['label']} R@20 {_signed(d['mean'])}{ci} n={d['n']} {d['verdict']}"
+    parts.append(part)
+  return "; ".join(parts) or "no finished run"
 
 
 def main(argv):
@@ -293,75 +723,54 @@ def main(argv):
   unknown = [r for r in rows if r not in ROWS]
   if unknown:
     raise app.UsageError(f"unknown rows {unknown}; choose from {list(ROWS)}")
-  seeds = [int(s) for s in FLAGS.seeds] or ([0] if FLAGS.budget == "cpu" else [0, 1, 2, 3, 4])
+  if FLAGS.report_only and (FLAGS.dry_run or FLAGS.overwrite):
+    raise app.UsageError("--report_only runs nothing: it takes neither --dry_run nor --overwrite")
+  try:
+    given = [int(s) for s in FLAGS.seeds]
+  except ValueError as e:
+    raise app.UsageError(f"--seeds must be integers, got {FLAGS.seeds}") from e
   settings = list(FLAGS.settings)
-  base = base_config()
   out = pathlib.Path(FLAGS.out)
-  results: Dict = {}
-  failures = []
+  failures: List[str] = []
   total_start = time.perf_counter()
-  for setting in settings:
-    for row in rows:
-      for seed in seeds:
-        run_dir = out / FLAGS.budget / setting / row / f"seed{seed}"
-        train_cmd, eval_cmd = run_commands(base, setting, row, seed, run_dir)
-        result_path = run_dir / "eval" / "eval_results.json"
-        if FLAGS.dry_run:
-          print(" ".join(train_cmd))
-          print(" ".join(eval_cmd))
-          continue
-        record = {}
-        if FLAGS.overwrite or not result_path.exists():
-          run_dir.mkdir(parents=True, exist_ok=True)
-          start = time.perf_counter()
-          ok = True
-          for name, cmd in (("train", train_cmd), ("eval", eval_cmd)):
-            t0 = time.perf_counter()
-            with open(run_dir / f"{name}.log", "w") as log:
-              proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT)
-            record[f"{name}_seconds"] = time.perf_counter() - t0
-            if proc.returncode != 0:
-              failures.append(f"{setting}/{row}/seed{seed} ({name}: rc {proc.returncode}, "
-                              f"see {run_dir / (name + '.log')})")
-              ok = False
-              break
-          print(f"{setting} {row} seed {seed}: {'ok' if ok else 'FAILED'} in "
-                f"{time.perf_counter() - start:.0f}s", flush=True)
-          if not ok:
-            continue
-          (run_dir / "timing.json").write_text(json.dumps(record))
-        elif (run_dir / "timing.json").exists():
-          record = json.loads((run_dir / "timing.json").read_text())
-        res = json.loads(result_path.read_text())
-        record.update({"seed": seed, "metrics": res["metrics"]["exact"],
-                       "scann_metrics": res["metrics"]["scann"],
-                       "popularity": res["popularity"]})
-        results.setdefault(setting, {}).setdefault(row, []).append(record)
-  if FLAGS.dry_run:
-    print(f"SUMMARY reproduce dry run: {len(settings)} settings x {len(rows)} rows x "
-          f"{len(seeds)} seeds = {len(settings) * len(rows) * len(seeds)} runs (budget "
-          f"{FLAGS.budget})")
-    return
+  ran = 0
+  if FLAGS.report_only:
+    results, missing = collect(out, settings, rows, seeds=given or None)
+  else:
+    seeds = given or ([0] if FLAGS.budget == "cpu" else [0, 1, 2, 3, 4])
+    ran = _train_and_evaluate(base_config(), out, settings, rows, seeds, failures)
+    if FLAGS.dry_run:
+      print(f"SUMMARY reproduce dry run: {len(settings)} settings x {len(rows)} rows x "
+            f"{len(seeds)} seeds = {len(settings) * len(rows) * len(seeds)} runs (budget "
+            f"{FLAGS.budget})")
+      return
+    results, missing = collect(out, settings, rows, expected=seeds)
+  failed = {f.split(" ", 1)[0] for f in failures}
+  missing = [m for m in missing if f"{m['setting']}/{m['row']}/seed{m['seed']}" not in failed]
+  stats = statistics(results, settings, rows)
   out.mkdir(parents=True, exist_ok=True)
-  md = table(results, settings, rows)
-  if failures:
-    md += "\nFailed runs:\n" + "\n".join(f"- {f}" for f in failures) + "\n"
-  (out / f"reproduce_{FLAGS.budget}.md").write_text(md)
-  (out / f"reproduce_{FLAGS.budget}.json").write_text(json.dumps(results, indent=2))
+  plots: Dict[str, List[str]] = {}
   for setting in settings:
-    if results.get(setting):
-      plot_popularity(results, setting, out / f"recall_by_popularity_{setting}.png")
-      plot_curves(out, setting, rows, seeds, out / f"learning_curves_{setting}.png")
+    for name, plot in ((f"learning_curves_{setting}.png", plot_curves),
+                       (f"recall_by_popularity_{setting}.png", plot_popularity)):
+      if plot(results, setting, rows, out / name):
+        plots.setdefault(setting, []).append(name)
+  md = markdown(stats, results, settings, rows, missing, failures, plots)
+  md_path = out / f"reproduce_{FLAGS.budget}.md"
+  md_path.write_text(md)
+  runs = [r for s in settings for row in rows for r in results.get(s, {}).get(row, {}).values()]
+  (out / f"reproduce_{FLAGS.budget}.json").write_text(json.dumps(
+      dict(budget=FLAGS.budget, command=_command(), settings=settings, rows=rows,
+           statistics=stats, runs=runs, missing=missing, failures=failures), indent=2))
+  if FLAGS.docs_dir:
+    docs = pathlib.Path(FLAGS.docs_dir)
+    docs.mkdir(parents=True, exist_ok=True)
+    for name in [md_path.name] + [n for names in plots.values() for n in names]:
+      shutil.copy(out / name, docs / name)
   print(md)
-  done = sum(len(v) for s in results.values() for v in s.values())
-  best = []
-  for setting, by_row in results.items():
-    ranked = sorted(by_row, key=lambda r: -mean_std([x["metrics"]["ndcg@20"]
-                                                     for x in by_row[r]])[0])
-    best.append(f"{setting}: best NDCG@20 {ranked[0]}")
-  print(f"SUMMARY reproduce budget={FLAGS.budget}: {done} runs ok, {len(failures)} failed, "
-        f"{time.perf_counter() - total_start:.0f}s; " + "; ".join(best)
-        + f"; table in {out / f'reproduce_{FLAGS.budget}.md'}")
+  print(f"SUMMARY reproduce budget={FLAGS.budget}: {len(runs)} finished runs reported ({ran} run "
+        f"now), {len(failures)} failed, {len(missing)} missing, "
+        f"{time.perf_counter() - total_start:.0f}s; {_summary(stats, results)}; table in {md_path}")
 
 
 def run():

@@ -66,9 +66,10 @@ class RunConfig:
   num_heads: int = setting(1, "SASRec attention heads.")
   dropout: float = setting(0.5, "SASRec dropout rate.")
   sasrec_block: str = setting(
-      "pre_ln", "SASRec block: pre_ln (pre-LayerNorm transformer, inputs scaled by sqrt(d)) or "
-      "reference (the original SASRec block of the paper's gSASRec-pytorch code).",
-      choices=BLOCK_STYLES)
+      "reference", "SASRec block: reference (the original SASRec block as the paper's "
+      "gSASRec-pytorch code builds it; the default: it learns far faster with logQ, validation "
+      "R@20 0.31 vs 0.13 for pre_ln at 720 ML-1M steps) or pre_ln (pre-LayerNorm transformer, "
+      "inputs scaled by sqrt(d)).", choices=BLOCK_STYLES)
   tie_embeddings: bool = setting(
       False, "SASRec: score with the input item-embedding table (gSASRec's "
       "reuse_item_embeddings) instead of a separate output table.")
@@ -89,9 +90,10 @@ class RunConfig:
   num_negatives: int = setting(256, "Negatives per query (mixed: k // 2 in-batch, k - k // 2 "
                                "uniform).")
   uniform_negatives: str = setting(
-      "batch", "How uniform negatives are shared: batch (one set for the whole batch, one "
-      "matmul), sequence (one set per sequence, shared by its positions) or query (fresh ones "
-      "per query/position, as the paper's code).", choices=UNIFORM_NEGATIVES)
+      "sequence", "How uniform negatives are shared: sequence (one set per sequence, shared by "
+      "its positions; the default: as accurate as per-query draws at 720 ML-1M steps and "
+      "cheaper), query (fresh ones per query/position, as the paper's code) or batch (one set "
+      "for the whole batch, one matmul; fastest, learns slower).", choices=UNIFORM_NEGATIVES)
   logq: str = setting("corrected", "logQ correction of the sampled softmax.",
                       choices=losses.CORRECTIONS)
   q_prime: str = setting("exact", "corrected: log Q' = log Q - log(1 - Q(p)) (exact) or log Q "

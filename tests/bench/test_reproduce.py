@@ -1,12 +1,19 @@
-"""bench/reproduce.py: the commands it would run and its mean ± std table (no training)."""
+"""bench/reproduce.py: the commands it would run, and its report of finished runs (no training).
+
+The report: per row, mean ± s.e. = sample std / sqrt(n) over seeds; per pair of rows, over the
+seeds present in both, the differences d_s, mean ± s.e. and the 95% interval
+mean ± t_{0.975, n-1} · sd(d) / sqrt(n), checked against numpy oracles, with Student's t
+quantile checked against scipy and a numeric integral of the t density."""
 
 import json
+import math
 import os
 import pathlib
 import subprocess
 import sys
 
 import numpy as np
+from scipy import stats
 
 from train import config_flags
 from train.config import RunConfig
@@ -37,6 +44,11 @@ def test_dry_run_lists_train_and_eval_commands(tmp_path):
   train = [_config(l) for l in lines if "-m train " in l]
   evals = [l for l in lines if "-m eval.evaluate" in l]
   assert len(train) == 24 and len(evals) == 24
+  # Setting -> seed -> row: the 4 rows of one seed of one setting run one after the other.
+  for i in range(0, 24, 4):
+    block = train[i:i + 4]
+    assert len({(c.data.dataset, c.data.data_path, c.seed) for c in block}) == 1
+    assert len({(c.loss, c.logq) for c in block}) == 4
   # Every command is a whole RunConfig: the row, the setting, the seed, the base flags.
   bce = [c for c in train if c.loss == "bce"]
   assert len(bce) == 6 and all(c.num_negatives == 1 and c.negatives == "uniform" for c in bce)
@@ -73,46 +85,211 @@ def test_dry_run_lists_train_and_eval_commands(tmp_path):
   assert not list(tmp_path.iterdir())  # a dry run writes nothing
 
 
-def test_table_aggregates_finished_runs(tmp_path):
+METRICS = ("recall@10", "recall@20", "ndcg@10", "ndcg@20", "recall@100")
+
+
+def _fake_run(out, setting, row, seed, metrics, decile, curve, train_seconds=None):
+  """A finished run's files as the train and eval binaries leave them."""
+  run = out / "cpu" / setting / row / f"seed{seed}"
+  (run / "eval").mkdir(parents=True)
+  (run / "eval" / "eval_results.json").write_text(json.dumps(
+      {"metrics": {"exact": metrics, "scann": metrics},
+       "popularity": {"recall@20": list(decile), "num_targets": [1] * len(decile)}}))
+  (run / "model").mkdir()
+  (run / "model" / "history.json").write_text(json.dumps(
+      [{"epoch": e + 1, "step": 48 * (e + 1), "val_recall@20": r, "val_ndcg@10": n}
+       for e, (r, n) in enumerate(curve)]))
+  if train_seconds is not None:
+    (run / "timing.json").write_text(json.dumps({"train_seconds": train_seconds}))
+
+
+def _files(root):
+  return {p.relative_to(root): p.stat().st_mtime_ns for p in root.rglob("*")}
+
+
+def _oracle_pair(first, second):
+  """Mean, s.e., 95% t interval and positive count of first − second over the common seeds."""
+  seeds = sorted(set(first) & set(second))
+  d = np.array([first[s] - second[s] for s in seeds])
+  n = len(d)
+  se = d.std(ddof=1) / np.sqrt(n)
+  t = stats.t.ppf(0.975, n - 1)
+  low, high = d.mean() - t * se, d.mean() + t * se
+  verdict = "ahead" if low > 0 else "behind" if high < 0 else "within noise"
+  return dict(n=n, mean=d.mean(), se=se, ci=(low, high), positive=int((d > 0).sum()),
+              verdict=verdict)
+
+
+def test_t_quantile_matches_scipy_and_the_integral_of_the_density():
+  cases = [(p, df) for df in (1, 2, 3, 4, 9, 29, 200, 2.5) for p in (0.6, 0.95, 0.975, 0.995)]
+  code = ("import json, sys; from bench.reproduce import t_quantile, t_cdf; "
+          "cases = json.loads(sys.argv[1]); "
+          "print(json.dumps([[t_quantile(p, df), t_cdf(-1.5, df)] for p, df in cases]))")
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  proc = subprocess.run([sys.executable, "-c", code, json.dumps(cases)], cwd=ROOT, env=env,
+                        capture_output=True, text=True, timeout=240)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  got = json.loads(proc.stdout.strip().splitlines()[-1])
+  for (p, df), (q, cdf) in zip(cases, got):
+    np.testing.assert_allclose(q, stats.t.ppf(p, df), rtol=1e-9)
+    np.testing.assert_allclose(cdf, stats.t.cdf(-1.5, df), rtol=1e-9)
+    # P(0 < T < q) = p − 1/2: Simpson's rule on the density
+    # Γ((ν+1)/2) / (√(νπ) Γ(ν/2)) (1 + x²/ν)^(−(ν+1)/2).
+    x = np.linspace(0.0, q, 20001)
+    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    f = np.exp(log_c - (df + 1) / 2 * np.log1p(x * x / df))
+    h = x[1] - x[0]
+    integral = h / 3 * (f[0] + f[-1] + 4 * f[1:-1:2].sum() + 2 * f[2:-1:2].sum())
+    np.testing.assert_allclose(integral, p - 0.5, atol=1e-9)
+  assert abs(got[cases.index((0.975, 2))][0] - 4.3027) < 1e-4  # the textbook value
+
+
+def test_report_only_statistics_match_the_paired_oracle(tmp_path):
+  rng = np.random.default_rng(12)
+  settings = ("ml1m_loo", "ml100k_temporal")
+  rows = ("mixed_corrected", "mixed_standard", "mixed_none")
+  # corrected − standard: +0.03 on ml1m_loo (ahead), −0.03 on ml100k_temporal (behind);
+  # standard − none: seed noise only.
+  shift = {"ml1m_loo": {"mixed_corrected": 0.03, "mixed_standard": 0.0, "mixed_none": 0.0},
+           "ml100k_temporal": {"mixed_corrected": -0.03, "mixed_standard": 0.0,
+                               "mixed_none": 0.0}}
+  values = {}  # (setting, row, metric) -> {seed: value}
+  deciles = {}
+  for setting in settings:
+    for seed in (0, 1, 2):
+      base = rng.uniform(0.1, 0.4, size=len(METRICS))
+      for row in rows:
+        m = base + shift[setting][row] + rng.normal(0, 0.004, size=len(METRICS))
+        if row == "mixed_none":
+          m = m + rng.normal(0, 0.02, size=len(METRICS))
+        metrics = dict(zip(METRICS, m.tolist()))
+        for k, v in metrics.items():
+          values.setdefault((setting, row, k), {})[seed] = v
+        decile = rng.uniform(0, 0.5, size=10)
+        deciles.setdefault((setting, row), {})[seed] = decile
+        _fake_run(tmp_path, setting, row, seed, metrics, decile,
+                  rng.uniform(0, 0.3, size=(3, 2)).tolist(), train_seconds=60.0 * (seed + 1))
+  # A seed only mixed_corrected of ml1m_loo has: in its row's mean, in no pair.
+  extra = dict(zip(METRICS, rng.uniform(0.1, 0.4, size=len(METRICS)).tolist()))
+  for k, v in extra.items():
+    values[("ml1m_loo", "mixed_corrected", k)][7] = v
+  _fake_run(tmp_path, "ml1m_loo", "mixed_corrected", 7, extra, [0.1] * 10, [(0.1, 0.05)])
+  # An unfinished run (folder, no eval results) is not read.
+  (tmp_path / "cpu" / "ml1m_loo" / "mixed_standard" / "seed9" / "model").mkdir(parents=True)
+  before = _files(tmp_path)
+  docs = tmp_path.parent / f"{tmp_path.name}_docs"
+  proc = _run(["--report_only", "--settings=" + ",".join(settings), "--rows=" + ",".join(rows),
+               f"--out={tmp_path}", f"--docs_dir={docs}", "--ml1m_dir=/nonexistent",
+               "--ml100k_dir=/nonexistent"])
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  # Nothing ran: the run folders are untouched, only the report was written.
+  after = _files(tmp_path)
+  assert {p: t for p, t in after.items() if p in before} == before
+  assert sorted(str(p) for p in set(after) - set(before)) == sorted(
+      ["reproduce_cpu.md", "reproduce_cpu.json"]
+      + [f"{kind}_{s}.png" for s in settings
+         for kind in ("learning_curves", "recall_by_popularity")])
+  assert sorted(p.name for p in docs.iterdir()) == sorted(
+      ["reproduce_cpu.md"] + [f"{kind}_{s}.png" for s in settings
+                              for kind in ("learning_curves", "recall_by_popularity")])
+
+  report = json.loads((tmp_path / "reproduce_cpu.json").read_text())
+  assert len(report["runs"]) == 2 * 3 * 3 + 1
+  missing = {(m["setting"], m["row"], m["seed"]) for m in report["missing"]}
+  assert missing == {("ml1m_loo", "mixed_standard", 7), ("ml1m_loo", "mixed_none", 7),
+                     ("ml1m_loo", "mixed_standard", 9), ("ml1m_loo", "mixed_none", 9),
+                     ("ml1m_loo", "mixed_corrected", 9)}
+  verdicts = set()
+  for setting in settings:
+    st = report["statistics"][setting]
+    assert st["metrics"] == list(METRICS)
+    for row in rows:
+      for k in METRICS:
+        v = np.array(list(values[(setting, row, k)].values()))
+        got = st["rows"][row]["metrics"][k]
+        assert got["n"] == len(v)
+        np.testing.assert_allclose(got["mean"], v.mean(), rtol=1e-12)
+        np.testing.assert_allclose(got["se"], v.std(ddof=1) / np.sqrt(len(v)), rtol=1e-9)
+    pairs = {(p["first"], p["second"]): p for p in st["pairs"]}
+    assert sorted(pairs) == [("mixed_corrected", "mixed_none"),
+                             ("mixed_corrected", "mixed_standard"),
+                             ("mixed_standard", "mixed_none")]
+    for (first, second), pair in pairs.items():
+      for k in METRICS:
+        want = _oracle_pair(values[(setting, first, k)], values[(setting, second, k)])
+        got = pair["metrics"][k]
+        assert got["seeds"] == [0, 1, 2]  # seed 7 has no partner
+        assert (got["n"], got["positive"], got["verdict"]) == (
+            want["n"], want["positive"], want["verdict"])
+        np.testing.assert_allclose(got["mean"], want["mean"], rtol=1e-9)
+        np.testing.assert_allclose(got["se"], want["se"], rtol=1e-9)
+        np.testing.assert_allclose(got["ci"], want["ci"], rtol=1e-9)
+        verdicts.add(got["verdict"])
+    cs = pairs[("mixed_corrected", "mixed_standard")]["metrics"]["recall@20"]["verdict"]
+    assert cs == ("ahead" if setting == "ml1m_loo" else "behind")
+  assert verdicts == {"ahead", "behind", "within noise"}
+  assert report["statistics"]["ml1m_loo"]["pairs"][0]["unpaired"] == {
+      "mixed_corrected": [7], "mixed_standard": []}
+
+  md = (tmp_path / "reproduce_cpu.md").read_text()
+  assert "--report_only" in md and "How to read" in md
+  v = np.array(list(values[("ml100k_temporal", "mixed_none", "recall@20")].values()))
+  section = md.split("## ml100k_temporal")[1]
+  row = [l for l in section.splitlines() if l.startswith("| Mixed, without logQ")][0]
+  assert f"| 3 (0,1,2) |" in row and f"{v.mean():.4f} ± {v.std(ddof=1) / np.sqrt(3):.4f}" in row
+  want = _oracle_pair(values[("ml100k_temporal", "mixed_corrected", "recall@20")],
+                      values[("ml100k_temporal", "mixed_standard", "recall@20")])
+  line = [l for l in section.splitlines()
+          if l.startswith("| mixed: corrected − standard | R@20 |")][0]
+  assert (f"| 3 | {want['mean']:+.4f} ± {want['se']:.4f} | [{want['ci'][0]:+.4f}, "
+          f"{want['ci'][1]:+.4f}] | {want['positive']}/3 | behind |") in line
+  assert "seed(s) 7 of mixed_corrected have no run of mixed_standard" in md
+  assert "ml1m_loo/mixed_standard/seed9: no eval results yet" in md
+
+
+def test_a_run_reports_every_finished_seed_found(tmp_path):
   values = {0: (0.40, 0.20), 1: (0.38, 0.19), 2: (0.42, 0.18)}
   for seed, (r20, n20) in values.items():
-    run = tmp_path / "cpu" / "ml1m_loo" / "mixed_corrected" / f"seed{seed}"
-    (run / "eval").mkdir(parents=True)
     m = {"recall@10": r20 / 2, "recall@20": r20, "recall@100": 0.7, "ndcg@10": n20 / 2,
          "ndcg@20": n20, "ndcg@100": 0.3}
-    (run / "eval" / "eval_results.json").write_text(json.dumps(
-        {"metrics": {"exact": m, "scann": m},
-         "popularity": {"recall@20": [r20] * 10, "num_targets": [1] * 10}}))
-    (run / "timing.json").write_text(json.dumps({"train_seconds": 120.0}))
-    (run / "model").mkdir()
-    (run / "model" / "history.json").write_text(json.dumps(
-        [{"epoch": e, "step": 48 * e, "val_recall@20": r20 * e / 2} for e in (1, 2)]))
-  proc = _run(["--rows=mixed_corrected", "--seeds=0,1,2", "--settings=ml1m_loo",
+    _fake_run(tmp_path, "ml1m_loo", "mixed_corrected", seed, m, [r20] * 10,
+              [(r20 / 2, n20 / 2), (r20, n20)], train_seconds=120.0)
+    config = RunConfig().replace(max_len=50, seed=seed, model_dir=f"/runs/seed{seed}/model")
+    (tmp_path / "cpu" / "ml1m_loo" / "mixed_corrected" / f"seed{seed}" /
+     "train_metrics.json").write_text(json.dumps({"config": config.to_dict()}))
+  # Seed 0 is finished (reused, nothing trained); seeds 1 and 2 come from earlier invocations.
+  proc = _run(["--rows=mixed_corrected", "--seeds=0", "--settings=ml1m_loo",
                f"--out={tmp_path}"])
   assert proc.returncode == 0, proc.stderr[-2000:]
+  assert not list(tmp_path.rglob("*.log"))
   md = (tmp_path / "reproduce_cpu.md").read_text()
   r = np.array([v[0] for v in values.values()])
   n = np.array([v[1] for v in values.values()])
   row = [l for l in md.splitlines() if l.startswith("| Mixed, improved logQ")][0]
-  assert f"{r.mean():.4f} ± {r.std(ddof=1):.4f}" in row
-  assert f"{n.mean():.4f} ± {n.std(ddof=1):.4f}" in row
+  assert f"{r.mean():.4f} ± {r.std(ddof=1) / np.sqrt(3):.4f}" in row
+  assert f"{n.mean():.4f} ± {n.std(ddof=1) / np.sqrt(3):.4f}" in row
+  assert "| 3 (0,1,2) |" in row
   assert "0.3937" in row and "0.1972" in row  # the paper's numbers beside ours
-  assert "| 3 | 2.0 |" in row
+  assert row.endswith("| 2.0 |")  # train minutes per run
+  # The training flags all runs share, read back from their train_metrics.json.
+  shared = [l for l in md.splitlines() if l.startswith("Training flags shared")][0]
+  assert "--max_len=50" in shared and "--seed=" not in shared and "--model_dir" not in shared
   assert (tmp_path / "recall_by_popularity_ml1m_loo.png").exists()
   assert (tmp_path / "learning_curves_ml1m_loo.png").exists()
   assert proc.stdout.strip().splitlines()[-1].startswith("SUMMARY reproduce")
 
 
-def test_single_seed_reports_no_spread(tmp_path):
-  run = tmp_path / "cpu" / "ml1m_loo" / "mixed_none" / "seed0"
-  (run / "eval").mkdir(parents=True)
-  m = {"recall@10": 0.2, "recall@20": 0.3, "recall@100": 0.6, "ndcg@10": 0.1, "ndcg@20": 0.15,
-       "ndcg@100": 0.2}
-  (run / "eval" / "eval_results.json").write_text(json.dumps(
-      {"metrics": {"exact": m, "scann": m},
-       "popularity": {"recall@20": [0.3] * 10, "num_targets": [1] * 10}}))
-  proc = _run(["--rows=mixed_none", "--seeds=0", "--settings=ml1m_loo", f"--out={tmp_path}"])
+def test_single_seed_reports_no_spread_and_no_interval(tmp_path):
+  for row, r20 in (("mixed_none", 0.3), ("mixed_standard", 0.35)):
+    m = {"recall@10": 0.2, "recall@20": r20, "recall@100": 0.6, "ndcg@10": 0.1, "ndcg@20": 0.15,
+         "ndcg@100": 0.2}
+    _fake_run(tmp_path, "ml1m_loo", row, 0, m, [r20] * 10, [(0.1, 0.05)])
+  proc = _run(["--report_only", "--rows=mixed_none,mixed_standard", "--settings=ml1m_loo",
+               f"--out={tmp_path}"])
   assert proc.returncode == 0, proc.stderr[-2000:]
-  row = [l for l in (tmp_path / "reproduce_cpu.md").read_text().splitlines()
-         if l.startswith("| Mixed, without logQ")][0]
-  assert "| 0.3000 | 0.1500 |" in row and "±" not in row  # one seed: no fake zero std
+  md = (tmp_path / "reproduce_cpu.md").read_text()
+  row = [l for l in md.splitlines() if l.startswith("| Mixed, without logQ")][0]
+  assert "| 0.3000 | 0.1000 | 0.1500 |" in row and "±" not in row  # no fake zero std
+  line = [l for l in md.splitlines() if l.startswith("| mixed: standard − none | R@20 |")][0]
+  assert line == ("| mixed: standard − none | R@20 | 1 | +0.0500 | — | 1/1 | "
+                  "one seed: no interval |")
