@@ -5,6 +5,7 @@
                              #   the console scripts tfrs-logq-train, tfrs-logq-evaluate,
                              #   tfrs-logq-reproduce and their dependencies
     pip install -e ".[test]" # the application + pytest (what `make test` installs)
+    pip install ".[bench]"   # + PyTorch, for the paper-code yardstick of bench/train_speed.py
 
 setuptools cannot install packages per extra: the application packages are always copied, but
 they run only with the [app] dependencies (absl, ScaNN, TFDS, matplotlib); the library never
@@ -41,6 +42,9 @@ KERAS3_REQUIRES = [
     "keras-rs>=0.2.1",
     "jax[cpu]>=0.6.2",
 ]
+# bench/train_speed.py's yardstick: a PyTorch re-implementation of the paper code's training step
+# (bench/paper_code_torch.py), timed beside ours in the same run. Never a test dependency.
+BENCH_REQUIRES = APP_REQUIRES + ["torch>=2.4"]
 # The suite runs the Keras 3 parity tests on the TensorFlow and JAX backends.
 TEST_REQUIRES = APP_REQUIRES + KERAS3_REQUIRES + ["pytest>=7"]
 
@@ -59,6 +63,7 @@ setuptools.setup(
         "app": APP_REQUIRES,
         "test": TEST_REQUIRES,
         "keras3": KERAS3_REQUIRES,
+        "bench": BENCH_REQUIRES,
     },
     entry_points={
         "console_scripts": [

@@ -15,7 +15,7 @@ estimators, the estimator update); not the data pipeline.
 Sides. Each runs in its own subprocess, all set up (and warmed up: tracing, XLA) before timing:
 * ``paper code``: `bench/paper_code_torch.py`, a PyTorch re-implementation of the paper code's
   step (eager, float64 scores, [A, 256, d] gathered negatives; see that module). It needs the
-  optional extra ``pip install torch`` (e.g. ``.venv/bin/pip install torch==2.13.0``).
+  optional extra ``pip install ".[bench]"`` (PyTorch; tested with torch 2.13.0 CPU).
 * ours, one per ``--configs`` entry: `train.trainer.Trainer.train_step` with the configuration
   named by ``+``-joined tokens: ``batch`` | ``sequence`` | ``query`` (who shares the 128 uniform
   negatives: the batch, each sequence, or nobody = the paper code's per-position draws; aliases

@@ -85,6 +85,8 @@ def test_app_extra_provides_what_the_application_imports():
   # The suite = the application + the Keras 3 path's parity tests (JAX backend) + pytest.
   assert reqs["keras3"] == {"keras", "keras-rs", "jax"}
   assert reqs["app"] | reqs["keras3"] | {"pytest"} == reqs["test"]
+  # The speed bench's PyTorch yardstick is its own extra, never needed by the suite.
+  assert reqs["bench"] == reqs["app"] | {"torch"} and "torch" not in reqs["test"]
 
 
 def test_console_scripts_point_at_the_binaries():
