@@ -46,7 +46,8 @@ KERAS3_REQUIRES = [
 # (bench/paper_code_torch.py), timed beside ours in the same run. Never a test dependency.
 BENCH_REQUIRES = APP_REQUIRES + ["torch>=2.4"]
 # The suite runs the Keras 3 parity tests on the TensorFlow and JAX backends.
-TEST_REQUIRES = APP_REQUIRES + KERAS3_REQUIRES + ["pytest>=7"]
+# scipy: the oracle of eval/paired_stats.py's Student t (tests only; the application never imports it).
+TEST_REQUIRES = APP_REQUIRES + KERAS3_REQUIRES + ["pytest>=7", "scipy>=1.10"]
 
 setuptools.setup(
     name="tfrs-logq",

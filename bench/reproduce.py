@@ -22,9 +22,8 @@ found under --out (several invocations with different --seeds accumulate into on
     one common seed: no interval.
 
 The pairs are X_corrected − X_standard, X_corrected − X_none and X_standard − X_none for X in
-{mixed, inbatch}, where both rows are selected (PAIR_FAMILIES x PAIR_CONTRASTS). The t quantile
-is computed here (bisection on the t CDF, written with the regularized incomplete beta function)
-so that the application needs no scipy.
+{mixed, inbatch}, where both rows are selected (PAIR_FAMILIES x PAIR_CONTRASTS). The statistics
+(and Student's t quantile, without scipy) are `eval.paired_stats`'s.
 
 Base configuration: every flag of `python -m train` that a run does not set itself is a flag
 here too (--batch_size, --num_negatives, --max_len, --jit_compile, --frequency, ...; defaults as
@@ -61,7 +60,6 @@ last printed line is a one-line summary.
 from __future__ import annotations
 
 import json
-import math
 import os
 import pathlib
 import shlex
@@ -75,6 +73,7 @@ from absl import app
 from absl import flags
 
 from eval.config import EvalConfig
+from eval.paired_stats import CONFIDENCE, mean_se, paired_difference
 from train import config_flags
 from train import data as data_lib
 from train.config import RunConfig
@@ -232,111 +231,8 @@ METRIC_NAMES = {"recall@10": "R@10", "recall@20": "R@20", "ndcg@10": "NDCG@10",
 # The paired differences: (family_first − family_second) for every family, where both rows exist.
 PAIR_FAMILIES = ("mixed", "inbatch")
 PAIR_CONTRASTS = (("corrected", "standard"), ("corrected", "none"), ("standard", "none"))
-CONFIDENCE = 0.95
-ONE_SEED = "one seed: no interval"
 # The validation metrics drawn by the learning curves (keys of model/history.json).
 CURVES = ("val_recall@20", "val_ndcg@10")
-
-
-def _betainc(a: float, b: float, x: float) -> float:
-  """The regularized incomplete beta function I_x(a, b) = B(x; a, b) / B(a, b), 0 <= x <= 1.
-
-  I_x(a, b) = x^a (1 - x)^b / (a B(a, b)) · 1 / (1 + d_1 / (1 + d_2 / (1 + ...))) with
-  d_{2m+1} = -(a + m)(a + b + m) x / ((a + 2m)(a + 2m + 1)), d_{2m} = m (b - m) x / ((a + 2m - 1)
-  (a + 2m)); the fraction converges fast for x < (a + 1) / (a + b + 2), and the symmetry
-  I_x(a, b) = 1 - I_{1-x}(b, a) covers the other side. Evaluated by the modified Lentz method.
-  """
-  if x <= 0.0:
-    return 0.0
-  if x >= 1.0:
-    return 1.0
-  if x > (a + 1.0) / (a + b + 2.0):
-    return 1.0 - _betainc(b, a, 1.0 - x)
-  log_front = (a * math.log(x) + b * math.log1p(-x)
-               + math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b))
-  tiny = 1e-300
-
-  def _guard(v):
-    return v if abs(v) > tiny else tiny
-
-  # 1 / (1 + d_1 / (1 + d_2 / ...)) as the product of Lentz's C_j D_j, starting after d_1.
-  c = 1.0
-  d = 1.0 / _guard(1.0 - (a + b) * x / (a + 1.0))
-  value = d
-  for m in range(1, 10_000):
-    for coef in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                 -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
-      d = 1.0 / _guard(1.0 + coef * d)
-      c = _guard(1.0 + coef / c)
-      value *= c * d
-    if abs(c * d - 1.0) < 1e-15:
-      break
-  return math.exp(log_front) * value / a
-
-
-def t_cdf(t: float, df: float) -> float:
-  """P(T <= t) for Student's t with df degrees of freedom:
-  1 - I_{df / (df + t^2)}(df / 2, 1 / 2) / 2 for t >= 0, and the mirror image for t < 0."""
-  if df <= 0:
-    raise ValueError(f"df must be > 0, got {df}")
-  tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
-  return 1.0 - tail if t >= 0 else tail
-
-
-def t_quantile(p: float, df: float) -> float:
-  """The p-quantile of Student's t with df degrees of freedom (bisection on `t_cdf`)."""
-  if not 0.0 < p < 1.0:
-    raise ValueError(f"p must be in (0, 1), got {p}")
-  if df <= 0:
-    raise ValueError(f"df must be > 0, got {df}")
-  if p < 0.5:
-    return -t_quantile(1.0 - p, df)
-  lo, hi = 0.0, 1.0
-  while t_cdf(hi, df) < p:
-    lo, hi = hi, 2.0 * hi
-  for _ in range(200):
-    mid = 0.5 * (lo + hi)
-    if t_cdf(mid, df) < p:
-      lo = mid
-    else:
-      hi = mid
-    if hi - lo <= 1e-13 * hi:
-      break
-  return 0.5 * (lo + hi)
-
-
-def mean_se(values: Sequence[float]) -> dict:
-  """n, mean, sample std (ddof 1) and standard error std / sqrt(n); std and s.e. are None for
-  one value (no spread to report, not a zero)."""
-  n = len(values)
-  if n == 0:
-    return dict(n=0, mean=None, std=None, se=None)
-  mean = sum(values) / n
-  if n == 1:
-    return dict(n=1, mean=mean, std=None, se=None)
-  std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-  return dict(n=n, mean=mean, std=std, se=std / math.sqrt(n))
-
-
-def paired_difference(first: Dict[int, float], second: Dict[int, float],
-                      confidence: float = CONFIDENCE) -> dict:
-  """Statistics of d_s = first[s] − second[s] over the seeds s present in both (module
-  docstring): mean, s.e., the Student t interval, the seeds where d_s > 0 and a verdict."""
-  seeds = sorted(set(first) & set(second))
-  diffs = [first[s] - second[s] for s in seeds]
-  stats = mean_se(diffs)
-  stats.update(seeds=seeds, differences=diffs, positive=sum(d > 0 for d in diffs),
-               confidence=confidence, t=None, ci=None)
-  if stats["n"] == 0:
-    stats["verdict"] = "no common seed"
-  elif stats["n"] == 1:
-    stats["verdict"] = ONE_SEED
-  else:
-    t = t_quantile(0.5 + confidence / 2.0, stats["n"] - 1)
-    low, high = stats["mean"] - t * stats["se"], stats["mean"] + t * stats["se"]
-    stats.update(t=t, ci=[low, high])
-    stats["verdict"] = "ahead" if low > 0 else "behind" if high < 0 else "within noise"
-  return stats
 
 
 def paired_rows(rows: Sequence[str]) -> List[tuple]:

@@ -47,14 +47,14 @@ and learning_curve.png the KL (on --curve_users users) at --curve_points steps o
 Reference rows: ``oracle`` (P̂ = P) and ``most popular`` (P̂ = Q, the same list for every
 user). Every row is reported as mean ± standard error over the seeds, and the paired
 differences corrected - standard, corrected - none and expected_count - unigram log Q (per seed,
-then mean ± t_{0.975, S-1} * sd / sqrt(S), a 95% interval) wherever both rows are present.
+then mean ± t_{0.975, S-1} * sd / sqrt(S), a 95% interval, by ``eval.paired_stats``) wherever
+both rows are present.
 
 Outputs in --output_dir: summary.json (everything, per seed), summary.md (the tables and the
 verdict), calibration.png, recall_by_decile.png, learning_curve.png; the table is printed.
 """
 
 import json
-import math
 import pathlib
 import time
 from typing import Dict, List, NamedTuple, Sequence, Tuple
@@ -64,6 +64,7 @@ from absl import flags
 
 import numpy as np
 
+from eval import paired_stats
 from eval import synthetic_world as world_lib
 
 __all__ = ["DemoConfig", "validate_config", "RowSpec", "parse_row", "default_rows", "Trainer",
@@ -75,9 +76,6 @@ NEGATIVES = ("in_batch", "mixed", "uniform")
 USER_TOWERS = ("features", "id")
 _LABELS = {"in_batch": "in-batch", "mixed": "mixed", "uniform": "uniform"}
 RANK_EDGES = (1, 2, 4, 11, 31, 101, 301, 1001, 3001, 10001, 30001, 100001)
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
 
 
 class DemoConfig(NamedTuple):
@@ -311,22 +309,24 @@ def evaluate_model(p, log_p_hat, bins, k: int, num_bins: int, oracle_top=None,
           **extra}
 
 
+def _nan_if_none(value, like):
+  """summary.json's mark of a spread one seed cannot give: nan, in the shape of the mean."""
+  return np.full(np.shape(like), np.nan) if value is None else value
+
+
 def mean_and_se(values) -> tuple:
-  """(mean, standard error sd / sqrt(S), nan for one value) along axis 0."""
-  v = np.asarray(values, np.float64)
-  se = v.std(axis=0, ddof=1) / math.sqrt(v.shape[0]) if v.shape[0] > 1 else np.full(
-      v.shape[1:], np.nan)
-  return v.mean(axis=0), se
+  """(mean, standard error sd / sqrt(S)) along axis 0 (``paired_stats.mean_se``); the s.e. is
+  nan for one seed."""
+  stats = paired_stats.mean_se(values)
+  return stats["mean"], _nan_if_none(stats["se"], stats["mean"])
 
 
 def paired_difference(a, b) -> tuple:
-  """(mean of a - b, 95% half-width t_{0.975, S-1} sd / sqrt(S)) over paired seeds."""
-  d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
-  s = d.shape[0]
-  if s < 2:
-    return d.mean(axis=0), np.full(d.shape[1:], np.nan)
-  t = _T975[s - 2] if s - 2 < len(_T975) else 1.96
-  return d.mean(axis=0), t * d.std(axis=0, ddof=1) / math.sqrt(s)
+  """(mean of a - b, 95% half-width t_{0.975, S-1} sd / sqrt(S)) over the seeds, paired by
+  position, along axis 0 (``paired_stats.paired_difference``); the half-width is nan for one
+  seed."""
+  stats = paired_stats.paired_difference(a, b)
+  return stats["mean"], _nan_if_none(stats["half_width"], stats["mean"])
 
 
 # ------------------------------------------------------------------------------ training (TF)

@@ -11,6 +11,7 @@ import sys
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from eval import demo
 from eval import synthetic_world as sw
@@ -119,7 +120,18 @@ def test_mean_se_and_paired_difference_use_the_t_interval():
   d = np.array([0.5, 1.0, 2.5])
   mean, half = demo.paired_difference([1.0, 2.0, 4.0], [0.5, 1.0, 1.5])
   assert mean == pytest.approx(d.mean())
-  assert half == pytest.approx(4.303 * np.std(d, ddof=1) / math.sqrt(3))  # t_{0.975, 2}
+  assert half == pytest.approx(stats.t.ppf(0.975, 2) * np.std(d, ddof=1) / math.sqrt(3))
+  # 40 seeds of deciles: t_{0.975, 39} element-wise (no 1.96 past a table)
+  rng = np.random.default_rng(2)
+  a, b = rng.normal(size=(40, 10)), rng.normal(size=(40, 10))
+  mean, half = demo.paired_difference(a, b)
+  np.testing.assert_allclose(mean, (a - b).mean(axis=0), rtol=1e-12)
+  np.testing.assert_allclose(
+      half, stats.t.ppf(0.975, 39) * (a - b).std(axis=0, ddof=1) / math.sqrt(40), rtol=1e-9)
+  # one seed: summary.json marks the missing spread with nan, in the mean's shape
+  mean, se = demo.mean_and_se([[1.0, 2.0, 3.0]])
+  assert np.isnan(se).all() and np.shape(se) == (3,)
+  assert np.isnan(demo.paired_difference([1.0], [0.5])[1])
 
 
 def test_parse_row_names_what_is_wrong():
