@@ -151,9 +151,20 @@ ROWS: Dict[str, tuple] = {
     # Not in the paper: the TFRS form of standard logQ (the positive's column corrected too).
     "mixed_standard_tfrs": ("Mixed, standard logQ as TFRS (positive corrected)",
                             dict(loss="sampled_softmax", negatives="mixed", logq="standard")),
+    # Not in the paper: the deduplicated in-batch half corrected with log of its expected count
+    # (inclusion probability) instead of the per-draw unigram Q (--log_q_convention).
+    "mixed_expected_count_standard": (
+        "Mixed, standard logQ, expected-count log Q",
+        dict(loss="sampled_softmax", negatives="mixed", logq="standard_no_positive",
+             log_q_convention="expected_count")),
+    "mixed_expected_count_corrected": (
+        "Mixed, improved logQ, expected-count log Q",
+        dict(loss="sampled_softmax", negatives="mixed", logq="corrected",
+             log_q_convention="expected_count")),
 }
 # The rows run when --rows is empty (the paper's Table 1).
-PAPER_ROWS = [r for r in ROWS if r != "mixed_standard_tfrs"]
+PAPER_ROWS = [r for r in ROWS
+              if r != "mixed_standard_tfrs" and not r.startswith("mixed_expected_count")]
 
 # Table 1 of the paper: (Recall@20, NDCG@20) on MovieLens-1M.
 PAPER = {
@@ -229,8 +240,12 @@ METRICS = ("recall@10", "recall@20", "ndcg@10", "ndcg@20", "recall@100")
 METRIC_NAMES = {"recall@10": "R@10", "recall@20": "R@20", "ndcg@10": "NDCG@10",
                 "ndcg@20": "NDCG@20", "recall@100": "R@100"}
 # The paired differences: (family_first − family_second) for every family, where both rows exist.
-PAIR_FAMILIES = ("mixed", "inbatch")
+PAIR_FAMILIES = ("mixed", "inbatch", "mixed_expected_count")
 PAIR_CONTRASTS = (("corrected", "standard"), ("corrected", "none"), ("standard", "none"))
+# The log Q convention of the deduplicated in-batch half, at equal correction.
+CONVENTION_PAIRS = tuple(
+    (f"mixed_expected_count_{c}", f"mixed_{c}", f"{c}: expected-count − unigram log Q")
+    for c in ("corrected", "standard"))
 # The validation metrics drawn by the learning curves (keys of model/history.json).
 CURVES = ("val_recall@20", "val_ndcg@10")
 
@@ -244,6 +259,9 @@ def paired_rows(rows: Sequence[str]) -> List[tuple]:
       a, b = f"{family}_{first}", f"{family}_{second}"
       if a in rows and b in rows:
         pairs.append((a, b, f"{family}: {first} − {second}"))
+  for a, b, label in CONVENTION_PAIRS:
+    if a in rows and b in rows:
+      pairs.append((a, b, label))
   return pairs
 
 

@@ -268,3 +268,20 @@ def test_single_seed_reports_no_spread_and_no_interval(tmp_path):
   line = [l for l in md.splitlines() if l.startswith("| mixed: standard − none | R@20 |")][0]
   assert line == ("| mixed: standard − none | R@20 | 1 | +0.0500 | — | 1/1 | "
                   "one seed: no interval |")
+
+
+def test_expected_count_rows_set_the_convention_and_pair_with_the_unigram_rows(tmp_path):
+  rows = "mixed_corrected,mixed_standard,mixed_expected_count_corrected,mixed_expected_count_standard"
+  proc = _run(["--dry_run", f"--rows={rows}", "--seeds=0", "--settings=ml1m_loo",
+               f"--out={tmp_path}"])
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  train = [_config(l) for l in proc.stdout.splitlines() if " -m train " in l]
+  got = sorted((c.logq, c.log_q_convention) for c in train)
+  assert got == [("corrected", "expected_count"), ("corrected", "unigram"),
+                 ("standard_no_positive", "expected_count"), ("standard_no_positive", "unigram")]
+  from bench import reproduce  # pylint: disable=g-import-not-at-top
+  labels = [p[2] for p in reproduce.paired_rows(rows.split(","))]
+  assert "mixed_expected_count: corrected − standard" in labels
+  assert "corrected: expected-count − unigram log Q" in labels
+  assert "standard: expected-count − unigram log Q" in labels
+  assert not any(r.startswith("mixed_expected_count") for r in reproduce.PAPER_ROWS)
