@@ -22,8 +22,11 @@ Sides. Each runs in its own subprocess, all set up (and warmed up: tracing, XLA)
   ``shared``, ``per_position``), ``xla`` (jit_compile: encoder and scoring), ``step``
   (jit_compile_step: the whole step as one static-shape XLA program), ``reference`` (the paper
   code's block, else the default pre-LN block), ``hash_array`` | ``count_min`` (streaming Q(d)
-  estimator updated every step, else exact counts). ``paper`` = ``query+reference+xla`` (the
-  paper-code configuration), ``fastest`` = ``batch+xla``.
+  estimator updated every step, else exact counts), ``nopack`` (the encoder's per-token layers on
+  the padded grid: `models.sasrec.SASRec` ``pack_tokens=False``), ``blocks<k>`` (causal attention
+  in k query blocks, e.g. ``blocks1`` = the full L x L grid; else the model's default).
+  ``paper`` = ``query+reference+xla`` (the paper-code configuration), ``fastest`` =
+  ``batch+xla``.
 
 Timing: ``--rounds`` rounds; in each, every side runs ``--steps`` steps in a rotated order while
 the others wait, so drift from other jobs on a shared machine hits every side alike. Reported: min
@@ -99,13 +102,17 @@ class SideConfig:
   block: str = "pre_ln"
   estimator: str = "exact"
   step_xla: bool = False
+  pack: bool = True
+  attention_blocks: int = 0                 # 0: the model's default
 
   @property
   def label(self) -> str:
     block = "reference" if self.block == "reference" else "pre-LN"
     xla = ", XLA step" if self.step_xla else (", XLA" if self.xla else "")
+    execution = ("" if self.pack else ", no pack") + (
+        f", {self.attention_blocks} attn blocks" if self.attention_blocks else "")
     return (f"ours: {self.uniform} uniform, {block}{xla}"
-            f"{', ' + self.estimator if self.estimator != 'exact' else ''}")
+            f"{', ' + self.estimator if self.estimator != 'exact' else ''}{execution}")
 
 
 def parse_config(name: str) -> SideConfig:
@@ -113,15 +120,18 @@ def parse_config(name: str) -> SideConfig:
   tokens = [t for part in name.split("+") for t in NAMED.get(part, part).split("+")]
   uniform = [PER_TOKENS[t] for t in tokens if t in PER_TOKENS]
   estimator = [t for t in tokens if t in ESTIMATORS]
+  blocks = [int(t[6:]) for t in tokens if re.fullmatch(r"blocks[1-9][0-9]*", t)]
   unknown = [t for t in tokens if t not in PER_TOKENS and t not in ESTIMATORS
-             and t not in ("xla", "reference", "step")]
-  if unknown or len(uniform) > 1 or len(estimator) > 1:
+             and t not in ("xla", "reference", "step", "nopack")
+             and not re.fullmatch(r"blocks[1-9][0-9]*", t)]
+  if unknown or len(uniform) > 1 or len(estimator) > 1 or len(blocks) > 1:
     raise ValueError(f"--configs entry {name!r}: expected paper, fastest or tokens "
-                     f"{sorted(PER_TOKENS)} + xla + step + reference + {ESTIMATORS} (one of "
-                     "each kind)")
+                     f"{sorted(PER_TOKENS)} + xla + step + reference + nopack + blocks<k> + "
+                     f"{ESTIMATORS} (one of each kind)")
   return SideConfig(name=name, uniform=uniform[0] if uniform else "batch", xla="xla" in tokens,
                     block="reference" if "reference" in tokens else "pre_ln",
-                    estimator=estimator[0] if estimator else "exact", step_xla="step" in tokens)
+                    estimator=estimator[0] if estimator else "exact", step_xla="step" in tokens,
+                    pack="nopack" not in tokens, attention_blocks=blocks[0] if blocks else 0)
 
 
 def step_flops(num_queries: float, *, batch: int, length: int, dim: int, num_blocks: int,
@@ -221,6 +231,9 @@ def _worker(spec: dict) -> None:
     rss_import = _status_kib("VmRSS")
     cfg = SideConfig(**spec["config"])
     trainer, _ = _our_trainer(spec, cfg)
+    if not cfg.pack or cfg.attention_blocks:               # before the step is first traced
+      trainer.model.set_execution(pack_tokens=cfg.pack,
+                                  attention_blocks=cfg.attention_blocks or None)
     batches = [dict(inputs=tf.constant(inputs[i]), targets=tf.constant(targets[i]))
                for i in range(len(inputs))]
 
@@ -442,7 +455,9 @@ def main(argv=None):
                       help="comma-separated configurations of ours (module docstring)")
   parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
   parser.add_argument("--steps", type=int, default=2, help="timed steps per side and round")
-  parser.add_argument("--warmup", type=int, default=2, help="untimed steps (tracing, XLA)")
+  parser.add_argument("--warmup", type=int, default=None,
+                      help="untimed steps (tracing, XLA; default --num_batches: every batch once, "
+                      "so each token-capacity shape of the packed XLA encoder is compiled)")
   parser.add_argument("--no_yardstick", action="store_true",
                       help="do not run the paper code (PyTorch) side")
   parser.add_argument("--profile", action="store_true",
@@ -468,6 +483,8 @@ def main(argv=None):
   if args._worker:  # pylint: disable=protected-access
     _worker(json.loads(args._worker))  # pylint: disable=protected-access
     return
+  if args.warmup is None:
+    args.warmup = args.num_batches
   if args.quick:
     args.rounds, args.steps, args.warmup, args.matmul_n = 2, 2, 1, 1024
   if args.profile:

@@ -1,5 +1,7 @@
 """SASRec: shapes, causality (future items never change earlier outputs), padding, XLA parity,
-the query-model interface, and the reference block against a numpy oracle of its description."""
+the query-model interface, the reference block against a numpy oracle of its description, and
+the execution paths (token compaction, blocked causal attention, XLA with bucketed token
+capacities) against the plain padded full-grid encoder."""
 
 import numpy as np
 import pytest
@@ -236,9 +238,11 @@ def _np_reference_encoder(m, x):
   return _np_layer_norm(hidden, m.final_norm) * keep
 
 
-@pytest.mark.parametrize("heads", [1, 2])
-def test_reference_block_matches_numpy(heads):
-  m = _model(block_style="reference", num_heads=heads)
+@pytest.mark.parametrize("heads,pack_tokens,blocks", [(1, True, 3), (2, True, 1), (2, False, 4),
+                                                     (1, False, 1)])
+def test_reference_block_matches_numpy(heads, pack_tokens, blocks):
+  m = _model(block_style="reference", num_heads=heads, pack_tokens=pack_tokens,
+             attention_blocks=blocks)
   for v in m.trainable_variables:   # move off the init (zero biases, unit LayerNorm gains)
     v.assign(v + tf.random.stateless_normal(v.shape, [3, len(v.name)], stddev=0.1))
   x = _batch(np.random.default_rng(5))
@@ -247,7 +251,7 @@ def test_reference_block_matches_numpy(heads):
 
 def test_reference_block_causal_xla_parity_and_unscaled_inputs():
   m = _model(block_style="reference")
-  assert m.input_scale == 1.0 and not m.pack_tokens
+  assert m.input_scale == 1.0 and m.pack_tokens and m.attention_blocks == 2
   x = _batch(np.random.default_rng(6))
   x[:, 3:] = np.maximum(x[:, 3:], 1)
   h = m.encode(x).numpy()
@@ -270,3 +274,149 @@ def test_tied_embeddings_score_with_the_input_table():
                              rtol=1e-5, atol=1e-5)
   assert len(m.trainable_variables) == len(_model().trainable_variables) - 1
   assert SASRec.from_config(m.get_config()).tie_embeddings
+
+
+# ------------------------------------------------------------------------------ execution paths
+def _batches(l):
+  """Two [5, l] batches: mixed lengths with a full row and two all-padding rows; all rows full."""
+  rng = np.random.default_rng(l)
+  mixed = _batch(rng, b=5, l=l)
+  mixed[1] = rng.integers(1, 31, size=l)
+  mixed[[2, 4]] = 0
+  return [mixed, rng.integers(1, 31, size=(5, l)).astype(np.int64)]
+
+
+def _outputs_and_grads(m, x, weights):
+  """Eval-mode H [B, L, d] and the gradient of sum(H * weights) w.r.t. every variable."""
+  with tf.GradientTape() as tape:
+    h = m.encode(x)
+    loss = tf.reduce_sum(h * weights)
+  grads = tape.gradient(loss, m.trainable_variables,
+                        unconnected_gradients=tf.UnconnectedGradients.ZERO)   # E_out: unused
+  return h.numpy(), [tf.convert_to_tensor(g).numpy() for g in grads]
+
+
+@pytest.mark.parametrize("block_style", ["pre_ln", "reference"])
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_every_execution_path_equals_the_padded_full_grid_path(block_style, jit_compile):
+  """pack_tokens x attention_blocks (x XLA with bucketed token capacities) compute the same
+  function and gradients as the padded path on the full L x L grid; odd L = 11 leaves remainder
+  blocks (3 blocks: 4, 4, 3 queries; 20 blocks: one query each); all-full and all-padding rows
+  included. Gradients agree to float32 rounding of their largest entry."""
+  l = 11
+  plain = _model(block_style=block_style, max_len=l, pack_tokens=False, attention_blocks=1)
+  batches = _batches(l)
+  rng = np.random.default_rng(9)
+  weights = [rng.normal(size=x.shape + (16,)).astype(np.float32) for x in batches]
+  expected = [_outputs_and_grads(plain, x, w) for x, w in zip(batches, weights)]
+  for pack_tokens in (False, True):
+    for blocks in (1, 3) if jit_compile else (1, 3, 20):
+      if not (pack_tokens or blocks > 1):     # XLA on the padded full grid: tested above
+        continue
+      m = _model(block_style=block_style, max_len=l, pack_tokens=pack_tokens,
+                 attention_blocks=blocks, jit_compile=jit_compile)
+      m.set_weights(plain.get_weights())
+      for x, w, (h0, g0) in zip(batches, weights, expected):
+        h, g = _outputs_and_grads(m, x, w)
+        where = f"pack_tokens={pack_tokens} attention_blocks={blocks}"
+        np.testing.assert_allclose(h, h0, atol=1e-5, err_msg=where)
+        np.testing.assert_array_equal(h[x == 0], 0.0)
+        for a, b in zip(g, g0):
+          np.testing.assert_allclose(a, b, atol=1e-5 * max(1.0, np.abs(b).max()), err_msg=where)
+
+
+def test_block_bounds_cover_the_queries_with_near_equal_blocks():
+  from models.sasrec import _block_bounds
+  assert _block_bounds(11, 3) == [(0, 4), (4, 8), (8, 11)]
+  assert _block_bounds(200, 4) == [(0, 50), (50, 100), (100, 150), (150, 200)]
+  assert _block_bounds(3, 8) == [(0, 1), (1, 2), (2, 3)]
+  assert _block_bounds(None, 4) == [(0, None)] == _block_bounds(200, 1)
+
+
+def test_unknown_length_falls_back_to_the_full_grid():
+  m = _model(attention_blocks=4, pack_tokens=False)
+  x = _batch(np.random.default_rng(10))
+  traced = tf.function(m.encode, input_signature=[tf.TensorSpec([None, None], tf.int64)])
+  np.testing.assert_allclose(traced(x).numpy(), m.encode(x).numpy(), atol=1e-5)
+
+
+def test_token_index_capacity_buckets():
+  """rows: the non-padding flat slots (row-major) then zeros up to C; C = T rounded up to a
+  multiple of ceil(B L / 8), >= that, <= B L; slots: the packed row of each slot, C at padding."""
+  from models.sasrec import _token_index
+  rng = np.random.default_rng(11)
+  capacities = set()
+  for t in [0, 1, 5, 6, 7, 13, 18, 19, 25, 30, 31, 37, 42, 43, 47, 48]:
+    valid = np.zeros(48, bool)
+    valid[rng.choice(48, size=t, replace=False)] = True
+    rows, slots, count = (v.numpy() for v in _token_index(tf.constant(valid.reshape(4, 12)), 8))
+    c = len(rows)
+    capacities.add(c)
+    assert count == t and c == max(6, -(-t // 6) * 6)           # ceil(48 / 8) = 6
+    np.testing.assert_array_equal(rows[:t], np.nonzero(valid)[0])
+    np.testing.assert_array_equal(rows[t:], 0)
+    expected = np.full(48, c)
+    expected[np.nonzero(valid)[0]] = np.arange(t)
+    np.testing.assert_array_equal(slots, expected)
+  assert capacities == {6, 12, 18, 24, 30, 36, 42, 48}
+  rows, slots, count = (v.numpy() for v in _token_index(tf.constant(valid.reshape(4, 12))))
+  assert len(rows) == count == valid.sum()
+
+
+def test_xla_compilations_are_bounded_by_the_token_buckets():
+  """Batches with many different token counts T compile at most 8 encoder shapes (one per
+  capacity bucket) and give the uncompiled outputs."""
+  m = _model(block_style="reference", jit_compile=True)
+  eager = _model(block_style="reference")
+  eager.set_weights(m.get_weights())
+  rng = np.random.default_rng(12)
+  counts = set()
+  for _ in range(14):
+    x = rng.integers(1, 31, size=(4, 12)).astype(np.int64)
+    lengths = rng.integers(0, 13, size=4)
+    x[np.arange(12)[None] < 12 - lengths[:, None]] = 0
+    counts.add(int((x != 0).sum()))
+    np.testing.assert_allclose(m.encode(x).numpy(), eager.encode(x).numpy(), atol=1e-5)
+  assert len(counts) > 8
+  assert m._encode_xla.experimental_get_tracing_count() <= 8
+
+
+@pytest.mark.parametrize("block_style", ["pre_ln", "reference"])
+def test_training_dropout_is_deterministic_on_every_path(block_style):
+  """Same seed -> same output, another seed -> another, for the padded, packed and XLA-packed
+  encoders. The XLA-packed encoder draws the masks of the packed one: the stateless draws are
+  prefix-consistent and the capacity's filler rows come last."""
+  x = _batch(np.random.default_rng(13))
+  s1, s2 = tf.constant([3, 4], tf.int64), tf.constant([3, 5], tf.int64)
+  out = {}
+  for pack_tokens, jit_compile in [(False, False), (True, False), (True, True)]:
+    m = _model(block_style=block_style, dropout=0.5, pack_tokens=pack_tokens,
+               jit_compile=jit_compile, attention_blocks=3)
+    a = m.encode(x, training=True, seed=s1).numpy()
+    np.testing.assert_array_equal(m.encode(x, training=True, seed=s1).numpy(), a)
+    assert not np.allclose(m.encode(x, training=True, seed=s2).numpy(), a, atol=1e-3)
+    assert not np.allclose(m.encode(x, training=False).numpy(), a, atol=1e-3)
+    np.testing.assert_array_equal(a[x == 0], 0.0)
+    out[pack_tokens, jit_compile] = a
+  np.testing.assert_allclose(out[True, True], out[True, False], atol=1e-4)
+
+
+def test_set_execution_validates_and_round_trips_in_the_config():
+  m = _model(attention_blocks=2, pack_tokens=False)
+  config = m.get_config()
+  assert (config["attention_blocks"], config["pack_tokens"]) == (2, False)
+  assert m.set_execution(attention_blocks=5).attention_blocks == 5 and not m.pack_tokens
+  with pytest.raises(ValueError, match="attention_blocks"):
+    m.set_execution(attention_blocks=0)
+  with pytest.raises(TypeError, match="attention_blocks"):
+    m.set_execution(attention_blocks=2.0)
+  with pytest.raises(TypeError, match="pack_tokens"):
+    m.set_execution(pack_tokens=1)
+  with pytest.raises(ValueError, match="attention_blocks"):
+    SASRec(10, attention_blocks=0)
+  # Switching paths on a built model (its per-token layers were built on packed rows).
+  x = _batch(np.random.default_rng(14))
+  packed = _model(block_style="reference", jit_compile=True)
+  h = packed.encode(x).numpy()
+  packed.set_execution(pack_tokens=False, attention_blocks=1)
+  np.testing.assert_allclose(packed.encode(x).numpy(), h, atol=1e-5)

@@ -25,6 +25,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def _cfg(tmp, **kw):
   args = dict(dataset="synthetic", model="sasrec", loss="sampled_softmax", negatives="mixed",
               num_negatives=16, logq="corrected", frequency="count_min", batch_size=8,
+              # Uniform negatives shared by the global batch: every replica draws the same set,
+              # as one device does. Per-sequence / per-query draws come from each replica's own
+              # stream, so under MirroredStrategy they are other (equally distributed) draws.
+              uniform_negatives="batch",
               max_len=10, embedding_dim=8, num_blocks=1, dropout=0.0, steps_per_epoch=3,
               epochs=1, model_dir=str(tmp), progress=False, seed=5)
   args.update(kw)
