@@ -24,9 +24,11 @@ Sides. Each runs in its own subprocess, all set up (and warmed up: tracing, XLA)
   code's block, else the default pre-LN block), ``hash_array`` | ``count_min`` (streaming Q(d)
   estimator updated every step, else exact counts), ``nopack`` (the encoder's per-token layers on
   the padded grid: `models.sasrec.SASRec` ``pack_tokens=False``), ``blocks<k>`` (causal attention
-  in k query blocks, e.g. ``blocks1`` = the full L x L grid; else the model's default).
-  ``paper`` = ``query+reference+xla`` (the paper-code configuration), ``fastest`` =
-  ``batch+xla``.
+  in k query blocks, e.g. ``blocks1`` = the full L x L grid; else the model's default),
+  ``malloc_default`` (glibc's own malloc settings; else ``--host_allocator=retain``, the
+  binary's default: `train/host_memory.py`). ``paper`` = ``query+reference+xla`` (the
+  paper-code configuration), ``fastest`` = ``batch+xla``. The paper-code side runs with glibc's
+  defaults, as it does when run (``--yardstick_allocator=retain`` gives it ours).
 
 Timing: ``--rounds`` rounds; in each, every side runs ``--steps`` steps in a rotated order while
 the others wait, so drift from other jobs on a shared machine hits every side alike. Reported: min
@@ -104,13 +106,15 @@ class SideConfig:
   step_xla: bool = False
   pack: bool = True
   attention_blocks: int = 0                 # 0: the model's default
+  allocator: str = "retain"                 # train.host_memory: the binary's default
 
   @property
   def label(self) -> str:
     block = "reference" if self.block == "reference" else "pre-LN"
     xla = ", XLA step" if self.step_xla else (", XLA" if self.xla else "")
     execution = ("" if self.pack else ", no pack") + (
-        f", {self.attention_blocks} attn blocks" if self.attention_blocks else "")
+        f", {self.attention_blocks} attn blocks" if self.attention_blocks else "") + (
+        ", glibc malloc" if self.allocator == "default" else "")
     return (f"ours: {self.uniform} uniform, {block}{xla}"
             f"{', ' + self.estimator if self.estimator != 'exact' else ''}{execution}")
 
@@ -122,16 +126,18 @@ def parse_config(name: str) -> SideConfig:
   estimator = [t for t in tokens if t in ESTIMATORS]
   blocks = [int(t[6:]) for t in tokens if re.fullmatch(r"blocks[1-9][0-9]*", t)]
   unknown = [t for t in tokens if t not in PER_TOKENS and t not in ESTIMATORS
-             and t not in ("xla", "reference", "step", "nopack")
+             and t not in ("xla", "reference", "step", "nopack", "malloc_default")
              and not re.fullmatch(r"blocks[1-9][0-9]*", t)]
   if unknown or len(uniform) > 1 or len(estimator) > 1 or len(blocks) > 1:
     raise ValueError(f"--configs entry {name!r}: expected paper, fastest or tokens "
                      f"{sorted(PER_TOKENS)} + xla + step + reference + nopack + blocks<k> + "
+                     "malloc_default + "
                      f"{ESTIMATORS} (one of each kind)")
   return SideConfig(name=name, uniform=uniform[0] if uniform else "batch", xla="xla" in tokens,
                     block="reference" if "reference" in tokens else "pre_ln",
                     estimator=estimator[0] if estimator else "exact", step_xla="step" in tokens,
-                    pack="nopack" not in tokens, attention_blocks=blocks[0] if blocks else 0)
+                    pack="nopack" not in tokens, attention_blocks=blocks[0] if blocks else 0,
+                    allocator="default" if "malloc_default" in tokens else "retain")
 
 
 def step_flops(num_queries: float, *, batch: int, length: int, dim: int, num_blocks: int,
@@ -212,6 +218,9 @@ def _worker(spec: dict) -> None:
   arrays = np.load(spec["batches"])
   inputs, targets, windows = arrays["inputs"], arrays["targets"], arrays["windows"]
   threads = spec["threads"]
+  from train import host_memory  # pylint: disable=g-import-not-at-top
+  host_memory.configure(spec["allocator"] if spec["side"] == "torch"
+                        else spec["config"]["allocator"])
   if spec["side"] == "torch":
     import torch  # pylint: disable=g-import-not-at-top
     torch.set_num_threads(threads)
@@ -476,6 +485,9 @@ def main(argv=None):
                       help="intra-op threads of every side")
   parser.add_argument("--matmul_n", type=int, default=2048, help="size of the peak matmul")
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--yardstick_allocator", default="default", choices=("default", "retain"),
+                      help="the paper code's malloc: default (as it runs) or retain (ours; "
+                      "train/host_memory.py)")
   parser.add_argument("--out", default="bench/out",
                       help="folder for train_speed.json (every side's times, ratios, GFLOP/s, RSS)")
   parser.add_argument("--_worker", default=None, help=argparse.SUPPRESS)
@@ -524,7 +536,8 @@ def main(argv=None):
   sides = {}
   try:
     if yardstick:
-      sides[YARDSTICK] = _Side(YARDSTICK, dict(base, side="torch"), tmp)
+      sides[YARDSTICK] = _Side(YARDSTICK, dict(base, side="torch",
+                                               allocator=args.yardstick_allocator), tmp)
     for c in configs:
       sides[c.name] = _Side(c.name, dict(base, side="ours", config=dataclasses.asdict(c)), tmp)
     for side in sides.values():

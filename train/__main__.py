@@ -29,6 +29,7 @@ from absl import app
 from absl import flags
 
 from train import config_flags
+from train import host_memory
 from train.config import RunConfig
 
 FLAGS = flags.FLAGS
@@ -43,6 +44,7 @@ def main(argv):
     cfg = config_flags.from_flags(RunConfig)
   except (TypeError, ValueError) as e:
     raise app.UsageError(str(e)) from e
+  host_memory.configure(cfg.host_allocator)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   if cfg.cpu_replicas > 1:
     cpu = tf.config.list_physical_devices("CPU")[0]

@@ -31,6 +31,7 @@ from train import config_flags
 from train.config_flags import setting
 from train.data import DataConfig
 from train.distribute import STRATEGIES
+from train.host_memory import HOST_ALLOCATORS
 from train.objective import NEGATIVES
 from train.validation import FILTER_RATED
 
@@ -154,6 +155,10 @@ class RunConfig:
                                "TPU VM).")
   cpu_replicas: int = setting(0, "Split the CPU into this many logical devices (for "
                               "--strategy=mirrored on a CPU-only machine); 0 = leave as is.")
+  host_allocator: str = setting(
+      "retain", "How the host's malloc treats TensorFlow's freed buffers: retain (keep them "
+      "mapped: no page faults on every step; ~1.2x faster SASRec steps on a CPU, +0.4 GiB "
+      "resident) or default (glibc's own; train/host_memory.py).", choices=HOST_ALLOCATORS)
   # ---------------------------------------------------------------------- validation, output
   filter_rated: str = setting(
       "all", "Rated-item filtering at validation: all (every input item is removed, the target "

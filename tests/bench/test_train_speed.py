@@ -59,3 +59,11 @@ def test_step_token_compiles_the_whole_step():
   assert not train_speed.parse_config("paper").step_xla
   paper_step = train_speed.parse_config("paper+step")
   assert (paper_step.uniform, paper_step.block, paper_step.step_xla) == ("query", "reference", True)
+
+
+def test_allocator_token_defaults_to_the_binary_setting():
+  from train.config import RunConfig
+  assert train_speed.parse_config("paper").allocator == RunConfig().host_allocator == "retain"
+  cfg = train_speed.parse_config("sequence+reference+xla+malloc_default")
+  assert (cfg.uniform, cfg.block, cfg.allocator) == ("sequence", "reference", "default")
+  assert "glibc malloc" in cfg.label
