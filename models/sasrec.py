@@ -445,9 +445,12 @@ class SASRec(tf.keras.Model):
     if not inputs.dtype.is_integer:
       raise TypeError(f"SASRec inputs must be integer item ids, got {inputs.dtype}")
     inputs = tf.cast(inputs, tf.int64)
-    if self.pack_tokens and _static_shapes.in_xla_context():
+    in_xla = _static_shapes.in_xla_context()
+    if self.pack_tokens and in_xla:
       return self._encode_packed(inputs, training=training, seed=seed)   # all tokens
-    if self.jit_compile_encoder and self.final_norm.built:
+    # Inside a program XLA already compiles (e.g. --jit_compile_step) the encoder is part of it:
+    # a nested jit function would be recompiled at every call of the outer program.
+    if self.jit_compile_encoder and self.final_norm.built and not in_xla:
       if self._encode_xla is None:
         self._encode_xla = tf.function(self._encode_compiled, jit_compile=True)
       kwargs = dict(training=bool(training))

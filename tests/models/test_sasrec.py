@@ -420,3 +420,21 @@ def test_set_execution_validates_and_round_trips_in_the_config():
   h = packed.encode(x).numpy()
   packed.set_execution(pack_tokens=False, attention_blocks=1)
   np.testing.assert_allclose(packed.encode(x).numpy(), h, atol=1e-5)
+
+
+@pytest.mark.parametrize("pack", [False, True])
+def test_encoder_inside_an_xla_step_does_not_nest_its_jit_function(pack):
+  """Inside a program XLA compiles (--jit_compile_step), the jit_compile encoder is traced in
+  place: a nested jit function would be recompiled at every step."""
+  model = _model(jit_compile=True)
+  model.set_execution(pack_tokens=pack)
+  x = tf.constant(_batch(np.random.default_rng(3)))
+  expected = model.encode(x).numpy()                       # builds the nested jit function
+
+  def nested(*args, **kwargs):
+    raise AssertionError("nested jit function called")
+  model._encode_xla = nested
+  with pytest.raises(AssertionError, match="nested"):    # outside XLA it is used
+    model.encode(x)
+  out = tf.function(model.encode, jit_compile=True)(x)
+  np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5)

@@ -38,6 +38,7 @@ from typing import Callable, NamedTuple, Optional
 import tfrs_logq  # noqa: F401
 import tensorflow as tf
 
+from tfrs_logq import _static_shapes
 from tfrs_logq import accidental_hits
 from tfrs_logq import log_q as log_q_lib
 from tfrs_logq.negatives.base import (Negatives, as_float, as_ids, check_rank, check_same_dim,
@@ -218,7 +219,8 @@ def per_query_scores(query_embeddings, ids, *, item_table=None,
       when a table path is taken; then ``num_rows`` gives V for the choice).
     candidate_embedder: optional callable ids ``[m]`` -> ``[m, d]``.
     num_rows: V when ``item_table`` is a callable or has an unknown static size.
-    jit_compile: run the table paths as XLA-compiled functions.
+    jit_compile: run the table paths as XLA-compiled functions (ignored while the caller is
+      itself being compiled by XLA: it is already one program).
 
   Raises:
     ValueError: neither ``item_table`` nor ``candidate_embedder``.
@@ -232,6 +234,9 @@ def per_query_scores(query_embeddings, ids, *, item_table=None,
   k, d = ids.shape[-1], query.shape[-1]
   v = _num_rows(item_table, num_rows)
   cheap = None not in (k, d, v) and v <= MATMUL_GATHER_RATIO * k * d
+  # Inside a program XLA already compiles, a nested jit function would be compiled again at
+  # every call of the outer one (measured: the whole train step recompiled at every step).
+  jit_compile = jit_compile and not _static_shapes.in_xla_context()
   if item_table is not None and cheap:
     fn = _matmul_then_gather_xla if jit_compile else _matmul_then_gather
     return fn(query, _resolve_table(item_table), ids)

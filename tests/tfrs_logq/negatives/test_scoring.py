@@ -244,3 +244,25 @@ def test_concat_joins_blocks_and_broadcasts_log_q():
   assert both_shared.negative_log_q.shape == (4,) and both_shared.positive_log_q is None
   with pytest.raises(ValueError):
     ScoredCandidates.concat()
+
+
+@pytest.mark.parametrize("vocab", [20, 5000])
+def test_per_query_scores_inside_xla_do_not_nest_a_jit_function(monkeypatch, vocab):
+  """A nested jit function is recompiled at every call of the outer XLA program (the whole
+  train step was recompiled at every step): inside XLA the plain path is traced in place."""
+  from tfrs_logq.negatives import scoring
+
+  def nested(*args):
+    raise AssertionError("nested jit function called")
+  monkeypatch.setattr(scoring, "_matmul_then_gather_xla", nested)
+  monkeypatch.setattr(scoring, "_gather_then_dot_xla", nested)
+  rng = np.random.default_rng(0)
+  q = tf.constant(rng.normal(size=(5, 8)).astype(np.float32))
+  table = tf.constant(rng.normal(size=(vocab, 8)).astype(np.float32))
+  ids = tf.constant(rng.integers(0, vocab, size=(5, 6)))
+  with pytest.raises(AssertionError, match="nested"):              # outside XLA: the jit path
+    per_query_scores(q, ids, item_table=table, jit_compile=True)
+  out = tf.function(lambda: per_query_scores(q, ids, item_table=table, jit_compile=True),
+                    jit_compile=True)()
+  np.testing.assert_allclose(out.numpy(), np.einsum("ad,akd->ak", q.numpy(),
+                                                    table.numpy()[ids.numpy()]), rtol=1e-5)
