@@ -26,7 +26,10 @@ Sides. Each runs in its own subprocess, all set up (and warmed up: tracing, XLA)
   the padded grid: `models.sasrec.SASRec` ``pack_tokens=False``), ``blocks<k>`` (causal attention
   in k query blocks, e.g. ``blocks1`` = the full L x L grid; else the model's default),
   ``malloc_default`` (glibc's own malloc settings; else ``--host_allocator=retain``, the
-  binary's default: `train/host_memory.py`). ``paper`` = ``query+reference+xla`` (the
+  binary's default: `train/host_memory.py`), ``malloc_arenas`` (retain, but glibc's per-thread
+  heaps instead of one), ``noloss`` (a bound, not a trainable configuration: the step with the
+  negatives' sampling and scoring and the sampled loss replaced by -<q, c_p>, i.e. what the step
+  would cost if they were free). ``paper`` = ``query+reference+xla`` (the
   paper-code configuration), ``fastest`` = ``batch+xla``. The paper-code side runs with glibc's
   defaults, as it does when run (``--yardstick_allocator=retain`` gives it ours).
 
@@ -107,6 +110,8 @@ class SideConfig:
   pack: bool = True
   attention_blocks: int = 0                 # 0: the model's default
   allocator: str = "retain"                 # train.host_memory: the binary's default
+  one_heap: bool = True                     # retain's M_ARENA_MAX = 1
+  no_loss: bool = False                     # the bound: scoring + sampled loss removed
 
   @property
   def label(self) -> str:
@@ -114,7 +119,9 @@ class SideConfig:
     xla = ", XLA step" if self.step_xla else (", XLA" if self.xla else "")
     execution = ("" if self.pack else ", no pack") + (
         f", {self.attention_blocks} attn blocks" if self.attention_blocks else "") + (
-        ", glibc malloc" if self.allocator == "default" else "")
+        ", glibc malloc" if self.allocator == "default" else "") + (
+        ", malloc heap per thread" if not self.one_heap else "") + (
+        ", NO scoring/loss (bound)" if self.no_loss else "")
     return (f"ours: {self.uniform} uniform, {block}{xla}"
             f"{', ' + self.estimator if self.estimator != 'exact' else ''}{execution}")
 
@@ -126,18 +133,20 @@ def parse_config(name: str) -> SideConfig:
   estimator = [t for t in tokens if t in ESTIMATORS]
   blocks = [int(t[6:]) for t in tokens if re.fullmatch(r"blocks[1-9][0-9]*", t)]
   unknown = [t for t in tokens if t not in PER_TOKENS and t not in ESTIMATORS
-             and t not in ("xla", "reference", "step", "nopack", "malloc_default")
+             and t not in ("xla", "reference", "step", "nopack", "malloc_default",
+                           "malloc_arenas", "noloss")
              and not re.fullmatch(r"blocks[1-9][0-9]*", t)]
   if unknown or len(uniform) > 1 or len(estimator) > 1 or len(blocks) > 1:
     raise ValueError(f"--configs entry {name!r}: expected paper, fastest or tokens "
                      f"{sorted(PER_TOKENS)} + xla + step + reference + nopack + blocks<k> + "
-                     "malloc_default + "
+                     "malloc_default + malloc_arenas + noloss + "
                      f"{ESTIMATORS} (one of each kind)")
   return SideConfig(name=name, uniform=uniform[0] if uniform else "batch", xla="xla" in tokens,
                     block="reference" if "reference" in tokens else "pre_ln",
                     estimator=estimator[0] if estimator else "exact", step_xla="step" in tokens,
                     pack="nopack" not in tokens, attention_blocks=blocks[0] if blocks else 0,
-                    allocator="default" if "malloc_default" in tokens else "retain")
+                    allocator="default" if "malloc_default" in tokens else "retain",
+                    one_heap="malloc_arenas" not in tokens, no_loss="noloss" in tokens)
 
 
 def step_flops(num_queries: float, *, batch: int, length: int, dim: int, num_blocks: int,
@@ -185,6 +194,20 @@ def _our_trainer(spec: dict, cfg: SideConfig):
   return Trainer(run_config, data=data), data
 
 
+def _remove_scoring_and_loss(trainer) -> None:
+  """The ``noloss`` bound: the objective's per-query loss becomes -<q_a, c_{p_a}> (no negatives
+  are drawn or scored, no log Q is read); the encoder, its gradient, the embedding lookups, the
+  padding mask and Adam are the real step's."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tfrs_logq import losses  # pylint: disable=g-import-not-at-top
+  objective = trainer.objective
+
+  def per_query_loss(q, pos_ids, seq_ids, seed, valid=None):  # pylint: disable=unused-argument
+    score = tf.reduce_sum(q * objective.model.item_embeddings(pos_ids), axis=-1)
+    return losses.LossOutput(-score, tf.ones_like(score), tf.zeros_like(score, tf.int32))
+  objective.per_query_loss = per_query_loss
+
+
 def _matmul_peak_tf(n: int, repeats: int = 5) -> float:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   a = tf.random.stateless_normal([n, n], seed=[1, 2])
@@ -219,8 +242,10 @@ def _worker(spec: dict) -> None:
   inputs, targets, windows = arrays["inputs"], arrays["targets"], arrays["windows"]
   threads = spec["threads"]
   from train import host_memory  # pylint: disable=g-import-not-at-top
-  host_memory.configure(spec["allocator"] if spec["side"] == "torch"
-                        else spec["config"]["allocator"])
+  if spec["side"] == "torch":
+    host_memory.configure(spec["allocator"])
+  else:
+    host_memory.configure(spec["config"]["allocator"], one_heap=spec["config"]["one_heap"])
   if spec["side"] == "torch":
     import torch  # pylint: disable=g-import-not-at-top
     torch.set_num_threads(threads)
@@ -240,6 +265,8 @@ def _worker(spec: dict) -> None:
     rss_import = _status_kib("VmRSS")
     cfg = SideConfig(**spec["config"])
     trainer, _ = _our_trainer(spec, cfg)
+    if cfg.no_loss:
+      _remove_scoring_and_loss(trainer)
     if not cfg.pack or cfg.attention_blocks:               # before the step is first traced
       trainer.model.set_execution(pack_tokens=cfg.pack,
                                   attention_blocks=cfg.attention_blocks or None)

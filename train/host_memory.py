@@ -11,12 +11,18 @@ project's 2-core machine that was 0.18-0.30 s of *system* time per 0.6 s step (`
     M_MMAP_THRESHOLD = 32 MiB    buffers below this come from the heap (reused, not unmapped)
     M_TRIM_THRESHOLD = 1 GiB     free memory at the top of the heap is kept up to this
     M_TOP_PAD        = 512 MiB   the heap grows in large steps
+    M_ARENA_MAX      = 1         one heap for all threads
 
-Setting any of them turns glibc's adaptive threshold off, so all three are set together (one
+Setting any of the first three turns glibc's adaptive threshold off, so they are set together (one
 alone makes it worse: with only M_TOP_PAD the step took 0.85 s). Measured in one run
 (`python bench/train_speed.py --configs=sequence+reference+xla+malloc_default,
 sequence+reference+xla`): see README's benchmark table. The price is resident memory: freed
-buffers stay mapped (peak RSS +0.4 GiB on the ML-1M SASRec step). ``default`` leaves the
+buffers stay mapped. glibc gives every thread that meets a locked heap a heap of its own (up to
+8 per core), and with the three settings above each of those heaps keeps its freed buffers: the
+ML-1M SASRec step (XLA encoder) peaked at 3.18 GiB with them and 2.36 GiB with one heap, at the
+same speed (1.03x / 1.04x min / median, same run, the heap is locked for the allocation only;
+TensorFlow's threads allocate hundreds of buffers per step, not millions; `bench/train_speed.py`
+token ``malloc_arenas``). ``default`` leaves the
 allocator alone. Non-glibc platforms (macOS, musl) are left alone whatever the setting.
 
 This is a property of the process, not of the model: the application sets it once, before the
@@ -35,9 +41,12 @@ HOST_ALLOCATORS = ("retain", "default")
 _M_TRIM_THRESHOLD = -1
 _M_TOP_PAD = -2
 _M_MMAP_THRESHOLD = -3
+_M_ARENA_MAX = -8
 
-RETAIN = {"mmap_threshold": 32 << 20, "trim_threshold": 1 << 30, "top_pad": 512 << 20}
-"""The ``retain`` settings (bytes; module docstring). 32 MiB is glibc's largest mmap threshold."""
+RETAIN = {"mmap_threshold": 32 << 20, "trim_threshold": 1 << 30, "top_pad": 512 << 20,
+          "arena_max": 1}
+"""The ``retain`` settings (bytes, and a count of heaps; module docstring). 32 MiB is glibc's
+largest mmap threshold."""
 
 
 def _glibc():
@@ -53,8 +62,11 @@ def _glibc():
   return libc
 
 
-def configure(host_allocator: str) -> bool:
+def configure(host_allocator: str, *, one_heap: bool = True) -> bool:
   """Applies ``host_allocator`` (``retain`` | ``default``) to this process's malloc.
+
+  ``one_heap=False`` leaves glibc's per-thread heaps under ``retain`` (M_ARENA_MAX unset; for
+  measuring what the cap saves, `bench/train_speed.py` token ``malloc_arenas``).
 
   Returns True when the settings were applied, False when there was nothing to do
   (``default``, or not glibc).
@@ -71,9 +83,11 @@ def configure(host_allocator: str) -> bool:
   if libc is None:
     logging.info("host_allocator=retain: not glibc, the allocator is left alone")
     return False
-  for param, value in ((_M_MMAP_THRESHOLD, RETAIN["mmap_threshold"]),
-                       (_M_TRIM_THRESHOLD, RETAIN["trim_threshold"]),
-                       (_M_TOP_PAD, RETAIN["top_pad"])):
+  settings = [(_M_MMAP_THRESHOLD, RETAIN["mmap_threshold"]),
+              (_M_TRIM_THRESHOLD, RETAIN["trim_threshold"]), (_M_TOP_PAD, RETAIN["top_pad"])]
+  if one_heap:
+    settings.append((_M_ARENA_MAX, RETAIN["arena_max"]))
+  for param, value in settings:
     if libc.mallopt(ctypes.c_int(param), ctypes.c_int(value)) != 1:
       raise OSError(f"mallopt({param}, {value}) was refused by glibc")
   return True

@@ -67,3 +67,31 @@ def test_allocator_token_defaults_to_the_binary_setting():
   cfg = train_speed.parse_config("sequence+reference+xla+malloc_default")
   assert (cfg.uniform, cfg.block, cfg.allocator) == ("sequence", "reference", "default")
   assert "glibc malloc" in cfg.label
+
+
+def test_heap_and_bound_tokens():
+  cfg = train_speed.parse_config("sequence+reference+xla")
+  assert cfg.one_heap and not cfg.no_loss
+  cfg = train_speed.parse_config("sequence+reference+xla+malloc_arenas+noloss")
+  assert (cfg.allocator, cfg.one_heap, cfg.no_loss) == ("retain", False, True)
+  assert "heap per thread" in cfg.label and "bound" in cfg.label
+
+
+def test_noloss_bound_scores_only_the_positive():
+  import types
+  import numpy as np
+  import tensorflow as tf
+  rng = np.random.default_rng(0)
+  table = rng.normal(size=(10, 4)).astype(np.float32)
+  q = rng.normal(size=(6, 4)).astype(np.float32)
+  ids = np.array([1, 3, 3, 9, 2, 5])
+
+  def never(*args, **kwargs):
+    raise AssertionError("the bound must not sample or score negatives")
+  objective = types.SimpleNamespace(
+      model=types.SimpleNamespace(item_embeddings=lambda i: tf.gather(table, i)),
+      per_query_loss=never)
+  train_speed._remove_scoring_and_loss(types.SimpleNamespace(objective=objective))
+  out = objective.per_query_loss(tf.constant(q), tf.constant(ids), None, None)
+  np.testing.assert_allclose(out.loss.numpy(), -(q * table[ids]).sum(-1), rtol=1e-6)
+  np.testing.assert_array_equal(out.weight.numpy(), np.ones(6))

@@ -42,6 +42,45 @@ def test_retain_keeps_a_freed_16_mib_buffer_mapped_default_unmaps_it():
   assert applied and drop < 1024                     # kept for the next allocation
 
 
+# A child process applies a setting, lets 4 threads malloc 1 MiB each (glibc gives a new thread a
+# heap of its own while under the cap, 8 per core by default) and prints its heap count, read from
+# malloc_info's XML.
+_HEAPS_CHILD = textwrap.dedent("""
+    import ctypes, os, sys, tempfile, threading
+    from train import host_memory
+    host_memory.configure(sys.argv[1], one_heap=sys.argv[2] == "1")
+    libc = ctypes.CDLL("libc.so.6")
+    libc.malloc.restype = ctypes.c_void_p
+    libc.fopen.restype = ctypes.c_void_p
+    held = []
+    def work():
+      p = libc.malloc(ctypes.c_size_t(1 << 20))
+      ctypes.memset(p, 1, 1 << 20)
+      held.append(p)
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    path = os.path.join(tempfile.mkdtemp(), "info.xml")
+    f = libc.fopen(path.encode(), b"w")
+    libc.malloc_info(0, ctypes.c_void_p(f))
+    libc.fclose(ctypes.c_void_p(f))
+    print(open(path).read().count("<heap nr="))
+""")
+
+
+def _heaps(setting, one_heap):
+  out = subprocess.run([sys.executable, "-c", _HEAPS_CHILD, setting, "1" if one_heap else "0"],
+                       capture_output=True, text=True, check=True).stdout
+  return int(out.split()[-1])
+
+
+@pytest.mark.skipif(host_memory._glibc() is None, reason="mallopt is glibc's (not this libc)")
+def test_retain_gives_all_threads_one_heap():
+  assert _heaps("retain", one_heap=True) == 1
+  assert _heaps("retain", one_heap=False) >= 2      # glibc's per-thread heaps, as by default
+  assert _heaps("default", one_heap=True) >= 2
+
+
 def test_unknown_setting_is_refused():
   with pytest.raises(ValueError, match="host_allocator"):
     host_memory.configure("tcmalloc")
