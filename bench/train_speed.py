@@ -58,8 +58,11 @@ measured in the same run, in the side's own framework (a 2048 x 2048 matmul, bes
 start and end of the run; the higher is kept).
 
 Memory: peak resident set size (VmHWM) of each side's process during the timed steps (the peak
-is reset after the warm-up), and the same above the process's footprint right after importing its
-framework ("step" = what the model, optimizer and step need).
+is reset after the warm-up), the same above the process's footprint right after importing its
+framework ("step" = what the model, optimizer and step need), and above the process after the
+warm-up ("work" = the step's working set: activations, gradients, temporaries). Every side
+returns its free heap to the kernel after the warm-up (`train.host_memory.release_free_memory`,
+glibc's malloc_trim), so the warm-up's garbage is not counted as the step's.
 
 ``--profile`` times the pieces of our step for each config (encoder forward, encoder forward +
 backward, scores + loss + backward from fixed queries, the estimator update, the optimizer
@@ -293,6 +296,7 @@ def _worker(spec: dict) -> None:
   for _ in range(spec["warmup"]):
     steps(1)
   cursor[0] = 0
+  host_memory.release_free_memory()      # the warm-up's garbage (tracing, XLA) is not the step's
   rss_ready = _status_kib("VmRSS")
   reset = _reset_peak_rss()
   reply(dict(ready=True, **info))
@@ -605,7 +609,7 @@ def main(argv=None):
         f"{pre_ln / 1e9:.1f} G (pre-LN block)")
   ref = sides.get(YARDSTICK)
   header = (f"{'side':<44}{'min s':>7}{'med s':>7}{'x min':>7}{'x med':>7}{'GFLOP/s':>9}"
-            f"{'%peak':>7}{'RSS GiB':>9}{'step GiB':>9}{'loss':>8}{'w':>7}")
+            f"{'%peak':>7}{'RSS GiB':>9}{'step GiB':>9}{'work GiB':>9}{'loss':>8}{'w':>7}")
   print(header)
   print("-" * len(header))
   results = {}
@@ -618,11 +622,13 @@ def main(argv=None):
     mem = side.memory
     step_mem = (None if mem.get("peak_rss_kib") is None
                 else mem["peak_rss_kib"] - mem["rss_import_kib"])
+    work_mem = (None if mem.get("peak_rss_kib") is None
+                else mem["peak_rss_kib"] - mem["rss_ready_kib"])
     ratio_min = f"{ref and min(ref.times) / mn:>7.2f}" if ref else f"{'-':>7}"
     ratio_med = f"{ref and statistics.median(ref.times) / med:>7.2f}" if ref else f"{'-':>7}"
     print(f"{label:<44}{mn:>7.2f}{med:>7.2f}{ratio_min}{ratio_med}{gflops:>9.1f}"
           f"{100 * gflops / peak[framework]:>7.0f}{_gib(mem.get('peak_rss_kib')):>9}"
-          f"{_gib(step_mem):>9}{side.loss:>8.3f}{side.w:>7.3f}")
+          f"{_gib(step_mem):>9}{_gib(work_mem):>9}{side.loss:>8.3f}{side.w:>7.3f}")
   _write_json(args.out, dict(
       argv=sys.argv[1:], peak_gflops=peak,
       model_gflop_per_step={n: f / 1e9 for n, f in flops.items()},
@@ -633,7 +639,9 @@ def main(argv=None):
                         if ref else None)
              for name, side in sides.items()}))
   print("x min / x med: the paper code's min / median over ours (same run); RSS: peak resident "
-        "set during the timed steps; step: the same above the framework's import footprint. "
+        "set during the timed steps; step: the same above the framework's import footprint; work: "
+        "above the process after the warm-up (model, optimizer, compiled programs; free heap "
+        "returned to the kernel first): the step's working set. "
         "Losses differ by definition (the paper code's loss has no log-sum-exp shift).")
   ours = [c.name for c in configs]
   trainable = [c.name for c in configs if not c.no_loss] or ours     # a bound is not a contender

@@ -91,3 +91,17 @@ def configure(host_allocator: str, *, one_heap: bool = True) -> bool:
     if libc.mallopt(ctypes.c_int(param), ctypes.c_int(value)) != 1:
       raise OSError(f"mallopt({param}, {value}) was refused by glibc")
   return True
+
+
+def release_free_memory() -> bool:
+  """Returns the heap's free memory to the kernel now (glibc ``malloc_trim(0)``).
+
+  Under ``retain`` freed buffers stay resident; after a warm-up (tracing, XLA compilation) that
+  includes the compilers' garbage. Calling this once after the warm-up leaves resident only what
+  is in use, so the peak that follows is the step's own. Returns False where not glibc.
+  """
+  libc = _glibc()
+  if libc is None or not hasattr(libc, "malloc_trim"):
+    return False
+  libc.malloc_trim(ctypes.c_size_t(0))
+  return True

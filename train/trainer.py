@@ -32,6 +32,7 @@ from models.two_tower import TwoTower
 from train import data as data_lib
 from train import distribute
 from train import export as export_lib
+from train import host_memory
 from train import validation
 from train.config import RunConfig
 from train import step as step_lib
@@ -180,6 +181,7 @@ class Trainer:
     cfg = self.cfg
     resumed = self.restore()
     history = self._load_history() if resumed else []
+    trimmed = False
     while int(self.epoch.numpy()) < cfg.epochs and int(self.bad_epochs.numpy()) < cfg.early_stopping_patience:
       e = int(self.epoch.numpy())
       if self.midx is not None:
@@ -198,6 +200,10 @@ class Trainer:
           tf.summary.scalar("train/loss", loss)
           tf.summary.scalar("train/mean_weight", w)
       seconds = time.time() - start
+      if not trimmed and cfg.host_allocator == "retain":
+        # The first epoch traced and compiled the step (<= 8 XLA shapes): `retain` would keep
+        # that garbage resident for the whole run (train/host_memory.py).
+        trimmed = host_memory.release_free_memory()
       metrics = self.validate("val")
       improved = metrics["ndcg@10"] > float(self.best_metric.numpy())
       if improved:

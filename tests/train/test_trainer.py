@@ -99,3 +99,19 @@ def test_same_seed_pairs_rows_same_initial_model_and_batches(tiny, tmp_path):
   other_w, other_b = state("corrected", 4)
   assert not all(np.array_equal(x, y) for x, y in zip(other_w, ref_w))
   assert not all(np.array_equal(x["inputs"], y["inputs"]) for x, y in zip(other_b, ref_b))
+
+
+@pytest.mark.parametrize("allocator,calls", [("retain", 1), ("default", 0)])
+def test_free_heap_is_returned_once_after_the_first_epoch_under_retain(tiny, tmp_path,
+                                                                        monkeypatch, allocator,
+                                                                        calls):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from train import host_memory  # pylint: disable=g-import-not-at-top
+  from train.trainer import Trainer  # pylint: disable=g-import-not-at-top
+  seen = []
+  monkeypatch.setattr(host_memory, "release_free_memory", lambda: seen.append(1) or True)
+  cfg = RunConfig.create(model="sasrec", max_len=8, embedding_dim=8, num_blocks=1, batch_size=8,
+                         num_negatives=8, steps_per_epoch=1, epochs=3, progress=False,
+                         host_allocator=allocator, model_dir=str(tmp_path / allocator))
+  Trainer(cfg, data=tiny, strategy=tf.distribute.get_strategy()).run()
+  assert len(seen) == calls
