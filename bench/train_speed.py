@@ -29,7 +29,9 @@ Sides. Each runs in its own subprocess, all set up (and warmed up: tracing, XLA)
   binary's default: `train/host_memory.py`), ``malloc_arenas`` (retain, but glibc's per-thread
   heaps instead of one), ``noloss`` (a bound, not a trainable configuration: the step with the
   negatives' sampling and scoring and the sampled loss replaced by -<q, c_p>, i.e. what the step
-  would cost if they were free). ``paper`` = ``query+reference+xla`` (the
+  would cost if they were free), ``xla_loss`` / ``xla_objective`` (experiments, measured not to
+  pay on CPU: the sampled loss alone, or the negatives' sampling, scoring and the loss together,
+  compiled as one XLA program on rows zero-padded to a multiple of 3,200, i.e. <= 8 shapes). ``paper`` = ``query+reference+xla`` (the
   paper-code configuration), ``fastest`` = ``batch+xla``. The paper-code side runs with glibc's
   defaults, as it does when run (``--yardstick_allocator=retain`` gives it ours).
 
@@ -115,6 +117,7 @@ class SideConfig:
   allocator: str = "retain"                 # train.host_memory: the binary's default
   one_heap: bool = True                     # retain's M_ARENA_MAX = 1
   no_loss: bool = False                     # the bound: scoring + sampled loss removed
+  xla_part: str = ""                        # "", "loss" or "objective": compiled separately
 
   @property
   def label(self) -> str:
@@ -124,7 +127,8 @@ class SideConfig:
         f", {self.attention_blocks} attn blocks" if self.attention_blocks else "") + (
         ", glibc malloc" if self.allocator == "default" else "") + (
         ", malloc heap per thread" if not self.one_heap else "") + (
-        ", bound: no scoring/loss" if self.no_loss else "")
+        ", bound: no scoring/loss" if self.no_loss else "") + (
+        f", XLA {self.xla_part} on padded rows" if self.xla_part else "")
     return (f"ours: {self.uniform} uniform, {block}{xla}"
             f"{', ' + self.estimator if self.estimator != 'exact' else ''}{execution}")
 
@@ -137,19 +141,21 @@ def parse_config(name: str) -> SideConfig:
   blocks = [int(t[6:]) for t in tokens if re.fullmatch(r"blocks[1-9][0-9]*", t)]
   unknown = [t for t in tokens if t not in PER_TOKENS and t not in ESTIMATORS
              and t not in ("xla", "reference", "step", "nopack", "malloc_default",
-                           "malloc_arenas", "noloss")
+                           "malloc_arenas", "noloss", "xla_loss", "xla_objective")
              and not re.fullmatch(r"blocks[1-9][0-9]*", t)]
   if unknown or len(uniform) > 1 or len(estimator) > 1 or len(blocks) > 1:
     raise ValueError(f"--configs entry {name!r}: expected paper, fastest or tokens "
                      f"{sorted(PER_TOKENS)} + xla + step + reference + nopack + blocks<k> + "
-                     "malloc_default + malloc_arenas + noloss + "
+                     "malloc_default + malloc_arenas + noloss + xla_loss|xla_objective + "
                      f"{ESTIMATORS} (one of each kind)")
   return SideConfig(name=name, uniform=uniform[0] if uniform else "batch", xla="xla" in tokens,
                     block="reference" if "reference" in tokens else "pre_ln",
                     estimator=estimator[0] if estimator else "exact", step_xla="step" in tokens,
                     pack="nopack" not in tokens, attention_blocks=blocks[0] if blocks else 0,
                     allocator="default" if "malloc_default" in tokens else "retain",
-                    one_heap="malloc_arenas" not in tokens, no_loss="noloss" in tokens)
+                    one_heap="malloc_arenas" not in tokens, no_loss="noloss" in tokens,
+                    xla_part="objective" if "xla_objective" in tokens else
+                    "loss" if "xla_loss" in tokens else "")
 
 
 def step_flops(num_queries: float, *, batch: int, length: int, dim: int, num_blocks: int,
@@ -211,6 +217,52 @@ def _remove_scoring_and_loss(trainer) -> None:
   objective.per_query_loss = per_query_loss
 
 
+_PAD_ROWS = 3200          # ceil(B L / 8) for the ML-1M batch: the encoder's capacity step
+
+
+def _compile_separately(trainer, part: str) -> None:
+  """The ``xla_loss`` / ``xla_objective`` experiments: the sampled loss (``loss``), or the
+  negatives' sampling and scoring and the loss (``objective``), as one XLA program on the A rows
+  zero-padded to a multiple of `_PAD_ROWS` (padding rows have positive id 0: masked by the
+  objective's static-shape path, and sliced off)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tfrs_logq import losses  # pylint: disable=g-import-not-at-top
+  objective = trainer.objective
+
+  def pad(x, rows):
+    return tf.pad(x, [[0, rows - tf.shape(x)[0]]] + [[0, 0]] * (x.shape.rank - 1))
+
+  def rows_of(x):
+    a = tf.shape(x)[0]
+    return a, (a + _PAD_ROWS - 1) // _PAD_ROWS * _PAD_ROWS
+
+  if part == "objective":
+    per_query_loss = objective.per_query_loss
+    compiled = tf.function(
+        lambda q, p, s, seed: tuple(per_query_loss(q, p, s, seed, valid=tf.not_equal(p, 0))),
+        jit_compile=True)
+
+    def padded_objective(q, pos_ids, seq_ids, seed, valid=None):
+      if valid is not None:
+        raise ValueError("xla_objective runs on the dynamic-shape step only")
+      a, c = rows_of(q)
+      out = compiled(pad(q, c), pad(pos_ids, c), pad(seq_ids, c), seed)
+      return losses.LossOutput(*(t[:a] for t in out))
+    objective.per_query_loss = padded_objective
+  elif part == "loss":
+    loss_layer = objective.loss
+    compiled = tf.function(lambda *args: tuple(loss_layer(*args)), jit_compile=True)
+
+    def padded_loss(s_p, s_n, log_q, pos_log_q, valid_mask):
+      a, c = rows_of(s_p)
+      log_q = pad(log_q, c) if log_q.shape.rank == 2 else log_q
+      out = compiled(pad(s_p, c), pad(s_n, c), log_q, pad(pos_log_q, c), pad(valid_mask, c))
+      return losses.LossOutput(*(t[:a] for t in out))
+    objective.loss = padded_loss
+  else:
+    raise ValueError(f"unknown part {part!r}")
+
+
 def _matmul_peak_tf(n: int, repeats: int = 5) -> float:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   a = tf.random.stateless_normal([n, n], seed=[1, 2])
@@ -270,6 +322,8 @@ def _worker(spec: dict) -> None:
     trainer, _ = _our_trainer(spec, cfg)
     if cfg.no_loss:
       _remove_scoring_and_loss(trainer)
+    if cfg.xla_part:
+      _compile_separately(trainer, cfg.xla_part)
     if not cfg.pack or cfg.attention_blocks:               # before the step is first traced
       trainer.model.set_execution(pack_tokens=cfg.pack,
                                   attention_blocks=cfg.attention_blocks or None)

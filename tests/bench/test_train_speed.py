@@ -95,3 +95,28 @@ def test_noloss_bound_scores_only_the_positive():
   out = objective.per_query_loss(tf.constant(q), tf.constant(ids), None, None)
   np.testing.assert_allclose(out.loss.numpy(), -(q * table[ids]).sum(-1), rtol=1e-6)
   np.testing.assert_array_equal(out.weight.numpy(), np.ones(6))
+
+
+@pytest.mark.parametrize("part", ["loss", "objective"])
+def test_separately_compiled_experiments_train_like_the_default_step(part, tmp_path):
+  """``xla_loss`` / ``xla_objective`` are timing experiments, but they must compute the same
+  step: same losses and weights as the unpatched trainer from the same initialisation."""
+  import numpy as np
+  import tensorflow as tf
+  from train import data as data_lib
+  from train.config import RunConfig
+  from train.trainer import Trainer
+  tiny = data_lib.load("synthetic", num_users=40, num_items=30, min_len=4, max_len=8)
+  results = []
+  for patched in (False, True):
+    cfg = RunConfig.create(model="sasrec", max_len=8, embedding_dim=8, num_blocks=1, dropout=0.0,
+                           batch_size=8, num_negatives=8, negatives="mixed",
+                           uniform_negatives="sequence", logq="corrected", steps_per_epoch=3,
+                           epochs=1, progress=False, model_dir=str(tmp_path / f"{part}{patched}"))
+    trainer = Trainer(cfg, data=tiny, strategy=tf.distribute.get_strategy())
+    if patched:
+      train_speed._compile_separately(trainer, part)
+    results.append(np.array([[float(x) for x in trainer.train_step(batch)]
+                             for batch in trainer.distributed_epoch(0)]))
+  assert results[0].shape == (3, 2) and np.all(np.isfinite(results[0]))
+  np.testing.assert_allclose(results[1], results[0], rtol=2e-4, atol=1e-5)
