@@ -150,6 +150,9 @@ def plot(results, path) -> None:
       ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, color=colour, label=f"{conv} log Q")
     ax.axhline(0.0, color="grey", lw=0.8)
     ax.set_xscale("log" if f in ("batch_size", "steps") else "linear")
+    ax.minorticks_off()
+    ax.set_xticks([x for x, _ in pts])
+    ax.set_xticklabels([f"{x:g}" for x, _ in pts])
     ax.set_xlabel(f)
     ax.set_ylabel("ΔKL, corrected − standard")
   axes[0][0].legend(fontsize=8)
@@ -168,6 +171,8 @@ def main(argv=None):
   parser.add_argument("--quick", action="store_true",
                       help="a tiny world and budget (a smoke test of the pipeline, not evidence)")
   parser.add_argument("--out", default="bench/out/when_corrected", help="output folder")
+  parser.add_argument("--report_only", action="store_true",
+                      help="rewrite the table and the plot from OUT/when_corrected.json")
   args = parser.parse_args(argv)
   seeds = [int(s) for s in args.seeds.split(",") if s]
   if len(seeds) < 2:
@@ -177,7 +182,9 @@ def main(argv=None):
   out.mkdir(parents=True, exist_ok=True)
   start = time.time()
   results = []
-  for factor, value in points(factors, args.quick):
+  if args.report_only:
+    results = json.loads((out / "when_corrected.json").read_text())
+  for factor, value in ([] if args.report_only else points(factors, args.quick)):
     results.append(run_point(factor, value, seeds, args.quick, str(out), print))
     (out / "when_corrected.json").write_text(json.dumps(results, indent=1, default=float))
   text = format_markdown(results, seeds)

@@ -47,3 +47,9 @@ def test_quick_sweep_writes_paired_differences_table_and_plot(tmp_path):
       assert d["ci95"] > 0
   assert "| tau=2.0 | unigram |" in (out / "when_corrected.md").read_text()
   assert (out / "when_corrected.png").stat().st_size > 0
+  (out / "when_corrected.md").unlink()
+  proc = subprocess.run([sys.executable, "bench/when_corrected.py", "--report_only",
+                         f"--out={out}"], capture_output=True, text=True,
+                        cwd=when_corrected.ROOT, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "| tau=2.0 | expected_count |" in (out / "when_corrected.md").read_text()
