@@ -69,6 +69,7 @@ import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow load
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
 
+from tfrs_logq import _formulas
 from tfrs_logq import accidental_hits
 from tfrs_logq import log_q as log_q_lib
 from tfrs_logq import logq_correction
@@ -154,6 +155,9 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     update_frequency: When the estimator is updated: ``training`` (calls with
       ``training=True``; a call with ``training`` unknown raises), ``always`` or ``never``.
     check_scores: Assert that every score is finite (costs one pass over the scores).
+    ratio_floor: r in [0, 1), ``corrected`` only (ValueError otherwise); r > 0 clamps the ratio
+      inside the log as the paper's released script does (r = 1e-10):
+      L = -w max(s_p - max(Z, log r), log r) (see ``tfrs_logq.losses``); 0 (default) = off.
   """
 
   def __init__(self,
@@ -173,13 +177,12 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
                negative_sampler=None,
                update_frequency: str = "training",
                check_scores: bool = False,
+               ratio_floor: float = 0.0,
                **kwargs) -> None:
     kwargs["dtype"] = "float32"  # scores and losses are always computed in float32
     super().__init__(name=name, **kwargs)
-    if correction not in losses_lib.CORRECTIONS:
-      raise ValueError(f"correction must be one of {losses_lib.CORRECTIONS}, got {correction!r}")
-    if q_prime not in losses_lib.Q_PRIME_MODES:
-      raise ValueError(f"q_prime must be one of {losses_lib.Q_PRIME_MODES}, got {q_prime!r}")
+    # The loss's validation of (correction, q_prime, ratio_floor).
+    ratio_floor = _formulas.check_correction(correction, q_prime, ratio_floor)
     if update_frequency not in UPDATE_FREQUENCY_MODES:
       raise ValueError(f"update_frequency must be one of {UPDATE_FREQUENCY_MODES}, got "
                        f"{update_frequency!r}")
@@ -213,9 +216,11 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     self.negative_sampler = negative_sampler
     self.update_frequency = update_frequency
     self.check_scores = bool(check_scores)
+    self.ratio_floor = ratio_floor
     self._log_q_correction = logq_correction.LogQCorrection(from_log=True, dtype="float32",
                                                             name="log_q_correction")
     self._softmax_loss = losses_lib.SampledSoftmaxLoss(correction=correction, q_prime=q_prime,
+                                                       ratio_floor=ratio_floor,
                                                        name="sampled_softmax_loss")
 
   @property
@@ -475,7 +480,8 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
         q_prime=self.q_prime,
         frequency_estimator=(None if self.frequency_estimator is None
                              else tf.keras.layers.serialize(self.frequency_estimator)),
-        update_frequency=self.update_frequency, check_scores=self.check_scores)
+        update_frequency=self.update_frequency, check_scores=self.check_scores,
+        ratio_floor=self.ratio_floor)
     return config
 
   @classmethod

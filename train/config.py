@@ -106,8 +106,8 @@ class RunConfig:
       choices=LOG_Q_CONVENTIONS)
   ratio_floor: float = setting(
       0.0, "corrected: floor of the ratio inside the log (the paper's corrected script clamps it "
-      "at 1e-10, so rows with a loss above ~23 nats get no gradient); 0 = off. Only for exact "
-      "reproduction of the paper's code.")
+      "at 1e-10, so rows with a loss above ~23 nats get no gradient); 0 = off; > 0 needs "
+      "--logq=corrected. Only for exact reproduction of the paper's code.")
   temperature: float = setting(1.0, "Scores are <q, c> / temperature.")
   gbce_t: float = setting(0.75, "gBCE calibration parameter t in [0, 1].")
   midx_codewords: int = setting(32, "MIDX codewords per codebook.")
@@ -200,6 +200,9 @@ class RunConfig:
       raise ValueError(f"gbce_t must be in [0, 1], got {self.gbce_t}")
     if not self.ratio_floor < 1.0:
       raise ValueError(f"ratio_floor must be < 1, got {self.ratio_floor}")
+    if self.ratio_floor > 0 and self.logq != "corrected":
+      raise ValueError(f"ratio_floor={self.ratio_floor} clamps the corrected loss only: it needs "
+                       f"logq=corrected, got logq={self.logq} (set ratio_floor=0)")
     if not 0.0 < self.hash_array_alpha <= 1.0:
       raise ValueError(f"hash_array_alpha must be in (0, 1], got {self.hash_array_alpha}")
     if self.count_min_half_life is not None and not self.count_min_half_life > 0:

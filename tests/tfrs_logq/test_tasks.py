@@ -91,6 +91,43 @@ def test_task_matches_numpy_with_extra_negatives(correction):
   np.testing.assert_allclose(got, want, atol=1e-4, rtol=1e-5)
 
 
+def test_ratio_floor_is_passed_to_the_loss_and_round_trips():
+  """The task's per-row loss with ratio_floor = r equals sampled_softmax_loss(..., ratio_floor=r)
+  on the same scores, log Q and accidental-hit mask; get_config / from_config keep r."""
+  from tfrs_logq import accidental_hits, losses  # pylint: disable=g-import-not-at-top
+  b = _batch(2, extra=10)
+  r = 0.2  # log r ~ -1.6: the clamp is active for a part of the rows at temperature 0.25
+  no_reduction = tf.keras.losses.CategoricalCrossentropy(
+      from_logits=True, reduction=tf.keras.losses.Reduction.NONE)
+  task = tasks.Retrieval(correction="corrected", temperature=0.25, ratio_floor=r,
+                         loss=no_reduction)
+  assert task.ratio_floor == r
+  call = dict(candidate_sampling_probability=b["prob"], candidate_ids=b["ids"])
+  got = task(b["query"], b["cand"], **call).numpy()
+  scores = tf.linalg.matmul(b["query"], b["cand"], transpose_b=True) / 0.25
+  a = scores.shape[0]
+  log_q = tf.math.log(b["prob"])
+  valid = accidental_hits.accidental_hit_mask(b["ids"][:a], b["ids"])
+  want = losses.sampled_softmax_loss(tf.linalg.diag_part(scores), scores, log_q,
+                                     correction="corrected", positive_log_q=log_q[:a],
+                                     valid_mask=valid, ratio_floor=r).loss.numpy()
+  np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+  unclamped = tasks.Retrieval(correction="corrected", temperature=0.25, loss=no_reduction)(
+      b["query"], b["cand"], **call).numpy()
+  assert np.any(np.abs(got - unclamped) > 1e-3)   # the floor changes some rows
+  config = task.get_config()
+  assert config["ratio_floor"] == r
+  rebuilt = tasks.Retrieval.from_config(config)
+  assert rebuilt.ratio_floor == r and rebuilt.get_config() == config
+  np.testing.assert_allclose(rebuilt(b["query"], b["cand"], **call).numpy(), got, rtol=1e-6)
+  assert tasks.Retrieval().get_config()["ratio_floor"] == 0.0
+  for bad in (-0.1, 1.0, True, "1e-10"):
+    with pytest.raises(ValueError, match="ratio_floor"):
+      tasks.Retrieval(ratio_floor=bad)
+  with pytest.raises(ValueError, match="ratio_floor.*corrected"):
+    tasks.Retrieval(correction="standard", ratio_floor=1e-10)
+
+
 def test_corrected_needs_probabilities_and_ids():
   b = _batch(3)
   with pytest.raises(ValueError, match="candidate_sampling_probability"):

@@ -119,6 +119,29 @@ def test_numpy_sizes_accepted_wrong_types_and_bad_values_refused_naming_the_sett
       RunConfig.create(**bad)
 
 
+def test_ratio_floor_needs_the_corrected_loss():
+  """The floor clamps the ratio inside the log of the corrected loss only."""
+  assert RunConfig.create(logq="corrected", ratio_floor=1e-10).ratio_floor == 1e-10
+  for logq in ("none", "standard", "standard_no_positive"):
+    assert RunConfig.create(logq=logq).ratio_floor == 0.0     # the default (off) is fine
+    with pytest.raises(ValueError, match=f"ratio_floor.*logq=corrected.*logq={logq}"):
+      RunConfig.create(logq=logq, ratio_floor=1e-10)
+  cfg = RunConfig.create(ratio_floor=1e-10)
+  with pytest.raises(ValueError, match="ratio_floor.*logq"):
+    cfg.replace(logq="standard")
+  assert cfg.replace(logq="standard", ratio_floor=0.0).logq == "standard"
+
+
+def test_choice_tuples_are_the_library_definitions():
+  """Each set of choices is declared once: train.config re-exports the library's tuples (and the
+  objective's NEGATIVES), so the flags cannot drift from what the library accepts."""
+  from train import config as config_lib  # pylint: disable=g-import-not-at-top
+  assert config_lib.LOSSES is losses.LOSSES
+  assert config_lib.UNIFORM_NEGATIVES is UNIFORM_PER
+  assert config_lib.LOG_Q_CONVENTIONS is CONVENTIONS
+  assert config_lib.NEGATIVES is objective.NEGATIVES
+
+
 def test_replace_keeps_the_rest_and_revalidates():
   cfg = RunConfig.create(dataset="synthetic", synthetic_users=300, seed=4)
   other = cfg.replace(seed=5, logq="none")

@@ -22,6 +22,7 @@ cross-replica gathering are not part of this path.
 """
 
 import math
+import numbers
 from typing import Callable, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -108,8 +109,8 @@ class UniformNegatives(keras.layers.Layer):
   ``per_query=True``. Embed them with the candidate tower yourself.
 
   Args:
-    num_negatives: k_u.
-    id_range: (lo, hi): the catalog is lo <= id < hi.
+    num_negatives: k_u, a positive Python or numpy int (stored as int; bool and float raise).
+    id_range: (lo, hi): the catalog is lo <= id < hi (Python or numpy ints).
     candidate_ids: alternatively a 1-D table of distinct integer ids.
     per_query: one set of k_u draws per query.
     seed: seed of the layer's ``keras.random.SeedGenerator``.
@@ -119,15 +120,18 @@ class UniformNegatives(keras.layers.Layer):
                candidate_ids: Optional[Sequence[int]] = None, per_query: bool = False,
                seed: Optional[int] = None, **kwargs):
     super().__init__(**kwargs)
-    if not isinstance(num_negatives, int) or num_negatives <= 0:
+    if (isinstance(num_negatives, bool) or not isinstance(num_negatives, numbers.Integral)
+        or num_negatives <= 0):
       raise ValueError(f"num_negatives must be a positive int, got {num_negatives!r}")
+    num_negatives = int(num_negatives)
     if (id_range is None) == (candidate_ids is None):
       raise ValueError("give exactly one of id_range=(lo, hi) or candidate_ids")
     self.num_negatives = num_negatives
     self.per_query = bool(per_query)
     self.seed = seed
     if id_range is not None:
-      if len(id_range) != 2 or not all(isinstance(v, (int, np.integer)) for v in id_range):
+      if len(id_range) != 2 or not all(
+          isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in id_range):
         raise ValueError(f"id_range must be (lo, hi) ints, got {id_range!r}")
       lo, hi = int(id_range[0]), int(id_range[1])
       if hi <= lo:

@@ -125,12 +125,11 @@ def subsample_indices(n, k: int, seed=None) -> tf.Tensor:
 
   Args:
     n: scalar int, the pool size.
-    k: the number to keep (positive int).
+    k: the number to keep (positive Python or numpy int; not bool or float).
     seed: optional ``[2]`` int seed for the stateless RNG (same seed -> same subset, also
       across replicas); None draws a fresh seed from the stateful global RNG.
   """
-  if not isinstance(k, int) or k <= 0:
-    raise ValueError(f"num_negatives must be a positive int, got {k!r}")
+  k = check_positive_int(k, "num_negatives")
   n = tf.cast(n, tf.int32)
   _, chosen = tf.math.top_k(_random_keys(n, seed), k=tf.minimum(n, k))
   return tf.sort(chosen)

@@ -30,6 +30,7 @@ Randomness is stateless: every ``sample`` call derives its seed from (seed, draw
 resume identically from a checkpoint.
 """
 
+import numbers
 from typing import Callable, Optional
 
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
@@ -44,6 +45,14 @@ __all__ = ["MIDXSampler", "RefreshEveryNSteps", "MIDXRefreshCallback"]
 
 _QUANTIZERS = ("pq", "rq")
 _NOT_REFRESHED = "MIDXSampler: call refresh(item_embeddings) before sampling (the index is empty)"
+
+
+def _check_int(value, name: str, minimum: int) -> int:
+  """Returns ``int(value)`` for a Python / numpy integer >= ``minimum`` (not bool); ValueError
+  otherwise (floats such as 8.0 are rejected too)."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+    raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+  return int(value)
 
 
 class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
@@ -99,21 +108,21 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     """
     kwargs.setdefault("trainable", False)
     super().__init__(**kwargs)
-    if not isinstance(num_codewords, int) or isinstance(num_codewords, bool) or num_codewords < 1:
-      raise ValueError(f"num_codewords must be an int >= 1, got {num_codewords!r}")
+    num_codewords = _check_int(num_codewords, "num_codewords", 1)
     if quantizer not in _QUANTIZERS:
       raise ValueError(f"quantizer must be one of {_QUANTIZERS}, got {quantizer!r}")
     if not temperature > 0:
       raise ValueError(f"temperature must be > 0, got {temperature!r}")
-    if not isinstance(id_offset, int) or id_offset < 0:
-      raise ValueError(f"id_offset must be an int >= 0, got {id_offset!r}")
+    id_offset = _check_int(id_offset, "id_offset", 0)
     if kmeans_iterations < 0:
       raise ValueError(f"kmeans_iterations must be >= 0, got {kmeans_iterations}")
     if kmeans_max_points is not None and kmeans_max_points < 1:
       raise ValueError(f"kmeans_max_points must be >= 1 or None, got {kmeans_max_points}")
-    if num_negatives is not None and (not isinstance(num_negatives, int)
-                                      or isinstance(num_negatives, bool) or num_negatives < 1):
-      raise ValueError(f"num_negatives must be None or an int >= 1, got {num_negatives!r}")
+    if num_negatives is not None:
+      if isinstance(num_negatives, bool) or not isinstance(num_negatives, numbers.Integral) \
+          or num_negatives < 1:
+        raise ValueError(f"num_negatives must be None or an int >= 1, got {num_negatives!r}")
+      num_negatives = int(num_negatives)
     if candidate_embedder is not None and not callable(candidate_embedder):
       raise TypeError("candidate_embedder must be callable (ids -> embeddings) or None")
     self.num_negatives = num_negatives
@@ -150,11 +159,12 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
         raise ValueError(f"MIDXSampler index is built for num_items={self.num_items}, dim={self.dim}; "
                          f"got num_items={num_items}, dim={dim}")
       return
-    if not isinstance(num_items, int) or num_items < 1:
-      raise ValueError(f"num_items must be an int >= 1, got {num_items!r}")
-    if not isinstance(dim, int) or dim < 1 or (self.quantizer == "pq" and dim < 2):
+    num_items = _check_int(num_items, "num_items", 1)
+    if (isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim < 1
+        or (self.quantizer == "pq" and dim < 2)):
       raise ValueError(f"dim must be an int >= {2 if self.quantizer == 'pq' else 1} for quantizer="
                        f"{self.quantizer!r}, got {dim!r}")
+    dim = int(dim)
     k = self.num_codewords
     d1, d2 = self._split_dims(dim)
     once = tf.VariableAggregation.ONLY_FIRST_REPLICA
@@ -290,8 +300,7 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
       (ids int64 [A, S] in [id_offset, id_offset + N), log_q float32 [A, S]).
     """
     self._check_ready()
-    if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples < 1:
-      raise ValueError(f"num_samples must be an int >= 1, got {num_samples!r}")
+    num_samples = _check_int(num_samples, "num_samples", 1)
     z = self._check_queries(query_embeddings)
     if seed is None:
       seed = self._next_seed()
@@ -460,8 +469,7 @@ class RefreshEveryNSteps:
   """
 
   def __init__(self, sampler: MIDXSampler, embeddings_fn, every_n_steps: int):
-    if not isinstance(every_n_steps, int) or every_n_steps < 1:
-      raise ValueError(f"every_n_steps must be an int >= 1, got {every_n_steps!r}")
+    every_n_steps = _check_int(every_n_steps, "every_n_steps", 1)
     if not callable(embeddings_fn):
       raise TypeError("embeddings_fn must be callable (returns item embeddings [num_items, d])")
     self.sampler = sampler

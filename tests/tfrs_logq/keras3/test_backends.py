@@ -582,3 +582,37 @@ def test_keras3_first_then_tf_keras_path_in_one_process():
   out = _python(code, "jax")
   assert out.returncode == 0, out.stderr[-3000:]
   assert out.stdout.split() == ["False", "None", "1", "tf_keras"], out.stdout
+
+
+# ---- argument checks -----------------------------------------------------------------------------
+
+def test_uniform_negatives_accepts_numpy_integers_and_rejects_bool_and_float():
+  """num_negatives / id_range given as numpy integers work as Python ints (stored as int, so the
+  config is plain JSON); bool and float are rejected. JAX process: no TensorFlow needed."""
+  code = ("import json, numpy as np, keras\n"
+          "from tfrs_logq.keras3 import negatives\n"
+          "u = negatives.UniformNegatives(np.int64(5), id_range=(np.int32(2), np.int64(9)), seed=1)\n"
+          "assert type(u.num_negatives) is int and u.num_negatives == 5, u.num_negatives\n"
+          "assert u.id_range == (2, 9) and all(type(v) is int for v in u.id_range)\n"
+          "json.dumps(u.get_config())\n"
+          "print(tuple(keras.ops.shape(u())))\n"
+          "m = negatives.MixedNegatives(np.int64(3), id_range=(1, 9), seed=1)\n"
+          "assert type(m.uniform.num_negatives) is int\n"
+          "for bad in (True, 5.0, np.float32(5.0), np.int64(0)):\n"
+          "  try:\n"
+          "    negatives.UniformNegatives(bad, id_range=(0, 9))\n"
+          "  except ValueError as e:\n"
+          "    assert 'num_negatives' in str(e), e\n"
+          "  else:\n"
+          "    raise AssertionError(f'accepted num_negatives={bad!r}')\n"
+          "for bad in ((True, 9), (0.0, 9)):\n"
+          "  try:\n"
+          "    negatives.UniformNegatives(2, id_range=bad)\n"
+          "  except ValueError as e:\n"
+          "    assert 'id_range' in str(e), e\n"
+          "  else:\n"
+          "    raise AssertionError(f'accepted id_range={bad!r}')\n"
+          "print('ok')")
+  out = _python(code, "jax")
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert out.stdout.split() == ["(5,)", "ok"], out.stdout

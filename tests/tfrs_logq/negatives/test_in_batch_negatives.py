@@ -104,6 +104,16 @@ def test_subsample_is_uniform_over_the_pool():
   assert chi2 < 20.5  # chi-square, 5 dof, p = 0.001
 
 
+def test_subsample_accepts_numpy_integers_and_rejects_bool_and_float():
+  np.testing.assert_array_equal(subsample_indices(6, np.int64(3), seed=[4, 0]).numpy(),
+                                subsample_indices(6, 3, seed=[4, 0]).numpy())
+  np.testing.assert_array_equal(subsample_indices(6, np.int32(3), seed=[4, 0]).numpy(),
+                                subsample_indices(6, 3, seed=[4, 0]).numpy())
+  for bad in (True, 3.0, np.float64(3.0), np.int64(0), -1):
+    with pytest.raises(ValueError, match="num_negatives"):
+      subsample_indices(6, bad)
+
+
 def test_works_inside_tf_function(counts_table):
   table = counts_table(np.arange(1, 9))
   sampler = InBatchNegatives(table)

@@ -361,6 +361,45 @@ def test_score_is_the_negative_sampler_interface(source):
 
 
 # --------------------------------------------------------------------- (4) errors and checkpoints
+def test_numpy_integer_arguments_are_accepted_and_stored_as_python_ints():
+  table = np.random.default_rng(0).normal(size=(9, 4)).astype(np.float32)
+  sampler = MIDXSampler(num_codewords=np.int64(2), quantizer="rq", num_items=np.int64(8),
+                        dim=np.int32(4), id_offset=np.int64(1), num_negatives=np.int64(5), seed=3)
+  for name, want in [("num_codewords", 2), ("num_items", 8), ("dim", 4), ("id_offset", 1),
+                     ("num_negatives", 5)]:
+    value = getattr(sampler, name)
+    assert value == want and type(value) is int, (name, value)  # pylint: disable=unidiomatic-typecheck
+  sampler.refresh(table[1:])
+  z = table[:3]
+  ids, log_q = sampler.sample(z, np.int64(6), seed=[1, 2])
+  ids_int, log_q_int = sampler.sample(z, 6, seed=[1, 2])
+  assert ids.shape == (3, 6)
+  np.testing.assert_array_equal(ids.numpy(), ids_int.numpy())
+  np.testing.assert_array_equal(log_q.numpy(), log_q_int.numpy())
+  hook = RefreshEveryNSteps(sampler, lambda: table[1:], every_n_steps=np.int64(2))
+  assert hook.every_n_steps == 2 and type(hook.every_n_steps) is int  # pylint: disable=unidiomatic-typecheck
+
+
+@pytest.mark.parametrize("bad", [True, 2.0, np.float32(2.0), 0])
+def test_bool_float_and_small_integer_arguments_raise(bad):
+  with pytest.raises(ValueError, match="num_codewords"):
+    MIDXSampler(num_codewords=bad)
+  with pytest.raises(ValueError, match="num_negatives"):
+    MIDXSampler(num_negatives=bad)
+  with pytest.raises(ValueError, match="num_items"):
+    MIDXSampler(num_items=bad, dim=4)
+  with pytest.raises(ValueError, match="dim"):
+    MIDXSampler(quantizer="rq", num_items=4, dim=bad)
+  with pytest.raises(ValueError, match="every_n_steps"):
+    RefreshEveryNSteps(MIDXSampler(), lambda: None, every_n_steps=bad)
+  with pytest.raises(ValueError, match="id_offset"):
+    MIDXSampler(id_offset=-1 if bad == 0 else bad)  # id_offset=0 is valid
+  sampler = MIDXSampler(num_codewords=2, seed=0)
+  sampler.refresh(np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32))
+  with pytest.raises(ValueError, match="num_samples"):
+    sampler.sample(np.ones((2, 4), np.float32), bad)
+
+
 def test_bad_inputs_raise_clear_errors():
   with pytest.raises(ValueError, match="quantizer"):
     MIDXSampler(num_codewords=4, quantizer="opq")
