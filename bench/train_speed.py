@@ -197,7 +197,8 @@ def _our_trainer(spec: dict, cfg: SideConfig):
       negatives="mixed", num_negatives=256, uniform_negatives=cfg.uniform, logq=spec["logq"],
       sasrec_block=cfg.block, frequency=cfg.estimator, frequency_buckets=spec["buckets"],
       batch_size=spec["batch_size"], max_len=spec["max_len"], jit_compile=cfg.xla,
-      jit_compile_step=cfg.step_xla,
+      jit_compile_step=cfg.step_xla, sasrec_pack_tokens=cfg.pack,
+      **({"sasrec_attention_blocks": cfg.attention_blocks} if cfg.attention_blocks else {}),
       dropout=spec["dropout"], seed=spec["seed"], steps_per_epoch=1,
       model_dir=tempfile.mkdtemp(prefix="train_speed_"), progress=False)
   return Trainer(run_config, data=data), data
@@ -324,9 +325,6 @@ def _worker(spec: dict) -> None:
       _remove_scoring_and_loss(trainer)
     if cfg.xla_part:
       _compile_separately(trainer, cfg.xla_part)
-    if not cfg.pack or cfg.attention_blocks:               # before the step is first traced
-      trainer.model.set_execution(pack_tokens=cfg.pack,
-                                  attention_blocks=cfg.attention_blocks or None)
     batches = [dict(inputs=tf.constant(inputs[i]), targets=tf.constant(targets[i]))
                for i in range(len(inputs))]
 

@@ -340,6 +340,11 @@ class ReferenceBlock(tf.keras.layers.Layer):
     return hidden + f
 
 
+# Execution defaults (the run config's flags read these: one definition).
+DEFAULT_PACK_TOKENS = True
+DEFAULT_ATTENTION_BLOCKS = 2
+
+
 class SASRec(tf.keras.Model):
   """Self-attentive sequential recommender with a separate output item-embedding table.
 
@@ -369,8 +374,9 @@ class SASRec(tf.keras.Model):
   def __init__(self, num_items: int, max_len: int = 200, embedding_dim: int = 128,
                num_blocks: int = 2, num_heads: int = 1, dropout: float = 0.5,
                temperature: float = 1.0, jit_compile: bool = False, seed: int = 0,
-               pack_tokens: bool = True, block_style: str = "pre_ln",
-               tie_embeddings: bool = False, attention_blocks: int = 2, **kwargs):
+               pack_tokens: bool = DEFAULT_PACK_TOKENS, block_style: str = "pre_ln",
+               tie_embeddings: bool = False, attention_blocks: int = DEFAULT_ATTENTION_BLOCKS,
+               **kwargs):
     super().__init__(**kwargs)
     if num_items < 1:
       raise ValueError(f"num_items must be >= 1, got {num_items}")

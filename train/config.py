@@ -26,7 +26,7 @@ from tfrs_logq import losses
 from tfrs_logq.negatives.in_batch import CONVENTIONS
 from tfrs_logq.negatives.uniform import UNIFORM_PER
 
-from models.sasrec import BLOCK_STYLES
+from models.sasrec import BLOCK_STYLES, DEFAULT_ATTENTION_BLOCKS, DEFAULT_PACK_TOKENS
 from train import config_flags
 from train.config_flags import setting
 from train.data import DataConfig
@@ -71,6 +71,13 @@ class RunConfig:
       "gSASRec-pytorch code builds it; the default: it learns far faster with logQ, validation "
       "R@20 0.31 vs 0.13 for pre_ln at 720 ML-1M steps) or pre_ln (pre-LayerNorm transformer, "
       "inputs scaled by sqrt(d)).", choices=BLOCK_STYLES)
+  sasrec_pack_tokens: bool = setting(
+      DEFAULT_PACK_TOKENS, "SASRec: run the per-token layers (embeddings, LayerNorms, "
+      "projections, feed-forward) on the non-padding tokens only; false = the padded L grid. "
+      "Same model and results, different speed.")
+  sasrec_attention_blocks: int = setting(
+      DEFAULT_ATTENTION_BLOCKS, "SASRec: query blocks of the blocked causal attention (1 = the "
+      "full L x L grid; k skips the blocks above the diagonal). Same results, different speed.")
   tie_embeddings: bool = setting(
       False, "SASRec: score with the input item-embedding table (gSASRec's "
       "reuse_item_embeddings) instead of a separate output table.")
@@ -183,8 +190,8 @@ class RunConfig:
   def validate(self) -> "RunConfig":
     """Checks every setting and their combinations; raises ValueError naming the setting."""
     self.data.validate()
-    for name in ("max_len", "embedding_dim", "num_blocks", "num_heads", "num_negatives",
-                 "midx_codewords", "hash_array_hashes", "count_min_depth", "batch_size",
+    for name in ("max_len", "embedding_dim", "num_blocks", "num_heads", "sasrec_attention_blocks",
+                 "num_negatives", "midx_codewords", "hash_array_hashes", "count_min_depth", "batch_size",
                  "epochs", "early_stopping_patience", "eval_batch_size", "max_checkpoints"):
       if getattr(self, name) < 1:
         raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")

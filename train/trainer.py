@@ -66,7 +66,9 @@ def build_model(cfg: RunConfig, data):
     return SASRec(data.num_items, max_len=cfg.max_len, embedding_dim=cfg.embedding_dim,
                   num_blocks=cfg.num_blocks, num_heads=cfg.num_heads, dropout=cfg.dropout,
                   temperature=cfg.temperature, jit_compile=cfg.jit_compile, seed=cfg.seed,
-                  block_style=cfg.sasrec_block, tie_embeddings=cfg.tie_embeddings)
+                  block_style=cfg.sasrec_block, tie_embeddings=cfg.tie_embeddings,
+                  pack_tokens=cfg.sasrec_pack_tokens,
+                  attention_blocks=cfg.sasrec_attention_blocks)
   return TwoTower(data.num_items, num_users=data.num_users, embedding_dim=cfg.embedding_dim,
                   hidden_dims=cfg.hidden_dims, use_user_id=cfg.use_user_id,
                   use_history=cfg.use_history, temperature=cfg.temperature,

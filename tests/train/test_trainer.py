@@ -46,6 +46,22 @@ def test_two_tower_tower_settings_reach_the_model(tiny):
   assert q.shape == (2, 6)
 
 
+def test_sasrec_settings_reach_the_model(tiny):
+  """Block style, tying, token packing and attention blocks reach the SASRec built; the flags'
+  defaults are the model's own (one definition)."""
+  from models import sasrec  # pylint: disable=g-import-not-at-top
+  default = build_model(RunConfig.create(max_len=8, embedding_dim=8), tiny)
+  assert (default.pack_tokens, default.attention_blocks) == (sasrec.DEFAULT_PACK_TOKENS,
+                                                             sasrec.DEFAULT_ATTENTION_BLOCKS)
+  model = build_model(RunConfig.create(
+      max_len=8, embedding_dim=8, sasrec_block="pre_ln", tie_embeddings=True,
+      sasrec_pack_tokens=False, sasrec_attention_blocks=4), tiny)
+  assert (model.block_style, model.tie_embeddings, model.pack_tokens,
+          model.attention_blocks) == ("pre_ln", True, False, 4)
+  with pytest.raises(ValueError, match="sasrec_attention_blocks"):
+    RunConfig.create(sasrec_attention_blocks=0)
+
+
 def test_jit_compile_step_trains_like_the_uncompiled_step(tiny, tmp_path):
   """--jit_compile_step: the Trainer's whole replica step as one XLA program gives the same
   losses, weights and estimator state as the uncompiled step (dropout 0, streaming estimator)."""
