@@ -18,8 +18,9 @@ found under --out (several invocations with different --seeds accumulate into on
   per row, over its n seeds:   mean ± s.e.,  s.e. = s / sqrt(n)  (s: sample std, ddof 1)
   per pair (A, B) of rows, over the seeds present in both, d_s = metric_A(s) - metric_B(s):
     mean d ± s.e.(d),  95% CI = mean d ± t_{0.975, n-1} · s_d / sqrt(n)   (Student t, n >= 2)
-    verdict: "ahead" (CI above 0), "behind" (CI below 0), "within noise" (CI contains 0);
-    one common seed: no interval.
+    verdict: "ahead" (CI above 0), "behind" (CI below 0), "equivalent" (CI contains 0 and lies
+    inside +-m, m = --equivalence_margin x mean_B over the paired seeds), "within noise" (CI
+    contains 0, reaches past +-m); one common seed: no interval.
 
 The pairs are X_corrected − X_standard, X_corrected − X_none and X_standard − X_none for X in
 {mixed, inbatch}, where both rows are selected (PAIR_FAMILIES x PAIR_CONTRASTS). The statistics
@@ -71,6 +72,7 @@ from typing import Dict, List, Optional, Sequence
 
 from absl import app
 from absl import flags
+import numpy as np
 
 from eval.config import EvalConfig
 from eval.paired_stats import CONFIDENCE, mean_se, paired_difference
@@ -79,6 +81,8 @@ from train import data as data_lib
 from train.config import RunConfig
 
 FLAGS = flags.FLAGS
+# Practical margin of the paired verdicts, relative to the second row's mean (--equivalence_margin).
+EQUIVALENCE_MARGIN = 0.02
 flags.DEFINE_enum("budget", "cpu", ["cpu", "full"], "cpu: fixed epochs; full: early stopping.")
 flags.DEFINE_list("rows", [], "Rows to run (default: the paper's). See ROWS.")
 flags.DEFINE_list("seeds", [], "Seeds (default: 0 for cpu, 0..4 for full).")
@@ -101,6 +105,10 @@ flags.DEFINE_bool("reference_model", True,
 flags.DEFINE_integer("full_max_epochs", 100_000, "Epoch cap with --budget=full.")
 flags.DEFINE_integer("patience", 200, "Early-stopping patience (epochs) with --budget=full.")
 flags.DEFINE_string("out", "bench/out/reproduce", "Output folder (runs, table, plots).")
+flags.DEFINE_float("equivalence_margin", EQUIVALENCE_MARGIN,
+                   "Practical margin of the paired verdicts, relative to the second row's mean on "
+                   "the paired seeds: an interval that contains 0 and lies inside +-margin x mean "
+                   "is reported 'equivalent' (0 = off).")
 flags.DEFINE_bool("dry_run", False, "Print the commands without running them.")
 flags.DEFINE_bool("overwrite", False, "Re-run runs whose results exist.")
 flags.DEFINE_bool("report_only", False,
@@ -344,7 +352,8 @@ def collect(out: pathlib.Path, settings: Sequence[str], rows: Sequence[str],
 
 
 # ---------------------------------------------------------------------------------- the report
-def statistics(results: Dict, settings: Sequence[str], rows: Sequence[str]) -> Dict:
+def statistics(results: Dict, settings: Sequence[str], rows: Sequence[str],
+               margin: float = EQUIVALENCE_MARGIN) -> Dict:
   """Per setting: every row's mean ± s.e. of each metric, and the paired differences."""
   stats = {}
   for setting in settings:
@@ -369,9 +378,12 @@ def statistics(results: Dict, settings: Sequence[str], rows: Sequence[str]) -> D
                   unpaired={first: sorted(set(a) - set(b)), second: sorted(set(b) - set(a))},
                   metrics={})
       for m in metrics:
-        pair["metrics"][m] = paired_difference(
-            {s: r["metrics"][m] for s, r in a.items() if m in r["metrics"]},
-            {s: r["metrics"][m] for s, r in b.items() if m in r["metrics"]})
+        av = {s: r["metrics"][m] for s, r in a.items() if m in r["metrics"]}
+        bv = {s: r["metrics"][m] for s, r in b.items() if m in r["metrics"]}
+        common = sorted(set(av) & set(bv))
+        absolute = (margin * abs(float(np.mean([bv[s] for s in common])))
+                    if margin > 0 and common else None)
+        pair["metrics"][m] = paired_difference(av, bv, margin=absolute)
       pair_stats.append(pair)
     stats[setting] = dict(metrics=metrics, rows=row_stats, pairs=pair_stats)
   return stats
@@ -416,8 +428,10 @@ fixes the initialisation and the order of the training data in every row, so row
 seed by seed: for a pair A − B, d = metric(A) − metric(B) on each seed present in both rows (a
 seed missing from either is left out of that pair), reported as mean ± s.e. of d with the 95%
 confidence interval mean ± t(0.975, n − 1) · s.e. (Student t). "positive": seeds where A is
-higher. Verdict: "ahead" when the interval lies above 0, "behind" when below, "within noise" when
-it contains 0. With few seeds the interval is wide (t(0.975, 2) = 4.30 for 3 seeds): "within
+higher. Verdict: "ahead" when the interval lies above 0, "behind" when below, "equivalent" when
+it contains 0 and lies inside ± {margin} of B's mean on the paired seeds (the data exclude a
+difference that large either way), "within noise" when it contains 0 and reaches past that
+margin. With few seeds the interval is wide (t(0.975, 2) = 4.30 for 3 seeds): "within
 noise" means this experiment cannot tell, not that the rows are equal. Paper columns: Table 1 of
 the paper (5 runs, early stopping); a fixed cpu budget is not comparable with them."""
 
@@ -427,11 +441,12 @@ def _signed(v: float) -> str:
 
 
 def markdown(stats: Dict, results: Dict, settings: Sequence[str], rows: Sequence[str],
-             missing: List[dict], failures: List[str], plots: Dict[str, List[str]]) -> str:
+             missing: List[dict], failures: List[str], plots: Dict[str, List[str]],
+             margin: float = 0.0) -> str:
   commit = _commit()
   lines = [f"# Table 1 reproduction (budget={FLAGS.budget})", "",
            f"Written by {_command()}" + (f" at commit {commit}" if commit else "") + ".", "",
-           HOW_TO_READ, ""]
+           HOW_TO_READ.format(margin=f"{margin:.0%}" if margin > 0 else "0 (off)"), ""]
   for setting in settings:
     s = stats[setting]
     metrics = s["metrics"]
@@ -661,7 +676,7 @@ def main(argv):
     results, missing = collect(out, settings, rows, expected=seeds)
   failed = {f.split(" ", 1)[0] for f in failures}
   missing = [m for m in missing if f"{m['setting']}/{m['row']}/seed{m['seed']}" not in failed]
-  stats = statistics(results, settings, rows)
+  stats = statistics(results, settings, rows, margin=FLAGS.equivalence_margin)
   out.mkdir(parents=True, exist_ok=True)
   plots: Dict[str, List[str]] = {}
   for setting in settings:
@@ -669,7 +684,8 @@ def main(argv):
                        (f"recall_by_popularity_{setting}.png", plot_popularity)):
       if plot(results, setting, rows, out / name):
         plots.setdefault(setting, []).append(name)
-  md = markdown(stats, results, settings, rows, missing, failures, plots)
+  md = markdown(stats, results, settings, rows, missing, failures, plots,
+                margin=FLAGS.equivalence_margin)
   md_path = out / f"reproduce_{FLAGS.budget}.md"
   md_path.write_text(md)
   runs = [r for s in settings for row in rows for r in results.get(s, {}).get(row, {}).values()]

@@ -32,6 +32,13 @@ both (mappings seed -> value; a seed in only one of them is left out), or positi
     verdict = "ahead" (interval above 0), "behind" (below 0), "within noise" (contains 0),
               "undefined" (a nan difference), ONE_SEED (n = 1: no interval),
               NO_COMMON_SEED (n = 0).
+
+With a practical margin m > 0 (``margin``, absolute, in the metric's units; a scalar or an array
+of the values' shape), an interval that contains 0 and lies inside (-m, +m) is EQUIVALENT
+("equivalent"): the data exclude a difference as large as m either way. This is the
+two-one-sided-tests equivalence check at level (1 - c) / 2 per side (with c = 0.95: 2.5 %), so
+it is conservative; an interval that contains 0 but reaches past +-m stays "within noise" (the
+experiment cannot tell), and "ahead" / "behind" do not depend on m.
 """
 
 import functools
@@ -41,13 +48,14 @@ from typing import Mapping
 
 import numpy as np
 
-__all__ = ["CONFIDENCE", "AHEAD", "BEHIND", "WITHIN_NOISE", "UNDEFINED", "ONE_SEED",
+__all__ = ["CONFIDENCE", "AHEAD", "BEHIND", "WITHIN_NOISE", "EQUIVALENT", "UNDEFINED", "ONE_SEED",
            "NO_COMMON_SEED", "t_cdf", "t_quantile", "t_critical", "mean_se", "paired_difference"]
 
 CONFIDENCE = 0.95
 AHEAD = "ahead"
 BEHIND = "behind"
 WITHIN_NOISE = "within noise"
+EQUIVALENT = "equivalent"
 UNDEFINED = "undefined"
 ONE_SEED = "one seed: no interval"
 NO_COMMON_SEED = "no common seed"
@@ -226,14 +234,30 @@ def mean_se(values) -> dict:
   return _mean_se(_per_seed(values, "values"))
 
 
-def _verdict(low, high):
+def _verdict(low, high, margin=None):
   low, high = np.asarray(low), np.asarray(high)
+  contains_zero = (low <= 0) & (high >= 0)
+  inside = (contains_zero & (low > -np.asarray(margin)) & (high < np.asarray(margin))
+            if margin is not None else np.zeros_like(contains_zero))
   verdict = np.where(low > 0, AHEAD, np.where(high < 0, BEHIND, np.where(
-      (low <= 0) & (high >= 0), WITHIN_NOISE, UNDEFINED)))
+      inside, EQUIVALENT, np.where(contains_zero, WITHIN_NOISE, UNDEFINED))))
   return str(verdict) if verdict.ndim == 0 else verdict
 
 
-def paired_difference(first, second, confidence: float = CONFIDENCE) -> dict:
+def _check_margin(margin, shape):
+  """None, or a float array (broadcast to ``shape``) of finite margins >= 0."""
+  if margin is None:
+    return None
+  m = np.asarray(margin, dtype=float)
+  if not np.all(np.isfinite(m)) or np.any(m < 0):
+    raise ValueError(f"margin must be finite and >= 0, got {margin!r}")
+  try:
+    return np.broadcast_to(m, shape)
+  except ValueError:
+    raise ValueError(f"margin of shape {m.shape} does not fit values of shape {shape}") from None
+
+
+def paired_difference(first, second, confidence: float = CONFIDENCE, margin=None) -> dict:
   """Statistics of d_s = first(s) − second(s) over paired seeds (module docstring).
 
   ``first``, ``second``: both mappings seed -> value (paired on the seeds present in both), or
@@ -241,6 +265,8 @@ def paired_difference(first, second, confidence: float = CONFIDENCE) -> dict:
   Returns {n, seeds (the common seeds, sorted; positions for sequences), differences, mean, std,
   se, confidence, t, half_width, ci ([low, high]), positive, verdict}: t, half_width and ci are
   None below two pairs; for arrays, mean .. positive and verdict are element-wise arrays.
+  ``margin``: the practical margin m (module docstring; None = no equivalence verdict), echoed
+  in the result.
   """
   _check_confidence(confidence)
   if isinstance(first, Mapping) != isinstance(second, Mapping):
@@ -260,10 +286,11 @@ def paired_difference(first, second, confidence: float = CONFIDENCE) -> dict:
     raise ValueError(f"first and second must hold values of one shape, got {a.shape[1:]} and "
                      f"{b.shape[1:]}")
   d = a - b
+  margin = _check_margin(margin, d.shape[1:])
   stats = _mean_se(d)
   n = stats["n"]
   stats.update(seeds=seeds, differences=d.tolist() if d.ndim == 1 else d,
-               confidence=confidence, t=None, half_width=None, ci=None,
+               confidence=confidence, margin=None if margin is None else _out(margin), t=None, half_width=None, ci=None,
                positive=_out((d > 0).sum(axis=0), int) if n else 0)
   if n == 0:
     stats["verdict"] = NO_COMMON_SEED
@@ -273,5 +300,5 @@ def paired_difference(first, second, confidence: float = CONFIDENCE) -> dict:
     t = t_critical(confidence, n - 1)
     half = _out(t * np.asarray(stats["se"]))
     low, high = _out(stats["mean"] - half), _out(stats["mean"] + half)
-    stats.update(t=t, half_width=half, ci=[low, high], verdict=_verdict(low, high))
+    stats.update(t=t, half_width=half, ci=[low, high], verdict=_verdict(low, high, margin))
   return stats

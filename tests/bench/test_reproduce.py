@@ -106,15 +106,18 @@ def _files(root):
   return {p.relative_to(root): p.stat().st_mtime_ns for p in root.rglob("*")}
 
 
-def _oracle_pair(first, second):
-  """Mean, s.e., 95% t interval and positive count of first − second over the common seeds."""
+def _oracle_pair(first, second, relative_margin=0.02):
+  """Mean, s.e., 95% t interval and positive count of first − second over the common seeds;
+  "equivalent" when the interval holds 0 and lies inside ± relative_margin · mean(second)."""
   seeds = sorted(set(first) & set(second))
   d = np.array([first[s] - second[s] for s in seeds])
   n = len(d)
   se = d.std(ddof=1) / np.sqrt(n)
   t = stats.t.ppf(0.975, n - 1)
   low, high = d.mean() - t * se, d.mean() + t * se
-  verdict = "ahead" if low > 0 else "behind" if high < 0 else "within noise"
+  m = relative_margin * abs(np.mean([second[s] for s in seeds]))
+  verdict = ("ahead" if low > 0 else "behind" if high < 0 else
+             "equivalent" if -m < low and high < m else "within noise")
   return dict(n=n, mean=d.mean(), se=se, ci=(low, high), positive=int((d > 0).sum()),
               verdict=verdict)
 

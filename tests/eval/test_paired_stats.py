@@ -150,6 +150,37 @@ def test_paired_difference_of_arrays_is_element_wise_along_the_seed_axis():
   np.testing.assert_allclose(curve["half_width"], half.reshape(2, 2), rtol=1e-9)
 
 
+def test_equivalent_when_the_interval_holds_zero_inside_the_margin():
+  """verdict "equivalent" iff low <= 0 <= high and -m < low and high < m (the margin m never
+  changes ahead / behind); margins broadcast element-wise; bad margins raise."""
+  rng = np.random.default_rng(3)
+  b = rng.uniform(0.2, 0.3, size=6)
+  tight = b + rng.normal(0, 0.0005, size=6)           # interval ~ +-0.0005 around ~0
+  loose = b + rng.normal(0, 0.01, size=6)             # interval ~ +-0.01
+  ahead = b + 0.02 + rng.normal(0, 0.0005, size=6)    # interval inside (0.0, 0.05): ahead
+  for first, margin in ((tight, 0.005), (loose, 0.005), (ahead, 0.05), (tight, 0.0),
+                        (tight, None)):
+    got = ps.paired_difference(first.tolist(), b.tolist(), margin=margin)
+    _, _, mean, _, half = _oracle_pair(dict(enumerate(first)), dict(enumerate(b)), 0.95)
+    low, high = mean - half, mean + half
+    m = -1.0 if margin is None else margin
+    want = ("ahead" if low > 0 else "behind" if high < 0 else
+            "equivalent" if (-m < low and high < m) else "within noise")
+    assert got["verdict"] == want and got["margin"] == margin
+  assert ps.paired_difference(tight.tolist(), b.tolist(), margin=0.005)["verdict"] == (
+      ps.EQUIVALENT)
+  assert ps.paired_difference(loose.tolist(), b.tolist(), margin=0.005)["verdict"] == (
+      ps.WITHIN_NOISE)
+  assert ps.paired_difference(ahead.tolist(), b.tolist(), margin=0.05)["verdict"] == ps.AHEAD
+  arrays = ps.paired_difference(np.stack([tight, loose], 1), np.stack([b, b], 1),
+                                margin=[0.005, 0.5])
+  assert list(arrays["verdict"]) == [ps.EQUIVALENT, ps.EQUIVALENT]
+  np.testing.assert_array_equal(arrays["margin"], [0.005, 0.5])
+  for bad in (-0.1, np.nan, np.inf, [0.1, 0.2, 0.3]):
+    with pytest.raises(ValueError, match="margin"):
+      ps.paired_difference(np.stack([tight, loose], 1), np.stack([b, b], 1), margin=bad)
+
+
 def test_one_common_seed_gives_no_interval_and_none_no_statistic():
   got = ps.paired_difference({0: 0.30, 1: 0.25}, {1: 0.20, 3: 0.5})
   assert got["n"] == 1 and got["seeds"] == [1]
