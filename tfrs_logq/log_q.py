@@ -20,6 +20,8 @@ from typing import Optional
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
+from tfrs_logq import _formulas
+
 __all__ = ["MIN_ONE_MINUS_Q", "log1mexp", "validate_log_q", "probability_to_log_q",
            "resolve_log_q", "log_q_prime", "log_inclusion_probability"]
 
@@ -99,13 +101,8 @@ def resolve_log_q(probability: Optional[tf.Tensor] = None,
                   log_probability: Optional[tf.Tensor] = None,
                   name: str = "candidate_sampling_probability") -> Optional[tf.Tensor]:
   """Returns validated float32 log Q from exactly one of probability / log_probability."""
-  if probability is not None and log_probability is not None:
-    raise ValueError(f"Pass either {name} or its log, not both.")
-  if probability is not None:
-    return probability_to_log_q(probability, name)
-  if log_probability is not None:
-    return validate_log_q(log_probability, "log " + name)
-  return None
+  return _formulas.resolve_log_q(probability, log_probability, name, probability_to_log_q,
+                                 validate_log_q)
 
 
 def log_q_prime(negative_log_q: tf.Tensor, positive_log_q: tf.Tensor) -> tf.Tensor:

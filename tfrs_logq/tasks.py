@@ -301,17 +301,10 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
                                   candidate_log_sampling_probability, candidate_ids,
                                   num_queries, training)
     corrected_q = self.correction != "none"
-    if corrected_q and log_q is None:
-      raise ValueError(
-          f"correction={self.correction!r} needs candidate_sampling_probability (or "
-          "candidate_log_sampling_probability, or a frequency_estimator); use correction='none' "
-          "for no correction")
-    mask_hits = self._remove_accidental_hits or self.correction == "corrected"
-    if mask_hits and candidate_ids is None:
-      raise ValueError(
-          "candidate_ids are needed: " +
-          ("accidental-hit removal is enabled" if self._remove_accidental_hits else
-           "correction='corrected' masks negatives equal to the positive"))
+    mask_hits = _formulas.check_retrieval_inputs(
+        self.correction, log_q is not None, self._remove_accidental_hits,
+        candidate_ids is not None,
+        log_q_sources="candidate_log_sampling_probability, or a frequency_estimator")
 
     if mask_hits:
       # Row a's own column has the positive's id, so this also leaves the positive out.
@@ -382,12 +375,7 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     estimator = self.frequency_estimator
     if estimator is None:
       return log_q
-    if log_q is not None:
-      raise ValueError("pass either a frequency_estimator (to the constructor) or "
-                       "candidate_(log_)sampling_probability, not both")
-    if candidate_ids is None:
-      raise ValueError("candidate_ids are needed with a frequency_estimator (it is updated "
-                       "with and read for the candidates' ids)")
+    _formulas.check_estimator_inputs(log_q is not None, candidate_ids is not None)
     self._maybe_update(candidate_ids[:num_queries], training)
     if self.correction == "none":
       return None

@@ -19,11 +19,10 @@ precision (N − #p floored at min_count, so Q' ≤ #d / min_count). Ids must be
 import math
 from typing import Optional
 
-import numpy as np
-
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
+from tfrs_logq import _formulas
 from tfrs_logq.frequency import base
 
 __all__ = ["ExactCounts"]
@@ -49,23 +48,9 @@ class ExactCounts(base.FrequencyEstimator):
 
   def __init__(self, num_items: int, counts=None, accumulate: Optional[bool] = None,
                min_count: float = 1.0, validate_ids: bool = True, **kwargs):
-    if num_items is None:
-      raise ValueError("ExactCounts needs num_items (the size of the counts table)")
+    _formulas.check_num_items_given(num_items)
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
-    if not min_count > 0:
-      raise ValueError(f"min_count must be > 0, got {min_count}")
-    self.min_count = float(min_count)
-    initial = np.zeros([self.num_items], np.int64)
-    if counts is not None:
-      table = np.asarray(counts)
-      if table.shape != (self.num_items,):
-        raise ValueError(f"counts must have shape [{self.num_items}], got {table.shape}")
-      if not (np.issubdtype(table.dtype, np.integer)
-              or np.all(np.equal(np.mod(table, 1), 0))):
-        raise ValueError("counts must be whole numbers")
-      if np.any(table < 0):
-        raise ValueError("counts must be >= 0")
-      initial = table.astype(np.int64)
+    self.min_count, initial = _formulas.check_counts_table(self.num_items, min_count, counts)
     self.accumulate = (counts is None) if accumulate is None else bool(accumulate)
     self.counts = self._state("counts", [self.num_items], tf.int64, initial)
     self.total = self._state("total", [], tf.int64, int(initial.sum()))

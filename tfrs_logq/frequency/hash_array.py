@@ -44,11 +44,10 @@ every B steps.
 Memory: m·H·12 bytes (A int32, B float32, K int32). Steps are int32 in A: up to 2^31 − 1 updates.
 """
 
-import math
-
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
+from tfrs_logq import _formulas
 from tfrs_logq.frequency import base
 from tfrs_logq.frequency import hashing
 
@@ -101,19 +100,14 @@ class HashArrayEstimator(base.FrequencyEstimator):
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
     num_buckets = base._positive_int(num_buckets, "num_buckets")
     num_hashes = base._positive_int(num_hashes, "num_hashes")
-    if num_buckets * num_hashes >= 2**31:
-      raise ValueError("num_buckets * num_hashes must be < 2**31")
-    if not 0.0 < alpha <= 1.0:
-      raise ValueError(f"alpha must be in (0, 1], got {alpha}")
-    if math.floor(1.0 / alpha) >= 2**31:
-      raise ValueError(f"alpha={alpha} is too small (1/alpha must be < 2**31)")
+    warmup_hits = _formulas.check_hash_array(num_buckets, num_hashes, alpha, 31)
     self.num_buckets = num_buckets
     self.num_hashes = num_hashes
     self.alpha = float(alpha)
     self.warmup = bool(warmup)
     self.pending_gap = bool(pending_gap)
     self.seed = base._int(seed, "seed")
-    self.warmup_hits = int(math.floor(1.0 / self.alpha))   # J
+    self.warmup_hits = warmup_hits   # J
     size = num_buckets * num_hashes
     self.last_step = self._state("last_step", [size], tf.int32, 0)     # A
     self.gap = self._state("gap", [size], tf.float32, 0.0)             # B

@@ -44,13 +44,8 @@ def probability_to_log_q(probability, name: str = "sampling probability"):
 def resolve_log_q(probability=None, log_probability=None,
                   name: str = "candidate_sampling_probability") -> Optional[object]:
   """float32 log Q from exactly one of probability / log_probability (None if neither)."""
-  if probability is not None and log_probability is not None:
-    raise ValueError(f"Pass either {name} or its log, not both.")
-  if probability is not None:
-    return probability_to_log_q(probability, name)
-  if log_probability is not None:
-    return validate_log_q(log_probability, "log " + name)
-  return None
+  return _formulas.resolve_log_q(probability, log_probability, name, probability_to_log_q,
+                                 validate_log_q)
 
 
 def log_q_prime(negative_log_q, positive_log_q):

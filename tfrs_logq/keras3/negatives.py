@@ -129,25 +129,12 @@ class UniformNegatives(keras.layers.Layer):
     self.num_negatives = num_negatives
     self.per_query = bool(per_query)
     self.seed = seed
-    if id_range is not None:
-      if len(id_range) != 2 or not all(
-          isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in id_range):
-        raise ValueError(f"id_range must be (lo, hi) ints, got {id_range!r}")
-      lo, hi = int(id_range[0]), int(id_range[1])
-      if hi <= lo:
-        raise ValueError(f"id_range must satisfy hi > lo, got ({lo}, {hi})")
-      self.id_range, self.candidate_ids = (lo, hi), None
-      self.catalog_size = hi - lo
+    self.id_range, table = _formulas.check_catalog(id_range, candidate_ids)
+    if self.id_range is not None:
+      self.candidate_ids = None
+      self.catalog_size = self.id_range[1] - self.id_range[0]
     else:
-      table = np.asarray(candidate_ids)
-      if table.ndim != 1 or table.size == 0:
-        raise ValueError(f"candidate_ids must be a non-empty 1-D table, got shape {table.shape}")
-      if not np.issubdtype(table.dtype, np.integer):
-        raise TypeError(f"candidate_ids must be integer ids, got dtype {table.dtype}")
-      if np.unique(table).size != table.size:
-        raise ValueError("candidate_ids has duplicate ids: uniform over rows would not be "
-                         "uniform over items")
-      self.id_range, self.candidate_ids = None, [int(v) for v in table]
+      self.candidate_ids = [int(v) for v in table]
       self.catalog_size = int(table.size)
     self.seed_generator = keras.random.SeedGenerator(seed)
     self.built = True

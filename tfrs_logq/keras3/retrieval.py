@@ -144,16 +144,9 @@ class Retrieval(keras.layers.Layer):
       _tensors.check_rank(log_q, 1, "candidate sampling probabilities")
     if self.frequency_estimator is not None:
       log_q = self._estimator_log_q(log_q, candidate_ids, rows, training)
-    if self.correction != "none" and log_q is None:
-      raise ValueError(
-          f"correction={self.correction!r} needs candidate_sampling_probability (or "
-          "candidate_log_sampling_probability); use correction='none' for no correction")
-    mask_hits = self.remove_accidental_hits or self.correction == "corrected"
-    if mask_hits and candidate_ids is None:
-      raise ValueError(
-          "candidate_ids are needed: " +
-          ("accidental-hit removal is enabled" if self.remove_accidental_hits else
-           "correction='corrected' masks negatives equal to the positive"))
+    mask_hits = _formulas.check_retrieval_inputs(
+        self.correction, log_q is not None, self.remove_accidental_hits,
+        candidate_ids is not None)
 
     if mask_hits:
       # Row a's own column has the positive's id, so this also leaves the positive out.
@@ -184,12 +177,7 @@ class Retrieval(keras.layers.Layer):
 
   def _estimator_log_q(self, log_q, candidate_ids, num_queries, training):
     """log Q [C] read from the estimator, after counting the positives when configured."""
-    if log_q is not None:
-      raise ValueError("pass either a frequency_estimator (to the constructor) or "
-                       "candidate_(log_)sampling_probability, not both")
-    if candidate_ids is None:
-      raise ValueError("candidate_ids are needed with a frequency_estimator (it is updated "
-                       "with and read for the candidates' ids)")
+    _formulas.check_estimator_inputs(log_q is not None, candidate_ids is not None)
     positives = candidate_ids[:num_queries]
     if self.update_frequency == "always" or (self.update_frequency == "training" and training):
       self.frequency_estimator.update(positives)

@@ -41,6 +41,7 @@ import numpy as np
 import tfrs_logq  # noqa: F401
 import tensorflow as tf
 
+from tfrs_logq import _formulas
 from tfrs_logq import _static_shapes
 from tfrs_logq import accidental_hits
 from tfrs_logq.negatives import scoring
@@ -106,27 +107,13 @@ class UniformNegatives(NegativeSampler):
     self.per = per
     self.jit_compile = bool(jit_compile)
     self.static_shapes = None if static_shapes is None else bool(static_shapes)
-    if id_range is not None:
-      if len(id_range) != 2 or not all(
-          isinstance(v, (int, np.integer)) and not isinstance(v, bool) for v in id_range):
-        raise ValueError(f"id_range must be (lo, hi) ints, got {id_range!r}")
-      lo, hi = int(id_range[0]), int(id_range[1])
-      if hi <= lo:
-        raise ValueError(f"id_range must satisfy hi > lo, got ({lo}, {hi})")
-      self.id_range = (lo, hi)
+    self.id_range, table = _formulas.check_catalog(id_range, candidate_ids)
+    if self.id_range is not None:
+      lo, hi = self.id_range
       self.candidate_ids = None
       self.catalog_size = hi - lo
       self._id_bound = hi
     else:
-      table = np.asarray(candidate_ids)
-      if table.ndim != 1 or table.size == 0:
-        raise ValueError(f"candidate_ids must be a non-empty 1-D table, got shape {table.shape}")
-      if not np.issubdtype(table.dtype, np.integer):
-        raise TypeError(f"candidate_ids must be integer ids, got dtype {table.dtype}")
-      if np.unique(table).size != table.size:
-        raise ValueError("candidate_ids has duplicate ids: uniform over rows would not be "
-                         "uniform over items")
-      self.id_range = None
       self.candidate_ids = tf.constant(table.astype(np.int64))
       self.catalog_size = int(table.size)
       self._id_bound = int(table.max()) + 1

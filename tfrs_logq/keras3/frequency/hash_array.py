@@ -18,7 +18,6 @@ Duplicate slots of a batch are grouped by a sort (``base.group_sorted``), not ``
 the update has static shapes.
 """
 
-import math
 import numbers
 
 import keras
@@ -43,19 +42,14 @@ class HashArrayEstimator(base.FrequencyEstimator):
       if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     num_buckets, num_hashes = int(num_buckets), int(num_hashes)
-    if num_buckets * num_hashes >= 2**31:
-      raise ValueError("num_buckets * num_hashes must be < 2**31")
-    if not 0.0 < alpha <= 1.0:
-      raise ValueError(f"alpha must be in (0, 1], got {alpha}")
-    if math.floor(1.0 / alpha) >= 2**24:
-      raise ValueError(f"alpha={alpha} is too small (1/alpha must be < 2**24)")
+    warmup_hits = _formulas.check_hash_array(num_buckets, num_hashes, alpha, 24)
     self.num_buckets = num_buckets
     self.num_hashes = num_hashes
     self.alpha = float(alpha)
     self.warmup = bool(warmup)
     self.pending_gap = bool(pending_gap)
     self.seed = int(seed)
-    self.warmup_hits = int(math.floor(1.0 / self.alpha))   # J
+    self.warmup_hits = warmup_hits   # J
     size = num_buckets * num_hashes
     self.last_step = self._state("last_step", (size,), "int32", 0)     # A
     self.gap = self._state("gap", (size,), "float32", 0.0)             # B
