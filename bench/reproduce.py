@@ -79,10 +79,13 @@ from eval.paired_stats import CONFIDENCE, mean_se, paired_difference
 from train import config_flags
 from train import data as data_lib
 from train.config import RunConfig
+from train.trainer import EXIT_PAUSED
 
 FLAGS = flags.FLAGS
 # Practical margin of the paired verdicts, relative to the second row's mean (--equivalence_margin).
 EQUIVALENCE_MARGIN = 0.02
+# --time_budget_minutes: no run is started (or resumed) with less time left than this.
+MIN_CHUNK_MINUTES = 1.0
 flags.DEFINE_enum("budget", "cpu", ["cpu", "full"], "cpu: fixed epochs; full: early stopping.")
 flags.DEFINE_list("rows", [], "Rows to run (default: the paper's). See ROWS.")
 flags.DEFINE_list("seeds", [], "Seeds (default: 0 for cpu, 0..4 for full).")
@@ -591,15 +594,30 @@ def plot_curves(results: Dict, setting: str, rows: Sequence[str], path: pathlib.
 
 # -------------------------------------------------------------------------------------- main
 def _train_and_evaluate(base: RunConfig, out: pathlib.Path, settings: Sequence[str],
-                        rows: Sequence[str], seeds: Sequence[int], failures: List[str]) -> int:
+                        rows: Sequence[str], seeds: Sequence[int], failures: List[str]) -> tuple:
   """Runs every unfinished run, setting -> seed -> row (a seed's paired rows finish together);
-  returns the number run. --dry_run prints the commands instead."""
+  returns (the number run, whether the time budget paused this invocation). --dry_run prints
+  the commands instead.
+
+  --time_budget_minutes = T > 0 is this invocation's budget: each training process gets what
+  is left of T (it pauses between epochs, `train.trainer.EXIT_PAUSED`), no run starts with less
+  than MIN_CHUNK_MINUTES left, and the first pause ends the invocation; rerunning it continues
+  the paused run from its checkpoint (its train log is appended to, its training time summed).
+  The evaluation after a finished training is not counted against T."""
   ran = 0
+  deadline = (time.perf_counter() + 60.0 * base.time_budget_minutes
+              if base.time_budget_minutes else None)
   for setting in settings:
     for seed in seeds:
       for row in rows:
         run_dir = _run_dir(out, setting, row, seed)
-        train_cmd, eval_cmd = run_commands(base, setting, row, seed, run_dir)
+        run_base = base
+        if deadline is not None and not FLAGS.dry_run:
+          left = (deadline - time.perf_counter()) / 60.0
+          if left < MIN_CHUNK_MINUTES:
+            return ran, True
+          run_base = base.replace(time_budget_minutes=left)
+        train_cmd, eval_cmd = run_commands(run_base, setting, row, seed, run_dir)
         if FLAGS.dry_run:
           print(" ".join(train_cmd))
           print(" ".join(eval_cmd))
@@ -607,14 +625,21 @@ def _train_and_evaluate(base: RunConfig, out: pathlib.Path, settings: Sequence[s
         if not FLAGS.overwrite and (run_dir / "eval" / "eval_results.json").exists():
           continue
         run_dir.mkdir(parents=True, exist_ok=True)
-        record = {}
+        partial = run_dir / "timing_partial.json"       # training time of paused chunks
+        record = {"train_seconds": (_read_json(partial) or {}).get("train_seconds", 0.0)}
         start = time.perf_counter()
         ok = True
         for name, cmd in (("train", train_cmd), ("eval", eval_cmd)):
           t0 = time.perf_counter()
-          with open(run_dir / f"{name}.log", "w") as log:
+          with open(run_dir / f"{name}.log", "a" if name == "train" else "w") as log:
             proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False)
-          record[f"{name}_seconds"] = time.perf_counter() - t0
+          record[f"{name}_seconds"] = (record.get(f"{name}_seconds", 0.0)
+                                       + time.perf_counter() - t0)
+          if name == "train" and proc.returncode == EXIT_PAUSED:
+            partial.write_text(json.dumps({"train_seconds": record["train_seconds"]}))
+            print(f"{setting} {row} seed {seed}: paused by the time budget after "
+                  f"{time.perf_counter() - start:.0f}s (rerun to continue)", flush=True)
+            return ran, True
           if proc.returncode != 0:
             failures.append(f"{setting}/{row}/seed{seed} ({name}: rc {proc.returncode}, "
                             f"see {run_dir / (name + '.log')})")
@@ -625,7 +650,8 @@ def _train_and_evaluate(base: RunConfig, out: pathlib.Path, settings: Sequence[s
               f"{time.perf_counter() - start:.0f}s", flush=True)
         if ok:
           (run_dir / "timing.json").write_text(json.dumps(record))
-  return ran
+          partial.unlink(missing_ok=True)
+  return ran, False
 
 
 def _summary(stats: Dict, results: Dict) -> str:
@@ -662,12 +688,12 @@ def main(argv):
   out = pathlib.Path(FLAGS.out)
   failures: List[str] = []
   total_start = time.perf_counter()
-  ran = 0
+  ran, paused = 0, False
   if FLAGS.report_only:
     results, missing = collect(out, settings, rows, seeds=given or None)
   else:
     seeds = given or ([0] if FLAGS.budget == "cpu" else [0, 1, 2, 3, 4])
-    ran = _train_and_evaluate(base_config(), out, settings, rows, seeds, failures)
+    ran, paused = _train_and_evaluate(base_config(), out, settings, rows, seeds, failures)
     if FLAGS.dry_run:
       print(f"SUMMARY reproduce dry run: {len(settings)} settings x {len(rows)} rows x "
             f"{len(seeds)} seeds = {len(settings) * len(rows) * len(seeds)} runs (budget "
@@ -700,7 +726,11 @@ def main(argv):
   print(md)
   print(f"SUMMARY reproduce budget={FLAGS.budget}: {len(runs)} finished runs reported ({ran} run "
         f"now), {len(failures)} failed, {len(missing)} missing, "
-        f"{time.perf_counter() - total_start:.0f}s; {_summary(stats, results)}; table in {md_path}")
+        f"{time.perf_counter() - total_start:.0f}s; {_summary(stats, results)}; table in {md_path}"
+        + ("; PAUSED by --time_budget_minutes: rerun the same command to continue" if paused
+           else ""))
+  if paused:
+    sys.exit(EXIT_PAUSED)
 
 
 def run():

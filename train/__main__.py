@@ -11,7 +11,9 @@ in the export's metadata. The batch size is GLOBAL (split over the replicas of -
 --model_dir holds the checkpoints (every epoch: model, optimizer, frequency estimator, step,
 epoch, best NDCG@10, patience counter), TensorBoard summaries (train/loss, train/mean_weight,
 val/recall@k, val/ndcg@k) and metrics.json; rerunning the same command resumes exactly where the
-last finished epoch left off. --export_dir writes the serving SavedModels (train/export.py). The
+last finished epoch left off; with --time_budget_minutes=T it pauses (checkpoint kept, exit
+status 3 = `train.trainer.EXIT_PAUSED`) before an epoch that would end past T minutes, so a long
+run can be done in chunks by rerunning the command. --export_dir writes the serving SavedModels (train/export.py). The
 paper's reference code calls an "epoch" min(100, batches per pass) = 48 steps on ML-1M
 (--steps_per_epoch=48, or 0 = one pass).
 
@@ -50,9 +52,14 @@ def main(argv):
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * cfg.cpu_replicas)
-  from train.trainer import Trainer  # pylint: disable=g-import-not-at-top
+  from train.trainer import EXIT_PAUSED, Trainer  # pylint: disable=g-import-not-at-top
   os.makedirs(cfg.model_dir, exist_ok=True)
   result = Trainer(cfg).run()
+  if result.get("paused"):
+    print(f"paused: step {result['global_step']}, epoch {result['epochs_done']} (time budget "
+          f"{cfg.time_budget_minutes:g} min); rerun the same command to continue",
+          file=sys.stderr)
+    sys.exit(EXIT_PAUSED)
   print(f"done: step {result['global_step']}, best epoch {result['best_epoch']}, "
         f"val ndcg@10 {result['val']['ndcg@10']:.4f}, test ndcg@10 {result['test']['ndcg@10']:.4f}",
         file=sys.stderr)

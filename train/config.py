@@ -179,6 +179,12 @@ class RunConfig:
   metrics_json: Optional[str] = setting(None, "Final metrics JSON (default: "
                                         "model_dir/metrics.json).")
   max_checkpoints: int = setting(3, "Checkpoints kept in model_dir/ckpt.")
+  time_budget_minutes: float = setting(
+      0.0, "Pause before an epoch that would end past this many minutes of training in this "
+      "process (counted from the start of training; the next epoch's length is estimated by the "
+      "last one; every process does at least one epoch): the checkpoint of the last epoch is "
+      "kept, nothing is evaluated or exported, and `python -m train` exits with status 3; rerun "
+      "the same command to continue exactly. 0 = no limit. For machines lent in chunks of time.")
   progress: bool = setting(True, "Show a progress bar.")
 
   def __post_init__(self):
@@ -195,7 +201,8 @@ class RunConfig:
                  "epochs", "early_stopping_patience", "eval_batch_size", "max_checkpoints"):
       if getattr(self, name) < 1:
         raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-    for name in ("steps_per_epoch", "frequency_buckets", "cpu_replicas", "ratio_floor"):
+    for name in ("steps_per_epoch", "frequency_buckets", "cpu_replicas", "ratio_floor",
+                 "time_budget_minutes"):
       if getattr(self, name) < 0:
         raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
     for name in ("temperature", "learning_rate", "frequency_min_count"):

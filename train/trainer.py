@@ -8,6 +8,12 @@ is stateless and keyed by (seed, global step), so rerunning the same command aft
 restores the last finished epoch and replays the interrupted one bit for bit: no step is lost or
 counted twice. A run that already finished only re-evaluates and re-exports.
 
+Time budget (``time_budget_minutes`` = T > 0): before each epoch after the first of this
+process, training pauses if now + (the last epoch's wall time, validation and checkpoint
+included) would pass start + T; the last epoch's checkpoint is kept and `run` returns
+``{"paused": True, ...}`` without evaluating or exporting (the binary exits with
+``EXIT_PAUSED``). Rerunning resumes exactly, as after a crash.
+
 Early stopping: after each epoch the model is validated (exact Recall/NDCG@10,20); the best
 model is kept in ``model_dir/best``; training stops after ``early_stopping_patience`` epochs
 without a better NDCG@10. Final metrics (best model, validation and test) go to the metrics JSON.
@@ -58,6 +64,10 @@ def build_estimator(cfg: RunConfig, data) -> frequency.FrequencyEstimator:
       width=buckets, depth=cfg.count_min_depth, conservative=cfg.count_min_conservative,
       half_life=cfg.count_min_half_life, min_count=cfg.frequency_min_count, seed=cfg.seed,
       num_items=n, name="frequency")
+
+
+# Exit status of `python -m train` when the time budget paused the run (rerun to continue).
+EXIT_PAUSED = 3
 
 
 def build_model(cfg: RunConfig, data):
@@ -179,12 +189,20 @@ class Trainer:
                                filter_rated=self.cfg.filter_rated)
 
   def run(self) -> dict:
-    """Trains (resuming if possible), then evaluates the best model, exports, writes JSON."""
+    """Trains (resuming if possible), then evaluates the best model, exports, writes JSON;
+    returns ``{"paused": True, ...}`` instead when the time budget ends first (module
+    docstring)."""
     cfg = self.cfg
+    started = time.time()
     resumed = self.restore()
     history = self._load_history() if resumed else []
     trimmed = False
+    last_epoch_wall = None
     while int(self.epoch.numpy()) < cfg.epochs and int(self.bad_epochs.numpy()) < cfg.early_stopping_patience:
+      if (cfg.time_budget_minutes and last_epoch_wall is not None
+          and time.time() + last_epoch_wall > started + 60.0 * cfg.time_budget_minutes):
+        return self.pause(time.time() - started)
+      epoch_start = time.time()
       e = int(self.epoch.numpy())
       if self.midx is not None:
         self.midx.refresh(tf.convert_to_tensor(self.model.all_item_embeddings())[1:])
@@ -232,7 +250,18 @@ class Trainer:
                    " (%.1fs)%s", e + 1, int(self.step.numpy()), record["loss"], record["mean_weight"],
                    metrics["recall@10"], metrics["ndcg@10"], metrics["recall@20"],
                    metrics["ndcg@20"], seconds, " *best*" if improved else "")
+      last_epoch_wall = time.time() - epoch_start
     return self.finish(history)
+
+  def pause(self, seconds: float) -> dict:
+    """The time budget's end: the last epoch is checkpointed; nothing is evaluated."""
+    result = dict(paused=True, global_step=int(self.step.numpy()),
+                  epochs_done=int(self.epoch.numpy()), best_epoch=int(self.best_epoch.numpy()),
+                  best_val_ndcg10=float(self.best_metric.numpy()), seconds=seconds)
+    logging.info("time budget of %.1f min reached after %.1f min: paused at epoch %d (step %d); "
+                 "rerun the same command to continue", self.cfg.time_budget_minutes,
+                 seconds / 60, result["epochs_done"], result["global_step"])
+    return result
 
   def finish(self, history) -> dict:
     cfg = self.cfg

@@ -85,3 +85,41 @@ def test_sigkill_mid_epoch_then_rerun_resumes_exactly(tmp_path):
   assert [h["epoch"] for h in mb["history"]] == [1, 2, 3]
   np.testing.assert_allclose([h["loss"] for h in ma["history"]],
                              [h["loss"] for h in mb["history"]], rtol=1e-5)
+
+
+def test_time_budget_pauses_between_epochs_and_chunks_end_where_one_run_ends(tmp_path):
+  """--time_budget_minutes: a process whose next epoch would pass the budget stops after its
+  epoch (exit status EXIT_PAUSED, the checkpoint kept, no metrics.json); rerunning the same
+  command one chunk at a time (each does at least one epoch) ends bit-for-bit where one
+  uninterrupted run ends."""
+  from train.trainer import EXIT_PAUSED  # pylint: disable=g-import-not-at-top
+  full, chunked = tmp_path / "full", tmp_path / "chunked"
+  reference = _start(full)
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+  command = [sys.executable, "-m", "train", *ARGS, f"--model_dir={chunked}",
+             "--time_budget_minutes=0.0001"]                 # 6 ms: one epoch per process
+  codes, epochs = [], []
+  for _ in range(4):
+    proc = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, timeout=240, check=False)
+    codes.append(proc.returncode)
+    epochs.append(len(json.loads((chunked / "history.json").read_text())))
+    if proc.returncode == EXIT_PAUSED:
+      assert "paused: step" in proc.stderr and not (chunked / "metrics.json").exists()
+    else:
+      assert proc.returncode == 0, proc.stderr[-3000:]
+  # Epoch 1 in the first process, 2 in the second, 3 in the third which then finishes (no
+  # epoch left to pause before); a fourth run only re-evaluates.
+  assert codes == [EXIT_PAUSED, EXIT_PAUSED, 0, 0] and epochs == [1, 2, 3, 3]
+  _finish(reference)
+  a, b = _variables(full), _variables(chunked)
+  assert set(a) == set(b)
+  for n in a:
+    np.testing.assert_allclose(a[n], b[n], rtol=1e-5, atol=1e-6, err_msg=n)
+  ma = json.loads((full / "metrics.json").read_text())
+  mb = json.loads((chunked / "metrics.json").read_text())
+  assert mb["global_step"] == ma["global_step"] == 180
+  np.testing.assert_allclose([h["loss"] for h in ma["history"]],
+                             [h["loss"] for h in mb["history"]], rtol=1e-5)
+  for k in ma["test"]:
+    np.testing.assert_allclose(mb["test"][k], ma["test"][k], rtol=1e-6, err_msg=k)
