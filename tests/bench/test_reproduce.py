@@ -295,46 +295,58 @@ def test_expected_count_rows_set_the_convention_and_pair_with_the_unigram_rows(t
   assert not any(r.startswith("mixed_expected_count") for r in paper_rows)
 
 
-def test_time_budget_pauses_the_invocation_and_a_rerun_continues(tmp_path, monkeypatch):
+# Runs in a process of its own: bench.reproduce defines absl flags at import, and other tests
+# import modules (eval.evaluate) whose flags share names with it.
+_TIME_BUDGET_SCENARIO = r"""
+import json, pathlib, sys
+from bench import reproduce
+from train.config import RunConfig
+from train.trainer import EXIT_PAUSED
+tmp_path = pathlib.Path(sys.argv[1])
+reproduce.FLAGS(["reproduce", f"--out={tmp_path}"])
+budgets = []
+
+def commands(base, setting, row, seed, run_dir):   # the first chunk of each run pauses
+  budgets.append((row, base.time_budget_minutes))
+  train = ("import pathlib, sys, time; p = pathlib.Path(sys.argv[1]) / 'chunks'; "
+           "n = int(p.read_text()) if p.exists() else 0; p.write_text(str(n + 1)); "
+           f"print('chunk', n); time.sleep(0.2); sys.exit({EXIT_PAUSED} if n == 0 else 0)")
+  evaluate = ("import pathlib, sys; d = pathlib.Path(sys.argv[1]) / 'eval'; "
+              "d.mkdir(); (d / 'eval_results.json').write_text('{}')")
+  return [[sys.executable, "-c", train, str(run_dir)],
+          [sys.executable, "-c", evaluate, str(run_dir)]]
+
+reproduce.run_commands = commands
+rows = ["mixed_corrected", "mixed_standard"]
+go = lambda minutes: reproduce._train_and_evaluate(
+    RunConfig.create(time_budget_minutes=minutes), tmp_path, ["ml1m_loo"], rows, [0], [])
+first, second = (tmp_path / "cpu" / "ml1m_loo" / r / "seed0" for r in rows)
+assert go(reproduce.MIN_CHUNK_MINUTES / 2) == (0, True) and budgets == []  # too little left
+assert go(10.0) == (0, True)                       # run 1's first chunk paused
+assert len(budgets) == 1 and 9.9 < budgets[0][1] <= 10.0, budgets
+chunk1 = json.loads((first / "timing_partial.json").read_text())["train_seconds"]
+assert chunk1 >= 0.2 and not (first / "timing.json").exists()
+assert go(10.0) == (1, True)                       # run 1 finished, run 2 paused
+timing = json.loads((first / "timing.json").read_text())
+assert timing["train_seconds"] >= chunk1 + 0.2 and not (first / "timing_partial.json").exists()
+log = (first / "train.log").read_text()
+assert "chunk 0" in log and "chunk 1" in log        # appended, not overwritten
+assert go(10.0) == (1, False)                      # run 2 finished: nothing paused
+assert go(10.0) == (0, False)                      # all done: nothing started
+assert (second / "eval" / "eval_results.json").exists()
+assert reproduce._train_and_evaluate(              # no budget: the command carries none
+    RunConfig.create(), tmp_path, ["ml1m_loo"], rows, [0], []) == (0, False)
+assert budgets[-1] == ("mixed_standard", 0.0), budgets
+print("SCENARIO OK")
+"""
+
+
+def test_time_budget_pauses_the_invocation_and_a_rerun_continues(tmp_path):
   """--time_budget_minutes: training gets what is left of the budget; a paused training
   (EXIT_PAUSED) ends the invocation with its time kept; the next invocation resumes that run
   (train log appended, training time summed) before starting the next; no run starts with
   less than MIN_CHUNK_MINUTES left. Training and evaluation are stand-in scripts here."""
-  from bench import reproduce  # pylint: disable=g-import-not-at-top
-  from train.trainer import EXIT_PAUSED  # pylint: disable=g-import-not-at-top
-  reproduce.FLAGS.unparse_flags()
-  reproduce.FLAGS(["reproduce", f"--out={tmp_path}"])
-  budgets = []
-
-  def commands(base, setting, row, seed, run_dir):   # the first chunk of each run pauses
-    budgets.append((row, base.time_budget_minutes))
-    train = ("import pathlib, sys, time; p = pathlib.Path(sys.argv[1]) / 'chunks'; "
-             "n = int(p.read_text()) if p.exists() else 0; p.write_text(str(n + 1)); "
-             f"print('chunk', n); time.sleep(0.2); sys.exit({EXIT_PAUSED} if n == 0 else 0)")
-    evaluate = ("import pathlib, sys; d = pathlib.Path(sys.argv[1]) / 'eval'; "
-                "d.mkdir(); (d / 'eval_results.json').write_text('{}')")
-    return [[sys.executable, "-c", train, str(run_dir)],
-            [sys.executable, "-c", evaluate, str(run_dir)]]
-
-  monkeypatch.setattr(reproduce, "run_commands", commands)
-  rows = ["mixed_corrected", "mixed_standard"]
-  go = lambda minutes: reproduce._train_and_evaluate(  # pylint: disable=protected-access
-      RunConfig.create(time_budget_minutes=minutes), tmp_path, ["ml1m_loo"], rows, [0], [])
-  first, second = (tmp_path / "cpu" / "ml1m_loo" / r / "seed0" for r in rows)
-  assert go(reproduce.MIN_CHUNK_MINUTES / 2) == (0, True) and budgets == []  # too little left
-  assert go(10.0) == (0, True)                       # run 1's first chunk paused
-  assert len(budgets) == 1 and 9.9 < budgets[0][1] <= 10.0
-  chunk1 = json.loads((first / "timing_partial.json").read_text())["train_seconds"]
-  assert chunk1 >= 0.2 and not (first / "timing.json").exists()
-  assert go(10.0) == (1, True)                       # run 1 finished, run 2 paused
-  timing = json.loads((first / "timing.json").read_text())
-  assert timing["train_seconds"] >= chunk1 + 0.2 and not (first / "timing_partial.json").exists()
-  assert "chunk 0" in (first / "train.log").read_text()
-  assert "chunk 1" in (first / "train.log").read_text()      # appended, not overwritten
-  assert go(10.0) == (1, False)                      # run 2 finished: nothing paused
-  assert go(10.0) == (0, False)                      # all done: nothing started
-  assert (second / "eval" / "eval_results.json").exists()
-  # Without a budget the training command carries none.
-  assert reproduce._train_and_evaluate(  # pylint: disable=protected-access
-      RunConfig.create(), tmp_path, ["ml1m_loo"], rows, [0], []) == (0, False)
-  assert budgets[-1] == ("mixed_standard", 0.0)
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  proc = subprocess.run([sys.executable, "-c", _TIME_BUDGET_SCENARIO, str(tmp_path)], cwd=ROOT,
+                        capture_output=True, text=True, env=env, timeout=240)
+  assert proc.returncode == 0 and "SCENARIO OK" in proc.stdout, proc.stderr[-3000:]
