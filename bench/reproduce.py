@@ -132,6 +132,9 @@ config_flags.define_flags(RunConfig, exclude=PER_RUN,
 # The paper code's model and negatives (--reference_model), and the corrected script's clamp.
 PAPER_CODE = dict(sasrec_block="reference", uniform_negatives="query")
 PAPER_CORRECTED_RATIO_FLOOR = 1e-10
+# The paper's rows correct the deduplicated in-batch negatives with the per-draw unigram Q,
+# whatever the binary's default convention is.
+PAPER_CONVENTION = "unigram"
 
 # Row name -> (label, RunConfig settings). Mixed negatives: 128 uniform + 128 in-batch with
 # unigram log Q (the paper's convention) is the train binary's `mixed` sampler. "Standard logQ" of
@@ -145,23 +148,28 @@ ROWS: Dict[str, tuple] = {
     "ss_uniform": ("Sampled softmax, uniform negatives",
                    dict(loss="sampled_softmax", negatives="uniform", logq="none")),
     "inbatch_none": ("In-batch, without logQ",
-                     dict(loss="sampled_softmax", negatives="in_batch", logq="none")),
+                     dict(loss="sampled_softmax", negatives="in_batch", logq="none",
+                          log_q_convention=PAPER_CONVENTION)),
     "inbatch_standard": ("In-batch, standard logQ",
                          dict(loss="sampled_softmax", negatives="in_batch",
-                              logq="standard_no_positive")),
+                              logq="standard_no_positive", log_q_convention=PAPER_CONVENTION)),
     "inbatch_corrected": ("In-batch, improved logQ",
-                          dict(loss="sampled_softmax", negatives="in_batch", logq="corrected")),
+                          dict(loss="sampled_softmax", negatives="in_batch", logq="corrected",
+                               log_q_convention=PAPER_CONVENTION)),
     "mixed_none": ("Mixed, without logQ",
-                   dict(loss="sampled_softmax", negatives="mixed", logq="none")),
+                   dict(loss="sampled_softmax", negatives="mixed", logq="none",
+                        log_q_convention=PAPER_CONVENTION)),
     "mixed_standard": ("Mixed, standard logQ",
                        dict(loss="sampled_softmax", negatives="mixed",
-                            logq="standard_no_positive")),
+                            logq="standard_no_positive", log_q_convention=PAPER_CONVENTION)),
     "mixed_corrected": ("Mixed, improved logQ",
-                        dict(loss="sampled_softmax", negatives="mixed", logq="corrected")),
+                        dict(loss="sampled_softmax", negatives="mixed", logq="corrected",
+                             log_q_convention=PAPER_CONVENTION)),
     "full_softmax": ("Full softmax", dict(loss="full_softmax", logq="none")),
     # Not in the paper: the TFRS form of standard logQ (the positive's column corrected too).
     "mixed_standard_tfrs": ("Mixed, standard logQ as TFRS (positive corrected)",
-                            dict(loss="sampled_softmax", negatives="mixed", logq="standard")),
+                            dict(loss="sampled_softmax", negatives="mixed", logq="standard",
+                                 log_q_convention=PAPER_CONVENTION)),
     # Not in the paper: the deduplicated in-batch half corrected with log of its expected count
     # (inclusion probability) instead of the per-draw unigram Q (--log_q_convention).
     "mixed_expected_count_standard": (
