@@ -33,14 +33,9 @@ import argparse
 import json
 import os
 import pathlib
-import sys
 import time
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-  sys.path.insert(0, str(ROOT))
-
-import numpy as np  # noqa: E402
+import numpy as np
 
 FACTORS = {                      # the demo's default first
     "batch_size": (256, 64, 1024),

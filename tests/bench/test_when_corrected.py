@@ -1,12 +1,15 @@
 """bench/when_corrected.py: the sweep's points, verdicts and a quick end-to-end run."""
 
 import json
+import pathlib
 import subprocess
 import sys
 
 import pytest
 
 from bench import when_corrected
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_points_start_with_the_default_and_move_one_factor_at_a_time():
@@ -32,7 +35,7 @@ def test_quick_sweep_writes_paired_differences_table_and_plot(tmp_path):
   out = tmp_path / "wc"
   proc = subprocess.run([sys.executable, "bench/when_corrected.py", "--quick",
                          "--factors=tau", "--seeds=0,1", f"--out={out}"],
-                        capture_output=True, text=True, cwd=when_corrected.ROOT, timeout=600)
+                        capture_output=True, text=True, cwd=ROOT, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   results = json.loads((out / "when_corrected.json").read_text())
   assert [r["point"] for r in results] == ["default", "tau=2.0"]
@@ -50,6 +53,6 @@ def test_quick_sweep_writes_paired_differences_table_and_plot(tmp_path):
   (out / "when_corrected.md").unlink()
   proc = subprocess.run([sys.executable, "bench/when_corrected.py", "--report_only",
                          f"--out={out}"], capture_output=True, text=True,
-                        cwd=when_corrected.ROOT, timeout=300)
+                        cwd=ROOT, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "| tau=2.0 | expected_count |" in (out / "when_corrected.md").read_text()
