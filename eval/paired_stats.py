@@ -290,7 +290,8 @@ def paired_difference(first, second, confidence: float = CONFIDENCE, margin=None
   stats = _mean_se(d)
   n = stats["n"]
   stats.update(seeds=seeds, differences=d.tolist() if d.ndim == 1 else d,
-               confidence=confidence, margin=None if margin is None else _out(margin), t=None, half_width=None, ci=None,
+               confidence=confidence, margin=None if margin is None else _out(margin),
+               t=None, half_width=None, ci=None,
                positive=_out((d > 0).sum(axis=0), int) if n else 0)
   if n == 0:
     stats["verdict"] = NO_COMMON_SEED

@@ -13,9 +13,9 @@ epoch, best NDCG@10, patience counter), TensorBoard summaries (train/loss, train
 val/recall@k, val/ndcg@k) and metrics.json; rerunning the same command resumes exactly where the
 last finished epoch left off; with --time_budget_minutes=T it pauses (checkpoint kept, exit
 status 3 = `train.trainer.EXIT_PAUSED`) before an epoch that would end past T minutes, so a long
-run can be done in chunks by rerunning the command. --export_dir writes the serving SavedModels (train/export.py). The
-paper's reference code calls an "epoch" min(100, batches per pass) = 48 steps on ML-1M
-(--steps_per_epoch=48, or 0 = one pass).
+run can be done in chunks by rerunning the command. --export_dir writes the serving SavedModels
+(train/export.py). The paper's reference code calls an "epoch" min(100, batches per pass) = 48
+steps on ML-1M (--steps_per_epoch=48, or 0 = one pass).
 
 Multi-worker: set TF_CONFIG in every worker's environment and pass --strategy=multi_worker;
 worker 0 (the chief) writes summaries, metrics and exports.

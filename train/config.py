@@ -197,8 +197,9 @@ class RunConfig:
     """Checks every setting and their combinations; raises ValueError naming the setting."""
     self.data.validate()
     for name in ("max_len", "embedding_dim", "num_blocks", "num_heads", "sasrec_attention_blocks",
-                 "num_negatives", "midx_codewords", "hash_array_hashes", "count_min_depth", "batch_size",
-                 "epochs", "early_stopping_patience", "eval_batch_size", "max_checkpoints"):
+                 "num_negatives", "midx_codewords", "hash_array_hashes", "count_min_depth",
+                 "batch_size", "epochs", "early_stopping_patience", "eval_batch_size",
+                 "max_checkpoints"):
       if getattr(self, name) < 1:
         raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
     for name in ("steps_per_epoch", "frequency_buckets", "cpu_replicas", "ratio_floor",
