@@ -14,9 +14,13 @@ included) would pass start + T; the last epoch's checkpoint is kept and `run` re
 ``{"paused": True, ...}`` without evaluating or exporting (the binary exits with
 ``EXIT_PAUSED``). Rerunning resumes exactly, as after a crash.
 
-Early stopping: after each epoch the model is validated (exact Recall/NDCG@10,20); the best
-model is kept in ``model_dir/best``; training stops after ``early_stopping_patience`` epochs
-without a better NDCG@10. Final metrics (best model, validation and test) go to the metrics JSON.
+Early stopping (the convergence protocol): after each epoch the model is validated (exact
+Recall/NDCG@10,20); the best model is kept in ``model_dir/best``; training stops after
+``early_stopping_patience`` epochs without a better NDCG@10. The best model is the one evaluated
+on validation and test. The metrics JSON records it with the steps to the best epoch
+(``best_step``), the validation curve (``history``: one record per epoch, with its training and
+wall-clock seconds) and the wall-clock of all epochs (``train_wall_seconds``, summed over
+resumed chunks).
 """
 
 from __future__ import annotations
@@ -44,7 +48,16 @@ from train.config import RunConfig
 from train import step as step_lib
 from train.objective import Objective
 
-__all__ = ["Trainer", "build_estimator", "build_model"]
+__all__ = ["Trainer", "best_step", "build_estimator", "build_model"]
+
+
+def best_step(history, best_epoch: int):
+  """The global step at the end of epoch ``best_epoch`` (the checkpoint evaluated on test), from
+  the run's epoch history; None when that epoch is not in it (no epoch trained)."""
+  for h in history:
+    if h.get("epoch") == best_epoch:
+      return int(h["step"])
+  return None
 
 
 def build_estimator(cfg: RunConfig, data) -> frequency.FrequencyEstimator:
@@ -236,7 +249,9 @@ class Trainer:
       self.epoch.assign(e + 1)
       record = dict(epoch=e + 1, step=int(self.step.numpy()), loss=losses / max(n, 1),
                     mean_weight=weights / max(n, 1), seconds=seconds,
-                    seconds_per_step=seconds / max(n, 1), **{f"val_{k}": v for k, v in metrics.items()})
+                    seconds_per_step=seconds / max(n, 1),
+                    wall_seconds=time.time() - epoch_start,
+                    **{f"val_{k}": v for k, v in metrics.items()})
       history.append(record)
       with self.writer.as_default(step=int(self.step.numpy())):
         for k, v in metrics.items():
@@ -272,7 +287,10 @@ class Trainer:
                   num_items=self.data.num_items, steps_per_epoch=self.steps_per_epoch,
                   global_step=int(self.step.numpy()), epochs_done=int(self.epoch.numpy()),
                   best_epoch=int(self.best_epoch.numpy()),
+                  best_step=best_step(history, int(self.best_epoch.numpy())),
                   best_val_ndcg10=float(self.best_metric.numpy()),
+                  train_wall_seconds=float(sum(h.get("wall_seconds", h["seconds"])
+                                               for h in history)),
                   stopped_early=int(self.bad_epochs.numpy()) >= cfg.early_stopping_patience,
                   val=self.validate("val"), test=self.validate("test"), history=history)
     if self.chief:

@@ -5,6 +5,8 @@
     data = load("ml1m")                                        # gsasrec at <data root>/ml1m
     data = load("movielens_raw", "/path/ratings.dat", split="temporal")
     data = load("tfds", tfds_name="movielens/1m-ratings", data_dir="~/tensorflow_datasets")
+    data = load("sequences", "sequences.txt")                  # `user item item ...` per line
+    data = load("interactions", "clicks.csv", split="temporal")   # user,item[,timestamp]
 
 The data root is $TFRS_LOGQ_DATA, else ../shared/data beside a repository checkout.
 """
@@ -18,10 +20,11 @@ from train.data.gsasrec import load_gsasrec
 from train.data.movielens import load_movielens_raw
 from train.data.records import SequenceData
 from train.data.synthetic import load_synthetic
+from train.data.user_files import load_interactions, load_sequences
 
 __all__ = ["DATASETS", "SPLITS", "default_data_root", "load"]
 
-DATASETS = ("synthetic", "gsasrec", "ml1m", "movielens_raw", "tfds")
+DATASETS = ("synthetic", "gsasrec", "ml1m", "movielens_raw", "tfds", "sequences", "interactions")
 SPLITS = ("leave_one_out", "temporal")
 
 
@@ -45,7 +48,9 @@ def load(name: str, data_path=None, *, split: str = "leave_one_out", seed: int =
       "movielens_raw" (ratings.dat or u.data file, or a folder holding one; data_path defaults
       to <data root>/ml-100k; kwargs min_count=5, iterate_core=True, temporal_fraction=0.1,
       num_val_users, drop_unseen_targets, drop_empty_history),
-      "tfds" (kwargs tfds_name="movielens/100k-ratings", data_dir (or data_path), download).
+      "tfds" (kwargs tfds_name="movielens/100k-ratings", data_dir (or data_path), download),
+      "sequences" / "interactions" (a user's own files, `train.data.user_files`; data_path
+      required; kwargs min_count=1, num_val_users, temporal_fraction, ...).
     data_path: file or folder of the data (see above).
     split: "leave_one_out" or "temporal" (global time split; not for the gSASRec files, which
       have no timestamps: use movielens_raw with ratings.dat).
@@ -81,4 +86,9 @@ def load(name: str, data_path=None, *, split: str = "leave_one_out", seed: int =
         raise ValueError("pass data_dir or data_path, not both")
       kwargs["data_dir"] = data_path
     return load_tfds(split=split, **kwargs)
+  if name in ("sequences", "interactions"):
+    if data_path is None:
+      raise ValueError(f"the {name} dataset needs data_path (the file)")
+    reader = load_sequences if name == "sequences" else load_interactions
+    return reader(data_path, split=split, **kwargs)
   raise ValueError(f"unknown dataset {name!r}: expected one of {DATASETS}")
