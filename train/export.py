@@ -13,7 +13,12 @@ Layout of ``export_dir``:
   export_meta.json      {"num_items", "max_len", "embedding_dim",
                          "run_config": the whole `train.config.RunConfig` (its "data" entry is
                                        the `train.data.DataConfig` of the training data),
-                         "data_fingerprint": `train.data.fingerprint` of that data}
+                         "data_fingerprint": `train.data.fingerprint` of that data,
+                         "id_maps": {"item_ids": "item_ids.txt", "user_ids": ...} when the
+                                    data renumbered its ids}
+  item_ids.txt          line i (1-based) = the original id of item i, as in the data file
+                        (readers that renumber: movielens_raw, sequences, interactions)
+  user_ids.txt          line u = the original id of user u
 
 Embeddings are raw (not divided by the temperature); s(u, d) = <q_u, c_d> / temperature.
 Evaluation defaults its data settings to the recorded ones and refuses data whose fingerprint
@@ -32,7 +37,7 @@ import tensorflow as tf
 
 from train import data as data_lib
 
-__all__ = ["ItemEmbeddings", "QueryEncoder", "export", "read_meta"]
+__all__ = ["ItemEmbeddings", "QueryEncoder", "export", "read_meta", "write_id_maps"]
 
 META_FILE = "export_meta.json"
 
@@ -63,6 +68,21 @@ class ItemEmbeddings(tf.Module):
     return {"embedding": tf.gather(self.embeddings, item_ids)}
 
 
+def write_id_maps(export_dir, data) -> dict:
+  """Writes item_ids.txt / user_ids.txt (line i = the original id of id i) for the maps in
+  ``data.metadata``; returns {"item_ids": file name, ...} of the files written."""
+  os.makedirs(export_dir, exist_ok=True)
+  written = {}
+  for key, name in (("item_original_ids", "item_ids"), ("user_original_ids", "user_ids")):
+    ids = data.metadata.get(key)
+    if ids is None:
+      continue
+    with open(os.path.join(str(export_dir), f"{name}.txt"), "w") as f:
+      f.write("".join(f"{v}\n" for v in ids))
+    written[name] = f"{name}.txt"
+  return written
+
+
 def export(model, export_dir: str, *, config, data) -> dict:
   """Writes the layout of the module docstring; returns the metadata written.
 
@@ -87,6 +107,9 @@ def export(model, export_dir: str, *, config, data) -> dict:
   meta = dict(num_items=int(data.num_items), max_len=int(config.max_len),
               embedding_dim=int(table.shape[1]), run_config=config.to_dict(),
               data_fingerprint=data_lib.fingerprint(data))
+  id_maps = write_id_maps(export_dir, data)
+  if id_maps:
+    meta["id_maps"] = id_maps
   with open(os.path.join(export_dir, META_FILE), "w") as f:
     json.dump(meta, f, indent=2, sort_keys=True)
   return meta

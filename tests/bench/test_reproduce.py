@@ -234,7 +234,9 @@ def test_a_run_reports_every_finished_seed_found(tmp_path):
               [(r20 / 2, n20 / 2), (r20, n20)], train_seconds=120.0)
     config = RunConfig().replace(max_len=50, seed=seed, model_dir=f"/runs/seed{seed}/model")
     (tmp_path / "cpu" / "ml1m_loo" / "mixed_corrected" / f"seed{seed}" /
-     "train_metrics.json").write_text(json.dumps({"config": config.to_dict()}))
+     "train_metrics.json").write_text(json.dumps({"config": config.to_dict(),
+                                                  "best_step": 100 * (seed + 1),
+                                                  "global_step": 500}))
   # Seed 0 is finished (reused, nothing trained); seeds 1 and 2 come from earlier invocations.
   proc = _run(["--rows=mixed_corrected", "--seeds=0", "--settings=ml1m_loo",
                f"--out={tmp_path}"])
@@ -248,7 +250,8 @@ def test_a_run_reports_every_finished_seed_found(tmp_path):
   assert f"{n.mean():.4f} ± {n.std(ddof=1) / np.sqrt(3):.4f}" in row
   assert "| 3 (0,1,2) |" in row
   assert "0.3937" in row and "0.1972" in row  # the paper's numbers beside ours
-  assert row.endswith("| 2.0 |")  # train minutes per run
+  # train minutes per run; steps to the best epoch (100, 200, 300: mean ± s.e.); steps run
+  assert row.endswith("| 2.0 | 200 ± 58 | 500 ± 0 |")
   # The training flags all runs share, read back from their train_metrics.json.
   shared = [l for l in md.splitlines() if l.startswith("Training flags shared")][0]
   assert "--max_len=50" in shared and "--seed=" not in shared and "--model_dir" not in shared
