@@ -36,7 +36,8 @@ APP_REQUIRES = [
 ]
 # The Keras 3 path (tfrs_logq.keras3, keras.ops only): Keras 3 with keras-rs and the JAX backend.
 # Python >= 3.10 (tested on 3.11 with keras 3.15, keras-rs 0.4, jax 0.10). PyTorch is optional
-# (a CPU wheel: `pip install torch`); the parity tests run it when it is installed.
+# for users (a CPU wheel: `pip install torch`); the test extra installs it so that the parity
+# tests run on all three backends.
 KERAS3_REQUIRES = [
     "keras>=3.12",
     "keras-rs>=0.2.1",
@@ -45,9 +46,10 @@ KERAS3_REQUIRES = [
 # bench/train_speed.py's yardstick: a PyTorch re-implementation of the paper code's training step
 # (bench/paper_code_torch.py), timed beside ours in the same run. Never a test dependency.
 BENCH_REQUIRES = APP_REQUIRES + ["torch>=2.4"]
-# The suite runs the Keras 3 parity tests on the TensorFlow and JAX backends.
+# The suite runs the Keras 3 parity tests on the TensorFlow, JAX and PyTorch backends (torch
+# pinned to the CPU build 2.13.0, the one tested; `make test` installs it).
 # scipy: the oracle of eval/paired_stats.py's Student t (tests only; the application never imports it).
-TEST_REQUIRES = APP_REQUIRES + KERAS3_REQUIRES + ["pytest>=7", "scipy>=1.10"]
+TEST_REQUIRES = APP_REQUIRES + KERAS3_REQUIRES + ["pytest>=7", "scipy>=1.10", "torch==2.13.0"]
 
 setuptools.setup(
     name="tfrs-logq",

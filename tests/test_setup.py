@@ -82,12 +82,13 @@ def test_app_extra_provides_what_the_application_imports():
     modules = _third_party_imports(package) - OPTIONAL_IMPORTS
     missing = _distributions(modules) - reqs[""] - reqs["app"]
     assert not missing, f"{package} imports {missing}, in no requirement of .[app]"
-  # The suite = the application + the Keras 3 path's parity tests (JAX backend) + pytest + scipy
-  # (an oracle only).
+  # The suite = the application + the Keras 3 path's parity tests (JAX and PyTorch backends) +
+  # pytest + scipy (an oracle only).
   assert reqs["keras3"] == {"keras", "keras-rs", "jax"}
-  assert reqs["app"] | reqs["keras3"] | {"pytest", "scipy"} == reqs["test"]
-  # The speed bench's PyTorch yardstick is its own extra, never needed by the suite.
-  assert reqs["bench"] == reqs["app"] | {"torch"} and "torch" not in reqs["test"]
+  assert reqs["app"] | reqs["keras3"] | {"pytest", "scipy", "torch"} == reqs["test"]
+  # The speed bench's PyTorch yardstick is its own extra (the suite installs torch for the
+  # Keras 3 backend, and never runs the yardstick).
+  assert reqs["bench"] == reqs["app"] | {"torch"}
 
 
 def test_console_scripts_point_at_the_binaries():
