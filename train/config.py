@@ -150,6 +150,10 @@ class RunConfig:
   steps_per_epoch: int = setting(100, "Steps per epoch (0 = one pass over the training data).")
   early_stopping_patience: int = setting(
       200, "Stop after this many epochs without a better validation NDCG@10.")
+  test_curve: bool = setting(
+      False, "Also evaluate the test split after every epoch and record it in the history "
+      "(test_* keys; never used to select the model): to check what a shorter patience would "
+      "have selected (bench/patience_check.py). Costs one test evaluation per epoch.")
   seed: int = setting(0, "Seed of initialisation, data order, negatives and dropout.")
   jit_compile: bool = setting(False, "Compile the SASRec encoder and scoring with XLA.")
   jit_compile_step: bool = setting(

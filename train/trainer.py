@@ -20,7 +20,9 @@ Recall/NDCG@10,20); the best model is kept in ``model_dir/best``; training stops
 on validation and test. The metrics JSON records it with the steps to the best epoch
 (``best_step``), the validation curve (``history``: one record per epoch, with its training and
 wall-clock seconds) and the wall-clock of all epochs (``train_wall_seconds``, summed over
-resumed chunks).
+resumed chunks). ``test_curve`` also evaluates the test split after every epoch (``test_*`` keys
+of the history; never used for selection), so that a shorter patience can be checked against a
+longer one on the same run (``bench/patience_check.py``).
 """
 
 from __future__ import annotations
@@ -238,6 +240,8 @@ class Trainer:
         # that garbage resident for the whole run (train/host_memory.py).
         trimmed = host_memory.release_free_memory()
       metrics = self.validate("val")
+      if cfg.test_curve:  # recorded only: selection stays on validation
+        metrics.update({f"test_{k}": v for k, v in self.validate("test").items()})
       improved = metrics["ndcg@10"] > float(self.best_metric.numpy())
       if improved:
         self.best_metric.assign(metrics["ndcg@10"])
@@ -251,12 +255,13 @@ class Trainer:
                     mean_weight=weights / max(n, 1), seconds=seconds,
                     seconds_per_step=seconds / max(n, 1),
                     wall_seconds=time.time() - epoch_start,
-                    **{f"val_{k}": v for k, v in metrics.items()})
+                    **{(k if k.startswith("test_") else f"val_{k}"): v
+                       for k, v in metrics.items()})
       history.append(record)
       with self.writer.as_default(step=int(self.step.numpy())):
         for k, v in metrics.items():
-          if k != "num_queries":
-            tf.summary.scalar(f"val/{k}", v)
+          if not k.endswith("num_queries"):
+            tf.summary.scalar(f"test/{k[5:]}" if k.startswith("test_") else f"val/{k}", v)
         tf.summary.scalar("train/epoch_loss", record["loss"])
       self.writer.flush()
       self._save_history(history)

@@ -1,0 +1,129 @@
+r"""Does a shorter early-stopping patience select a worse model? Checked on runs' own curves.
+
+A run trained with patience P_max and ``--test_curve`` holds, per epoch e, the validation
+NDCG@10 v_e and the test metrics t_e. Training is deterministic and resumable, so the run with
+patience P < P_max is this run's prefix: it stops at the first epoch where P epochs have passed
+without a better v, and selects
+
+    e*(P) = argmax_{e <= stop(P)} v_e   (first maximum),    stop(P) = min{e : e - e*(e) = P}
+
+(or the last epoch when that never happens). The test metric it reports is t_{e*(P)}. For each
+P this script prints e*(P), the steps to it and t_{e*(P)} − t_{e*(P_max)}, beside the seed noise
+of the same metric (the s.e. over seeds of a row in a reproduce report, --noise_json), so the
+reader sees whether the shorter patience moves the result by less than the seed noise.
+
+    python bench/patience_check.py --runs=DIR[,DIR...] --patiences=3,5,10,20 \
+        [--noise_json=docs/results/converged/ml100k_temporal/reproduce_full.json] \
+        [--markdown=docs/results/converged/ml100k_temporal/patience_check.md]
+
+DIR: a run folder of bench/reproduce (holding model/history.json). Last line: a summary.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Dict, List, Optional, Sequence
+
+from absl import app
+from absl import flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("runs", [], "Run folders (model/history.json with test_* keys).")
+flags.DEFINE_list("patiences", ["3", "5", "10", "20"], "Patiences (epochs) to check.")
+flags.DEFINE_string("noise_json", None, "A reproduce_full.json / reproduce_cpu.json whose row "
+                    "statistics give the seed noise (s.e.) of each metric.")
+flags.DEFINE_string("markdown", None, "Also write the table here.")
+
+METRICS = ("recall@10", "recall@20", "ndcg@10", "ndcg@20")
+
+
+def selected_epoch(val: Sequence[float], patience: int) -> tuple:
+  """(index of the selected epoch, index of the last epoch trained) under ``patience``: the
+  first maximum of ``val`` up to the first epoch that ends ``patience`` epochs without a better
+  value (strictly greater, as the trainer)."""
+  if not val:
+    raise ValueError("empty validation curve")
+  best, bad = 0, 0
+  for e in range(1, len(val)):
+    if val[e] > val[best]:
+      best, bad = e, 0
+    else:
+      bad += 1
+      if bad >= patience:
+        return best, e
+  return best, len(val) - 1
+
+
+def check_run(history: List[dict], patiences: Sequence[int]) -> List[dict]:
+  """Per patience: the selected epoch, its step and test metrics, and whether the run was long
+  enough to tell (its curve reached the stopping epoch of that patience)."""
+  val = [h["val_ndcg@10"] for h in history]
+  rows = []
+  for p in patiences:
+    best, stop = selected_epoch(val, p)
+    stopped = stop < len(val) - 1 or (len(val) - 1 - best) >= p
+    rows.append(dict(patience=p, epoch=history[best]["epoch"], step=history[best]["step"],
+                     stopped=stopped, val_ndcg10=val[best],
+                     test={m: history[best].get(f"test_{m}") for m in METRICS}))
+  return rows
+
+
+def _row_noise(noise_json: Optional[str], row: str) -> Dict[str, Optional[float]]:
+  if not noise_json:
+    return {}
+  stats = json.loads(pathlib.Path(noise_json).read_text())["statistics"]
+  for setting in stats.values():
+    if row in setting["rows"]:
+      return {m: setting["rows"][row]["metrics"].get(m, {}).get("se") for m in METRICS}
+  return {}
+
+
+def main(argv):
+  del argv
+  if not FLAGS.runs:
+    raise app.UsageError("--runs is required")
+  patiences = sorted(int(p) for p in FLAGS.patiences)
+  lines = ["| run | patience | selected epoch (step) | stopped | " +
+           " | ".join(f"test {m} (Δ vs longest; seed s.e.)" for m in METRICS) + " |",
+           "|---|---|---|---|" + "---|" * len(METRICS)]
+  worst = 0.0
+  for run in FLAGS.runs:
+    run_dir = pathlib.Path(run)
+    history = json.loads((run_dir / "model" / "history.json").read_text())
+    if not history or "test_ndcg@10" not in history[0]:
+      raise app.UsageError(f"{run_dir}: no test curve (train with --test_curve)")
+    rows = check_run(history, patiences)
+    ref = rows[-1]["test"]
+    noise = _row_noise(FLAGS.noise_json, run_dir.parent.name)
+    name = f"{run_dir.parent.name}/{run_dir.name}"
+    for r in rows:
+      cells = []
+      for m in METRICS:
+        d = r["test"][m] - ref[m]
+        se = noise.get(m)
+        if se:
+          worst = max(worst, abs(d) / se)
+        cells.append(f"{r['test'][m]:.4f} ({d:+.4f}; {se:.4f})" if se else
+                     f"{r['test'][m]:.4f} ({d:+.4f})")
+      lines.append(f"| {name} | {r['patience']} | {r['epoch']} ({r['step']}) | "
+                   f"{'yes' if r['stopped'] else 'no: the run ended first'} | "
+                   + " | ".join(cells) + " |")
+  table = "\n".join(lines)
+  if FLAGS.markdown:
+    pathlib.Path(FLAGS.markdown).write_text(
+        "# Patience check\n\nWritten by `python bench/patience_check.py "
+        f"--runs={','.join(FLAGS.runs)} --patiences={','.join(map(str, patiences))}"
+        + (f" --noise_json={FLAGS.noise_json}" if FLAGS.noise_json else "") + "`.\n\n"
+        "Each row: the epoch that early stopping with that patience selects on this run's "
+        "validation NDCG@10 curve, and its test metrics; Δ = minus the longest patience's; "
+        "seed s.e. = the standard error over seeds of the same row in the main report.\n\n"
+        + table + "\n")
+  print(table)
+  print(f"SUMMARY patience_check: {len(FLAGS.runs)} runs, patiences {patiences}; largest "
+        f"|Δ test| / seed s.e. = {worst:.2f}" if worst else
+        f"SUMMARY patience_check: {len(FLAGS.runs)} runs, patiences {patiences}")
+
+
+if __name__ == "__main__":
+  app.run(main)
