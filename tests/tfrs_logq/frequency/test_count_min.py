@@ -66,9 +66,9 @@ def test_sketch_shape_from_epsilon_delta():
 
 
 def test_documented_signature_defaults_and_numpy_sizes():
-  """README's CountMinSketch(epsilon, delta, conservative=..., half_life=...): ε and δ are the
-  first two positionals, the rest are keywords; with nothing given ε = 1e-4, δ = 0.01
-  (width ⌈e/ε⌉, depth ⌈ln 1/δ⌉); numpy integers are sizes like ints."""
+  """docs/frequency_estimation.md's CountMinSketch(epsilon, delta, conservative=...,
+  half_life=...): ε and δ are the first two positionals, the rest are keywords; with nothing given
+  ε = 1e-4, δ = 0.01 (width ⌈e/ε⌉, depth ⌈ln 1/δ⌉); numpy integers are sizes like ints."""
   cms = CountMinSketch(1e-3, 0.05, conservative=True, half_life=10.0)
   assert (cms.depth, cms.width, cms.conservative, cms.half_life) == (3, 2719, True, 10.0)
   default = CountMinSketch()
