@@ -16,7 +16,7 @@ project's 2-core machine that was 0.18-0.30 s of *system* time per 0.6 s step (`
 Setting any of the first three turns glibc's adaptive threshold off, so they are set together (one
 alone makes it worse: with only M_TOP_PAD the step took 0.85 s). Measured in one run
 (`python bench/train_speed.py --configs=sequence+reference+xla+malloc_default,
-sequence+reference+xla`): see README's benchmark table. The price is resident memory: freed
+sequence+reference+xla`): see docs/benchmarks.md. The price is resident memory: freed
 buffers stay mapped. glibc gives every thread that meets a locked heap a heap of its own (up to
 8 per core), and with the three settings above each of those heaps keeps its freed buffers: the
 ML-1M SASRec step (XLA encoder) peaked at 3.18 GiB with them and 2.36 GiB with one heap, at the
