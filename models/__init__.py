@@ -1,4 +1,5 @@
-"""Query models of tfrs_logq: SASRec (sequential) and a TFRS two-tower model.
+"""Query models of tfrs_logq: SASRec (sequential; its blocks in `models.sasrec_blocks`, its
+dropout and execution paths in `models.sasrec_ops`) and a TFRS two-tower model.
 
 Both implement the interface of `models.queries` (``training_queries`` -> `TrainingQueries`,
 ``query_embeddings``, ``serving_queries``, ``item_embeddings``, ``all_item_embeddings``,

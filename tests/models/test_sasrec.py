@@ -169,19 +169,6 @@ def test_static_shape_training_queries_keep_every_position(pack_tokens):
                              m.encode(x).numpy(), atol=1e-5)
 
 
-def test_fast_dropout_rate_and_scale():
-  from models.sasrec import _dropout
-  x = tf.ones([200, 500])
-  y = _dropout(x, 0.5, True, tf.constant([1, 2], tf.int64), 3).numpy()
-  kept = y > 0
-  assert abs(kept.mean() - 0.5) < 0.01
-  np.testing.assert_allclose(y[kept], 2.0)
-  y2 = _dropout(x, 0.2, True, tf.constant([1, 2], tf.int64), 3).numpy()
-  assert abs((y2 > 0).mean() - (1 - 51 / 256)) < 0.01
-  np.testing.assert_allclose(y2[y2 > 0], 256 / 205, rtol=1e-6)
-  np.testing.assert_array_equal(_dropout(x, 0.5, False, None, 0).numpy(), 1.0)
-
-
 def _np_layer_norm(x, ln):
   g, b = ln.gamma.numpy(), ln.beta.numpy()
   mu = x.mean(-1, keepdims=True)
@@ -325,42 +312,11 @@ def test_every_execution_path_equals_the_padded_full_grid_path(block_style, jit_
           np.testing.assert_allclose(a, b, atol=1e-5 * max(1.0, np.abs(b).max()), err_msg=where)
 
 
-def test_block_bounds_cover_the_queries_with_near_equal_blocks():
-  from models.sasrec import _block_bounds
-  assert _block_bounds(11, 3) == [(0, 4), (4, 8), (8, 11)]
-  assert _block_bounds(200, 4) == [(0, 50), (50, 100), (100, 150), (150, 200)]
-  assert _block_bounds(3, 8) == [(0, 1), (1, 2), (2, 3)]
-  assert _block_bounds(None, 4) == [(0, None)] == _block_bounds(200, 1)
-
-
 def test_unknown_length_falls_back_to_the_full_grid():
   m = _model(attention_blocks=4, pack_tokens=False)
   x = _batch(np.random.default_rng(10))
   traced = tf.function(m.encode, input_signature=[tf.TensorSpec([None, None], tf.int64)])
   np.testing.assert_allclose(traced(x).numpy(), m.encode(x).numpy(), atol=1e-5)
-
-
-def test_token_index_capacity_buckets():
-  """rows: the non-padding flat slots (row-major) then zeros up to C; C = T rounded up to a
-  multiple of ceil(B L / 8), >= that, <= B L; slots: the packed row of each slot, C at padding."""
-  from models.sasrec import _token_index
-  rng = np.random.default_rng(11)
-  capacities = set()
-  for t in [0, 1, 5, 6, 7, 13, 18, 19, 25, 30, 31, 37, 42, 43, 47, 48]:
-    valid = np.zeros(48, bool)
-    valid[rng.choice(48, size=t, replace=False)] = True
-    rows, slots, count = (v.numpy() for v in _token_index(tf.constant(valid.reshape(4, 12)), 8))
-    c = len(rows)
-    capacities.add(c)
-    assert count == t and c == max(6, -(-t // 6) * 6)           # ceil(48 / 8) = 6
-    np.testing.assert_array_equal(rows[:t], np.nonzero(valid)[0])
-    np.testing.assert_array_equal(rows[t:], 0)
-    expected = np.full(48, c)
-    expected[np.nonzero(valid)[0]] = np.arange(t)
-    np.testing.assert_array_equal(slots, expected)
-  assert capacities == {6, 12, 18, 24, 30, 36, 42, 48}
-  rows, slots, count = (v.numpy() for v in _token_index(tf.constant(valid.reshape(4, 12))))
-  assert len(rows) == count == valid.sum()
 
 
 def test_xla_compilations_are_bounded_by_the_token_buckets():
