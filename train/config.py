@@ -36,13 +36,14 @@ from train.objective import NEGATIVES
 from train.validation import FILTER_RATED
 
 __all__ = ["FILTER_RATED", "FREQUENCIES", "LOG_Q_CONVENTIONS", "LOSSES", "MODELS", "NEGATIVES",
-           "RunConfig", "UNIFORM_NEGATIVES"]
+           "RunConfig", "TABLE_OPTIMIZERS", "UNIFORM_NEGATIVES"]
 
 MODELS = ("sasrec", "two_tower")
 LOSSES = losses.LOSSES
 UNIFORM_NEGATIVES = UNIFORM_PER
 LOG_Q_CONVENTIONS = CONVENTIONS
 FREQUENCIES = ("exact", "hash_array", "count_min")
+TABLE_OPTIMIZERS = ("adam", "lazy_adam")
 
 
 def _library_default(cls, name: str):
@@ -146,6 +147,11 @@ class RunConfig:
   # ---------------------------------------------------------------------------- optimisation
   batch_size: int = setting(128, "GLOBAL batch size (sequences or pairs), split over replicas.")
   learning_rate: float = setting(1e-3, "Adam learning rate.")
+  table_optimizer: str = setting(
+      "adam", "Optimizer: adam (tf-keras's Adam: every row of the item / user tables decays at "
+      "every step, O(|I| d) per step) or lazy_adam (tfrs_logq.lazy_adam.LazyAdam: sparse table "
+      "gradients update only their rows, with per-row bias correction; dense weights get Adam's "
+      "update; a step's cost does not grow with the catalog).", choices=TABLE_OPTIMIZERS)
   epochs: int = setting(200, "Maximum number of epochs.")
   steps_per_epoch: int = setting(100, "Steps per epoch (0 = one pass over the training data).")
   early_stopping_patience: int = setting(
@@ -238,6 +244,9 @@ class RunConfig:
                        f"uniform sampling rate); got negatives={self.negatives}")
     if self.loss == "sampled_softmax" and self.negatives == "mixed" and self.num_negatives < 2:
       raise ValueError("mixed negatives need num_negatives >= 2 (split in-batch / uniform)")
+    if self.table_optimizer == "lazy_adam" and self.jit_compile_step:
+      raise ValueError("table_optimizer=lazy_adam updates the distinct rows of a sparse gradient "
+                       "(dynamic shapes): it cannot run inside jit_compile_step's XLA program")
     if self.strategy == "tpu" and self.tpu is None:
       raise ValueError("strategy=tpu needs tpu (a name, an address or 'local')")
     return self

@@ -23,6 +23,16 @@ wall-clock seconds) and the wall-clock of all epochs (``train_wall_seconds``, su
 resumed chunks). ``test_curve`` also evaluates the test split after every epoch (``test_*`` keys
 of the history; never used for selection), so that a shorter patience can be checked against a
 longer one on the same run (``bench/patience_check.py``).
+
+Failures. A non-finite loss or gradient (`train.step` makes the step's loss NaN when a gradient
+is not finite) stops training at that step with `NonFiniteError` naming it: nothing newer than
+the last finished epoch's checkpoint is written. Ctrl-C (KeyboardInterrupt) raises
+`TrainingInterrupted` (a KeyboardInterrupt) once the checkpoint of the last finished epoch is on
+disk: written then if the interrupt fell between an epoch's end and its save; a mid-epoch state is
+never saved (resuming replays the interrupted epoch, exactly).
+
+Messages for the user (the resumed checkpoint, one line per epoch) go to ``report`` (default
+`logging.info`; `python -m train` prints them).
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow load
 import tensorflow as tf
 
 from tfrs_logq import frequency
+from tfrs_logq.lazy_adam import LazyAdam
 
 from models.sasrec import SASRec
 from models.two_tower import TwoTower
@@ -50,7 +61,37 @@ from train.config import RunConfig
 from train import step as step_lib
 from train.objective import Objective
 
-__all__ = ["Trainer", "best_step", "build_estimator", "build_model"]
+__all__ = ["EXIT_PAUSED", "NonFiniteError", "Trainer", "TrainingInterrupted", "best_step",
+           "build_estimator", "build_model"]
+
+
+class NonFiniteError(FloatingPointError):
+  """A non-finite loss or gradient stopped training (module docstring).
+
+  Attributes: ``step`` (the global step count after the failing step), ``epoch`` (1-based, the
+  epoch it was in), ``checkpoint`` ((epoch, step, path) of the last checkpoint kept, or None).
+  """
+
+  def __init__(self, message: str, *, step: int, epoch: int, checkpoint):
+    super().__init__(message)
+    self.step, self.epoch, self.checkpoint = step, epoch, checkpoint
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+  """Ctrl-C during `Trainer.run`; the last finished epoch's checkpoint is on disk.
+
+  Attributes: ``step`` (global step count when interrupted), ``checkpoint`` ((epoch, step, path)
+  of the checkpoint a rerun resumes from, or None: it starts over).
+  """
+
+  def __init__(self, *, step: int, checkpoint):
+    if checkpoint is None:
+      where = "no epoch had finished, so nothing was saved (a rerun starts over)"
+    else:
+      where = f"the checkpoint of epoch {checkpoint[0]} (step {checkpoint[1]}) is saved in " \
+              f"{checkpoint[2]}"
+    super().__init__(f"interrupted at step {step}: {where}")
+    self.step, self.checkpoint = step, checkpoint
 
 
 def best_step(history, best_epoch: int):
@@ -103,10 +144,12 @@ def build_model(cfg: RunConfig, data):
 class Trainer:
   """Builds everything under the strategy and runs the epochs (module docstring)."""
 
-  def __init__(self, cfg: RunConfig, data=None, strategy=None):
+  def __init__(self, cfg: RunConfig, data=None, strategy=None, report=None):
     if not isinstance(cfg, RunConfig):
       raise TypeError(f"cfg must be a train.config.RunConfig, got {type(cfg).__name__}")
     self.cfg = cfg  # validated when it was built
+    self.report = report or logging.info  # messages for the user (module docstring)
+    self._saved = None  # (epoch, step) of the last checkpoint on disk
     self.strategy = strategy or distribute.make_strategy(cfg.strategy, cfg.tpu)
     self.chief = distribute.is_chief(self.strategy)
     self.data = data if data is not None else cfg.data.load()
@@ -118,7 +161,8 @@ class Trainer:
         1, len(self.data.train_sequences) // cfg.batch_size)
     with self.strategy.scope():
       self.model = build_model(cfg, self.data).build_all()
-      self.optimizer = tf.keras.optimizers.Adam(cfg.learning_rate)
+      self.optimizer = (LazyAdam(cfg.learning_rate) if cfg.table_optimizer == "lazy_adam"
+                        else tf.keras.optimizers.Adam(cfg.learning_rate))
       self.optimizer.build(self.model.trainable_variables)
       self.estimator = build_estimator(cfg, self.data)
       self.midx = None
@@ -193,9 +237,21 @@ class Trainer:
     if latest is None:
       return False
     self.checkpoint.restore(latest).assert_existing_objects_matched()
-    logging.info("restored %s: epoch %d, step %d, best NDCG@10 %.4f", latest,
-                 int(self.epoch.numpy()), int(self.step.numpy()), float(self.best_metric.numpy()))
+    self._saved = (int(self.epoch.numpy()), int(self.step.numpy()))
+    self.report(f"resumed from {latest}: epoch {self._saved[0]}, step {self._saved[1]}, best "
+                f"NDCG@10 {float(self.best_metric.numpy()):.4f}")
     return True
+
+  def _checkpoint_info(self):
+    """(epoch, step, folder) of the last checkpoint on disk, or None."""
+    if self._saved is None:
+      return None
+    return (*self._saved, os.path.join(self.model_dir, "ckpt"))
+
+  def _save(self):
+    """Checkpoints the state at the end of an epoch."""
+    self.manager.save(checkpoint_number=int(self.step.numpy()))
+    self._saved = (int(self.epoch.numpy()), int(self.step.numpy()))
 
   def validate(self, split_name="val") -> dict:
     """Exact Recall/NDCG@10,20 of the current model on a split (`train.validation`)."""
@@ -206,11 +262,29 @@ class Trainer:
   def run(self) -> dict:
     """Trains (resuming if possible), then evaluates the best model, exports, writes JSON;
     returns ``{"paused": True, ...}`` instead when the time budget ends first (module
-    docstring)."""
-    cfg = self.cfg
+    docstring).
+
+    Raises:
+      NonFiniteError: a non-finite loss or gradient (the last epoch's checkpoint is kept).
+      TrainingInterrupted: Ctrl-C (the last finished epoch's checkpoint is on disk).
+    """
     started = time.time()
     resumed = self.restore()
     history = self._load_history() if resumed else []
+    self._unsaved_epoch = False  # an epoch ended (state and history) but is not checkpointed
+    try:
+      return self._run(history, started)
+    except TrainingInterrupted:
+      raise
+    except KeyboardInterrupt as e:
+      if self._unsaved_epoch:  # the state is an epoch's end: save it as the loop would have
+        self._save_history(history)
+        self._save()
+      raise TrainingInterrupted(step=int(self.step.numpy()),
+                                checkpoint=self._checkpoint_info()) from e
+
+  def _run(self, history, started: float) -> dict:
+    cfg = self.cfg
     trimmed = False
     last_epoch_wall = None
     while int(self.epoch.numpy()) < cfg.epochs and int(self.bad_epochs.numpy()) < cfg.early_stopping_patience:
@@ -228,7 +302,12 @@ class Trainer:
         loss, w = self.train_step(batch)
         loss, w = float(loss), float(w)
         if not np.isfinite(loss):
-          raise FloatingPointError(f"non-finite loss {loss} at step {int(self.step.numpy())}")
+          step, saved = int(self.step.numpy()), self._checkpoint_info()
+          kept = ("no epoch had finished, nothing was saved" if saved is None else
+                  f"the checkpoint of epoch {saved[0]} (step {saved[1]}) in {saved[2]} is kept")
+          raise NonFiniteError(
+              f"non-finite loss or gradient (loss {loss}) at step {step} (epoch {e + 1}): "
+              f"training stopped; {kept}.", step=step, epoch=e + 1, checkpoint=saved)
         losses, weights, n = losses + loss, weights + w, n + 1
         bar.update(n, [("loss", loss), ("w", w)])
         with self.writer.as_default(step=int(self.step.numpy())):
@@ -250,7 +329,7 @@ class Trainer:
         self.best_manager.save(checkpoint_number=e + 1)
       else:
         self.bad_epochs.assign_add(1)
-      self.epoch.assign(e + 1)
+      self.epoch.assign(e + 1)  # from here on the state is the end of epoch e + 1
       record = dict(epoch=e + 1, step=int(self.step.numpy()), loss=losses / max(n, 1),
                     mean_weight=weights / max(n, 1), seconds=seconds,
                     seconds_per_step=seconds / max(n, 1),
@@ -258,6 +337,7 @@ class Trainer:
                     **{(k if k.startswith("test_") else f"val_{k}"): v
                        for k, v in metrics.items()})
       history.append(record)
+      self._unsaved_epoch = True
       with self.writer.as_default(step=int(self.step.numpy())):
         for k, v in metrics.items():
           if not k.endswith("num_queries"):
@@ -265,11 +345,13 @@ class Trainer:
         tf.summary.scalar("train/epoch_loss", record["loss"])
       self.writer.flush()
       self._save_history(history)
-      self.manager.save(checkpoint_number=int(self.step.numpy()))
-      logging.info("epoch %d step %d loss %.4f w %.4f val R@10 %.4f N@10 %.4f R@20 %.4f N@20 %.4f"
-                   " (%.1fs)%s", e + 1, int(self.step.numpy()), record["loss"], record["mean_weight"],
-                   metrics["recall@10"], metrics["ndcg@10"], metrics["recall@20"],
-                   metrics["ndcg@20"], seconds, " *best*" if improved else "")
+      self._save()
+      self._unsaved_epoch = False
+      self.report(f"epoch {e + 1} step {int(self.step.numpy())} loss {record['loss']:.4f} "
+                  f"w {record['mean_weight']:.4f} val R@10 {metrics['recall@10']:.4f} "
+                  f"N@10 {metrics['ndcg@10']:.4f} R@20 {metrics['recall@20']:.4f} "
+                  f"N@20 {metrics['ndcg@20']:.4f} ({seconds:.1f}s)"
+                  + (" *best*" if improved else ""))
       last_epoch_wall = time.time() - epoch_start
     return self.finish(history)
 

@@ -1,5 +1,6 @@
 """The convergence protocol of train.trainer: early stopping on validation NDCG@10, the best
-checkpoint evaluated on test, steps-to-best, wall-clock and the optional per-epoch test curve."""
+checkpoint evaluated on test, steps-to-best, wall-clock and the optional per-epoch test curve;
+the --table_optimizer choice reaching the trainer."""
 
 import numpy as np
 import pytest
@@ -45,3 +46,16 @@ def test_best_checkpoint_is_evaluated_and_the_test_curve_changes_nothing(tiny, t
     assert plain["test"][m] == pytest.approx(curve["test"][m], abs=1e-6)
   assert curve["train_wall_seconds"] >= sum(h["seconds"] for h in curve["history"]) > 0
   assert all(h["wall_seconds"] >= h["seconds"] for h in curve["history"])
+
+
+def test_table_optimizer_lazy_adam_reaches_the_trainer(tiny, tmp_path):
+  from tfrs_logq.lazy_adam import LazyAdam  # pylint: disable=g-import-not-at-top
+  cfg = RunConfig.create(model="two_tower", embedding_dim=8, max_len=10, batch_size=16,
+                         num_negatives=8, steps_per_epoch=2, epochs=1, progress=False,
+                         table_optimizer="lazy_adam", model_dir=str(tmp_path / "lazy"))
+  trainer = Trainer(cfg, data=tiny, strategy=tf.distribute.get_strategy())
+  assert isinstance(trainer.optimizer, LazyAdam)
+  result = trainer.run()
+  assert np.isfinite(result["history"][0]["loss"])
+  with pytest.raises(ValueError, match="lazy_adam"):
+    RunConfig.create(table_optimizer="lazy_adam", jit_compile_step=True)
