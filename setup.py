@@ -60,7 +60,8 @@ setuptools.setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10,<3.13",
     packages=setuptools.find_packages(
-        include=["tfrs_logq", "tfrs_logq.*", "models", "train", "train.*", "eval", "bench"]),
+        include=["tfrs_logq", "tfrs_logq.*", "models", "train", "train.*", "eval", "bench",
+                 "bench.*"]),
     install_requires=LIBRARY_REQUIRES,
     extras_require={
         "app": APP_REQUIRES,

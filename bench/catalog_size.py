@@ -45,7 +45,6 @@ import argparse
 import json
 import os
 import pathlib
-import re
 import select
 import signal
 import statistics
@@ -57,6 +56,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
+
+from bench.common import memory  # noqa: E402
+from bench.common.report import gib, markdown_header, markdown_row, summary_line  # noqa: E402
+from bench.common.timing import min_median  # noqa: E402
 
 VARIANTS = ("mixed+exact", "mixed+hash_array", "mixed+count_min", "full",
             "mixed+hash_array@adam")
@@ -81,11 +84,6 @@ def zipf_ids(rng: np.random.Generator, num_items: int, size: int) -> np.ndarray:
   return np.clip(ids, 1, num_items)
 
 
-def _status_kib(field: str) -> int:
-  m = re.search(rf"^{field}:\s+(\d+) kB", pathlib.Path("/proc/self/status").read_text(), re.M)
-  return int(m.group(1)) if m else 0
-
-
 def _point(spec: dict) -> dict:
   """One (variant, |I|) point, in this process; returns the measurements."""
   import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
@@ -94,7 +92,7 @@ def _point(spec: dict) -> dict:
   from train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   from train.objective import Objective  # pylint: disable=g-import-not-at-top
   tf.get_logger().setLevel("ERROR")
-  rss_import = _status_kib("VmRSS")
+  rss_import = memory.status_kib("VmRSS")
   v, b, d, users = spec["num_items"], spec["batch_size"], spec["dim"], spec["num_users"]
   variant, _, optimizer_name = spec["variant"].partition("@")
   loss, _, frequency = variant.partition("+")
@@ -139,14 +137,10 @@ def _point(spec: dict) -> dict:
     step.assign_add(1)
     return terms["loss"], rows
 
-  rss_setup = _status_kib("VmRSS")
+  rss_setup = memory.status_kib("VmRSS")
   for i in range(spec["warmup"]):
     train_step(batches[i % 4])[0].numpy()
-  reset = True
-  try:
-    pathlib.Path("/proc/self/clear_refs").write_text("5")
-  except OSError:
-    reset = False
+  reset = memory.reset_peak_rss()
   times, value, rows = [], float("nan"), -1
   for i in range(spec["steps"]):
     start = time.perf_counter()
@@ -154,7 +148,7 @@ def _point(spec: dict) -> dict:
     times.append(time.perf_counter() - start)
   state = (sum(int(np.prod(w.shape)) * w.dtype.size for w in estimator.weights)
            if estimator is not None else 0)
-  return dict(times=times, loss=value, peak_rss_kib=_status_kib("VmHWM") if reset else None,
+  return dict(times=times, loss=value, peak_rss_kib=memory.peak_rss_kib(reset),
               rss_import_kib=rss_import, rss_setup_kib=rss_setup,
               table_bytes=int(np.prod(table.shape)) * 4, estimator_bytes=state,
               table_grad_rows=int(rows))
@@ -204,24 +198,22 @@ def _fmt_size(n: int) -> str:
 
 
 def _table(rows) -> list:
-  lines = ["| variant | \\|I\\| | min ms | median ms | peak RSS GiB | above import GiB | "
-           "item table GiB | estimator MiB | table grad rows | loss |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+  lines = markdown_header(["variant", "\\|I\\|", "min ms", "median ms", "peak RSS GiB",
+                           "above import GiB", "item table GiB", "estimator MiB",
+                           "table grad rows", "loss"])
   for r in rows:
     m = r["result"]
     if "skipped" in m or "error" in m:
       lines.append(f"| {r['variant']} | {_fmt_size(r['num_items'])} | "
                    f"{m.get('skipped') or m['error']} ||||||||")
       continue
-    t = np.array(m["times"]) * 1e3
+    t_min, t_med = min_median(np.array(m["times"]) * 1e3)
     peak = m["peak_rss_kib"]
-    gib = lambda kib: "-" if kib is None else f"{kib / 2 ** 20:.2f}"
-    lines.append(
-        f"| {r['variant']} | {_fmt_size(r['num_items'])} | {t.min():.1f} | "
-        f"{statistics.median(t):.1f} | {gib(peak)} | "
-        f"{gib(None if peak is None else peak - m['rss_import_kib'])} | "
-        f"{m['table_bytes'] / 2 ** 30:.3f} | {m['estimator_bytes'] / 2 ** 20:.2f} | "
-        f"{m['table_grad_rows']} | {m['loss']:.3f} |")
+    lines.append(markdown_row([
+        r["variant"], _fmt_size(r["num_items"]), f"{t_min:.1f}", f"{t_med:.1f}", gib(peak),
+        gib(None if peak is None else peak - m["rss_import_kib"]),
+        f"{m['table_bytes'] / 2 ** 30:.3f}", f"{m['estimator_bytes'] / 2 ** 20:.2f}",
+        f"{m['table_grad_rows']}", f"{m['loss']:.3f}"]))
   return lines
 
 
@@ -275,7 +267,7 @@ def _summary(rows, sizes) -> str:
     if "times" in r["result"]:
       by.setdefault(r["variant"], []).append(r)
   if not by:
-    return "summary: no point ran"
+    return summary_line(["no point ran"])
   parts = []
   for variant, pts in by.items():
     med = [statistics.median(p["result"]["times"]) * 1e3 for p in pts]
@@ -285,8 +277,8 @@ def _summary(rows, sizes) -> str:
       est = [p["result"]["estimator_bytes"] / 2 ** 20 for p in pts]
       part += f", estimator {est[0]:.1f} -> {est[-1]:.1f} MiB"
     parts.append(part)
-  return (f"summary: median step, |I| {_fmt_size(sizes[0])} -> {_fmt_size(sizes[-1])}: "
-          + "; ".join(parts) + " (shared machine: compare shapes)")
+  return summary_line(parts, head=f"median step, |I| {_fmt_size(sizes[0])} -> "
+                      f"{_fmt_size(sizes[-1])}", note="shared machine: compare shapes")
 
 
 def main(argv=None):

@@ -28,6 +28,8 @@ import tensorflow as tf
 
 from tfrs_logq.frequency import CountMinSketch, ExactCounts, HashArrayEstimator
 
+from bench.common.timing import min_median
+
 VOCAB = 1_000_000
 EXPONENT = 1.05
 
@@ -74,7 +76,7 @@ def time_steps(fn, data, repeats):
     t0 = time.perf_counter()
     fn(data).numpy()
     per_step.append((time.perf_counter() - t0) / int(data.shape[0]))
-  return min(per_step), float(np.median(per_step))
+  return min_median(per_step)
 
 
 def estimator_loop(est):

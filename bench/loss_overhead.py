@@ -32,8 +32,6 @@ Writes the table to --out (loss_overhead.json, loss_overhead.md). Last line: a o
 import argparse
 import json
 import os
-import statistics
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -46,6 +44,9 @@ import tensorflow_recommenders as tfrs
 
 import tfrs_logq.tasks
 from tfrs_logq import log_q as log_q_lib
+
+from bench.common import timing
+from bench.common.report import ruled
 
 BASELINE = "tfrs_standard"
 
@@ -259,23 +260,19 @@ def time_interleaved(steps_by_side, batches, args):
   for side in sides:  # trace + warm-up
     for i in range(args.warmup):
       steps_by_side[side](batches[i % len(batches)]).numpy()
-  times = {side: [] for side in sides}
-  for r in range(args.repeats):
-    order = sides[r % len(sides):] + sides[:r % len(sides)]
-    for side in order:
-      fn = steps_by_side[side]
-      start = time.perf_counter()
-      for i in range(args.steps):
-        loss = fn(batches[(r * args.steps + i) % len(batches)])
-      loss.numpy()
-      times[side].append((time.perf_counter() - start) / args.steps)
-  return times
+
+  def run(side, r):
+    fn = steps_by_side[side]
+    for i in range(args.steps):
+      loss = fn(batches[(r * args.steps + i) % len(batches)])
+    loss.numpy()
+  return timing.time_interleaved(run, sides, args.repeats, args.steps)
 
 
 def report(title, batch_size, times, rows):
-  base_min, base_med = min(times[BASELINE]), statistics.median(times[BASELINE])
+  base_min, base_med = timing.min_median(times[BASELINE])
   for side, t in times.items():
-    tmin, tmed = min(t), statistics.median(t)
+    tmin, tmed = timing.min_median(t)
     rows.append((title, batch_size, side, tmin, tmed, tmin / base_min, tmed / base_med))
 
 
@@ -333,7 +330,7 @@ def main(argv=None):
     report("ablation", batch_size, time_interleaved(steps, batches, args), rows)
   header = (f"{'measure':<11} {'batch':>5} {'side':<20} {'min ms':>8} {'median ms':>9} "
             f"{'min/base':>8} {'med/base':>8}")
-  lines = [header, "-" * len(header)]
+  lines = ruled(header)
   for title, b, side, tmin, tmed, rmin, rmed in rows:
     lines.append(f"{title:<11} {b:5d} {side:<20} {tmin * 1e3:8.2f} {tmed * 1e3:9.2f} "
                  f"{rmin:8.3f} {rmed:8.3f}")

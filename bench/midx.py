@@ -15,7 +15,6 @@ The last line printed is a one-line summary.
 
 import argparse
 import os
-import statistics
 import time
 
 import numpy as np
@@ -25,6 +24,9 @@ import tensorflow as tf
 
 from tfrs_logq.negatives.midx import MIDXSampler
 
+from bench.common.report import ruled
+from bench.common.timing import time_calls
+
 
 def clustered_items(n, d, clusters, rng):
   centers = rng.normal(size=(clusters, d)).astype(np.float32)
@@ -32,17 +34,6 @@ def clustered_items(n, d, clusters, rng):
   labels = rng.integers(0, clusters, size=n)
   noise = rng.normal(size=(n, d)).astype(np.float32) * (0.5 / np.sqrt(d))
   return centers[labels] + noise
-
-
-def time_calls(fn, repeats):
-  """(min, median) wall seconds of fn() over ``repeats`` calls, after one warm-up call."""
-  fn()
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return min(times), statistics.median(times)
 
 
 def main(argv=None):
@@ -70,8 +61,7 @@ def main(argv=None):
         f"min / median of {args.repeats} calls")
   header = (f"{'N':>9} {'K':>5} {'refresh s':>10} {'midx min ms':>12} {'midx med ms':>12} "
             f"{'softmax min ms':>15} {'uniform min ms':>15} {'softmax/midx':>13}")
-  print(header)
-  print("-" * len(header))
+  print("\n".join(ruled(header)))
   rows = []
   for n in catalogs:
     items = tf.constant(clustered_items(n, d, 64, rng))

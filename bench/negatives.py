@@ -29,7 +29,6 @@ Writes ``negatives_sampling.png`` (ms per batch vs |D|) into --out. Last line: o
 import argparse
 import os
 import pathlib
-import statistics
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -44,6 +43,8 @@ from tfrs_logq.frequency import ExactCounts
 from tfrs_logq.negatives import (InBatchNegatives, MixedNegatives, UniformNegatives,
                                  score_negatives)
 from tfrs_logq.negatives.midx import MIDXSampler
+
+from bench.common.timing import min_median, time_interleaved
 
 BASELINE = "in_batch"
 
@@ -80,16 +81,11 @@ def time_sides(fns, args):
   for fn in fns.values():
     for _ in range(args.warmup):
       fn()
-  times = {side: [] for side in fns}
-  sides = list(fns)
-  for r in range(args.repeats):
-    order = sides[r % len(sides):] + sides[:r % len(sides)]
-    for side in order:
-      start = time.perf_counter()
-      for _ in range(args.calls):
-        fns[side]()
-      times[side].append((time.perf_counter() - start) / args.calls)
-  return times
+
+  def run(side, _):
+    for _ in range(args.calls):
+      fns[side]()
+  return time_interleaved(run, list(fns), args.repeats, args.calls)
 
 
 def sync(out):
@@ -178,7 +174,7 @@ def step_fns(size, args, rng):
 
 
 def summarize(times):
-  return {side: (min(v) * 1e3, statistics.median(v) * 1e3) for side, v in times.items()}
+  return {side: tuple(x * 1e3 for x in min_median(v)) for side, v in times.items()}
 
 
 def main(argv=None):

@@ -37,6 +37,8 @@ import time
 
 import numpy as np
 
+from bench.common.report import markdown_header, markdown_row
+
 FACTORS = {                      # the demo's default first
     "batch_size": (256, 64, 1024),
     "steps": (2000, 500, 8000),
@@ -109,8 +111,8 @@ def format_markdown(results, seeds) -> str:
   lines = [f"Paired corrected − standard, in-batch negatives (dedup), exact-count log Q; "
            f"seeds {list(seeds)}; 95% Student-t intervals. ΔKL < 0 and ΔHR@10 > 0 favour "
            "corrected.", "",
-           "| point | log Q | ΔKL(P‖P̂) | ΔHR@10 | KL standard / corrected | world |",
-           "|---|---|---|---|---|---|"]
+           *markdown_header(["point", "log Q", "ΔKL(P‖P̂)", "ΔHR@10", "KL standard / corrected",
+                             "world"])]
   for r in results:
     for conv in CONVENTIONS:
       d = r["differences"].get(conv)
@@ -118,11 +120,12 @@ def format_markdown(results, seeds) -> str:
         continue
       suffix = "" if conv == "unigram" else ":expected_count"
       ks, kc = (r["rows"][f"in_batch:{c}{suffix}"]["kl"] for c in ("standard", "corrected"))
-      lines.append(
-          f"| {r['point']} | {conv} | {d['kl']['mean']:+.3f} ± {d['kl']['ci95']:.3f} "
-          f"({d['kl']['verdict']}) | {d['hit_rate']['mean']:+.4f} ± "
-          f"{d['hit_rate']['ci95']:.4f} ({d['hit_rate']['verdict']}) | {ks:.3f} / {kc:.3f} | "
-          f"{r['world'] if conv == 'unigram' else ''} |")
+      lines.append(markdown_row([
+          r["point"], conv,
+          f"{d['kl']['mean']:+.3f} ± {d['kl']['ci95']:.3f} ({d['kl']['verdict']})",
+          f"{d['hit_rate']['mean']:+.4f} ± {d['hit_rate']['ci95']:.4f} "
+          f"({d['hit_rate']['verdict']})", f"{ks:.3f} / {kc:.3f}",
+          r["world"] if conv == "unigram" else ""]))
   return "\n".join(lines) + "\n"
 
 
