@@ -49,12 +49,14 @@ import pathlib
 import re
 import resource
 import subprocess
-import sys
 import tempfile
 import time
 
+from bench.common import workers
+from bench.common.report import summary_line, write_json
+from bench.common.timing import min_median, time_interleaved
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-_REPLY = "@@"
 _XLA_TRACE = "--xla_cpu_enable_xprof_traceme=true"
 _MATMUL_OPS = ("MatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum")
 
@@ -98,9 +100,9 @@ def summarize_xspace(xspace, num_steps: int) -> dict:
 
 def _worker(spec: dict) -> None:
   """Subprocess: one configuration; prints one JSON reply."""
-  from bench import train_speed  # pylint: disable=g-import-not-at-top
+  from bench.sasrec_step import configs, ours  # pylint: disable=g-import-not-at-top
   from train import host_memory  # pylint: disable=g-import-not-at-top
-  cfg = train_speed.parse_config(spec["config"])
+  cfg = configs.parse_config(spec["config"])
   host_memory.configure(cfg.allocator)
   import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -108,8 +110,8 @@ def _worker(spec: dict) -> None:
   tf.get_logger().setLevel("ERROR")
   args = argparse.Namespace(data_path=spec["data_path"], batch_size=128, max_len=200,
                             num_batches=4, seed=0)
-  inputs, targets, _, _ = train_speed._load_batches(args)  # pylint: disable=protected-access
-  trainer, _ = train_speed._our_trainer(  # pylint: disable=protected-access
+  inputs, targets, _, _ = ours.load_batches(args)
+  trainer, _ = ours.our_trainer(
       dict(data_path=spec["data_path"], logq="corrected", buckets=2 ** 22, batch_size=128,
            max_len=200, dropout=0.5, seed=0), cfg)
   if not cfg.pack or cfg.attention_blocks:
@@ -139,7 +141,7 @@ def _worker(spec: dict) -> None:
   out = summarize_xspace(xspace, n)
   out.update(config=spec["config"], wall=wall / n, user=(r1.ru_utime - r0.ru_utime) / n,
              system=(r1.ru_stime - r0.ru_stime) / n, cores=os.cpu_count())
-  print(f"{_REPLY} {json.dumps(out)}", flush=True)
+  print(workers.reply_line(out), flush=True)
 
 
 def time_scoring_paths(repeats: int, a: int = 13968, k: int = 128, v: int = 3417,
@@ -164,26 +166,26 @@ def time_scoring_paths(repeats: int, a: int = 13968, k: int = 128, v: int = 3417
     return fwd_bwd
   paths = {"[A, V] matmul + gather": compiled(scoring._matmul_then_gather),  # pylint: disable=protected-access
            "[A, k, d] gather + contraction": compiled(scoring._gather_then_dot)}  # pylint: disable=protected-access
-  times = {name: [] for name in paths}
-  for fn in paths.values():
-    [tf.convert_to_tensor(g).numpy() for g in fn()]
-  for r in range(repeats):
-    for name in (list(paths) if r % 2 == 0 else list(paths)[::-1]):
-      t = time.perf_counter()
-      [tf.convert_to_tensor(g).numpy() for g in paths[name]()]
-      times[name].append(time.perf_counter() - t)
-  return {name: (min(t), float(np.median(t))) for name, t in times.items()}
+
+  def run(name, _):
+    for g in paths[name]():
+      tf.convert_to_tensor(g).numpy()
+  for name in paths:
+    run(name, 0)
+  times = time_interleaved(run, list(paths), repeats)
+  return {name: min_median(t) for name, t in times.items()}
 
 
 def _run_side(config: str, args) -> dict:
   env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + _XLA_TRACE).strip(),
              TF_CPP_MIN_LOG_LEVEL="2")
   spec = dict(config=config, data_path=args.data_path, warmup=args.warmup, steps=args.steps)
-  proc = subprocess.run([sys.executable, "-m", "bench.step_trace", "--_worker", json.dumps(spec)],
+  proc = subprocess.run(workers.worker_command("bench.step_trace", spec),
                         cwd=str(ROOT), env=env, capture_output=True, text=True, check=False)
   for line in proc.stdout.splitlines():
-    if line.startswith(_REPLY + " "):
-      return json.loads(line[len(_REPLY) + 1:])
+    out = workers.parse_reply(line)
+    if out is not None:
+      return out
   raise RuntimeError(f"{config}: worker failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
 
 
@@ -230,11 +232,10 @@ def main(argv=None) -> None:
   for config in [c for c in args.configs.split(",") if c]:
     results.append(_run_side(config, args))
     print(report(results[-1]), flush=True)
-  os.makedirs(args.out, exist_ok=True)
-  pathlib.Path(args.out, "step_trace.json").write_text(json.dumps(results, indent=1))
-  print("summary: " + "; ".join(
+  write_json(args.out, "step_trace.json", results, indent=1)
+  print(summary_line([
       f"{r['config']} {r['wall']:.3f} s/step, XLA dots "
-      f"{100 * r['xla_dot'] / (r['user'] + r['system']):.0f} % of CPU" for r in results))
+      f"{100 * r['xla_dot'] / (r['user'] + r['system']):.0f} % of CPU" for r in results]))
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
-"""bench/train_speed.py: the model-FLOP count and the configuration names (no timing)."""
+"""bench/train_speed.py: the model-FLOP count and the configuration names (no timing); the
+``noloss`` / ``xla_*`` variants of our side (bench/sasrec_step/ours.py)."""
 
 import pytest
 
 from bench import train_speed
+from bench.sasrec_step import ours
 
 
 def _matmul_flops(block, b, l, d, f, blocks, a, n):
@@ -91,7 +93,7 @@ def test_noloss_bound_scores_only_the_positive():
   objective = types.SimpleNamespace(
       model=types.SimpleNamespace(item_embeddings=lambda i: tf.gather(table, i)),
       per_query_loss=never)
-  train_speed._remove_scoring_and_loss(types.SimpleNamespace(objective=objective))
+  ours.remove_scoring_and_loss(types.SimpleNamespace(objective=objective))
   out = objective.per_query_loss(tf.constant(q), tf.constant(ids), None, None)
   np.testing.assert_allclose(out.loss.numpy(), -(q * table[ids]).sum(-1), rtol=1e-6)
   np.testing.assert_array_equal(out.weight.numpy(), np.ones(6))
@@ -115,7 +117,7 @@ def test_separately_compiled_experiments_train_like_the_default_step(part, tmp_p
                            epochs=1, progress=False, model_dir=str(tmp_path / f"{part}{patched}"))
     trainer = Trainer(cfg, data=tiny, strategy=tf.distribute.get_strategy())
     if patched:
-      train_speed._compile_separately(trainer, part)
+      ours.compile_separately(trainer, part)
     results.append(np.array([[float(x) for x in trainer.train_step(batch)]
                              for batch in trainer.distributed_epoch(0)]))
   assert results[0].shape == (3, 2) and np.all(np.isfinite(results[0]))

@@ -1,0 +1,109 @@
+"""Our side of the SASRec step benchmark: the ML-1M batches of the training pipeline, a
+`train.trainer.Trainer` per configuration, and the ``noloss`` / ``xla_loss`` / ``xla_objective``
+variants of its objective (bench/train_speed.py's docstring)."""
+
+from __future__ import annotations
+
+import tempfile
+
+import numpy as np
+
+from bench.sasrec_step.configs import SideConfig
+
+__all__ = ["load_batches", "our_trainer", "remove_scoring_and_loss", "compile_separately"]
+
+
+def load_batches(args) -> tuple:
+  """The first --num_batches batches of the training pipeline, as numpy, + the dataset
+  (``args``: train_speed's data_path, batch_size, max_len, num_batches and seed)."""
+  from train import data as data_lib  # pylint: disable=g-import-not-at-top
+  data = data_lib.load("ml1m", args.data_path)
+  ds = data_lib.sasrec_train_dataset(data, batch_size=args.batch_size, max_len=args.max_len,
+                                     seed=args.seed)
+  batches = [{k: v.numpy() for k, v in b.items()} for b in ds.take(args.num_batches)]
+  inputs = np.stack([b["inputs"] for b in batches])
+  targets = np.stack([b["targets"] for b in batches])
+  # windows [B, L + 1] of the paper code: inputs followed by the last target.
+  windows = np.concatenate([inputs, targets[:, :, -1:]], axis=2)
+  if not np.array_equal(np.where(inputs != 0, windows[:, :, 1:], 0), targets):
+    raise AssertionError("the pipeline's targets are not the next items of its inputs")
+  return inputs, targets, windows, data
+
+
+def our_trainer(spec: dict, cfg: SideConfig):
+  """A `train.trainer.Trainer` for one of our configurations."""
+  from train import data as data_lib  # pylint: disable=g-import-not-at-top
+  from train.config import RunConfig  # pylint: disable=g-import-not-at-top
+  from train.trainer import Trainer  # pylint: disable=g-import-not-at-top
+  data = data_lib.load("ml1m", spec["data_path"])
+  run_config = RunConfig.create(
+      dataset="ml1m", data_path=spec["data_path"], model="sasrec", loss="sampled_softmax",
+      negatives="mixed", num_negatives=256, uniform_negatives=cfg.uniform, logq=spec["logq"],
+      sasrec_block=cfg.block, frequency=cfg.estimator, frequency_buckets=spec["buckets"],
+      batch_size=spec["batch_size"], max_len=spec["max_len"], jit_compile=cfg.xla,
+      jit_compile_step=cfg.step_xla, sasrec_pack_tokens=cfg.pack,
+      **({"sasrec_attention_blocks": cfg.attention_blocks} if cfg.attention_blocks else {}),
+      dropout=spec["dropout"], seed=spec["seed"], steps_per_epoch=1,
+      model_dir=tempfile.mkdtemp(prefix="train_speed_"), progress=False)
+  return Trainer(run_config, data=data), data
+
+
+def remove_scoring_and_loss(trainer) -> None:
+  """The ``noloss`` bound: the objective's per-query loss becomes -<q_a, c_{p_a}> (no negatives
+  are drawn or scored, no log Q is read); the encoder, its gradient, the embedding lookups, the
+  padding mask and Adam are the real step's."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tfrs_logq import losses  # pylint: disable=g-import-not-at-top
+  objective = trainer.objective
+
+  def per_query_loss(q, pos_ids, seq_ids, seed, valid=None):  # pylint: disable=unused-argument
+    score = tf.reduce_sum(q * objective.model.item_embeddings(pos_ids), axis=-1)
+    return losses.LossOutput(-score, tf.ones_like(score), tf.zeros_like(score, tf.int32))
+  objective.per_query_loss = per_query_loss
+
+
+_PAD_ROWS = 3200          # ceil(B L / 8) for the ML-1M batch: the encoder's capacity step
+
+
+def compile_separately(trainer, part: str) -> None:
+  """The ``xla_loss`` / ``xla_objective`` experiments: the sampled loss (``loss``), or the
+  negatives' sampling and scoring and the loss (``objective``), as one XLA program on the A rows
+  zero-padded to a multiple of `_PAD_ROWS` (padding rows have positive id 0: masked by the
+  objective's static-shape path, and sliced off)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tfrs_logq import losses  # pylint: disable=g-import-not-at-top
+  objective = trainer.objective
+
+  def pad(x, rows):
+    return tf.pad(x, [[0, rows - tf.shape(x)[0]]] + [[0, 0]] * (x.shape.rank - 1))
+
+  def rows_of(x):
+    a = tf.shape(x)[0]
+    return a, (a + _PAD_ROWS - 1) // _PAD_ROWS * _PAD_ROWS
+
+  if part == "objective":
+    per_query_loss = objective.per_query_loss
+    compiled = tf.function(
+        lambda q, p, s, seed: tuple(per_query_loss(q, p, s, seed, valid=tf.not_equal(p, 0))),
+        jit_compile=True)
+
+    def padded_objective(q, pos_ids, seq_ids, seed, valid=None):
+      if valid is not None:
+        raise ValueError("xla_objective runs on the dynamic-shape step only")
+      a, c = rows_of(q)
+      out = compiled(pad(q, c), pad(pos_ids, c), pad(seq_ids, c), seed)
+      return losses.LossOutput(*(t[:a] for t in out))
+    objective.per_query_loss = padded_objective
+  elif part == "loss":
+    loss_layer = objective.loss
+    compiled = tf.function(lambda *args: tuple(loss_layer(*args)), jit_compile=True)
+
+    def padded_loss(s_p, s_n, log_q, pos_log_q, valid_mask):
+      a, c = rows_of(s_p)
+      log_q = pad(log_q, c) if log_q.shape.rank == 2 else log_q
+      out = compiled(pad(s_p, c), pad(s_n, c), log_q, pad(pos_log_q, c), pad(valid_mask, c))
+      return losses.LossOutput(*(t[:a] for t in out))
+    objective.loss = padded_loss
+  else:
+    raise ValueError(f"unknown part {part!r}")
+

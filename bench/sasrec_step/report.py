@@ -1,0 +1,102 @@
+"""bench/train_speed.py's report: the table of the sides, train_speed.json and the summary line;
+the ``--profile`` table."""
+
+from __future__ import annotations
+
+import statistics
+import sys
+
+from bench.common import report
+from bench.common.timing import min_median
+from bench.sasrec_step.configs import YARDSTICK, parse_config, step_flops
+from bench.sasrec_step.profiler import Profiler
+
+__all__ = ["print_report", "print_profile"]
+
+
+def print_report(sides: dict, configs: list, flops: dict, peak: dict, num_queries: float,
+                 args) -> None:
+  """The table of the timed ``sides`` (name -> `bench.sasrec_step.worker.Side`, closed), OUT/
+  train_speed.json and the summary line; ``peak``: the matmul peak per framework."""
+  print(f"fp32 matmul peak ({args.matmul_n}^2, {args.threads} threads): TensorFlow "
+        f"{peak['tensorflow']:.1f} GFLOP/s" + (f", PyTorch {peak['torch']:.1f} GFLOP/s"
+                                               if peak["torch"] else ""))
+  pre_ln = step_flops(num_queries, batch=args.batch_size, length=args.max_len, dim=128,
+                      num_blocks=2, block="pre_ln", num_negatives=256)
+  print(f"model FLOPs per step: {flops[YARDSTICK] / 1e9:.1f} G (reference block), "
+        f"{pre_ln / 1e9:.1f} G (pre-LN block)")
+  ref = sides.get(YARDSTICK)
+  print("\n".join(report.ruled(
+      f"{'side':<44}{'min s':>7}{'med s':>7}{'x min':>7}{'x med':>7}{'GFLOP/s':>9}"
+      f"{'%peak':>7}{'RSS GiB':>9}{'step GiB':>9}{'work GiB':>9}{'loss':>8}{'w':>7}")))
+  results = {name: min_median(side.times) for name, side in sides.items()}
+  ref_min, ref_med = results[YARDSTICK] if ref else (None, None)
+  for name, side in sides.items():
+    mn, med = results[name]
+    framework = "torch" if name == YARDSTICK else "tensorflow"
+    label = YARDSTICK if name == YARDSTICK else parse_config(name).label
+    gflops = flops[name] / med / 1e9
+    mem = side.memory
+    step_mem = (None if mem.get("peak_rss_kib") is None
+                else mem["peak_rss_kib"] - mem["rss_import_kib"])
+    work_mem = (None if mem.get("peak_rss_kib") is None
+                else mem["peak_rss_kib"] - mem["rss_ready_kib"])
+    ratio_min = f"{ref_min / mn:>7.2f}" if ref else f"{'-':>7}"
+    ratio_med = f"{ref_med / med:>7.2f}" if ref else f"{'-':>7}"
+    print(f"{label:<44}{mn:>7.2f}{med:>7.2f}{ratio_min}{ratio_med}{gflops:>9.1f}"
+          f"{100 * gflops / peak[framework]:>7.0f}{report.gib(mem.get('peak_rss_kib')):>9}"
+          f"{report.gib(step_mem):>9}{report.gib(work_mem):>9}{side.loss:>8.3f}{side.w:>7.3f}")
+  report.write_json(args.out, "train_speed.json", dict(
+      argv=sys.argv[1:], peak_gflops=peak,
+      model_gflop_per_step={n: f / 1e9 for n, f in flops.items()},
+      sides={name: dict(times=side.times, min_s=results[name][0], median_s=results[name][1],
+                        memory=side.memory,
+                        x_min=(ref_min / results[name][0]) if ref else None,
+                        x_median=(ref_med / results[name][1]) if ref else None)
+             for name, side in sides.items()}))
+  print("x min / x med: the paper code's min / median over ours (same run); RSS: peak resident "
+        "set during the timed steps; step: the same above the framework's import footprint; work: "
+        "above the process after the warm-up (model, optimizer, compiled programs; free heap "
+        "returned to the kernel first): the step's working set. "
+        "Losses differ by definition (the paper code's loss has no log-sum-exp shift).")
+  ours = [c.name for c in configs]
+  trainable = [c.name for c in configs if not c.no_loss] or ours     # a bound is not a contender
+  best = min(trainable, key=lambda n: results[n][1])
+  best_gflops = flops[best] / results[best][1] / 1e9
+  if ref:
+    parts = [f"{n} {ref_min / results[n][0]:.2f}x / {ref_med / results[n][1]:.2f}x" for n in ours]
+    mem_ratio = (ref.memory["peak_rss_kib"] / sides[best].memory["peak_rss_kib"]
+                 if ref.memory.get("peak_rss_kib") and sides[best].memory.get("peak_rss_kib")
+                 else float("nan"))
+    print(report.summary_line(
+        parts + [f"best {best} at {best_gflops:.1f} GFLOP/s = "
+                 f"{100 * best_gflops / peak['tensorflow']:.0f}% of peak, peak RSS "
+                 f"{mem_ratio:.1f}x smaller"],
+        head="faster than the paper's PyTorch code (min / median, same run)",
+        note="shared machine: ratios only"))
+  else:
+    print(report.summary_line(
+        [f"best {best} {results[best][0]:.2f} s min / {results[best][1]:.2f} s median per step, "
+         f"{best_gflops:.1f} GFLOP/s = {100 * best_gflops / peak['tensorflow']:.0f}% of the "
+         "TensorFlow matmul peak"],
+        note="no paper-code side; shared machine: absolute times noisy"))
+
+
+def print_profile(times: dict, configs: list) -> None:
+  """The ``--profile`` table: ``times`` = {config name: {piece: [seconds]}}."""
+  print("median seconds (fraction of the step) per piece:")
+  print("\n".join(report.ruled(f"{'config':<44}" + "".join(f"{p:>17}" for p in Profiler.PIECES))))
+  summary = []
+  for c in configs:
+    med = {p: statistics.median(t) for p, t in times[c.name].items() if t}
+    step = med["step"]
+    cells = "".join(f"{med[p]:>9.3f} ({med[p] / step:>4.0%})" if p in med else f"{'-':>17}"
+                    for p in Profiler.PIECES)
+    print(f"{parse_config(c.name).label:<44}{cells}")
+    rest = step - med["encoder_fwd_bwd"] - med["loss_fwd_bwd"] - med["optimizer"]
+    summary.append(f"{c.name}: encoder {med['encoder_fwd_bwd'] / step:.0%}, scores+loss "
+                   f"{med['loss_fwd_bwd'] / step:.0%}, Adam {med['optimizer'] / step:.0%}, rest "
+                   f"{rest / step:.0%}")
+  print("encoder_fwd_bwd + loss_fwd_bwd + optimizer ~ step (the rest: glue, the real gradients "
+        "w.r.t. the item table meeting, tf.function overhead); estimator is inside loss_fwd_bwd.")
+  print(report.summary_line(summary, head="share of the step (median, shared machine)"))

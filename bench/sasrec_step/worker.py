@@ -1,0 +1,165 @@
+"""A side of bench/train_speed.py in its own subprocess (``python -m bench.sasrec_step.worker
+SPEC``): it sets up our step or the paper code's, warms up, then answers the parent's commands
+(one JSON a line on stdin; replies by `bench.common.workers`); `Side` is the parent's handle."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import resource
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from bench.common import memory, workers
+from bench.common.timing import time_calls
+from bench.sasrec_step.configs import SideConfig
+from bench.sasrec_step.ours import compile_separately, our_trainer, remove_scoring_and_loss
+from bench.sasrec_step.profiler import Profiler
+
+__all__ = ["serve", "Side"]
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _matmul_peak_tf(n: int, repeats: int = 5) -> float:
+  """fp32 GFLOP/s of an n x n TensorFlow matmul, best of ``repeats`` after a warm-up."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  a = tf.random.stateless_normal([n, n], seed=[1, 2])
+  b = tf.random.stateless_normal([n, n], seed=[3, 4])
+  return 2 * n ** 3 / time_calls(lambda: tf.matmul(a, b).numpy(), repeats)[0] / 1e9
+
+
+def _matmul_peak_torch(n: int, repeats: int = 5) -> float:
+  """The same in PyTorch."""
+  import torch  # pylint: disable=g-import-not-at-top
+  a, b = torch.randn(n, n), torch.randn(n, n)
+  return 2 * n ** 3 / time_calls(lambda: torch.matmul(a, b), repeats)[0] / 1e9
+
+
+def serve(spec: dict) -> None:
+  """Subprocess: sets up one side, then answers commands read from stdin (one JSON a line)."""
+  proto = os.fdopen(os.dup(1), "w", buffering=1)
+  os.dup2(2, 1)                      # anything a library prints goes to stderr, not the protocol
+  reply = lambda obj: proto.write(workers.reply_line(obj) + "\n")
+  arrays = np.load(spec["batches"])
+  inputs, targets, windows = arrays["inputs"], arrays["targets"], arrays["windows"]
+  threads = spec["threads"]
+  from train import host_memory  # pylint: disable=g-import-not-at-top
+  if spec["side"] == "torch":
+    host_memory.configure(spec["allocator"])
+  else:
+    host_memory.configure(spec["config"]["allocator"], one_heap=spec["config"]["one_heap"])
+  if spec["side"] == "torch":
+    import torch  # pylint: disable=g-import-not-at-top
+    torch.set_num_threads(threads)
+    rss_import = memory.status_kib("VmRSS")
+    from bench import paper_code_torch  # pylint: disable=g-import-not-at-top
+    step_fn = paper_code_torch.PaperCodeStep(
+        int(arrays["num_items"]), arrays["item_counts"], max_len=spec["max_len"],
+        dropout=spec["dropout"], threads=threads, seed=spec["seed"])
+    run = lambda i: step_fn(windows[i])
+    peak = _matmul_peak_torch
+    info = dict(threads=torch.get_num_threads(), framework=f"torch {torch.__version__}")
+  else:
+    import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.get_logger().setLevel("ERROR")
+    rss_import = memory.status_kib("VmRSS")
+    cfg = SideConfig(**spec["config"])
+    trainer, _ = our_trainer(spec, cfg)
+    if cfg.no_loss:
+      remove_scoring_and_loss(trainer)
+    if cfg.xla_part:
+      compile_separately(trainer, cfg.xla_part)
+    batches = [dict(inputs=tf.constant(inputs[i]), targets=tf.constant(targets[i]))
+               for i in range(len(inputs))]
+
+    def run(i):
+      loss, w = trainer.train_step(batches[i])
+      return float(loss), float(w)
+    peak = _matmul_peak_tf
+    info = dict(threads=threads, framework=f"tensorflow {tf.__version__}")
+  num_batches = len(windows)
+  cursor = [0]
+
+  def steps(n):
+    times, out = [], None
+    for _ in range(n):
+      start = time.perf_counter()
+      out = run(cursor[0] % num_batches)
+      times.append(time.perf_counter() - start)
+      cursor[0] += 1
+    return times, out
+
+  for _ in range(spec["warmup"]):
+    steps(1)
+  cursor[0] = 0
+  host_memory.release_free_memory()      # the warm-up's garbage (tracing, XLA) is not the step's
+  rss_ready = memory.status_kib("VmRSS")
+  reset = memory.reset_peak_rss()
+  reply(dict(ready=True, **info))
+  profiler = None
+  for line in sys.stdin:
+    cmd = json.loads(line)
+    if cmd["cmd"] == "steps":
+      times, (loss, w) = steps(cmd["n"])
+      reply(dict(times=times, loss=loss, w=w))
+    elif cmd["cmd"] == "peak":
+      reply(dict(gflops=peak(cmd["n"])))
+    elif cmd["cmd"] == "profile":
+      if profiler is None:
+        profiler = Profiler(trainer, batches)
+      reply(profiler.round(cmd["n"]))
+    elif cmd["cmd"] == "quit":
+      reply(dict(peak_rss_kib=memory.peak_rss_kib(reset),
+                 lifetime_peak_rss_kib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+                 rss_import_kib=rss_import, rss_ready_kib=rss_ready))
+      return
+
+
+class Side:
+  """A worker subprocess (`serve`) and its results."""
+
+  def __init__(self, name: str, spec: dict, log_dir: str):
+    self.name, self.spec = name, spec
+    self.log_path = os.path.join(log_dir, re.sub(r"[^a-z0-9]+", "_", name.lower()) + ".log")
+    self.log = open(self.log_path, "w")
+    self.proc = subprocess.Popen(workers.worker_command("bench.sasrec_step.worker", spec, None),
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+                                 text=True, bufsize=1, cwd=str(ROOT))
+    self.times, self.loss, self.w, self.info, self.memory = [], None, None, {}, {}
+
+  def send(self, **cmd):
+    self.proc.stdin.write(json.dumps(cmd) + "\n")
+    self.proc.stdin.flush()
+
+  def receive(self) -> dict:
+    for line in self.proc.stdout:
+      out = workers.parse_reply(line)
+      if out is not None:
+        return out
+    self.log.flush()
+    tail = pathlib.Path(self.log_path).read_text()[-3000:]
+    raise RuntimeError(f"side {self.name!r} died (exit {self.proc.wait()}); log tail:\n{tail}")
+
+  def ask(self, **cmd) -> dict:
+    self.send(**cmd)
+    return self.receive()
+
+  def close(self):
+    try:
+      self.memory = self.ask(cmd="quit")
+    finally:
+      self.proc.wait(timeout=120)
+      self.log.close()
+
+
+if __name__ == "__main__":
+  os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+  serve(json.loads(sys.argv[1]))
