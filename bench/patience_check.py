@@ -14,26 +14,18 @@ reader sees whether the shorter patience moves the result by less than the seed 
 
     python bench/patience_check.py --runs=DIR[,DIR...] --patiences=3,5,10,20 \
         [--noise_json=docs/results/converged/ml100k_temporal/reproduce_full.json] \
-        [--markdown=docs/results/converged/ml100k_temporal/patience_check.md]
+        [--out=docs/results/converged/ml100k_temporal]      # writes patience_check.md
 
 DIR: a run folder of bench/reproduce (holding model/history.json). Last line: a summary.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import pathlib
+import sys
 from typing import Dict, List, Optional, Sequence
-
-from absl import app
-from absl import flags
-
-FLAGS = flags.FLAGS
-flags.DEFINE_list("runs", [], "Run folders (model/history.json with test_* keys).")
-flags.DEFINE_list("patiences", ["3", "5", "10", "20"], "Patiences (epochs) to check.")
-flags.DEFINE_string("noise_json", None, "A reproduce_full.json / reproduce_cpu.json whose row "
-                    "statistics give the seed noise (s.e.) of each metric.")
-flags.DEFINE_string("markdown", None, "Also write the table here.")
 
 METRICS = ("recall@10", "recall@20", "ndcg@10", "ndcg@20")
 
@@ -79,23 +71,36 @@ def _row_noise(noise_json: Optional[str], row: str) -> Dict[str, Optional[float]
   return {}
 
 
-def main(argv):
-  del argv
-  if not FLAGS.runs:
-    raise app.UsageError("--runs is required")
-  patiences = sorted(int(p) for p in FLAGS.patiences)
+def _parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(
+      description="What a shorter early-stopping patience selects on runs' own curves "
+      "(module docstring).")
+  parser.add_argument("--runs", required=True,
+                      help="Comma-separated run folders (model/history.json with test_* keys).")
+  parser.add_argument("--patiences", default="3,5,10,20", help="Patiences (epochs) to check.")
+  parser.add_argument("--noise_json", default=None,
+                      help="A reproduce_full.json / reproduce_cpu.json whose row statistics give "
+                      "the seed noise (s.e.) of each metric.")
+  parser.add_argument("--out", default=None, help="Also write patience_check.md in this folder.")
+  return parser
+
+
+def main(argv=None):
+  args = _parser().parse_args(argv)
+  runs = [r for r in args.runs.split(",") if r]
+  patiences = sorted(int(p) for p in args.patiences.split(","))
   lines = ["| run | patience | selected epoch (step) | stopped | " +
            " | ".join(f"test {m} (Δ vs longest; seed s.e.)" for m in METRICS) + " |",
            "|---|---|---|---|" + "---|" * len(METRICS)]
   worst = 0.0
-  for run in FLAGS.runs:
+  for run in runs:
     run_dir = pathlib.Path(run)
     history = json.loads((run_dir / "model" / "history.json").read_text())
     if not history or "test_ndcg@10" not in history[0]:
-      raise app.UsageError(f"{run_dir}: no test curve (train with --test_curve)")
+      sys.exit(f"error: {run_dir}: no test curve (train with --test_curve)")
     rows = check_run(history, patiences)
     ref = rows[-1]["test"]
-    noise = _row_noise(FLAGS.noise_json, run_dir.parent.name)
+    noise = _row_noise(args.noise_json, run_dir.parent.name)
     name = f"{run_dir.parent.name}/{run_dir.name}"
     for r in rows:
       cells = []
@@ -110,20 +115,22 @@ def main(argv):
                    f"{'yes' if r['stopped'] else 'no: the run ended first'} | "
                    + " | ".join(cells) + " |")
   table = "\n".join(lines)
-  if FLAGS.markdown:
-    pathlib.Path(FLAGS.markdown).write_text(
+  if args.out:
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "patience_check.md").write_text(
         "# Patience check\n\nWritten by `python bench/patience_check.py "
-        f"--runs={','.join(FLAGS.runs)} --patiences={','.join(map(str, patiences))}"
-        + (f" --noise_json={FLAGS.noise_json}" if FLAGS.noise_json else "") + "`.\n\n"
+        f"--runs={','.join(runs)} --patiences={','.join(map(str, patiences))}"
+        + (f" --noise_json={args.noise_json}" if args.noise_json else "") + "`.\n\n"
         "Each row: the epoch that early stopping with that patience selects on this run's "
         "validation NDCG@10 curve, and its test metrics; Δ = minus the longest patience's; "
         "seed s.e. = the standard error over seeds of the same row in the main report.\n\n"
         + table + "\n")
   print(table)
-  print(f"SUMMARY patience_check: {len(FLAGS.runs)} runs, patiences {patiences}; largest "
+  print(f"SUMMARY patience_check: {len(runs)} runs, patiences {patiences}; largest "
         f"|Δ test| / seed s.e. = {worst:.2f}" if worst else
-        f"SUMMARY patience_check: {len(FLAGS.runs)} runs, patiences {patiences}")
+        f"SUMMARY patience_check: {len(runs)} runs, patiences {patiences}")
 
 
 if __name__ == "__main__":
-  app.run(main)
+  main()

@@ -35,7 +35,7 @@ def test_cli_reports_the_test_metric_of_each_patience(tmp_path):
   (run / "model").mkdir(parents=True)
   (run / "model" / "history.json").write_text(json.dumps(history))
   out = subprocess.run([sys.executable, "-m", "bench.patience_check", f"--runs={run}",
-                        "--patiences=1,2,4", f"--markdown={tmp_path / 'p.md'}"],
+                        "--patiences=1,2,4", f"--out={tmp_path}"],
                        capture_output=True, text=True, check=True).stdout
   rows = [l for l in out.splitlines() if l.startswith("| mixed_corrected/seed0")]
   # patience 1 stops at epoch 3, patience 2 at epoch 4: both select epoch 2; patience 4 sees the
@@ -43,4 +43,4 @@ def test_cli_reports_the_test_metric_of_each_patience(tmp_path):
   assert "| 1 | 2 (20) | yes |" in rows[0] and "0.3100 (-0.0800)" in rows[0]  # 0.31 vs 0.35 + 0.04
   assert "| 2 | 2 (20) | yes |" in rows[1] and "| 4 | 5 (50) | yes | 0.3900 (+0.0000)" in rows[2]
   assert out.strip().splitlines()[-1].startswith("SUMMARY patience_check")
-  assert (tmp_path / "p.md").read_text().startswith("# Patience check")
+  assert (tmp_path / "patience_check.md").read_text().startswith("# Patience check")
