@@ -2,13 +2,14 @@
 
 Importing this package sets ``TF_USE_LEGACY_KERAS=1`` when TensorFlow is not imported yet
 (TFRS needs Keras 2) and raises a clear ImportError when ``tf.keras`` is already Keras 3.
-``import tfrs_logq.keras3`` (the Keras 3 path, any backend) skips that check; it then runs
-before the first tf-keras submodule is imported, if any.
+``import tfrs_logq.keras3`` (the Keras 3 path, any backend) and ``import tfrs_logq.core`` (the
+framework-free formulas) skip that check; it then runs before the first tf-keras submodule is
+imported, if any.
 """
 
 from tfrs_logq import _keras_env
 
-if _keras_env.importing_keras3_only():
+if _keras_env.importing_without_tf_keras():
   _keras_env.install_legacy_keras_guard()
 else:
   _keras_env.ensure_legacy_keras()

@@ -6,9 +6,10 @@ imported. This module sets it when TensorFlow has not been imported yet, and fai
 message naming the fix when it is too late.
 
 The Keras 3 path (``tfrs_logq.keras3``) needs none of this and must work in a process that uses
-only Keras 3 (any backend, also after ``import tensorflow`` under Keras 3). So ``import
-tfrs_logq.keras3`` (or ``from tfrs_logq.keras3 import ...``) skips the check:
-``importing_keras3_only`` sees that import in progress, and ``install_legacy_keras_guard`` defers
+only Keras 3 (any backend, also after ``import tensorflow`` under Keras 3); the core
+(``tfrs_logq.core``) imports no framework at all. So ``import tfrs_logq.keras3`` or ``import
+tfrs_logq.core`` (or ``from tfrs_logq.keras3 import ...``) skips the check:
+``importing_without_tf_keras`` sees that import in progress, and ``install_legacy_keras_guard`` defers
 the check to the first import of a tf-keras submodule (``tfrs_logq.losses``, ...), which then
 sets the variable or raises exactly as ``import tfrs_logq`` would.
 """
@@ -24,9 +25,10 @@ _FIX = (
     "of this: `import tfrs_logq.keras3` works with any Keras 3 backend.)"
 )
 
-_KERAS3 = "tfrs_logq.keras3"
+# Packages importable without tf-keras: importing them first defers the legacy-Keras check.
+_WITHOUT_TF_KERAS = ("tfrs_logq.keras3", "tfrs_logq.core")
 # Submodules that do not use tf.keras: importing them never needs the legacy-Keras check.
-_NEUTRAL = ("tfrs_logq._keras_env", "tfrs_logq._formulas", _KERAS3)
+_NEUTRAL = ("tfrs_logq._keras_env",) + _WITHOUT_TF_KERAS
 
 
 def ensure_legacy_keras():
@@ -55,8 +57,9 @@ def ensure_legacy_keras():
   return tf
 
 
-def importing_keras3_only() -> bool:
-  """True while this thread is importing ``tfrs_logq.keras3`` (or one of its modules).
+def importing_without_tf_keras() -> bool:
+  """True while this thread is importing ``tfrs_logq.keras3`` or ``tfrs_logq.core`` (or one of
+  their modules).
 
   Python imports the parent package first; its frames in ``importlib._bootstrap`` keep the
   name of the module being imported. ``from tfrs_logq import keras3`` imports ``tfrs_logq``
@@ -67,7 +70,8 @@ def importing_keras3_only() -> bool:
     if (frame.f_code.co_name == "_find_and_load"
         and frame.f_globals.get("__name__") == "importlib._bootstrap"):
       name = frame.f_locals.get("name")
-      if isinstance(name, str) and (name == _KERAS3 or name.startswith(_KERAS3 + ".")):
+      if isinstance(name, str) and any(name == p or name.startswith(p + ".")
+                                       for p in _WITHOUT_TF_KERAS):
         return True
     frame = frame.f_back
   return False

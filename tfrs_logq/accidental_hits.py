@@ -10,7 +10,12 @@ masked (negatives are drawn from Q', which excludes p), and every variant should
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
+from tfrs_logq.core import accidental_hits as hits_core
+from tfrs_logq.core.ops import tf_ops
+
 __all__ = ["accidental_hit_mask", "RemoveAccidentalHits", "lowest_logit"]
+
+_OPS = tf_ops()
 
 
 def _check_ids(ids: tf.Tensor, name: str) -> tf.Tensor:
@@ -26,7 +31,7 @@ def lowest_logit(dtype: tf.DType) -> float:
   Not ``dtype.min`` itself: ``logit - max`` downstream would overflow to -inf. float16 has
   little range, so it gets -6e4 (exp of it is 0 in every dtype anyway).
   """
-  return -6.0e4 if dtype == tf.float16 else float(dtype.min) / 100.0
+  return hits_core.lowest_logit(tf.as_dtype(dtype).name)
 
 
 def accidental_hit_mask(positive_ids: tf.Tensor, negative_ids: tf.Tensor) -> tf.Tensor:
@@ -49,11 +54,9 @@ def accidental_hit_mask(positive_ids: tf.Tensor, negative_ids: tf.Tensor) -> tf.
                       f"({negative_ids.dtype}) must have the same dtype")
   if positive_ids.shape.rank not in (None, 1):
     raise ValueError(f"positive_ids must be [A], got shape {positive_ids.shape}")
-  if negative_ids.shape.rank == 1:
-    negative_ids = negative_ids[tf.newaxis, :]
-  elif negative_ids.shape.rank != 2:
+  if negative_ids.shape.rank not in (1, 2):
     raise ValueError(f"negative_ids must be [N] or [A, N], got shape {negative_ids.shape}")
-  return tf.not_equal(positive_ids[:, tf.newaxis], negative_ids)
+  return hits_core.hit_mask(_OPS, positive_ids, negative_ids)
 
 
 @tf.keras.utils.register_keras_serializable(package="tfrs_logq")
@@ -76,8 +79,6 @@ class RemoveAccidentalHits(tf.keras.layers.Layer):
     candidate_ids = _check_ids(candidate_ids, "candidate_ids")
     positive_index = tf.math.argmax(labels, axis=1)
     positive_ids = tf.gather(candidate_ids, positive_index)
-    duplicate = tf.logical_and(
-        tf.equal(positive_ids[:, tf.newaxis], candidate_ids[tf.newaxis, :]),
-        tf.logical_not(tf.cast(labels, tf.bool)))
     lowest = tf.constant(lowest_logit(logits.dtype), logits.dtype)
-    return tf.where(duplicate, tf.fill(tf.shape(logits), lowest), logits)
+    return hits_core.remove_hits(_OPS, logits, labels, candidate_ids[tf.newaxis, :],
+                                 positive_ids[:, tf.newaxis], lowest)

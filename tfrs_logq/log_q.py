@@ -10,26 +10,30 @@ tail items of large catalogs have Q far below TFRS's 1e-6 clip.
     pi(d) = 1 - (1 - Q(d))^B           P(d is in a pool of B i.i.d. draws), deduplicated pools
     log pi(d) = log1mexp(B * log1mexp(log Q(d)))
 
-`log1mexp` is the one implementation of log(1 - exp(x)) in the package; ``MIN_ONE_MINUS_Q`` is
-the one floor of 1 - Q(p) (a positive that holds the whole stream must not give log 0).
+The formulas are ``tfrs_logq.core.log_q``'s (the one implementation of log(1 - exp(x)) and the
+one floor ``MIN_ONE_MINUS_Q`` of 1 - Q(p): a positive that holds the whole stream must not give
+log 0), evaluated with TensorFlow; this module adds the tensor conversion and the run-time
+checks.
 """
 
-import math
 from typing import Optional
 
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
-from tfrs_logq import _formulas
+from tfrs_logq.core import checks as core_checks
+from tfrs_logq.core import log_q as log_q_core
+from tfrs_logq.core.ops import tf_ops
 
 __all__ = ["MIN_ONE_MINUS_Q", "log1mexp", "validate_log_q", "probability_to_log_q",
            "resolve_log_q", "log_q_prime", "log_inclusion_probability"]
 
+_OPS = tf_ops()
 # A log-probability may exceed 0 by float rounding (e.g. log(count / total) with count ==
 # total); anything above this is a caller error.
-_LOG_Q_SLACK = 1e-5
+_LOG_Q_SLACK = core_checks.LOG_Q_SLACK
 
-MIN_ONE_MINUS_Q = 1e-6
+MIN_ONE_MINUS_Q = log_q_core.MIN_ONE_MINUS_Q
 """Floor of 1 - Q(p) in log(1 - Q(p)): Q(p) = 1 gives log(1e-6), not -inf."""
 
 
@@ -42,14 +46,7 @@ def log1mexp(x: tf.Tensor, min_one_minus_p: float = MIN_ONE_MINUS_Q) -> tf.Tenso
   one-item catalog) gives a large finite value instead of -inf; ``min_one_minus_p=0`` turns the
   floor off (then x = 0 gives -inf).
   """
-  if not 0.0 <= min_one_minus_p < 1.0:
-    raise ValueError(f"min_one_minus_p must be in [0, 1), got {min_one_minus_p!r}")
-  x = tf.minimum(x, tf.cast(math.log1p(-min_one_minus_p), x.dtype))
-  log_half = tf.cast(-math.log(2.0), x.dtype)
-  near_one = x > log_half
-  hi = tf.where(near_one, x, log_half)
-  lo = tf.where(near_one, log_half, x)
-  return tf.where(near_one, tf.math.log(-tf.math.expm1(hi)), tf.math.log1p(-tf.exp(lo)))
+  return log_q_core.log1mexp(_OPS, tf.convert_to_tensor(x), min_one_minus_p)
 
 
 def validate_log_q(log_q: tf.Tensor, name: str = "log_q") -> tf.Tensor:
@@ -94,15 +91,15 @@ def probability_to_log_q(probability: tf.Tensor, name: str = "sampling probabili
           message=f"{name} must be <= 1"),
   ]
   with tf.control_dependencies(checks):
-    return tf.minimum(tf.math.log(probability), 0.0)
+    return log_q_core.log_q_from_probability(_OPS, probability)
 
 
 def resolve_log_q(probability: Optional[tf.Tensor] = None,
                   log_probability: Optional[tf.Tensor] = None,
                   name: str = "candidate_sampling_probability") -> Optional[tf.Tensor]:
   """Returns validated float32 log Q from exactly one of probability / log_probability."""
-  return _formulas.resolve_log_q(probability, log_probability, name, probability_to_log_q,
-                                 validate_log_q)
+  return core_checks.resolve_log_q(probability, log_probability, name, probability_to_log_q,
+                                   validate_log_q)
 
 
 def log_q_prime(negative_log_q: tf.Tensor, positive_log_q: tf.Tensor) -> tf.Tensor:
@@ -115,9 +112,8 @@ def log_q_prime(negative_log_q: tf.Tensor, positive_log_q: tf.Tensor) -> tf.Tens
   Returns:
     [A, N] float32.
   """
-  negative_log_q = tf.cast(negative_log_q, tf.float32)
-  positive_log_q = tf.cast(positive_log_q, tf.float32)
-  return negative_log_q - log1mexp(positive_log_q)[:, tf.newaxis]
+  return log_q_core.log_q_prime(_OPS, tf.cast(negative_log_q, tf.float32),
+                                tf.cast(positive_log_q, tf.float32))
 
 
 def log_inclusion_probability(log_q: tf.Tensor, num_draws) -> tf.Tensor:
@@ -134,9 +130,5 @@ def log_inclusion_probability(log_q: tf.Tensor, num_draws) -> tf.Tensor:
   Returns:
     float32, the shape of ``log_q``.
   """
-  log_q = tf.cast(log_q, tf.float32)
-  b = tf.cast(num_draws, tf.float32)
-  log_1mq = log1mexp(tf.minimum(log_q, 0.0), min_one_minus_p=0.0)      # log(1 - Q) <= 0
-  exact = log1mexp(b * log_1mq, min_one_minus_p=0.0)
-  tiny = log_q < -30.0
-  return tf.where(tiny, tf.math.log(b) + log_q, exact)
+  return log_q_core.log_inclusion_probability(_OPS, tf.cast(log_q, tf.float32),
+                                              tf.cast(num_draws, tf.float32))

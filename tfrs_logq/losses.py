@@ -78,27 +78,34 @@ negative at +inf has no limit (NaN). Wherever the loss is finite the gradients a
 Losses are computed in float32 whatever the input dtype (float16 / bfloat16 inputs and
 mixed-precision models are safe) with a masked, max-shifted log-sum-exp, so huge logits stay finite
 and masked entries never produce NaN gradients.
+
+The formulas are computed by the core (``tfrs_logq.core.sampled_softmax``,
+``tfrs_logq.core.bce``) on TensorFlow (``tfrs_logq.core.ops.tf_ops``), the same functions the
+Keras 3 front (``tfrs_logq.keras3.losses``) calls with ``keras.ops``; this module adds the
+tf-keras layers, input conversion and checks.
 """
 
-import math
 import numbers
 from typing import NamedTuple, Optional
 
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
-from tfrs_logq import _formulas
 from tfrs_logq import log_q as log_q_lib
+from tfrs_logq.core import bce as bce_core
+from tfrs_logq.core import checks as core_checks
+from tfrs_logq.core import sampled_softmax as sampled_softmax_core
+from tfrs_logq.core.ops import tf_ops
 
 __all__ = ["CORRECTIONS", "Q_PRIME_MODES", "LOSSES", "LossOutput", "masked_logsumexp",
            "sampled_softmax_loss", "full_softmax_loss", "bce_loss", "gbce_loss", "gbce_beta",
            "SampledSoftmaxLoss", "FullSoftmaxLoss", "GBCELoss"]
 
-CORRECTIONS = _formulas.CORRECTIONS
-Q_PRIME_MODES = _formulas.Q_PRIME_MODES
+CORRECTIONS = core_checks.CORRECTIONS
+Q_PRIME_MODES = core_checks.Q_PRIME_MODES
 LOSSES = ("sampled_softmax", "full_softmax", "bce", "gbce")
 
-_MASKED = -1e30  # stands for an excluded entry inside masked_logsumexp (finite: no inf - inf)
+_OPS = tf_ops()
 
 
 class LossOutput(NamedTuple):
@@ -116,7 +123,7 @@ class LossOutput(NamedTuple):
 
 
 # One validation of (correction, q_prime, ratio_floor) for the tf-keras and Keras 3 paths.
-_check_correction = _formulas.check_correction
+_check_correction = core_checks.check_correction
 
 
 def masked_logsumexp(x: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
@@ -128,18 +135,8 @@ def masked_logsumexp(x: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
   gradient (never inf - inf); NaN entries propagate. Rows with no valid entry return about -1e30
   (finite, never NaN); callers that need 0 there test n > 0.
   """
-  keep = tf.logical_and(valid, tf.not_equal(x, -math.inf))
-  masked = tf.where(keep, x, tf.constant(_MASKED, x.dtype))
-  row_max = tf.reduce_max(masked, axis=1, keepdims=True)
-  row_inf = tf.equal(row_max, math.inf)
-  # Rows holding +inf are evaluated on constants (value replaced by +inf below): no NaN gradient.
-  safe = tf.where(row_inf, tf.where(tf.equal(masked, math.inf), tf.zeros_like(masked),
-                                    tf.fill(tf.shape(masked), tf.constant(_MASKED, x.dtype))),
-                  masked)
-  shift = tf.stop_gradient(tf.where(tf.math.is_finite(row_max), row_max, tf.zeros_like(row_max)))
-  lse = tf.squeeze(shift, 1) + tf.math.log(tf.reduce_sum(tf.exp(safe - shift), axis=1))
-  return tf.where(tf.squeeze(row_inf, 1), tf.fill(tf.shape(lse), tf.constant(math.inf, x.dtype)),
-                  lse)
+  return sampled_softmax_core.masked_logsumexp(_OPS, tf.convert_to_tensor(x),
+                                               tf.convert_to_tensor(valid))
 
 
 def _scores(positive_scores, negative_scores):
@@ -253,8 +250,7 @@ def sampled_softmax_loss(positive_scores: tf.Tensor,
     negative_log_q = log_q_lib.validate_log_q(negative_log_q, "negative_log_q")
   if positive_log_q is not None:
     positive_log_q = log_q_lib.validate_log_q(positive_log_q, "positive_log_q")
-  needs_negative_q = correction != "none"
-  needs_positive_q = correction == "standard" or (correction == "corrected" and q_prime == "exact")
+  needs_negative_q, needs_positive_q = core_checks.needs_log_q(correction, q_prime)
   if needs_negative_q and negative_log_q is None:
     raise ValueError(f"correction={correction!r} needs negative_log_q")
   if needs_positive_q and positive_log_q is None:
@@ -264,42 +260,10 @@ def sampled_softmax_loss(positive_scores: tf.Tensor,
   with tf.control_dependencies(checks):
     s_p = tf.identity(s_p)
   s_p, s_n = _assert_finite(s_p, s_n, check_scores)
-  num_valid = tf.reduce_sum(tf.cast(valid_mask, tf.int32), axis=1)
-  has_negatives = num_valid > 0
-
-  if correction == "corrected":
-    # LSE_i(s_i - log Q'(d_i)) = LSE_i(s_i - log Q(d_i)) + log(1 - Q(p)): Q' is a per-row shift.
-    lse = masked_logsumexp(s_n - negative_log_q, valid_mask)
-    if q_prime == "exact":
-      lse = lse + log_q_lib.log1mexp(positive_log_q)
-    log_n = tf.math.log(tf.cast(tf.maximum(num_valid, 1), tf.float32))
-    # 1 - P̂ = 1 - sigmoid(s_p - (Z - log n)) = sigmoid((Z - log n) - s_p)
-    weight = tf.stop_gradient(tf.sigmoid((lse - log_n) - s_p))
-    weight = tf.where(has_negatives, weight, tf.zeros_like(weight))
-    if ratio_floor > 0:
-      log_floor = tf.constant(math.log(ratio_floor), tf.float32)
-      term = tf.maximum(s_p - tf.maximum(lse, log_floor), log_floor)
-    else:
-      term = s_p - lse
-    # w = 0 (n = 0, or s_p = +inf where term = +inf) contributes exactly 0; NaN weights (s_p and
-    # a negative both +inf: no limit) propagate.
-    active = tf.logical_and(has_negatives, tf.not_equal(weight, 0.0))
-    loss = tf.where(active, -weight * tf.where(active, term, tf.zeros_like(term)),
-                    tf.zeros_like(term))
-    return LossOutput(loss=loss, weight=weight, num_valid=num_valid)
-
-  if correction == "none":
-    logits, pos_logit = s_n, s_p
-  elif correction == "standard":
-    logits, pos_logit = s_n - negative_log_q, s_p - positive_log_q
-  else:  # standard_no_positive
-    logits, pos_logit = s_n - negative_log_q, s_p
-  # Positive in the denominator: log(e^{pos} + e^{LSE}) - pos = softplus(LSE - pos), without
-  # copying [A, N] into an [A, N + 1] tensor; finite limits for pos = +inf and LSE = -inf.
-  lse = masked_logsumexp(logits, valid_mask)
-  loss = tf.math.softplus(lse - pos_logit)
-  loss = tf.where(has_negatives, loss, tf.zeros_like(loss))
-  return LossOutput(loss=loss, weight=tf.ones_like(loss), num_valid=num_valid)
+  loss, weight, num_valid = sampled_softmax_core.sampled_softmax(
+      _OPS, s_p, s_n, negative_log_q if needs_negative_q else None,
+      positive_log_q if needs_positive_q else None, valid_mask, correction, q_prime, ratio_floor)
+  return LossOutput(loss=loss, weight=weight, num_valid=num_valid)
 
 
 def full_softmax_loss(query_embeddings, positive_ids, candidate_embeddings, *,
@@ -350,9 +314,8 @@ def full_softmax_loss(query_embeddings, positive_ids, candidate_embeddings, *,
   s_p = tf.gather(logits, cols, batch_dims=1)
   s_p, logits = _assert_finite(s_p, logits, check_scores)
   valid = tf.not_equal(tf.range(num_rows)[tf.newaxis, :], cols[:, tf.newaxis])
-  loss = tf.math.softplus(masked_logsumexp(logits, valid) - s_p)
   num_valid = tf.fill(tf.shape(s_p), tf.cast(num_rows, tf.int32) - 1)
-  loss = tf.where(num_valid > 0, loss, tf.zeros_like(loss))
+  loss = sampled_softmax_core.softmax_with_positive(_OPS, s_p, logits, valid, num_valid > 0)
   return LossOutput(loss=loss, weight=tf.ones_like(loss), num_valid=num_valid)
 
 
@@ -364,17 +327,7 @@ def gbce_beta(num_negatives: int, num_items: int, t: float) -> float:
     num_items: |I| >= 2 items in the catalog.
     t: calibration in [0, 1] (0: beta = 1, plain BCE; 1: beta = alpha).
   """
-  for name, v in (("num_negatives", num_negatives), ("num_items", num_items)):
-    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-      raise TypeError(f"gBCE {name} must be an int, got {v!r}")
-  if num_items < 2:
-    raise ValueError(f"gBCE needs num_items >= 2, got {num_items}")
-  if num_negatives < 1:
-    raise ValueError(f"gBCE needs num_negatives >= 1, got {num_negatives}")
-  if not 0.0 <= t <= 1.0:
-    raise ValueError(f"gBCE t must be in [0, 1], got {t}")
-  alpha = min(num_negatives / (num_items - 1), 1.0)
-  return alpha * (t * (1.0 - 1.0 / alpha) + 1.0 / alpha)
+  return bce_core.gbce_beta(num_negatives, num_items, t)
 
 
 def gbce_loss(positive_scores, negative_scores, *, beta: float, valid_mask=None,
@@ -391,18 +344,14 @@ def gbce_loss(positive_scores, negative_scores, *, beta: float, valid_mask=None,
   Returns:
     LossOutput(loss [A], weight 1, num_valid [A]).
   """
-  if not 0.0 < beta <= 1.0:
-    raise ValueError(f"beta must be in (0, 1], got {beta}")
+  beta = bce_core.check_beta(beta)
   s_p, s_n = _scores(positive_scores, negative_scores)
   valid, checks = _valid_mask(valid_mask, s_n)
   with tf.control_dependencies(checks):
     s_p = tf.identity(s_p)
   s_p, s_n = _assert_finite(s_p, s_n, check_scores)
-  safe = tf.where(valid, s_n, tf.zeros_like(s_n))     # masked entries never reach softplus
-  neg = tf.reduce_sum(tf.where(valid, tf.math.softplus(safe), tf.zeros_like(safe)), axis=1)
-  loss = float(beta) * tf.math.softplus(-s_p) + neg
-  return LossOutput(loss=loss, weight=tf.ones_like(loss),
-                    num_valid=tf.reduce_sum(tf.cast(valid, tf.int32), axis=1))
+  loss, num_valid = bce_core.gbce(_OPS, s_p, s_n, valid, beta)
+  return LossOutput(loss=loss, weight=tf.ones_like(loss), num_valid=num_valid)
 
 
 def bce_loss(positive_scores, negative_scores, valid_mask=None, *,
@@ -498,9 +447,7 @@ class GBCELoss(tf.keras.layers.Layer):
   def __init__(self, beta: float = 1.0, check_scores: bool = False, **kwargs):
     kwargs["dtype"] = "float32"
     super().__init__(**kwargs)
-    if not 0.0 < beta <= 1.0:
-      raise ValueError(f"beta must be in (0, 1], got {beta}")
-    self.beta = float(beta)
+    self.beta = bce_core.check_beta(beta)
     self.check_scores = bool(check_scores)
 
   def call(self, positive_scores, negative_scores, valid_mask=None):

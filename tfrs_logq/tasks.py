@@ -69,11 +69,13 @@ import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow load
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
 
-from tfrs_logq import _formulas
 from tfrs_logq import accidental_hits
 from tfrs_logq import log_q as log_q_lib
 from tfrs_logq import logq_correction
 from tfrs_logq import losses as losses_lib
+from tfrs_logq.core import checks as core_checks
+from tfrs_logq.core import retrieval as retrieval_core
+from tfrs_logq.core.ops import tf_ops
 
 __all__ = ["Retrieval", "UPDATE_FREQUENCY_MODES"]
 
@@ -182,7 +184,7 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     kwargs["dtype"] = "float32"  # scores and losses are always computed in float32
     super().__init__(name=name, **kwargs)
     # The loss's validation of (correction, q_prime, ratio_floor).
-    ratio_floor = _formulas.check_correction(correction, q_prime, ratio_floor)
+    ratio_floor = core_checks.check_correction(correction, q_prime, ratio_floor)
     if update_frequency not in UPDATE_FREQUENCY_MODES:
       raise ValueError(f"update_frequency must be one of {UPDATE_FREQUENCY_MODES}, got "
                        f"{update_frequency!r}")
@@ -301,7 +303,7 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
                                   candidate_log_sampling_probability, candidate_ids,
                                   num_queries, training)
     corrected_q = self.correction != "none"
-    mask_hits = _formulas.check_retrieval_inputs(
+    mask_hits = core_checks.check_retrieval_inputs(
         self.correction, log_q is not None, self._remove_accidental_hits,
         candidate_ids is not None,
         log_q_sources="candidate_log_sampling_probability, or a frequency_estimator")
@@ -329,18 +331,10 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     out = self._softmax_loss(positive_scores, negative_scores,
                              negative_log_q if corrected_q else None,
                              positive_log_q if corrected_q else None, valid)
-    per_example = out.loss
-    if sample_weight is not None:
-      weight = tf.cast(tf.reshape(sample_weight, [-1]), tf.float32)
-      # A zero-weight row contributes exactly 0, even when its loss is +inf (0 * inf = NaN).
-      per_example = tf.where(tf.equal(weight, 0.0), tf.zeros_like(per_example),
-                             per_example * weight)
-    if self._reduction == "sum":
-      loss = tf.reduce_sum(per_example)
-    elif self._reduction == "mean":
-      loss = tf.reduce_sum(per_example) / tf.cast(num_queries, tf.float32)
-    else:
-      loss = per_example
+    weight = (None if sample_weight is None
+              else tf.cast(tf.reshape(sample_weight, [-1]), tf.float32))
+    loss = retrieval_core.weighted_reduction(tf_ops(), out.loss, weight, self._reduction,
+                                             num_queries)
 
     update_ops = [metric.update_state(loss) for metric in self._loss_metrics]
     if compute_metrics and not max_sim:
@@ -375,7 +369,7 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     estimator = self.frequency_estimator
     if estimator is None:
       return log_q
-    _formulas.check_estimator_inputs(log_q is not None, candidate_ids is not None)
+    core_checks.check_estimator_inputs(log_q is not None, candidate_ids is not None)
     self._maybe_update(candidate_ids[:num_queries], training)
     if self.correction == "none":
       return None
@@ -444,10 +438,8 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     # log Q' = log Q - log(1 - Q(p)) is a per-row shift: it does not change a row's ranking.
     logits = self._logits(scores, log_q)
     k = tf.minimum(self._num_hard_negatives, tf.shape(scores)[1])
-    masked = tf.where(valid, logits, tf.fill(tf.shape(logits), -float("inf")))
-    kth_largest = tf.math.top_k(masked, k=k, sorted=True).values[:, -1:]
     # Ties with the k-th value are all kept (TFRS keeps an arbitrary k of them).
-    return tf.logical_and(valid, masked >= kth_largest)
+    return retrieval_core.keep_hardest(tf_ops(), logits, valid, k)
 
   # ---- serialisation -------------------------------------------------------------------------
   def get_config(self):

@@ -16,16 +16,19 @@ precision (N − #p floored at min_count, so Q' ≤ #d / min_count). Ids must be
 [0, num_items); strings need a vocabulary first (tf.keras.layers.StringLookup).
 """
 
-import math
 from typing import Optional
 
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
-from tfrs_logq import _formulas
+from tfrs_logq.core import checks as core_checks
+from tfrs_logq.core import frequency as frequency_core
+from tfrs_logq.core.ops import tf_ops
 from tfrs_logq.frequency import base
 
 __all__ = ["ExactCounts"]
+
+_OPS = tf_ops()
 
 
 @tf.keras.utils.register_keras_serializable(package="tfrs_logq")
@@ -48,9 +51,9 @@ class ExactCounts(base.FrequencyEstimator):
 
   def __init__(self, num_items: int, counts=None, accumulate: Optional[bool] = None,
                min_count: float = 1.0, validate_ids: bool = True, **kwargs):
-    _formulas.check_num_items_given(num_items)
+    core_checks.check_num_items_given(num_items)
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
-    self.min_count, initial = _formulas.check_counts_table(self.num_items, min_count, counts)
+    self.min_count, initial = core_checks.check_counts_table(self.num_items, min_count, counts)
     self.accumulate = (counts is None) if accumulate is None else bool(accumulate)
     self.counts = self._state("counts", [self.num_items], tf.int64, initial)
     self.total = self._state("total", [], tf.int64, int(initial.sum()))
@@ -63,27 +66,23 @@ class ExactCounts(base.FrequencyEstimator):
     self.counts.scatter_add(tf.IndexedSlices(ones, keys))
     self.total.assign_add(tf.reduce_sum(ones))
 
-  def _q64(self, keys):
-    """Q(d) in float64 with the documented floors."""
-    n = tf.cast(self.total, tf.float64)
-    c = tf.maximum(tf.cast(tf.gather(self.counts, keys), tf.float64), self.min_count)
-    uniform = tf.fill(tf.shape(c), tf.constant(1.0 / self.num_items, tf.float64))
-    return tf.where(n > 0, tf.minimum(c / tf.maximum(n, 1.0), 1.0), uniform)
+  def _counts_and_total(self, keys):
+    """#d and N in float64 (exact for counts below 2**53)."""
+    return (tf.cast(tf.gather(self.counts, keys), tf.float64),
+            tf.cast(self.total, tf.float64))
 
   def _log_q_keys(self, keys):
-    return tf.cast(tf.math.log(self._q64(keys)), tf.float32)
+    count, total = self._counts_and_total(keys)
+    return tf.cast(frequency_core.exact_log_q(_OPS, count, total, self.min_count,
+                                              self.num_items), tf.float32)
 
   def log_one_minus_q(self, ids):
     """log(1 − Q(p)) = log((N − #p) / N) in float64 (with #p floored at min_count as in Q),
     N − #p floored at min_count ("as if one other item had been counted") so it stays finite;
     with N = 0, 1 − 1/num_items floored at MIN_ONE_MINUS_Q."""
-    keys = self._keys(ids, flatten=False)
-    n = tf.cast(self.total, tf.float64)
-    c = tf.maximum(tf.cast(tf.gather(self.counts, keys), tf.float64), self.min_count)
-    counted = tf.math.log(tf.maximum(n - c, self.min_count)) - tf.math.log(tf.maximum(n, 1.0))
-    uniform = tf.fill(tf.shape(counted), tf.constant(
-        math.log(max(1.0 - 1.0 / self.num_items, base.MIN_ONE_MINUS_Q)), tf.float64))
-    return tf.cast(tf.where(n > 0, counted, uniform), tf.float32)
+    count, total = self._counts_and_total(self._keys(ids, flatten=False))
+    return tf.cast(frequency_core.exact_log_one_minus_q(_OPS, count, total, self.min_count,
+                                                        self.num_items), tf.float32)
 
   def get_config(self):
     config = super().get_config()

@@ -47,22 +47,15 @@ Memory: m·H·12 bytes (A int32, B float32, K int32). Steps are int32 in A: up t
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
-from tfrs_logq import _formulas
+from tfrs_logq.core import checks as core_checks
+from tfrs_logq.core import frequency as frequency_core
+from tfrs_logq.core.ops import tf_ops
 from tfrs_logq.frequency import base
 from tfrs_logq.frequency import hashing
 
 __all__ = ["HashArrayEstimator"]
 
-
-def _gap_weight(k, c, alpha: float, warmup_hits: int):
-  """w = Π_{j=k+1}^{k+c} (1 − max(α, 1/j)) in closed form (int64 k, c; float32 result)."""
-  j_cap = tf.constant(warmup_hits, tf.int64)
-  k = tf.cast(k, tf.int64)
-  c = tf.cast(c, tf.int64)
-  running = (tf.cast(k, tf.float32)
-             / tf.cast(tf.maximum(tf.maximum(k, tf.minimum(k + c, j_cap)), 1), tf.float32))
-  ema_hits = tf.maximum(k + c - tf.maximum(k, j_cap), 0)
-  return running * tf.pow(tf.constant(1.0 - alpha, tf.float32), tf.cast(ema_hits, tf.float32))
+_OPS = tf_ops()
 
 
 @tf.keras.utils.register_keras_serializable(package="tfrs_logq")
@@ -100,7 +93,7 @@ class HashArrayEstimator(base.FrequencyEstimator):
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
     num_buckets = base._positive_int(num_buckets, "num_buckets")
     num_hashes = base._positive_int(num_hashes, "num_hashes")
-    warmup_hits = _formulas.check_hash_array(num_buckets, num_hashes, alpha, 31)
+    warmup_hits = core_checks.check_hash_array(num_buckets, num_hashes, alpha, 31)
     self.num_buckets = num_buckets
     self.num_hashes = num_hashes
     self.alpha = float(alpha)
@@ -120,11 +113,11 @@ class HashArrayEstimator(base.FrequencyEstimator):
     return tf.stack([hashing.bucket(keys, self.seed + i, self.num_buckets)
                      + i * self.num_buckets for i in range(self.num_hashes)])
 
-  def _prior_hits(self, last, hits):
-    """k: gap samples so far (0 before the second sighting; J after it without warm-up)."""
-    if self.warmup:
-      return hits
-    return tf.where(hits > 0, tf.fill(tf.shape(hits), self.warmup_hits), tf.zeros_like(hits))
+  def _prior_hits(self, hits):
+    """k as int64 (k + c stays exact up to J < 2**31): gap samples so far (0 before the second
+    sighting; J after it without warm-up)."""
+    return tf.cast(frequency_core.prior_hits(_OPS, hits, self.warmup, self.warmup_hits),
+                   tf.int64)
 
   def _update_keys(self, keys, valid=None):
     n = base._num_counted(keys, valid)
@@ -135,21 +128,18 @@ class HashArrayEstimator(base.FrequencyEstimator):
     last = tf.gather(self.last_step, slots)
     old_gap = tf.gather(self.gap, slots)
     old_hits = tf.gather(self.hits, slots)
-    k = self._prior_hits(last, old_hits)
+    k = self._prior_hits(old_hits)
+    c = tf.cast(counts, tf.int64)
     g = tf.cast(t_new - tf.cast(last, tf.int64), tf.float32)
-    c = tf.cast(tf.maximum(counts, 1), tf.float32)
-    w = _gap_weight(k, counts, self.alpha, self.warmup_hits)
-    new_gap = w * old_gap + (1.0 - w) * (g / c)
-    new_hits = tf.minimum(tf.cast(k, tf.int64) + tf.cast(counts, tf.int64), self.warmup_hits)
-    new_hits = tf.where(tf.equal(last, 0), tf.zeros_like(new_hits), new_hits)  # first sighting
+    new_gap = frequency_core.updated_gap(_OPS, old_gap, k, c, g, self.alpha, self.warmup_hits)
+    new_hits = frequency_core.updated_hits(_OPS, k, c, last, self.warmup_hits)
     new_last = tf.fill(tf.shape(slots), tf.cast(t_new, tf.int32))
     self.gap.scatter_update(tf.IndexedSlices(tf.where(hit, new_gap, old_gap), slots))
     self.hits.scatter_update(tf.IndexedSlices(
         tf.where(hit, tf.cast(new_hits, tf.int32), old_hits), slots))
     self.last_step.scatter_update(tf.IndexedSlices(tf.where(hit, new_last, last), slots))
-    rate = tf.maximum(tf.constant(self.alpha, tf.float32),
-                      1.0 / tf.cast(tf.maximum(t_new, 1), tf.float32))
-    n_bar = (1.0 - rate) * self.ids_per_step + rate * tf.cast(n, tf.float32)
+    n_bar = frequency_core.updated_ids_per_step(_OPS, self.ids_per_step, tf.cast(n, tf.float32),
+                                                t_new, self.alpha)
     self.ids_per_step.assign(tf.where(nonempty, n_bar, self.ids_per_step))
     self.step.assign(t_new)
 
@@ -159,21 +149,14 @@ class HashArrayEstimator(base.FrequencyEstimator):
 
   def _steps_per_hit_keys(self, keys):
     slots = self._slots(keys)
-    last = tf.gather(self.last_step, slots)
-    gap = tf.gather(self.gap, slots)
-    t = tf.cast(self.step, tf.float32)
-    if self.pending_gap:
-      k = self._prior_hits(last, tf.gather(self.hits, slots))
-      w1 = _gap_weight(k, tf.ones_like(k), self.alpha, self.warmup_hits)
-      g = t - tf.cast(last, tf.float32)
-      gap = tf.maximum(gap, w1 * gap + (1.0 - w1) * g)
-    gap = tf.where(tf.equal(last, 0), tf.maximum(t, 1.0), gap)
-    return tf.reduce_max(gap, axis=0)
+    k = self._prior_hits(tf.gather(self.hits, slots)) if self.pending_gap else None
+    return frequency_core.read_steps_per_hit(
+        _OPS, tf.gather(self.gap, slots), tf.gather(self.last_step, slots),
+        tf.cast(self.step, tf.float32), k, self.alpha, self.warmup_hits, self.pending_gap)
 
   def _log_q_keys(self, keys):
-    b_hat = self._steps_per_hit_keys(keys)
-    n_bar = tf.maximum(self.ids_per_step, 1.0)
-    return tf.minimum(-tf.math.log(b_hat) - tf.math.log(n_bar), 0.0)
+    return frequency_core.hash_array_log_q(_OPS, self._steps_per_hit_keys(keys),
+                                           self.ids_per_step)
 
   def get_config(self):
     config = super().get_config()

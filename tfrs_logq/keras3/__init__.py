@@ -1,7 +1,7 @@
 """tfrs_logq.keras3: the corrected logQ for Keras 3 (keras-rs users; JAX, TensorFlow, PyTorch).
 
-Only ``keras`` and ``keras.ops``; the formulas come from ``tfrs_logq._formulas``, shared with
-the tf-keras path (``tfrs_logq.losses`` & co.) and tested against it on every backend.
+Only ``keras`` and ``keras.ops``; the formulas come from ``tfrs_logq.core``, shared with the
+tf-keras path (``tfrs_logq.losses`` & co.) and tested against it on every backend.
 
     import tfrs_logq.keras3 as tlk      # not `from tfrs_logq import keras3` (see below)
 

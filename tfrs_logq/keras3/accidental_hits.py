@@ -11,7 +11,7 @@ keras-rs 0.4's layer adds ``smallest_normal / 100`` (about 1e-40) to them, which
 import keras
 from keras import ops
 
-from tfrs_logq import _formulas
+from tfrs_logq.core import accidental_hits as hits_core
 from tfrs_logq.keras3 import _tensors
 
 __all__ = ["accidental_hit_mask", "lowest_logit", "RemoveAccidentalHits"]
@@ -19,7 +19,7 @@ __all__ = ["accidental_hit_mask", "lowest_logit", "RemoveAccidentalHits"]
 
 def lowest_logit(dtype) -> float:
   """dtype.min / 100 (float16: -6e4): finite, and exp of it is 0 in every dtype."""
-  return _formulas.lowest_logit(keras.backend.standardize_dtype(dtype))
+  return hits_core.lowest_logit(keras.backend.standardize_dtype(dtype))
 
 
 def accidental_hit_mask(positive_ids, negative_ids):
@@ -35,11 +35,9 @@ def accidental_hit_mask(positive_ids, negative_ids):
   _tensors.check_rank(negative_ids, (1, 2), "negative_ids")
   if len(negative_ids.shape) == 2:
     _tensors.check_same_dim(positive_ids, 0, negative_ids, 0, "positive_ids vs negative_ids rows")
-  else:
-    negative_ids = ops.expand_dims(negative_ids, 0)
   if _tensors.dtype_of(positive_ids) != _tensors.dtype_of(negative_ids):
     negative_ids = ops.cast(negative_ids, _tensors.dtype_of(positive_ids))
-  return ops.not_equal(ops.expand_dims(positive_ids, 1), negative_ids)
+  return hits_core.hit_mask(ops, positive_ids, negative_ids)
 
 
 @keras.saving.register_keras_serializable(package="tfrs_logq")
@@ -71,7 +69,5 @@ class RemoveAccidentalHits(keras.layers.Layer):
     ids = ops.broadcast_to(candidate_ids, ops.shape(labels))
     positive = ops.expand_dims(ops.argmax(labels, axis=-1), -1)
     positive_ids = ops.take_along_axis(ids, positive, axis=-1)
-    duplicate = ops.logical_and(ops.equal(ids, positive_ids),
-                                ops.logical_not(ops.cast(labels, "bool")))
     lowest = ops.cast(lowest_logit(logits.dtype), logits.dtype)
-    return ops.where(duplicate, lowest, logits)
+    return hits_core.remove_hits(ops, logits, labels, ids, positive_ids, lowest)

@@ -1,7 +1,7 @@
 r"""Per-example sampled-softmax losses with none / standard / corrected logQ, Keras 3.
 
 The same four formulas as ``tfrs_logq.losses`` (the tf-keras path), from the same source,
-``tfrs_logq._formulas.sampled_softmax``, evaluated with ``keras.ops`` (JAX, TensorFlow, PyTorch):
+``tfrs_logq.core.sampled_softmax``, evaluated with ``keras.ops`` (JAX, TensorFlow, PyTorch):
 
     none                  L = -(s_p - log(e^{s_p} + sum_i e^{s_i}))
     standard              L = -((s_p - log Q(p))
@@ -20,15 +20,16 @@ from typing import NamedTuple, Optional
 import keras
 from keras import ops
 
-from tfrs_logq import _formulas
+from tfrs_logq.core import checks as core_checks
+from tfrs_logq.core import sampled_softmax as sampled_softmax_core
 from tfrs_logq.keras3 import _tensors
 from tfrs_logq.keras3 import log_q as log_q_lib
 
 __all__ = ["CORRECTIONS", "Q_PRIME_MODES", "LossOutput", "sampled_softmax_loss",
            "masked_logsumexp", "SampledSoftmaxLoss"]
 
-CORRECTIONS = _formulas.CORRECTIONS
-Q_PRIME_MODES = _formulas.Q_PRIME_MODES
+CORRECTIONS = core_checks.CORRECTIONS
+Q_PRIME_MODES = core_checks.Q_PRIME_MODES
 
 
 class LossOutput(NamedTuple):
@@ -40,8 +41,8 @@ class LossOutput(NamedTuple):
 
 def masked_logsumexp(x, valid):
   """LSE over the valid entries of each row of x [A, N] (about -1e30 for an empty row)."""
-  return _formulas.masked_logsumexp(ops, _tensors.as_float32(x, "x"),
-                                    ops.cast(valid, "bool"))
+  return sampled_softmax_core.masked_logsumexp(ops, _tensors.as_float32(x, "x"),
+                                               ops.cast(valid, "bool"))
 
 
 def _check_shapes(positive_scores, negative_scores, negative_log_q, positive_log_q, valid_mask):
@@ -93,7 +94,7 @@ def sampled_softmax_loss(positive_scores,
   Returns:
     LossOutput(loss [A] float32, weight [A] float32, num_valid [A] int32).
   """
-  ratio_floor = _formulas.check_correction(correction, q_prime, ratio_floor)
+  ratio_floor = core_checks.check_correction(correction, q_prime, ratio_floor)
   s_p = _tensors.as_float32(positive_scores, "positive_scores")
   s_n = _tensors.as_float32(negative_scores, "negative_scores")
   if negative_log_q is not None:
@@ -102,7 +103,7 @@ def sampled_softmax_loss(positive_scores,
     positive_log_q = log_q_lib.validate_log_q(positive_log_q, "positive_log_q")
   if valid_mask is not None:
     valid_mask = ops.convert_to_tensor(valid_mask)
-  needs_negative_q, needs_positive_q = _formulas.needs_log_q(correction, q_prime)
+  needs_negative_q, needs_positive_q = core_checks.needs_log_q(correction, q_prime)
   if needs_negative_q and negative_log_q is None:
     raise ValueError(f"correction={correction!r} needs negative_log_q")
   if needs_positive_q and positive_log_q is None:
@@ -115,7 +116,7 @@ def sampled_softmax_loss(positive_scores,
         raise ValueError(f"{name} has NaN or inf")
   if valid_mask is None:
     valid_mask = ops.ones_like(s_n, dtype="bool")
-  loss, weight, num_valid = _formulas.sampled_softmax(
+  loss, weight, num_valid = sampled_softmax_core.sampled_softmax(
       ops, s_p, s_n, negative_log_q if needs_negative_q else None,
       positive_log_q if needs_positive_q else None, valid_mask, correction, q_prime,
       ratio_floor)
@@ -135,7 +136,7 @@ class SampledSoftmaxLoss(keras.layers.Layer):
                ratio_floor: float = 0.0, **kwargs):
     kwargs["dtype"] = "float32"
     super().__init__(**kwargs)
-    self.ratio_floor = _formulas.check_correction(correction, q_prime, ratio_floor)
+    self.ratio_floor = core_checks.check_correction(correction, q_prime, ratio_floor)
     self.correction = correction
     self.q_prime = q_prime
     self.built = True

@@ -4,7 +4,7 @@ The Keras 3 twin of ``tfrs_logq.negatives`` with static shapes (jit-safe): inste
 duplicates, in-batch negatives keep all B rows and mark the ones that take part in
 ``Negatives.valid`` (first occurrence of each id, and not padding), so the loss sees exactly the
 deduplicated pool of the tf-keras path. log Q follows the same conventions (formulas in
-``tfrs_logq._formulas``):
+``tfrs_logq.core.negatives``):
 
 * in-batch: log Q(d) = log q_uni(d) (the frequency estimator's per-draw unigram probability);
 * uniform, k_u draws with replacement from a catalog D (an id range or an id table):
@@ -30,14 +30,15 @@ import numpy as np
 import keras
 from keras import ops
 
-from tfrs_logq import _formulas
+from tfrs_logq.core import checks as core_checks
+from tfrs_logq.core import negatives as negatives_core
 from tfrs_logq.keras3 import _tensors
 from tfrs_logq.keras3 import accidental_hits
 
 __all__ = ["Negatives", "first_occurrence_mask", "in_batch_negatives", "UniformNegatives",
            "MixedNegatives", "CONVENTIONS", "ScoredCandidates", "score_negatives"]
 
-CONVENTIONS = _formulas.MIXED_CONVENTIONS
+CONVENTIONS = core_checks.MIXED_CONVENTIONS
 
 
 class Negatives(NamedTuple):
@@ -129,7 +130,7 @@ class UniformNegatives(keras.layers.Layer):
     self.num_negatives = num_negatives
     self.per_query = bool(per_query)
     self.seed = seed
-    self.id_range, table = _formulas.check_catalog(id_range, candidate_ids)
+    self.id_range, table = core_checks.check_catalog(id_range, candidate_ids)
     if self.id_range is not None:
       self.candidate_ids = None
       self.catalog_size = self.id_range[1] - self.id_range[0]
@@ -196,8 +197,8 @@ class MixedNegatives(keras.layers.Layer):
     """log Q under the convention, from log q_uni (float32) and n_b (float32 scalar)."""
     k_u, size = self.uniform.num_negatives, self.uniform.catalog_size
     if self.convention == "mixture":
-      return _formulas.mixture_log_q(ops, log_q_unigram, num_in_batch, k_u, size)
-    return _formulas.unigram_log_q(ops, log_q_unigram, num_in_batch, k_u, size)
+      return negatives_core.mixture_log_q(ops, log_q_unigram, num_in_batch, k_u, size)
+    return negatives_core.unigram_log_q(ops, log_q_unigram, num_in_batch, k_u, size)
 
   def call(self, positive_ids, positive_embeddings, *, candidate_embedder: Callable,
            log_q_unigram: Callable, valid=None):  # pylint: disable=arguments-differ

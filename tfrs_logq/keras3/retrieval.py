@@ -38,7 +38,8 @@ from typing import Optional
 import keras
 from keras import ops
 
-from tfrs_logq import _formulas
+from tfrs_logq.core import checks as core_checks
+from tfrs_logq.core import retrieval as retrieval_core
 from tfrs_logq.keras3 import _tensors
 from tfrs_logq.keras3 import accidental_hits
 from tfrs_logq.keras3 import log_q as log_q_lib
@@ -46,7 +47,7 @@ from tfrs_logq.keras3 import losses as losses_lib
 
 __all__ = ["Retrieval", "REDUCTIONS", "UPDATE_FREQUENCY_MODES"]
 
-REDUCTIONS = ("sum", "mean", "none")
+REDUCTIONS = retrieval_core.REDUCTIONS
 UPDATE_FREQUENCY_MODES = ("training", "always", "never")
 
 
@@ -74,7 +75,7 @@ class Retrieval(keras.layers.Layer):
                check_scores: bool = False, ratio_floor: float = 0.0, **kwargs):
     kwargs["dtype"] = "float32"
     super().__init__(**kwargs)
-    self.ratio_floor = _formulas.check_correction(correction, q_prime, ratio_floor)
+    self.ratio_floor = core_checks.check_correction(correction, q_prime, ratio_floor)
     if update_frequency not in UPDATE_FREQUENCY_MODES:
       raise ValueError(f"update_frequency must be one of {UPDATE_FREQUENCY_MODES}, got "
                        f"{update_frequency!r}")
@@ -144,7 +145,7 @@ class Retrieval(keras.layers.Layer):
       _tensors.check_rank(log_q, 1, "candidate sampling probabilities")
     if self.frequency_estimator is not None:
       log_q = self._estimator_log_q(log_q, candidate_ids, rows, training)
-    mask_hits = _formulas.check_retrieval_inputs(
+    mask_hits = core_checks.check_retrieval_inputs(
         self.correction, log_q is not None, self.remove_accidental_hits,
         candidate_ids is not None)
 
@@ -165,19 +166,13 @@ class Retrieval(keras.layers.Layer):
         ops.diagonal(scores), scores, log_q if use_q else None, correction=self.correction,
         positive_log_q=log_q[:rows] if use_q else None, valid_mask=valid, q_prime=self.q_prime,
         ratio_floor=self.ratio_floor)
-    per_example = out.loss
-    if sample_weight is not None:
-      weight = ops.reshape(_tensors.as_float32(sample_weight, "sample_weight"), (-1,))
-      per_example = ops.where(ops.equal(weight, 0.0), 0.0, per_example * weight)
-    if self.reduction == "sum":
-      return ops.sum(per_example)
-    if self.reduction == "mean":
-      return ops.sum(per_example) / ops.cast(rows, "float32")
-    return per_example
+    weight = (None if sample_weight is None else
+              ops.reshape(_tensors.as_float32(sample_weight, "sample_weight"), (-1,)))
+    return retrieval_core.weighted_reduction(ops, out.loss, weight, self.reduction, rows)
 
   def _estimator_log_q(self, log_q, candidate_ids, num_queries, training):
     """log Q [C] read from the estimator, after counting the positives when configured."""
-    _formulas.check_estimator_inputs(log_q is not None, candidate_ids is not None)
+    core_checks.check_estimator_inputs(log_q is not None, candidate_ids is not None)
     positives = candidate_ids[:num_queries]
     if self.update_frequency == "always" or (self.update_frequency == "training" and training):
       self.frequency_estimator.update(positives)
@@ -191,9 +186,7 @@ class Retrieval(keras.layers.Layer):
     k = self.num_hard_negatives
     if scores.shape[1] is not None:
       k = min(k, scores.shape[1])
-    masked = ops.where(valid, logits, float("-inf"))
-    kth_largest = ops.top_k(masked, k=k, sorted=True)[0][:, -1:]
-    return ops.logical_and(valid, masked >= kth_largest)
+    return retrieval_core.keep_hardest(ops, logits, valid, k)
 
   def get_config(self):
     return {**super().get_config(), "correction": self.correction, "q_prime": self.q_prime,

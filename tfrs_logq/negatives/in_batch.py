@@ -54,7 +54,8 @@ import tfrs_logq  # noqa: F401
 import tensorflow as tf
 
 from tfrs_logq import _static_shapes
-from tfrs_logq import log_q as log_q_lib
+from tfrs_logq.core import negatives as negatives_core
+from tfrs_logq.core.ops import tf_ops
 from tfrs_logq.negatives import cross_replica
 from tfrs_logq.negatives.base import (NegativeSampler, Negatives, as_float, as_ids,
                                        check_not_empty, check_positive_int, check_rank,
@@ -162,11 +163,9 @@ def expected_count_log_q(log_q_unigram, pool: InBatchPool) -> tf.Tensor:
   pi(d) = 1 - (1 - q_uni(d))^B (`tfrs_logq.log_q.log_inclusion_probability`); -inf for an empty
   pool.
   """
-  b = tf.cast(pool.num_draws, tf.float32)
-  u = tf.cast(pool.num_distinct, tf.float32)
-  n_b = tf.cast(pool.num_kept, tf.float32)
-  return (log_q_lib.log_inclusion_probability(log_q_unigram, b) + tf.math.log(n_b)
-          - tf.math.log(tf.maximum(u, 1.0)))
+  return negatives_core.expected_count_log_q(
+      tf_ops(), tf.cast(log_q_unigram, tf.float32), tf.cast(pool.num_draws, tf.float32),
+      tf.cast(pool.num_distinct, tf.float32), tf.cast(pool.num_kept, tf.float32))
 
 
 class InBatchNegatives(NegativeSampler):

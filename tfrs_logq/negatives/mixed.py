@@ -31,17 +31,18 @@ probability, B the in-batch pool size (valid rows of the global batch) and U its
   so that the importance weights e^{s_i} / (n Q_eff(d_i)) = e^{s_i} / E[count(d_i)] are
   Horvitz-Thompson weights (sum_d Q_eff(d) = (n_b E[U] / U + k_u) / n ~ 1).
 
-All three are computed in log space (``logsumexp`` of the two blocks' terms). Q' (positive
+All three are computed in log space (``tfrs_logq.core.negatives``: logaddexp of the two blocks'
+terms). Q' (positive
 excluded) for the corrected loss is ``log Q'(d) = log Q(d) - log(1 - Q(p))`` per row, from the
 returned ``positive_log_q`` (same convention).
 """
-
-import math
 
 import tfrs_logq  # noqa: F401
 import tensorflow as tf
 
 from tfrs_logq import _static_shapes
+from tfrs_logq.core import negatives as negatives_core
+from tfrs_logq.core.ops import tf_ops
 from tfrs_logq.negatives import scoring
 from tfrs_logq.negatives.base import NegativeSampler, Negatives, as_float
 from tfrs_logq.negatives.in_batch import (CONVENTIONS, InBatchNegatives, InBatchPool,
@@ -60,18 +61,9 @@ def mixture_log_q(log_q_unigram, num_in_batch, num_uniform, catalog_size) -> tf.
     num_uniform: ``k_u`` > 0.
     catalog_size: ``|D|`` > 0.
   """
-  log_q_unigram = as_float(log_q_unigram, "log_q_unigram")
-  n_b = tf.cast(num_in_batch, tf.float32)
-  return _two_block_log_q(tf.math.log(n_b) + log_q_unigram, n_b, num_uniform, catalog_size)
-
-
-def _two_block_log_q(log_in_batch_part, n_b, num_uniform, catalog_size):
-  """log((exp(log_in_batch_part) + k_u / |D|) / (n_b + k_u))."""
-  k_u = tf.cast(num_uniform, tf.float32)
-  uniform_part = tf.fill(tf.shape(log_in_batch_part),
-                         tf.math.log(k_u) - tf.cast(math.log(catalog_size), tf.float32))
-  return (tf.reduce_logsumexp(tf.stack([log_in_batch_part, uniform_part]), axis=0)
-          - tf.math.log(n_b + k_u))
+  return negatives_core.mixture_log_q(tf_ops(), as_float(log_q_unigram, "log_q_unigram"),
+                                      tf.cast(num_in_batch, tf.float32), num_uniform,
+                                      catalog_size)
 
 
 class MixedNegatives(NegativeSampler):
@@ -126,9 +118,9 @@ class MixedNegatives(NegativeSampler):
     if self.convention == "mixture":
       return mixture_log_q(log_q_uni, n_b, k_u, size)
     if self.convention == "expected_count":
-      return _two_block_log_q(expected_count_log_q(log_q_uni, pool), n_b, k_u, size)
-    unseen = (tf.math.log(tf.constant(float(k_u))) - math.log(size) - tf.math.log(n_b + k_u))
-    return tf.where(tf.math.is_finite(log_q_uni), log_q_uni, unseen)
+      return negatives_core.two_block_log_q(tf_ops(), expected_count_log_q(log_q_uni, pool), n_b,
+                                            k_u, size)
+    return negatives_core.unigram_log_q(tf_ops(), log_q_uni, n_b, k_u, size)
 
   def _in_batch_pool(self, positive_ids, positive_embeddings, seed, valid=None):
     """(the in-batch pool, the uniform block's seed): the step seed is split in two."""

@@ -41,9 +41,9 @@ import numpy as np
 import tfrs_logq  # noqa: F401
 import tensorflow as tf
 
-from tfrs_logq import _formulas
 from tfrs_logq import _static_shapes
 from tfrs_logq import accidental_hits
+from tfrs_logq.core import checks as core_checks
 from tfrs_logq.negatives import scoring
 from tfrs_logq.negatives.base import (NegativeSampler, Negatives, as_ids, check_positive_int,
                                        check_rank)
@@ -107,7 +107,7 @@ class UniformNegatives(NegativeSampler):
     self.per = per
     self.jit_compile = bool(jit_compile)
     self.static_shapes = None if static_shapes is None else bool(static_shapes)
-    self.id_range, table = _formulas.check_catalog(id_range, candidate_ids)
+    self.id_range, table = core_checks.check_catalog(id_range, candidate_ids)
     if self.id_range is not None:
       lo, hi = self.id_range
       self.candidate_ids = None

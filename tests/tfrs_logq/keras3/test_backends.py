@@ -23,7 +23,10 @@ import numpy_reference as ref  # noqa: E402
 
 import tfrs_logq  # noqa: E402,F401
 import tensorflow as tf  # noqa: E402
-from tfrs_logq import _formulas  # noqa: E402
+from tfrs_logq.core import checks as core_checks  # noqa: E402
+from tfrs_logq.core import log_q as core_log_q  # noqa: E402
+from tfrs_logq.core import ops as core_ops  # noqa: E402
+from tfrs_logq.core import sampled_softmax as core_sampled_softmax  # noqa: E402
 from tfrs_logq import accidental_hits as tf_hits  # noqa: E402
 from tfrs_logq import frequency as tf_frequency  # noqa: E402
 from tfrs_logq import logq_correction as tf_correction  # noqa: E402
@@ -32,7 +35,7 @@ from tfrs_logq import tasks as tf_tasks  # noqa: E402
 
 # PyTorch is in the test extra (setup.py): a missing torch fails these tests, never skips them.
 BACKENDS = ["tensorflow", "jax", "torch"]
-CORRECTIONS = _formulas.CORRECTIONS
+CORRECTIONS = core_checks.CORRECTIONS
 VOCAB = 40
 
 
@@ -174,7 +177,7 @@ def _start_workers(tmp_path_factory):
   directory = tmp_path_factory.mktemp("keras3_backends")
   cases = directory / "cases.npz"
   np.savez(cases, **CASES)
-  for backend in ["tensorflow", "jax"] + (["torch"] if _TORCH else []):
+  for backend in BACKENDS:
     out = directory / f"{backend}.npz"
     proc = subprocess.Popen([sys.executable, str(HERE / "backend_worker.py"), str(cases),
                              str(out)], env=_clean_env(backend), stdout=subprocess.PIPE,
@@ -282,12 +285,12 @@ def test_ratio_floor_equals_tf_keras(res):
 
 
 def test_shared_formulas_on_tensorflow_equal_the_tf_keras_losses():
-  """_formulas.sampled_softmax with tf_ops() is the tf-keras loss (the one source of truth)."""
-  ops = _formulas.tf_ops()
+  """core.sampled_softmax with tf_ops() is the tf-keras loss (the one source of truth)."""
+  ops = core_ops.tf_ops()
   for name in ("loss/0", "loss/1", "loss/extreme"):
     case = LOSS_CASES[name]
     for correction in CORRECTIONS:
-      loss, weight, n = _formulas.sampled_softmax(
+      loss, weight, n = core_sampled_softmax.sampled_softmax(
           ops, tf.constant(case["s_p"], tf.float32), tf.constant(case["s_n"], tf.float32),
           tf.constant(case["lq_n"], tf.float32), tf.constant(case["lq_p"], tf.float32),
           tf.constant(case["valid"]), correction)
@@ -361,7 +364,7 @@ def test_accidental_hit_mask_and_log_q_prime(res):
   np.testing.assert_array_equal(res["mask"], pos[:, None] != neg[None, :])
   np.testing.assert_array_equal(res["mask_rows"], pos[:, None] != rows)
   lq_n, lq_p = CASES["lqp/neg"].astype(np.float64), CASES["lqp/pos"].astype(np.float64)
-  one_minus = np.maximum(1.0 - np.exp(lq_p), _formulas.MIN_ONE_MINUS_Q)
+  one_minus = np.maximum(1.0 - np.exp(lq_p), core_log_q.MIN_ONE_MINUS_Q)
   np.testing.assert_allclose(res["log_q_prime"], lq_n[None, :] - np.log(one_minus)[:, None],
                              rtol=1e-5, atol=1e-5)
 

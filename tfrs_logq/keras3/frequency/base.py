@@ -27,17 +27,17 @@ import numpy as np
 import keras
 from keras import ops
 
-from tfrs_logq import _formulas
+from tfrs_logq.core import log_q as log_q_core
 from tfrs_logq.keras3 import _tensors
 
-MIN_ONE_MINUS_Q = 1e-6
+MIN_ONE_MINUS_Q = log_q_core.MIN_ONE_MINUS_Q
 
 __all__ = ["FrequencyEstimator", "MIN_ONE_MINUS_Q", "log1m_exp", "group_sorted"]
 
 
 def log1m_exp(log_p):
   """log(1 - exp(log_p)) for log_p <= 0, stable, 1 - p floored at MIN_ONE_MINUS_Q."""
-  return _formulas.log1mexp(ops, ops.cast(log_p, "float32"), MIN_ONE_MINUS_Q)
+  return log_q_core.log1mexp(ops, ops.cast(log_p, "float32"), MIN_ONE_MINUS_Q)
 
 
 def group_sorted(values):

@@ -7,17 +7,18 @@ The Keras 3 twin of ``tfrs_logq.frequency.ExactCounts``, same arguments and floo
 with #d < ``min_count`` counts as ``min_count``; before anything is counted (N = 0) Q is uniform,
 1 / num_items; N − #p is floored at ``min_count``. State: ``counts`` int32 [num_items] and
 ``total`` int32 (JAX keeps 32-bit integers: up to 2**31 − 1 counted ids), updated by
-``segment_sum`` + ``assign``. Q and 1 − Q are formed as ratios in float32 before the log (the
-tf-keras path works in float64; the two agree to float32 precision).
+``segment_sum`` + ``assign``. The formulas are ``tfrs_logq.core.frequency``'s (exact_log_q,
+exact_log_one_minus_q), evaluated in float32 (the tf-keras path evaluates them in float64; the
+two agree to float32 precision).
 """
 
-import math
 from typing import Optional
 
 import keras
 from keras import ops
 
-from tfrs_logq import _formulas
+from tfrs_logq.core import checks as core_checks
+from tfrs_logq.core import frequency as frequency_core
 from tfrs_logq.keras3.frequency import base
 
 __all__ = ["ExactCounts"]
@@ -29,9 +30,9 @@ class ExactCounts(base.FrequencyEstimator):
 
   def __init__(self, num_items: int, counts=None, accumulate: Optional[bool] = None,
                min_count: float = 1.0, validate_ids: bool = True, **kwargs):
-    _formulas.check_num_items_given(num_items)
+    core_checks.check_num_items_given(num_items)
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
-    self.min_count, initial = _formulas.check_counts_table(self.num_items, min_count, counts)
+    self.min_count, initial = core_checks.check_counts_table(self.num_items, min_count, counts)
     if initial.sum() >= 2**31:
       raise ValueError("counts must sum to less than 2**31 (int32 state)")
     self.accumulate = (counts is None) if accumulate is None else bool(accumulate)
@@ -46,23 +47,18 @@ class ExactCounts(base.FrequencyEstimator):
     self.counts.assign(self.counts + hits)
     self.total.assign(self.total + ops.cast(keys.shape[0], "int32"))
 
-  def _floored_counts(self, keys):
-    return ops.maximum(ops.cast(ops.take(self.counts, keys), "float32"), self.min_count)
+  def _counts_and_total(self, keys):
+    return ops.cast(ops.take(self.counts, keys), "float32"), ops.cast(self.total, "float32")
 
   def _log_q_keys(self, keys):
-    n = ops.cast(self.total, "float32")
-    c = self._floored_counts(keys)
-    counted = ops.log(ops.minimum(c / ops.maximum(n, 1.0), 1.0))
-    return ops.where(n > 0, counted, -math.log(self.num_items))
+    count, total = self._counts_and_total(keys)
+    return frequency_core.exact_log_q(ops, count, total, self.min_count, self.num_items)
 
   def log_one_minus_q(self, ids):
     """log((N − #p) / N), N − #p floored at min_count; with N = 0, log(1 − 1/num_items)."""
-    keys = self._keys(ids, flatten=False)
-    n = ops.cast(self.total, "float32")
-    c = self._floored_counts(keys)
-    counted = ops.log(ops.maximum(n - c, self.min_count) / ops.maximum(n, 1.0))
-    uniform = math.log(max(1.0 - 1.0 / self.num_items, base.MIN_ONE_MINUS_Q))
-    return ops.where(n > 0, counted, uniform)
+    count, total = self._counts_and_total(self._keys(ids, flatten=False))
+    return frequency_core.exact_log_one_minus_q(ops, count, total, self.min_count,
+                                                self.num_items)
 
   def get_config(self):
     return {**super().get_config(), "accumulate": self.accumulate, "min_count": self.min_count}

@@ -5,7 +5,7 @@ rule and reading (see that module for the derivation). Per hash function h_i, A_
 last hit, B_i = moving estimate of steps per hit, K_i = hits since the first sighting (capped at
 J = ⌊1/α⌋); a bucket hit c times in step t with gap g = t − A_i and k = K_i prior hits gets
 
-    B ← w·B + (1 − w)·g / c, w = Π_{j=k+1}^{k+c} (1 − max(α, 1/j))  (_formulas.gap_weight)
+    B ← w·B + (1 − w)·g / c, w = Π_{j=k+1}^{k+c} (1 − max(α, 1/j))  (core.frequency)
 
 (the first sighting only sets B = t / c), and
 
@@ -23,7 +23,8 @@ import numbers
 import keras
 from keras import ops
 
-from tfrs_logq import _formulas
+from tfrs_logq.core import checks as core_checks
+from tfrs_logq.core import frequency as frequency_core
 from tfrs_logq.keras3.frequency import base
 from tfrs_logq.keras3.frequency import hashing
 
@@ -42,7 +43,7 @@ class HashArrayEstimator(base.FrequencyEstimator):
       if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     num_buckets, num_hashes = int(num_buckets), int(num_hashes)
-    warmup_hits = _formulas.check_hash_array(num_buckets, num_hashes, alpha, 24)
+    warmup_hits = core_checks.check_hash_array(num_buckets, num_hashes, alpha, 24)
     self.num_buckets = num_buckets
     self.num_hashes = num_hashes
     self.alpha = float(alpha)
@@ -66,10 +67,8 @@ class HashArrayEstimator(base.FrequencyEstimator):
   def _prior_hits(self, hits):
     """k as float32: gap samples so far (0 before the second sighting; J after it without
     warm-up)."""
-    hits = ops.cast(hits, "float32")
-    if self.warmup:
-      return hits
-    return ops.where(hits > 0, float(self.warmup_hits), 0.0)
+    return frequency_core.prior_hits(ops, ops.cast(hits, "float32"), self.warmup,
+                                     self.warmup_hits)
 
   def _update_keys(self, keys):
     n = keys.shape[0]
@@ -80,17 +79,16 @@ class HashArrayEstimator(base.FrequencyEstimator):
     k = self._prior_hits(ops.take(self.hits, slots))
     c = ops.cast(counts, "float32")
     g = ops.cast(t_new - last, "float32")
-    w = _formulas.gap_weight(ops, k, c, self.alpha, self.warmup_hits)
-    new_gap = w * old_gap + (1.0 - w) * (g / c)
-    new_hits = ops.minimum(ops.cast(k, "int32") + counts, self.warmup_hits)
-    new_hits = ops.where(ops.equal(last, 0), 0, new_hits)  # first sighting: no gap sample yet
+    new_gap = frequency_core.updated_gap(ops, old_gap, k, c, g, self.alpha, self.warmup_hits)
+    new_hits = frequency_core.updated_hits(ops, ops.cast(k, "int32"), counts, last,
+                                           self.warmup_hits)
     index = ops.expand_dims(slots, 1)
     self.gap.assign(ops.scatter_update(self.gap, index, new_gap))
     self.hits.assign(ops.scatter_update(self.hits, index, ops.cast(new_hits, "int32")))
     self.last_step.assign(ops.scatter_update(
         self.last_step, index, ops.cast(ops.full_like(slots, 1) * t_new, "int32")))
-    rate = ops.maximum(self.alpha, 1.0 / ops.cast(t_new, "float32"))
-    self.ids_per_step.assign((1.0 - rate) * self.ids_per_step + rate * float(n))
+    self.ids_per_step.assign(frequency_core.updated_ids_per_step(
+        ops, self.ids_per_step, float(n), t_new, self.alpha))
     self.step.assign(t_new)
 
   def steps_per_hit(self, ids):
@@ -99,21 +97,14 @@ class HashArrayEstimator(base.FrequencyEstimator):
 
   def _steps_per_hit_keys(self, keys):
     slots = self._slots(keys)
-    last = ops.take(self.last_step, slots)
-    gap = ops.take(self.gap, slots)
-    t = ops.cast(self.step, "float32")
-    if self.pending_gap:
-      k = self._prior_hits(ops.take(self.hits, slots))
-      w1 = _formulas.gap_weight(ops, k, ops.ones_like(k), self.alpha, self.warmup_hits)
-      g = t - ops.cast(last, "float32")
-      gap = ops.maximum(gap, w1 * gap + (1.0 - w1) * g)
-    gap = ops.where(ops.equal(last, 0), ops.maximum(t, 1.0), gap)
-    return ops.max(gap, axis=0)
+    k = self._prior_hits(ops.take(self.hits, slots)) if self.pending_gap else None
+    return frequency_core.read_steps_per_hit(
+        ops, ops.take(self.gap, slots), ops.take(self.last_step, slots),
+        ops.cast(self.step, "float32"), k, self.alpha, self.warmup_hits, self.pending_gap)
 
   def _log_q_keys(self, keys):
-    b_hat = self._steps_per_hit_keys(keys)
-    n_bar = ops.maximum(self.ids_per_step, 1.0)
-    return ops.minimum(-ops.log(b_hat) - ops.log(n_bar), 0.0)
+    return frequency_core.hash_array_log_q(ops, self._steps_per_hit_keys(keys),
+                                           self.ids_per_step)
 
   def get_config(self):
     return {**super().get_config(), "num_buckets": self.num_buckets,

@@ -1,0 +1,54 @@
+r"""log Q of in-batch and mixed negatives under the stated conventions.
+
+q_uni(d) is the estimator's per-draw unigram probability; an in-batch pool has B draws (valid
+rows of the global batch), U distinct ids and n_b kept slots (n_b = min(U, k_b)); a mixed row
+adds k_u uniform draws from a catalog D.
+
+In-batch, ``expected_count`` (log E[count of d among the n_b in-batch negatives])::
+
+    log E_b(d) = log pi(d) + log n_b - log max(U, 1),    pi(d) = 1 - (1 - q_uni(d))^B
+
+Mixed (n_b in-batch slots, then k_u uniform slots)::
+
+    unigram (the paper's):  log Q(d) = log q_uni(d);  where q_uni(d) = 0 (never seen):
+                            log(k_u / ((n_b + k_u) |D|))
+    mixture:                Q(d) = (n_b q_uni(d) + k_u / |D|) / (n_b + k_u)
+    expected_count:         Q(d) = (E_b(d) + k_u / |D|) / (n_b + k_u)
+
+    two blocks:             log Q = logaddexp(log b(d), log k_u - log |D|) - log(n_b + k_u)
+
+all in log space (n_b, B, U float).
+"""
+
+import math
+
+from tfrs_logq.core import log_q as log_q_lib
+
+__all__ = ["expected_count_log_q", "two_block_log_q", "mixture_log_q", "unigram_log_q"]
+
+
+def expected_count_log_q(ops, log_q_unigram, num_draws, num_distinct, num_kept):
+  """log pi(d) + log n_b - log max(U, 1) (-inf for an empty pool)."""
+  return (log_q_lib.log_inclusion_probability(ops, log_q_unigram, num_draws)
+          + ops.log(num_kept) - ops.log(ops.maximum(num_distinct, 1.0)))
+
+
+def two_block_log_q(ops, log_in_batch_part, num_in_batch, num_uniform: int, catalog_size: int):
+  """log((e^{log_in_batch_part} + k_u / |D|) / (n_b + k_u))."""
+  uniform = ops.full_like(log_in_batch_part,
+                          math.log(num_uniform) - math.log(catalog_size))
+  return (ops.logaddexp(log_in_batch_part, uniform)
+          - ops.log(num_in_batch + float(num_uniform)))
+
+
+def mixture_log_q(ops, log_q_unigram, num_in_batch, num_uniform: int, catalog_size: int):
+  """log((n_b q_uni(d) + k_u / |D|) / (n_b + k_u)); log q_uni = -inf or n_b = 0 is fine."""
+  return two_block_log_q(ops, ops.log(num_in_batch) + log_q_unigram, num_in_batch, num_uniform,
+                         catalog_size)
+
+
+def unigram_log_q(ops, log_q_unigram, num_in_batch, num_uniform: int, catalog_size: int):
+  """log q_uni(d), or log(k_u / ((n_b + k_u) |D|)) where q_uni(d) = 0 (log q_uni not finite)."""
+  unseen = (math.log(num_uniform) - math.log(catalog_size)
+            - ops.log(num_in_batch + float(num_uniform)))
+  return ops.where(ops.isfinite(log_q_unigram), log_q_unigram, unseen)

@@ -1,0 +1,54 @@
+r"""The array namespace the core formulas are written against.
+
+Every core formula takes an ``ops`` namespace first: ``keras.ops`` on the Keras 3 front (JAX,
+TensorFlow, PyTorch), or ``tf_ops()`` (the same names bound to TensorFlow functions) on the
+tf-keras front. The names used, with the keras.ops signatures (``max(x, axis, keepdims)``,
+``cast(x, dtype_name)``, ``top_k(x, k, sorted)`` -> (values, indices)):
+
+    where max sum exp log log1p expm1 sigmoid softplus stop_gradient minimum maximum
+    logical_and logical_not equal not_equal squeeze expand_dims cast zeros_like ones_like
+    logaddexp isfinite power full_like top_k
+
+Python scalars are accepted wherever a tensor is (they take the tensor's dtype).
+"""
+
+import functools
+import types
+
+__all__ = ["OPS_NAMES", "tf_ops"]
+
+OPS_NAMES = ("where", "max", "sum", "exp", "log", "log1p", "expm1", "sigmoid", "softplus",
+             "stop_gradient", "minimum", "maximum", "logical_and", "logical_not", "equal",
+             "not_equal", "squeeze", "expand_dims", "cast", "zeros_like", "ones_like",
+             "logaddexp", "isfinite", "power", "full_like", "top_k")
+
+
+@functools.lru_cache(maxsize=None)
+def tf_ops() -> types.SimpleNamespace:
+  """The namespace above bound to TensorFlow (the tf-keras front and its tests)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  def _cast(x, dtype):
+    return tf.cast(x, dtype)
+
+  def _logaddexp(a, b):
+    m = tf.maximum(a, b)
+    safe = tf.where(tf.math.is_finite(m), m, tf.zeros_like(m))
+    return tf.where(tf.math.is_finite(m),
+                    safe + tf.math.log(tf.exp(a - safe) + tf.exp(b - safe)), m)
+
+  def _full_like(x, value):
+    return tf.fill(tf.shape(x), tf.cast(value, x.dtype))
+
+  def _top_k(x, k, sorted=True):  # pylint: disable=redefined-builtin
+    out = tf.math.top_k(x, k=k, sorted=sorted)
+    return out.values, out.indices
+
+  return types.SimpleNamespace(
+      where=tf.where, max=tf.reduce_max, sum=tf.reduce_sum, exp=tf.exp, log=tf.math.log,
+      log1p=tf.math.log1p, expm1=tf.math.expm1, sigmoid=tf.sigmoid,
+      softplus=tf.math.softplus, stop_gradient=tf.stop_gradient, minimum=tf.minimum,
+      maximum=tf.maximum, logical_and=tf.logical_and, logical_not=tf.logical_not,
+      equal=tf.equal, not_equal=tf.not_equal, squeeze=tf.squeeze, expand_dims=tf.expand_dims,
+      cast=_cast, zeros_like=tf.zeros_like, ones_like=tf.ones_like, logaddexp=_logaddexp,
+      isfinite=tf.math.is_finite, power=tf.pow, full_like=_full_like, top_k=_top_k)
