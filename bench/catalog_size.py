@@ -22,8 +22,10 @@ Variants:
   FIXED size (``--buckets`` = 2^20; depth 4), updated every step;
 * ``full``: the full softmax over all |I| items ([B, |I|] logits). A point whose projected memory,
   4 bytes x (3 B |I| + 4 (|I| + 1) d), exceeds ``--max_gib`` is not run (listed as skipped);
-* ``...@adam``: the same with ``tf.keras.optimizers.Adam`` (the training binary's optimizer)
-  instead of the sparse SGD, up to ``--adam_max_items`` items.
+* ``...@adam``: the same with ``tf.keras.optimizers.Adam`` (the training binary's default
+  optimizer) instead of the sparse SGD, up to ``--adam_max_items`` items;
+* ``...@lazy_adam``: with ``tfrs_logq.lazy_adam.LazyAdam`` (``--table_optimizer=lazy_adam``):
+  Adam whose sparse table gradients update only their rows, at every size.
 
 Each point runs in a process of its own (forked after the imports), one after the other:
 ``--warmup`` untimed steps, then ``--steps`` timed ones; ``--passes`` sweeps over all points,
@@ -62,8 +64,8 @@ from bench.common.report import gib, markdown_header, markdown_row, summary_line
 from bench.common.timing import min_median  # noqa: E402
 
 VARIANTS = ("mixed+exact", "mixed+hash_array", "mixed+count_min", "full",
-            "mixed+hash_array@adam")
-OPTIMIZERS = ("sgd", "adam")
+            "mixed+hash_array@adam", "mixed+hash_array@lazy_adam")
+OPTIMIZERS = ("sgd", "adam", "lazy_adam")
 
 
 def full_softmax_bytes(batch: int, num_items: int, dim: int) -> int:
@@ -112,8 +114,11 @@ def _point(spec: dict) -> dict:
   del data, p
   objective = Objective(cfg, model, v, estimator)
   variables = model.trainable_variables
-  if optimizer_name == "adam":
-    optimizer = tf.keras.optimizers.Adam(1e-3)            # what train/trainer.py uses
+  if optimizer_name in ("adam", "lazy_adam"):
+    from tfrs_logq.lazy_adam import LazyAdam  # pylint: disable=g-import-not-at-top
+    # what train/trainer.py builds for --table_optimizer=adam / lazy_adam
+    optimizer = (LazyAdam(1e-3) if optimizer_name == "lazy_adam"
+                 else tf.keras.optimizers.Adam(1e-3))
     optimizer.build(variables)
   else:
     optimizer = tf.keras.optimizers.legacy.SGD(0.05)      # sparse rows: scatter into the table
@@ -241,7 +246,7 @@ def _plot(rows, path):
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
-  fig.suptitle("Two-tower step (B = 256, d = 64, sparse SGD unless @adam): sampled (mixed, "
+  fig.suptitle("Two-tower step (B = 256, d = 64, sparse SGD unless @adam / @lazy_adam): sampled (mixed, "
                "corrected logQ) vs full softmax", fontsize=10)
   fig.tight_layout()
   fig.savefig(path, dpi=120)
@@ -327,7 +332,7 @@ def main(argv=None):
   import train.trainer  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   command = "python bench/catalog_size.py " + " ".join(argv if argv is not None else sys.argv[1:])
   print(f"two-tower, B = {args.batch_size}, d = {args.dim}, {args.num_users} users, sparse SGD "
-        "unless @adam; "
+        "unless @adam / @lazy_adam; "
         f"{args.passes} passes x ({args.warmup} warm-up + {args.steps} timed steps) per point, "
         "each point in a process of its own (shared machine: absolute ms are noisy)", flush=True)
   results = {}
@@ -361,7 +366,8 @@ def main(argv=None):
         "Produced by (on a 2-core CPU machine shared with other jobs; "
         f"{(time.time() - started) / 60:.0f} min)", "", "```", command.strip(), "```", "",
         f"B = {args.batch_size}, d = {args.dim}, {args.num_users} users (id tower), sparse SGD "
-        "(tf.keras.optimizers.legacy.SGD) unless @adam (tf.keras.optimizers.Adam); "
+        "(tf.keras.optimizers.legacy.SGD) unless @adam (tf.keras.optimizers.Adam) or "
+        "@lazy_adam (tfrs_logq.lazy_adam.LazyAdam); "
         f"{args.passes} passes over the points, each point {args.warmup} warm-up + "
         f"{args.steps} timed steps in a process of its own; min and median over the pooled "
         "steps. Absolute times are noisy (the machine is shared): compare the shapes of the "
