@@ -4,9 +4,15 @@ q_uni(d) is the estimator's per-draw unigram probability; an in-batch pool has B
 rows of the global batch), U distinct ids and n_b kept slots (n_b = min(U, k_b)); a mixed row
 adds k_u uniform draws from a catalog D.
 
-In-batch, ``expected_count`` (log E[count of d among the n_b in-batch negatives])::
+Uniform over a catalog D::
+
+    log Q(d) = -log |D|
+
+In-batch, ``expected_count`` (log E[count of d among the n_b in-batch negatives], and the
+per-draw value of one of the n_b slots)::
 
     log E_b(d) = log pi(d) + log n_b - log max(U, 1),    pi(d) = 1 - (1 - q_uni(d))^B
+    log Q(d)   = log E_b(d) - log max(n_b, 1)
 
 Mixed (n_b in-batch slots, then k_u uniform slots)::
 
@@ -24,13 +30,25 @@ import math
 
 from tfrs_logq.core import log_q as log_q_lib
 
-__all__ = ["expected_count_log_q", "two_block_log_q", "mixture_log_q", "unigram_log_q"]
+__all__ = ["uniform_log_q", "expected_count_log_q", "expected_count_per_draw_log_q",
+           "two_block_log_q", "mixture_log_q", "unigram_log_q"]
+
+
+def uniform_log_q(catalog_size: int) -> float:
+  """-log |D|."""
+  return -math.log(catalog_size)
 
 
 def expected_count_log_q(ops, log_q_unigram, num_draws, num_distinct, num_kept):
   """log pi(d) + log n_b - log max(U, 1) (-inf for an empty pool)."""
   return (log_q_lib.log_inclusion_probability(ops, log_q_unigram, num_draws)
           + ops.log(num_kept) - ops.log(ops.maximum(num_distinct, 1.0)))
+
+
+def expected_count_per_draw_log_q(ops, log_q_unigram, num_draws, num_distinct, num_kept):
+  """log E_b(d) - log max(n_b, 1): the in-batch ``expected_count`` log Q of one slot."""
+  return (expected_count_log_q(ops, log_q_unigram, num_draws, num_distinct, num_kept)
+          - ops.log(ops.maximum(num_kept, 1.0)))
 
 
 def two_block_log_q(ops, log_in_batch_part, num_in_batch, num_uniform: int, catalog_size: int):

@@ -15,7 +15,7 @@ w = 0). Inputs are cast to float32 whatever their dtype (mixed precision is safe
 never clipped, and the masked, max-shifted log-sum-exp keeps huge logits finite.
 """
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple
 
 import keras
 from keras import ops

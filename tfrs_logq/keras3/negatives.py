@@ -21,7 +21,6 @@ inside a compiled JAX step. The ``k_b`` subsample of the tf-keras in-batch sampl
 cross-replica gathering are not part of this path.
 """
 
-import math
 import numbers
 from typing import Callable, NamedTuple, Optional, Sequence, Tuple
 
@@ -142,7 +141,7 @@ class UniformNegatives(keras.layers.Layer):
 
   def log_q(self, ids):
     """log Q(d) = -log |D| for every id (float32, shape of ids)."""
-    return ops.full(ops.shape(ids), -math.log(self.catalog_size), "float32")
+    return ops.full(ops.shape(ids), negatives_core.uniform_log_q(self.catalog_size), "float32")
 
   def call(self, num_queries: Optional[int] = None):  # pylint: disable=arguments-differ
     if self.per_query:

@@ -237,8 +237,9 @@ class InBatchNegatives(NegativeSampler):
       return log_q_unigram
     if pool is None:
       raise ValueError("convention='expected_count' needs the step's InBatchPool (B, U, n_b)")
-    return expected_count_log_q(log_q_unigram, pool) - tf.math.log(
-        tf.cast(tf.maximum(pool.num_kept, 1), tf.float32))
+    return negatives_core.expected_count_per_draw_log_q(
+        tf_ops(), tf.cast(log_q_unigram, tf.float32), tf.cast(pool.num_draws, tf.float32),
+        tf.cast(pool.num_distinct, tf.float32), tf.cast(pool.num_kept, tf.float32))
 
   def pool(self, positive_ids, positive_embeddings, *, candidate_log_q=None, valid=None,
            seed=None) -> InBatchPool:

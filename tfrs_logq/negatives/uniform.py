@@ -33,7 +33,6 @@ or inside ``tf.function(jit_compile=True)``) the sets are drawn for all A rows a
 negatives are scored like per-query ones (one ``[A, k]`` gather, no segment grouping).
 """
 
-import math
 from typing import Callable, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
@@ -44,6 +43,7 @@ import tensorflow as tf
 from tfrs_logq import _static_shapes
 from tfrs_logq import accidental_hits
 from tfrs_logq.core import checks as core_checks
+from tfrs_logq.core import negatives as negatives_core
 from tfrs_logq.negatives import scoring
 from tfrs_logq.negatives.base import (NegativeSampler, Negatives, as_ids, check_positive_int,
                                        check_rank)
@@ -117,7 +117,7 @@ class UniformNegatives(NegativeSampler):
       self.candidate_ids = tf.constant(table.astype(np.int64))
       self.catalog_size = int(table.size)
       self._id_bound = int(table.max()) + 1
-    self._log_q_value = -math.log(self.catalog_size)
+    self._log_q_value = negatives_core.uniform_log_q(self.catalog_size)
 
   # -- configuration ----------------------------------------------------------------------------
   def get_config(self) -> dict:
