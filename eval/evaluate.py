@@ -32,6 +32,12 @@ int64 [B, L] -> {"embedding": float32 [B, d]}), item_embeddings.npy ([num_items 
 padding), export_meta.json; when the .npy is missing, item_embeddings/ (SavedModel item_ids ->
 embedding) is called instead. Every flag is a field of `eval.config.EvalConfig` (or of the
 nested `eval.index.IndexConfig`, `train.data.DataConfig`).
+
+Output (train/cli.py): by default a short result on stdout (where the files went, the ScaNN
+metrics and agreement, and the ``SUMMARY`` line last); --verbosity=info also prints the markdown
+summary and the INFO logs, --verbosity=debug the DEBUG logs and tracebacks. Bad input (a flag, an
+export folder that is missing or not a training export, data that is not the export's) ends with
+one line ``error: ...`` on stderr and exit status 2.
 """
 
 from __future__ import annotations
@@ -42,21 +48,24 @@ import pathlib
 import time
 from typing import Dict, Optional
 
-from absl import app
-from absl import flags
-from absl import logging
+from train import cli
 
-import numpy as np
+if __name__ == "__main__" or cli.started_as("tfrs-logq-evaluate"):
+  cli.quiet_tensorflow()  # before TensorFlow is imported (it logs while it loads)
 
-import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-import tensorflow as tf
+from absl import flags  # noqa: E402
 
-from eval import index as index_lib
-from eval.config import EvalConfig
-from tfrs_logq import metrics
-from train import config_flags
-from train import data as data_lib
-from train import export as export_lib
+import numpy as np  # noqa: E402
+
+import tfrs_logq  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tensorflow as tf  # noqa: E402
+
+from eval import index as index_lib  # noqa: E402
+from eval.config import EvalConfig  # noqa: E402
+from tfrs_logq import metrics  # noqa: E402
+from train import config_flags  # noqa: E402
+from train import data as data_lib  # noqa: E402
+from train import export as export_lib  # noqa: E402
 
 FLAGS = flags.FLAGS
 config_flags.define_flags(EvalConfig)
@@ -64,6 +73,7 @@ config_flags.define_flags(
     data_lib.DataConfig, defaults={leaf.flag: None for leaf in config_flags.leaves(
         data_lib.DataConfig)},
     help_note="Default: the export's (export_meta.json).")
+cli.declare_verbosity_flag()
 
 
 # ----------------------------------------------------------------------------- loading
@@ -72,8 +82,11 @@ config_flags.define_flags(
 def load_export(export_dir):
   """(query encoder fn history[B, L] -> [B, d], item embeddings [N + 1, d], meta dict)."""
   export_dir = pathlib.Path(export_dir)
+  if not export_dir.is_dir():
+    raise FileNotFoundError(f"export folder not found: {export_dir}")
   if not (export_dir / "query_encoder").is_dir():
-    raise FileNotFoundError(f"{export_dir}/query_encoder (SavedModel) not found")
+    raise FileNotFoundError(f"{export_dir} is not a training export: no query_encoder/ "
+                            "(SavedModel) in it (python -m train --export_dir writes one)")
   meta = export_lib.read_meta(export_dir)
   encoder = tf.saved_model.load(str(export_dir / "query_encoder"))
   if "serving_default" not in encoder.signatures:
@@ -340,23 +353,16 @@ def load_eval_data(cfg: EvalConfig, meta: Dict, data_overrides: Dict):
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  try:
+  del argv  # checked by cli.run
+  with cli.bad_input():  # flags, the export folder, the data (module docstring)
     cfg = config_flags.from_flags(EvalConfig)
-  except (TypeError, ValueError) as e:
-    raise app.UsageError(str(e)) from e
-  if not cfg.export_dir or not cfg.output_dir:
-    raise app.UsageError("--export_dir and --output_dir are required")
-  encode, items, meta = load_export(cfg.export_dir)
-  try:
+    if not cfg.export_dir or not cfg.output_dir:
+      raise ValueError("--export_dir and --output_dir are required")
+    encode, items, meta = load_export(cfg.export_dir)
     eval_set, data_description = load_eval_data(
         cfg, meta, config_flags.present_settings(data_lib.DataConfig))
-  except (TypeError, ValueError) as e:  # other data than the export's, bad data flags
-    raise app.UsageError(str(e)) from e
-  if max(cfg.ks) > int(meta["num_items"]):
-    raise app.UsageError(f"--ks: max k={max(cfg.ks)} exceeds the catalog size "
-                         f"{meta['num_items']}")
+    if max(cfg.ks) > int(meta["num_items"]):
+      raise ValueError(f"--ks: max k={max(cfg.ks)} exceeds the catalog size {meta['num_items']}")
   if cfg.max_queries:
     eval_set["histories"] = eval_set["histories"][:cfg.max_queries]
     eval_set["targets"] = eval_set["targets"][:cfg.max_queries]
@@ -370,14 +376,22 @@ def main(argv):
   (out / "eval_results.json").write_text(json.dumps(result, indent=2, default=str))
   summary = markdown_summary(result)
   (out / "eval_summary.md").write_text(summary)
+  written = ["eval_results.json", "eval_summary.md"]
   if cfg.plot:
     plot_popularity(result, out / "recall_by_popularity.png")
-  print(summary)
+    written.append("recall_by_popularity.png")
+  if cli.verbosity() != "quiet":
+    print(summary)
+  ks = list(cfg.ks)
+  scann, kmax = result["metrics"]["scann"], max(ks)
+  print(f"wrote {out}: {', '.join(written)}")
+  print(f"ScaNN ({result['index']['mode']}): "
+        + " ".join(f"R@{k}={scann[f'recall@{k}']:.4f}" for k in ks)
+        + f", agreement with exact@{kmax}={result['agreement'][f'filtered@{kmax}']:.4f}, "
+        f"{result['throughput']['speedup_median']:.1f}x the queries/s of the exact search")
   if cfg.serving_dir:
     export_serving(cfg, eval_set["histories"][:256])
-  ks = list(cfg.ks)
   m = result["metrics"]["exact"]
-  logging.info("wrote %s", out)
   print("SUMMARY " + " ".join(f"R@{k}={m[f'recall@{k}']:.4f} NDCG@{k}={m[f'ndcg@{k}']:.4f}"
                               for k in ks)
         + f" agreement@{ks[-1]}={result['agreement'][f'filtered@{ks[-1]}']:.4f}")
@@ -386,7 +400,7 @@ def main(argv):
 def run():
   """Console-script entry point (tfrs-logq-evaluate)."""
   config_flags.expose_in_help(__name__)
-  app.run(main)
+  cli.run(main)
 
 
 if __name__ == "__main__":

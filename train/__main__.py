@@ -19,47 +19,76 @@ steps on ML-1M (--steps_per_epoch=48, or 0 = one pass).
 
 Multi-worker: set TF_CONFIG in every worker's environment and pass --strategy=multi_worker;
 worker 0 (the chief) writes summaries, metrics and exports.
+
+Output (train/cli.py): by default a progress bar and one line per epoch on stdout, and a `done:`
+line on stderr; --verbosity=info adds the INFO logs (absl, TensorFlow, checkpoint saver),
+--verbosity=debug the DEBUG logs and tracebacks. How it ends (exit status):
+* 0 done; 3 paused by --time_budget_minutes (rerun the same command to continue).
+* 2 bad input (a flag, a flag combination, a missing or malformed data file): one line
+  `error: ...` naming the problem (e.g. the file and line).
+* 1 a non-finite loss or gradient: training stops at that step, nothing newer than the last
+  finished epoch's checkpoint is written, and one line names the step and that checkpoint.
+* 130 Ctrl-C: the checkpoint of the last finished epoch is on disk (written first if the
+  interrupt came between an epoch's end and its save; a mid-epoch state is never saved, so
+  resuming stays exact); the message gives the command that resumes.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 
-from absl import app
-from absl import flags
+from train import cli
 
-from train import config_flags
-from train import host_memory
-from train.config import RunConfig
+cli.quiet_tensorflow()  # before TensorFlow is imported (it logs while it loads)
+
+from absl import flags  # noqa: E402
+
+from train import config_flags  # noqa: E402
+from train import host_memory  # noqa: E402
+from train.config import RunConfig  # noqa: E402
 
 FLAGS = flags.FLAGS
 config_flags.define_flags(RunConfig)
+cli.declare_verbosity_flag()
+
+
+def _say(line: str) -> None:
+  print(line, flush=True)
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-  logging.getLogger().setLevel(logging.INFO)
-  try:
+  del argv  # checked by cli.run
+  with cli.bad_input():
     cfg = config_flags.from_flags(RunConfig)
-  except (TypeError, ValueError) as e:
-    raise app.UsageError(str(e)) from e
   host_memory.configure(cfg.host_allocator)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   if cfg.cpu_replicas > 1:
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * cfg.cpu_replicas)
-  from train.trainer import EXIT_PAUSED, Trainer  # pylint: disable=g-import-not-at-top
+  from train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  with cli.bad_input():  # a missing or malformed data file, data that contradicts the flags
+    data = cfg.data.load()
   os.makedirs(cfg.model_dir, exist_ok=True)
-  result = Trainer(cfg).run()
+  try:
+    result = trainer_lib.Trainer(cfg, data=data, report=_say).run()
+  except trainer_lib.NonFiniteError as e:
+    cli.fail(f"{e} Rerunning the same command repeats these steps: change the settings (e.g. a "
+             "lower --learning_rate) and train in a new --model_dir.", cli.EXIT_ERROR, e)
+  except trainer_lib.TrainingInterrupted as e:
+    if cli.verbosity() == "debug":
+      import traceback  # pylint: disable=g-import-not-at-top
+      traceback.print_exception(e)
+    sys.stdout.flush()
+    print(f"\n{e}; to resume, rerun the same command:\n  {cli.command_line()}", file=sys.stderr,
+          flush=True)
+    sys.exit(cli.EXIT_INTERRUPTED)
   if result.get("paused"):
     print(f"paused: step {result['global_step']}, epoch {result['epochs_done']} (time budget "
           f"{cfg.time_budget_minutes:g} min); rerun the same command to continue",
           file=sys.stderr)
-    sys.exit(EXIT_PAUSED)
+    sys.exit(trainer_lib.EXIT_PAUSED)
   print(f"done: step {result['global_step']}, best epoch {result['best_epoch']}, "
         f"val ndcg@10 {result['val']['ndcg@10']:.4f}, test ndcg@10 {result['test']['ndcg@10']:.4f}",
         file=sys.stderr)
@@ -68,7 +97,7 @@ def main(argv):
 def run():
   """Console-script entry point (tfrs-logq-train)."""
   config_flags.expose_in_help(__name__)
-  app.run(main)
+  cli.run(main)
 
 
 if __name__ == "__main__":

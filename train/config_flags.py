@@ -169,9 +169,9 @@ def expose_in_help(module_name: str, flag_values: flags.FlagValues = flags.FLAGS
   main = sys.argv[0] if sys.argv else ""
   if not main or module_name in ("__main__", main):
     return
-  for flag in flag_values.flags_by_module_dict().get(module_name, []):
-    if flag not in flag_values.flags_by_module_dict().get(main, []):
-      flag_values.register_flag_by_module(main, flag)
+  for flag in flag_values.get_key_flags_for_module(module_name):  # its own and declared ones
+    if flag not in flag_values.get_key_flags_for_module(main):
+      flag_values.register_key_flag_for_module(main, flag)
 
 
 def _from_flag_value(leaf: Leaf, value):

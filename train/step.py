@@ -5,6 +5,9 @@
     optimizer.apply_gradients(grads)
     return   loss_sum, weight_sum, count     (summed over replicas by the caller)
 
+loss_sum is NaN when a gradient is not finite (a finite loss can have one), so the trainer's check
+of the loss stops training at the step whose gradient broke the weights.
+
 ``make_replica_step(objective, model, optimizer, jit_compile=...)`` returns the function to give
 ``strategy.run(fn, args=(batch, step))``. With ``jit_compile=True`` it is
 ``tf.function(fn, jit_compile=True)``: the whole replica step (the encoder, the in-batch dedup and
@@ -38,7 +41,7 @@ __all__ = ["replica_step", "make_replica_step", "check_jit_supported"]
 
 def replica_step(objective, model, optimizer, batch, step, *, dense_gradients: bool = False):
   """Objective, gradients and optimizer update of one replica; returns (loss_sum, weight_sum,
-  count) of the replica's queries.
+  count) of the replica's queries; loss_sum is NaN when a gradient is not finite.
 
   Args:
     objective: a `train.objective.Objective` (updates the frequency estimator itself).
@@ -55,7 +58,13 @@ def replica_step(objective, model, optimizer, batch, step, *, dense_gradients: b
   if dense_gradients:
     grads = [None if g is None else tf.convert_to_tensor(g) for g in grads]
   optimizer.apply_gradients([(g, v) for g, v in zip(grads, variables) if g is not None])
-  return terms["loss_sum"], terms["weight_sum"], terms["count"]
+  finite = [tf.reduce_all(tf.math.is_finite(g.values if isinstance(g, tf.IndexedSlices) else g))
+            for g in grads if g is not None]
+  loss_sum = terms["loss_sum"]
+  if finite:
+    loss_sum = tf.where(tf.reduce_all(tf.stack(finite)), loss_sum,
+                        tf.constant(float("nan"), loss_sum.dtype))
+  return loss_sum, terms["weight_sum"], terms["count"]
 
 
 def check_jit_supported(strategy) -> None:

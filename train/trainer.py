@@ -306,7 +306,7 @@ class Trainer:
           kept = ("no epoch had finished, nothing was saved" if saved is None else
                   f"the checkpoint of epoch {saved[0]} (step {saved[1]}) in {saved[2]} is kept")
           raise NonFiniteError(
-              f"non-finite loss or gradient (loss {loss}) at step {step} (epoch {e + 1}): "
+              f"non-finite loss or gradient at step {step} (epoch {e + 1}): "
               f"training stopped; {kept}.", step=step, epoch=e + 1, checkpoint=saved)
         losses, weights, n = losses + loss, weights + w, n + 1
         bar.update(n, [("loss", loss), ("w", w)])

@@ -24,8 +24,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 MAX_LEN = 6
 
 
-def _run(args):
+def _run(args, quiet_env=True):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+  if not quiet_env:  # the binary's own default (train/cli.py)
+    env.pop("TF_CPP_MIN_LOG_LEVEL")
   return subprocess.run([sys.executable, "-m", "eval.evaluate", *args], cwd=ROOT,
                         capture_output=True, text=True, env=env, timeout=240)
 
@@ -64,9 +66,38 @@ def test_help_lists_flags():
   assert "Evaluates an exported retrieval model" in proc.stdout
   for flag in ("--export_dir", "--dataset", "--split", "--synthetic_users", "--eval_npz",
                "--filter_rated", "--index_mode", "--num_leaves_to_search", "--reorder_k",
-               "--anisotropic_quantization_threshold", "--dimensions_per_block", "--ks"):
+               "--anisotropic_quantization_threshold", "--dimensions_per_block", "--ks",
+               "--verbosity"):
     assert flag in proc.stdout
   assert "Default: the export's" in proc.stdout
+
+
+def test_default_output_is_a_short_result(tiny_export, tiny_eval_npz, tmp_path):
+  """No TensorFlow logs, no markdown tables (they are in eval_summary.md): where the files
+  went, the ScaNN line and the SUMMARY line."""
+  export_dir, _, _ = tiny_export
+  npz = tiny_eval_npz[0]
+  proc = _run([f"--export_dir={export_dir}", f"--eval_npz={npz}", f"--output_dir={tmp_path}",
+               "--ks=5,10", "--timing_repeats=1", "--noplot"], quiet_env=False)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert proc.stderr.strip() == "", proc.stderr[-3000:]
+  lines = proc.stdout.strip().splitlines()
+  assert len(lines) == 3 and lines[0] == f"wrote {tmp_path}: eval_results.json, eval_summary.md"
+  assert lines[1].startswith("ScaNN (") and lines[2].startswith("SUMMARY R@5=")
+  assert "| search |" in (tmp_path / "eval_summary.md").read_text()
+
+
+def test_missing_or_wrong_export_folder_is_one_line_and_status_2(tmp_path):
+  missing = _run([f"--export_dir={tmp_path / 'none'}", f"--output_dir={tmp_path / 'out'}"])
+  assert missing.returncode == 2, missing.stderr[-3000:]
+  assert missing.stderr.strip().splitlines() == [
+      f"error: export folder not found: {tmp_path / 'none'}"]
+  wrong = _run([f"--export_dir={tmp_path}", f"--output_dir={tmp_path / 'out'}"])
+  assert wrong.returncode == 2, wrong.stderr[-3000:]
+  assert wrong.stderr.strip().splitlines() == [
+      f"error: {tmp_path} is not a training export: no query_encoder/ (SavedModel) in it "
+      "(python -m train --export_dir writes one)"]
+  assert not (tmp_path / "out").exists()
 
 
 def test_binary_end_to_end_on_tiny_export(tiny_export, tiny_eval_npz, tmp_path):
@@ -116,8 +147,11 @@ def test_item_embeddings_savedmodel_fallback(tmp_path, export_factory):
   _, loaded, meta = evaluate.load_export(tmp_path)  # no .npy: calls item_embeddings/
   np.testing.assert_allclose(loaded, items)
   assert meta["max_len"] == MAX_LEN and meta["num_items"] == items.shape[0] - 1
-  with pytest.raises(FileNotFoundError, match="query_encoder"):
+  with pytest.raises(FileNotFoundError, match="export folder not found"):
     evaluate.load_export(tmp_path / "missing")
+  (tmp_path / "other").mkdir()
+  with pytest.raises(FileNotFoundError, match="not a training export: no query_encoder"):
+    evaluate.load_export(tmp_path / "other")
 
 
 @pytest.mark.parametrize("split", ["leave_one_out", "temporal"])

@@ -36,6 +36,7 @@ def test_help_documents_every_setting():
     match = re.search(rf"^  --(\[no\])?{leaf.flag}:", out.stdout, re.M)
     assert match, leaf.flag
     assert " ".join(leaf.help.split()[:3]) in " ".join(out.stdout[match.end():].split()[:40])
+  assert re.search(r"^  -v,--verbosity: How much to say: quiet", out.stdout, re.M)  # train/cli.py
 
 
 def test_end_to_end_metrics_json_and_export(tmp_path):
@@ -113,4 +114,7 @@ def test_other_losses_and_two_tower_run(tmp_path):
 
 def test_bad_flag_combination_fails_clearly(tmp_path):
   out = run_binary(TINY + ["--loss=bce", "--negatives=in_batch", f"--model_dir={tmp_path}"])
-  assert out.returncode != 0 and "uniform" in out.stderr and "Traceback" not in out.stderr
+  assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-3000:]
+  assert out.stderr.strip().splitlines()[-1] == (   # one line (train/cli.py)
+      "error: loss=bce draws uniform negatives (gSASRec's alpha is the uniform sampling rate); "
+      "got negatives=in_batch")

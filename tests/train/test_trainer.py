@@ -131,3 +131,63 @@ def test_free_heap_is_returned_once_after_the_first_epoch_under_retain(tiny, tmp
                          host_allocator=allocator, model_dir=str(tmp_path / allocator))
   Trainer(cfg, data=tiny, strategy=tf.distribute.get_strategy()).run()
   assert len(seen) == calls
+
+
+def _small_trainer(tiny, model_dir, report=None):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from train.trainer import Trainer  # pylint: disable=g-import-not-at-top
+  cfg = RunConfig.create(model="sasrec", max_len=8, embedding_dim=8, num_blocks=1, batch_size=8,
+                         num_negatives=8, steps_per_epoch=2, epochs=2, progress=False,
+                         model_dir=str(model_dir))
+  return Trainer(cfg, data=tiny, strategy=tf.distribute.get_strategy(), report=report)
+
+
+def test_interrupt_mid_epoch_saves_nothing_newer_than_the_last_epoch(tiny, tmp_path):
+  """Ctrl-C inside epoch 2: TrainingInterrupted names epoch 1's checkpoint, the newest on disk
+  (a mid-epoch state is never saved: resuming replays epoch 2 exactly)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from train.trainer import TrainingInterrupted  # pylint: disable=g-import-not-at-top
+  lines = []
+  trainer = _small_trainer(tiny, tmp_path / "run", lines.append)
+  real, calls = trainer.train_step, []
+
+  def step(batch):
+    calls.append(1)
+    if len(calls) == 4:
+      raise KeyboardInterrupt
+    return real(batch)
+
+  trainer.train_step = step
+  with pytest.raises(TrainingInterrupted) as info:
+    trainer.run()
+  assert isinstance(info.value, KeyboardInterrupt) and info.value.step == 3
+  assert info.value.checkpoint == (1, 2, str(tmp_path / "run" / "ckpt"))
+  assert "the checkpoint of epoch 1 (step 2)" in str(info.value)
+  assert tf.train.latest_checkpoint(str(tmp_path / "run" / "ckpt")).endswith("ckpt-2")
+  assert len(lines) == 1 and lines[0].startswith("epoch 1 step 2 loss")
+
+
+def test_interrupt_between_an_epochs_end_and_its_save_saves_it_and_resumes(tiny, tmp_path):
+  """Ctrl-C after epoch 1 ended but before its checkpoint was written: the handler writes it
+  (the state is an epoch's end), and a new Trainer on the same folder resumes from it."""
+  import json  # pylint: disable=g-import-not-at-top
+  from train.trainer import TrainingInterrupted  # pylint: disable=g-import-not-at-top
+  trainer = _small_trainer(tiny, tmp_path / "run")
+  real, calls = trainer._save_history, []  # pylint: disable=protected-access
+
+  def save_history(history):
+    calls.append(1)
+    if len(calls) == 1:
+      raise KeyboardInterrupt
+    real(history)
+
+  trainer._save_history = save_history  # pylint: disable=protected-access
+  with pytest.raises(TrainingInterrupted) as info:
+    trainer.run()
+  assert info.value.checkpoint[:2] == (1, 2)
+  assert [h["epoch"] for h in json.loads((tmp_path / "run" / "history.json").read_text())] == [1]
+  lines = []
+  result = _small_trainer(tiny, tmp_path / "run", lines.append).run()
+  assert lines[0].startswith(f"resumed from {tmp_path / 'run' / 'ckpt' / 'ckpt-2'}: epoch 1, "
+                             "step 2")
+  assert result["global_step"] == 4 and [h["epoch"] for h in result["history"]] == [1, 2]
