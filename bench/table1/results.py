@@ -1,0 +1,94 @@
+"""The finished runs of a Table 1 reproduction on disk (layout `run_dir`), read back as records.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+from typing import Dict, List, Optional, Sequence
+
+from bench.table1.rows import CURVES
+from train.config import RunConfig
+
+def run_dir(out: pathlib.Path, budget: str, setting: str, row: str, seed: int) -> pathlib.Path:
+  """Where one run lives: <out>/<budget>/<setting>/<row>/seed<seed>."""
+  return out / budget / setting / row / f"seed{seed}"
+
+
+def seeds_found(out: pathlib.Path, budget: str, setting: str, row: str, finished: bool = True) -> List[int]:
+  """Seeds with a finished run (eval/eval_results.json) of one row; with finished=False, every
+  seed with a run folder (started, perhaps unfinished or failed)."""
+  row_dir = out / budget / setting / row
+  if not row_dir.is_dir():
+    return []
+  return sorted(int(p.name[4:]) for p in row_dir.glob("seed*")
+                if p.name[4:].isdigit()
+                and (not finished or (p / "eval" / "eval_results.json").exists()))
+
+
+def read_json(path: pathlib.Path):
+  """The JSON in `path`, or None when it is absent or unreadable (e.g. being written)."""
+  try:
+    return json.loads(path.read_text())
+  except (OSError, ValueError):
+    return None
+
+
+def load_run(out: pathlib.Path, budget: str, setting: str, row: str, seed: int) -> Optional[dict]:
+  """The record of one finished run (None if its eval results are absent or unreadable):
+  exact and ScaNN metrics, recall by popularity decile, the validation curve, timing, and the
+  training flags (from train_metrics.json, as `python -m train` takes them)."""
+  folder = run_dir(out, budget, setting, row, seed)
+  result = read_json(folder / "eval" / "eval_results.json")
+  if not isinstance(result, dict) or "metrics" not in result:
+    return None
+  record = dict(setting=setting, row=row, seed=seed, run_dir=str(folder))
+  record.update(read_json(folder / "timing.json") or {})
+  record.update(metrics=result["metrics"]["exact"], scann_metrics=result["metrics"].get("scann"),
+                popularity=result.get("popularity"))
+  history = read_json(folder / "model" / "history.json") or []
+  record["curve"] = [{k: h[k] for k in ("step", *CURVES) if k in h} for h in history
+                     if isinstance(h, dict) and "step" in h]
+  train_metrics = read_json(folder / "train_metrics.json")
+  if isinstance(train_metrics, dict):
+    for key in ("best_step", "best_epoch", "global_step", "stopped_early", "train_wall_seconds"):
+      if key in train_metrics:
+        record[key] = train_metrics[key]
+  if isinstance(train_metrics, dict) and "config" in train_metrics:
+    try:
+      record["train_flags"] = RunConfig.from_dict(train_metrics["config"]).to_flags(
+          only_changed=True)
+    except (TypeError, ValueError, KeyError):
+      pass  # a configuration of another version of the binary: the record goes without it
+  return record
+
+
+def collect(out: pathlib.Path, budget: str, settings: Sequence[str], rows: Sequence[str],
+            seeds: Optional[Sequence[int]] = None, expected: Sequence[int] = ()):
+  """The finished runs under `out`: {setting: {row: {seed: record}}}, and the missing runs.
+
+  Every seed found is taken, or only `seeds` when given. A run is missing when its row lacks a
+  finished run of a seed that `seeds` names, that `expected` names (the seeds this invocation
+  ran), or, without `seeds`, that has a run folder in any selected row of the setting.
+  """
+  results: Dict = {}
+  missing = []
+  for setting in settings:
+    found = {row: [s for s in seeds_found(out, budget, setting, row) if seeds is None or s in seeds]
+             for row in rows}
+    wanted = set(expected) | (set(seeds) if seeds is not None else
+                              {s for row in rows
+                               for s in seeds_found(out, budget, setting, row, finished=False)})
+    for row in rows:
+      for seed in sorted(wanted):
+        record = load_run(out, budget, setting, row, seed) if seed in found[row] else None
+        if record is None:
+          folder = run_dir(out, budget, setting, row, seed)
+          missing.append(dict(setting=setting, row=row, seed=seed, run_dir=str(folder),
+                              reason=("no eval results yet (unfinished or failed)"
+                                      if folder.exists() else "not run")))
+        else:
+          results.setdefault(setting, {}).setdefault(row, {})[seed] = record
+  return results, missing
+
+
