@@ -1,0 +1,112 @@
+r"""The training step of two source trees, timed interleaved in one run: did a change slow it?
+
+    git worktree add /tmp/before <commit>
+    python bench/step_ab.py --before=/tmp/before --after=. --rounds=10 --steps=3
+
+Each tree gets a persistent worker process (its own imports: PYTHONPATH and the working folder
+are the tree) that builds `train.trainer.Trainer` with the training binary's defaults on the
+given data (SASRec, mixed negatives, corrected logQ; `--jit_compile` as the binary's speed
+setting), traces and compiles the step on a few batches, then times ``--steps`` steps per
+request. Rounds alternate which tree goes first. Reported: min and median over rounds of each
+tree's per-round minimum, and the ratios before / after (> 1: the after tree is faster), with
+the paired median of the per-round ratios. Both trees must have the `Trainer(cfg, strategy=...)`
+/ `distributed_epoch` / `train_step` interface (every commit since the binaries' first wave).
+Absolute seconds depend on the machine and its load; the ratio is the result. Last line: summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+
+from bench.common.report import summary_line
+
+# The worker, run with the tree's own code (not this file's imports).
+WORKER = r"""
+import os, sys, time
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+import tfrs_logq  # noqa
+import tensorflow as tf
+from train.config import RunConfig
+from train.trainer import Trainer
+cfg = RunConfig.create(dataset=sys.argv[1], data_path=sys.argv[2] or None,
+                       jit_compile=sys.argv[3] == "1", progress=False,
+                       model_dir=f"/tmp/step_ab_{os.getpid()}")
+trainer = Trainer(cfg, strategy=tf.distribute.get_strategy())
+batches = list(trainer.distributed_epoch(0))[:8]
+for b in batches[:3]:
+  float(trainer.train_step(b)[0])
+print("ready", flush=True)
+k = 0
+for line in sys.stdin:
+  out = []
+  for _ in range(int(line)):
+    t = time.perf_counter()
+    float(trainer.train_step(batches[k % len(batches)])[0])
+    out.append(time.perf_counter() - t)
+    k += 1
+  print(min(out), flush=True)
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+  parser = argparse.ArgumentParser(description="Training step of two source trees, interleaved.")
+  parser.add_argument("--before", required=True, help="the baseline tree (e.g. a worktree)")
+  parser.add_argument("--after", default=".", help="the changed tree")
+  parser.add_argument("--rounds", type=int, default=10)
+  parser.add_argument("--steps", type=int, default=3, help="timed steps per tree and round")
+  parser.add_argument("--dataset", default="ml1m")
+  parser.add_argument("--data_path", default="")
+  parser.add_argument("--no_jit_compile", action="store_true",
+                      help="leave the SASRec encoder uncompiled")
+  parser.add_argument("--out", default=None, help="also write step_ab.md in this folder")
+  return parser
+
+
+def main(argv=None):
+  args = _parser().parse_args(argv)
+  trees = {"before": pathlib.Path(args.before).resolve(),
+           "after": pathlib.Path(args.after).resolve()}
+  procs = {}
+  for name, tree in trees.items():
+    procs[name] = subprocess.Popen(
+        [sys.executable, "-c", WORKER, args.dataset, args.data_path,
+         "0" if args.no_jit_compile else "1"], cwd=tree,
+        env=dict(os.environ, PYTHONPATH=str(tree)), stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True)
+  for name, proc in procs.items():
+    if proc.stdout.readline().strip() != "ready":
+      sys.exit(f"error: the {name} worker ({trees[name]}) did not start")
+  times = {name: [] for name in trees}
+  for r in range(args.rounds):
+    for name in (("before", "after") if r % 2 == 0 else ("after", "before")):
+      procs[name].stdin.write(f"{args.steps}\n")
+      procs[name].stdin.flush()
+      times[name].append(float(procs[name].stdout.readline()))
+  for proc in procs.values():
+    proc.stdin.close()
+    proc.wait()
+  b, a = times["before"], times["after"]
+  ratios = dict(min=min(b) / min(a), median=statistics.median(b) / statistics.median(a),
+                paired_median=statistics.median([x / y for x, y in zip(b, a)]))
+  line = (f"{args.dataset} training step, {args.rounds} rounds x {args.steps} steps: before "
+          f"min {min(b):.3f} s median {statistics.median(b):.3f} s; after min {min(a):.3f} s "
+          f"median {statistics.median(a):.3f} s; speed before/after: min {ratios['min']:.3f}, "
+          f"median {ratios['median']:.3f}, paired median {ratios['paired_median']:.3f}")
+  print(line)
+  if args.out:
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "step_ab.md").write_text(
+        f"# Training step A/B\n\n`python bench/step_ab.py {' '.join(argv or sys.argv[1:])}`\n\n"
+        f"before = {trees['before']}, after = {trees['after']}\n\n{line}\n")
+  print(summary_line([f"speed before/after {ratios['median']:.3f} by median",
+                      f"{ratios['min']:.3f} by min"], head="step_ab"))
+
+
+if __name__ == "__main__":
+  main()

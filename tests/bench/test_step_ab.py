@@ -1,0 +1,19 @@
+"""bench/step_ab.py: two trees (here the same one twice) on a tiny synthetic run."""
+
+import pathlib
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def test_same_tree_twice_reports_ratios(tmp_path):
+  proc = subprocess.run(
+      [sys.executable, "bench/step_ab.py", f"--before={ROOT}", f"--after={ROOT}", "--rounds=2",
+       "--steps=1", "--dataset=synthetic", "--no_jit_compile", f"--out={tmp_path}"],
+      cwd=ROOT, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  lines = proc.stdout.strip().splitlines()
+  assert "speed before/after: min" in lines[-2]
+  assert lines[-1].startswith("summary: step_ab: speed before/after")
+  assert (tmp_path / "step_ab.md").read_text().startswith("# Training step A/B")
