@@ -25,6 +25,8 @@ import sys
 
 from bench.common.report import summary_line
 
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
 # The worker, run with the tree's own code (not this file's imports).
 WORKER = r"""
 import os, sys, time
@@ -71,15 +73,21 @@ def main(argv=None):
   args = _parser().parse_args(argv)
   trees = {"before": pathlib.Path(args.before).resolve(),
            "after": pathlib.Path(args.after).resolve()}
+  # Both trees read the same data: this repository's data root (a worktree elsewhere would look
+  # for ../shared/data beside itself).
+  data_root = os.environ.get("TFRS_LOGQ_DATA", str(ROOT.parent / "shared" / "data"))
   procs = {}
   for name, tree in trees.items():
     procs[name] = subprocess.Popen(
         [sys.executable, "-c", WORKER, args.dataset, args.data_path,
          "0" if args.no_jit_compile else "1"], cwd=tree,
-        env=dict(os.environ, PYTHONPATH=str(tree)), stdin=subprocess.PIPE,
+        env=dict(os.environ, PYTHONPATH=str(tree), TFRS_LOGQ_DATA=data_root),
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, text=True)
   for name, proc in procs.items():
     if proc.stdout.readline().strip() != "ready":
+      for other in procs.values():
+        other.kill()
       sys.exit(f"error: the {name} worker ({trees[name]}) did not start")
   times = {name: [] for name in trees}
   for r in range(args.rounds):
