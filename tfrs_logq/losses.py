@@ -1,6 +1,10 @@
 r"""Per-example retrieval losses: sampled softmax with none / standard / corrected logQ, full
 softmax, BCE and gBCE.
 
+(One file of ~460 lines on purpose: a third of it is this docstring, the notation and one formula
+per loss, and each loss below is one function plus its thin Keras layer; splitting it would part a
+formula from its code. The arithmetic itself lives in tfrs_logq/core/.)
+
 Notation (one meaning everywhere): for a row (query u with positive p),
 s_p = s(u, p) is the positive score, s_i = s(u, d_i) the scores of its negatives d_1..d_N,
 log Q(d_i) their per-draw log sampling probabilities, and ``valid[i]`` says whether negative i

@@ -1,5 +1,9 @@
 r"""Retrieval: a drop-in for ``tfrs.tasks.Retrieval`` with a choice of logQ correction.
 
+(One class in ~480 lines on purpose: the drop-in is one Keras layer whose ``call`` composes
+scores, log Q, masks and the loss from tfrs_logq/core/, negatives/ and frequency/; the docstring
+documents the blocks and the arguments TFRS users know. Nothing here recomputes a formula.)
+
 Same constructor and ``call`` as TFRS 0.7.7, plus ``correction`` (and ``q_prime``), an optional
 ``frequency_estimator`` that supplies log Q, and an optional ``negative_sampler`` of extra
 negatives::

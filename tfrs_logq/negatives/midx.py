@@ -3,13 +3,9 @@
 Paper: Chen et al., "Adaptive Sampled Softmax with Inverted Multi-Index: Methods, Theory and
 Applications", Theorem 2 / Eq. (6), with B = 2 codebooks of K codewords.
 
-Index (rebuilt by ``refresh`` from the current item embeddings q_i, i = 0..N-1):
-  * product quantization ("pq"): q_i = [q_i^1, q_i^2] (first d//2 dims, the rest); codebook C^l is
-    k-means on the sub-vectors q^l; k_l(i) = argmin_k ||q_i^l - c_k^l||.
-  * residual quantization ("rq"): C^1 is k-means on q_i; C^2 is k-means on the residuals
-    q_i - c^1_{k_1(i)}; both codebooks live in R^d.
-  * cells Omega_{k1,k2} = {i : k_1(i) = k1, k_2(i) = k2}; items are stored sorted by cell
-    c = k1 * K + k2 with per-cell offsets and counts (the inverted multi-index).
+Index (rebuilt by ``refresh`` from the current item embeddings; built in midx_index.py): codebooks
+C^1, C^2 of K codewords (product or residual quantization), codes (k_1(i), k_2(i)) and the cells
+Omega_{k1,k2} = {i : k_1(i) = k1, k_2(i) = k2}, items stored sorted by cell.
 
 Proposal (Theorem 2, scores divided by the temperature T as everywhere in tfrs_logq):
   s^1_k(z) = <z^1, c^1_k> / T,   s^2_k(z) = <z^2, c^2_k> / T      (rq: z^1 = z^2 = z)
@@ -37,22 +33,14 @@ import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow load
 import tensorflow as tf
 
 from tfrs_logq import accidental_hits
-from tfrs_logq.negatives import kmeans as kmeans_lib
+from tfrs_logq.negatives import midx_index
 from tfrs_logq.negatives import scoring
 from tfrs_logq.negatives.base import NegativeSampler, Negatives, as_ids, check_rank
 
 __all__ = ["MIDXSampler", "RefreshEveryNSteps", "MIDXRefreshCallback"]
 
-_QUANTIZERS = ("pq", "rq")
+_QUANTIZERS = midx_index.QUANTIZERS
 _NOT_REFRESHED = "MIDXSampler: call refresh(item_embeddings) before sampling (the index is empty)"
-
-
-def _check_int(value, name: str, minimum: int) -> int:
-  """Returns ``int(value)`` for a Python / numpy integer >= ``minimum`` (not bool); ValueError
-  otherwise (floats such as 8.0 are rejected too)."""
-  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-    raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-  return int(value)
 
 
 class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
@@ -108,12 +96,12 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     """
     kwargs.setdefault("trainable", False)
     super().__init__(**kwargs)
-    num_codewords = _check_int(num_codewords, "num_codewords", 1)
+    num_codewords = midx_index.check_int(num_codewords, "num_codewords", 1)
     if quantizer not in _QUANTIZERS:
       raise ValueError(f"quantizer must be one of {_QUANTIZERS}, got {quantizer!r}")
     if not temperature > 0:
       raise ValueError(f"temperature must be > 0, got {temperature!r}")
-    id_offset = _check_int(id_offset, "id_offset", 0)
+    id_offset = midx_index.check_int(id_offset, "id_offset", 0)
     if kmeans_iterations < 0:
       raise ValueError(f"kmeans_iterations must be >= 0, got {kmeans_iterations}")
     if kmeans_max_points is not None and kmeans_max_points < 1:
@@ -146,12 +134,6 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
       self.build_index(num_items, dim)
 
   # ----------------------------------------------------------------------------------------- index
-  def _split_dims(self, dim):
-    """(d1, d2): the sub-vector sizes of z^1, z^2 (pq: d//2 and d - d//2; rq: d and d)."""
-    if self.quantizer == "pq":
-      return dim // 2, dim - dim // 2
-    return dim, dim
-
   def build_index(self, num_items: int, dim: int) -> None:
     """Creates the codebooks, the inverted index and the counters for N items of dimension d."""
     if self._index_built:
@@ -159,14 +141,14 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
         raise ValueError(f"MIDXSampler index is built for num_items={self.num_items}, dim={self.dim}; "
                          f"got num_items={num_items}, dim={dim}")
       return
-    num_items = _check_int(num_items, "num_items", 1)
+    num_items = midx_index.check_int(num_items, "num_items", 1)
     if (isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim < 1
         or (self.quantizer == "pq" and dim < 2)):
       raise ValueError(f"dim must be an int >= {2 if self.quantizer == 'pq' else 1} for quantizer="
                        f"{self.quantizer!r}, got {dim!r}")
     dim = int(dim)
     k = self.num_codewords
-    d1, d2 = self._split_dims(dim)
+    d1, d2 = midx_index.split_dims(self.quantizer, dim)
     once = tf.VariableAggregation.ONLY_FIRST_REPLICA
 
     def weight(name, shape, dtype):
@@ -184,12 +166,6 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     self.num_items, self.dim = num_items, dim
     self._index_built = True
     self.built = True
-
-  def _split_query(self, z):
-    if self.quantizer == "pq":
-      d1 = self.dim // 2
-      return z[:, :d1], z[:, d1:]
-    return z, z
 
   def refresh(self, item_embeddings):
     """Rebuilds both codebooks (k-means) and the inverted multi-index from item embeddings [N, d].
@@ -215,32 +191,16 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     return self._refresh_fn(emb)
 
   def _refresh_impl(self, emb):
-    k = self.num_codewords
     seed = tf.stack([tf.constant(self.seed, tf.int64), self.num_refreshes * 2])
-    seed_1, seed_2 = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
-    opts = dict(num_iterations=self.kmeans_iterations, max_points=self.kmeans_max_points,
-                chunk_size=self.chunk_size)
-    if self.quantizer == "pq":
-      x1, x2 = self._split_query(emb)
-      c1 = kmeans_lib.kmeans(x1, k, seed=seed_1, **opts)
-      k1, _ = kmeans_lib.nearest_centroid(x1, c1, self.chunk_size)
-      c2 = kmeans_lib.kmeans(x2, k, seed=seed_2, **opts)
-      k2, _ = kmeans_lib.nearest_centroid(x2, c2, self.chunk_size)
-    else:
-      c1 = kmeans_lib.kmeans(emb, k, seed=seed_1, **opts)
-      k1, _ = kmeans_lib.nearest_centroid(emb, c1, self.chunk_size)
-      residual = emb - tf.gather(c1, k1)
-      c2 = kmeans_lib.kmeans(residual, k, seed=seed_2, **opts)
-      k2, _ = kmeans_lib.nearest_centroid(residual, c2, self.chunk_size)
-    cell = tf.cast(k1, tf.int64) * k + tf.cast(k2, tf.int64)
-    order = tf.argsort(cell, stable=True)
-    counts = tf.math.bincount(cell, minlength=k * k, maxlength=k * k, dtype=tf.int64)
-    self.codebook_1.assign(c1)
-    self.codebook_2.assign(c2)
-    self.item_codes.assign(tf.stack([k1, k2], axis=1))
-    self.sorted_items.assign(tf.cast(order, tf.int64))
-    self.cell_counts.assign(counts)
-    self.cell_offsets.assign(tf.cumsum(counts, exclusive=True))
+    index = midx_index.build_index(
+        emb, self.num_codewords, self.quantizer, seed, num_iterations=self.kmeans_iterations,
+        max_points=self.kmeans_max_points, chunk_size=self.chunk_size)
+    self.codebook_1.assign(index.codebook_1)
+    self.codebook_2.assign(index.codebook_2)
+    self.item_codes.assign(index.item_codes)
+    self.sorted_items.assign(index.sorted_items)
+    self.cell_counts.assign(index.cell_counts)
+    self.cell_offsets.assign(index.cell_offsets)
     return self.num_refreshes.assign_add(1)
 
   # -------------------------------------------------------------------------------------- proposal
@@ -269,7 +229,7 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
 
   def _codeword_scores(self, z):
     """s^1 [A, K], s^2 [A, K]: <z^l, c^l_k> / T."""
-    z1, z2 = self._split_query(z)
+    z1, z2 = midx_index.split_query(self.quantizer, z, self.dim)
     s1 = tf.matmul(z1, self.codebook_1, transpose_b=True) / self.temperature
     s2 = tf.matmul(z2, self.codebook_2, transpose_b=True) / self.temperature
     return s1, s2
@@ -300,7 +260,7 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
       (ids int64 [A, S] in [id_offset, id_offset + N), log_q float32 [A, S]).
     """
     self._check_ready()
-    num_samples = _check_int(num_samples, "num_samples", 1)
+    num_samples = midx_index.check_int(num_samples, "num_samples", 1)
     z = self._check_queries(query_embeddings)
     if seed is None:
       seed = self._next_seed()
@@ -459,47 +419,5 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
         accidental_hits.accidental_hit_mask(pos_ids, ids), self.log_prob(query, pos_ids))
 
 
-class RefreshEveryNSteps:
-  """Refreshes a MIDXSampler from ``embeddings_fn()`` at steps 0, N, 2N, ... of a training loop.
-
-  In a custom loop (eager or inside tf.function): ``hook(step)`` refreshes when step % N == 0 and
-  returns whether it did (bool tensor). ``embeddings_fn`` returns the current item embeddings
-  [num_items, d] (e.g. ``lambda: model.item_table[1:]`` with ``id_offset=1``) and is only evaluated on
-  refresh steps. For ``model.fit`` use ``MIDXRefreshCallback``.
-  """
-
-  def __init__(self, sampler: MIDXSampler, embeddings_fn, every_n_steps: int):
-    every_n_steps = _check_int(every_n_steps, "every_n_steps", 1)
-    if not callable(embeddings_fn):
-      raise TypeError("embeddings_fn must be callable (returns item embeddings [num_items, d])")
-    self.sampler = sampler
-    self.embeddings_fn = embeddings_fn
-    self.every_n_steps = every_n_steps
-
-  def __call__(self, step):
-    step = tf.convert_to_tensor(step)
-    due = tf.equal(tf.math.floormod(tf.cast(step, tf.int64), self.every_n_steps), 0)
-    if tf.executing_eagerly():
-      if bool(due):
-        self.sampler.refresh(tf.stop_gradient(self.embeddings_fn()))
-      return due
-
-    def do_refresh():
-      with tf.control_dependencies([self.sampler.refresh(tf.stop_gradient(self.embeddings_fn()))]):
-        return tf.constant(True)
-
-    return tf.cond(due, do_refresh, lambda: tf.constant(False))
-
-
-class MIDXRefreshCallback(tf.keras.callbacks.Callback):
-  """Keras callback: refreshes the sampler before training batches 0, N, 2N, ... (counted across epochs)."""
-
-  def __init__(self, sampler: MIDXSampler, embeddings_fn, every_n_steps: int):
-    super().__init__()
-    self._hook = RefreshEveryNSteps(sampler, embeddings_fn, every_n_steps)
-    self._step = 0
-
-  def on_train_batch_begin(self, batch, logs=None):
-    del batch, logs
-    self._hook(self._step)
-    self._step += 1
+# The refresh hooks live in midx_refresh.py; re-exported here (the public path is midx).
+from tfrs_logq.negatives.midx_refresh import MIDXRefreshCallback, RefreshEveryNSteps  # noqa: E402,F401  pylint: disable=g-import-not-at-top,wrong-import-position
