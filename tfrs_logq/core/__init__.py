@@ -28,6 +28,7 @@ Modules (each states its formulas in its docstring):
 * ``negatives``: log Q of in-batch and mixed negatives under the unigram / mixture /
   expected-count conventions.
 * ``frequency``: the exact-counts and hash-array estimators' update and read formulas.
+* ``count_min``: the count-min sketch's shape, checks, (conservative, decayed) update and read.
 * ``accidental_hits``: the hit mask and the lowest finite logit of a dtype.
 * ``retrieval``: the task's hardest-k selection and weighted reduction.
 """

@@ -23,6 +23,10 @@ Floor: est is floored at ``min_count`` (default 1, "as if counted once in the cu
 total at min_count, so log Q is finite and ≤ 0; before any update Q = 1 for every id.
 An empty batch is a no-op (no decay step either). State is float32: counts are exact up to 2^24
 per cell; beyond that each addition rounds to float32 (relative 2^-24).
+
+The shape, argument checks and formulas are ``tfrs_logq.core.count_min``'s, shared with the
+Keras 3 twin ``tfrs_logq.keras3.frequency.CountMinSketch``; this module adds the state, the
+hashing (SplitMix64, int or string ids), the grouping of a step's cells and ``tf.distribute``.
 """
 
 import math
@@ -32,23 +36,16 @@ import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow load
 import tensorflow as tf
 
 from tfrs_logq import _static_shapes
+from tfrs_logq.core import count_min as count_min_core
+from tfrs_logq.core.ops import tf_ops
 from tfrs_logq.frequency import base
 from tfrs_logq.frequency import hashing
 
 
 __all__ = ["CountMinSketch", "sketch_shape"]
 
-_DEFAULT_EPSILON = 1e-4
-_DEFAULT_DELTA = 0.01
-
-
-def sketch_shape(epsilon: float, delta: float):
-  """(depth, width) = (⌈ln 1/δ⌉, ⌈e/ε⌉)."""
-  if not 0.0 < epsilon < 1.0:
-    raise ValueError(f"epsilon must be in (0, 1), got {epsilon}")
-  if not 0.0 < delta < 1.0:
-    raise ValueError(f"delta must be in (0, 1), got {delta}")
-  return max(1, math.ceil(math.log(1.0 / delta))), math.ceil(math.e / epsilon)
+sketch_shape = count_min_core.sketch_shape
+_OPS = tf_ops()
 
 
 @tf.keras.utils.register_keras_serializable(package="tfrs_logq")
@@ -81,29 +78,15 @@ class CountMinSketch(base.FrequencyEstimator):
                min_count: float = 1.0, seed: int = 0, num_items=None,
                validate_ids: bool = True, **kwargs):
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
-    if epsilon is not None and width is not None:
-      raise ValueError("give epsilon or width, not both")
-    if delta is not None and depth is not None:
-      raise ValueError("give delta or depth, not both")
-    if width is None:
-      width = sketch_shape(_DEFAULT_EPSILON if epsilon is None else epsilon, 0.5)[1]
-    if depth is None:
-      depth = sketch_shape(0.5, _DEFAULT_DELTA if delta is None else delta)[0]
-    width = base._positive_int(width, "width")
-    depth = base._positive_int(depth, "depth")
-    if width * depth >= 2**31:
-      raise ValueError("width * depth must be < 2**31")
-    if half_life is not None and not half_life > 0:
-      raise ValueError(f"half_life must be > 0 steps, got {half_life}")
-    if not min_count > 0:
-      raise ValueError(f"min_count must be > 0, got {min_count}")
+    width, depth, half_life, min_count, seed = count_min_core.check_sketch(
+        epsilon, delta, width, depth, half_life, min_count, seed)
     self.width, self.depth = width, depth
     self.epsilon = math.e / self.width       # the ε this width guarantees
     self.delta = math.exp(-self.depth)       # the δ this depth guarantees
     self.conservative = bool(conservative)
-    self.half_life = None if half_life is None else float(half_life)
-    self.min_count = float(min_count)
-    self.seed = base._int(seed, "seed")
+    self.half_life = half_life
+    self.min_count = min_count
+    self.seed = seed
     size = self.width * self.depth
     self.table = self._state("table", [size], tf.float32, 0.0)
     self.last_write = (self._state("last_write", [size], tf.int32, 0)
@@ -114,7 +97,7 @@ class CountMinSketch(base.FrequencyEstimator):
   @property
   def decay(self) -> float:
     """γ = 2^(−1/half_life) per step (1 without decay)."""
-    return 1.0 if self.half_life is None else 2.0 ** (-1.0 / self.half_life)
+    return count_min_core.decay(self.half_life)
 
   def _cells(self, keys):
     """Flat cells j·width + h_j(key), shape [depth] + keys.shape."""
@@ -127,7 +110,7 @@ class CountMinSketch(base.FrequencyEstimator):
     if self.last_write is None:
       return values
     age = tf.cast(t - tf.cast(tf.gather(self.last_write, cells), tf.int64), tf.float32)
-    return values * tf.pow(tf.constant(self.decay, tf.float32), age)
+    return count_min_core.decayed(_OPS, values, age, self.decay)
 
   def _write(self, cells, values, t, hit=None):
     """Writes cell values at step t. Where ``hit`` is False (the static path's cells hit only by
@@ -154,7 +137,7 @@ class CountMinSketch(base.FrequencyEstimator):
                           + tf.zeros_like(id_cells, tf.float32), [-1])
       cells, segment = tf.unique(tf.reshape(id_cells, [-1]))
       wanted = tf.math.unsorted_segment_max(wanted, segment, tf.size(cells))
-      new_values = tf.maximum(self._read(cells, t_new), wanted)
+      new_values = count_min_core.conservative_cells(_OPS, self._read(cells, t_new), wanted)
     elif self.conservative:
       # Static shapes: every entry (copies of an id carry the same count c_x and estimate), its
       # depth cells sorted; each cell takes the max over its entries of est(x) + c_x.
@@ -170,13 +153,13 @@ class CountMinSketch(base.FrequencyEstimator):
       wanted = _static_shapes.run_total(runs, wanted, "max")      # est + c >= 1 where counted
       hit = _static_shapes.run_total(runs, tf.cast(counted, tf.int32), "max") > 0
       cells = runs.keys
-      new_values = tf.maximum(self._read(cells, t_new), wanted)
+      new_values = count_min_core.conservative_cells(_OPS, self._read(cells, t_new), wanted)
     else:
       cells, counts = base._group_slots(keys, self._cells, valid)
-      new_values = self._read(cells, t_new) + tf.cast(counts, tf.float32)
+      new_values = count_min_core.standard_cells(_OPS, self._read(cells, t_new), counts)
       hit = counts > 0 if base._static(valid) else None
     self._write(cells, new_values, t_new, hit)
-    total = self.decay * self.total + tf.cast(n, tf.float32)
+    total = count_min_core.updated_total(self.total, tf.cast(n, tf.float32), self.decay)
     self.total.assign(tf.where(nonempty, total, self.total))
     self.step.assign(t_new)
 
@@ -187,9 +170,7 @@ class CountMinSketch(base.FrequencyEstimator):
 
   def _log_q_keys(self, keys):
     est = tf.reduce_min(self._read(self._cells(keys), self.step), axis=0)
-    log_q = (tf.math.log(tf.maximum(est, self.min_count))
-             - tf.math.log(tf.maximum(self.total, self.min_count)))
-    return tf.minimum(log_q, 0.0)
+    return count_min_core.log_q(_OPS, est, self.total, self.min_count)
 
   def get_config(self):
     config = super().get_config()
