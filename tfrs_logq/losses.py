@@ -89,7 +89,6 @@ Keras 3 front (``tfrs_logq.keras3.losses``) calls with ``keras.ops``; this modul
 tf-keras layers, input conversion and checks.
 """
 
-import numbers
 from typing import NamedTuple, Optional
 
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
@@ -291,10 +290,7 @@ def full_softmax_loss(query_embeddings, positive_ids, candidate_embeddings, *,
     ValueError / TypeError: bad ranks, dtypes, temperature; tf.errors.InvalidArgumentError at
     run time for a positive id outside ``[id_offset, id_offset + V)``.
   """
-  if not temperature > 0:
-    raise ValueError(f"temperature must be > 0, got {temperature!r}")
-  if isinstance(id_offset, bool) or not isinstance(id_offset, numbers.Integral) or id_offset < 0:
-    raise ValueError(f"id_offset must be an int >= 0, got {id_offset!r}")
+  temperature, id_offset = core_checks.check_full_softmax(temperature, id_offset)
   q = tf.convert_to_tensor(query_embeddings)
   table = tf.convert_to_tensor(candidate_embeddings)
   ids = tf.convert_to_tensor(positive_ids)
@@ -419,12 +415,7 @@ class FullSoftmaxLoss(tf.keras.layers.Layer):
                **kwargs):
     kwargs["dtype"] = "float32"
     super().__init__(**kwargs)
-    if not temperature > 0:
-      raise ValueError(f"temperature must be > 0, got {temperature!r}")
-    if isinstance(id_offset, bool) or not isinstance(id_offset, numbers.Integral) or id_offset < 0:
-      raise ValueError(f"id_offset must be an int >= 0, got {id_offset!r}")
-    self.temperature = float(temperature)
-    self.id_offset = int(id_offset)
+    self.temperature, self.id_offset = core_checks.check_full_softmax(temperature, id_offset)
     self.check_scores = bool(check_scores)
 
   def call(self, query_embeddings, positive_ids, candidate_embeddings):

@@ -14,7 +14,7 @@ import numpy as np
 __all__ = ["CORRECTIONS", "Q_PRIME_MODES", "MIXED_CONVENTIONS", "LOG_Q_SLACK",
            "check_correction", "check_num_items_given", "check_counts_table",
            "check_hash_array", "check_catalog", "check_retrieval_inputs",
-           "check_estimator_inputs", "resolve_log_q", "needs_log_q"]
+           "check_estimator_inputs", "check_full_softmax", "resolve_log_q", "needs_log_q"]
 
 CORRECTIONS = ("none", "standard", "standard_no_positive", "corrected")
 Q_PRIME_MODES = ("exact", "proxy")
@@ -153,6 +153,21 @@ def check_estimator_inputs(has_log_q: bool, has_candidate_ids: bool) -> None:
   if not has_candidate_ids:
     raise ValueError("candidate_ids are needed with a frequency_estimator (it is updated "
                      "with and read for the candidates' ids)")
+
+
+def check_full_softmax(temperature: float, id_offset: int):
+  """Full softmax's checks: temperature > 0 and id_offset an int >= 0 (Python or numpy, not
+  bool); ValueError otherwise.
+
+  Returns:
+    (temperature as a float, id_offset as an int).
+  """
+  if not temperature > 0:
+    raise ValueError(f"temperature must be > 0, got {temperature!r}")
+  if (isinstance(id_offset, (bool, np.bool_))
+      or not isinstance(id_offset, (numbers.Integral, np.integer)) or id_offset < 0):
+    raise ValueError(f"id_offset must be an int >= 0, got {id_offset!r}")
+  return float(temperature), int(id_offset)
 
 
 def resolve_log_q(probability, log_probability, name: str, from_probability,

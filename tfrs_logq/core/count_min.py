@@ -24,7 +24,7 @@ import numbers
 import numpy as np
 
 __all__ = ["DEFAULT_EPSILON", "DEFAULT_DELTA", "sketch_shape", "check_sketch", "decay",
-           "decayed", "standard_cells", "conservative_cells", "updated_total", "log_q"]
+           "decayed", "estimate", "standard_cells", "conservative_cells", "updated_total", "log_q"]
 
 DEFAULT_EPSILON = 1e-4
 DEFAULT_DELTA = 0.01
@@ -84,6 +84,11 @@ def decayed(ops, values, age, gamma: float):
   if gamma == 1.0:
     return values
   return values * ops.power(gamma, age)
+
+
+def estimate(ops, cell_values):
+  """est(x) = min_j C~[j, h_j(x)] over the rows (axis 0 of ``cell_values`` [depth, ...])."""
+  return ops.min(cell_values, axis=0)
 
 
 def standard_cells(ops, read, counts):

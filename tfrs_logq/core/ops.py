@@ -5,7 +5,7 @@ TensorFlow, PyTorch), or ``tf_ops()`` (the same names bound to TensorFlow functi
 tf-keras front. The names used, with the keras.ops signatures (``max(x, axis, keepdims)``,
 ``cast(x, dtype_name)``, ``top_k(x, k, sorted)`` -> (values, indices)):
 
-    where max sum exp log log1p expm1 sigmoid softplus stop_gradient minimum maximum
+    where max min sum exp log log1p expm1 sigmoid softplus stop_gradient minimum maximum
     logical_and logical_not equal not_equal squeeze expand_dims cast zeros_like ones_like
     logaddexp isfinite power full_like top_k
 
@@ -17,9 +17,9 @@ import types
 
 __all__ = ["OPS_NAMES", "tf_ops"]
 
-OPS_NAMES = ("where", "max", "sum", "exp", "log", "log1p", "expm1", "sigmoid", "softplus",
-             "stop_gradient", "minimum", "maximum", "logical_and", "logical_not", "equal",
-             "not_equal", "squeeze", "expand_dims", "cast", "zeros_like", "ones_like",
+OPS_NAMES = ("where", "max", "min", "sum", "exp", "log", "log1p", "expm1", "sigmoid",
+             "softplus", "stop_gradient", "minimum", "maximum", "logical_and", "logical_not",
+             "equal", "not_equal", "squeeze", "expand_dims", "cast", "zeros_like", "ones_like",
              "logaddexp", "isfinite", "power", "full_like", "top_k")
 
 
@@ -45,8 +45,8 @@ def tf_ops() -> types.SimpleNamespace:
     return out.values, out.indices
 
   return types.SimpleNamespace(
-      where=tf.where, max=tf.reduce_max, sum=tf.reduce_sum, exp=tf.exp, log=tf.math.log,
-      log1p=tf.math.log1p, expm1=tf.math.expm1, sigmoid=tf.sigmoid,
+      where=tf.where, max=tf.reduce_max, min=tf.reduce_min, sum=tf.reduce_sum, exp=tf.exp,
+      log=tf.math.log, log1p=tf.math.log1p, expm1=tf.math.expm1, sigmoid=tf.sigmoid,
       softplus=tf.math.softplus, stop_gradient=tf.stop_gradient, minimum=tf.minimum,
       maximum=tf.maximum, logical_and=tf.logical_and, logical_not=tf.logical_not,
       equal=tf.equal, not_equal=tf.not_equal, squeeze=tf.squeeze, expand_dims=tf.expand_dims,

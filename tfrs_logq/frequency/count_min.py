@@ -132,7 +132,7 @@ class CountMinSketch(base.FrequencyEstimator):
     if self.conservative and not base._static(valid):
       ids, counts = base._group(keys)
       id_cells = self._cells(ids)                                   # [depth, u]
-      estimate = tf.reduce_min(self._read(id_cells, t_new), axis=0)
+      estimate = count_min_core.estimate(_OPS, self._read(id_cells, t_new))
       wanted = tf.reshape(estimate + tf.cast(counts, tf.float32)[None, :]
                           + tf.zeros_like(id_cells, tf.float32), [-1])
       cells, segment = tf.unique(tf.reshape(id_cells, [-1]))
@@ -143,7 +143,7 @@ class CountMinSketch(base.FrequencyEstimator):
       # depth cells sorted; each cell takes the max over its entries of est(x) + c_x.
       ids, counts = base._group(keys, valid)                        # [n] sorted, c_x per entry
       id_cells = self._cells(ids)                                   # [depth, n]
-      estimate = tf.reduce_min(self._read(id_cells, t_new), axis=0)
+      estimate = count_min_core.estimate(_OPS, self._read(id_cells, t_new))
       wanted = estimate + tf.cast(counts, tf.float32)
       runs = _static_shapes.sorted_runs(tf.reshape(id_cells, [-1]))
       per_cell = lambda x: tf.gather(  # noqa: E731
@@ -165,11 +165,11 @@ class CountMinSketch(base.FrequencyEstimator):
 
   def estimate(self, ids) -> tf.Tensor:
     """est(d) = min_j C[j, h_j(d)] (decayed to the current step), float32, unfloored."""
-    return tf.reduce_min(self._read(self._cells(self._keys(ids, flatten=False)), self.step),
-                         axis=0)
+    return count_min_core.estimate(
+        _OPS, self._read(self._cells(self._keys(ids, flatten=False)), self.step))
 
   def _log_q_keys(self, keys):
-    est = tf.reduce_min(self._read(self._cells(keys), self.step), axis=0)
+    est = count_min_core.estimate(_OPS, self._read(self._cells(keys), self.step))
     return count_min_core.log_q(_OPS, est, self.total, self.min_count)
 
   def get_config(self):

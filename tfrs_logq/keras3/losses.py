@@ -45,7 +45,7 @@ def masked_logsumexp(x, valid):
                                                ops.cast(valid, "bool"))
 
 
-def _check_shapes(positive_scores, negative_scores, negative_log_q, positive_log_q, valid_mask):
+def check_shapes(positive_scores, negative_scores, negative_log_q, positive_log_q, valid_mask):
   _tensors.check_rank(positive_scores, 1, "positive_scores")
   _tensors.check_rank(negative_scores, 2, "negative_scores")
   _tensors.check_same_dim(positive_scores, 0, negative_scores, 0,
@@ -69,6 +69,14 @@ def _check_shapes(positive_scores, negative_scores, negative_log_q, positive_log
     _tensors.check_rank(valid_mask, 2, "valid_mask")
     _tensors.check_same_dim(valid_mask, 0, negative_scores, 0, "valid_mask rows")
     _tensors.check_same_dim(valid_mask, 1, negative_scores, 1, "valid_mask columns")
+
+
+def check_finite_scores(*named_scores, names=("positive_scores", "negative_scores")) -> None:
+  """ValueError when a concrete score is NaN or +-inf (``check_scores=True``; eager only)."""
+  for name, value in zip(names, named_scores):
+    concrete = _tensors.concrete(value)
+    if concrete is not None and not bool((abs(concrete) < float("inf")).all()):
+      raise ValueError(f"{name} has NaN or inf")
 
 
 def sampled_softmax_loss(positive_scores,
@@ -108,12 +116,9 @@ def sampled_softmax_loss(positive_scores,
     raise ValueError(f"correction={correction!r} needs negative_log_q")
   if needs_positive_q and positive_log_q is None:
     raise ValueError(f"correction={correction!r} (q_prime={q_prime!r}) needs positive_log_q")
-  _check_shapes(s_p, s_n, negative_log_q, positive_log_q, valid_mask)
+  check_shapes(s_p, s_n, negative_log_q, positive_log_q, valid_mask)
   if check_scores:
-    for name, value in (("positive_scores", s_p), ("negative_scores", s_n)):
-      concrete = _tensors.concrete(value)
-      if concrete is not None and not bool((abs(concrete) < float("inf")).all()):
-        raise ValueError(f"{name} has NaN or inf")
+    check_finite_scores(s_p, s_n)
   if valid_mask is None:
     valid_mask = ops.ones_like(s_n, dtype="bool")
   loss, weight, num_valid = sampled_softmax_core.sampled_softmax(
@@ -129,16 +134,18 @@ class SampledSoftmaxLoss(keras.layers.Layer):
 
   ``call(positive_scores, negative_scores, negative_log_q=None, positive_log_q=None,
   valid_mask=None)`` returns a :class:`LossOutput`. The dtype policy is fixed to float32 so a
-  mixed_float16 / mixed_bfloat16 model is safe.
+  mixed_float16 / mixed_bfloat16 model is safe. Arguments of ``tfrs_logq.losses
+  .SampledSoftmaxLoss`` (``check_scores``: ValueError on non-finite concrete scores).
   """
 
   def __init__(self, correction: str = "corrected", q_prime: str = "exact",
-               ratio_floor: float = 0.0, **kwargs):
+               ratio_floor: float = 0.0, check_scores: bool = False, **kwargs):
     kwargs["dtype"] = "float32"
     super().__init__(**kwargs)
     self.ratio_floor = core_checks.check_correction(correction, q_prime, ratio_floor)
     self.correction = correction
     self.q_prime = q_prime
+    self.check_scores = bool(check_scores)
     self.built = True
 
   def call(self, positive_scores, negative_scores, negative_log_q=None, positive_log_q=None,
@@ -146,7 +153,7 @@ class SampledSoftmaxLoss(keras.layers.Layer):
     return sampled_softmax_loss(positive_scores, negative_scores, negative_log_q,
                                 correction=self.correction, positive_log_q=positive_log_q,
                                 valid_mask=valid_mask, q_prime=self.q_prime,
-                                ratio_floor=self.ratio_floor)
+                                check_scores=self.check_scores, ratio_floor=self.ratio_floor)
 
   def compute_output_spec(self, positive_scores, negative_scores, *args, **kwargs):
     rows = positive_scores.shape[:1]
@@ -155,4 +162,4 @@ class SampledSoftmaxLoss(keras.layers.Layer):
 
   def get_config(self):
     return {**super().get_config(), "correction": self.correction, "q_prime": self.q_prime,
-            "ratio_floor": self.ratio_floor}
+            "ratio_floor": self.ratio_floor, "check_scores": self.check_scores}
