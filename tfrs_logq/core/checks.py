@@ -11,14 +11,18 @@ import numbers
 
 import numpy as np
 
-__all__ = ["CORRECTIONS", "Q_PRIME_MODES", "MIXED_CONVENTIONS", "LOG_Q_SLACK",
-           "check_correction", "check_num_items_given", "check_counts_table",
+__all__ = ["CORRECTIONS", "Q_PRIME_MODES", "MIXED_CONVENTIONS", "LOG_Q_CONVENTIONS",
+           "UNIFORM_PER", "LOG_Q_SLACK", "check_correction", "check_num_items_given", "check_counts_table",
            "check_hash_array", "check_catalog", "check_retrieval_inputs",
            "check_estimator_inputs", "check_full_softmax", "resolve_log_q", "needs_log_q"]
 
 CORRECTIONS = ("none", "standard", "standard_no_positive", "corrected")
 Q_PRIME_MODES = ("exact", "proxy")
 MIXED_CONVENTIONS = ("unigram", "mixture")
+LOG_Q_CONVENTIONS = MIXED_CONVENTIONS + ("expected_count",)
+"""log Q conventions of in-batch and mixed negatives (``tfrs_logq.core.negatives``)."""
+UNIFORM_PER = ("batch", "sequence", "query")
+"""Layouts of uniform negatives: shared by the batch, one set per sequence, one per query."""
 LOG_Q_SLACK = 1e-5
 """log Q may exceed 0 by this much (float rounding, e.g. log(count / total) with count ==
 total); anything above is a caller error (Q > 1)."""

@@ -10,10 +10,14 @@ tf-keras path (``tfrs_logq.losses`` & co.) and tested against it on every backen
 * ``RemoveAccidentalHits``: keras-rs's signature, masks for real (lowest finite logit).
 * ``sampled_softmax_loss`` / ``SampledSoftmaxLoss``: none / standard / standard_no_positive /
   corrected, per example, with the weight w and n.
+* ``full_softmax_loss`` / ``FullSoftmaxLoss``; ``bce_loss``, ``gbce_loss``, ``gbce_beta`` /
+  ``GBCELoss`` (gSASRec).
 * ``Retrieval``: the TFRS-style task (scores, masks, corrections, reduction) for
   ``compute_loss`` / ``train_step`` / ``add_loss``.
-* ``frequency.ExactCounts``, ``frequency.HashArrayEstimator``: stateful estimators of Q.
-* ``negatives``: in-batch, uniform (shared / per query), mixed; ``score_negatives``.
+* ``frequency.ExactCounts``, ``frequency.HashArrayEstimator``, ``frequency.CountMinSketch``:
+  stateful estimators of Q.
+* ``negatives``: in-batch, uniform (per batch / sequence / query), mixed (unigram / mixture /
+  expected_count), cross-replica under ``keras.distribution`` (JAX); ``score_negatives``.
 
 ``import tfrs_logq.keras3`` does not run the tf-keras environment switch of ``import
 tfrs_logq`` (it sets ``TF_USE_LEGACY_KERAS`` and rejects a Keras-3 ``tf.keras``), so it works in
@@ -23,6 +27,8 @@ a process that uses only Keras 3, with any backend, also after ``import tensorfl
 from tfrs_logq.keras3 import frequency
 from tfrs_logq.keras3 import negatives
 from tfrs_logq.keras3.accidental_hits import RemoveAccidentalHits, accidental_hit_mask
+from tfrs_logq.keras3.full_softmax import FullSoftmaxLoss, full_softmax_loss
+from tfrs_logq.keras3.gbce import GBCELoss, bce_loss, gbce_beta, gbce_loss
 from tfrs_logq.keras3.log_q import log_q_prime
 from tfrs_logq.keras3.logq_correction import SamplingProbabilityCorrection
 from tfrs_logq.keras3.losses import (CORRECTIONS, Q_PRIME_MODES, LossOutput, SampledSoftmaxLoss,
@@ -31,4 +37,6 @@ from tfrs_logq.keras3.retrieval import Retrieval
 
 __all__ = ["SamplingProbabilityCorrection", "RemoveAccidentalHits", "accidental_hit_mask",
            "log_q_prime", "sampled_softmax_loss", "SampledSoftmaxLoss", "LossOutput",
-           "CORRECTIONS", "Q_PRIME_MODES", "Retrieval", "frequency", "negatives"]
+           "CORRECTIONS", "Q_PRIME_MODES", "Retrieval", "frequency", "negatives",
+           "full_softmax_loss", "FullSoftmaxLoss", "bce_loss", "gbce_loss", "gbce_beta",
+           "GBCELoss"]

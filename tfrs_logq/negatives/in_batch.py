@@ -54,6 +54,7 @@ import tfrs_logq  # noqa: F401
 import tensorflow as tf
 
 from tfrs_logq import _static_shapes
+from tfrs_logq.core import checks as core_checks
 from tfrs_logq.core import negatives as negatives_core
 from tfrs_logq.core.ops import tf_ops
 from tfrs_logq.negatives import cross_replica
@@ -64,7 +65,7 @@ from tfrs_logq.negatives.base import (NegativeSampler, Negatives, as_float, as_i
 __all__ = ["InBatchNegatives", "InBatchPool", "CONVENTIONS", "dedup_first_occurrence",
            "first_occurrence_mask", "subsample_indices", "expected_count_log_q"]
 
-CONVENTIONS = ("unigram", "mixture", "expected_count")
+CONVENTIONS = core_checks.LOG_Q_CONVENTIONS
 
 
 def dedup_first_occurrence(ids):

@@ -50,7 +50,7 @@ from tfrs_logq.negatives.base import (NegativeSampler, Negatives, as_ids, check_
 
 __all__ = ["UniformNegatives", "UNIFORM_PER"]
 
-UNIFORM_PER = ("batch", "sequence", "query")
+UNIFORM_PER = core_checks.UNIFORM_PER
 
 
 class _Draw(NamedTuple):

@@ -1,0 +1,30 @@
+"""Negative samplers for the Keras 3 path: in-batch, uniform (per batch / sequence / query),
+mixed, and scoring; the Keras 3 twin of ``tfrs_logq.negatives`` with static shapes (jit-safe).
+
+* ``base``: the ``Negatives`` record; dedup as a mask (``first_occurrence_mask``), the
+  numbering of distinct sequences (``first_occurrence_segments``).
+* ``in_batch``: ``in_batch_negatives`` (log Q ``unigram`` / ``expected_count``).
+* ``uniform``: ``UniformNegatives`` (``per="batch" | "sequence" | "query"``), log Q = -log |D|.
+* ``mixed``: ``MixedNegatives`` (``unigram`` | ``mixture`` | ``expected_count``).
+* ``cross_replica``: the in-batch pool is the global batch under ``keras.distribution`` data
+  parallelism (JAX); ``all_gather_rows`` lays it out on every device.
+* ``scoring``: ``score_negatives`` -> the arguments of ``sampled_softmax_loss``.
+
+In-batch negatives keep all B rows and mark the ones that take part in ``Negatives.valid``
+(first occurrence of each id, not padding), so the loss sees exactly the deduplicated pool of the
+tf-keras path. The ``k_b`` subsample of the tf-keras in-batch sampler and MIDX are not part of
+this path.
+"""
+
+from tfrs_logq.keras3.negatives.base import (CONVENTIONS, Negatives, first_occurrence_mask,
+                                             first_occurrence_segments)
+from tfrs_logq.keras3.negatives.cross_replica import all_gather_rows
+from tfrs_logq.keras3.negatives.in_batch import InBatchPool, in_batch_negatives, in_batch_pool
+from tfrs_logq.keras3.negatives.mixed import MixedNegatives
+from tfrs_logq.keras3.negatives.scoring import ScoredCandidates, score_negatives
+from tfrs_logq.keras3.negatives.uniform import UNIFORM_PER, UniformNegatives
+
+__all__ = ["Negatives", "CONVENTIONS", "first_occurrence_mask", "first_occurrence_segments",
+           "in_batch_negatives", "in_batch_pool", "InBatchPool", "UniformNegatives",
+           "UNIFORM_PER", "MixedNegatives", "ScoredCandidates", "score_negatives",
+           "all_gather_rows"]

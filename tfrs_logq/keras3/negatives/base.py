@@ -1,0 +1,78 @@
+"""The ``Negatives`` record and the static-shape dedup of the Keras 3 samplers.
+
+Static shapes (jit-safe): instead of dropping duplicates, a pool keeps all B rows and marks the
+ones that take part (the first valid occurrence of each id); a sort groups equal ids and the
+smallest row index of each group wins::
+
+    first[r]   = valid[r] and r = min{r' valid : id[r'] = id[r]}
+    segment[r] = #{distinct valid ids whose first row comes before id[r]'s first row}
+
+(``segment``: the rank of a row's id among the distinct valid ids in order of first occurrence,
+the numbering of per-sequence negative sets.)
+"""
+
+from typing import NamedTuple
+
+from keras import ops
+
+from tfrs_logq.core import checks as core_checks
+from tfrs_logq.keras3 import _tensors
+
+__all__ = ["Negatives", "CONVENTIONS", "first_occurrence_mask", "first_occurrence_segments"]
+
+CONVENTIONS = core_checks.LOG_Q_CONVENTIONS
+
+
+class Negatives(NamedTuple):
+  """ids [N] or [A, N], embeddings [N, d] or [A, N, d] (None until embedded), log_q [N] or
+  [A, N] (float32 per-draw log Q), valid bool [N], [A, N] or None (slots that take part),
+  positive_log_q [A] or None (log Q(p) of the queries' positives under the same proposal)."""
+  ids: object
+  embeddings: object
+  log_q: object
+  valid: object = None
+  positive_log_q: object = None
+
+
+def _sorted_runs(ids, valid):
+  """(order, run [B] of each sorted row, rank [B]: row index, + B for an invalid row)."""
+  b = ids.shape[0]
+  index = ops.arange(b, dtype="int32")
+  rank = index if valid is None else ops.where(valid, index, index + b)
+  order = ops.cast(ops.argsort(ids), "int32")
+  sorted_ids = ops.take(ids, order)
+  first = ops.concatenate([ops.ones((1,), "bool"),
+                           ops.not_equal(sorted_ids[1:], sorted_ids[:-1])])
+  run = ops.cumsum(ops.cast(first, "int32")) - 1
+  return order, run, ops.take(rank, order)
+
+
+def first_occurrence_mask(ids, valid=None):
+  """bool [B]: True at the first row of each distinct id among the valid rows (dedup)."""
+  ids = _tensors.as_ids(ids, "ids")
+  _tensors.check_rank(ids, 1, "ids")
+  b = ids.shape[0]
+  if valid is not None:
+    valid = ops.cast(valid, "bool")
+  order, run, sorted_rank = _sorted_runs(ids, valid)
+  best = -ops.segment_max(-sorted_rank, run, num_segments=b)
+  winner = ops.cast(ops.equal(sorted_rank, ops.take(best, run)), "int32")
+  keep = ops.cast(ops.scatter(ops.expand_dims(order, 1), winner, (b,)), "bool")
+  return keep if valid is None else ops.logical_and(keep, valid)
+
+
+def first_occurrence_segments(ids, valid=None):
+  """(first bool [B], segment int32 [B]): ``first_occurrence_mask`` and each row's rank among
+  the distinct valid ids in order of first occurrence (an id without a valid row: B - 1)."""
+  ids = _tensors.as_ids(ids, "ids")
+  _tensors.check_rank(ids, 1, "ids")
+  b = ids.shape[0]
+  first = first_occurrence_mask(ids, valid)
+  rank_of_first = ops.cumsum(ops.cast(first, "int32")) - 1            # valid at first rows
+  order, run, _ = _sorted_runs(ids, None)
+  sorted_first = ops.take(first, order)
+  marked = ops.where(sorted_first, ops.take(rank_of_first, order), -1)
+  per_run = ops.segment_max(marked, run, num_segments=b)
+  segment = ops.take(per_run, run)
+  segment = ops.where(segment < 0, b - 1, segment)                       # sorted order
+  return first, ops.cast(ops.scatter(ops.expand_dims(order, 1), segment, (b,)), "int32")

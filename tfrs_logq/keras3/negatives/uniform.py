@@ -1,0 +1,139 @@
+r"""Uniform negatives on the Keras 3 path: k draws (with replacement) per batch, sequence or query.
+
+The catalog D is an id range [lo, hi) or a table of distinct ids; every slot is an independent
+uniform draw, so for every layout (``tfrs_logq.core.negatives``)::
+
+    log Q(d) = -log |D|
+
+Layouts (``per``, those of ``tfrs_logq.negatives.UniformNegatives``): ``"batch"``, k ids shared
+by every query ([k]); ``"sequence"``, k ids per distinct ``sequence_ids`` value, shared by that
+sequence's queries (SASRec positions; ``sequence_ids=None``: every query is its own sequence);
+``"query"``, k fresh ids per query. The per-sequence and per-query layouts return [A, k] ids
+(static shapes: A sets are drawn, a sequence's queries all take the set numbered by the rank of
+the sequence among the distinct valid ones in order of first occurrence, a query's set is its
+rank among the valid queries), so with ``valid`` the draws do not depend on where the padding
+queries are. Randomness: the layer's ``keras.random.SeedGenerator`` (it advances inside a
+compiled JAX step).
+"""
+
+import numbers
+from typing import Optional, Sequence, Tuple
+
+import numpy as np
+
+import keras
+from keras import ops
+
+from tfrs_logq.core import checks as core_checks
+from tfrs_logq.core import negatives as negatives_core
+from tfrs_logq.keras3 import _tensors
+from tfrs_logq.keras3.negatives import base
+
+__all__ = ["UNIFORM_PER", "UniformNegatives"]
+
+UNIFORM_PER = core_checks.UNIFORM_PER
+
+
+def _per(per: Optional[str], per_query: bool) -> str:
+  if per is None:
+    return "query" if per_query else "batch"
+  if per not in UNIFORM_PER:
+    raise ValueError(f"per must be one of {UNIFORM_PER}, got {per!r}")
+  if per_query and per != "query":
+    raise ValueError(f"per_query=True means per='query', got per={per!r}")
+  return per
+
+
+@keras.saving.register_keras_serializable(package="tfrs_logq")
+class UniformNegatives(keras.layers.Layer):
+  """k_u uniform draws (with replacement) from an id range or an id table; log Q = -log |D|.
+
+  ``call(num_queries=None, sequence_ids=None, valid=None)`` returns int32 ids [k_u] (per
+  ``"batch"``) or [A, k_u] (``"sequence"``, ``"query"``; A = ``num_queries``, or the length of
+  ``sequence_ids`` / ``valid``). Embed them with the candidate tower yourself.
+
+  Args:
+    num_negatives: k_u, a positive Python or numpy int (stored as int; bool and float raise).
+    id_range: (lo, hi): the catalog is lo <= id < hi (Python or numpy ints).
+    candidate_ids: alternatively a 1-D table of distinct integer ids.
+    per_query: one set of k_u draws per query (the same as ``per="query"``).
+    seed: seed of the layer's ``keras.random.SeedGenerator``.
+    per: ``"batch"`` | ``"sequence"`` | ``"query"`` (module docstring); None: from per_query.
+  """
+
+  def __init__(self, num_negatives: int, id_range: Optional[Tuple[int, int]] = None,
+               candidate_ids: Optional[Sequence[int]] = None, per_query: bool = False,
+               seed: Optional[int] = None, per: Optional[str] = None, **kwargs):
+    super().__init__(**kwargs)
+    if (isinstance(num_negatives, bool) or not isinstance(num_negatives, numbers.Integral)
+        or num_negatives <= 0):
+      raise ValueError(f"num_negatives must be a positive int, got {num_negatives!r}")
+    num_negatives = int(num_negatives)
+    if (id_range is None) == (candidate_ids is None):
+      raise ValueError("give exactly one of id_range=(lo, hi) or candidate_ids")
+    self.per = _per(per, bool(per_query))
+    self.num_negatives = num_negatives
+    self.seed = seed
+    self.id_range, table = core_checks.check_catalog(id_range, candidate_ids)
+    if self.id_range is not None:
+      self.candidate_ids = None
+      self.catalog_size = self.id_range[1] - self.id_range[0]
+    else:
+      self.candidate_ids = [int(v) for v in table]
+      self.catalog_size = int(table.size)
+    self.seed_generator = keras.random.SeedGenerator(seed)
+    self.built = True
+
+  @property
+  def per_query(self) -> bool:
+    return self.per == "query"
+
+  @property
+  def shared(self) -> bool:
+    """True when the draws are shared by every query (per ``"batch"``)."""
+    return self.per == "batch"
+
+  def log_q(self, ids):
+    """log Q(d) = -log |D| for every id (float32, shape of ids)."""
+    return ops.full(ops.shape(ids), negatives_core.uniform_log_q(self.catalog_size), "float32")
+
+  def _draw(self, shape):
+    if self.id_range is not None:
+      lo, hi = self.id_range
+      return keras.random.randint(shape, lo, hi, dtype="int32", seed=self.seed_generator)
+    rows = keras.random.randint(shape, 0, self.catalog_size, dtype="int32",
+                                seed=self.seed_generator)
+    return ops.take(ops.convert_to_tensor(np.asarray(self.candidate_ids, np.int32)), rows)
+
+  def call(self, num_queries: Optional[int] = None, sequence_ids=None,
+           valid=None):  # pylint: disable=arguments-differ
+    if self.shared:
+      return self._draw((self.num_negatives,))
+    if sequence_ids is not None:
+      sequence_ids = _tensors.as_ids(sequence_ids, "sequence_ids")
+      _tensors.check_rank(sequence_ids, 1, "sequence_ids")
+    if valid is not None:
+      valid = ops.cast(ops.convert_to_tensor(valid), "bool")
+      _tensors.check_rank(valid, 1, "valid")
+    for given in (sequence_ids, valid):
+      if num_queries is None and given is not None:
+        num_queries = given.shape[0]
+    if num_queries is None:
+      raise ValueError(f"per={self.per!r} draws negatives per query: pass num_queries")
+    a = int(num_queries)
+    for name, given in (("sequence_ids", sequence_ids), ("valid", valid)):
+      if given is not None and given.shape[0] not in (None, a):
+        raise ValueError(f"{name} must have one entry per query ({a}), got {given.shape[0]}")
+    draws = self._draw((a, self.num_negatives))
+    if self.per == "sequence" and sequence_ids is not None:
+      _, segment = base.first_occurrence_segments(sequence_ids, valid)
+      return ops.take(draws, segment, axis=0)
+    if valid is not None:
+      rank = ops.cumsum(ops.cast(valid, "int32")) - ops.cast(valid, "int32")
+      return ops.take(draws, ops.minimum(rank, a - 1), axis=0)
+    return draws
+
+  def get_config(self):
+    return {**super().get_config(), "num_negatives": self.num_negatives,
+            "id_range": None if self.id_range is None else list(self.id_range),
+            "candidate_ids": self.candidate_ids, "per": self.per, "seed": self.seed}
