@@ -64,20 +64,25 @@ import pathlib
 import time
 from typing import Dict
 
-from absl import app
-from absl import flags
+from train import cli as cli_lib
 
-import numpy as np
+if __name__ == "__main__":
+  cli_lib.quiet_tensorflow()  # before TensorFlow is imported (it logs while it loads)
 
-from eval import synthetic_world as world_lib
-from eval.demo_config import (NEGATIVES, USER_TOWERS, DemoConfig, RowSpec, default_rows,
+from absl import app  # noqa: E402
+from absl import flags  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from eval import synthetic_world as world_lib  # noqa: E402
+from eval.demo_config import (NEGATIVES, USER_TOWERS, DemoConfig, RowSpec, default_rows,  # noqa: E402
                               parse_row, validate_config)
-from eval.demo_metrics import (calibration_by_bin, evaluate_model, hit_rate, hit_rate_by_bin,
+from eval.demo_metrics import (calibration_by_bin, evaluate_model, hit_rate, hit_rate_by_bin,  # noqa: E402
                                kl_divergence, log_softmax, rank_bins, recall_vs_oracle, top_k)
-from eval.demo_plots import write_plots
-from eval.demo_report import format_markdown, format_table, verdicts
-from eval.demo_stats import mean_and_se, paired_difference, summarise
-from eval.demo_training import Trainer
+from eval.demo_plots import write_plots  # noqa: E402
+from eval.demo_report import format_markdown, format_table, verdicts  # noqa: E402
+from eval.demo_stats import mean_and_se, paired_difference, summarise  # noqa: E402
+from eval.demo_training import Trainer  # noqa: E402
 
 __all__ = ["DemoConfig", "validate_config", "RowSpec", "parse_row", "default_rows", "Trainer",
            "log_softmax", "top_k", "kl_divergence", "recall_vs_oracle", "hit_rate",
@@ -245,7 +250,8 @@ def main(argv):
 def cli() -> None:
   """Entry point: `python -m eval.demo`."""
   define_flags()
-  app.run(main)
+  cli_lib.declare_verbosity_flag()
+  cli_lib.run(main)
 
 
 if __name__ == "__main__":

@@ -246,3 +246,26 @@ def test_cli_rejects_a_bad_row():
   out = _run(["--rows=in_batch:bogus", "--steps=1"])
   assert out.returncode != 0
   assert "correction must be one of" in out.stderr
+
+
+def test_demo_binary_speaks_plainly(tmp_path):
+  """python -m eval.demo: no TensorFlow start-up lines by default; a bad flag or value is one
+  `error:` line and status 2."""
+  root = pathlib.Path(__file__).resolve().parents[2]
+  env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+  env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+  run = lambda *a: subprocess.run([sys.executable, "-m", "eval.demo", *a], cwd=root, env=env,  # noqa: E731
+                                  capture_output=True, text=True, timeout=300)
+  bad = run("--nosuch_flag=1")
+  assert bad.returncode == 2, bad.stderr
+  assert [l for l in bad.stderr.splitlines() if l.strip()] == [
+      "error: Unknown command line flag 'nosuch_flag' (see --help)"]
+  bad_value = run("--rows=nonsense", f"--output_dir={tmp_path}/x")
+  assert bad_value.returncode == 2 and bad_value.stderr.strip().startswith("error: "), bad_value.stderr
+  assert len(bad_value.stderr.strip().splitlines()) == 1, bad_value.stderr
+  ok = run("--steps=4", "--seeds=0", "--rows=in_batch:corrected", "--noplot",
+           f"--output_dir={tmp_path}/demo")
+  assert ok.returncode == 0, ok.stderr
+  for noise in ("cuda", "oneDNN", "cpu_feature_guard", "absl::InitializeLog"):
+    assert noise not in ok.stderr + ok.stdout, (noise, ok.stderr)
+  assert (tmp_path / "demo" / "summary.json").exists()
