@@ -159,6 +159,7 @@ def test_keras3_front_returns_the_core_result():
 FRONT_MODULES = (
     ["losses.py", "log_q.py", "accidental_hits.py", "logq_correction.py", "tasks.py",
      "frequency/base.py", "frequency/exact.py", "frequency/hash_array.py",
+     "frequency/count_min.py",
      "negatives/in_batch.py", "negatives/mixed.py", "negatives/uniform.py"]
     + sorted(str(p.relative_to(PACKAGE)) for p in (PACKAGE / "keras3").rglob("*.py")))
 BUILDING_BLOCKS = {"logsumexp", "reduce_logsumexp", "log1p", "expm1", "softplus", "sigmoid",
