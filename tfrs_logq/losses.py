@@ -347,6 +347,10 @@ def gbce_loss(positive_scores, negative_scores, *, beta: float, valid_mask=None,
   beta = bce_core.check_beta(beta)
   s_p, s_n = _scores(positive_scores, negative_scores)
   valid, checks = _valid_mask(valid_mask, s_n)
+  if s_p.shape[0] == 0:
+    raise ValueError("empty batch: there are no queries (positive_scores is empty)")
+  checks.append(tf.debugging.assert_positive(
+      tf.shape(s_p)[0], message="empty batch: there are no queries (positive_scores is empty)"))
   with tf.control_dependencies(checks):
     s_p = tf.identity(s_p)
   s_p, s_n = _assert_finite(s_p, s_n, check_scores)

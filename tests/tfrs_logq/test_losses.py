@@ -476,3 +476,12 @@ def test_keras_layers_config_round_trip():
     config = {k: v for k, v in layer.get_config().items() if k != "name"}
     assert {k: v for k, v in clone.get_config().items() if k != "name"} == config
     assert clone.dtype == "float32"
+
+
+def test_gbce_and_bce_reject_an_empty_batch_like_the_other_losses():
+  empty_p, empty_n = tf.zeros([0]), tf.zeros([0, 3])
+  for fn in (lambda: losses.gbce_loss(empty_p, empty_n, beta=0.5),
+             lambda: losses.bce_loss(empty_p, empty_n),
+             lambda: losses.sampled_softmax_loss(empty_p, empty_n, correction="none")):
+    with pytest.raises((ValueError, tf.errors.InvalidArgumentError), match="empty batch"):
+      fn()
