@@ -31,4 +31,8 @@ Modules (each states its formulas in its docstring):
 * ``count_min``: the count-min sketch's shape, checks, (conservative, decayed) update and read.
 * ``accidental_hits``: the hit mask and the lowest finite logit of a dtype.
 * ``retrieval``: the task's hardest-k selection and weighted reduction.
+* ``kmeans``: Lloyd's k-means (assignment, update, initialisation) of the MIDX codebooks.
+* ``midx``: the MIDX inverted multi-index (codes -> cells, counts, offsets, sorted items) and
+  proposal (codeword scores, cell log-weights, log Z, log Q(i|z), the item inside a cell), and
+  the MIDX sampler's argument checks.
 """

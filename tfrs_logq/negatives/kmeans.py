@@ -1,5 +1,8 @@
 """Deterministic k-means (Lloyd's algorithm) in TensorFlow, used to build MIDX codebooks.
 
+The formulas (assignment, update, initialisation) are ``tfrs_logq.core.kmeans``'s, evaluated
+with ``core.ops.tf_ops()``; this module holds the TensorFlow loops and the stateless random keys.
+
 Formulas:
   assignment      a(x) = argmin_k ||x - c_k||^2 = argmin_k (||c_k||^2 - 2 <x, c_k>)   (ties: lowest k)
   centroid update c_k <- (1 / |{x : a(x) = k}|) * sum_{x : a(x) = k} x; a cluster left empty keeps
@@ -16,6 +19,9 @@ from __future__ import annotations
 
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
+
+from tfrs_logq.core import kmeans as kmeans_core
+from tfrs_logq.core.ops import tf_ops
 
 
 def _check_points(points: tf.Tensor) -> tf.Tensor:
@@ -45,17 +51,12 @@ def nearest_centroid(points, centroids, chunk_size: int = 16384):
   centroids = tf.cast(tf.convert_to_tensor(centroids), tf.float32)
   n = tf.shape(points)[0]
   d = tf.shape(points)[1]
-  c_sq = tf.reduce_sum(tf.square(centroids), axis=1)  # [K]
   num_chunks = (n + chunk_size - 1) // chunk_size
   padded = tf.pad(points, [[0, num_chunks * chunk_size - n], [0, 0]])
   blocks = tf.reshape(padded, [num_chunks, chunk_size, d])
 
   def assign_block(block):
-    partial = c_sq[tf.newaxis, :] - 2.0 * tf.matmul(block, centroids, transpose_b=True)  # [c, K]
-    idx = tf.argmin(partial, axis=1, output_type=tf.int32)
-    x_sq = tf.reduce_sum(tf.square(block), axis=1)
-    dist = tf.maximum(x_sq + tf.gather(partial, idx, batch_dims=1), 0.0)
-    return idx, dist
+    return kmeans_core.nearest_centroid(tf_ops(), block, centroids)
 
   idx, dist = tf.map_fn(
       assign_block, blocks,
@@ -66,8 +67,7 @@ def nearest_centroid(points, centroids, chunk_size: int = 16384):
 
 def _random_subset(n, size, seed):
   """``size`` distinct indices of range(n) chosen uniformly (top-k of iid uniforms); size <= n."""
-  keys = tf.random.stateless_uniform([n], seed=seed)
-  return tf.math.top_k(keys, k=size, sorted=True).indices
+  return kmeans_core.largest_keys(tf_ops(), tf.random.stateless_uniform([n], seed=seed), size)
 
 
 def kmeans(points, num_clusters: int, num_iterations: int = 10, seed=(0, 0),
@@ -108,17 +108,13 @@ def kmeans(points, num_clusters: int, num_iterations: int = 10, seed=(0, 0),
         lambda: points)
     n = tf.shape(points)[0]
   # K distinct random points; with n < K take all n (random order) and repeat them.
-  take = tf.minimum(n, num_clusters)
-  chosen = _random_subset(n, take, init_seed)
-  chosen = tf.gather(chosen, tf.math.floormod(tf.range(num_clusters), take))
-  init = tf.gather(points, chosen)
+  init = kmeans_core.initial_centroids(tf_ops(), points,
+                                      tf.random.stateless_uniform([n], seed=init_seed),
+                                      num_clusters, tf.minimum(n, num_clusters))
 
   def lloyd_step(i, centroids):
     assign, _ = nearest_centroid(points, centroids, chunk_size)
-    sums = tf.math.unsorted_segment_sum(points, assign, num_clusters)
-    counts = tf.math.unsorted_segment_sum(tf.ones_like(assign, tf.float32), assign, num_clusters)
-    updated = sums / tf.maximum(counts, 1.0)[:, tf.newaxis]
-    return i + 1, tf.where((counts > 0.0)[:, tf.newaxis], updated, centroids)
+    return i + 1, kmeans_core.lloyd_update(tf_ops(), points, assign, centroids, num_clusters)
 
   _, centroids = tf.while_loop(
       lambda i, _: i < num_iterations, lloyd_step, (tf.constant(0), init),

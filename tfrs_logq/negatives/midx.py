@@ -21,26 +21,29 @@ s^1_{k1} + s^2_{k2} + log|Omega_{k1,k2}|, then an item uniformly inside the cell
 sorted_items[offset_c + u mod count_c]. Cost per batch: O(A K d + A K^2 + A S), independent of N.
 Returned log Q(i|z) = s^1_{k1} + s^2_{k2} - log Z(z) is exact for the proposal actually sampled.
 
+The formulas (index, proposal, log Q, the item inside a cell) are ``tfrs_logq.core.midx``'s,
+shared with the Keras 3 twin ``tfrs_logq.keras3.negatives.MIDXSampler``.
+
 Randomness is stateless: every ``sample`` call derives its seed from (seed, draw counter
 [, replica id]) where the counter is a saved non-trainable variable, so runs are reproducible and
 resume identically from a checkpoint.
 """
 
-import numbers
 from typing import Callable, Optional
 
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
 from tfrs_logq import accidental_hits
+from tfrs_logq.core import midx as midx_core
+from tfrs_logq.core.ops import tf_ops
 from tfrs_logq.negatives import midx_index
 from tfrs_logq.negatives import scoring
 from tfrs_logq.negatives.base import NegativeSampler, Negatives, as_ids, check_rank
 
 __all__ = ["MIDXSampler", "RefreshEveryNSteps", "MIDXRefreshCallback"]
 
-_QUANTIZERS = midx_index.QUANTIZERS
-_NOT_REFRESHED = "MIDXSampler: call refresh(item_embeddings) before sampling (the index is empty)"
+_NOT_REFRESHED = midx_core.NOT_REFRESHED
 
 
 class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
@@ -96,21 +99,9 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     """
     kwargs.setdefault("trainable", False)
     super().__init__(**kwargs)
-    num_codewords = midx_index.check_int(num_codewords, "num_codewords", 1)
-    if quantizer not in _QUANTIZERS:
-      raise ValueError(f"quantizer must be one of {_QUANTIZERS}, got {quantizer!r}")
-    if not temperature > 0:
-      raise ValueError(f"temperature must be > 0, got {temperature!r}")
-    id_offset = midx_index.check_int(id_offset, "id_offset", 0)
-    if kmeans_iterations < 0:
-      raise ValueError(f"kmeans_iterations must be >= 0, got {kmeans_iterations}")
-    if kmeans_max_points is not None and kmeans_max_points < 1:
-      raise ValueError(f"kmeans_max_points must be >= 1 or None, got {kmeans_max_points}")
-    if num_negatives is not None:
-      if isinstance(num_negatives, bool) or not isinstance(num_negatives, numbers.Integral) \
-          or num_negatives < 1:
-        raise ValueError(f"num_negatives must be None or an int >= 1, got {num_negatives!r}")
-      num_negatives = int(num_negatives)
+    num_codewords, id_offset, num_negatives = midx_core.check_sampler_args(
+        num_codewords, quantizer, temperature, id_offset, kmeans_iterations, kmeans_max_points,
+        num_negatives, num_items, dim)
     if candidate_embedder is not None and not callable(candidate_embedder):
       raise TypeError("candidate_embedder must be callable (ids -> embeddings) or None")
     self.num_negatives = num_negatives
@@ -128,8 +119,6 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     self.dim = None
     self._index_built = False
     self._refresh_fn = tf.function(self._refresh_impl)  # one graph per sampler (static shapes)
-    if (num_items is None) != (dim is None):
-      raise ValueError("give both num_items and dim (to build the index now) or neither")
     if num_items is not None:
       self.build_index(num_items, dim)
 
@@ -141,12 +130,7 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
         raise ValueError(f"MIDXSampler index is built for num_items={self.num_items}, dim={self.dim}; "
                          f"got num_items={num_items}, dim={dim}")
       return
-    num_items = midx_index.check_int(num_items, "num_items", 1)
-    if (isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim < 1
-        or (self.quantizer == "pq" and dim < 2)):
-      raise ValueError(f"dim must be an int >= {2 if self.quantizer == 'pq' else 1} for quantizer="
-                       f"{self.quantizer!r}, got {dim!r}")
-    dim = int(dim)
+    num_items, dim = midx_core.check_index_shape(self.quantizer, num_items, dim)
     k = self.num_codewords
     d1, d2 = midx_index.split_dims(self.quantizer, dim)
     once = tf.VariableAggregation.ONLY_FIRST_REPLICA
@@ -218,7 +202,7 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
       raise ValueError(f"query_embeddings have dim {z.shape[1]}, the index has dim {self.dim}")
     if z.shape[0] == 0:
       raise ValueError("query_embeddings is an empty batch (A = 0)")
-    z = tf.stop_gradient(tf.cast(z, tf.float32))
+    z = tf.cast(z, tf.float32)  # no gradient flows into the proposal (core.midx.proposal)
     deps = [
         tf.debugging.assert_positive(self.num_refreshes, message=_NOT_REFRESHED),
         tf.debugging.assert_positive(tf.shape(z)[0], message="query_embeddings is an empty batch"),
@@ -227,22 +211,10 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     with tf.control_dependencies(deps):
       return tf.identity(z)
 
-  def _codeword_scores(self, z):
-    """s^1 [A, K], s^2 [A, K]: <z^l, c^l_k> / T."""
-    z1, z2 = midx_index.split_query(self.quantizer, z, self.dim)
-    s1 = tf.matmul(z1, self.codebook_1, transpose_b=True) / self.temperature
-    s2 = tf.matmul(z2, self.codebook_2, transpose_b=True) / self.temperature
-    return s1, s2
-
   def _cell_logits(self, z):
     """(s1, s2, joint [A, K*K] = s^1_{k1} + s^2_{k2} + log|Omega_{k1,k2}|, log Z [A, 1])."""
-    k = self.num_codewords
-    s1, s2 = self._codeword_scores(z)
-    counts = tf.cast(self.cell_counts, tf.float32)
-    log_w = tf.where(counts > 0, tf.math.log(tf.maximum(counts, 1.0)), -float("inf"))  # [K*K]
-    joint = tf.reshape(s1[:, :, tf.newaxis] + s2[:, tf.newaxis, :], [-1, k * k]) + log_w
-    log_z = tf.reduce_logsumexp(joint, axis=1, keepdims=True)
-    return s1, s2, joint, log_z
+    return midx_core.proposal(tf_ops(), z, self.codebook_1, self.codebook_2, self.cell_counts,
+                              self.quantizer, self.temperature)
 
   def sample(self, query_embeddings, num_samples: int, seed=None):
     """Draws S iid items per query from Q(.|z) and returns their exact log Q(i|z).
@@ -269,16 +241,14 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
       if seed.shape != [2]:
         raise ValueError(f"seed must have shape [2], got {seed.shape}")
     cell_seed, item_seed = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
-    k = self.num_codewords
     s1, s2, joint, log_z = self._cell_logits(z)
     cells = tf.random.stateless_categorical(joint, num_samples, seed=cell_seed, dtype=tf.int64)
-    k1, k2 = cells // k, cells % k
-    log_q = (tf.gather(s1, k1, batch_dims=1) + tf.gather(s2, k2, batch_dims=1)) - log_z
-    count = tf.gather(self.cell_counts, cells)  # >= 1 for every sampled cell
+    k1, k2 = midx_core.cell_codes(cells, self.num_codewords)
+    log_q = midx_core.code_log_q(tf_ops(), s1, s2, log_z, k1, k2)
     bits = tf.random.stateless_uniform(tf.shape(cells), seed=item_seed, minval=None, maxval=None,
                                        dtype=tf.int64)
-    position = tf.gather(self.cell_offsets, cells) + tf.math.floormod(bits, tf.maximum(count, 1))
-    ids = tf.gather(self.sorted_items, position) + self.id_offset
+    ids = midx_core.items_in_cells(tf_ops(), cells, bits, self.cell_counts, self.cell_offsets,
+                                   self.sorted_items) + self.id_offset
     return ids, log_q
 
   def negatives(self, query_embeddings, num_samples: int, candidate_embedder, positive_ids=None,
@@ -353,8 +323,7 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
       rows = rows[:, tf.newaxis]
     s1, s2, _, log_z = self._cell_logits(z)
     codes = tf.gather(self.item_codes, rows)  # [A, M, 2]
-    out = (tf.gather(s1, codes[..., 0], batch_dims=1) + tf.gather(s2, codes[..., 1], batch_dims=1)
-           - log_z)
+    out = midx_core.code_log_q(tf_ops(), s1, s2, log_z, codes[..., 0], codes[..., 1])
     return out[:, 0] if vector else out
 
   def proposal_log_probs(self, query_embeddings):

@@ -7,29 +7,23 @@
   * cells Omega_{k1,k2} = {i : k_1(i) = k1, k_2(i) = k2}; items sorted by cell c = k1 * K + k2
     (stable), cell_offsets = exclusive cumsum of cell_counts = |Omega_c|.
 
-Pure functions of the embeddings and a seed; `MIDXSampler` (midx.py) stores the result in its
-variables and draws from the proposal it defines.
+The index formulas (codes -> counts, offsets, sorted items) are ``tfrs_logq.core.midx``'s, the
+k-means steps ``tfrs_logq.core.kmeans``'s. Pure functions of the embeddings and a seed;
+`MIDXSampler` (midx.py) stores the result in its variables and draws from the proposal it
+defines.
 """
 
-import numbers
 from typing import NamedTuple, Optional
 
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
+from tfrs_logq.core import midx as midx_core
+from tfrs_logq.core.midx import QUANTIZERS, check_int, split_dims, split_query
+from tfrs_logq.core.ops import tf_ops
 from tfrs_logq.negatives import kmeans as kmeans_lib
 
 __all__ = ["QUANTIZERS", "MultiIndex", "build_index", "split_dims", "split_query", "check_int"]
-
-QUANTIZERS = ("pq", "rq")
-
-
-def check_int(value, name: str, minimum: int) -> int:
-  """Returns ``int(value)`` for a Python / numpy integer >= ``minimum`` (not bool); ValueError
-  otherwise (floats such as 8.0 are rejected too)."""
-  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-    raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-  return int(value)
 
 
 class MultiIndex(NamedTuple):
@@ -39,21 +33,6 @@ class MultiIndex(NamedTuple):
   sorted_items: tf.Tensor  # int64 [N]: item rows sorted by cell
   cell_counts: tf.Tensor   # int64 [K*K]: |Omega_c|
   cell_offsets: tf.Tensor  # int64 [K*K]: start of cell c in sorted_items
-
-
-def split_dims(quantizer: str, dim: int):
-  """(d1, d2): the sub-vector sizes of z^1, z^2 (pq: d//2 and d - d//2; rq: d and d)."""
-  if quantizer == "pq":
-    return dim // 2, dim - dim // 2
-  return dim, dim
-
-
-def split_query(quantizer: str, z, dim: int):
-  """(z^1, z^2) of z [A, d]: pq splits the dimensions at d//2; rq uses z for both."""
-  if quantizer == "pq":
-    d1 = dim // 2
-    return z[:, :d1], z[:, d1:]
-  return z, z
 
 
 def build_index(emb, num_codewords: int, quantizer: str, seed, *, num_iterations: int,
@@ -75,8 +54,6 @@ def build_index(emb, num_codewords: int, quantizer: str, seed, *, num_iterations
     residual = emb - tf.gather(c1, k1)
     c2 = kmeans_lib.kmeans(residual, k, seed=seed_2, **opts)
     k2, _ = kmeans_lib.nearest_centroid(residual, c2, chunk_size)
-  cell = tf.cast(k1, tf.int64) * k + tf.cast(k2, tf.int64)
-  counts = tf.math.bincount(cell, minlength=k * k, maxlength=k * k, dtype=tf.int64)
-  return MultiIndex(codebook_1=c1, codebook_2=c2, item_codes=tf.stack([k1, k2], axis=1),
-                    sorted_items=tf.cast(tf.argsort(cell, stable=True), tf.int64),
-                    cell_counts=counts, cell_offsets=tf.cumsum(counts, exclusive=True))
+  codes, sorted_items, counts, offsets = midx_core.index_from_codes(tf_ops(), k1, k2, k, "int64")
+  return MultiIndex(codebook_1=c1, codebook_2=c2, item_codes=codes, sorted_items=sorted_items,
+                    cell_counts=counts, cell_offsets=offsets)

@@ -1,0 +1,166 @@
+r"""The MIDX proposal and its inverted multi-index (Chen et al., Theorem 2), any array backend.
+
+Index, from item embeddings q_i (i = 0..N-1) and two codebooks C^1, C^2 of K codewords:
+
+    pq (product):  q_i = [q_i^1, q_i^2] (first d//2 dims, the rest), C^l k-means of the q^l
+    rq (residual): C^1 k-means of q_i, C^2 k-means of the residuals q_i - c^1_{k_1(i)} (both R^d)
+    codes          k_l(i) = argmin_k ||x_i^l - c^l_k||             (``core.kmeans``)
+    cells          Omega_c = {i : k_1(i) K + k_2(i) = c},  c = 0..K^2-1
+    counts         |Omega_c|;  offsets = exclusive cumsum of the counts
+    sorted_items   item rows sorted by cell (stable: ascending rows inside a cell)
+
+Proposal, for a query z (scores divided by the temperature T, as everywhere in tfrs_logq)::
+
+    s^l_k(z) = <z^l, c^l_k> / T                    (pq: z^1, z^2 the halves of z; rq: z^1 = z^2 = z)
+    log w_c  = log |Omega_c|   (-inf for an empty cell: probability exactly 0)
+    joint_c  = s^1_{k1} + s^2_{k2} + log w_c,      c = k1 K + k2             [A, K^2]
+    log Z(z) = LSE_c joint_c
+    log Q(i|z) = s^1_{k_1(i)} + s^2_{k_2(i)} - log Z(z)
+
+Sampling draws a cell c from softmax(joint) (= P^1(k1|z) P^2(k2|k1,z)), then an item uniformly
+inside it: ``sorted_items[offset_c + (u mod |Omega_c|)]`` for a uniform random integer u >= 0.
+The fronts draw c and u with their own random ops and keep the index in their own variables;
+the argument checks (plain Python) are shared too.
+"""
+
+import numbers
+
+__all__ = ["QUANTIZERS", "NOT_REFRESHED", "check_int", "check_sampler_args", "check_index_shape",
+           "split_dims", "split_query", "index_from_codes", "codeword_scores",
+           "cell_log_weights", "cell_logits", "proposal", "code_log_q", "cell_codes",
+           "items_in_cells"]
+
+QUANTIZERS = ("pq", "rq")
+NOT_REFRESHED = "MIDXSampler: call refresh(item_embeddings) before sampling (the index is empty)"
+
+
+# ----------------------------------------------------------------------------------- arguments
+def check_int(value, name: str, minimum: int) -> int:
+  """``int(value)`` for a Python / numpy integer >= ``minimum`` (not bool); ValueError
+  otherwise (floats such as 8.0 are rejected too)."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+    raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
+  return int(value)
+
+
+def check_sampler_args(num_codewords, quantizer, temperature, id_offset, kmeans_iterations,
+                       kmeans_max_points, num_negatives, num_items, dim):
+  """The MIDX sampler's constructor checks (same errors on both fronts).
+
+  Returns:
+    (num_codewords, id_offset, num_negatives or None) as Python ints.
+  """
+  num_codewords = check_int(num_codewords, "num_codewords", 1)
+  if quantizer not in QUANTIZERS:
+    raise ValueError(f"quantizer must be one of {QUANTIZERS}, got {quantizer!r}")
+  if not temperature > 0:
+    raise ValueError(f"temperature must be > 0, got {temperature!r}")
+  id_offset = check_int(id_offset, "id_offset", 0)
+  if kmeans_iterations < 0:
+    raise ValueError(f"kmeans_iterations must be >= 0, got {kmeans_iterations}")
+  if kmeans_max_points is not None and kmeans_max_points < 1:
+    raise ValueError(f"kmeans_max_points must be >= 1 or None, got {kmeans_max_points}")
+  if num_negatives is not None:
+    if isinstance(num_negatives, bool) or not isinstance(num_negatives, numbers.Integral) \
+        or num_negatives < 1:
+      raise ValueError(f"num_negatives must be None or an int >= 1, got {num_negatives!r}")
+    num_negatives = int(num_negatives)
+  if (num_items is None) != (dim is None):
+    raise ValueError("give both num_items and dim (to build the index now) or neither")
+  return num_codewords, id_offset, num_negatives
+
+
+def check_index_shape(quantizer: str, num_items, dim):
+  """(num_items, dim) as Python ints: num_items >= 1, dim >= 2 for pq (>= 1 for rq)."""
+  num_items = check_int(num_items, "num_items", 1)
+  if (isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim < 1
+      or (quantizer == "pq" and dim < 2)):
+    raise ValueError(f"dim must be an int >= {2 if quantizer == 'pq' else 1} for quantizer="
+                     f"{quantizer!r}, got {dim!r}")
+  return num_items, int(dim)
+
+
+def split_dims(quantizer: str, dim: int):
+  """(d1, d2): the sub-vector sizes of z^1, z^2 (pq: d//2 and d - d//2; rq: d and d)."""
+  if quantizer == "pq":
+    return dim // 2, dim - dim // 2
+  return dim, dim
+
+
+def split_query(quantizer: str, z, dim: int):
+  """(z^1, z^2) of z [A, d]: pq splits the dimensions at d//2; rq uses z for both."""
+  if quantizer == "pq":
+    d1 = dim // 2
+    return z[:, :d1], z[:, d1:]
+  return z, z
+
+
+# --------------------------------------------------------------------------------------- index
+def index_from_codes(ops, k1, k2, num_codewords: int, dtype: str):
+  """The inverted multi-index of the codes k1, k2 (int [N]).
+
+  Returns:
+    (item_codes int32 [N, 2], sorted_items [N], cell_counts [K^2], cell_offsets [K^2]), the last
+    three of ``dtype`` (int64 on the tf-keras path, int32 on the Keras 3 path).
+  """
+  k = num_codewords
+  cell = ops.cast(k1, dtype) * k + ops.cast(k2, dtype)
+  counts = ops.segment_sum(ops.ones_like(cell), cell, num_segments=k * k)
+  sorted_items = ops.cast(ops.argsort(cell), dtype)
+  offsets = ops.cumsum(counts) - counts
+  codes = ops.stack([ops.cast(k1, "int32"), ops.cast(k2, "int32")], axis=1)
+  return codes, sorted_items, counts, offsets
+
+
+# ------------------------------------------------------------------------------------ proposal
+def codeword_scores(ops, z, codebook_1, codebook_2, quantizer: str, temperature: float):
+  """s^1 [A, K], s^2 [A, K]: <z^l, c^l_k> / T."""
+  if quantizer == "pq":
+    d1 = codebook_1.shape[-1]
+    z1, z2 = z[:, :d1], z[:, d1:]
+  else:
+    z1 = z2 = z
+  s1 = ops.matmul(z1, ops.transpose(codebook_1)) / temperature
+  s2 = ops.matmul(z2, ops.transpose(codebook_2)) / temperature
+  return s1, s2
+
+
+def cell_log_weights(ops, cell_counts):
+  """log |Omega_c| (float32 [K^2]), -inf for an empty cell."""
+  counts = ops.cast(cell_counts, "float32")
+  return ops.where(counts > 0, ops.log(ops.maximum(counts, 1.0)), float("-inf"))
+
+
+def cell_logits(ops, s1, s2, log_weights):
+  """(joint [A, K^2] = s^1_{k1} + s^2_{k2} + log w_{k1 K + k2}, log Z [A, 1])."""
+  k = s1.shape[-1]
+  joint = ops.reshape(ops.expand_dims(s1, 2) + ops.expand_dims(s2, 1), (-1, k * k))
+  joint = joint + log_weights
+  return joint, ops.logsumexp(joint, axis=1, keepdims=True)
+
+
+def proposal(ops, z, codebook_1, codebook_2, cell_counts, quantizer: str, temperature: float):
+  """(s^1, s^2, joint, log Z) of queries z [A, d] (no gradient flows into the proposal)."""
+  z = ops.stop_gradient(ops.cast(z, "float32"))
+  s1, s2 = codeword_scores(ops, z, codebook_1, codebook_2, quantizer, temperature)
+  joint, log_z = cell_logits(ops, s1, s2, cell_log_weights(ops, cell_counts))
+  return s1, s2, joint, log_z
+
+
+def code_log_q(ops, s1, s2, log_z, k1, k2):
+  """log Q(i|z) = s^1_{k1} + s^2_{k2} - log Z of items with codes k1, k2 (int [A, M]). [A, M]."""
+  return (ops.take_along_axis(s1, ops.cast(k1, "int32"), axis=-1)
+          + ops.take_along_axis(s2, ops.cast(k2, "int32"), axis=-1) - log_z)
+
+
+def cell_codes(cells, num_codewords: int):
+  """(k1, k2) = (c // K, c mod K) of cells c."""
+  return cells // num_codewords, cells % num_codewords
+
+
+def items_in_cells(ops, cells, bits, cell_counts, cell_offsets, sorted_items):
+  """Item rows ``sorted_items[offset_c + (u mod |Omega_c|)]`` of sampled cells c (non-empty) and
+  uniform random integers u >= 0 (``bits``, the shape of ``cells``)."""
+  count = ops.take(cell_counts, cells)
+  position = ops.take(cell_offsets, cells) + ops.mod(bits, ops.maximum(count, 1))
+  return ops.take(sorted_items, position)
