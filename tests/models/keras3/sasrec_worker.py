@@ -1,0 +1,78 @@
+"""Runs the Keras 3 SASRec on one backend (KERAS_BACKEND) with weights copied from the tf-keras
+SASRec, and writes its outputs to an npz.
+
+    KERAS_BACKEND=jax python sasrec_worker.py CASES.npz OUT.npz
+
+Spawned by test_sasrec.py in a fresh process per backend (no TF_USE_LEGACY_KERAS): it imports
+keras and models.keras3 only. For each case it builds the model from the case's config, sets the
+copied weights sublayer by sublayer (`sublayers`, also used by the test on the tf-keras side),
+and records the hidden states, the queries, the scores, the same after a get_config round trip
+and after a .keras round trip, and whether importing keras and models.keras3 loaded
+TensorFlow.
+"""
+
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+
+def sublayers(model, block_style, tie_embeddings):
+  """(name, layer) of every weight-holding sublayer, in one order for both SASRec twins."""
+  out = [("input_embedding", model.input_embedding),
+         ("position_embedding", model.position_embedding)]
+  if not tie_embeddings:
+    out.append(("output_embedding", model.output_embedding))
+  for i, block in enumerate(model.blocks):
+    names = (("ln1", "ln2", "ffn1", "ffn2", "attention.qkv", "attention.out")
+             if block_style == "pre_ln" else ("ln1", "ln2", "ffn1", "ffn2", "query", "kv"))
+    for name in names:
+      layer = block
+      for part in name.split("."):
+        layer = getattr(layer, part)
+      out.append((f"block{i}.{name}", layer))
+  out.append(("final_norm", model.final_norm))
+  return out
+
+
+def main(cases_path, out_path):
+  import keras  # pylint: disable=g-import-not-at-top
+  from models.keras3 import SASRec  # pylint: disable=g-import-not-at-top
+
+  tensorflow_loaded = "tensorflow" in sys.modules   # before .keras saving (which may load it)
+  cases = np.load(cases_path)
+  names = json.loads(str(cases["names"]))
+  out = {}
+  np_ = keras.ops.convert_to_numpy
+  for name in names:
+    config = json.loads(str(cases[f"{name}/config"]))
+    x = cases[f"{name}/inputs"]
+    model = SASRec(**config)
+    for sub, layer in sublayers(model, config["block_style"], config["tie_embeddings"]):
+      count = int(cases[f"{name}/w/{sub}/count"])
+      layer.set_weights([cases[f"{name}/w/{sub}/{k}"] for k in range(count)])
+    out[f"{name}/hidden"] = np_(model.encode(x))
+    out[f"{name}/queries"] = np_(model.query_embeddings(x))
+    out[f"{name}/scores"] = np_(model(x))
+    out[f"{name}/train_queries"] = np_(model.training_queries(
+        {"inputs": x, "targets": x}, training=False).queries)
+    clone = SASRec.from_config(model.get_config())
+    clone.set_weights(model.get_weights())
+    out[f"{name}/config_roundtrip"] = np_(clone.query_embeddings(x))
+    path = os.path.join(tempfile.mkdtemp(), "sasrec.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path)
+    out[f"{name}/keras_roundtrip"] = np_(loaded.query_embeddings(x))
+    out[f"{name}/loaded_config"] = np.array(json.dumps(
+        {k: v for k, v in loaded.get_config().items() if k in config}, sort_keys=True))
+    out[f"{name}/dropout_differs"] = np.array(
+        not np.allclose(np_(model.encode(x, training=True)), out[f"{name}/hidden"]))
+  out["tensorflow_loaded"] = np.array(tensorflow_loaded)
+  out["backend"] = np.array(keras.backend.backend())
+  np.savez(out_path, **out)
+
+
+if __name__ == "__main__":
+  main(*sys.argv[1:])
