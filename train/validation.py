@@ -23,7 +23,7 @@ import tensorflow as tf
 from tfrs_logq import metrics as metrics_lib
 from train import data as data_lib
 
-__all__ = ["FILTER_RATED", "evaluate", "query_embeddings"]
+__all__ = ["FILTER_RATED", "check_split", "evaluate", "evaluate_queries", "query_embeddings"]
 
 # Rated-item filtering: "all" removes every item of the query's input, the target included when
 # it occurs there (the paper's protocol, gSASRec's filter_rated); "except_target" never removes
@@ -46,19 +46,35 @@ def query_embeddings(model, inputs: np.ndarray, user_ids=None,
 def evaluate(model, split, *, max_len: int, ks=(10, 20), batch_size: int = 512,
              filter_rated: str = "all") -> dict:
   """{"recall@k", "ndcg@k", "num_queries"} over ``split`` (a `train.data.EvalSplit`)."""
+  check_split(split, filter_rated)
+  inputs = data_lib.left_pad(split.inputs, max_len)
+  queries = query_embeddings(model, inputs, split.user_ids, batch_size)
+  table = np.asarray(tf.convert_to_tensor(model.all_item_embeddings()), np.float32)
+  return evaluate_queries(queries, table, split, ks=ks, batch_size=batch_size,
+                          filter_rated=filter_rated)
+
+
+def check_split(split, filter_rated: str) -> None:
+  """Raises ValueError for an unknown ``filter_rated`` or a split without queries."""
   if filter_rated not in FILTER_RATED:
     raise ValueError(f"filter_rated must be one of {FILTER_RATED}, got {filter_rated!r}")
   if split.num_queries == 0:
     raise ValueError("evaluation split has no queries")
-  inputs = data_lib.left_pad(split.inputs, max_len)
-  queries = query_embeddings(model, inputs, split.user_ids, batch_size)
-  table = np.asarray(tf.convert_to_tensor(model.all_item_embeddings()), np.float32)
+
+
+def evaluate_queries(queries: np.ndarray, table: np.ndarray, split, *, ks=(10, 20),
+                     batch_size: int = 512, filter_rated: str = "all") -> dict:
+  """The metrics of `evaluate` from the split's query embeddings float [Q, d] and the item
+  table float [num_items + 1, d] (row 0 padding), whatever framework computed them (the Keras 3
+  binary, `train.keras3`, calls this with its own model's arrays)."""
+  check_split(split, filter_rated)
+  table = np.asarray(table, np.float32)
   k_max = max(ks)
   if k_max > table.shape[0] - 1:
     raise ValueError(f"k={k_max} exceeds the catalog size {table.shape[0] - 1}")
   targets = split.targets
   ids, _ = metrics_lib.exact_top_k(
-      queries, table, k_max, rated=split.inputs,
+      np.asarray(queries, np.float32), table, k_max, rated=split.inputs,
       targets=targets if filter_rated == "except_target" else None,
       chunk_size=batch_size)
   out = metrics_lib.retrieval_metrics(ids, targets, ks)
