@@ -27,6 +27,15 @@ copy, no ``merge_call``, so the update also runs inside an XLA-compiled replica 
 updated with scatter ops only (no ``tf.lookup`` tables), so it is saved by ``tf.train.Checkpoint``
 and in SavedModels.
 
+Parameter servers. Under ``tf.distribute.ParameterServerStrategy`` (no replica context with
+more than one replica per worker: each worker's step updates the shared state on the ps with its
+own batch) a large state variable may be partitioned (a ShardedVariable); its slots are read with
+``tfrs_logq.sharded.gather_rows``, so the estimate equals the whole-variable one. Updates from
+concurrent workers interleave: ``ExactCounts`` and the count-min sketch's standard update without
+decay are scatter-adds and assign-adds (every update counts, in any order); the hash array, the
+conservative and the decayed count-min updates read, then write, so concurrent steps can
+overwrite each other's cells (an approximation of the stream, not a failure).
+
 Static shapes. The hash-array and count-min updates group the step's slots by `tf.unique`, or,
 when ``valid`` is given or the update is compiled by XLA (``tf.function(jit_compile=True)``, TPU),
 by a stable sort (``tfrs_logq._static_shapes``): every intermediate then has the size of the

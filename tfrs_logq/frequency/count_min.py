@@ -21,8 +21,10 @@ decayed every step. No whole-table pass, so the cost per step is independent of 
 
 Floor: est is floored at ``min_count`` (default 1, "as if counted once in the current step") and
 total at min_count, so log Q is finite and ≤ 0; before any update Q = 1 for every id.
-An empty batch is a no-op (no decay step either). State is float32: counts are exact up to 2^24
-per cell; beyond that each addition rounds to float32 (relative 2^-24).
+An empty batch is a no-op (no decay step either). Without decay the standard update is a
+scatter-add (C += c_x) and N += n an assign-add: concurrent updates of shared state
+(ParameterServerStrategy workers) all count, in any order. State is float32: counts are exact
+up to 2^24 per cell; beyond that each addition rounds to float32 (relative 2^-24).
 
 The shape, argument checks and formulas are ``tfrs_logq.core.count_min``'s, shared with the
 Keras 3 twin ``tfrs_logq.keras3.frequency.CountMinSketch``; this module adds the state, the
@@ -36,6 +38,7 @@ import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow load
 import tensorflow as tf
 
 from tfrs_logq import _static_shapes
+from tfrs_logq import sharded
 from tfrs_logq.core import count_min as count_min_core
 from tfrs_logq.core.ops import tf_ops
 from tfrs_logq.frequency import base
@@ -106,10 +109,11 @@ class CountMinSketch(base.FrequencyEstimator):
 
   def _read(self, cells, t):
     """Cell values decayed to step t."""
-    values = tf.gather(self.table, cells)
+    values = sharded.gather_rows(self.table, cells)
     if self.last_write is None:
       return values
-    age = tf.cast(t - tf.cast(tf.gather(self.last_write, cells), tf.int64), tf.float32)
+    last = sharded.gather_rows(self.last_write, cells)
+    age = tf.cast(t - tf.cast(last, tf.int64), tf.float32)
     return count_min_core.decayed(_OPS, values, age, self.decay)
 
   def _write(self, cells, values, t, hit=None):
@@ -117,9 +121,9 @@ class CountMinSketch(base.FrequencyEstimator):
     padding entries) the cell is written back unchanged, value and last write alike."""
     new_last = tf.fill(tf.shape(cells), tf.cast(t, tf.int32))
     if hit is not None:
-      values = tf.where(hit, values, tf.gather(self.table, cells))
+      values = tf.where(hit, values, sharded.gather_rows(self.table, cells))
       if self.last_write is not None:
-        new_last = tf.where(hit, new_last, tf.gather(self.last_write, cells))
+        new_last = tf.where(hit, new_last, sharded.gather_rows(self.last_write, cells))
     self.table.scatter_update(tf.IndexedSlices(values, cells))
     if self.last_write is not None:
       self.last_write.scatter_update(tf.IndexedSlices(new_last, cells))
@@ -154,6 +158,16 @@ class CountMinSketch(base.FrequencyEstimator):
       hit = _static_shapes.run_total(runs, tf.cast(counted, tf.int32), "max") > 0
       cells = runs.keys
       new_values = count_min_core.conservative_cells(_OPS, self._read(cells, t_new), wanted)
+    elif self.last_write is None and not base._static(valid):
+      # Standard update without decay: C += counts is an (atomic) scatter-add, N += n and
+      # t += 1 are assign-adds, so concurrent updates of shared state (asynchronous workers of
+      # ParameterServerStrategy) all count, in any order. Same values as the read-and-write form
+      # (one float32 addition per distinct cell).
+      cells, counts = base._group_slots(keys, self._cells)
+      self.table.scatter_add(tf.IndexedSlices(tf.cast(counts, tf.float32), cells))
+      self.total.assign_add(tf.cast(n, tf.float32))
+      self.step.assign_add(tf.cast(nonempty, tf.int64))
+      return
     else:
       cells, counts = base._group_slots(keys, self._cells, valid)
       new_values = count_min_core.standard_cells(_OPS, self._read(cells, t_new), counts)

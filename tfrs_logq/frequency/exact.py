@@ -21,6 +21,7 @@ from typing import Optional
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
+from tfrs_logq import sharded
 from tfrs_logq.core import checks as core_checks
 from tfrs_logq.core import frequency as frequency_core
 from tfrs_logq.core.ops import tf_ops
@@ -68,7 +69,7 @@ class ExactCounts(base.FrequencyEstimator):
 
   def _counts_and_total(self, keys):
     """#d and N in float64 (exact for counts below 2**53)."""
-    return (tf.cast(tf.gather(self.counts, keys), tf.float64),
+    return (tf.cast(sharded.gather_rows(self.counts, keys), tf.float64),
             tf.cast(self.total, tf.float64))
 
   def _log_q_keys(self, keys):

@@ -47,6 +47,7 @@ Memory: m·H·12 bytes (A int32, B float32, K int32). Steps are int32 in A: up t
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
+from tfrs_logq import sharded
 from tfrs_logq.core import checks as core_checks
 from tfrs_logq.core import frequency as frequency_core
 from tfrs_logq.core.ops import tf_ops
@@ -125,9 +126,9 @@ class HashArrayEstimator(base.FrequencyEstimator):
     t_new = self.step + tf.cast(nonempty, tf.int64)
     slots, counts = base._group_slots(keys, self._slots, valid)
     hit = counts > 0               # False only on the static path, for slots of padding entries
-    last = tf.gather(self.last_step, slots)
-    old_gap = tf.gather(self.gap, slots)
-    old_hits = tf.gather(self.hits, slots)
+    last = sharded.gather_rows(self.last_step, slots)
+    old_gap = sharded.gather_rows(self.gap, slots)
+    old_hits = sharded.gather_rows(self.hits, slots)
     k = self._prior_hits(old_hits)
     c = tf.cast(counts, tf.int64)
     g = tf.cast(t_new - tf.cast(last, tf.int64), tf.float32)
@@ -149,9 +150,9 @@ class HashArrayEstimator(base.FrequencyEstimator):
 
   def _steps_per_hit_keys(self, keys):
     slots = self._slots(keys)
-    k = self._prior_hits(tf.gather(self.hits, slots)) if self.pending_gap else None
+    k = self._prior_hits(sharded.gather_rows(self.hits, slots)) if self.pending_gap else None
     return frequency_core.read_steps_per_hit(
-        _OPS, tf.gather(self.gap, slots), tf.gather(self.last_step, slots),
+        _OPS, sharded.gather_rows(self.gap, slots), sharded.gather_rows(self.last_step, slots),
         tf.cast(self.step, tf.float32), k, self.alpha, self.warmup_hits, self.pending_gap)
 
   def _log_q_keys(self, keys):

@@ -41,6 +41,7 @@ import tensorflow as tf
 from tfrs_logq import _static_shapes
 from tfrs_logq import accidental_hits
 from tfrs_logq import log_q as log_q_lib
+from tfrs_logq import sharded
 from tfrs_logq.negatives.base import (Negatives, as_float, as_ids, check_rank, check_same_dim,
                                        validate_negatives)
 
@@ -153,10 +154,15 @@ def call_embedder(candidate_embedder: Callable, ids: tf.Tensor) -> tf.Tensor:
   return emb
 
 
-def _resolve_table(item_table):
+def _resolve_table(item_table, keep_sharded: bool = False):
+  """The table as a float32 tensor; with ``keep_sharded`` a partitioned table (ShardedVariable,
+  ParameterServerStrategy) is returned as is, for row gathers shard by shard."""
   if item_table is None:
     return None
   table = item_table() if callable(item_table) else item_table
+  if keep_sharded and sharded.is_sharded(table):
+    check_rank(table, 2, "item_table")
+    return table
   table = as_float(table, "item_table")
   check_rank(table, 2, "item_table")
   return table
@@ -179,7 +185,7 @@ def embed_ids(ids, *, candidate_embedder: Optional[Callable] = None, item_table=
     return tf.reshape(flat, tf.concat([tf.shape(ids), tf.shape(flat)[1:]], axis=0))
   if item_table is None:
     raise ValueError("embedding negatives needs a candidate_embedder or an item_table")
-  return tf.gather(_resolve_table(item_table), ids)
+  return sharded.gather_rows(_resolve_table(item_table, keep_sharded=True), ids)
 
 
 def _matmul_then_gather(query, table, ids):
@@ -187,7 +193,7 @@ def _matmul_then_gather(query, table, ids):
 
 
 def _gather_then_dot(query, table, ids):
-  return tf.einsum("ad,akd->ak", query, tf.gather(table, ids))
+  return tf.einsum("ad,akd->ak", query, tf.cast(sharded.gather_rows(table, ids), query.dtype))
 
 
 _matmul_then_gather_xla = tf.function(_matmul_then_gather, jit_compile=True,
@@ -241,8 +247,11 @@ def per_query_scores(query_embeddings, ids, *, item_table=None,
     fn = _matmul_then_gather_xla if jit_compile else _matmul_then_gather
     return fn(query, _resolve_table(item_table), ids)
   if item_table is not None and (candidate_embedder is None or not callable(item_table)):
+    table = _resolve_table(item_table, keep_sharded=True)
+    if sharded.is_sharded(table):  # only the k rows of each query are read, shard by shard
+      return _gather_then_dot(query, table, ids)
     fn = _gather_then_dot_xla if jit_compile else _gather_then_dot
-    return fn(query, _resolve_table(item_table), ids)
+    return fn(query, table, ids)
   emb = embed_ids(ids, candidate_embedder=candidate_embedder)
   return tf.einsum("ad,akd->ak", query, emb)
 

@@ -1,0 +1,44 @@
+"""Row gathers that also work on partitioned tables (`tf.distribute` ShardedVariable).
+
+Under ``tf.distribute.ParameterServerStrategy`` with a ``variable_partitioner``, a large table (an
+item-embedding table, an estimator's hash array or count-min sketch) is a
+``ShardedVariable``: its rows are split into contiguous blocks, one per parameter server.
+Two traps of ``tf.gather`` on a ShardedVariable (TF 2.20): it only takes 1-D indices
+("ShardedVariable: indices must be 1D Tensor for sparse operations"), while the estimators read
+a ``[m, ...]`` grid of slots at once; and with 1-D indices that fall into several shards it
+returns the rows grouped by shard, not in the order of the indices (silently wrong values).
+
+``gather_rows(table, indices)`` is ``tf.gather(table, indices)`` for any table and any index
+shape: for a ShardedVariable it is an embedding lookup over its shards ("div" partitioning, each
+shard read on its own parameter server, rows stitched back in the order of the indices), shape
+``indices.shape + row shape``. A plain variable or tensor goes straight to ``tf.gather``, so
+single-device and mirrored programs are unchanged.
+"""
+
+import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tensorflow as tf
+
+# pylint: disable-next=g-direct-tensorflow-import
+from tensorflow.python.distribute import sharded_variable
+
+__all__ = ["gather_rows", "is_sharded"]
+
+
+def is_sharded(table) -> bool:
+  """True when ``table`` is a partitioned variable (`tf.distribute` ShardedVariable)."""
+  return isinstance(table, sharded_variable.ShardedVariableMixin)
+
+
+def gather_rows(table, indices) -> tf.Tensor:
+  """``table[indices]`` along axis 0: shape ``indices.shape + table.shape[1:]``.
+
+  Args:
+    table: a variable, a ShardedVariable or a tensor.
+    indices: integer indices of any rank.
+  """
+  if not is_sharded(table):
+    return tf.gather(table, indices)
+  # embedding_lookup stitches the rows of each shard back in the order of the indices; in
+  # TF 2.20, tf.gather / sparse_read on a ShardedVariable returns them grouped by shard.
+  return tf.compat.v1.nn.embedding_lookup(list(table.variables), indices,
+                                          partition_strategy="div")
