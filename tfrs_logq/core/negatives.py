@@ -24,6 +24,13 @@ Mixed (n_b in-batch slots, then k_u uniform slots)::
     two blocks:             log Q = logaddexp(log b(d), log k_u - log |D|) - log(n_b + k_u)
 
 all in log space (n_b, B, U float).
+
+The ``k_b`` subsample of an in-batch pool keeps, of the U first occurrences (one row per
+distinct id), the n_b = min(U, k_b) with the largest random keys; row r's key is z[rank(r)], z
+iid uniform, rank(r) = r's index among the valid rows (so the kept ids do not depend on where
+the padding rows are)::
+
+    kept rows = top-k_b rows of (key if first else lowest), in increasing row order
 """
 
 import math
@@ -31,7 +38,7 @@ import math
 from tfrs_logq.core import log_q as log_q_lib
 
 __all__ = ["uniform_log_q", "expected_count_log_q", "expected_count_per_draw_log_q",
-           "two_block_log_q", "mixture_log_q", "unigram_log_q"]
+           "two_block_log_q", "mixture_log_q", "unigram_log_q", "subsample_first_occurrences"]
 
 
 def uniform_log_q(catalog_size: int) -> float:
@@ -70,3 +77,15 @@ def unigram_log_q(ops, log_q_unigram, num_in_batch, num_uniform: int, catalog_si
   unseen = (math.log(num_uniform) - math.log(catalog_size)
             - ops.log(num_in_batch + float(num_uniform)))
   return ops.where(ops.isfinite(log_q_unigram), log_q_unigram, unseen)
+
+
+def subsample_first_occurrences(ops, first, keys, num_keep: int, lowest):
+  """The k_b subsample of a static pool: (rows int32 [k_b] increasing, kept bool [k_b]).
+
+  Of the rows marked ``first`` (bool [S], S >= k_b), the ``num_keep`` = k_b with the largest
+  ``keys`` (int [S]); when fewer than k_b rows are first, the remaining slots hold other rows,
+  ``kept`` False. ``lowest``: a value below every key of a first row (the keys' dtype minimum).
+  """
+  score = ops.where(first, keys, lowest)
+  chosen = ops.sort(ops.cast(ops.top_k(score, num_keep, sorted=True)[1], "int32"))
+  return chosen, ops.take(first, chosen)

@@ -311,11 +311,10 @@ class InBatchNegatives(NegativeSampler):
       keys = tf.gather(_random_keys(n, seed),
                        tf.minimum(_static_shapes.valid_rank(pool_valid), n - 1))
       lowest = tf.int64.min
-      score = tf.where(first, tf.cast(keys, tf.int64), tf.fill(tf.shape(keys), lowest))
-      score = tf.concat([score, tf.fill([k], lowest)], 0)       # at least k slots
-      _, chosen = tf.math.top_k(score, k=k)
-      chosen = tf.sort(chosen)
-      kept = tf.gather(tf.concat([first, tf.zeros([k], tf.bool)], 0), chosen)
+      padded_keys = tf.concat([tf.cast(keys, tf.int64), tf.fill([k], lowest)], 0)  # >= k slots
+      padded_first = tf.concat([first, tf.zeros([k], tf.bool)], 0)
+      chosen, kept = negatives_core.subsample_first_occurrences(
+          tf_ops(), padded_first, padded_keys, k, lowest)
       rows = tf.minimum(chosen, n - 1)
     take = (lambda x: x) if rows is None else (lambda x: tf.gather(x, rows))  # noqa: E731
     negatives = Negatives(ids=take(pool_ids), embeddings=take(pool_emb),

@@ -3,17 +3,21 @@ mixed, and scoring; the Keras 3 twin of ``tfrs_logq.negatives`` with static shap
 
 * ``base``: the ``Negatives`` record; dedup as a mask (``first_occurrence_mask``), the
   numbering of distinct sequences (``first_occurrence_segments``).
-* ``in_batch``: ``in_batch_negatives`` (log Q ``unigram`` / ``expected_count``).
+* ``in_batch``: ``in_batch_negatives`` (log Q ``unigram`` / ``expected_count``; optional
+  ``k_b`` subsample, ``num_negatives``).
 * ``uniform``: ``UniformNegatives`` (``per="batch" | "sequence" | "query"``), log Q = -log |D|.
-* ``mixed``: ``MixedNegatives`` (``unigram`` | ``mixture`` | ``expected_count``).
+* ``mixed``: ``MixedNegatives`` (``unigram`` | ``mixture`` | ``expected_count``; optional
+  ``k_b`` subsample, ``num_in_batch``).
+* ``midx``: ``MIDXSampler``, the MIDX adaptive proposal Q(i|z) (``tfrs_logq.core.midx``), and
+  ``MIDXRefreshCallback``.
 * ``cross_replica``: the in-batch pool is the global batch under ``keras.distribution`` data
   parallelism (JAX); ``all_gather_rows`` lays it out on every device.
 * ``scoring``: ``score_negatives`` -> the arguments of ``sampled_softmax_loss``.
 
 In-batch negatives keep all B rows and mark the ones that take part in ``Negatives.valid``
 (first occurrence of each id, not padding), so the loss sees exactly the deduplicated pool of the
-tf-keras path. The ``k_b`` subsample of the tf-keras in-batch sampler and MIDX are not part of
-this path.
+tf-keras path; the ``k_b`` subsample keeps a uniform subset of the distinct ids (the tf-keras
+rule, ``tfrs_logq.core.negatives.subsample_first_occurrences``).
 """
 
 from tfrs_logq.keras3.negatives.base import (CONVENTIONS, Negatives, first_occurrence_mask,

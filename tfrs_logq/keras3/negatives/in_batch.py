@@ -1,20 +1,29 @@
-r"""In-batch negatives on the Keras 3 path: the batch's positives, deduplicated as a mask.
+r"""In-batch negatives on the Keras 3 path: the batch's positives, deduplicated as a mask,
+optionally subsampled to k_b distinct ids.
 
 The pool is the B positives of the (global, see ``cross_replica``) batch; all B rows are kept
 (static shapes) and ``Negatives.valid`` marks the first valid occurrence of each id, so the loss
-sees exactly the deduplicated pool of ``tfrs_logq.negatives.InBatchNegatives``. With B the valid
-rows, U their distinct ids and n_b = U the kept slots (no ``k_b`` subsample), log Q of a slot
+sees exactly the deduplicated pool of ``tfrs_logq.negatives.InBatchNegatives``. With
+``num_negatives = k_b`` (the tf-keras ``k_b`` option, same semantics) a uniformly random subset
+of n_b = min(U, k_b) of the U distinct ids is kept: row r gets the random key z[rank(r)]
+(``rank`` = its index among the valid rows, z iid uniform int32) and the k_b first occurrences
+with the largest keys are kept (``tfrs_logq.core.negatives.subsample_first_occurrences``); the
+pool then has k_b slots (when k_b < B), in increasing row order, ``valid`` marking the kept
+ones. With B the valid rows, U their distinct ids and n_b the kept slots, log Q of a slot
 (formulas in ``tfrs_logq.core.negatives``)::
 
     unigram / mixture:  log Q(d) = log q_uni(d)
     expected_count:     log Q(d) = log pi(d) + log n_b - log U - log n_b,  pi(d) = 1 - (1 - q_uni(d))^B
 
 (``expected_count``: log E[count of d among the n_b negatives] - log n_b, so the importance
-weights e^s / (n Q) are Horvitz-Thompson weights e^s / E[count].)
+weights e^s / (n Q) are Horvitz-Thompson weights e^s / E[count].) Randomness of the subsample:
+``seed`` (an int, a ``keras.random.SeedGenerator``) or explicit ``keys`` z.
 """
 
-from typing import NamedTuple
+import numbers
+from typing import NamedTuple, Optional
 
+import keras
 from keras import ops
 
 from tfrs_logq.core import negatives as negatives_core
@@ -27,19 +36,56 @@ __all__ = ["InBatchPool", "in_batch_pool", "convention_log_q", "in_batch_negativ
 
 class InBatchPool(NamedTuple):
   """The in-batch negatives of one step (log_q = per-draw log q_uni) with B and U (float32
-  scalars); n_b = U."""
+  scalars); n_b = the valid slots (U, or min(U, k_b) with a subsample)."""
   negatives: base.Negatives
   num_draws: object
   num_distinct: object
 
   @property
   def num_kept(self):
-    return self.num_distinct
+    return ops.sum(ops.cast(self.negatives.valid, "float32"))
+
+
+_INT32_MIN = -2**31
+
+
+def check_num_negatives(num_negatives, name: str = "num_negatives"):
+  """k_b: None or a positive Python / numpy int (not bool or float), as the tf-keras path."""
+  if num_negatives is None:
+    return None
+  if (isinstance(num_negatives, bool) or not isinstance(num_negatives, numbers.Integral)
+      or num_negatives <= 0):
+    raise ValueError(f"{name} must be a positive int, got {num_negatives!r}")
+  return int(num_negatives)
+
+
+def random_keys(n: int, seed=None):
+  """z: n iid uniform int32 keys >= 0 from ``seed`` (int, SeedGenerator or None)."""
+  return keras.random.randint((n,), 0, 2**31 - 1, dtype="int32", seed=seed)
+
+
+def _subsample(ids, emb, log_q, keep, pool_valid, num_negatives, seed, keys):
+  """The k_b slots of the pool: (ids, emb, log_q, kept) gathered at the kept rows."""
+  b = ids.shape[0]
+  if num_negatives >= b:   # every distinct id fits: nothing to drop
+    return ids, emb, log_q, keep
+  if keys is None:
+    keys = random_keys(b, seed)
+  keys = ops.cast(ops.convert_to_tensor(keys), "int32")
+  _tensors.check_rank(keys, 1, "keys")
+  _tensors.check_same_dim(ids, 0, keys, 0, "positive_ids vs keys")
+  rank = ops.cumsum(ops.cast(pool_valid, "int32")) - ops.cast(pool_valid, "int32")
+  row_keys = ops.take(keys, ops.minimum(rank, b - 1))
+  rows, kept = negatives_core.subsample_first_occurrences(ops, keep, row_keys, num_negatives,
+                                                          _INT32_MIN)
+  return (ops.take(ids, rows), ops.take(emb, rows, axis=0), ops.take(log_q, rows), kept)
 
 
 def in_batch_pool(positive_ids, positive_embeddings, log_q, valid=None,
-                  cross_replica: bool = True) -> InBatchPool:
+                  cross_replica: bool = True, *, num_negatives: Optional[int] = None,
+                  seed=None, keys=None) -> InBatchPool:
   """The pool of :func:`in_batch_negatives` under the ``unigram`` log Q, with B and U."""
+  num_negatives = check_num_negatives(num_negatives)
   ids = _tensors.as_ids(positive_ids, "positive_ids")
   emb = _tensors.as_float32(positive_embeddings, "positive_embeddings")
   log_q = _tensors.as_float32(log_q, "log_q")
@@ -56,9 +102,12 @@ def in_batch_pool(positive_ids, positive_embeddings, log_q, valid=None,
   if cross_replica:
     ids, emb, log_q, pool_valid = cross_replica_lib.all_gather_rows([ids, emb, log_q, pool_valid])
   keep = base.first_occurrence_mask(ids, pool_valid)
+  num_distinct = ops.sum(ops.cast(keep, "float32"))
+  if num_negatives is not None:
+    ids, emb, log_q, keep = _subsample(ids, emb, log_q, keep, pool_valid, num_negatives, seed,
+                                       keys)
   negatives = base.Negatives(ids, emb, log_q, keep, positive_log_q)
-  return InBatchPool(negatives, ops.sum(ops.cast(pool_valid, "float32")),
-                     ops.sum(ops.cast(keep, "float32")))
+  return InBatchPool(negatives, ops.sum(ops.cast(pool_valid, "float32")), num_distinct)
 
 
 def convention_log_q(log_q_unigram, pool: InBatchPool, convention: str):
@@ -70,7 +119,8 @@ def convention_log_q(log_q_unigram, pool: InBatchPool, convention: str):
 
 
 def in_batch_negatives(positive_ids, positive_embeddings, log_q, valid=None, *,
-                       convention: str = "unigram", cross_replica: bool = True):
+                       convention: str = "unigram", cross_replica: bool = True,
+                       num_negatives: Optional[int] = None, seed=None, keys=None):
   """The batch's positives as shared negatives, duplicates and padding marked invalid.
 
   Args:
@@ -81,14 +131,19 @@ def in_batch_negatives(positive_ids, positive_embeddings, log_q, valid=None, *,
     convention: ``unigram`` (= ``mixture`` here) or ``expected_count`` (module docstring).
     cross_replica: under ``keras.distribution`` data parallelism (JAX) lay the pool out on
       every device (``cross_replica.all_gather_rows``; the pool is the global batch either way).
+    num_negatives: k_b, keep at most this many distinct ids (uniform subset; None: all).
+    seed: randomness of the subsample: an int, a ``keras.random.SeedGenerator`` (inside a
+      compiled JAX step: a layer's generator) or None (Keras's global generator).
+    keys: optional int32 [B], the keys z of the subsample (instead of a draw from ``seed``).
 
   Returns:
-    Negatives(ids [B], embeddings [B, d], log_q [B], valid [B], positive_log_q [B]) with log Q
-    under the convention.
+    Negatives(ids [N], embeddings [N, d], log_q [N], valid [N], positive_log_q [B]) with log Q
+    under the convention; N = B, or k_b when k_b < B (``valid``: the kept slots).
   """
   if convention not in base.CONVENTIONS:
     raise ValueError(f"convention must be one of {base.CONVENTIONS}, got {convention!r}")
-  pool = in_batch_pool(positive_ids, positive_embeddings, log_q, valid, cross_replica)
+  pool = in_batch_pool(positive_ids, positive_embeddings, log_q, valid, cross_replica,
+                       num_negatives=num_negatives, seed=seed, keys=keys)
   negatives = pool.negatives
   return negatives._replace(
       log_q=convention_log_q(negatives.log_q, pool, convention),

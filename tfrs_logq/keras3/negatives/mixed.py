@@ -1,9 +1,11 @@
 r"""Mixed negatives (Yang et al. 2020) on the Keras 3 path: in-batch block + uniform block.
 
-The n_b deduplicated in-batch rows (all B rows kept, duplicates and padding masked; the global
-batch under ``keras.distribution``, see ``cross_replica``), then k_u uniform rows of the layout
-``per`` (shared by the batch, one set per sequence or per query). With q_uni the estimator's
-per-draw unigram probability, B the valid pool rows, U their distinct ids (n_b = U) and D the
+The n_b deduplicated in-batch rows (all B rows kept, duplicates and padding masked; with
+``num_in_batch = k_b`` < B, k_b slots holding a uniform subset of min(U, k_b) distinct ids; the
+global batch under ``keras.distribution``, see ``cross_replica``), then k_u uniform rows of the
+layout ``per`` (shared by the batch, one set per sequence or per query). With q_uni the
+estimator's per-draw unigram probability, B the valid pool rows, U their distinct ids (n_b = U,
+or min(U, k_b)) and D the
 uniform catalog, log Q of every slot and of each query's positive follows one convention
 (formulas in ``tfrs_logq.core.negatives``, those of ``tfrs_logq.negatives.MixedNegatives``)::
 
@@ -31,6 +33,11 @@ from tfrs_logq.keras3.negatives.uniform import UniformNegatives
 __all__ = ["MixedNegatives"]
 
 
+def in_batch_seed(seed: int) -> int:
+  """The seed of the k_b subsample's generator, distinct from the uniform block's ``seed``."""
+  return (int(seed) * 2654435761 + 0x9E3779B9) % (2**31 - 1)
+
+
 @keras.saving.register_keras_serializable(package="tfrs_logq")
 class MixedNegatives(keras.layers.Layer):
   """In-batch + k_u uniform negatives with log Q under one convention (module docstring).
@@ -40,8 +47,8 @@ class MixedNegatives(keras.layers.Layer):
   embeddings ([k_u, d] or [B, k_u, d]; the candidate tower), ``log_q_unigram`` maps ids to
   log q_uni (e.g. a ``keras3.frequency`` estimator's ``log_q``); Keras 3 wants these two
   non-tensor arguments as keywords. Returns Negatives(ids, embeddings, log_q, valid of
-  [B + k_u] (per ``"batch"``) or [B, B + k_u] (per ``"sequence"`` / ``"query"``),
-  positive_log_q [B]).
+  [P + k_u] (per ``"batch"``) or [B, P + k_u] (per ``"sequence"`` / ``"query"``),
+  positive_log_q [B]); P = B, or k_b when ``num_in_batch`` = k_b < B.
 
   Args:
     num_uniform: k_u.
@@ -50,19 +57,27 @@ class MixedNegatives(keras.layers.Layer):
     seed: seed of the uniform draws.
     per: layout of the uniform block: ``batch`` | ``sequence`` | ``query``.
     cross_replica: lay the in-batch pool out on every device under ``keras.distribution``.
+    num_in_batch: k_b, keep at most this many distinct in-batch ids (a uniform subset, the
+      tf-keras ``InBatchNegatives(num_negatives=k_b)``; None: all); n_b = min(U, k_b). Its
+      randomness: the layer's own ``keras.random.SeedGenerator`` (from ``seed``).
   """
 
   def __init__(self, num_uniform: int, id_range: Optional[Tuple[int, int]] = None,
                candidate_ids: Optional[Sequence[int]] = None, convention: str = "unigram",
                seed: Optional[int] = None, per: str = "batch", cross_replica: bool = True,
-               **kwargs):
+               num_in_batch: Optional[int] = None, **kwargs):
     super().__init__(**kwargs)
     if convention not in base.CONVENTIONS:
       raise ValueError(f"convention must be one of {base.CONVENTIONS}, got {convention!r}")
+    self.num_in_batch = in_batch.check_num_negatives(num_in_batch, "num_in_batch")
     self.convention = convention
     self.cross_replica = bool(cross_replica)
     self.uniform = UniformNegatives(num_uniform, id_range=id_range, candidate_ids=candidate_ids,
                                     seed=seed, per=per, name="uniform")
+    self.in_batch_seed_generator = None
+    if self.num_in_batch is not None:
+      self.in_batch_seed_generator = keras.random.SeedGenerator(
+          None if seed is None else in_batch_seed(seed))
     self.built = True
 
   def log_q(self, log_q_unigram, num_in_batch, num_draws=None, num_distinct=None):
@@ -80,13 +95,16 @@ class MixedNegatives(keras.layers.Layer):
     return negatives_core.unigram_log_q(ops, log_q_unigram, num_in_batch, k_u, size)
 
   def call(self, positive_ids, positive_embeddings, *, candidate_embedder: Callable,
-           log_q_unigram: Callable, valid=None,
-           sequence_ids=None):  # pylint: disable=arguments-differ
+           log_q_unigram: Callable, valid=None, sequence_ids=None,
+           in_batch_keys=None):  # pylint: disable=arguments-differ
+    """``in_batch_keys``: optional int32 [B], the keys of the k_b subsample (instead of a draw
+    from the layer's generator)."""
     if not callable(candidate_embedder) or not callable(log_q_unigram):
       raise TypeError("candidate_embedder and log_q_unigram must be callables of ids")
     ids = ops.cast(_tensors.as_ids(positive_ids, "positive_ids"), "int32")
     pool = in_batch.in_batch_pool(ids, positive_embeddings, ops.zeros(ops.shape(ids)), valid,
-                                  self.cross_replica)
+                                  self.cross_replica, num_negatives=self.num_in_batch,
+                                  seed=self.in_batch_seed_generator, keys=in_batch_keys)
     batch = pool.negatives
     log_q = lambda x: self.log_q(  # noqa: E731
         _tensors.as_float32(log_q_unigram(x), "log_q_unigram(ids)"), pool.num_kept,
@@ -124,4 +142,4 @@ class MixedNegatives(keras.layers.Layer):
     return {**super().get_config(), "num_uniform": u.num_negatives,
             "id_range": None if u.id_range is None else list(u.id_range),
             "candidate_ids": u.candidate_ids, "convention": self.convention, "seed": u.seed,
-            "per": u.per, "cross_replica": self.cross_replica}
+            "per": u.per, "cross_replica": self.cross_replica, "num_in_batch": self.num_in_batch}
