@@ -17,7 +17,8 @@ tf-keras path (``tfrs_logq.losses`` & co.) and tested against it on every backen
 * ``frequency.ExactCounts``, ``frequency.HashArrayEstimator``, ``frequency.CountMinSketch``:
   stateful estimators of Q.
 * ``negatives``: in-batch, uniform (per batch / sequence / query), mixed (unigram / mixture /
-  expected_count), cross-replica under ``keras.distribution`` (JAX); ``score_negatives``.
+  expected_count; the k_b subsample), cross-replica under ``keras.distribution`` (JAX),
+  ``MIDXSampler`` (the MIDX adaptive proposal); ``score_negatives``.
 
 ``import tfrs_logq.keras3`` does not run the tf-keras environment switch of ``import
 tfrs_logq`` (it sets ``TF_USE_LEGACY_KERAS`` and rejects a Keras-3 ``tf.keras``), so it works in

@@ -28,7 +28,9 @@ from tfrs_logq import losses
 from tfrs_logq import negatives
 from tfrs_logq.core import bce as core_bce
 from tfrs_logq.core import frequency as core_frequency
+from tfrs_logq.core import kmeans as core_kmeans
 from tfrs_logq.core import log_q as core_log_q
+from tfrs_logq.core import midx as core_midx
 from tfrs_logq.core import negatives as core_negatives
 from tfrs_logq.core import sampled_softmax as core_sampled_softmax
 
@@ -51,9 +53,22 @@ def _marked(fn, index=None):
   return spy
 
 
+MIDX_EMB = np.random.default_rng(0).normal(size=(10, 4)).astype(np.float32)
+
+
 def _tf_cases():
   """(core module, function name, result index or None, front call returning numpy)."""
   ids = np.array([1, 2, 2, 4], np.int64)
+
+  def midx_log_prob():
+    from tfrs_logq.negatives.midx import MIDXSampler  # pylint: disable=g-import-not-at-top
+    sampler = MIDXSampler(num_codewords=2, seed=1, id_offset=1)
+    sampler.refresh(MIDX_EMB)
+    return sampler.log_prob(MIDX_EMB[:2], [1, 3]).numpy()
+
+  def kmeans_distances():
+    from tfrs_logq.negatives import kmeans  # pylint: disable=g-import-not-at-top
+    return kmeans.nearest_centroid(MIDX_EMB, MIDX_EMB[:3], chunk_size=4)[1].numpy()
 
   def exact():
     est = frequency.ExactCounts(6)
@@ -80,6 +95,8 @@ def _tf_cases():
       (core_frequency, "hash_array_log_q", None, hash_array),
       (core_negatives, "mixture_log_q", None,
        lambda: negatives.mixture_log_q(tf.constant(LQ_N), 3, 2, 10).numpy()),
+      (core_midx, "code_log_q", None, midx_log_prob),
+      (core_kmeans, "nearest_centroid", 1, kmeans_distances),
   ]
 
 
@@ -98,8 +115,15 @@ import tfrs_logq.keras3 as tlk
 from tfrs_logq.keras3 import log_q, losses, negatives
 from tfrs_logq.core import frequency as core_frequency, log_q as core_log_q
 from tfrs_logq.core import negatives as core_negatives, sampled_softmax as core_sampled_softmax
+from tfrs_logq.core import midx as core_midx
+EMB = np.random.default_rng(0).normal(size=(10, 4)).astype(np.float32)
 S_P, S_N, LQ_N, LQ_P = (np.asarray(v, np.float32) for v in json.loads(sys.argv[1]))
 MARK = 1000.0
+
+def midx_log_prob():
+  sampler = negatives.MIDXSampler(num_codewords=2, seed=1, id_offset=1)
+  sampler.refresh(EMB)
+  return sampler.log_prob(EMB[:2], np.array([1, 3], np.int32))
 
 def exact():
   est = tlk.frequency.ExactCounts(6)
@@ -119,6 +143,7 @@ cases = [
     (core_negatives, "mixture_log_q", None,
      lambda: negatives.MixedNegatives(2, id_range=(0, 10), convention="mixture").log_q(
          LQ_N, np.float32(3.0))),
+    (core_midx, "code_log_q", None, midx_log_prob),
 ]
 out = {}
 for module, name, index, call in cases:
@@ -150,7 +175,7 @@ def test_keras3_front_returns_the_core_result():
   assert proc.returncode == 0, proc.stderr[-3000:]
   out = json.loads(proc.stdout.strip().splitlines()[-1])
   assert out.pop("tf_keras_loaded") is False
-  assert len(out) == 6, sorted(out)
+  assert len(out) == 7, sorted(out)
   for name, (want, got) in out.items():
     np.testing.assert_allclose(got, np.asarray(want) + MARK, rtol=1e-6, err_msg=name)
 
@@ -160,7 +185,8 @@ FRONT_MODULES = (
     ["losses.py", "log_q.py", "accidental_hits.py", "logq_correction.py", "tasks.py",
      "frequency/base.py", "frequency/exact.py", "frequency/hash_array.py",
      "frequency/count_min.py",
-     "negatives/in_batch.py", "negatives/mixed.py", "negatives/uniform.py"]
+     "negatives/in_batch.py", "negatives/mixed.py", "negatives/uniform.py",
+     "negatives/midx.py", "negatives/midx_index.py", "negatives/kmeans.py"]
     + sorted(str(p.relative_to(PACKAGE)) for p in (PACKAGE / "keras3").rglob("*.py")))
 BUILDING_BLOCKS = {"logsumexp", "reduce_logsumexp", "log1p", "expm1", "softplus", "sigmoid",
                    "stop_gradient", "logaddexp", "pow", "power"}
