@@ -1,0 +1,98 @@
+r"""Trains SASRec on Keras 3 (JAX, TensorFlow or PyTorch) with the corrected / standard / no logQ.
+
+    python -m train.keras3 --backend=jax --dataset=ml100k --logq=corrected \
+        --model_dir=/tmp/k3run --export_dir=/tmp/k3run/export
+
+The run settings are `python -m train`'s (`train.config.RunConfig`: the same flags, help texts
+and defaults; see --help) plus --backend (jax | tensorflow | torch; sets KERAS_BACKEND before
+keras is imported). The model is the Keras 3 SASRec (`models.keras3`), the loss, negatives and
+frequency estimators are the library's Keras 3 front (`tfrs_logq.keras3`); the data and the
+validation metrics are the tf-keras binary's (`train.data`, `train.validation`). Not available
+here (one `error:` line): --model=two_tower, losses other than sampled_softmax, --negatives=midx,
+--table_optimizer=lazy_adam, tf.distribute strategies. --sasrec_pack_tokens, --jit_compile_step
+and --host_allocator do not apply (the step is always one static-shape program on JAX;
+--jit_compile asks for XLA on the tensorflow backend).
+
+--model_dir holds a checkpoint per epoch (model, optimizer, frequency estimator, the samplers' and
+dropouts' seed states, epoch, step, best NDCG@10, patience counter: `train.keras3.checkpoints`),
+the best model (best/weights.npz) and metrics.json; rerunning the same command resumes exactly
+from the last finished epoch. --export_dir writes the query encoder as query_encoder.keras (load
+it with `keras.saving.load_model` after `import models.keras3`) and metadata.json.
+
+Output (train/cli.py): a progress bar and one line per epoch on stdout, a `done:` line on stderr;
+exit status 0 done, 1 a non-finite loss, 2 bad input (one `error: ...` line), 3 paused by
+--time_budget_minutes, 130 Ctrl-C (rerun the same command to resume from the last epoch).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from train import cli
+from train.keras3 import settings
+
+cli.quiet_tensorflow()             # before TensorFlow is imported (it logs while it loads)
+settings.select_backend()          # before keras is imported (it reads KERAS_BACKEND once)
+
+from absl import flags  # noqa: E402
+
+from train import config_flags  # noqa: E402
+from train.config import RunConfig  # noqa: E402
+
+FLAGS = flags.FLAGS
+config_flags.define_flags(RunConfig)
+flags.DEFINE_enum("backend", settings.DEFAULT_BACKEND, list(settings.BACKENDS),
+                  "Keras 3 backend (sets KERAS_BACKEND before keras is imported).")
+cli.declare_verbosity_flag()
+
+
+def _say(line: str) -> None:
+  print(line, flush=True)
+
+
+def main(argv):
+  del argv  # checked by cli.run
+  with cli.bad_input():
+    cfg = config_flags.from_flags(RunConfig)
+    settings.check_supported(cfg)
+  import keras  # pylint: disable=g-import-not-at-top
+  if keras.backend.backend() != FLAGS.backend:
+    cli.fail(f"keras was imported with backend {keras.backend.backend()} before --backend="
+             f"{FLAGS.backend} could be set", cli.EXIT_BAD_INPUT)
+  from train.keras3 import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  with cli.bad_input():  # a missing or malformed data file, data that contradicts the flags
+    data = cfg.data.load()
+  os.makedirs(cfg.model_dir, exist_ok=True)
+  with cli.bad_input():   # e.g. a checkpoint of another configuration in --model_dir
+    trainer = trainer_lib.Trainer(cfg, data=data, report=_say)
+    trainer.restore()
+  try:
+    result = trainer.run(restore=False)
+  except trainer_lib.NonFiniteError as e:
+    cli.fail(f"{e} Change the settings (e.g. a lower --learning_rate) and train in a new "
+             "--model_dir.", cli.EXIT_ERROR, e)
+  except KeyboardInterrupt:
+    sys.stdout.flush()
+    print(f"\ninterrupted at step {trainer.step}: the checkpoint of the last finished epoch "
+          f"({trainer.epoch}) is kept; to resume, rerun the same command:\n  "
+          f"{cli.command_line()}", file=sys.stderr, flush=True)
+    sys.exit(cli.EXIT_INTERRUPTED)
+  if result.get("paused"):
+    print(f"paused: step {result['global_step']}, epoch {result['epochs_done']} (time budget "
+          f"{cfg.time_budget_minutes:g} min); rerun the same command to continue",
+          file=sys.stderr)
+    sys.exit(trainer_lib.EXIT_PAUSED)
+  print(f"done: {FLAGS.backend}, step {result['global_step']}, best epoch "
+        f"{result['best_epoch']}, val ndcg@10 {result['val']['ndcg@10']:.4f}, test ndcg@10 "
+        f"{result['test']['ndcg@10']:.4f}", file=sys.stderr)
+
+
+def run():
+  """Console-script entry point."""
+  config_flags.expose_in_help(__name__)
+  cli.run(main)
+
+
+if __name__ == "__main__":
+  run()

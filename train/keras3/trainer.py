@@ -1,0 +1,223 @@
+"""The training loop of `python -m train.keras3`: the protocol of `train.trainer` on Keras 3.
+
+Per epoch e (0-based): the global batches of `train.data.sasrec_train_dataset` seeded with
+seed * 1_000_003 + e (the tf-keras trainer's stream), ``steps_per_epoch`` of them; each step
+updates a streaming frequency estimator with the batch's positives, then runs the compiled
+Keras step (``train_on_batch``: objective, gradients, Adam). After the epoch: exact validation
+Recall/NDCG@10,20 (`train.validation.evaluate_queries`, the tf-keras binary's metrics), the best
+model by NDCG@10 kept in ``model_dir/best``, early stopping after ``early_stopping_patience``
+epochs without improvement, and a checkpoint of everything that changes
+(`train.keras3.checkpoints`: model, optimizer, estimator, the samplers' and dropouts' seed
+states, epoch, step, best NDCG@10, patience counter, history). Rerunning the same command
+resumes from the last finished epoch and replays the rest exactly. At the end the best model is
+evaluated on validation and test, ``metrics.json`` is written, and with ``export_dir`` the query
+encoder is saved as ``export_dir/query_encoder.keras`` (with ``metadata.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+
+import numpy as np
+
+import keras
+from keras import ops
+
+from train import data as data_lib
+from train import validation
+from train.keras3 import checkpoints
+from train.keras3 import objective as objective_lib
+
+__all__ = ["EXIT_PAUSED", "NonFiniteError", "Trainer", "query_embeddings"]
+
+EXIT_PAUSED = 3
+
+
+class NonFiniteError(FloatingPointError):
+  """A non-finite loss stopped training (``step``: the global step count after it)."""
+
+  def __init__(self, message: str, *, step: int):
+    super().__init__(message)
+    self.step = step
+
+
+def query_embeddings(encoder, inputs: np.ndarray, batch_size: int) -> np.ndarray:
+  """float32 [Q, d]: serving queries of left-padded histories [Q, max_len], in batches of one
+  shape (the last one padded with empty rows, so a compiled backend traces one shape)."""
+  out = []
+  for s in range(0, inputs.shape[0], batch_size):
+    chunk = inputs[s:s + batch_size].astype(np.int32)
+    rows = chunk.shape[0]
+    if rows < batch_size and inputs.shape[0] > batch_size:
+      chunk = np.concatenate([chunk, np.zeros((batch_size - rows,) + chunk.shape[1:], np.int32)])
+    out.append(np.asarray(ops.convert_to_numpy(encoder.serving_queries(chunk)), np.float32)[:rows])
+  return np.concatenate(out)
+
+
+class Trainer:
+  """Builds the model, optimizer and estimator and runs the epochs (module docstring)."""
+
+  def __init__(self, cfg, data, report=None):
+    self.cfg, self.data = cfg, data
+    self.report = report or logging.info
+    self.steps_per_epoch = cfg.steps_per_epoch or max(
+        1, len(data.train_sequences) // cfg.batch_size)
+    self.encoder = objective_lib.build_encoder(cfg, data.num_items)
+    self.estimator = objective_lib.build_estimator(cfg, data)
+    self.model = objective_lib.RetrievalModel(cfg, self.encoder, self.estimator,
+                                              name="retrieval")
+    self.model.built = True
+    jit = True if keras.backend.backend() == "jax" else (
+        bool(cfg.jit_compile) if keras.backend.backend() == "tensorflow" else False)
+    self.model.compile(optimizer=keras.optimizers.Adam(cfg.learning_rate), jit_compile=jit)
+    self.model.optimizer.build(self.model.trainable_variables)
+    self.epoch = self.step = self.best_epoch = self.bad_epochs = 0
+    self.best_metric = -1.0
+    self.history = []
+    self.ckpt_dir = os.path.join(cfg.model_dir, "ckpt")
+    self.best_path = os.path.join(cfg.model_dir, "best", "weights.npz")
+
+  # ---------------------------------------------------------------------------- state & data
+  def state_variables(self):
+    """Every variable that changes in training: the model's, then the optimizer's."""
+    return list(self.model.variables) + list(self.model.optimizer.variables)
+
+  def _state(self) -> dict:
+    return dict(epoch=self.epoch, step=self.step, best_metric=self.best_metric,
+                best_epoch=self.best_epoch, bad_epochs=self.bad_epochs, history=self.history)
+
+  def restore(self) -> bool:
+    """Restores the latest checkpoint of ``model_dir/ckpt``; True when there was one."""
+    path = checkpoints.latest(self.ckpt_dir)
+    if path is None:
+      return False
+    state = checkpoints.restore(path, self.state_variables())
+    self.epoch, self.step = int(state["epoch"]), int(state["step"])
+    self.best_metric, self.best_epoch = float(state["best_metric"]), int(state["best_epoch"])
+    self.bad_epochs, self.history = int(state["bad_epochs"]), list(state["history"])
+    self.report(f"resumed from {path}: epoch {self.epoch}, step {self.step}, best NDCG@10 "
+                f"{self.best_metric:.4f}")
+    return True
+
+  def epoch_batches(self, epoch: int):
+    """The numpy batches of one epoch (the tf-keras trainer's stream for (seed, epoch))."""
+    cfg = self.cfg
+    ds = data_lib.sasrec_train_dataset(self.data, batch_size=cfg.batch_size,
+                                       max_len=cfg.max_len, seed=cfg.seed * 1_000_003 + epoch)
+    for batch in ds.take(self.steps_per_epoch).as_numpy_iterator():
+      yield {k: v.astype(np.int32) for k, v in batch.items()}
+
+  def train_step(self, batch) -> float:
+    """One step: the estimator's update, then the compiled Keras step; returns its loss."""
+    objective_lib.update_estimator(self.cfg, self.estimator, batch)
+    self.model.reset_metrics()
+    logs = self.model.train_on_batch(batch, return_dict=True)
+    self.step += 1
+    return float(logs["loss"])
+
+  def validate(self, split_name: str = "val") -> dict:
+    """Exact Recall/NDCG@10,20 of the encoder on a split (`train.validation`'s metrics)."""
+    cfg = self.cfg
+    split = getattr(self.data, split_name)
+    validation.check_split(split, cfg.filter_rated)
+    queries = query_embeddings(self.encoder, data_lib.left_pad(split.inputs, cfg.max_len),
+                               cfg.eval_batch_size)
+    table = np.asarray(ops.convert_to_numpy(self.encoder.all_item_embeddings()), np.float32)
+    return validation.evaluate_queries(queries, table, split, batch_size=cfg.eval_batch_size,
+                                       filter_rated=cfg.filter_rated)
+
+  # --------------------------------------------------------------------------------- the loop
+  def run(self, restore: bool = True) -> dict:
+    """Trains (resuming if possible; ``restore=False``: the caller has called `restore`), then
+    evaluates the best model, exports, writes JSON; ``{"paused": True, ...}`` when the time
+    budget ends first."""
+    cfg = self.cfg
+    started = time.time()
+    if restore:
+      self.restore()
+    last_wall = None
+    while self.epoch < cfg.epochs and self.bad_epochs < cfg.early_stopping_patience:
+      if (cfg.time_budget_minutes and last_wall is not None
+          and time.time() + last_wall > started + 60.0 * cfg.time_budget_minutes):
+        return dict(paused=True, global_step=self.step, epochs_done=self.epoch,
+                    best_epoch=self.best_epoch, best_val_ndcg10=self.best_metric)
+      epoch_start = time.time()
+      self._train_epoch()
+      last_wall = time.time() - epoch_start
+    return self.finish()
+
+  def _train_epoch(self):
+    cfg, e = self.cfg, self.epoch
+    bar = keras.utils.Progbar(self.steps_per_epoch, verbose=1 if cfg.progress else 0,
+                              stateful_metrics=["loss"])
+    start, total, n = time.time(), 0.0, 0
+    for batch in self.epoch_batches(e):
+      loss = self.train_step(batch)
+      if not np.isfinite(loss):
+        raise NonFiniteError(f"non-finite loss at step {self.step} (epoch {e + 1}): training "
+                             f"stopped; the last finished epoch's checkpoint is kept.",
+                             step=self.step)
+      total, n = total + loss, n + 1
+      bar.update(n, [("loss", loss)])
+    seconds = time.time() - start
+    metrics = self.validate("val")
+    if cfg.test_curve:
+      metrics.update({f"test_{k}": v for k, v in self.validate("test").items()})
+    improved = metrics["ndcg@10"] > self.best_metric
+    if improved:
+      self.best_metric, self.best_epoch, self.bad_epochs = metrics["ndcg@10"], e + 1, 0
+      checkpoints.save_values(self.best_path, self.encoder.variables, dict(epoch=e + 1))
+    else:
+      self.bad_epochs += 1
+    self.epoch = e + 1
+    self.history.append(dict(epoch=e + 1, step=self.step, loss=total / max(n, 1),
+                             seconds=seconds, seconds_per_step=seconds / max(n, 1),
+                             wall_seconds=time.time() - start,
+                             **{(k if k.startswith("test_") else f"val_{k}"): v
+                                for k, v in metrics.items()}))
+    checkpoints.save(self.ckpt_dir, self.step, self.state_variables(), self._state(),
+                     keep=cfg.max_checkpoints)
+    self.report(f"epoch {e + 1} step {self.step} loss {total / max(n, 1):.4f} val R@10 "
+                f"{metrics['recall@10']:.4f} N@10 {metrics['ndcg@10']:.4f} R@20 "
+                f"{metrics['recall@20']:.4f} N@20 {metrics['ndcg@20']:.4f} ({seconds:.1f}s)"
+                + (" *best*" if improved else ""))
+
+  def finish(self) -> dict:
+    """Evaluates the best model on validation and test, exports it, writes metrics.json."""
+    cfg = self.cfg
+    if os.path.exists(self.best_path):
+      checkpoints.restore_values(self.best_path, self.encoder.variables)
+    best_step = next((h["step"] for h in self.history if h["epoch"] == self.best_epoch), None)
+    result = dict(config=cfg.to_dict(), backend=keras.backend.backend(),
+                  data_fingerprint=data_lib.fingerprint(self.data),
+                  num_items=self.data.num_items, steps_per_epoch=self.steps_per_epoch,
+                  global_step=self.step, epochs_done=self.epoch, best_epoch=self.best_epoch,
+                  best_step=best_step, best_val_ndcg10=self.best_metric,
+                  train_wall_seconds=float(sum(h["wall_seconds"] for h in self.history)),
+                  stopped_early=self.bad_epochs >= cfg.early_stopping_patience,
+                  val=self.validate("val"), test=self.validate("test"), history=self.history)
+    if cfg.export_dir:
+      result["export"] = export(self.encoder, cfg.export_dir, cfg, self.data)
+    path = cfg.metrics_json or os.path.join(cfg.model_dir, "metrics.json")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+      json.dump(result, f, indent=2, default=float)
+    return result
+
+
+def export(encoder, export_dir: str, cfg, data) -> dict:
+  """Saves the query encoder as ``export_dir/query_encoder.keras`` (the Keras 3 SASRec:
+  ``serving_queries`` / ``query_embeddings`` give the queries, ``all_item_embeddings`` the item
+  table) and ``export_dir/metadata.json`` (run config, backend, catalog size)."""
+  os.makedirs(export_dir, exist_ok=True)
+  path = os.path.join(export_dir, "query_encoder.keras")
+  encoder.save(path)
+  meta = dict(run_config=cfg.to_dict(), backend=keras.backend.backend(),
+              num_items=data.num_items, max_len=cfg.max_len,
+              data_fingerprint=data_lib.fingerprint(data))
+  with open(os.path.join(export_dir, "metadata.json"), "w") as f:
+    json.dump(meta, f, indent=2)
+  return dict(query_encoder=path)
