@@ -17,6 +17,12 @@ reader sees whether the shorter patience moves the result by less than the seed 
         [--out=docs/results/converged/ml100k_temporal]      # writes patience_check.md
 
 DIR: a run folder of bench/reproduce (holding model/history.json). Last line: a summary.
+
+Runs without ``--test_curve`` (e.g. a finished patience-5 run resumed with a longer patience in
+a copy of its folder) are checked too: their one test evaluation (train_metrics.json "test") is
+the selected epoch of the run's own patience; a shorter patience that selects the same epoch
+selects the same checkpoint, so its Δ is exactly 0, and one that selects another epoch is
+reported as "other epoch: needs --test_curve" instead of a number.
 """
 
 from __future__ import annotations
@@ -47,18 +53,40 @@ def selected_epoch(val: Sequence[float], patience: int) -> tuple:
   return best, len(val) - 1
 
 
-def check_run(history: List[dict], patiences: Sequence[int]) -> List[dict]:
+def check_run(history: List[dict], patiences: Sequence[int],
+              evaluated: Optional[tuple] = None) -> List[dict]:
   """Per patience: the selected epoch, its step and test metrics, and whether the run was long
-  enough to tell (its curve reached the stopping epoch of that patience)."""
+  enough to tell (its curve reached the stopping epoch of that patience).
+
+  ``evaluated``: (epoch, {metric: value}) of the run's own test evaluation, used where the
+  history has no test curve; test is None for an epoch without a test value."""
   val = [h["val_ndcg@10"] for h in history]
   rows = []
   for p in patiences:
     best, stop = selected_epoch(val, p)
     stopped = stop < len(val) - 1 or (len(val) - 1 - best) >= p
-    rows.append(dict(patience=p, epoch=history[best]["epoch"], step=history[best]["step"],
-                     stopped=stopped, val_ndcg10=val[best],
-                     test={m: history[best].get(f"test_{m}") for m in METRICS}))
+    epoch = history[best]["epoch"]
+    if f"test_{METRICS[0]}" in history[best]:
+      test = {m: history[best].get(f"test_{m}") for m in METRICS}
+    elif evaluated is not None and evaluated[0] == epoch:
+      test = dict(evaluated[1])
+    else:
+      test = None
+    rows.append(dict(patience=p, epoch=epoch, step=history[best]["step"],
+                     stopped=stopped, val_ndcg10=val[best], test=test))
   return rows
+
+
+def _evaluated(run_dir: pathlib.Path) -> Optional[tuple]:
+  """(best epoch, test metrics) from the run's train_metrics.json, or None."""
+  path = run_dir / "train_metrics.json"
+  if not path.exists():
+    return None
+  tm = json.loads(path.read_text())
+  test = tm.get("test") or {}
+  if "best_epoch" not in tm or not all(m in test for m in METRICS):
+    return None
+  return int(tm["best_epoch"]), {m: float(test[m]) for m in METRICS}
 
 
 def _row_noise(noise_json: Optional[str], row: str) -> Dict[str, Optional[float]]:
@@ -96,15 +124,20 @@ def main(argv=None):
   for run in runs:
     run_dir = pathlib.Path(run)
     history = json.loads((run_dir / "model" / "history.json").read_text())
-    if not history or "test_ndcg@10" not in history[0]:
-      sys.exit(f"error: {run_dir}: no test curve (train with --test_curve)")
-    rows = check_run(history, patiences)
+    if not history:
+      sys.exit(f"error: {run_dir}: empty history")
+    rows = check_run(history, patiences, _evaluated(run_dir))
     ref = rows[-1]["test"]
+    if ref is None:
+      sys.exit(f"error: {run_dir}: no test value for the longest patience's epoch (train with "
+               "--test_curve, or check a finished run with its train_metrics.json)")
     noise = _row_noise(args.noise_json, run_dir.parent.name)
     name = f"{run_dir.parent.name}/{run_dir.name}"
     for r in rows:
       cells = []
-      for m in METRICS:
+      if r["test"] is None:
+        cells = ["other epoch: needs --test_curve"] * len(METRICS)
+      for m in METRICS if r["test"] is not None else ():
         d = r["test"][m] - ref[m]
         se = noise.get(m)
         if se:

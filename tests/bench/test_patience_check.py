@@ -44,3 +44,25 @@ def test_cli_reports_the_test_metric_of_each_patience(tmp_path):
   assert "| 2 | 2 (20) | yes |" in rows[1] and "| 4 | 5 (50) | yes | 0.3900 (+0.0000)" in rows[2]
   assert out.strip().splitlines()[-1].startswith("SUMMARY patience_check")
   assert (tmp_path / "patience_check.md").read_text().startswith("# Patience check")
+
+
+def test_run_without_test_curve_uses_its_own_evaluation(tmp_path):
+  """A resumed longer-patience run has no test curve: the shorter patience that selects the same
+  epoch gets Δ = 0 exactly; one that selects another epoch is not given a number."""
+  val = [0.1, 0.3, 0.2, 0.25, 0.35, 0.3, 0.3, 0.3, 0.3, 0.3]
+  history = [dict(epoch=e + 1, step=10 * (e + 1), **{"val_ndcg@10": v}) for e, v in enumerate(val)]
+  run = tmp_path / "mixed_none" / "seed1"
+  (run / "model").mkdir(parents=True)
+  (run / "model" / "history.json").write_text(json.dumps(history))
+  test = {m: 0.2 + i / 100 for i, m in enumerate(patience_check.METRICS)}
+  (run / "train_metrics.json").write_text(json.dumps(dict(best_epoch=5, test=test)))
+  res = subprocess.run([sys.executable, "-m", "bench.patience_check", f"--runs={run}",
+                        "--patiences=2,3,5"], capture_output=True, text=True, check=True)
+  rows = [l for l in res.stdout.splitlines() if l.startswith("| mixed_none/seed1")]
+  assert "| 2 | 2 (20) | yes | other epoch: needs --test_curve" in rows[0]  # stops at epoch 4
+  assert "| 3 | 5 (50) | yes | 0.2000 (+0.0000)" in rows[1]
+  assert "| 5 | 5 (50) | yes | 0.2000 (+0.0000)" in rows[2]
+  (run / "train_metrics.json").write_text(json.dumps(dict(best_epoch=2, test=test)))
+  bad = subprocess.run([sys.executable, "-m", "bench.patience_check", f"--runs={run}",
+                        "--patiences=2,5"], capture_output=True, text=True)
+  assert bad.returncode != 0 and "no test value" in bad.stderr
