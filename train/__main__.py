@@ -20,6 +20,10 @@ steps on ML-1M (--steps_per_epoch=48, or 0 = one pass).
 Multi-worker: set TF_CONFIG in every worker's environment and pass --strategy=multi_worker;
 worker 0 (the chief) writes summaries, metrics and exports.
 
+Parameter servers (--strategy=parameter_server): start the same command in every process of the
+TF_CONFIG cluster; a "worker" or "ps" task only serves (`train.distribute.run_server`, never
+returns), the "chief" trains, checkpoints, evaluates and exports (docs/distributed.md).
+
 Output (train/cli.py): by default a progress bar and one line per epoch on stdout, and a `done:`
 line on stderr; --verbosity=info adds the INFO logs (absl, TensorFlow, checkpoint saver),
 --verbosity=debug the DEBUG logs and tracebacks. How it ends (exit status):
@@ -62,6 +66,15 @@ def main(argv):
   with cli.bad_input():
     cfg = config_flags.from_flags(RunConfig)
   host_memory.configure(cfg.host_allocator)
+  if cfg.strategy == "parameter_server":
+    from train import distribute  # pylint: disable=g-import-not-at-top
+    with cli.bad_input():  # a malformed TF_CONFIG
+      task = distribute.server_task()
+    if task is not None:  # a worker or ps of the cluster: serve until killed
+      _say(f"{task[0]} {task[1]} of the parameter-server cluster: serving (stop it with a "
+           "signal once the chief is done)")
+      distribute.run_server()
+      return
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   if cfg.cpu_replicas > 1:
     cpu = tf.config.list_physical_devices("CPU")[0]

@@ -30,7 +30,7 @@ from models.sasrec import BLOCK_STYLES, DEFAULT_ATTENTION_BLOCKS, DEFAULT_PACK_T
 from train import config_flags
 from train.config_flags import setting
 from train.data import DataConfig
-from train.distribute import STRATEGIES
+from train.distribute import PS_MIN_SHARD_BYTES, STRATEGIES
 from train.host_memory import HOST_ALLOCATORS
 from train.objective import NEGATIVES
 from train.validation import FILTER_RATED
@@ -167,7 +167,13 @@ class RunConfig:
       "into one static-shape XLA program (single device or TPU; MirroredStrategy on GPUs).")
   # ---------------------------------------------------------------------------- distribution
   strategy: str = setting("default", "tf.distribute strategy: default, mirrored (local "
-                          "devices), multi_worker (TF_CONFIG), tpu (--tpu).", choices=STRATEGIES)
+                          "devices), multi_worker (TF_CONFIG), tpu (--tpu), parameter_server "
+                          "(TF_CONFIG with chief, worker and ps tasks; docs/distributed.md).",
+                          choices=STRATEGIES)
+  ps_min_shard_bytes: int = setting(
+      PS_MIN_SHARD_BYTES, "parameter_server: variables of at least this many bytes (item / user "
+      "tables, large estimator state) are partitioned over the ps tasks, at most one shard per "
+      "ps and no shard smaller than this; smaller variables live whole on one ps.")
   tpu: Optional[str] = setting(None, "TPU name or address for --strategy=tpu ('local' on a "
                                "TPU VM).")
   cpu_replicas: int = setting(0, "Split the CPU into this many logical devices (for "
@@ -209,7 +215,7 @@ class RunConfig:
     for name in ("max_len", "embedding_dim", "num_blocks", "num_heads", "sasrec_attention_blocks",
                  "num_negatives", "midx_codewords", "hash_array_hashes", "count_min_depth",
                  "batch_size", "epochs", "early_stopping_patience", "eval_batch_size",
-                 "max_checkpoints"):
+                 "max_checkpoints", "ps_min_shard_bytes"):
       if getattr(self, name) < 1:
         raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
     for name in ("steps_per_epoch", "frequency_buckets", "cpu_replicas", "ratio_floor",
@@ -247,6 +253,13 @@ class RunConfig:
     if self.table_optimizer == "lazy_adam" and self.jit_compile_step:
       raise ValueError("table_optimizer=lazy_adam updates the distinct rows of a sparse gradient "
                        "(dynamic shapes): it cannot run inside jit_compile_step's XLA program")
+    if self.strategy == "parameter_server" and self.jit_compile_step:
+      raise ValueError("strategy=parameter_server runs the step uncompiled (its variables live on "
+                       "the ps tasks): drop jit_compile_step")
+    if self.strategy == "parameter_server" and self.negatives == "midx" and \
+        self.loss == "sampled_softmax":
+      raise ValueError("strategy=parameter_server does not support negatives=midx (the MIDX "
+                       "index is refreshed from the whole table on one process)")
     if self.strategy == "tpu" and self.tpu is None:
       raise ValueError("strategy=tpu needs tpu (a name, an address or 'local')")
     return self

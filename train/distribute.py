@@ -7,6 +7,15 @@
   ``TF_CONFIG`` environment variable ({"cluster": {"worker": [host:port, ...]}, "task":
   {"type": "worker", "index": i}}), which must be set before the strategy is created.
 * ``tpu``: `tf.distribute.TPUStrategy` on the TPU named by ``--tpu`` ("" or "local" for a TPU VM).
+* ``parameter_server``: `tf.distribute.ParameterServerStrategy` driven by a
+  `tf.distribute.coordinator.ClusterCoordinator`. TF_CONFIG names a cluster with one "chief",
+  one or more "worker" and one or more "ps" tasks. The same command is started in every process:
+  the chief (task type "chief") builds the model and schedules the steps; a worker or ps process
+  only runs `tf.distribute.Server(...).join()` (`run_server`, called by `python -m train` before
+  anything else). Variables of ``ps_min_shard_bytes`` or more (the item / user tables, large
+  estimator state) are partitioned over the ps tasks
+  (`tf.distribute.experimental.partitioners.MinSizePartitioner`, at most one shard per ps); small
+  ones live whole on one ps. `local_cluster` starts such a cluster inside one process (tests).
 
 The batch size is always GLOBAL: each replica gets batch_size / num_replicas_in_sync rows.
 """
@@ -19,7 +28,13 @@ import os
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
-STRATEGIES = ("default", "mirrored", "multi_worker", "tpu")
+STRATEGIES = ("default", "mirrored", "multi_worker", "tpu", "parameter_server")
+
+# TF_CONFIG task types of the processes that only serve a ParameterServerStrategy cluster.
+SERVER_TASKS = ("worker", "ps")
+
+# Default smallest shard of a partitioned variable (TensorFlow's own MinSizePartitioner default).
+PS_MIN_SHARD_BYTES = 256 << 10
 
 
 def parse_tf_config() -> dict:
@@ -53,7 +68,98 @@ def mirrored_strategy(devices=None) -> tf.distribute.MirroredStrategy:
   return tf.distribute.MirroredStrategy(devices)
 
 
-def make_strategy(name: str, tpu: str | None = None) -> tf.distribute.Strategy:
+def server_task(cfg: dict | None = None):
+  """(task type, index) when TF_CONFIG makes this process a worker or ps of a parameter-server
+  cluster (it then only runs `run_server`); None otherwise (the chief, or no TF_CONFIG)."""
+  cfg = parse_tf_config() if cfg is None else cfg
+  task = cfg.get("task", {}) if cfg else {}
+  if task.get("type") in SERVER_TASKS and "ps" in cfg.get("cluster", {}):
+    return task["type"], int(task.get("index", 0))
+  return None
+
+
+def run_server(cfg: dict | None = None) -> None:
+  """Serves this process's task of the TF_CONFIG cluster until it is killed (never returns).
+
+  A worker runs the functions the chief's ClusterCoordinator schedules on it; a ps holds its
+  shards of the variables. The process keeps no state of its own: a restarted worker rejoins
+  (the coordinator reschedules the steps it lost), a restarted ps starts empty (the chief
+  restores its variables from the last checkpoint when it restarts).
+  """
+  cfg = parse_tf_config() if cfg is None else cfg
+  task = server_task(cfg)
+  if task is None:
+    raise ValueError("run_server needs TF_CONFIG with a 'ps' job and a task of type "
+                     f"{' or '.join(SERVER_TASKS)}")
+  cluster = tf.train.ClusterSpec(cfg["cluster"])
+  config = None
+  if task[0] == "worker":
+    config = tf.compat.v1.ConfigProto()
+    config.inter_op_parallelism_threads = max(2, len(cfg["cluster"].get("worker", [])) + 1)
+  server = tf.distribute.Server(cluster, job_name=task[0], task_index=task[1], protocol="grpc",
+                                config=config, start=True)
+  server.join()
+
+
+def _free_ports(n: int) -> list:
+  import socket  # pylint: disable=g-import-not-at-top
+  socks = [socket.socket() for _ in range(n)]
+  for s in socks:
+    s.bind(("127.0.0.1", 0))
+  ports = [s.getsockname()[1] for s in socks]
+  for s in socks:
+    s.close()
+  return ports
+
+
+def local_cluster(num_workers: int = 2, num_ps: int = 2):
+  """A ParameterServerStrategy cluster inside this process (workers and ps as in-process
+  `tf.distribute.Server`s on 127.0.0.1); returns its cluster resolver (the caller is the chief).
+  For tests and trying the strategy on one machine."""
+  ports = _free_ports(num_workers + num_ps)
+  spec = {"worker": [f"localhost:{p}" for p in ports[:num_workers]],
+          "ps": [f"localhost:{p}" for p in ports[num_workers:]]}
+  cluster = tf.train.ClusterSpec(spec)
+  # In one process the workers share the executor: one inter-op thread each, plus one, or
+  # scheduled functions deadlock.
+  config = tf.compat.v1.ConfigProto()
+  config.inter_op_parallelism_threads = num_workers + 1
+  servers = [tf.distribute.Server(cluster, job_name="worker", task_index=i, protocol="grpc",
+                                  config=config, start=True) for i in range(num_workers)]
+  servers += [tf.distribute.Server(cluster, job_name="ps", task_index=i, protocol="grpc",
+                                   start=True) for i in range(num_ps)]
+  resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(cluster, rpc_layer="grpc")
+  resolver.servers = servers  # keep them alive as long as the resolver
+  return resolver
+
+
+def parameter_server_strategy(resolver=None, min_shard_bytes: int = PS_MIN_SHARD_BYTES
+                              ) -> tf.distribute.ParameterServerStrategy:
+  """ParameterServerStrategy over ``resolver``'s cluster (default: TF_CONFIG's), variables of
+  ``min_shard_bytes`` or more partitioned over the ps tasks (module docstring)."""
+  if resolver is None:
+    cfg = parse_tf_config()
+    if not cfg or "ps" not in cfg["cluster"] or "worker" not in cfg["cluster"]:
+      raise ValueError("--strategy=parameter_server needs TF_CONFIG naming a cluster with "
+                       "'chief', 'worker' and 'ps' jobs (and this process's task)")
+    if cfg["task"].get("type") != "chief":
+      raise ValueError(f"--strategy=parameter_server: TF_CONFIG task type "
+                       f"{cfg['task'].get('type')!r}: the coordinator must be the 'chief' "
+                       "(worker and ps processes run run_server)")
+    resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+  num_ps = len(resolver.cluster_spec().as_dict().get("ps", []))
+  partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
+      min_shard_bytes=int(min_shard_bytes), max_shards=max(1, num_ps))
+  return tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
+
+
+def is_parameter_server(strategy) -> bool:
+  """True for a ParameterServerStrategy (steps scheduled by a ClusterCoordinator)."""
+  return isinstance(strategy, tf.distribute.ParameterServerStrategy)
+
+
+def make_strategy(name: str, tpu: str | None = None,
+                  ps_min_shard_bytes: int = PS_MIN_SHARD_BYTES) -> tf.distribute.Strategy:
   """Creates the strategy named ``name`` (one of STRATEGIES)."""
   if name == "default":
     return tf.distribute.get_strategy()
@@ -71,11 +177,14 @@ def make_strategy(name: str, tpu: str | None = None) -> tf.distribute.Strategy:
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
     return tf.distribute.TPUStrategy(resolver)
+  if name == "parameter_server":
+    return parameter_server_strategy(min_shard_bytes=ps_min_shard_bytes)
   raise ValueError(f"unknown strategy {name!r}: expected one of {STRATEGIES}")
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
-  """True for the process that writes summaries, metrics and exports (worker 0)."""
+  """True for the process that writes summaries, metrics and exports (worker 0; the
+  coordinator under ParameterServerStrategy, the only process that runs the trainer)."""
   resolver = getattr(strategy, "cluster_resolver", None)
   if resolver is None or not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
     return True

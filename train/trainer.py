@@ -31,6 +31,16 @@ the last finished epoch's checkpoint is written. Ctrl-C (KeyboardInterrupt) rais
 disk: written then if the interrupt fell between an epoch's end and its save; a mid-epoch state is
 never saved (resuming replays the interrupted epoch, exactly).
 
+Parameter-server training (``ParameterServerStrategy``; this process is the chief). The
+model, optimizer and estimator variables live on the ps tasks (large tables partitioned,
+`train.distribute`); each epoch schedules ``steps_per_epoch`` steps with a `ClusterCoordinator`
+on per-worker datasets (`worker_dataset`: each worker shuffles the data with its own seed) and
+joins them before validating and checkpointing from the chief. Steps update the variables
+asynchronously, so the exact-resume guarantee above does not hold: a rerun restores the last
+finished epoch (every step scheduled before it applied once), but the order of updates, the
+batches of each worker and therefore the resulting weights are not reproducible. A non-finite
+loss is found when the epoch's results are fetched, after the join (docs/distributed.md).
+
 Messages for the user (the resumed checkpoint, one line per epoch) go to ``report`` (default
 `logging.info`; `python -m train` prints them).
 """
@@ -150,8 +160,14 @@ class Trainer:
     self.cfg = cfg  # validated when it was built
     self.report = report or logging.info  # messages for the user (module docstring)
     self._saved = None  # (epoch, step) of the last checkpoint on disk
-    self.strategy = strategy or distribute.make_strategy(cfg.strategy, cfg.tpu)
+    self.strategy = strategy or distribute.make_strategy(cfg.strategy, cfg.tpu,
+                                                         cfg.ps_min_shard_bytes)
     self.chief = distribute.is_chief(self.strategy)
+    # ParameterServerStrategy: this process is the coordinator; steps are scheduled on the
+    # workers (module docstring, "Parameter-server training").
+    self.coordinator = (tf.distribute.coordinator.ClusterCoordinator(self.strategy)
+                        if distribute.is_parameter_server(self.strategy) else None)
+    self._worker_iterator = None
     self.data = data if data is not None else cfg.data.load()
     self.replicas = self.strategy.num_replicas_in_sync
     if cfg.batch_size % self.replicas:
@@ -197,6 +213,7 @@ class Trainer:
         self.best_checkpoint,
         os.path.join(distribute.worker_dir(cfg.model_dir, self.strategy), "best"), max_to_keep=1)
     self._train_step = tf.function(self._train_step_fn)
+    self._scheduled_step = tf.function(self._scheduled_step_fn)
     self.writer = (tf.summary.create_file_writer(os.path.join(cfg.model_dir, "tensorboard"))
                    if self.chief else tf.summary.create_noop_writer())
 
@@ -229,6 +246,60 @@ class Trainer:
   def train_step(self, batch):
     """One optimisation step on a distributed batch; returns (mean loss, mean weight w)."""
     return self._train_step(batch)
+
+  # ParameterServerStrategy: one scheduled step = one batch of one worker's stream.
+  def worker_dataset(self) -> tf.data.Dataset:
+    """One worker's endless stream of batches (of ``batch_size``), for
+    ``coordinator.create_per_worker_dataset``: the same pipeline as `epoch_dataset`, shuffled
+    with a seed the worker draws itself (workers read different permutations of the data)."""
+    cfg = self.cfg
+    seed = tf.random.uniform([], 0, 2**62, dtype=tf.int64)  # unseeded op: differs per worker
+    if cfg.model == "sasrec":
+      return data_lib.sasrec_train_dataset(self.data, batch_size=cfg.batch_size,
+                                           max_len=cfg.max_len, seed=seed)
+    return data_lib.two_tower_train_dataset(self.data, batch_size=cfg.batch_size,
+                                            max_len=cfg.max_len, seed=seed)
+
+  def worker_iterator(self):
+    """The per-worker iterator of `worker_dataset` (created once, on every worker)."""
+    if self._worker_iterator is None:
+      per_worker = self.coordinator.create_per_worker_dataset(self.worker_dataset)
+      self._worker_iterator = iter(per_worker)
+    return self._worker_iterator
+
+  def _scheduled_step_fn(self, iterator):
+    """A step run by a worker: its next batch, the replica step (variables and estimator state
+    on the ps), the global step incremented on the ps. Returns (loss_sum, weight_sum, count)."""
+    batch = next(iterator)
+    step = self.step.assign_add(1) - 1      # the step's number seeds its negatives and dropout
+    loss_sum, weight_sum, count = self.strategy.run(self._replica_step, args=(batch, step))
+    total = lambda x: self.strategy.reduce(tf.distribute.ReduceOp.SUM, x, axis=None)
+    return total(loss_sum), total(weight_sum), total(count)
+
+  def schedule_step(self, iterator=None):
+    """Schedules one step on a free worker; returns its `RemoteValue` (loss_sum, weight_sum,
+    count). ``iterator``: a per-worker iterator (default `worker_iterator`)."""
+    return self.coordinator.schedule(self._scheduled_step,
+                                     args=(iterator or self.worker_iterator(),))
+
+  def epoch_steps(self, epoch: int):
+    """Yields (mean loss, mean weight, global step) of each step of epoch ``epoch``.
+
+    With a ClusterCoordinator, the epoch's ``steps_per_epoch`` steps are all scheduled, then
+    joined (every scheduled step is applied, a failed worker's steps are run again elsewhere),
+    and their results are yielded afterwards, in the order they were scheduled.
+    """
+    if self.coordinator is None:
+      for batch in self.distributed_epoch(epoch):
+        loss, w = self.train_step(batch)
+        yield float(loss), float(w), int(self.step.numpy())
+      return
+    first = int(self.step.numpy())
+    results = [self.schedule_step() for _ in range(self.steps_per_epoch)]
+    self.coordinator.join()
+    for i, result in enumerate(results):
+      loss_sum, weight_sum, count = (float(x) for x in result.fetch())
+      yield (loss_sum / max(count, 1.0), weight_sum / max(count, 1.0), first + i + 1)
 
   # ---------------------------------------------------------------------------------- the loop
   def restore(self) -> bool:
@@ -298,11 +369,9 @@ class Trainer:
       bar = tf.keras.utils.Progbar(self.steps_per_epoch, verbose=1 if (cfg.progress and self.chief)
                                    else 0, stateful_metrics=["loss", "w"])
       start, losses, weights, n = time.time(), 0.0, 0.0, 0
-      for batch in self.distributed_epoch(e):
-        loss, w = self.train_step(batch)
-        loss, w = float(loss), float(w)
+      for loss, w, step in self.epoch_steps(e):
         if not np.isfinite(loss):
-          step, saved = int(self.step.numpy()), self._checkpoint_info()
+          saved = self._checkpoint_info()
           kept = ("no epoch had finished, nothing was saved" if saved is None else
                   f"the checkpoint of epoch {saved[0]} (step {saved[1]}) in {saved[2]} is kept")
           raise NonFiniteError(
@@ -310,7 +379,7 @@ class Trainer:
               f"training stopped; {kept}.", step=step, epoch=e + 1, checkpoint=saved)
         losses, weights, n = losses + loss, weights + w, n + 1
         bar.update(n, [("loss", loss), ("w", w)])
-        with self.writer.as_default(step=int(self.step.numpy())):
+        with self.writer.as_default(step=step):
           tf.summary.scalar("train/loss", loss)
           tf.summary.scalar("train/mean_weight", w)
       seconds = time.time() - start

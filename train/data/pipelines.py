@@ -51,7 +51,8 @@ def _flatten(sequences) -> tuple:
 
 def _index_stream(num_examples: int, *, seed: int, shuffle: bool, repeat: bool
                   ) -> tf.data.Dataset:
-  """Example indices 0..n-1, a fresh stateless permutation per epoch when shuffling."""
+  """Example indices 0..n-1, a fresh stateless permutation per epoch when shuffling (``seed``:
+  an int, or an int64 scalar tensor such as a parameter-server worker's own random seed)."""
   epochs = tf.data.Dataset.range(2**62 if repeat else 1)
   n = tf.constant(num_examples, tf.int64)
 
@@ -59,7 +60,8 @@ def _index_stream(num_examples: int, *, seed: int, shuffle: bool, repeat: bool
     idx = tf.range(n, dtype=tf.int64)
     if shuffle:
       idx = tf.random.experimental.stateless_shuffle(
-          idx, seed=tf.stack([tf.constant(seed, tf.int64), 2 * epoch]))
+          idx, seed=tf.stack([tf.cast(tf.convert_to_tensor(seed, dtype_hint=tf.int64), tf.int64),
+                              2 * epoch]))
     return tf.data.Dataset.from_tensor_slices(idx)
 
   return epochs.flat_map(one_epoch)
