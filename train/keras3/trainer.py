@@ -23,11 +23,15 @@ import time
 
 import numpy as np
 
-import keras
-from keras import ops
-
+# The application's data and metrics (the tf-keras stack: `import tfrs_logq` sets
+# TF_USE_LEGACY_KERAS) before keras: on the tensorflow backend, keras imported first would make
+# tf.keras Keras 3, which `import tfrs_logq` rejects.
 from train import data as data_lib
 from train import validation
+
+import keras  # noqa: E402
+from keras import ops  # noqa: E402
+
 from train.keras3 import checkpoints
 from train.keras3 import objective as objective_lib
 

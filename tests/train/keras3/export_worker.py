@@ -16,10 +16,12 @@ import numpy as np
 
 
 def main(export_dir, out_path):
-  import keras  # pylint: disable=g-import-not-at-top
-  import models.keras3  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  # The application's config and data (tf-keras stack) first: on the tensorflow backend, keras
+  # imported first would make tf.keras Keras 3, which `import tfrs_logq` rejects.
   from train.config import RunConfig  # pylint: disable=g-import-not-at-top
   from train import data as data_lib, validation  # pylint: disable=g-import-not-at-top
+  import keras  # pylint: disable=g-import-not-at-top
+  import models.keras3  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
 
   encoder = keras.saving.load_model(os.path.join(export_dir, "query_encoder.keras"))
   with open(os.path.join(export_dir, "metadata.json")) as f:
