@@ -3,7 +3,8 @@ cluster (2 workers, 2 ps on 127.0.0.1): one step's loss and gradients equal the 
 step on the same batch and weights; the count-min estimator's state after steps scheduled on
 both workers equals the single-process state over the same batches (every worker's positives
 count, in any order); a Trainer run trains, checkpoints, exports, and a second run resumes; the
-item and estimator tables are ShardedVariables with a shard on each ps."""
+item and estimator tables are ShardedVariables with a shard on each ps. The binary as a cluster
+of processes finishes after one of its workers is killed."""
 
 import json
 import re
@@ -184,3 +185,56 @@ def test_trainer_run_checkpoints_exports_and_resumes(tmp_path, tiny_data, ps_str
   assert [h["epoch"] for h in result["history"]] == [1, 2, 3]
   assert int(resumed.estimator.step.numpy()) == 12    # 8 restored + 4 new steps
   assert tf.train.latest_checkpoint(str(tmp_path / "run" / "ckpt")).endswith("ckpt-12")
+
+
+def test_binary_cluster_of_processes_survives_a_killed_worker(tmp_path):
+  """`python -m train --strategy=parameter_server` as 4 processes (chief, 2 workers, 1 ps, from
+  TF_CONFIG on 127.0.0.1); worker 1 is SIGKILLed after the first epoch's checkpoint: the
+  coordinator runs its steps on worker 0 and the chief finishes. At-least-once: a step in
+  flight on the killed worker may already have reached the ps before it is run again, so the
+  global step is >= the number of scheduled steps."""
+  import os  # pylint: disable=g-import-not-at-top
+  import signal  # pylint: disable=g-import-not-at-top
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+  ports = distribute._free_ports(4)  # pylint: disable=protected-access
+  cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "ps": [f"127.0.0.1:{ports[3]}"],
+             "worker": [f"127.0.0.1:{p}" for p in ports[1:3]]}
+  run = tmp_path / "run"
+  args = ["--strategy=parameter_server", "--dataset=synthetic", "--synthetic_users=80",
+          "--synthetic_items=40", "--synthetic_min_len=6", "--synthetic_max_len=14",
+          "--max_len=10", "--embedding_dim=8", "--num_blocks=1", "--num_negatives=16",
+          "--batch_size=8", "--steps_per_epoch=200", "--epochs=3", "--frequency=count_min",
+          "--progress=false", f"--ps_min_shard_bytes={MIN_SHARD_BYTES}", f"--model_dir={run}"]
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+  def start(task, index):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="",
+               TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": task,
+                                                                  "index": index}}))
+    return subprocess.Popen([sys.executable, "-m", "train", *args], cwd=root, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+  servers = [start("ps", 0), start("worker", 0), start("worker", 1)]
+  chief = start("chief", 0)
+  try:
+    deadline = time.time() + 150
+    while not (run / "ckpt" / "checkpoint").exists():
+      assert chief.poll() is None, chief.communicate()[1][-3000:]
+      assert time.time() < deadline, "no checkpoint within 150 s"
+      time.sleep(0.1)
+    assert chief.poll() is None, "the chief finished before a worker could be killed"
+    servers[2].send_signal(signal.SIGKILL)
+    out, err = chief.communicate(timeout=150)
+  finally:
+    for p in servers + [chief]:
+      if p.poll() is None:
+        p.kill()
+      p.wait(timeout=30)
+  assert servers[2].returncode == -signal.SIGKILL
+  assert chief.returncode == 0, err[-3000:]
+  assert "epoch 3 step" in out and "done: step" in err
+  metrics = json.loads((run / "metrics.json").read_text())
+  assert metrics["epochs_done"] == 3 and metrics["global_step"] >= 600
+  assert all(np.isfinite(h["loss"]) for h in metrics["history"])
