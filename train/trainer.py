@@ -37,9 +37,10 @@ model, optimizer and estimator variables live on the ps tasks (large tables part
 on per-worker datasets (`worker_dataset`: each worker shuffles the data with its own seed) and
 joins them before validating and checkpointing from the chief. Steps update the variables
 asynchronously, so the exact-resume guarantee above does not hold: a rerun restores the last
-finished epoch (every step scheduled before it applied once), but the order of updates, the
-batches of each worker and therefore the resulting weights are not reproducible. A non-finite
-loss is found when the epoch's results are fetched, after the join (docs/distributed.md).
+finished epoch (every step scheduled before it applied; at least once after a worker failure),
+but the order of updates, the batches of each worker and therefore the resulting weights are not
+reproducible. A non-finite loss is found when the epoch's results are fetched, after the join
+(docs/distributed.md).
 
 Messages for the user (the resumed checkpoint, one line per epoch) go to ``report`` (default
 `logging.info`; `python -m train` prints them).
