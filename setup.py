@@ -5,7 +5,8 @@
                              #   the console scripts tfrs-logq-train, tfrs-logq-evaluate,
                              #   tfrs-logq-reproduce and their dependencies
     pip install -e ".[test]" # the application + pytest (what `make test` installs)
-    pip install ".[bench]"   # + PyTorch, for the paper-code yardstick of bench/train_speed.py
+    pip install ".[bench]"   # + PyTorch (the paper-code yardstick of bench/train_speed.py) and
+                             #   faiss-cpu (bench/serving_scale.py)
 
 setuptools cannot install packages per extra: the application packages are always copied, but
 they run only with the [app] dependencies (absl, ScaNN, TFDS, matplotlib); the library never
@@ -43,13 +44,19 @@ KERAS3_REQUIRES = [
     "keras-rs>=0.2.1",
     "jax[cpu]>=0.6.2",
 ]
+# FAISS, the other index of bench/serving_scale.py (ScaNN vs FAISS at 1e5..1e7 items); its test
+# runs the bench end to end, so the test extra installs it too. The library and the application
+# never import it.
+FAISS_REQUIRES = ["faiss-cpu==1.15.1"]
 # bench/train_speed.py's yardstick: a PyTorch re-implementation of the paper code's training step
-# (bench/paper_code_torch.py), timed beside ours in the same run. Never a test dependency.
-BENCH_REQUIRES = APP_REQUIRES + ["torch>=2.4"]
+# (bench/paper_code_torch.py), timed beside ours in the same run (never run by the suite), and
+# FAISS for bench/serving_scale.py.
+BENCH_REQUIRES = APP_REQUIRES + ["torch>=2.4"] + FAISS_REQUIRES
 # The suite runs the Keras 3 parity tests on the TensorFlow, JAX and PyTorch backends (torch
 # pinned to the CPU build 2.13.0, the one tested; `make test` installs it).
 # scipy: the oracle of eval/paired_stats.py's Student t (tests only; the application never imports it).
-TEST_REQUIRES = APP_REQUIRES + KERAS3_REQUIRES + ["pytest>=7", "scipy>=1.10", "torch==2.13.0"]
+TEST_REQUIRES = (APP_REQUIRES + KERAS3_REQUIRES + ["pytest>=7", "scipy>=1.10", "torch==2.13.0"]
+                 + FAISS_REQUIRES)
 
 setuptools.setup(
     name="tfrs-logq",

@@ -18,8 +18,9 @@ import sysconfig
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DIST = "tfrs-logq"
 APPLICATION = ("models", "train", "eval", "bench")
-# Optional yardstick of bench/train_speed.py (`pip install torch`), not a requirement.
-OPTIONAL_IMPORTS = {"torch", "paper_code_torch"}
+# Optional yardstick of bench/train_speed.py (`pip install torch`) and the other index of
+# bench/serving_scale.py (faiss-cpu, the bench extra), not requirements of the application.
+OPTIONAL_IMPORTS = {"torch", "paper_code_torch", "faiss"}
 
 
 def _canon(name: str) -> str:
@@ -83,12 +84,13 @@ def test_app_extra_provides_what_the_application_imports():
     missing = _distributions(modules) - reqs[""] - reqs["app"]
     assert not missing, f"{package} imports {missing}, in no requirement of .[app]"
   # The suite = the application + the Keras 3 path's parity tests (JAX and PyTorch backends) +
-  # pytest + scipy (an oracle only).
+  # pytest + scipy (an oracle only) + faiss-cpu (tests/bench/test_serving_scale.py runs the
+  # ScaNN-vs-FAISS bench end to end).
   assert reqs["keras3"] == {"keras", "keras-rs", "jax"}
-  assert reqs["app"] | reqs["keras3"] | {"pytest", "scipy", "torch"} == reqs["test"]
-  # The speed bench's PyTorch yardstick is its own extra (the suite installs torch for the
-  # Keras 3 backend, and never runs the yardstick).
-  assert reqs["bench"] == reqs["app"] | {"torch"}
+  assert reqs["app"] | reqs["keras3"] | {"pytest", "scipy", "torch", "faiss-cpu"} == reqs["test"]
+  # The speed bench's PyTorch yardstick and serving_scale's FAISS are the bench extra (the suite
+  # installs torch for the Keras 3 backend, and never runs the yardstick).
+  assert reqs["bench"] == reqs["app"] | {"torch", "faiss-cpu"}
 
 
 def test_console_scripts_point_at_the_binaries():
