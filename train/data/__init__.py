@@ -16,7 +16,7 @@ uses each query's input (`EvalSplit.inputs`, alias `EvalSplit.rated`). Malformed
 
 Modules: records (containers, fingerprint), readers (parsers), splits (k-core, leave-one-out,
 temporal), gsasrec, movielens, tfds, synthetic (readers), datasets (`load`), config
-(`DataConfig`), padding, pipelines.
+(`DataConfig`), padding, pipelines, seeds (`epoch_seed`: the seed of an epoch's stream).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from train.data.records import SequenceData
 from train.data.records import count_items
 from train.data.records import fingerprint
 from train.data.records import summary
+from train.data.seeds import epoch_seed
 from train.data.splits import build_sequence_data
 from train.data.splits import k_core_mask
 from train.data.synthetic import SyntheticCatalog
@@ -50,7 +51,7 @@ from train.data.synthetic import load_synthetic
 __all__ = [
     "DATASETS", "DataConfig", "DataFormatError", "EvalSplit", "SPLITS", "SequenceData",
     "SyntheticCatalog", "SyntheticConfig", "build_sequence_data", "count_items",
-    "default_data_root", "eval_arrays", "eval_dataset", "fingerprint", "fit_length",
+    "default_data_root", "epoch_seed", "eval_arrays", "eval_dataset", "fingerprint", "fit_length",
     "k_core_mask", "left_pad", "load", "load_gsasrec", "load_movielens_raw", "load_synthetic",
     "rated_mask", "sasrec_train_dataset", "summary", "synthetic_catalog",
     "two_tower_train_dataset",

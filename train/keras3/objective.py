@@ -17,9 +17,18 @@ step, before it, with the step's non-padding positives (`update_estimator`), as 
 objective updates it at the start of its step: the Keras 3 estimators' ``update`` counts every id
 it is given, and a static-shape step could not leave the padding out.
 
-Mixed negatives follow the tf-keras binary's split (k_b = k // 2 in-batch, k - k // 2 uniform)
-with one difference: the Keras 3 path has no ``k_b`` subsample, so the in-batch block is the
-whole deduplicated pool of the batch's non-padding positions (n_b = U distinct ids).
+Negatives follow the tf-keras binary's settings (`train.objective.build_sampler`) exactly: the
+same RunConfig fields give the same blocks, shapes and log Q. With k = num_negatives,
+``negatives_split(cfg)`` = (k_b, k_u): in_batch (k, 0), mixed (k // 2, k - k // 2), uniform
+(0, k). The in-batch block is the deduplicated pool of the batch's non-padding positions
+subsampled to at most k_b distinct ids (the tf-keras ``InBatchNegatives(num_negatives=k_b)``
+rule: ``MixedNegatives(num_in_batch=k_b)`` / ``in_batch_negatives(num_negatives=k_b)``), k_b
+slots when k_b < B L (the tf-keras static-shape pool), n_b = min(U, k_b) of them valid; the k_u
+uniform ones are laid out per --uniform_negatives; log Q follows --log_q_convention. So an
+ML-1M step (B L = 25,600 positions, k = 256) scores [B L, 128 + 128] negatives, as the tf-keras
+binary's static-shape step. The subsample's keys come from a ``keras.random.SeedGenerator``
+seeded from --seed (``tfrs_logq.keras3.negatives.mixed.in_batch_seed``), the tf-keras binary's
+from the step's stateless seed: the same rule, other random draws.
 """
 
 from __future__ import annotations
@@ -31,10 +40,12 @@ from keras import ops
 
 import tfrs_logq.keras3 as tlk
 from tfrs_logq.keras3 import negatives as neg_lib
+from tfrs_logq.keras3.negatives import mixed as mixed_lib
 
 from models.keras3 import SASRec
 
-__all__ = ["RetrievalModel", "build_encoder", "build_estimator", "update_estimator"]
+__all__ = ["RetrievalModel", "build_encoder", "build_estimator", "negatives_split",
+           "update_estimator"]
 
 
 def build_encoder(cfg, num_items: int) -> SASRec:
@@ -65,6 +76,17 @@ def build_estimator(cfg, data):
       num_items=n, name="frequency")
 
 
+def negatives_split(cfg):
+  """(k_b, k_u): the in-batch and uniform negatives of --negatives / --num_negatives, the
+  tf-keras binary's (`train.objective.build_sampler`): in_batch (k, 0), mixed (k // 2,
+  k - k // 2), uniform (0, k)."""
+  k = cfg.num_negatives
+  if cfg.negatives == "uniform":
+    return 0, k
+  k_b = k if cfg.negatives == "in_batch" else k // 2
+  return k_b, k - k_b
+
+
 def update_estimator(cfg, estimator, batch) -> None:
   """Counts the step's non-padding positives (streaming estimators only; outside the step)."""
   if cfg.frequency == "exact":
@@ -87,17 +109,21 @@ class RetrievalModel(keras.Model):
   def __init__(self, cfg, encoder: SASRec, estimator, **kwargs):
     super().__init__(**kwargs)
     self.cfg, self.encoder, self.estimator = cfg, encoder, estimator
-    num_items, k = encoder.num_items, cfg.num_negatives
+    num_items = encoder.num_items
     catalog = (1, num_items + 1)
-    self.uniform = self.mixed = None
+    self.num_in_batch, num_uniform = negatives_split(cfg)
+    self.uniform = self.mixed = self.in_batch_seed_generator = None
     if cfg.negatives == "uniform":
-      self.uniform = neg_lib.UniformNegatives(k, id_range=catalog, seed=cfg.seed,
+      self.uniform = neg_lib.UniformNegatives(num_uniform, id_range=catalog, seed=cfg.seed,
                                               per=cfg.uniform_negatives, name="uniform")
     elif cfg.negatives == "mixed":
-      self.mixed = neg_lib.MixedNegatives(k - k // 2, id_range=catalog,
+      self.mixed = neg_lib.MixedNegatives(num_uniform, id_range=catalog,
                                           convention=cfg.log_q_convention, seed=cfg.seed,
                                           per=cfg.uniform_negatives, cross_replica=False,
-                                          name="mixed")
+                                          num_in_batch=self.num_in_batch, name="mixed")
+    else:   # in_batch: the k_b subsample's keys, as MixedNegatives draws them
+      self.in_batch_seed_generator = keras.random.SeedGenerator(
+          mixed_lib.in_batch_seed(cfg.seed), name="in_batch_seed")
     self.loss_layer = tlk.SampledSoftmaxLoss(cfg.logq, cfg.q_prime, ratio_floor=cfg.ratio_floor,
                                              name="sampled_softmax")
 
@@ -115,7 +141,8 @@ class RetrievalModel(keras.Model):
                                positive_log_q=self.uniform.log_q(pos))
     return neg_lib.in_batch_negatives(pos, positive_embeddings, self.estimator.log_q(pos),
                                       valid, convention=cfg.log_q_convention,
-                                      cross_replica=False)
+                                      cross_replica=False, num_negatives=self.num_in_batch,
+                                      seed=self.in_batch_seed_generator)
 
   def call(self, batch, training=False):
     """(per-position loss float [B L], valid bool [B L]) of a {"inputs", "targets"} batch:

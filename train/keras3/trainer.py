@@ -1,9 +1,10 @@
 """The training loop of `python -m train.keras3`: the protocol of `train.trainer` on Keras 3.
 
 Per epoch e (0-based): the global batches of `train.data.sasrec_train_dataset` seeded with
-seed * 1_000_003 + e (the tf-keras trainer's stream), ``steps_per_epoch`` of them; each step
-updates a streaming frequency estimator with the batch's positives, then runs the compiled
-Keras step (``train_on_batch``: objective, gradients, Adam). After the epoch: exact validation
+`train.data.epoch_seed`(seed, e) = seed * 1_000_003 + e (the tf-keras trainer's stream),
+``steps_per_epoch`` of them; each step updates a streaming frequency estimator with the batch's
+positives, then runs the compiled Keras step (``train_on_batch``: objective, gradients, Adam).
+After the epoch: exact validation
 Recall/NDCG@10,20 (`train.validation.evaluate_queries`, the tf-keras binary's metrics), the best
 model by NDCG@10 kept in ``model_dir/best``, early stopping after ``early_stopping_patience``
 epochs without improvement, and a checkpoint of everything that changes
@@ -110,7 +111,8 @@ class Trainer:
     """The numpy batches of one epoch (the tf-keras trainer's stream for (seed, epoch))."""
     cfg = self.cfg
     ds = data_lib.sasrec_train_dataset(self.data, batch_size=cfg.batch_size,
-                                       max_len=cfg.max_len, seed=cfg.seed * 1_000_003 + epoch)
+                                       max_len=cfg.max_len,
+                                       seed=data_lib.epoch_seed(cfg.seed, epoch))
     for batch in ds.take(self.steps_per_epoch).as_numpy_iterator():
       yield {k: v.astype(np.int32) for k, v in batch.items()}
 

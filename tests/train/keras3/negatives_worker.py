@@ -1,0 +1,54 @@
+"""The Keras 3 objective's negatives for fixed batches, in a fresh Keras 3 process.
+
+    KERAS_BACKEND=jax python negatives_worker.py CASES.json BATCHES.npz OUT.npz
+
+Spawned by test_negatives.py (no TF_USE_LEGACY_KERAS). For each case (RunConfig settings, a
+batch name, the catalog's item counts) it builds `train.keras3.objective.RetrievalModel` as the
+binary does and writes ``RetrievalModel.negatives`` of the batch's B L positions: ids, log Q,
+valid (empty when None), positive log Q, the embeddings' shape, and the queries' positives /
+rows / valid.
+"""
+
+import json
+import sys
+import types
+
+import numpy as np
+
+
+def main(cases_path, batches_path, out_path):
+  # The application's config (tf-keras stack) first, then keras (test_binary's export_worker).
+  from train.config import RunConfig  # pylint: disable=g-import-not-at-top
+  import keras  # pylint: disable=g-import-not-at-top
+  from keras import ops  # pylint: disable=g-import-not-at-top
+  from train.keras3 import objective  # pylint: disable=g-import-not-at-top
+
+  with open(cases_path) as f:
+    cases = json.load(f)
+  batches = np.load(batches_path)
+  out = {"backend": np.array(keras.backend.backend())}
+  for name, case in cases.items():
+    cfg = RunConfig.create(**case["settings"])
+    counts = np.asarray(case["counts"], np.float64)
+    data = types.SimpleNamespace(num_items=len(counts) - 1, item_counts=counts)
+    encoder = objective.build_encoder(cfg, data.num_items)
+    estimator = objective.build_estimator(cfg, data)
+    model = objective.RetrievalModel(cfg, encoder, estimator, name="retrieval")
+    batch = {k: batches[f"{case['batch']}_{k}"].astype(np.int32) for k in ("inputs", "targets")}
+    tq = encoder.training_queries(batch, training=False)
+    negatives = model.negatives(tq, encoder.item_embeddings(tq.positive_ids))
+    numpy = lambda x: np.asarray(ops.convert_to_numpy(x))  # noqa: E731
+    out.update({
+        f"{name}/ids": numpy(negatives.ids), f"{name}/log_q": numpy(negatives.log_q),
+        f"{name}/valid": (np.zeros((0,), bool) if negatives.valid is None
+                          else numpy(negatives.valid)),
+        f"{name}/positive_log_q": numpy(negatives.positive_log_q),
+        f"{name}/embeddings_shape": np.array(tuple(negatives.embeddings.shape)),
+        f"{name}/positive_ids": numpy(tq.positive_ids), f"{name}/rows": numpy(tq.sequence_ids),
+        f"{name}/query_valid": numpy(tq.valid),
+        f"{name}/split": np.array(objective.negatives_split(cfg))})
+  np.savez(out_path, **out)
+
+
+if __name__ == "__main__":
+  main(*sys.argv[1:])
