@@ -50,8 +50,8 @@ KERAS3_REQUIRES = [
 FAISS_REQUIRES = ["faiss-cpu==1.15.1"]
 # bench/train_speed.py's yardstick: a PyTorch re-implementation of the paper code's training step
 # (bench/paper_code_torch.py), timed beside ours in the same run (never run by the suite), and
-# FAISS for bench/serving_scale.py.
-BENCH_REQUIRES = APP_REQUIRES + ["torch>=2.4"] + FAISS_REQUIRES
+# FAISS for bench/serving_scale.py; Keras 3 and JAX for the Keras 3 sides of bench/sasrec_step.
+BENCH_REQUIRES = APP_REQUIRES + KERAS3_REQUIRES + ["torch>=2.4"] + FAISS_REQUIRES
 # The suite runs the Keras 3 parity tests on the TensorFlow, JAX and PyTorch backends (torch
 # pinned to the CPU build 2.13.0, the one tested; `make test` installs it).
 # scipy: the oracle of eval/paired_stats.py's Student t (tests only; the application never imports it).
@@ -67,7 +67,7 @@ setuptools.setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10,<3.13",
     packages=setuptools.find_packages(
-        include=["tfrs_logq", "tfrs_logq.*", "models", "train", "train.*", "eval", "bench",
+        include=["tfrs_logq", "tfrs_logq.*", "models", "models.*", "train", "train.*", "eval", "bench",
                  "bench.*"]),
     install_requires=LIBRARY_REQUIRES,
     extras_require={
