@@ -5,6 +5,7 @@ r"""Seconds per SASRec training step, ours against the paper's PyTorch code in t
     python bench/train_speed.py --configs=paper,batch+xla,sequence+xla,query+xla
     python bench/train_speed.py --no_yardstick  # ours only (no PyTorch needed)
     python bench/train_speed.py --profile       # where the time of our step goes (no PyTorch)
+    python bench/train_speed.py --configs=paper,paper+jax,paper+keras3_tf   # + Keras 3 steps
 
 Workload (the paper's ML-1M setup): batch B = 128 windows of length L = 200 from the training
 pipeline (`train.data.sasrec_train_dataset`, the same batches for every side), d = 128, 2 blocks,
@@ -32,8 +33,22 @@ Sides. Each runs in its own subprocess, all set up (and warmed up: tracing, XLA)
   would cost if they were free), ``xla_loss`` / ``xla_objective`` (experiments, measured not to
   pay on CPU: the sampled loss alone, or the negatives' sampling, scoring and the loss together,
   compiled as one XLA program on rows zero-padded to a multiple of 3,200, i.e. <= 8 shapes). ``paper`` = ``query+reference+xla`` (the
-  paper-code configuration), ``fastest`` = ``batch+xla``. The paper-code side runs with glibc's
+  paper-code configuration), ``fastest`` = ``batch+xla``, ``defaults`` = ``sequence+reference``
+  (the binaries' default run settings). The paper-code side runs with glibc's
   defaults, as it does when run (``--yardstick_allocator=retain`` gives it ours).
+* Keras 3, a configuration with the token ``jax`` or ``keras3_tf`` (e.g. ``paper+jax``,
+  ``defaults+keras3_tf``): `python -m train.keras3`'s step (the Keras 3 SASRec, the binary's
+  mixed negatives: 128 in-batch (k_b subsample) + 128 uniform laid out per the uniform token,
+  the same log Q and loss, Adam; `bench/sasrec_step/keras3_side.py`) in a worker whose
+  KERAS_BACKEND is set before keras is imported. ``jax``: one ``jax.jit`` train step with the
+  state's buffers donated (``stateless_call`` + ``value_and_grad`` + the optimizer's
+  ``stateless_apply``: Keras's own JAX train step without ``train_on_batch`` around it); the
+  ``xla`` token changes nothing (always compiled). ``keras3_tf``: ``Trainer.train_step``
+  (``train_on_batch``) on the TensorFlow backend, ``xla`` = ``jit_compile`` (the whole step as
+  one XLA program, as the binary's --jit_compile), else a tf.function graph. Keras 3 takes the
+  uniform, ``reference``, ``xla``, ``blocks<k>`` and ``malloc_*`` tokens (exact Q(d) counts; the
+  step always runs on the padded B x L grid with static shapes). The summary adds, for each
+  Keras 3 configuration whose tf-keras twin ran too, tf-keras's time over Keras 3's.
 
 Timing: ``--rounds`` rounds; in each, every side runs ``--steps`` steps in a rotated order while
 the others wait, so drift from other jobs on a shared machine hits every side alike. Reported: min
@@ -57,7 +72,8 @@ Element-wise work (LayerNorm, softmax, dropout, the loss, Adam) is not counted, 
 implementation chooses (e.g. per-query negatives scored as an [A, |I|] matmul plus a gather).
 "GFLOP/s" is that count over the median step time, "% peak" against the fp32 matmul peak
 measured in the same run, in the side's own framework (a 2048 x 2048 matmul, best of 5, at the
-start and end of the run; the higher is kept).
+start and end of the run; the higher is kept): TensorFlow for tf-keras and Keras 3 on TF, a
+jitted JAX matmul for Keras 3 on JAX, PyTorch for the paper code.
 
 Memory: peak resident set size (VmHWM) of each side's process during the timed steps (the peak
 is reset after the warm-up), the same above the process's footprint right after importing its
@@ -129,6 +145,9 @@ def main(argv=None):
   parser.add_argument("--yardstick_allocator", default="default", choices=("default", "retain"),
                       help="the paper code's malloc: default (as it runs) or retain (ours; "
                       "train/host_memory.py)")
+  parser.add_argument("--check_keras3_step", action="store_true",
+                      help="jax sides: also run Keras's train_on_batch once from the same state "
+                      "and print both losses (the jitted stateless step must give the same)")
   parser.add_argument("--out", default="bench/out",
                       help="folder for train_speed.json (every side's times, ratios, GFLOP/s, RSS)")
   args = parser.parse_args(argv)
@@ -141,6 +160,9 @@ def main(argv=None):
   configs = [parse_config(c) for c in args.configs.split(",") if c]
   if not configs:
     raise ValueError("--configs is empty")
+  if args.profile and any(c.keras3 for c in configs):
+    raise ValueError("--profile times the pieces of the tf-keras step: drop the jax / keras3_tf "
+                     "configurations")
   inputs, targets, windows, data = load_batches(args)
   num_queries = float(np.mean([(t != 0).sum() for t in targets]))
   tmp = tempfile.mkdtemp(prefix="train_speed_")
@@ -149,7 +171,8 @@ def main(argv=None):
            item_counts=np.asarray(data.item_counts, np.float32), num_items=data.num_items)
   base = dict(batches=batches_path, data_path=args.data_path, batch_size=args.batch_size,
               max_len=args.max_len, dropout=args.dropout, logq=args.logq, buckets=args.buckets,
-              threads=args.threads, warmup=args.warmup, seed=args.seed)
+              threads=args.threads, warmup=args.warmup, seed=args.seed,
+              check_step=args.check_keras3_step)
   yardstick = not args.no_yardstick
   if yardstick:
     try:
@@ -180,16 +203,20 @@ def main(argv=None):
       sides[c.name] = Side(c.name, dict(base, side="ours", config=dataclasses.asdict(c)), tmp)
     for side in sides.values():
       side.info = side.receive()
+      if side.info.get("check"):
+        print(f"{side.name}: one step from the same state: {side.info['check']}", flush=True)
     if args.profile:
       _profile(sides, configs, args)
       return
-    ours_tf = sides[configs[0].name]
-    peaks = {"tensorflow": [], "torch": []}
+    # the matmul peak of each framework, measured in one side that runs it
+    peak_sides = {"torch": YARDSTICK} if yardstick else {}
+    for c in configs:
+      peak_sides.setdefault(c.peak_framework, c.name)
+    peaks = {"tensorflow": [], "jax": [], "torch": []}
 
     def measure_peaks():
-      peaks["tensorflow"].append(ours_tf.ask(cmd="peak", n=args.matmul_n)["gflops"])
-      if yardstick:
-        peaks["torch"].append(sides[YARDSTICK].ask(cmd="peak", n=args.matmul_n)["gflops"])
+      for framework, name in peak_sides.items():
+        peaks[framework].append(sides[name].ask(cmd="peak", n=args.matmul_n)["gflops"])
 
     measure_peaks()
     names = list(sides)

@@ -21,12 +21,12 @@ from bench.sasrec_step.configs import SideConfig
 from bench.sasrec_step.ours import compile_separately, our_trainer, remove_scoring_and_loss
 from bench.sasrec_step.profiler import Profiler
 
-__all__ = ["serve", "Side"]
+__all__ = ["serve", "Side", "matmul_peak_tf", "matmul_peak_torch"]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def _matmul_peak_tf(n: int, repeats: int = 5) -> float:
+def matmul_peak_tf(n: int, repeats: int = 5) -> float:
   """fp32 GFLOP/s of an n x n TensorFlow matmul, best of ``repeats`` after a warm-up."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   a = tf.random.stateless_normal([n, n], seed=[1, 2])
@@ -34,7 +34,7 @@ def _matmul_peak_tf(n: int, repeats: int = 5) -> float:
   return 2 * n ** 3 / time_calls(lambda: tf.matmul(a, b).numpy(), repeats)[0] / 1e9
 
 
-def _matmul_peak_torch(n: int, repeats: int = 5) -> float:
+def matmul_peak_torch(n: int, repeats: int = 5) -> float:
   """The same in PyTorch."""
   import torch  # pylint: disable=g-import-not-at-top
   a, b = torch.randn(n, n), torch.randn(n, n)
@@ -63,8 +63,22 @@ def serve(spec: dict) -> None:
         int(arrays["num_items"]), arrays["item_counts"], max_len=spec["max_len"],
         dropout=spec["dropout"], threads=threads, seed=spec["seed"])
     run = lambda i: step_fn(windows[i])
-    peak = _matmul_peak_torch
+    peak = matmul_peak_torch
     info = dict(threads=torch.get_num_threads(), framework=f"torch {torch.__version__}")
+  elif spec["config"]["framework"] != "tf_keras":   # a Keras 3 side (keras3_side)
+    from bench.sasrec_step import keras3_side  # pylint: disable=g-import-not-at-top
+    cfg = SideConfig(**spec["config"])
+    backend = keras3_side.select_backend(cfg, threads)   # before keras is imported
+    import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.get_logger().setLevel("ERROR")
+    import keras  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    if backend == "jax":
+      import jax  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    rss_import = memory.status_kib("VmRSS")
+    run, peak, info, trainer = keras3_side.setup(spec, cfg, inputs, targets)
+    info = dict(info, threads=threads)
   else:
     import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -83,7 +97,7 @@ def serve(spec: dict) -> None:
     def run(i):
       loss, w = trainer.train_step(batches[i])
       return float(loss), float(w)
-    peak = _matmul_peak_tf
+    peak = matmul_peak_tf
     info = dict(threads=threads, framework=f"tensorflow {tf.__version__}")
   num_batches = len(windows)
   cursor = [0]
@@ -113,6 +127,8 @@ def serve(spec: dict) -> None:
     elif cmd["cmd"] == "peak":
       reply(dict(gflops=peak(cmd["n"])))
     elif cmd["cmd"] == "profile":
+      if spec["side"] != "ours" or spec["config"]["framework"] != "tf_keras":
+        raise ValueError("--profile times the pieces of the tf-keras step only")
       if profiler is None:
         profiler = Profiler(trainer, batches)
       reply(profiler.round(cmd["n"]))

@@ -1,0 +1,156 @@
+"""The Keras 3 sides of the SASRec step benchmark (tokens ``jax`` / ``keras3_tf``,
+bench/train_speed.py's docstring): `python -m train.keras3`'s model, negatives, loss and Adam
+(`train.keras3.trainer.Trainer`) on the ML-1M batches, in a worker whose ``KERAS_BACKEND`` was
+set before keras was imported (`select_backend`).
+
+* JAX (`JaxTrainStep`): one ``jax.jit`` program per step with the state's buffers donated: the
+  model's ``stateless_call`` (forward; dropout and sampler seed states come back updated), the
+  objective's ``compute_loss``, ``jax.value_and_grad`` and the optimizer's ``stateless_apply``;
+  the state (trainable, non-trainable, optimizer values) stays on the device between steps, only
+  the loss comes back. This is Keras's own JAX train step without the trainer around it
+  (``train_on_batch``'s per-call data adapter and variable sync); `check_jax_step` shows that
+  both give the same loss from the same state.
+* TensorFlow: ``Trainer.train_step`` as the binary runs it (``train_on_batch``; ``jit_compile``
+  = the config's ``xla`` token: the whole step as one XLA program, else a tf.function graph).
+
+The frequency estimator is the exact one (counts are fixed: no update outside the step).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+
+from bench.common.timing import time_calls
+from bench.sasrec_step.configs import SideConfig
+
+__all__ = ["BACKEND_OF", "JaxTrainStep", "check_jax_step", "keras3_trainer", "matmul_peak_jax",
+           "select_backend", "setup"]
+
+BACKEND_OF = {"keras3_jax": "jax", "keras3_tensorflow": "tensorflow"}
+
+
+def select_backend(cfg: SideConfig, threads: int) -> str:
+  """Sets KERAS_BACKEND (before keras is imported); for JAX with ``threads`` < the CPUs, pins
+  the process to ``threads`` CPUs (XLA's CPU thread pool follows the affinity mask)."""
+  backend = BACKEND_OF[cfg.framework]
+  os.environ["KERAS_BACKEND"] = backend
+  if backend == "jax" and threads < len(os.sched_getaffinity(0)):
+    os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:threads])
+  return backend
+
+
+def keras3_trainer(spec: dict, cfg: SideConfig):
+  """A `train.keras3.trainer.Trainer` for one configuration (our_trainer's run settings)."""
+  # The application's data and config (tf-keras stack) before keras, as the binary imports them.
+  from train import data as data_lib  # pylint: disable=g-import-not-at-top
+  from train.config import RunConfig  # pylint: disable=g-import-not-at-top
+  from train.keras3 import settings  # pylint: disable=g-import-not-at-top
+  from train.keras3.trainer import Trainer  # pylint: disable=g-import-not-at-top
+  data = data_lib.load("ml1m", spec["data_path"])
+  run_config = RunConfig.create(
+      dataset="ml1m", data_path=spec["data_path"], model="sasrec", loss="sampled_softmax",
+      negatives="mixed", num_negatives=256, uniform_negatives=cfg.uniform, logq=spec["logq"],
+      sasrec_block=cfg.block, frequency=cfg.estimator, batch_size=spec["batch_size"],
+      max_len=spec["max_len"], jit_compile=cfg.xla,
+      **({"sasrec_attention_blocks": cfg.attention_blocks} if cfg.attention_blocks else {}),
+      dropout=spec["dropout"], seed=spec["seed"], steps_per_epoch=1,
+      model_dir=tempfile.mkdtemp(prefix="train_speed_k3_"), progress=False)
+  settings.check_supported(run_config)
+  return Trainer(run_config, data=data), data
+
+
+class JaxTrainStep:
+  """``step(batch) -> loss``: the jitted stateless train step of a Keras 3 model on JAX (module
+  docstring); `sync` writes the state back into the model's and optimizer's variables."""
+
+  def __init__(self, model):
+    import jax  # pylint: disable=g-import-not-at-top
+    self.model, self.optimizer = model, model.optimizer
+    copy = lambda variables: [jax.numpy.array(v.value, copy=True) for v in variables]  # noqa
+    # copies: the step donates (frees) its input state; the variables keep their own values
+    self.state = (copy(model.trainable_variables), copy(model.non_trainable_variables),
+                  copy(self.optimizer.variables))
+
+    def loss_and_updates(trainable, non_trainable, batch):
+      y_pred, non_trainable = model.stateless_call(trainable, non_trainable, batch, training=True)
+      return model.compute_loss(x=batch, y_pred=y_pred, training=True), non_trainable
+
+    grad_fn = jax.value_and_grad(loss_and_updates, has_aux=True)
+
+    def step(state, batch):
+      trainable, non_trainable, optimizer_values = state
+      (loss, non_trainable), grads = grad_fn(trainable, non_trainable, batch)
+      trainable, optimizer_values = self.optimizer.stateless_apply(optimizer_values, grads,
+                                                                   trainable)
+      return loss, (trainable, non_trainable, optimizer_values)
+
+    self._step = jax.jit(step, donate_argnums=0)
+
+  def __call__(self, batch) -> float:
+    loss, self.state = self._step(self.state, batch)
+    return float(loss)
+
+  def sync(self) -> None:
+    trainable, non_trainable, optimizer_values = self.state
+    for variables, values in ((self.model.trainable_variables, trainable),
+                              (self.model.non_trainable_variables, non_trainable),
+                              (self.optimizer.variables, optimizer_values)):
+      for v, value in zip(variables, values):
+        v.assign(value)
+
+
+def check_jax_step(trainer, batch) -> dict:
+  """The loss of one step from the trainer's current state by Keras's own train step
+  (``Trainer.train_step``: ``train_on_batch``) and by `JaxTrainStep`; the state is put back
+  first, so both start from the same weights, optimizer moments and seed states."""
+  variables = list(trainer.model.variables) + list(trainer.model.optimizer.variables)
+  saved = [np.array(v.value) for v in variables]
+  keras_loss = trainer.train_step(batch)
+  for v, value in zip(variables, saved):
+    v.assign(value)
+  trainer.step -= 1
+  return dict(keras_train_on_batch=keras_loss, stateless_jit=JaxTrainStep(trainer.model)(batch))
+
+
+def matmul_peak_jax(n: int, repeats: int = 5) -> float:
+  """fp32 GFLOP/s of a jitted n x n JAX matmul, best of ``repeats`` after a warm-up."""
+  import jax  # pylint: disable=g-import-not-at-top
+  a = jax.random.normal(jax.random.key(1), (n, n), "float32")
+  b = jax.random.normal(jax.random.key(2), (n, n), "float32")
+  matmul = jax.jit(lambda x, y: x @ y)
+  matmul(a, b).block_until_ready()
+  return 2 * n ** 3 / time_calls(lambda: matmul(a, b).block_until_ready(), repeats)[0] / 1e9
+
+
+def setup(spec: dict, cfg: SideConfig, inputs, targets):
+  """(run(i) -> (loss, nan), peak(n) -> GFLOP/s, info, check) of a Keras 3 side; keras must
+  not have been imported before `select_backend`."""
+  trainer, _ = keras3_trainer(spec, cfg)
+  import keras  # pylint: disable=g-import-not-at-top
+  backend = keras.backend.backend()
+  if backend != BACKEND_OF[cfg.framework]:
+    raise RuntimeError(f"keras runs on {backend}, the side needs {BACKEND_OF[cfg.framework]} "
+                       "(KERAS_BACKEND set after keras was imported?)")
+  numpy_batches = [dict(inputs=inputs[i].astype(np.int32), targets=targets[i].astype(np.int32))
+                   for i in range(len(inputs))]
+  check = None
+  if backend == "jax":
+    import jax  # pylint: disable=g-import-not-at-top
+    batches = [jax.device_put(b) for b in numpy_batches]
+    if spec.get("check_step"):
+      check = check_jax_step(trainer, batches[0])
+    step = JaxTrainStep(trainer.model)
+    run = lambda i: (step(batches[i]), float("nan"))  # noqa: E731
+    peak = matmul_peak_jax
+    framework = f"keras {keras.__version__} / jax {jax.__version__}"
+  else:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from bench.sasrec_step import worker  # pylint: disable=g-import-not-at-top
+    batches = [{k: tf.constant(v) for k, v in b.items()} for b in numpy_batches]
+    run = lambda i: (trainer.train_step(batches[i]), float("nan"))  # noqa: E731
+    peak = worker.matmul_peak_tf
+    framework = f"keras {keras.__version__} / tensorflow {tf.__version__}"
+  return run, peak, dict(framework=framework, check=check), trainer
