@@ -38,6 +38,8 @@ from tfrs_logq.negatives.midx import MIDXSampler as TfMIDXSampler  # noqa: E402
 
 
 def _load(name):
+  if str(HERE) not in sys.path:  # the worker modules import their siblings (backend_worker)
+    sys.path.insert(0, str(HERE))
   spec = importlib.util.spec_from_file_location(f"_keras3_{name}", HERE / f"{name}.py")
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
