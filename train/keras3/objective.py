@@ -3,8 +3,8 @@ objects (`tfrs_logq.keras3`) around the Keras 3 SASRec (`models.keras3`), as `tr
 composes the tf-keras ones.
 
     q, p, rows, valid  = sasrec.training_queries(batch)       all B L positions (static shapes)
-    negatives          = in_batch | uniform | mixed            (tfrs_logq.keras3.negatives)
-    scored             = score_negatives(q, p, E_out[p], negatives, temperature)
+    candidates         = in_batch | uniform | mixed            (tfrs_logq.keras3.negatives)
+    scored             = score(q, p, E_out[p], candidates)       (score_negatives, by block)
     out                = SampledSoftmaxLoss(logq, q_prime, ratio_floor)(**scored)
     loss               = sum_{valid} out.loss / #valid         (the mean over the real queries)
 
@@ -26,12 +26,17 @@ rule: ``MixedNegatives(num_in_batch=k_b)`` / ``in_batch_negatives(num_negatives=
 slots when k_b < B L (the tf-keras static-shape pool), n_b = min(U, k_b) of them valid; the k_u
 uniform ones are laid out per --uniform_negatives; log Q follows --log_q_convention. So an
 ML-1M step (B L = 25,600 positions, k = 256) scores [B L, 128 + 128] negatives, as the tf-keras
-binary's static-shape step. The subsample's keys come from a ``keras.random.SeedGenerator``
+binary's static-shape step. Scores are `score_negatives`'s, computed block by block (`score`):
+one matmul for the shared in-batch block and a shared uniform block, a batched matmul per
+sequence for per-sequence draws, an einsum for per-query ones; the [A, N, d] embeddings of the
+negatives are never formed (3.4 GB at ML-1M sizes). The subsample's keys come from a ``keras.random.SeedGenerator``
 seeded from --seed (``tfrs_logq.keras3.negatives.mixed.in_batch_seed``), the tf-keras binary's
 from the step's stateless seed: the same rule, other random draws.
 """
 
 from __future__ import annotations
+
+from typing import Any, NamedTuple, Tuple
 
 import numpy as np
 
@@ -39,13 +44,22 @@ import keras
 from keras import ops
 
 import tfrs_logq.keras3 as tlk
+from tfrs_logq.keras3 import accidental_hits
 from tfrs_logq.keras3 import negatives as neg_lib
 from tfrs_logq.keras3.negatives import mixed as mixed_lib
 
 from models.keras3 import SASRec
 
-__all__ = ["RetrievalModel", "build_encoder", "build_estimator", "negatives_split",
-           "update_estimator"]
+__all__ = ["Candidates", "RetrievalModel", "build_encoder", "build_estimator",
+           "negatives_split", "update_estimator"]
+
+
+class Candidates(NamedTuple):
+  """The negatives of a step: ``negatives`` (ids [N] or [A, N], log_q, valid, positive_log_q;
+  embeddings None) and ``blocks``, their embeddings block by block in slot order: (layout,
+  embeddings) with layout ``shared`` [n, d], ``sequence`` [B, n, d] or ``query`` [A, n, d]."""
+  negatives: neg_lib.Negatives
+  blocks: Tuple[Tuple[str, Any], ...]
 
 
 def build_encoder(cfg, num_items: int) -> SASRec:
@@ -127,31 +141,95 @@ class RetrievalModel(keras.Model):
     self.loss_layer = tlk.SampledSoftmaxLoss(cfg.logq, cfg.q_prime, ratio_floor=cfg.ratio_floor,
                                              name="sampled_softmax")
 
-  def negatives(self, tq, positive_embeddings):
-    """The `Negatives` of the step's queries (ids, embeddings, log Q, valid, log Q(p))."""
+  def candidates(self, tq, positive_embeddings, batch_size: int) -> Candidates:
+    """The step's negatives (ids, log Q, valid, log Q(p); no [A, N, d] embeddings) and the
+    embeddings of their blocks, for `score`."""
     cfg, embed = self.cfg, self.encoder.item_embeddings
     pos, valid, rows = tq.positive_ids, tq.valid, tq.sequence_ids
-    if self.mixed is not None:
-      return self.mixed(pos, positive_embeddings, candidate_embedder=embed,
-                        log_q_unigram=self.estimator.log_q, valid=valid, sequence_ids=rows)
+    if self.mixed is not None:   # MixedNegatives' composition, its blocks kept apart
+      m, ids = self.mixed, ops.cast(pos, "int32")
+      pool = neg_lib.in_batch_pool(ids, positive_embeddings, ops.zeros(ops.shape(ids)), valid,
+                                   cross_replica=False, num_negatives=m.num_in_batch,
+                                   seed=m.in_batch_seed_generator)
+      block = pool.negatives
+      log_q = lambda x: m.log_q(  # noqa: E731
+          ops.cast(self.estimator.log_q(x), "float32"), pool.num_kept, pool.num_draws,
+          pool.num_distinct)
+      uniform_ids = self._uniform_ids(m.uniform, rows, valid)
+      k_u = m.uniform.num_negatives
+      if m.uniform.shared:
+        all_ids = ops.concatenate([block.ids, uniform_ids])
+        slot_valid = ops.concatenate([block.valid, ops.ones((k_u,), "bool")])
+      else:
+        a, p = ids.shape[0], block.ids.shape[0]
+        all_ids = ops.concatenate([ops.broadcast_to(block.ids, (a, p)), uniform_ids], axis=1)
+        slot_valid = ops.concatenate([ops.broadcast_to(block.valid, (a, p)),
+                                      ops.ones((a, k_u), "bool")], axis=1)
+      negatives = neg_lib.Negatives(all_ids, None, log_q(all_ids), slot_valid, log_q(ids))
+      return Candidates(negatives, (("shared", block.embeddings),
+                                    self._uniform_block(m.uniform, uniform_ids, batch_size)))
     if self.uniform is not None:
-      ids = (self.uniform() if self.uniform.shared else
-             self.uniform(sequence_ids=rows, valid=valid))
-      return neg_lib.Negatives(ids, embed(ids), self.uniform.log_q(ids),
-                               positive_log_q=self.uniform.log_q(pos))
-    return neg_lib.in_batch_negatives(pos, positive_embeddings, self.estimator.log_q(pos),
-                                      valid, convention=cfg.log_q_convention,
-                                      cross_replica=False, num_negatives=self.num_in_batch,
-                                      seed=self.in_batch_seed_generator)
+      ids = self._uniform_ids(self.uniform, rows, valid)
+      negatives = neg_lib.Negatives(ids, None, self.uniform.log_q(ids),
+                                    positive_log_q=self.uniform.log_q(pos))
+      return Candidates(negatives, (self._uniform_block(self.uniform, ids, batch_size),))
+    negatives = neg_lib.in_batch_negatives(
+        pos, positive_embeddings, self.estimator.log_q(pos), valid,
+        convention=cfg.log_q_convention, cross_replica=False, num_negatives=self.num_in_batch,
+        seed=self.in_batch_seed_generator)
+    return Candidates(negatives._replace(embeddings=None),
+                      (("shared", negatives.embeddings),))
+
+  @staticmethod
+  def _uniform_ids(uniform, rows, valid):
+    return uniform() if uniform.shared else uniform(sequence_ids=rows, valid=valid)
+
+  def _uniform_block(self, uniform, ids, batch_size: int):
+    """(layout, embeddings) of a uniform block: shared [k, d]; per sequence [B, k, d] (the
+    rows of a sequence share their draws: those of its first row); per query [A, k, d]."""
+    embed = self.encoder.item_embeddings
+    if uniform.shared:
+      return "shared", embed(ids)
+    if uniform.per == "sequence":
+      per_row = ops.reshape(ids, (batch_size, -1, ids.shape[-1]))
+      return "sequence", embed(per_row[:, 0])
+    return "query", embed(ids)
+
+  def score(self, queries, positive_ids, positive_embeddings,
+            candidates: Candidates) -> neg_lib.ScoredCandidates:
+    """`tfrs_logq.keras3.negatives.score_negatives`'s result, block by block: a matmul for a
+    shared block, a batched matmul per sequence, an einsum for per-query draws; the [A, N, d]
+    negatives' embeddings are never formed (except per-query draws' own [A, k_u, d])."""
+    inv_t = 1.0 / float(self.cfg.temperature)
+    q = ops.convert_to_tensor(queries)
+    a, d = q.shape
+    parts = []
+    for layout, emb in candidates.blocks:
+      if layout == "shared":
+        parts.append(ops.matmul(q, ops.transpose(emb)))
+      elif layout == "sequence":
+        b = emb.shape[0]
+        per_seq = ops.einsum("bld,bnd->bln", ops.reshape(q, (b, a // b, d)), emb)
+        parts.append(ops.reshape(per_seq, (a, emb.shape[1])))
+      else:
+        parts.append(ops.einsum("ad,and->an", q, emb))
+    negative_scores = (parts[0] if len(parts) == 1 else ops.concatenate(parts, axis=1)) * inv_t
+    negatives = candidates.negatives
+    valid = ops.broadcast_to(accidental_hits.accidental_hit_mask(positive_ids, negatives.ids),
+                             ops.shape(negative_scores))
+    if negatives.valid is not None:
+      valid = ops.logical_and(valid, ops.cast(negatives.valid, "bool"))
+    return neg_lib.ScoredCandidates(ops.sum(q * positive_embeddings, axis=-1) * inv_t,
+                                    negative_scores, negatives.log_q, valid,
+                                    negatives.positive_log_q)
 
   def call(self, batch, training=False):
     """(per-position loss float [B L], valid bool [B L]) of a {"inputs", "targets"} batch:
     the forward pass that Keras's train step differentiates through `compute_loss`."""
     tq = self.encoder.training_queries(batch, training=training)
     pos_emb = self.encoder.item_embeddings(tq.positive_ids)
-    negatives = self.negatives(tq, pos_emb)
-    scored = neg_lib.score_negatives(tq.queries, tq.positive_ids, pos_emb, negatives,
-                                     temperature=self.cfg.temperature)
+    candidates = self.candidates(tq, pos_emb, batch_size=batch["targets"].shape[0])
+    scored = self.score(tq.queries, tq.positive_ids, pos_emb, candidates)
     return self.loss_layer(**scored.loss_kwargs()).loss, tq.valid
 
   def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):

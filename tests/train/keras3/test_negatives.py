@@ -1,6 +1,6 @@
 """The Keras 3 objective's negatives (`train.keras3.objective.RetrievalModel.negatives`) follow
 the tf-keras objective's settings (`train.objective.Objective(..., static_shapes=True).sampler`)
-for the same RunConfig: on a fixed batch, the same shapes (ids, log Q, valid slots, embeddings),
+for the same RunConfig: on a fixed batch, the same shapes (ids, log Q, valid slots, scores),
 the same split k_b / k_u (mixed: k // 2 in-batch + k - k // 2 uniform; in_batch: k_b = k), the
 same number of valid in-batch slots n_b = min(U, k_b) (U = distinct non-padding positives, the
 k_b subsample), each kept in-batch id a distinct positive of the batch (all of them, in the
@@ -10,6 +10,8 @@ pool (B, U, n_b) and --log_q_convention (unigram, mixture, expected_count). One 
 ML-1M-sized step (B = 128, L = 200, 256 negatives: [25,600, 128 + 128] negatives, as the
 tf-keras binary's static-shape step). The one difference: when k_b >= B L (nothing to drop) the
 tf-keras static pool pads the in-batch block to k_b masked slots, the Keras 3 one keeps B L.
+The Keras 3 objective scores block by block (`RetrievalModel.score`: no [A, N, d] embeddings);
+its scores and masks equal `score_negatives` on the embeddings formed in full.
 
 The Keras 3 side runs in a fresh process (`negatives_worker.py`; KERAS_BACKEND=jax for every
 case, tensorflow for the default one); this process builds the tf-keras side.
@@ -201,8 +203,19 @@ def _check_case(k3, name, case, batches):
   # log Q per slot (tf-keras's uniform sampler gives the constant -log |D| once per slot, [k])
   assert log_q.shape == ids.shape, name
   assert np.broadcast_shapes(widen(neg.log_q.shape), ids.shape) == ids.shape, name
+  # scores [A, N]: the tf-keras negatives' embeddings [(A,) N, d] against the A queries
   emb_shape = tuple(neg.embeddings.shape)
-  assert tuple(k3[f"{name}/embeddings_shape"]) == widen(emb_shape[:-1]) + emb_shape[-1:], name
+  assert k3[f"{name}/scores"].shape == (b * l, widen(emb_shape[:-1])[-1]), name
+  # block by block (no [A, N, d] tensor) = score_negatives on the embeddings formed in full
+  np.testing.assert_array_equal(k3[f"{name}/valid_mask"], k3[f"{name}/full_valid_mask"])
+  np.testing.assert_allclose(k3[f"{name}/scores"], k3[f"{name}/full_scores"], rtol=1e-5,
+                             atol=1e-5, err_msg=name)
+  assert float(k3[f"{name}/positive_scores_diff"]) < 1e-5
+  per = cfg.uniform_negatives if cfg.negatives != "in_batch" else "batch"
+  layout = {"batch": "shared", "sequence": "sequence", "query": "query"}[per]
+  expected_blocks = {"mixed": ["shared", layout], "uniform": [layout],
+                     "in_batch": ["shared"]}[cfg.negatives]
+  assert k3[f"{name}/blocks"].tolist() == expected_blocks, name
   if k_b < b * l:
     assert ids.shape == tuple(neg.ids.shape), name          # the same shapes exactly
   if neg.valid is None:
