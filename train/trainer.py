@@ -222,7 +222,7 @@ class Trainer:
   def epoch_dataset(self, epoch: int) -> tf.data.Dataset:
     """The global batches of one epoch: a fresh stream seeded with (seed, epoch)."""
     cfg = self.cfg
-    seed = cfg.seed * 1_000_003 + epoch
+    seed = data_lib.epoch_seed(cfg.seed, epoch)
     if cfg.model == "sasrec":
       ds = data_lib.sasrec_train_dataset(self.data, batch_size=cfg.batch_size,
                                          max_len=cfg.max_len, seed=seed)
