@@ -65,6 +65,7 @@ from models.sasrec import SASRec
 from models.two_tower import TwoTower
 from train import data as data_lib
 from train import distribute
+from train import estimator_spec
 from train import export as export_lib
 from train import host_memory
 from train import validation
@@ -115,22 +116,8 @@ def best_step(history, best_epoch: int):
 
 
 def build_estimator(cfg: RunConfig, data) -> frequency.FrequencyEstimator:
-  """Q(d) estimator: exact training-set counts, or a streaming hash array / count-min sketch
-  (its parameters are the --frequency_* / --hash_array_* / --count_min_* settings)."""
-  n = data.num_items + 1
-  if cfg.frequency == "exact":
-    return frequency.ExactCounts(n, counts=data.item_counts, min_count=cfg.frequency_min_count,
-                                 name="frequency")
-  buckets = cfg.frequency_buckets or max(1024, 4 * n)
-  if cfg.frequency == "hash_array":
-    return frequency.HashArrayEstimator(
-        num_buckets=buckets, num_hashes=cfg.hash_array_hashes, alpha=cfg.hash_array_alpha,
-        warmup=cfg.hash_array_warmup, pending_gap=cfg.hash_array_pending_gap, seed=cfg.seed,
-        num_items=n, name="frequency")
-  return frequency.CountMinSketch(
-      width=buckets, depth=cfg.count_min_depth, conservative=cfg.count_min_conservative,
-      half_life=cfg.count_min_half_life, min_count=cfg.frequency_min_count, seed=cfg.seed,
-      num_items=n, name="frequency")
+  """Q(d) estimator of --frequency and its settings (train/estimator_spec.py)."""
+  return estimator_spec.build(frequency, cfg, data)
 
 
 # Exit status of `python -m train` when the time budget paused the run (rerun to continue).

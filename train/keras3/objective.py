@@ -49,6 +49,7 @@ from tfrs_logq.keras3 import negatives as neg_lib
 from tfrs_logq.keras3.negatives import mixed as mixed_lib
 
 from models.keras3 import SASRec
+from train import estimator_spec
 
 __all__ = ["Candidates", "RetrievalModel", "build_encoder", "build_estimator",
            "negatives_split", "update_estimator"]
@@ -72,22 +73,8 @@ def build_encoder(cfg, num_items: int) -> SASRec:
 
 
 def build_estimator(cfg, data):
-  """Q(d) estimator of --frequency (`train.trainer.build_estimator`'s settings), Keras 3."""
-  n = data.num_items + 1
-  freq = tlk.frequency
-  if cfg.frequency == "exact":
-    return freq.ExactCounts(n, counts=np.asarray(data.item_counts),
-                            min_count=cfg.frequency_min_count, name="frequency")
-  buckets = cfg.frequency_buckets or max(1024, 4 * n)
-  if cfg.frequency == "hash_array":
-    return freq.HashArrayEstimator(
-        num_buckets=buckets, num_hashes=cfg.hash_array_hashes, alpha=cfg.hash_array_alpha,
-        warmup=cfg.hash_array_warmup, pending_gap=cfg.hash_array_pending_gap, seed=cfg.seed,
-        num_items=n, name="frequency")
-  return freq.CountMinSketch(
-      width=buckets, depth=cfg.count_min_depth, conservative=cfg.count_min_conservative,
-      half_life=cfg.count_min_half_life, min_count=cfg.frequency_min_count, seed=cfg.seed,
-      num_items=n, name="frequency")
+  """Q(d) estimator of --frequency and its settings (train/estimator_spec.py), Keras 3."""
+  return estimator_spec.build(tlk.frequency, cfg, data)
 
 
 def negatives_split(cfg):
