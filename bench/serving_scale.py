@@ -122,15 +122,25 @@ class Geometry:
   def num_chunks(self) -> int:
     return -(-self.num_items // CHUNK)
 
-  def items(self) -> Tuple[np.ndarray, np.ndarray]:
+  def items(self, path: Optional[str] = None) -> Tuple[np.ndarray, np.ndarray]:
     """The item table float32 [N + 1, d] (row 0 = padding zeros) and clusters int32 [N + 1]
-    (row 0 = -1)."""
-    table = np.zeros((self.num_items + 1, self.dim), np.float32)
+    (row 0 = -1). With ``path``, the table is written to that .npy file and returned memory-mapped
+    read-only (file-backed pages, which the kernel can reclaim, instead of anonymous memory)."""
+    if path is not None:
+      table = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32,
+                                        shape=(self.num_items + 1, self.dim))
+      table[0] = 0.0
+    else:
+      table = np.zeros((self.num_items + 1, self.dim), np.float32)
     cluster = np.full(self.num_items + 1, -1, np.int32)
     for c in range(self.num_chunks):
       x, cl = self.chunk(c)
       table[1 + c * CHUNK:1 + c * CHUNK + len(x)] = x
       cluster[1 + c * CHUNK:1 + c * CHUNK + len(x)] = cl
+    if path is not None:
+      table.flush()
+      del table
+      table = np.load(path, mmap_mode="r")
     return table, cluster
 
   def queries(self, table: np.ndarray, count: int, stream: int) -> np.ndarray:
@@ -301,6 +311,13 @@ def _log(msg: str):
   print(f"[serving_scale {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def _mmap_path(spec: dict) -> Optional[str]:
+  """Where a catalog of at least --mmap_from items is memory-mapped (None: in memory)."""
+  if spec["num_items"] < spec.get("mmap_from", float("inf")):
+    return None
+  return os.path.join(spec["work_dir"], f"catalog_{spec['num_items']}_{os.getpid()}.npy")
+
+
 def run_point(spec: dict) -> dict:
   """One catalog size: both indexes, sweep, chosen settings, interleaved timing."""
   from eval import index as index_lib  # pylint: disable=g-import-not-at-top
@@ -309,7 +326,7 @@ def run_point(spec: dict) -> dict:
   rss0 = _rss()
   geo = Geometry(n, spec["dim"], spec["seed"])
   start = time.perf_counter()
-  table, _ = geo.items()
+  table, _ = geo.items(_mmap_path(spec))
   tune_q = geo.queries(table, spec["tune_queries"], 0)
   eval_q = geo.queries(table, spec["eval_queries"], 1)
   out["generate_seconds"] = time.perf_counter() - start
@@ -394,6 +411,9 @@ def run_point(spec: dict) -> dict:
                      single_ms_median=1e3 * smed)
   out["peak_rss_kib"] = memory.status_kib("VmHWM")
   out["start_rss_kib"] = rss0
+  out["catalog_memory_mapped"] = _mmap_path(spec) is not None
+  if _mmap_path(spec):
+    os.remove(_mmap_path(spec))
   out["eval_queries"], out["single_queries"] = len(eval_q), len(single_q)
   if spec.get("save_ids"):
     np.savez(os.path.join(spec["out"], f"ids_{n}.npz"), exact=exact_eval,
@@ -437,7 +457,7 @@ def run_serving_build(spec: dict) -> dict:
   from eval import index as index_lib  # pylint: disable=g-import-not-at-top
   from eval import serving  # pylint: disable=g-import-not-at-top
   geo = Geometry(spec["num_items"], spec["dim"], spec["seed"])
-  table, cluster = geo.items()
+  table, cluster = geo.items(_mmap_path(spec))
   encoder = _encoder(geo, cluster)
   del cluster
   config = index_lib.IndexConfig(**spec["scann_options"])
@@ -459,6 +479,8 @@ def run_serving_build(spec: dict) -> dict:
   np.savez(os.path.join(spec["model_dir"], "..", "in_process.npz"), ids=ids,
            scores=res["scores"].numpy(), history=history.numpy())
   out["peak_rss_kib"] = memory.status_kib("VmHWM")
+  if _mmap_path(spec):
+    os.remove(_mmap_path(spec))
   return out
 
 
@@ -524,9 +546,14 @@ def _params(name, p):
 
 
 def write_report(result: dict, out: str) -> str:
-  lines = [f"# Serving at scale: ScaNN (eval.index) vs FAISS, and the serving SavedModel", "",
-           "```", result["command"], "```", "",
-           f"Machine: {result['machine']}. Run started {result['started']}, "
+  lines = ["# Serving at scale: ScaNN (eval.index) vs FAISS, and the serving SavedModel", "",
+           "```", result["command"], "```", ""]
+  prev = result.get("previous")
+  if prev:
+    lines += ["with the points marked (a) from an earlier run with the same settings "
+              f"(started {prev['started']}, {prev['total_seconds'] / 60:.1f} min):", "", "```",
+              prev["command"], "```", ""]
+  lines += [f"Machine: {result['machine']}. Run started {result['started']}, "
            f"total {result['total_seconds'] / 60:.1f} min. Dim {result['dim']}, k = "
            f"{result['k']}, target recall@{result['k']} = {result['target_recall']}; "
            f"{result['tune_queries']} tuning and {result['eval_queries']} evaluation queries; "
@@ -539,13 +566,14 @@ def write_report(result: dict, out: str) -> str:
   lines += report.markdown_header(cols)
   for p in result["points"]:
     n = p["num_items"]
+    label = _size(n) + (" (a)" if p.get("run") == "previous" else "")
     if "error" in p:
-      lines.append(report.markdown_row([_size(n), "both", p["error"]] + ["-"] * 7))
+      lines.append(report.markdown_row([label, "both", p["error"]] + ["-"] * 7))
       continue
     for name in ("scann", "faiss"):
       s = p[name]
       lines.append(report.markdown_row([
-          _size(n), name, _params(name, s["chosen"]["params"]),
+          label, name, _params(name, s["chosen"]["params"]),
           f"{s['recall']:.4f}" + ("" if s["chosen"]["meets_target"] else " (target not met)"),
           f"{s['batched_qps_best']:.0f} / {s['batched_qps_median']:.0f}",
           f"{s['single_qps_best']:.0f} / {s['single_qps_median']:.0f}",
@@ -682,6 +710,12 @@ def parse_args(argv):
                       '--scann_options (e.g. fewer leaves where the default build is too slow).')
   p.add_argument("--faiss_train_min", type=int, default=100_000,
                  help="FAISS training sample: max(39 nlist, this), capped at N.")
+  p.add_argument("--mmap_from", type=int, default=5_000_000,
+                 help="Catalogs of at least this many items are written to a .npy in --work_dir "
+                      "and memory-mapped (file-backed pages) instead of held in anonymous memory.")
+  p.add_argument("--previous", default=None,
+                 help="serving_scale.json of an earlier run whose points (other sizes) the "
+                      "report also lists, with that run's command.")
   p.add_argument("--no_serving", action="store_true", help="Skip the serving SavedModel part.")
   p.add_argument("--serving_batch", type=int, default=64)
   p.add_argument("--history_len", type=int, default=20)
@@ -717,6 +751,7 @@ def main(argv=None):
   os.makedirs(work, exist_ok=True)
   started, t0 = time.strftime("%Y-%m-%d %H:%M:%S"), time.perf_counter()
   base = {"dim": args.dim, "k": args.k, "seed": args.seed, "work_dir": work,
+          "mmap_from": args.mmap_from,
           "scann_options": json.loads(args.scann_options), "timeout_s": args.timeout_s}
   result = {"command": "python -m bench.serving_scale " + shlex.join(argv),
             "machine": args.machine, "started": started, "sizes": sizes,
@@ -770,6 +805,16 @@ def main(argv=None):
     if args.work_dir is None:
       shutil.rmtree(work, ignore_errors=True)
   result["total_seconds"] = time.perf_counter() - t0
+  if args.previous:  # an earlier run's points at other sizes, marked with its command
+    prev = json.loads(pathlib.Path(args.previous).read_text())
+    result["previous"] = {k: prev[k] for k in ("command", "started", "total_seconds")}
+    mine = {p["num_items"] for p in result["points"]}
+    result["points"] = sorted(
+        result["points"] + [dict(p, run="previous") for p in prev["points"]
+                            if p["num_items"] not in mine and "error" not in p],
+        key=lambda p: p["num_items"])
+    if "serving" in prev and "serving" not in result:
+      result["serving"] = dict(prev["serving"], run="previous")
   result["summary"] = summarize(result)
   report.write_json(args.out, "serving_scale.json", result)
   write_report(result, args.out)

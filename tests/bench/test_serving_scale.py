@@ -69,6 +69,7 @@ def test_bench_end_to_end(tmp_path, capsys):
   serving_scale.main([f"--sizes={n}", "--tune_queries=30", f"--eval_queries={num_eval}",
                       "--single_queries=3", "--rounds=2", "--fractions=0.02,0.1",
                       "--reorders=200", "--history_len=8", "--serving_batch=4", "--save_ids",
+                      "--mmap_from=20000",  # the memory-mapped catalog of the 1e7 run
                       "--machine=test box", f"--out={out}"])
   summary = capsys.readouterr().out.strip().splitlines()[-1]
   assert summary.startswith("summary: serving_scale") and "same ids True" in summary
@@ -77,6 +78,7 @@ def test_bench_end_to_end(tmp_path, capsys):
   assert "error" not in point, point
   assert point["scann"]["config"]["mode"] == "tree_ah"  # the project's default above 20k items
   assert point["faiss"]["factory"].endswith(",PQ32x4fs,RFlat")
+  assert point["catalog_memory_mapped"]
 
   # Reported recall = the definition applied to the saved ids; the saved exact ids = the full sort.
   saved = np.load(out / f"ids_{n}.npz")
