@@ -236,10 +236,11 @@ class Trainer:
     return self._train_step(batch)
 
   # ParameterServerStrategy: one scheduled step = one batch of one worker's stream.
-  def worker_dataset(self) -> tf.data.Dataset:
+  def worker_dataset(self, input_context=None) -> tf.data.Dataset:
     """One worker's endless stream of batches (of ``batch_size``), for
     ``coordinator.create_per_worker_dataset``: the same pipeline as `epoch_dataset`, shuffled
     with a seed the worker draws itself (workers read different permutations of the data)."""
+    del input_context  # every worker reads the whole pipeline (its own shuffle)
     cfg = self.cfg
     seed = tf.random.uniform([], 0, 2**62, dtype=tf.int64)  # unseeded op: differs per worker
     if cfg.model == "sasrec":
