@@ -1,5 +1,10 @@
 """The training loop behind `python -m train`: strategy, model, estimator, checkpoints.
 
+(~470 lines on purpose: one class, the epoch loop shared by every strategy — one device,
+mirrored, multi-worker, TPU and the parameter-server coordinator — with its checkpoint, resume
+and early-stopping state; the model, objective, step, data, validation and export it composes
+live in their own modules.)
+
 Exact resume. Everything that changes during training lives in one `tf.train.Checkpoint`
 (model, optimizer slots, frequency estimator, MIDX index, global step, epoch, best validation
 NDCG@10, epochs without improvement) saved at the end of every epoch. The data of epoch e is a
