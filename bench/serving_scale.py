@@ -1,5 +1,9 @@
 r"""Serving at 10^7 items: the project's ScaNN index against FAISS, and the serving SavedModel.
 
+(~460 lines: the workers of one bench and its command line; the catalog, the two indexes and the
+report are in bench/serving/. A third of the file is this docstring, the definitions of what it
+measures.)
+
     python -m bench.serving_scale --out DIR                      # 1e5, 1e6, 1e7 items
     python -m bench.serving_scale --quick --out DIR              # 1e4, 1e5 (a smoke run)
     python -m bench.serving_scale --sizes=1000000 --target_recall=0.99 --no_serving
