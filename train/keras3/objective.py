@@ -26,10 +26,10 @@ rule: ``MixedNegatives(num_in_batch=k_b)`` / ``in_batch_negatives(num_negatives=
 slots when k_b < B L (the tf-keras static-shape pool), n_b = min(U, k_b) of them valid; the k_u
 uniform ones are laid out per --uniform_negatives; log Q follows --log_q_convention. So an
 ML-1M step (B L = 25,600 positions, k = 256) scores [B L, 128 + 128] negatives, as the tf-keras
-binary's static-shape step. Scores are `score_negatives`'s, computed block by block (`score`):
-one matmul for the shared in-batch block and a shared uniform block, a batched matmul per
-sequence for per-sequence draws, an einsum for per-query ones; the [A, N, d] embeddings of the
-negatives are never formed (3.4 GB at ML-1M sizes). The subsample's keys come from a ``keras.random.SeedGenerator``
+binary's static-shape step. Scores are `score_negatives`'s, computed block by block by the
+library's `tfrs_logq.keras3.negatives.score_blocks` (a matmul per shared block, a batched matmul
+per sequence, an einsum for per-query draws); the [A, N, d] embeddings of the negatives are never
+formed (3.4 GB at ML-1M sizes). The subsample's keys come from a ``keras.random.SeedGenerator``
 seeded from --seed (``tfrs_logq.keras3.negatives.mixed.in_batch_seed``), the tf-keras binary's
 from the step's stateless seed: the same rule, other random draws.
 """
@@ -44,7 +44,6 @@ import keras
 from keras import ops
 
 import tfrs_logq.keras3 as tlk
-from tfrs_logq.keras3 import accidental_hits
 from tfrs_logq.keras3 import negatives as neg_lib
 from tfrs_logq.keras3.negatives import mixed as mixed_lib
 
@@ -131,7 +130,7 @@ class RetrievalModel(keras.Model):
   def candidates(self, tq, positive_embeddings, batch_size: int) -> Candidates:
     """The step's negatives (ids, log Q, valid, log Q(p); no [A, N, d] embeddings) and the
     embeddings of their blocks, for `score`."""
-    cfg, embed = self.cfg, self.encoder.item_embeddings
+    cfg = self.cfg
     pos, valid, rows = tq.positive_ids, tq.valid, tq.sequence_ids
     if self.mixed is not None:   # MixedNegatives' composition, its blocks kept apart
       m, ids = self.mixed, ops.cast(pos, "int32")
@@ -184,31 +183,11 @@ class RetrievalModel(keras.Model):
 
   def score(self, queries, positive_ids, positive_embeddings,
             candidates: Candidates) -> neg_lib.ScoredCandidates:
-    """`tfrs_logq.keras3.negatives.score_negatives`'s result, block by block: a matmul for a
-    shared block, a batched matmul per sequence, an einsum for per-query draws; the [A, N, d]
-    negatives' embeddings are never formed (except per-query draws' own [A, k_u, d])."""
-    inv_t = 1.0 / float(self.cfg.temperature)
-    q = ops.convert_to_tensor(queries)
-    a, d = q.shape
-    parts = []
-    for layout, emb in candidates.blocks:
-      if layout == "shared":
-        parts.append(ops.matmul(q, ops.transpose(emb)))
-      elif layout == "sequence":
-        b = emb.shape[0]
-        per_seq = ops.einsum("bld,bnd->bln", ops.reshape(q, (b, a // b, d)), emb)
-        parts.append(ops.reshape(per_seq, (a, emb.shape[1])))
-      else:
-        parts.append(ops.einsum("ad,and->an", q, emb))
-    negative_scores = (parts[0] if len(parts) == 1 else ops.concatenate(parts, axis=1)) * inv_t
-    negatives = candidates.negatives
-    valid = ops.broadcast_to(accidental_hits.accidental_hit_mask(positive_ids, negatives.ids),
-                             ops.shape(negative_scores))
-    if negatives.valid is not None:
-      valid = ops.logical_and(valid, ops.cast(negatives.valid, "bool"))
-    return neg_lib.ScoredCandidates(ops.sum(q * positive_embeddings, axis=-1) * inv_t,
-                                    negative_scores, negatives.log_q, valid,
-                                    negatives.positive_log_q)
+    """`tfrs_logq.keras3.negatives.score_blocks` of the step's blocks (the [A, N, d]
+    negatives' embeddings are never formed, except per-query draws' own [A, k_u, d])."""
+    return neg_lib.score_blocks(queries, positive_ids, positive_embeddings,
+                                candidates.negatives, candidates.blocks,
+                                temperature=self.cfg.temperature)
 
   def call(self, batch, training=False):
     """(per-position loss float [B L], valid bool [B L]) of a {"inputs", "targets"} batch:

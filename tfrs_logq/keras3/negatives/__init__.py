@@ -26,10 +26,10 @@ from tfrs_logq.keras3.negatives.cross_replica import all_gather_rows
 from tfrs_logq.keras3.negatives.in_batch import InBatchPool, in_batch_negatives, in_batch_pool
 from tfrs_logq.keras3.negatives.midx import MIDXRefreshCallback, MIDXSampler
 from tfrs_logq.keras3.negatives.mixed import MixedNegatives
-from tfrs_logq.keras3.negatives.scoring import ScoredCandidates, score_negatives
+from tfrs_logq.keras3.negatives.scoring import ScoredCandidates, score_blocks, score_negatives
 from tfrs_logq.keras3.negatives.uniform import UNIFORM_PER, UniformNegatives
 
 __all__ = ["Negatives", "CONVENTIONS", "first_occurrence_mask", "first_occurrence_segments",
            "in_batch_negatives", "in_batch_pool", "InBatchPool", "UniformNegatives",
-           "UNIFORM_PER", "MixedNegatives", "ScoredCandidates", "score_negatives",
+           "UNIFORM_PER", "MixedNegatives", "ScoredCandidates", "score_negatives", "score_blocks",
            "all_gather_rows", "MIDXSampler", "MIDXRefreshCallback"]

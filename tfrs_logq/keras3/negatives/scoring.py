@@ -5,7 +5,9 @@
     valid_mask[a, i]      = Negatives.valid[(a,) i] and d_i != p_a (accidental hits)
 
 The results are the arguments of ``tfrs_logq.keras3.losses.sampled_softmax_loss`` (one matmul for
-shared negatives [N, d], an einsum for per-query ones [A, N, d]).
+shared negatives [N, d], an einsum for per-query ones [A, N, d]). ``score_blocks`` gives the same
+result from the negatives' embeddings in blocks (shared [k, d], per sequence [B, k, d], per query
+[A, k, d]), so that the [A, N, d] embeddings of a step are never formed.
 """
 
 from typing import NamedTuple
@@ -16,7 +18,9 @@ from tfrs_logq.keras3 import _tensors
 from tfrs_logq.keras3 import accidental_hits
 from tfrs_logq.keras3.negatives.base import Negatives
 
-__all__ = ["ScoredCandidates", "score_negatives"]
+__all__ = ["ScoredCandidates", "score_negatives", "score_blocks", "BLOCK_LAYOUTS"]
+
+BLOCK_LAYOUTS = ("shared", "sequence", "query")
 
 
 class ScoredCandidates(NamedTuple):
@@ -76,3 +80,35 @@ def score_negatives(query_embeddings, positive_ids, positive_embeddings, negativ
   return ScoredCandidates(positive_scores, negative_scores,
                           _tensors.as_float32(negatives.log_q, "Negatives.log_q"), valid,
                           positive_log_q)
+
+
+def score_blocks(query_embeddings, positive_ids, positive_embeddings, negatives: Negatives,
+                 blocks, temperature: float = 1.0) -> ScoredCandidates:
+  """``score_negatives``'s result with the negatives' embeddings given block by block.
+
+  ``blocks``: ((layout, embeddings), ...) in the order of ``negatives.ids``' columns; layout
+  "shared" [k, d] (a matmul), "sequence" [B, k, d] (the A = B·L rows of sequence b share its
+  draws: a batched matmul), "query" [A, k, d] (an einsum). ``negatives.embeddings`` is ignored.
+  """
+  inv_t = 1.0 / float(temperature)
+  q = ops.convert_to_tensor(query_embeddings)
+  a, d = q.shape
+  parts = []
+  for layout, emb in blocks:
+    if layout == "shared":
+      parts.append(ops.matmul(q, ops.transpose(emb)))
+    elif layout == "sequence":
+      b = emb.shape[0]
+      per_seq = ops.einsum("bld,bnd->bln", ops.reshape(q, (b, a // b, d)), emb)
+      parts.append(ops.reshape(per_seq, (a, emb.shape[1])))
+    elif layout == "query":
+      parts.append(ops.einsum("ad,and->an", q, emb))
+    else:
+      raise ValueError(f"block layout must be one of {BLOCK_LAYOUTS}, got {layout!r}")
+  negative_scores = (parts[0] if len(parts) == 1 else ops.concatenate(parts, axis=1)) * inv_t
+  valid = ops.broadcast_to(accidental_hits.accidental_hit_mask(positive_ids, negatives.ids),
+                           ops.shape(negative_scores))
+  if negatives.valid is not None:
+    valid = ops.logical_and(valid, ops.cast(negatives.valid, "bool"))
+  return ScoredCandidates(ops.sum(q * positive_embeddings, axis=-1) * inv_t, negative_scores,
+                          negatives.log_q, valid, negatives.positive_log_q)
