@@ -353,3 +353,21 @@ def test_time_budget_pauses_the_invocation_and_a_rerun_continues(tmp_path):
   proc = subprocess.run([sys.executable, "-c", _TIME_BUDGET_SCENARIO, str(tmp_path)], cwd=ROOT,
                         capture_output=True, text=True, env=env, timeout=240)
   assert proc.returncode == 0 and "SCENARIO OK" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_lazy_adam_row_sets_the_table_optimizer_and_pairs_with_adam(tmp_path):
+  rows = "mixed_corrected,mixed_corrected_lazy_adam"
+  proc = _run(["--dry_run", f"--rows={rows}", "--seeds=0", "--settings=ml1m_loo",
+               f"--out={tmp_path}"])
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  train = [_config(l) for l in proc.stdout.splitlines() if " -m train " in l]
+  got = sorted((c.logq, c.log_q_convention, c.table_optimizer) for c in train)
+  assert got == [("corrected", "unigram", "adam"), ("corrected", "unigram", "lazy_adam")]
+  code = (f"import json; from bench import reproduce as r; print(json.dumps([[p[2] for p in "
+          f"r.paired_rows({rows.split(',')!r})], r.PAPER_ROWS]))")
+  proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), timeout=240)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  labels, paper_rows = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert labels == ["corrected: LazyAdam − Adam tables"]
+  assert "mixed_corrected_lazy_adam" not in paper_rows
