@@ -6,6 +6,8 @@ steps), gamma = 2^(-1/h) (gamma = 1 without decay), applied lazily to a cell fro
 its last write::
 
     shape:         depth = ceil(ln(1/delta)),  width = ceil(e/epsilon)
+    guarantees:    epsilon = e / width,  delta = exp(-depth)
+    cells:         flat cell of id x in row j = j width + h_j(x),  h_j = bucket(x, seed + j, width)
     read at t:     C~[j, b] = C[j, b] gamma^(t - last[j, b])
     standard:      C[j, b] <- C~[j, b] + sum_{x: h_j(x) = b} c_x
     conservative:  C[j, b] <- max(C~[j, b], max_{x: h_j(x) = b} est(x) + c_x)
@@ -23,7 +25,8 @@ import numbers
 
 import numpy as np
 
-__all__ = ["DEFAULT_EPSILON", "DEFAULT_DELTA", "sketch_shape", "check_sketch", "decay",
+__all__ = ["DEFAULT_EPSILON", "DEFAULT_DELTA", "sketch_shape", "guarantees", "cells",
+           "check_sketch", "decay",
            "decayed", "estimate", "standard_cells", "conservative_cells", "updated_total", "log_q"]
 
 DEFAULT_EPSILON = 1e-4
@@ -37,6 +40,18 @@ def sketch_shape(epsilon: float, delta: float):
   if not 0.0 < delta < 1.0:
     raise ValueError(f"delta must be in (0, 1), got {delta}")
   return max(1, math.ceil(math.log(1.0 / delta))), math.ceil(math.e / epsilon)
+
+
+def guarantees(width: int, depth: int):
+  """(epsilon, delta) = (e / width, exp(-depth)): the error bound and failure probability that a
+  sketch of this shape guarantees."""
+  return math.e / width, math.exp(-depth)
+
+
+def cells(ops, bucket, keys, seed: int, width: int, depth: int):
+  """Flat cells j width + h_j(key), shape [depth] + keys.shape; ``bucket(keys, seed, width)`` is
+  the front's hash of ids into [0, width) (``tfrs_logq.hashing`` / ``tfrs_logq.keras3`` twin)."""
+  return ops.stack([bucket(keys, seed + j, width) + j * width for j in range(depth)])
 
 
 def _integer(value, name: str, positive: bool) -> int:

@@ -31,7 +31,6 @@ Keras 3 twin ``tfrs_logq.keras3.frequency.CountMinSketch``; this module adds the
 hashing (SplitMix64, int or string ids), the grouping of a step's cells and ``tf.distribute``.
 """
 
-import math
 from typing import Optional
 
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
@@ -84,8 +83,7 @@ class CountMinSketch(base.FrequencyEstimator):
     width, depth, half_life, min_count, seed = count_min_core.check_sketch(
         epsilon, delta, width, depth, half_life, min_count, seed)
     self.width, self.depth = width, depth
-    self.epsilon = math.e / self.width       # the ε this width guarantees
-    self.delta = math.exp(-self.depth)       # the δ this depth guarantees
+    self.epsilon, self.delta = count_min_core.guarantees(width, depth)
     self.conservative = bool(conservative)
     self.half_life = half_life
     self.min_count = min_count
@@ -104,8 +102,7 @@ class CountMinSketch(base.FrequencyEstimator):
 
   def _cells(self, keys):
     """Flat cells j·width + h_j(key), shape [depth] + keys.shape."""
-    return tf.stack([hashing.bucket(keys, self.seed + j, self.width) + j * self.width
-                     for j in range(self.depth)])
+    return count_min_core.cells(_OPS, hashing.bucket, keys, self.seed, self.width, self.depth)
 
   def _read(self, cells, t):
     """Cell values decayed to step t."""

@@ -22,7 +22,6 @@ update has static shapes (jit-safe) and writes the same value to every copy of a
 variables. An empty batch (static size 0) is a no-op.
 """
 
-import math
 from typing import Optional
 
 import keras
@@ -63,8 +62,7 @@ class CountMinSketch(base.FrequencyEstimator):
     width, depth, half_life, min_count, seed = count_min_core.check_sketch(
         epsilon, delta, width, depth, half_life, min_count, seed)
     self.width, self.depth = width, depth
-    self.epsilon = math.e / width          # the epsilon this width guarantees
-    self.delta = math.exp(-depth)          # the delta this depth guarantees
+    self.epsilon, self.delta = count_min_core.guarantees(width, depth)
     self.conservative = bool(conservative)
     self.half_life = half_life
     self.min_count = min_count
@@ -84,8 +82,7 @@ class CountMinSketch(base.FrequencyEstimator):
 
   def _cells(self, keys):
     """Flat cells j * width + h_j(key), shape [depth] + keys.shape (int32)."""
-    return ops.stack([hashing.bucket(keys, self.seed + j, self.width) + j * self.width
-                      for j in range(self.depth)])
+    return count_min_core.cells(ops, hashing.bucket, keys, self.seed, self.width, self.depth)
 
   def _read(self, cells, t):
     """Cell values decayed to step t."""
