@@ -43,16 +43,23 @@ META_FILE = "export_meta.json"
 
 
 class QueryEncoder(tf.Module):
-  """history int64 [B, L] -> {"embedding": [B, d]} through ``model.serving_queries``."""
+  """history int64 [B, L] -> {"embedding": [B, d]} through ``model.serving_queries``.
+
+  Works for a tf-keras query model and for a Keras 3 one on the tensorflow backend (the Keras 3
+  binary's SASRec, `train.keras3.trainer.export`): the SavedModel tracks the model's variables,
+  not the model object (a Keras 3 model, tracked, would also trace its own default signature
+  with float inputs), and the traced function reads them through ``serving_queries``.
+  """
 
   def __init__(self, model, max_len: int):
     super().__init__(name="query_encoder")
-    self.model = model
+    self.model_variables = list(model.variables)
+    self._serving_queries = model.serving_queries   # a bound method: not tracked
     self.max_len = int(max_len)
 
   @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int64, name="history")])
   def serve(self, history):
-    embedding = self.model.serving_queries(data_lib.fit_length(history, self.max_len))
+    embedding = self._serving_queries(data_lib.fit_length(history, self.max_len))
     return {"embedding": tf.cast(embedding, tf.float32)}
 
 
@@ -87,7 +94,8 @@ def export(model, export_dir: str, *, config, data) -> dict:
   """Writes the layout of the module docstring; returns the metadata written.
 
   Args:
-    model: a query model (`models` interface: serving_queries, all_item_embeddings).
+    model: a query model (`models` interface: serving_queries, all_item_embeddings): tf-keras,
+      or Keras 3 on the tensorflow backend.
     export_dir: output folder.
     config: the run's `train.config.RunConfig`.
     data: the `train.data.SequenceData` it was trained on.

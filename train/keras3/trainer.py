@@ -206,7 +206,7 @@ class Trainer:
                   stopped_early=self.bad_epochs >= cfg.early_stopping_patience,
                   val=self.validate("val"), test=self.validate("test"), history=self.history)
     if cfg.export_dir:
-      result["export"] = export(self.encoder, cfg.export_dir, cfg, self.data)
+      result["export"] = export(self.encoder, cfg.export_dir, cfg, self.data, self.report)
     path = cfg.metrics_json or os.path.join(cfg.model_dir, "metrics.json")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
@@ -214,10 +214,17 @@ class Trainer:
     return result
 
 
-def export(encoder, export_dir: str, cfg, data) -> dict:
+def export(encoder, export_dir: str, cfg, data, report=None) -> dict:
   """Saves the query encoder as ``export_dir/query_encoder.keras`` (the Keras 3 SASRec:
   ``serving_queries`` / ``query_embeddings`` give the queries, ``all_item_embeddings`` the item
-  table) and ``export_dir/metadata.json`` (run config, backend, catalog size)."""
+  table) and ``export_dir/metadata.json`` (run config, backend, catalog size).
+
+  On the tensorflow backend it also writes the serving SavedModels of `python -m train`
+  (`train.export.export`, the same function: query_encoder/ with ``serving_default``: history
+  int64 [B, L] -> {"embedding": float32 [B, d]}, item_embeddings/, item_embeddings.npy,
+  export_meta.json, the id maps), which `python -m eval.evaluate` and `eval.serving` read
+  unchanged. On jax / torch a SavedModel cannot be traced from the model: ``report`` says so in
+  one line and only the ``.keras`` export is written."""
   os.makedirs(export_dir, exist_ok=True)
   path = os.path.join(export_dir, "query_encoder.keras")
   encoder.save(path)
@@ -226,4 +233,13 @@ def export(encoder, export_dir: str, cfg, data) -> dict:
               data_fingerprint=data_lib.fingerprint(data))
   with open(os.path.join(export_dir, "metadata.json"), "w") as f:
     json.dump(meta, f, indent=2)
-  return dict(query_encoder=path)
+  written = dict(query_encoder=path)
+  if keras.backend.backend() == "tensorflow":
+    from train import export as export_lib  # pylint: disable=g-import-not-at-top
+    export_lib.export(encoder, export_dir, config=cfg, data=data)
+    written["saved_model"] = os.path.join(export_dir, "query_encoder")
+  else:
+    (report or logging.info)(
+        f"export: the serving SavedModel (query_encoder/, item_embeddings/ for python -m "
+        f"eval.evaluate) needs --backend=tensorflow; wrote {path} only")
+  return written

@@ -118,6 +118,10 @@ def test_trains_on_ml100k_with_jax_and_the_loss_decreases(data_dir, tmp_path_fac
   assert ndcg[-1] > ndcg[0], ndcg
   assert len([line for line in out.splitlines() if line.startswith("epoch ")]) == 3
   assert err.strip().splitlines()[-1].startswith("done: jax, step 18")
+  # no serving SavedModel off the tensorflow backend: one line says so, the .keras is written
+  assert len([line for line in out.splitlines() if "needs --backend=tensorflow" in line]) == 1
+  export = runs["dirs"]["full"] / "export"
+  assert (export / "query_encoder.keras").is_file() and not (export / "query_encoder").exists()
   assert m["test"]["num_queries"] > 900 and 0 <= m["test"]["ndcg@10"] <= 1
 
 
