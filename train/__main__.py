@@ -32,6 +32,9 @@ line on stderr; --verbosity=info adds the INFO logs (absl, TensorFlow, checkpoin
   `error: ...` naming the problem (e.g. the file and line).
 * 1 a non-finite loss or gradient: training stops at that step, nothing newer than the last
   finished epoch's checkpoint is written, and one line names the step and that checkpoint.
+* 4 (--strategy=parameter_server, the chief) a parameter server was lost, and its variables with
+  it: one line names it, the checkpoint kept and the command to rerun once it is restarted
+  (`train.trainer.EXIT_PS_LOST`; docs/distributed.md).
 * 130 Ctrl-C: the checkpoint of the last finished epoch is on disk (written first if the
   interrupt came between an epoch's end and its save; a mid-epoch state is never saved, so
   resuming stays exact); the message gives the command that resumes.
@@ -89,6 +92,11 @@ def main(argv):
   except trainer_lib.NonFiniteError as e:
     cli.fail(f"{e} Rerunning the same command repeats these steps: change the settings (e.g. a "
              "lower --learning_rate) and train in a new --model_dir.", cli.EXIT_ERROR, e)
+  except trainer_lib.ParameterServerLost as e:
+    tasks = " and ".join(f"ps {i}" for i, _ in e.tasks) or "the lost ps"
+    cli.fail(f"{e} Restart {tasks} (the workers and other ps can stay up), then rerun this "
+             f"chief's command to resume: {cli.command_line()}", trainer_lib.EXIT_PS_LOST, e,
+             hard=True)
   except trainer_lib.TrainingInterrupted as e:
     if cli.verbosity() == "debug":
       import traceback  # pylint: disable=g-import-not-at-top

@@ -22,8 +22,9 @@ wins.
 Exit statuses: 0 done; 1 an error (e.g. `EXIT_ERROR` for a non-finite loss); 2 bad input
 (`EXIT_BAD_INPUT`: a flag, a flag combination, a missing or malformed data file, a folder that is
 not an export): ONE line ``error: ...`` on stderr, with the traceback before it at
---verbosity=debug; 3 paused (`train.trainer.EXIT_PAUSED`); 130 interrupted by Ctrl-C
-(`EXIT_INTERRUPTED`).
+--verbosity=debug; 3 paused (`train.trainer.EXIT_PAUSED`); 4 a parameter server was lost
+(`train.trainer.EXIT_PS_LOST`, one line naming it and the command that resumes); 130 interrupted
+by Ctrl-C (`EXIT_INTERRUPTED`).
 """
 
 from __future__ import annotations
@@ -168,13 +169,18 @@ def one_line(error: BaseException) -> str:
   return " ".join(text.split())
 
 
-def fail(message, status: int = EXIT_ERROR, error: Optional[BaseException] = None):
+def fail(message, status: int = EXIT_ERROR, error: Optional[BaseException] = None,
+         hard: bool = False):
   """Ends the process: ``error: message`` on stderr (the traceback of ``error`` first at
-  --verbosity=debug) and exit status ``status``."""
+  --verbosity=debug) and exit status ``status``. ``hard``: `os._exit`, skipping the interpreter's
+  teardown (after the loss of a remote task, TensorFlow's teardown of its remote context would
+  log an error per function it cannot unregister, after this line)."""
   if error is not None and verbosity() == "debug":
     traceback.print_exception(error)
   sys.stdout.flush()
   print(f"error: {message}", file=sys.stderr, flush=True)
+  if hard:
+    os._exit(status)  # pylint: disable=protected-access
   sys.exit(status)
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
@@ -151,6 +152,46 @@ def parameter_server_strategy(resolver=None, min_shard_bytes: int = PS_MIN_SHARD
   partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
       min_shard_bytes=int(min_shard_bytes), max_shards=max(1, num_ps))
   return tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
+
+
+# How TensorFlow names a ps task in an error message (e.g. "/job:ps/replica:0/task:1/device:CPU:0").
+_PS_TASK = re.compile(r"/job:ps/replica:\d+/task:(\d+)")
+
+
+def lost_parameter_servers(error: BaseException):
+  """The ps tasks that ``error`` reports lost, sorted (``[]``: a ps, which one unknown), or None
+  when ``error`` is not the loss of a ps.
+
+  A ps that dies takes its variables with it; the ClusterCoordinator does not recover from that
+  (unlike a worker failure) and raises, from ``schedule`` / ``join`` / ``fetch``, an
+  ``UnavailableError`` (or ``AbortedError``; ``InvalidArgumentError`` "unknown device" /
+  "Unable to find the relevant tensor remote_handle" when the ps restarted between two RPCs)
+  naming the ps device, possibly wrapped in the coordinator's ``PSUnavailableError``,
+  ``ClosureInputError`` or ``ClosureAbortedError`` (``original_exception``) or chained
+  (``__cause__``). Any other error (a worker's, the user function's) gives None.
+  """
+  seen = set()
+  while error is not None and id(error) not in seen:
+    seen.add(id(error))
+    text = str(error)
+    unavailable = isinstance(error, (tf.errors.UnavailableError, tf.errors.AbortedError)) or (
+        isinstance(error, tf.errors.InvalidArgumentError)
+        and ("unknown device" in text.lower() or "relevant tensor remote_handle" in text))
+    tasks = sorted({int(t) for t in _PS_TASK.findall(text)})
+    if unavailable and tasks:
+      return tasks
+    if type(error).__name__ == "PSUnavailableError":  # the coordinator's verdict
+      return tasks
+    error = getattr(error, "original_exception", None) or error.__cause__
+  return None
+
+
+def ps_addresses(strategy) -> list:
+  """The "host:port" of each ps task of a ParameterServerStrategy's cluster, by index."""
+  # ParameterServerStrategy keeps its resolver in `_cluster_resolver`; in TF 2.20 the public
+  # `cluster_resolver` property of the base class returns None for it.
+  resolver = getattr(strategy, "_cluster_resolver", None) or strategy.cluster_resolver
+  return list(resolver.cluster_spec().as_dict().get("ps", [])) if resolver else []
 
 
 def is_parameter_server(strategy) -> bool:

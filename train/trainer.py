@@ -45,7 +45,11 @@ asynchronously, so the exact-resume guarantee above does not hold: a rerun resto
 finished epoch (every step scheduled before it applied; at least once after a worker failure),
 but the order of updates, the batches of each worker and therefore the resulting weights are not
 reproducible. A non-finite loss is found when the epoch's results are fetched, after the join
-(docs/distributed.md).
+(docs/distributed.md). A lost ps (its variables are gone; the coordinator does not recover from
+it) raises `ParameterServerLost` naming the ps and the checkpoint kept (the binary exits with
+``EXIT_PS_LOST``): restart that ps and rerun the chief to resume from the checkpoint (the workers
+and the other ps can stay up). A chief that dies is restarted the same way (nothing else
+restarted): its new coordinator creates the variables afresh on the ps and restores them.
 
 Messages for the user (the resumed checkpoint, one line per epoch) go to ``report`` (default
 `logging.info`; `python -m train` prints them).
@@ -78,8 +82,8 @@ from train.config import RunConfig
 from train import step as step_lib
 from train.objective import Objective
 
-__all__ = ["EXIT_PAUSED", "NonFiniteError", "Trainer", "TrainingInterrupted", "best_step",
-           "build_estimator", "build_model"]
+__all__ = ["EXIT_PAUSED", "EXIT_PS_LOST", "NonFiniteError", "ParameterServerLost", "Trainer",
+           "TrainingInterrupted", "best_step", "build_estimator", "build_model"]
 
 
 class NonFiniteError(FloatingPointError):
@@ -111,6 +115,25 @@ class TrainingInterrupted(KeyboardInterrupt):
     self.step, self.checkpoint = step, checkpoint
 
 
+class ParameterServerLost(RuntimeError):
+  """A parameter server died during training (its variables with it); module docstring.
+
+  Attributes: ``tasks`` ([(index, address)] of the lost ps tasks; empty when TensorFlow did not
+  say which), ``checkpoint`` ((epoch, step, path) of the checkpoint a rerun resumes from, or
+  None: it starts over).
+  """
+
+  def __init__(self, *, tasks, checkpoint):
+    names = ", ".join(f"ps {i} ({address})" for i, address in tasks) or "a parameter server"
+    kept = ("no epoch had finished, nothing was saved (a rerun starts over)"
+            if checkpoint is None else
+            f"the checkpoint of epoch {checkpoint[0]} (step {checkpoint[1]}) in {checkpoint[2]} "
+            "is kept")
+    super().__init__(f"{names} was lost, and the variables it held with it: training stopped; "
+                     f"{kept}.")
+    self.tasks, self.checkpoint = list(tasks), checkpoint
+
+
 def best_step(history, best_epoch: int):
   """The global step at the end of epoch ``best_epoch`` (the checkpoint evaluated on test), from
   the run's epoch history; None when that epoch is not in it (no epoch trained)."""
@@ -127,6 +150,8 @@ def build_estimator(cfg: RunConfig, data) -> frequency.FrequencyEstimator:
 
 # Exit status of `python -m train` when the time budget paused the run (rerun to continue).
 EXIT_PAUSED = 3
+# Exit status of the chief when a parameter server was lost (restart it, rerun to resume).
+EXIT_PS_LOST = 4
 
 
 def build_model(cfg: RunConfig, data):
@@ -347,6 +372,14 @@ class Trainer:
         self._save()
       raise TrainingInterrupted(step=int(self.step.numpy()),
                                 checkpoint=self._checkpoint_info()) from e
+    except Exception as e:  # pylint: disable=broad-except
+      lost = (distribute.lost_parameter_servers(e) if self.coordinator is not None else None)
+      if lost is None:
+        raise
+      addresses = distribute.ps_addresses(self.strategy)
+      raise ParameterServerLost(
+          tasks=[(i, addresses[i] if i < len(addresses) else "?") for i in lost],
+          checkpoint=self._checkpoint_info()) from e
 
   def _run(self, history, started: float) -> dict:
     cfg = self.cfg

@@ -4,7 +4,9 @@ step on the same batch and weights; the count-min estimator's state after steps 
 both workers equals the single-process state over the same batches (every worker's positives
 count, in any order); a Trainer run trains, checkpoints, exports, and a second run resumes; the
 item and estimator tables are ShardedVariables with a shard on each ps. The binary as a cluster
-of processes finishes after one of its workers is killed."""
+of processes recovers from a killed chief (restarted alone, it resumes), a killed worker (the
+others take its steps) and a killed ps (the chief exits with EXIT_PS_LOST and one line naming the
+ps and the command that resumes; rerun, it resumes from the checkpoint)."""
 
 import json
 import re
@@ -90,6 +92,8 @@ def test_tables_are_sharded_over_both_ps_and_small_state_is_not(tmp_path, tiny_d
                                                                  ps_strategy):
   trainer = Trainer(_cfg(tmp_path), data=tiny_data, strategy=ps_strategy)
   assert trainer.coordinator is not None
+  assert distribute.ps_addresses(ps_strategy) == ps_strategy._cluster_resolver.cluster_spec(  # pylint: disable=protected-access
+      ).as_dict()["ps"] and len(distribute.ps_addresses(ps_strategy)) == 2
   for table in (trainer.model.input_embedding.embeddings,
                 trainer.model.output_embedding.embeddings, trainer.estimator.table):
     assert sharded.is_sharded(table), table
@@ -187,54 +191,147 @@ def test_trainer_run_checkpoints_exports_and_resumes(tmp_path, tiny_data, ps_str
   assert tf.train.latest_checkpoint(str(tmp_path / "run" / "ckpt")).endswith("ckpt-12")
 
 
-def test_binary_cluster_of_processes_survives_a_killed_worker(tmp_path):
-  """`python -m train --strategy=parameter_server` as 4 processes (chief, 2 workers, 1 ps, from
-  TF_CONFIG on 127.0.0.1); worker 1 is SIGKILLed after the first epoch's checkpoint: the
-  coordinator runs its steps on worker 0 and the chief finishes. At-least-once: a step in
-  flight on the killed worker may already have reached the ps before it is run again, so the
-  global step is >= the number of scheduled steps."""
-  import os  # pylint: disable=g-import-not-at-top
-  import signal  # pylint: disable=g-import-not-at-top
-  import subprocess  # pylint: disable=g-import-not-at-top
-  import sys  # pylint: disable=g-import-not-at-top
-  import time  # pylint: disable=g-import-not-at-top
-  ports = distribute._free_ports(4)  # pylint: disable=protected-access
-  cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "ps": [f"127.0.0.1:{ports[3]}"],
-             "worker": [f"127.0.0.1:{p}" for p in ports[1:3]]}
-  run = tmp_path / "run"
-  args = ["--strategy=parameter_server", "--dataset=synthetic", "--synthetic_users=80",
-          "--synthetic_items=40", "--synthetic_min_len=6", "--synthetic_max_len=14",
-          "--max_len=10", "--embedding_dim=8", "--num_blocks=1", "--num_negatives=16",
-          "--batch_size=8", "--steps_per_epoch=200", "--epochs=3", "--frequency=count_min",
-          "--progress=false", f"--ps_min_shard_bytes={MIN_SHARD_BYTES}", f"--model_dir={run}"]
-  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+def test_lost_parameter_servers_reads_the_ps_task_from_the_error():
+  def unavailable(text):
+    return tf.errors.UnavailableError(None, None, text)
+  assert distribute.lost_parameter_servers(unavailable(
+      "Socket closed ... remote target /job:ps/replica:0/task:1/device:CPU:0 while calling "
+      "RunComponentFunction")) == [1]
+  wrapped = RuntimeError("closure failed")
+  wrapped.original_exception = unavailable("from /job:ps/replica:0/task:0 and "
+                                           "/job:ps/replica:0/task:2")
+  assert distribute.lost_parameter_servers(wrapped) == [0, 2]
+  restarted = tf.errors.InvalidArgumentError(
+      None, None, "Unable to find the relevant tensor remote_handle: Op ID: 7 on "
+      "/job:ps/replica:0/task:0")
+  assert distribute.lost_parameter_servers(restarted) == [0]
+  # A worker's failure, or an error that only mentions a ps, is not the loss of a ps.
+  assert distribute.lost_parameter_servers(unavailable(
+      "Socket closed: /job:worker/replica:0/task:1")) is None
+  assert distribute.lost_parameter_servers(tf.errors.InvalidArgumentError(
+      None, None, "bad shape for /job:ps/replica:0/task:0")) is None
+  assert distribute.lost_parameter_servers(ValueError("x")) is None
 
-  def start(task, index):
+
+class _ProcessCluster:
+  """`python -m train --strategy=parameter_server` as processes on 127.0.0.1 (one chief, workers,
+  ps from TF_CONFIG); each process's stdout and stderr go to a log file under ``logs``."""
+
+  def __init__(self, run, logs, args, workers=2, ps=1):
+    import os  # pylint: disable=g-import-not-at-top
+    ports = distribute._free_ports(1 + workers + ps)  # pylint: disable=protected-access
+    self.cluster = {"chief": [f"127.0.0.1:{ports[0]}"],
+                    "worker": [f"127.0.0.1:{p}" for p in ports[1:1 + workers]],
+                    "ps": [f"127.0.0.1:{p}" for p in ports[1 + workers:]]}
+    self.args = ["--strategy=parameter_server", f"--model_dir={run}", *args]
+    self.logs, self.procs, self.count = logs, {}, 0
+    logs.mkdir(parents=True, exist_ok=True)
+    self.root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+  def start(self, task, index=0):
+    """Starts (or restarts) a task; returns (process, its log path)."""
+    import os  # pylint: disable=g-import-not-at-top
+    import subprocess  # pylint: disable=g-import-not-at-top
+    import sys  # pylint: disable=g-import-not-at-top
+    self.count += 1
+    log = self.logs / f"{self.count}_{task}{index}.log"
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="",
-               TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": task,
-                                                                  "index": index}}))
-    return subprocess.Popen([sys.executable, "-m", "train", *args], cwd=root, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               TF_CONFIG=json.dumps({"cluster": self.cluster,
+                                     "task": {"type": task, "index": index}}))
+    with open(log, "w") as out:
+      proc = subprocess.Popen([sys.executable, "-m", "train", *self.args], cwd=self.root,
+                              env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+    self.procs[(task, index, self.count)] = proc
+    return proc, log
 
-  servers = [start("ps", 0), start("worker", 0), start("worker", 1)]
-  chief = start("chief", 0)
+  def kill(self, proc):
+    import signal  # pylint: disable=g-import-not-at-top
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+
+  def stop_all(self):
+    for proc in self.procs.values():
+      if proc.poll() is None:
+        proc.kill()
+      proc.wait(timeout=30)
+
+
+def _wait_for_line(proc, log, needle, seconds=150):
+  """Waits until ``needle`` is in the log of the (running) process; returns the log's text."""
+  import time  # pylint: disable=g-import-not-at-top
+  deadline = time.time() + seconds
+  while True:
+    text = log.read_text()
+    if needle in text:
+      return text
+    assert proc.poll() is None, f"exited ({proc.returncode}) before {needle!r}:\n{text[-3000:]}"
+    assert time.time() < deadline, f"no {needle!r} within {seconds} s:\n{text[-3000:]}"
+    time.sleep(0.1)
+
+
+def _steps(text, pattern):
+  return [int(m) for m in re.findall(pattern, text)]
+
+
+def test_binary_cluster_recovers_from_killed_chief_worker_and_ps(tmp_path):
+  """`python -m train --strategy=parameter_server` as processes (chief, 2 workers, 1 ps from
+  TF_CONFIG on 127.0.0.1), 4 epochs of 200 steps, three failures in one run:
+
+  1. the chief is SIGKILLed after its first epoch's checkpoint and restarted alone (workers and
+     ps kept): it logs "resumed from .../ckpt-200: epoch 1, step 200" and its epochs go on from
+     there (2, 3, ...);
+  2. worker 1 is SIGKILLed after epoch 2: the coordinator runs its steps on worker 0 (at least
+     once: a step in flight may already have reached the ps, so global steps are >= the number
+     scheduled);
+  3. the ps is SIGKILLed after epoch 3: the chief exits with status EXIT_PS_LOST and a last line
+     ``error: ps 0 (address) was lost ... checkpoint of epoch 3 ... rerun this chief's command
+     to resume: ...``; restarting the ps (and worker 1) and rerunning the chief resumes from
+     epoch 3 and finishes epoch 4 (worker 0 kept all along).
+  """
+  from train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  run = tmp_path / "run"
+  cluster = _ProcessCluster(run, tmp_path / "logs", [
+      "--dataset=synthetic", "--synthetic_users=80", "--synthetic_items=40",
+      "--synthetic_min_len=6", "--synthetic_max_len=14", "--max_len=10", "--embedding_dim=8",
+      "--num_blocks=1", "--num_negatives=16", "--batch_size=8", "--steps_per_epoch=200",
+      "--epochs=4", "--frequency=count_min", "--progress=false",
+      f"--ps_min_shard_bytes={MIN_SHARD_BYTES}"])
   try:
-    deadline = time.time() + 150
-    while not (run / "ckpt" / "checkpoint").exists():
-      assert chief.poll() is None, chief.communicate()[1][-3000:]
-      assert time.time() < deadline, "no checkpoint within 150 s"
-      time.sleep(0.1)
-    assert chief.poll() is None, "the chief finished before a worker could be killed"
-    servers[2].send_signal(signal.SIGKILL)
-    out, err = chief.communicate(timeout=150)
+    ps, _ = cluster.start("ps")
+    cluster.start("worker", 0)
+    worker_1, _ = cluster.start("worker", 1)
+    chief, log = cluster.start("chief")
+    _wait_for_line(chief, log, "epoch 1 step 200 ")
+    cluster.kill(chief)                                           # 1. the chief
+    chief, log = cluster.start("chief")
+    text = _wait_for_line(chief, log, "epoch 2 step ")
+    assert re.search(r"resumed from \S+/ckpt/ckpt-200: epoch 1, step 200,", text), text
+    assert _steps(text, r"epoch 2 step (\d+) ") == [400]
+    cluster.kill(worker_1)                                        # 2. a worker
+    _wait_for_line(chief, log, "epoch 3 step ")
+    cluster.kill(ps)                                              # 3. the ps
+    chief.wait(timeout=150)
+    text = log.read_text()
+    assert chief.returncode == trainer_lib.EXIT_PS_LOST, text[-3000:]
+    last = text.strip().splitlines()[-1]
+    step_3 = _steps(text, r"epoch 3 step (\d+) ")[0]
+    assert step_3 >= 600
+    assert last.startswith(f"error: ps 0 ({cluster.cluster['ps'][0]}) was lost"), last
+    assert (f"the checkpoint of epoch 3 (step {step_3}) in {run / 'ckpt'} is kept" in last
+            and "rerun this chief's command to resume: " in last and "-m train" in last), last
+    cluster.start("ps")
+    cluster.start("worker", 1)
+    chief, log = cluster.start("chief")
+    chief.wait(timeout=200)
+    text = log.read_text()
+    assert chief.returncode == 0, text[-3000:]
+    assert f"resumed from {run / 'ckpt'}/ckpt-{step_3}: epoch 3, step {step_3}," in text, text
+    assert _steps(text, r"epoch 4 step (\d+) ")[0] >= step_3 + 200
+    assert "done: step" in text
   finally:
-    for p in servers + [chief]:
-      if p.poll() is None:
-        p.kill()
-      p.wait(timeout=30)
-  assert servers[2].returncode == -signal.SIGKILL
-  assert chief.returncode == 0, err[-3000:]
-  assert "epoch 3 step" in out and "done: step" in err
+    cluster.stop_all()
   metrics = json.loads((run / "metrics.json").read_text())
-  assert metrics["epochs_done"] == 3 and metrics["global_step"] >= 600
+  assert metrics["epochs_done"] == 4 and metrics["global_step"] >= 800
+  assert [h["epoch"] for h in metrics["history"]] == [1, 2, 3, 4]
   assert all(np.isfinite(h["loss"]) for h in metrics["history"])
