@@ -35,11 +35,24 @@ import numpy as np
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
+from tfrs_logq import sharded
+
 from train import data as data_lib
 
 __all__ = ["ItemEmbeddings", "QueryEncoder", "export", "read_meta", "write_id_maps"]
 
 META_FILE = "export_meta.json"
+
+
+def _sharded_variables(model) -> list:
+  """The partitioned variables (tf.distribute ShardedVariable) held by ``model`` or its
+  sub-modules, each once."""
+  found = []
+  for module in (model, *getattr(model, "submodules", ())):
+    for value in vars(module).values():
+      if sharded.is_sharded(value) and not any(value is f for f in found):
+        found.append(value)
+  return found
 
 
 class QueryEncoder(tf.Module):
@@ -54,6 +67,9 @@ class QueryEncoder(tf.Module):
   def __init__(self, model, max_len: int):
     super().__init__(name="query_encoder")
     self.model_variables = list(model.variables)
+    # Under ParameterServerStrategy `model.variables` lists the shards of a partitioned table,
+    # while the traced function reads the ShardedVariable itself: it must be tracked too.
+    self.sharded_variables = _sharded_variables(model)
     self._serving_queries = model.serving_queries   # a bound method: not tracked
     self.max_len = int(max_len)
 
