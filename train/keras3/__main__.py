@@ -15,14 +15,16 @@ and --host_allocator do not apply (the step is always one static-shape program o
 
 --model_dir holds a checkpoint per epoch (model, optimizer, frequency estimator, the samplers' and
 dropouts' seed states, epoch, step, best NDCG@10, patience counter: `train.keras3.checkpoints`),
-the best model (best/weights.npz) and metrics.json; rerunning the same command resumes exactly
+the best model (best/weights.npz), TensorBoard summaries (tensorboard/: train/loss,
+train/mean_weight, val/recall@k, val/ndcg@k, as python -m train) and metrics.json; rerunning the same command resumes exactly
 from the last finished epoch. --export_dir writes the query encoder as query_encoder.keras (load
 it with `keras.saving.load_model` after `import models.keras3`) and metadata.json; with
 --backend=tensorflow also `python -m train`'s serving SavedModels (train/export.py: query_encoder/,
 item_embeddings/, item_embeddings.npy, export_meta.json), read by `python -m eval.evaluate`.
 
 Output (train/cli.py): a progress bar and one line per epoch on stdout, a `done:` line on stderr;
-exit status 0 done, 1 a non-finite loss, 2 bad input (one `error: ...` line), 3 paused by
+exit status 0 done, 1 a non-finite loss or gradient (training stops at that step; the last
+finished epoch's checkpoint is kept and named), 2 bad input (one `error: ...` line), 3 paused by
 --time_budget_minutes, 130 Ctrl-C (rerun the same command to resume from the last epoch).
 """
 
@@ -72,8 +74,8 @@ def main(argv):
   try:
     result = trainer.run(restore=False)
   except trainer_lib.NonFiniteError as e:
-    cli.fail(f"{e} Change the settings (e.g. a lower --learning_rate) and train in a new "
-             "--model_dir.", cli.EXIT_ERROR, e)
+    cli.fail(f"{e} Rerunning the same command repeats these steps: change the settings (e.g. a "
+             "lower --learning_rate) and train in a new --model_dir.", cli.EXIT_ERROR, e)
   except KeyboardInterrupt:
     sys.stdout.flush()
     print(f"\ninterrupted at step {trainer.step}: the checkpoint of the last finished epoch "

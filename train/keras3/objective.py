@@ -7,6 +7,7 @@ composes the tf-keras ones.
     scored             = score(q, p, E_out[p], candidates)       (score_negatives, by block)
     out                = SampledSoftmaxLoss(logq, q_prime, ratio_floor)(**scored)
     loss               = sum_{valid} out.loss / #valid         (the mean over the real queries)
+    mean_weight        = sum_{valid} out.weight / #valid       (a metric: compute_metrics)
 
 `RetrievalModel` is a ``keras.Model`` whose ``compute_loss`` is that objective, so Keras compiles
 and differentiates the step on every backend (``train_on_batch``); its variables are the
@@ -126,6 +127,7 @@ class RetrievalModel(keras.Model):
           mixed_lib.in_batch_seed(cfg.seed), name="in_batch_seed")
     self.loss_layer = tlk.SampledSoftmaxLoss(cfg.logq, cfg.q_prime, ratio_floor=cfg.ratio_floor,
                                              name="sampled_softmax")
+    self.mean_weight = keras.metrics.Mean(name="mean_weight")
 
   def candidates(self, tq, positive_embeddings, batch_size: int) -> Candidates:
     """The step's negatives (ids, log Q, valid, log Q(p); no [A, N, d] embeddings) and the
@@ -190,17 +192,26 @@ class RetrievalModel(keras.Model):
                                 temperature=self.cfg.temperature)
 
   def call(self, batch, training=False):
-    """(per-position loss float [B L], valid bool [B L]) of a {"inputs", "targets"} batch:
-    the forward pass that Keras's train step differentiates through `compute_loss`."""
+    """(per-position loss float [B L], weight w float [B L], valid bool [B L]) of a
+    {"inputs", "targets"} batch: the forward pass that Keras's train step differentiates
+    through `compute_loss`."""
     tq = self.encoder.training_queries(batch, training=training)
     pos_emb = self.encoder.item_embeddings(tq.positive_ids)
     candidates = self.candidates(tq, pos_emb, batch_size=batch["targets"].shape[0])
     scored = self.score(tq.queries, tq.positive_ids, pos_emb, candidates)
-    return self.loss_layer(**scored.loss_kwargs()).loss, tq.valid
+    out = self.loss_layer(**scored.loss_kwargs())
+    return out.loss, out.weight, tq.valid
 
   def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
     """The mean loss over the real (non-padding) positions."""
     del x, y, sample_weight, training
-    loss, valid = y_pred
+    loss, _, valid = y_pred
     count = ops.maximum(ops.sum(ops.cast(valid, "float32")), 1.0)
     return ops.sum(ops.where(valid, loss, 0.0)) / count
+
+  def compute_metrics(self, x, y, y_pred, sample_weight=None):
+    """Keras's metrics + ``mean_weight``: the mean w over the real positions (the tf-keras
+    binary's weight_sum / count; 1 except under --logq=corrected)."""
+    _, weight, valid = y_pred
+    self.mean_weight.update_state(weight, sample_weight=ops.cast(valid, "float32"))
+    return super().compute_metrics(x, y, y_pred, sample_weight)

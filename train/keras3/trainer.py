@@ -12,7 +12,15 @@ epochs without improvement, and a checkpoint of everything that changes
 states, epoch, step, best NDCG@10, patience counter, history). Rerunning the same command
 resumes from the last finished epoch and replays the rest exactly. At the end the best model is
 evaluated on validation and test, ``metrics.json`` is written, and with ``export_dir`` the query
-encoder is saved as ``export_dir/query_encoder.keras`` (with ``metadata.json``).
+encoder is saved as ``export_dir/query_encoder.keras`` (with ``metadata.json``; on the
+tensorflow backend also the serving SavedModels, `export`).
+
+TensorBoard (``model_dir/tensorboard``, `train.keras3.summaries`): the tf-keras binary's tags,
+train/loss and train/mean_weight per step, val/* (test/* with test_curve) and train/epoch_loss
+per epoch. Failures: a non-finite loss, or a step whose gradients were not all finite (counted
+by the optimizer inside the compiled step, `train.keras3.finite`), stops training at that step
+with `NonFiniteError` naming it and the last finished epoch's checkpoint, which is kept (nothing
+newer is written), as `train.trainer` does.
 """
 
 from __future__ import annotations
@@ -34,7 +42,9 @@ import keras  # noqa: E402
 from keras import ops  # noqa: E402
 
 from train.keras3 import checkpoints
+from train.keras3 import finite
 from train.keras3 import objective as objective_lib
+from train.keras3 import summaries
 
 __all__ = ["EXIT_PAUSED", "NonFiniteError", "Trainer", "query_embeddings"]
 
@@ -42,11 +52,15 @@ EXIT_PAUSED = 3
 
 
 class NonFiniteError(FloatingPointError):
-  """A non-finite loss stopped training (``step``: the global step count after it)."""
+  """A non-finite loss or gradient stopped training (module docstring).
 
-  def __init__(self, message: str, *, step: int):
+  Attributes: ``step`` (the global step count after the failing step), ``epoch`` (1-based, the
+  epoch it was in), ``checkpoint`` ((epoch, step, path) of the last checkpoint kept, or None).
+  """
+
+  def __init__(self, message: str, *, step: int, epoch: int, checkpoint=None):
     super().__init__(message)
-    self.step = step
+    self.step, self.epoch, self.checkpoint = step, epoch, checkpoint
 
 
 def query_embeddings(encoder, inputs: np.ndarray, batch_size: int) -> np.ndarray:
@@ -77,15 +91,21 @@ class Trainer:
     self.model.built = True
     jit = True if keras.backend.backend() == "jax" else (
         bool(cfg.jit_compile) if keras.backend.backend() == "tensorflow" else False)
-    self.model.compile(optimizer=keras.optimizers.Adam(cfg.learning_rate), jit_compile=jit)
+    self.model.compile(optimizer=finite.GradientCheckedAdam(cfg.learning_rate), jit_compile=jit)
     self.model.optimizer.build(self.model.trainable_variables)
     self.epoch = self.step = self.best_epoch = self.bad_epochs = 0
+    self._saved = None   # (epoch, step) of the last checkpoint on disk
     self.best_metric = -1.0
     self.history = []
     self.ckpt_dir = os.path.join(cfg.model_dir, "ckpt")
     self.best_path = os.path.join(cfg.model_dir, "best", "weights.npz")
+    self.summaries = summaries.SummaryWriter(os.path.join(cfg.model_dir, "tensorboard"))
 
   # ---------------------------------------------------------------------------- state & data
+  def _checkpoint_info(self):
+    """(epoch, step, folder) of the last checkpoint on disk, or None."""
+    return None if self._saved is None else (*self._saved, self.ckpt_dir)
+
   def state_variables(self):
     """Every variable that changes in training: the model's, then the optimizer's."""
     return list(self.model.variables) + list(self.model.optimizer.variables)
@@ -103,6 +123,7 @@ class Trainer:
     self.epoch, self.step = int(state["epoch"]), int(state["step"])
     self.best_metric, self.best_epoch = float(state["best_metric"]), int(state["best_epoch"])
     self.bad_epochs, self.history = int(state["bad_epochs"]), list(state["history"])
+    self._saved = (self.epoch, self.step)
     self.report(f"resumed from {path}: epoch {self.epoch}, step {self.step}, best NDCG@10 "
                 f"{self.best_metric:.4f}")
     return True
@@ -116,13 +137,15 @@ class Trainer:
     for batch in ds.take(self.steps_per_epoch).as_numpy_iterator():
       yield {k: v.astype(np.int32) for k, v in batch.items()}
 
-  def train_step(self, batch) -> float:
-    """One step: the estimator's update, then the compiled Keras step; returns its loss."""
+  def train_step(self, batch):
+    """One step: the estimator's update, then the compiled Keras step; returns (its loss, its
+    mean weight w, whether every gradient was finite)."""
     objective_lib.update_estimator(self.cfg, self.estimator, batch)
     self.model.reset_metrics()
     logs = self.model.train_on_batch(batch, return_dict=True)
     self.step += 1
-    return float(logs["loss"])
+    finite_grads = self.model.optimizer.nonfinite_count() == 0
+    return float(logs["loss"]), float(logs["mean_weight"]), finite_grads
 
   def validate(self, split_name: str = "val") -> dict:
     """Exact Recall/NDCG@10,20 of the encoder on a split (`train.validation`'s metrics)."""
@@ -160,14 +183,19 @@ class Trainer:
     bar = keras.utils.Progbar(self.steps_per_epoch, verbose=1 if cfg.progress else 0,
                               stateful_metrics=["loss"])
     start, total, n = time.time(), 0.0, 0
+    weights = 0.0
     for batch in self.epoch_batches(e):
-      loss = self.train_step(batch)
-      if not np.isfinite(loss):
-        raise NonFiniteError(f"non-finite loss at step {self.step} (epoch {e + 1}): training "
-                             f"stopped; the last finished epoch's checkpoint is kept.",
-                             step=self.step)
-      total, n = total + loss, n + 1
-      bar.update(n, [("loss", loss)])
+      loss, w, finite_grads = self.train_step(batch)
+      if not (np.isfinite(loss) and finite_grads):
+        saved = self._checkpoint_info()
+        kept = ("no epoch had finished, nothing was saved" if saved is None else
+                f"the checkpoint of epoch {saved[0]} (step {saved[1]}) in {saved[2]} is kept")
+        raise NonFiniteError(f"non-finite loss or gradient at step {self.step} (epoch {e + 1}): "
+                             f"training stopped; {kept}.", step=self.step, epoch=e + 1,
+                             checkpoint=saved)
+      total, weights, n = total + loss, weights + w, n + 1
+      bar.update(n, [("loss", loss), ("w", w)])
+      self.summaries.scalars(self.step, {"train/loss": loss, "train/mean_weight": w})
     seconds = time.time() - start
     metrics = self.validate("val")
     if cfg.test_curve:
@@ -180,13 +208,17 @@ class Trainer:
       self.bad_epochs += 1
     self.epoch = e + 1
     self.history.append(dict(epoch=e + 1, step=self.step, loss=total / max(n, 1),
+                             mean_weight=weights / max(n, 1),
                              seconds=seconds, seconds_per_step=seconds / max(n, 1),
                              wall_seconds=time.time() - start,
                              **{(k if k.startswith("test_") else f"val_{k}"): v
                                 for k, v in metrics.items()}))
+    self.summaries.epoch(self.step, metrics, total / max(n, 1))
     checkpoints.save(self.ckpt_dir, self.step, self.state_variables(), self._state(),
                      keep=cfg.max_checkpoints)
-    self.report(f"epoch {e + 1} step {self.step} loss {total / max(n, 1):.4f} val R@10 "
+    self._saved = (self.epoch, self.step)
+    self.report(f"epoch {e + 1} step {self.step} loss {total / max(n, 1):.4f} w "
+                f"{weights / max(n, 1):.4f} val R@10 "
                 f"{metrics['recall@10']:.4f} N@10 {metrics['ndcg@10']:.4f} R@20 "
                 f"{metrics['recall@20']:.4f} N@20 {metrics['ndcg@20']:.4f} ({seconds:.1f}s)"
                 + (" *best*" if improved else ""))
