@@ -2,8 +2,10 @@
 cluster (2 workers, 2 ps on 127.0.0.1): one step's loss and gradients equal the single-process
 step on the same batch and weights; the count-min estimator's state after steps scheduled on
 both workers equals the single-process state over the same batches (every worker's positives
-count, in any order); a Trainer run trains, checkpoints, exports, and a second run resumes; the
-item and estimator tables are ShardedVariables with a shard on each ps. The binary as a cluster
+count, in any order); LazyAdam (all its slots) and the hash array after scheduled steps equal
+the single-process steps; the two-tower model trains under the strategy; a Trainer run trains,
+checkpoints, exports, and a second run resumes; the item and estimator tables are
+ShardedVariables with a shard on each ps. The binary as a cluster
 of processes recovers from a killed chief (restarted alone, it resumes), a killed worker (the
 others take its steps) and a killed ps (the chief exits with EXIT_PS_LOST and one line naming the
 ps and the command that resumes; rerun, it resumes from the checkpoint)."""
@@ -189,6 +191,89 @@ def test_trainer_run_checkpoints_exports_and_resumes(tmp_path, tiny_data, ps_str
   assert [h["epoch"] for h in result["history"]] == [1, 2, 3]
   assert int(resumed.estimator.step.numpy()) == 12    # 8 restored + 4 new steps
   assert tf.train.latest_checkpoint(str(tmp_path / "run" / "ckpt")).endswith("ckpt-12")
+
+
+def _optimizer_state(trainer):
+  """{model variable name: {"value", "m", "v"(, "row_count")}} with the shards of a partitioned
+  variable (and of its slots) concatenated, plus the optimizer's iteration count."""
+  opt = trainer.optimizer
+  state = {}
+  for name, parts in _whole(trainer.model.trainable_variables):
+    slots = [opt._index_dict[opt._var_key(p)] for p in parts]  # pylint: disable=protected-access
+    kinds = dict(m=opt._momentums, v=opt._velocities)  # pylint: disable=protected-access
+    if hasattr(opt, "_row_counts"):
+      kinds["row_count"] = opt._row_counts  # pylint: disable=protected-access
+    state[name] = dict(value=_value(parts), **{
+        k: _value([kind[i] for i in slots]) for k, kind in kinds.items()})
+  return state, int(opt.iterations.numpy())
+
+
+def _assert_same_state(single, ps, rtol=1e-5):
+  (one, it_1), (two, it_2) = _optimizer_state(single), _optimizer_state(ps)
+  assert list(one) == list(two) and it_1 == it_2
+  for name in one:
+    assert one[name].keys() == two[name].keys()
+    for kind in one[name]:
+      np.testing.assert_allclose(two[name][kind], one[name][kind], rtol=rtol, atol=1e-7,
+                                 err_msg=f"{name} {kind}")
+  for (name, a), (_, b) in zip(_whole(single.estimator.weights), _whole(ps.estimator.weights)):
+    np.testing.assert_array_equal(_value(b), _value(a), err_msg=name)
+
+
+def test_lazy_adam_and_hash_array_steps_equal_the_single_process_steps(tmp_path, tiny_data,
+                                                                        ps_strategy):
+  """--table_optimizer=lazy_adam, --frequency=hash_array: one scheduled step updates the sharded
+  tables, every slot (m, v, the per-row counts k_r) and the estimator exactly as the
+  single-process step on the same batch and weights; so do 2 more steps scheduled one after
+  the other (join between them: the hash array reads then writes its cells, so only sequential
+  steps are comparable), whichever worker runs them."""
+  cfg = _cfg(tmp_path, table_optimizer="lazy_adam", frequency="hash_array",
+             frequency_buckets=256, steps_per_epoch=3)
+  single = Trainer(cfg, data=tiny_data)
+  ps = Trainer(cfg.replace(model_dir=str(tmp_path / "ps")), data=tiny_data,
+               strategy=ps_strategy)
+  opt = ps.optimizer
+  table = ps.model.output_embedding.embeddings
+  assert sharded.is_sharded(table) and sharded.is_sharded(ps.estimator.gap)
+  for part in table.variables:   # LazyAdam's slots live beside their shard, whole
+    slot = opt._row_counts[opt._index_dict[opt._var_key(part)]]  # pylint: disable=protected-access
+    assert not sharded.is_sharded(slot) and slot.device == part.device
+    assert slot.shape == part.shape[:1]
+  _copy_weights(single.model, ps.model)
+  batches = list(single.epoch_dataset(0))
+
+  @tf.function
+  def scheduled(batch, step):
+    return ps_strategy.run(ps._replica_step, args=(batch, step))  # pylint: disable=protected-access
+
+  for i, batch in enumerate(batches):
+    single.train_step(batch)
+    ps.coordinator.schedule(scheduled, args=(batch, tf.constant(i, tf.int64)))
+    ps.coordinator.join()
+    if i == 0:
+      _assert_same_state(single, ps)
+      counts = _optimizer_state(ps)[0]["output_item_embedding/embeddings"]["row_count"]
+      assert 0 < (counts == 1).sum() < counts.size   # a sparse update: only the batch's rows
+  _assert_same_state(single, ps, rtol=1e-4)
+  assert int(ps.estimator.step.numpy()) == len(batches) == 3
+
+
+def test_two_tower_trains_under_the_strategy(tmp_path, tiny_data, ps_strategy):
+  """--model=two_tower (mixed negatives, hash array, LazyAdam): its item table is sharded over
+  both ps, a Trainer run trains, validates and checkpoints."""
+  cfg = _cfg(tmp_path, model="two_tower", use_user_id=True, table_optimizer="lazy_adam",
+             frequency="hash_array", frequency_buckets=256, steps_per_epoch=6, epochs=2,
+             strategy="parameter_server")
+  trainer = Trainer(cfg, data=tiny_data, strategy=ps_strategy)
+  table = trainer.model.candidate_tower.item_embedding.embeddings
+  assert sharded.is_sharded(table) and _ps_devices(table) == {0, 1}
+  before = _value(table.variables)
+  result = trainer.run()
+  assert result["global_step"] == 12 and result["epochs_done"] == 2
+  assert all(np.isfinite(h["loss"]) for h in result["history"])
+  assert np.isfinite(result["val"]["ndcg@10"])
+  assert not np.allclose(_value(table.variables), before)
+  assert tf.train.latest_checkpoint(str(tmp_path / "ckpt")).endswith("ckpt-12")
 
 
 def test_lost_parameter_servers_reads_the_ps_task_from_the_error():
