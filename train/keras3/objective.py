@@ -3,7 +3,9 @@ objects (`tfrs_logq.keras3`) around the Keras 3 SASRec (`models.keras3`), as `tr
 composes the tf-keras ones.
 
     q, p, rows, valid  = sasrec.training_queries(batch)       all B L positions (static shapes)
-    candidates         = in_batch | uniform | mixed            (tfrs_logq.keras3.negatives)
+    candidates         = in_batch | uniform | mixed            (tfrs_logq.keras3.negatives:
+                                                                the ids, log Q, valid, and the
+                                                                embeddings by block)
     scored             = score(q, p, E_out[p], candidates)       (score_negatives, by block)
     out                = SampledSoftmaxLoss(logq, q_prime, ratio_floor)(**scored)
     loss               = sum_{valid} out.loss / #valid         (the mean over the real queries)
@@ -131,57 +133,28 @@ class RetrievalModel(keras.Model):
 
   def candidates(self, tq, positive_embeddings, batch_size: int) -> Candidates:
     """The step's negatives (ids, log Q, valid, log Q(p); no [A, N, d] embeddings) and the
-    embeddings of their blocks, for `score`."""
+    embeddings of their blocks, for `score` (the library's ``MixedNegatives.blocks`` /
+    ``UniformNegatives.block``: the A = B L rows are a row-major [B, L] grid)."""
     cfg = self.cfg
     pos, valid, rows = tq.positive_ids, tq.valid, tq.sequence_ids
-    if self.mixed is not None:   # MixedNegatives' composition, its blocks kept apart
-      m, ids = self.mixed, ops.cast(pos, "int32")
-      pool = neg_lib.in_batch_pool(ids, positive_embeddings, ops.zeros(ops.shape(ids)), valid,
-                                   cross_replica=False, num_negatives=m.num_in_batch,
-                                   seed=m.in_batch_seed_generator)
-      block = pool.negatives
-      log_q = lambda x: m.log_q(  # noqa: E731
-          ops.cast(self.estimator.log_q(x), "float32"), pool.num_kept, pool.num_draws,
-          pool.num_distinct)
-      uniform_ids = self._uniform_ids(m.uniform, rows, valid)
-      k_u = m.uniform.num_negatives
-      if m.uniform.shared:
-        all_ids = ops.concatenate([block.ids, uniform_ids])
-        slot_valid = ops.concatenate([block.valid, ops.ones((k_u,), "bool")])
-      else:
-        a, p = ids.shape[0], block.ids.shape[0]
-        all_ids = ops.concatenate([ops.broadcast_to(block.ids, (a, p)), uniform_ids], axis=1)
-        slot_valid = ops.concatenate([ops.broadcast_to(block.valid, (a, p)),
-                                      ops.ones((a, k_u), "bool")], axis=1)
-      negatives = neg_lib.Negatives(all_ids, None, log_q(all_ids), slot_valid, log_q(ids))
-      return Candidates(negatives, (("shared", block.embeddings),
-                                    self._uniform_block(m.uniform, uniform_ids, batch_size)))
+    embed = self.encoder.item_embeddings
+    if self.mixed is not None:
+      negatives, blocks = self.mixed.blocks(
+          pos, positive_embeddings, candidate_embedder=embed,
+          log_q_unigram=self.estimator.log_q, valid=valid, sequence_ids=rows,
+          num_sequences=batch_size)
+      return Candidates(negatives, blocks)
     if self.uniform is not None:
-      ids = self._uniform_ids(self.uniform, rows, valid)
-      negatives = neg_lib.Negatives(ids, None, self.uniform.log_q(ids),
-                                    positive_log_q=self.uniform.log_q(pos))
-      return Candidates(negatives, (self._uniform_block(self.uniform, ids, batch_size),))
+      u = self.uniform
+      ids = u() if u.shared else u(sequence_ids=rows, valid=valid)
+      negatives = neg_lib.Negatives(ids, None, u.log_q(ids), positive_log_q=u.log_q(pos))
+      return Candidates(negatives, (u.block(ids, embed, num_sequences=batch_size),))
     negatives = neg_lib.in_batch_negatives(
         pos, positive_embeddings, self.estimator.log_q(pos), valid,
         convention=cfg.log_q_convention, cross_replica=False, num_negatives=self.num_in_batch,
         seed=self.in_batch_seed_generator)
     return Candidates(negatives._replace(embeddings=None),
                       (("shared", negatives.embeddings),))
-
-  @staticmethod
-  def _uniform_ids(uniform, rows, valid):
-    return uniform() if uniform.shared else uniform(sequence_ids=rows, valid=valid)
-
-  def _uniform_block(self, uniform, ids, batch_size: int):
-    """(layout, embeddings) of a uniform block: shared [k, d]; per sequence [B, k, d] (the
-    rows of a sequence share their draws: those of its first row); per query [A, k, d]."""
-    embed = self.encoder.item_embeddings
-    if uniform.shared:
-      return "shared", embed(ids)
-    if uniform.per == "sequence":
-      per_row = ops.reshape(ids, (batch_size, -1, ids.shape[-1]))
-      return "sequence", embed(per_row[:, 0])
-    return "query", embed(ids)
 
   def score(self, queries, positive_ids, positive_embeddings,
             candidates: Candidates) -> neg_lib.ScoredCandidates:

@@ -121,6 +121,28 @@ def run_negatives(out):
         out[f"{tag}/{name}"] = _np(getattr(negs, name))
       out[f"{tag}/loss"] = _np(loss.loss)
       out[f"{tag}/weight"] = _np(loss.weight)
+  # MixedNegatives.blocks on a [2, 4] grid of rows (k_b = 4 subsample): the negatives of `call`
+  # (a layer seeded the same), scored block by block with score_blocks
+  grid_sequences = np.repeat(np.arange(2, dtype=np.int32), 4)
+  for per in negatives.UNIFORM_PER:
+    for how in ("call", "blocks"):
+      mixed = negatives.MixedNegatives(c["k_u"], id_range=(1, table.shape[0]),
+                                       convention="mixture", per=per, seed=3, num_in_batch=4)
+      kwargs = dict(candidate_embedder=embed, log_q_unigram=est.log_q, valid=valid,
+                    sequence_ids=grid_sequences)
+      if how == "call":
+        negs = mixed(pos_ids, pos_emb, **kwargs)
+        scored = negatives.score_negatives(c["query"], pos_ids, pos_emb, negs, temperature=0.5)
+      else:
+        negs, blocks = mixed.blocks(pos_ids, pos_emb, num_sequences=2, **kwargs)
+        out[f"blocks/{per}/layouts"] = np.array([layout for layout, _ in blocks])
+        out[f"blocks/{per}/shapes"] = np.array([tuple(e.shape) for _, e in blocks][1])
+        assert negs.embeddings is None
+        scored = negatives.score_blocks(c["query"], pos_ids, pos_emb, negs, blocks,
+                                        temperature=0.5)
+      out[f"blocks/{per}/{how}/ids"] = _np(negs.ids)
+      for name in scored._fields:
+        out[f"blocks/{per}/{how}/{name}"] = _np(getattr(scored, name))
   # per-sequence numbering: padding moved, same A and seed -> the same sets in valid order
   for name, pad in (("pad_a", [1, 1, 0, 1, 1, 1]), ("pad_b", [0, 1, 1, 1, 1, 1])):
     pad = np.array(pad, bool)

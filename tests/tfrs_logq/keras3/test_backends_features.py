@@ -283,6 +283,23 @@ def test_mixed_negatives_equal_tf_keras_log_q_and_loss(res, convention, per):
   np.testing.assert_allclose(res[f"{tag}/loss"], want_loss, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("per,layout,shape", [("batch", "shared", (5, 4)),
+                                              ("sequence", "sequence", (2, 5, 4)),
+                                              ("query", "query", (8, 5, 4))])
+def test_mixed_negatives_blocks_score_as_the_whole_negatives(res, per, layout, shape):
+  """MixedNegatives.blocks: the negatives of `call` (same seed: same ids, log Q, valid), the
+  in-batch pool as one shared block and the k_u = 5 uniform draws as one block (per sequence:
+  [B, k_u, d] on the [2, 4] grid of rows); score_blocks of them = score_negatives of `call`."""
+  tag = f"blocks/{per}"
+  assert list(res[f"{tag}/layouts"]) == ["shared", layout]
+  assert tuple(res[f"{tag}/shapes"]) == shape
+  for name in ("ids", "negative_log_q", "valid_mask", "positive_log_q"):
+    np.testing.assert_array_equal(res[f"{tag}/blocks/{name}"], res[f"{tag}/call/{name}"], name)
+  for name in ("positive_scores", "negative_scores"):
+    np.testing.assert_allclose(res[f"{tag}/blocks/{name}"], res[f"{tag}/call/{name}"],
+                               rtol=1e-5, atol=1e-6, err_msg=name)
+
+
 def test_per_sequence_draws_do_not_depend_on_where_the_padding_is(res):
   np.testing.assert_array_equal(res["per_sequence/pad_a"], res["per_sequence/pad_b"])
   sets = res["per_sequence/pad_a"]   # sequences 7, 7, 3, 9, 3

@@ -5,14 +5,17 @@ mixed, and scoring; the Keras 3 twin of ``tfrs_logq.negatives`` with static shap
   numbering of distinct sequences (``first_occurrence_segments``).
 * ``in_batch``: ``in_batch_negatives`` (log Q ``unigram`` / ``expected_count``; optional
   ``k_b`` subsample, ``num_negatives``).
-* ``uniform``: ``UniformNegatives`` (``per="batch" | "sequence" | "query"``), log Q = -log |D|.
+* ``uniform``: ``UniformNegatives`` (``per="batch" | "sequence" | "query"``), log Q = -log |D|;
+  ``block`` embeds its draws as one block of ``score_blocks``.
 * ``mixed``: ``MixedNegatives`` (``unigram`` | ``mixture`` | ``expected_count``; optional
-  ``k_b`` subsample, ``num_in_batch``).
+  ``k_b`` subsample, ``num_in_batch``); ``blocks`` gives its negatives with their embeddings by
+  block (in-batch pool, uniform block) for ``score_blocks``.
 * ``midx``: ``MIDXSampler``, the MIDX adaptive proposal Q(i|z) (``tfrs_logq.core.midx``), and
   ``MIDXRefreshCallback``.
 * ``cross_replica``: the in-batch pool is the global batch under ``keras.distribution`` data
   parallelism (JAX); ``all_gather_rows`` lays it out on every device.
-* ``scoring``: ``score_negatives`` -> the arguments of ``sampled_softmax_loss``.
+* ``scoring``: ``score_negatives`` -> the arguments of ``sampled_softmax_loss``;
+  ``score_blocks``, the same from embeddings given block by block.
 
 In-batch negatives keep all B rows and mark the ones that take part in ``Negatives.valid``
 (first occurrence of each id, not padding), so the loss sees exactly the deduplicated pool of the

@@ -17,6 +17,12 @@ uniform catalog, log Q of every slot and of each query's positive follows one co
 
 all in log space. Q' (positive excluded) for the corrected loss is log Q(d) - log(1 - Q(p)) per
 row, from the returned ``positive_log_q`` (same convention).
+
+``blocks(...)`` returns the same negatives without their embeddings, and the embeddings block by
+block for ``scoring.score_blocks``: ("shared", the in-batch pool [P, d]), then the uniform block
+(``UniformNegatives.block``: shared [k_u, d], per sequence [B, k_u, d] on a [B, L] grid of rows,
+or per query [A, k_u, d]); ``call`` lays the blocks out as one [P + k_u, d] or [A, P + k_u, d]
+tensor. So a model scores the negatives of a SASRec step without forming [A, P + k_u, d].
 """
 
 from typing import Callable, Optional, Sequence, Tuple
@@ -94,11 +100,13 @@ class MixedNegatives(keras.layers.Layer):
       return negatives_core.two_block_log_q(ops, in_batch_part, num_in_batch, k_u, size)
     return negatives_core.unigram_log_q(ops, log_q_unigram, num_in_batch, k_u, size)
 
-  def call(self, positive_ids, positive_embeddings, *, candidate_embedder: Callable,
-           log_q_unigram: Callable, valid=None, sequence_ids=None,
-           in_batch_keys=None):  # pylint: disable=arguments-differ
-    """``in_batch_keys``: optional int32 [B], the keys of the k_b subsample (instead of a draw
-    from the layer's generator)."""
+  def blocks(self, positive_ids, positive_embeddings, *, candidate_embedder: Callable,
+             log_q_unigram: Callable, valid=None, sequence_ids=None, in_batch_keys=None,
+             num_sequences: Optional[int] = None):
+    """(Negatives with ``embeddings=None``, ((layout, embeddings), ...)) for ``score_blocks``:
+    the negatives of ``call`` (same arguments and draws) and their embeddings by block (module
+    docstring). ``num_sequences`` = B: the A rows are a row-major [B, L] grid, so per-sequence
+    uniform draws form a [B, k_u, d] block (else [A, k_u, d])."""
     if not callable(candidate_embedder) or not callable(log_q_unigram):
       raise TypeError("candidate_embedder and log_q_unigram must be callables of ids")
     ids = ops.cast(_tensors.as_ids(positive_ids, "positive_ids"), "int32")
@@ -112,30 +120,40 @@ class MixedNegatives(keras.layers.Layer):
     k_u = self.uniform.num_negatives
     if self.uniform.shared:
       uniform_ids = self.uniform()
-      uniform_emb = _tensors.as_float32(candidate_embedder(uniform_ids),
-                                        "candidate_embedder(ids)")
-      _tensors.check_rank(uniform_emb, 2, "candidate_embedder(ids)")
       all_ids = ops.concatenate([batch.ids, uniform_ids])
-      embeddings = ops.concatenate([batch.embeddings, uniform_emb], axis=0)
       slot_valid = ops.concatenate([batch.valid, ops.ones((k_u,), "bool")])
     else:
       rows = ids.shape[0]
       uniform_ids = self.uniform(num_queries=rows, sequence_ids=sequence_ids,
-                                  valid=valid)                           # [B, k_u]
-      uniform_emb = _tensors.as_float32(candidate_embedder(uniform_ids),
-                                        "candidate_embedder(ids)")
-      _tensors.check_rank(uniform_emb, 3, "candidate_embedder(ids)")
+                                  valid=valid)                           # [A, k_u]
       pool_size = batch.ids.shape[0]
       all_ids = ops.concatenate(
           [ops.broadcast_to(batch.ids, (rows, pool_size)), uniform_ids], axis=1)
-      embeddings = ops.concatenate(
-          [ops.broadcast_to(ops.expand_dims(batch.embeddings, 0),
-                            (rows,) + tuple(batch.embeddings.shape)), uniform_emb], axis=1)
       slot_valid = ops.concatenate(
           [ops.broadcast_to(batch.valid, (rows, pool_size)), ops.ones((rows, k_u), "bool")],
           axis=1)
-    return base.Negatives(ids=all_ids, embeddings=embeddings, log_q=log_q(all_ids),
-                          valid=slot_valid, positive_log_q=log_q(ids))
+    uniform_block = self.uniform.block(uniform_ids, candidate_embedder, num_sequences)
+    negatives = base.Negatives(ids=all_ids, embeddings=None, log_q=log_q(all_ids),
+                               valid=slot_valid, positive_log_q=log_q(ids))
+    return negatives, (("shared", batch.embeddings), uniform_block)
+
+  def call(self, positive_ids, positive_embeddings, *, candidate_embedder: Callable,
+           log_q_unigram: Callable, valid=None, sequence_ids=None,
+           in_batch_keys=None):  # pylint: disable=arguments-differ
+    """``in_batch_keys``: optional int32 [B], the keys of the k_b subsample (instead of a draw
+    from the layer's generator)."""
+    negatives, ((_, pool), (layout, uniform)) = self.blocks(
+        positive_ids, positive_embeddings, candidate_embedder=candidate_embedder,
+        log_q_unigram=log_q_unigram, valid=valid, sequence_ids=sequence_ids,
+        in_batch_keys=in_batch_keys)
+    if layout == "shared":
+      embeddings = ops.concatenate([pool, uniform], axis=0)
+    else:
+      rows = uniform.shape[0]
+      embeddings = ops.concatenate(
+          [ops.broadcast_to(ops.expand_dims(pool, 0), (rows,) + tuple(pool.shape)), uniform],
+          axis=1)
+    return negatives._replace(embeddings=embeddings)
 
   def get_config(self):
     u = self.uniform

@@ -14,6 +14,16 @@ the sequence among the distinct valid ones in order of first occurrence, a query
 rank among the valid queries), so with ``valid`` the draws do not depend on where the padding
 queries are. Randomness: the layer's ``keras.random.SeedGenerator`` (it advances inside a
 compiled JAX step).
+
+``block(ids, candidate_embedder, num_sequences=None)`` embeds drawn ids as one block of
+``scoring.score_blocks`` (so that the [A, k, d] embeddings of shared draws are never formed):
+
+    "batch"                               ("shared",   E[ids]            [k, d])
+    "sequence", rows a [B, L] grid        ("sequence", E[ids[b L]]       [B, k, d])
+    otherwise                             ("query",    E[ids]            [A, k, d])
+
+where the A = B L rows are given row-major (sequence b's rows are b L .. b L + L - 1, so they
+share the draws of its first row: ``sequence_ids`` = row // L).
 """
 
 import numbers
@@ -132,6 +142,24 @@ class UniformNegatives(keras.layers.Layer):
       rank = ops.cumsum(ops.cast(valid, "int32")) - ops.cast(valid, "int32")
       return ops.take(draws, ops.minimum(rank, a - 1), axis=0)
     return draws
+
+  def block(self, ids, candidate_embedder, num_sequences: Optional[int] = None):
+    """(layout, embeddings) of ``ids`` (this layer's draws) for ``score_blocks`` (module
+    docstring); ``num_sequences`` = B when the A rows of per-``"sequence"`` draws are a
+    row-major [B, A / B] grid (else the block is per query)."""
+    if self.shared:
+      layout, rows = "shared", ids
+    elif self.per == "sequence" and num_sequences is not None:
+      a, k = ids.shape
+      if a % int(num_sequences):
+        raise ValueError(f"{a} rows are not a grid of num_sequences={num_sequences} sequences")
+      layout = "sequence"
+      rows = ops.reshape(ids, (int(num_sequences), a // int(num_sequences), k))[:, 0]
+    else:
+      layout, rows = "query", ids
+    embeddings = _tensors.as_float32(candidate_embedder(rows), "candidate_embedder(ids)")
+    _tensors.check_rank(embeddings, 2 if layout == "shared" else 3, "candidate_embedder(ids)")
+    return layout, embeddings
 
   def get_config(self):
     return {**super().get_config(), "num_negatives": self.num_negatives,
