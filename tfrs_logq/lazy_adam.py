@@ -35,6 +35,8 @@ default; the training binary refuses it with ``--jit_compile_step``).
 
 from __future__ import annotations
 
+import functools
+
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
@@ -52,6 +54,20 @@ class LazyAdam(tf.keras.optimizers.Adam):
     super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2,
                      epsilon=epsilon, adaptive_epsilon=adaptive_epsilon, amsgrad=False,
                      jit_compile=jit_compile, name=name, **kwargs)
+
+  def add_variable_from_reference(self, model_variable, variable_name, shape=None,
+                                  initial_value=None):
+    """tf-keras's slot creation, with the zeros made where the slot lives: tf-keras computes
+    them eagerly on the calling device, so under ParameterServerStrategy the chief would
+    materialise every slot of every table shard (m, v, the row counts) and send it to its ps
+    (measured: +0.7 GiB of chief peak for a 2e6 x 64 table); a callable initial value runs on
+    the slot's own device (its shard's ps)."""
+    if initial_value is None and (shape is not None or model_variable.shape.rank is not None):
+      dtype = getattr(model_variable, "true_dtype", model_variable.dtype)
+      initial_value = functools.partial(
+          tf.zeros, model_variable.shape if shape is None else shape, dtype=dtype)
+    return super().add_variable_from_reference(model_variable, variable_name, shape=shape,
+                                               initial_value=initial_value)
 
   def build(self, var_list):
     built = getattr(self, "_built", False)

@@ -26,6 +26,7 @@ import tensorflow as tf
 from tfrs_logq import _static_shapes
 from tfrs_logq import losses
 from tfrs_logq import negatives as neg_lib
+from tfrs_logq import sharded
 
 NEGATIVES = ("uniform", "in_batch", "mixed", "midx")
 
@@ -123,7 +124,8 @@ class Objective:
       pos_ids = tf.identity(pos_ids)
     if self.estimator is not None and c.frequency != "exact" and training:
       self.estimator.update(pos_ids, valid=valid)
-      with tf.control_dependencies([tf.identity(v) for v in self.estimator.weights]):
+      # After the update, without reading the state whole (a ps -> worker copy per step).
+      with tf.control_dependencies(sharded.read_markers(self.estimator.weights)):
         pos_ids, q = tf.identity(pos_ids), tf.identity(q)
     out = self.per_query_loss(q, pos_ids, seq_ids, shared_seed, valid=valid)
     loss, weight = out.loss, out.weight

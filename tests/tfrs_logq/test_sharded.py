@@ -92,3 +92,24 @@ def test_per_query_scores_from_a_partitioned_item_table():
   np.testing.assert_allclose(got.numpy(), want, rtol=1e-5)
   emb = scoring.embed_ids(ids, item_table=lambda: _sharded(table, 2))
   np.testing.assert_array_equal(emb.numpy(), table[ids])
+
+
+def test_read_markers_read_one_element_of_each_variable_after_its_writes():
+  """read_markers: a one-element read per variable (per shard of a ShardedVariable; the scalar
+  itself), ordered after the writes before it in a tf.function."""
+  table = _sharded(np.zeros([7, 3], np.float32), num_shards=2)
+  scalar = tf.Variable(0.0)
+  vector = tf.Variable(np.zeros(5, np.float32))
+
+  @tf.function
+  def write_then_mark():
+    table.scatter_update(tf.IndexedSlices(tf.ones([2, 3]), tf.constant([0, 4])))
+    scalar.assign(2.0)
+    vector.assign(tf.fill([5], 3.0))
+    return sharded.read_markers([table, scalar, vector])
+
+  markers = [m.numpy() for m in write_then_mark()]
+  assert [m.shape for m in markers] == [(1, 3), (1, 3), (), (1,)]
+  # Row 0 of each shard (global rows 0 and 4), written just before: the reads saw the writes.
+  np.testing.assert_array_equal(np.concatenate(markers[:2]), np.ones([2, 3]))
+  assert markers[2] == 2.0 and markers[3][0] == 3.0
