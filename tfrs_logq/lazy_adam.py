@@ -28,6 +28,9 @@ the global step t, so a row's first update has the size of Adam's first step whe
 (with t, a row first seen at step 10^4 would get an almost uncorrected — 10× smaller — first
 step). A row updated at every step has k_r = t and gets exactly dense Adam's update (tested).
 
+The row formula is `tfrs_logq.core.lazy_adam.update_rows` (shared with the Keras 3
+`tfrs_logq.keras3.LazyAdam`); this class gathers the gradient's distinct rows and scatters back.
+
 Limits: ``amsgrad`` is not supported for sparse updates (a ValueError at construction); the
 sparse path uses `tf.unique` (dynamic shapes), so it runs outside XLA (``jit_compile=False`` by
 default; the training binary refuses it with ``--jit_compile_step``).
@@ -39,6 +42,9 @@ import functools
 
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
+
+from tfrs_logq.core import lazy_adam as core_lazy_adam
+from tfrs_logq.core import ops as core_ops
 
 __all__ = ["LazyAdam"]
 
@@ -89,16 +95,13 @@ class LazyAdam(tf.keras.optimizers.Adam):
     m, v, count = self._momentums[index], self._velocities[index], self._row_counts[index]
     rows, position = tf.unique(gradient.indices)
     grad = tf.math.unsorted_segment_sum(gradient.values, position, tf.shape(rows)[0])
-    k = tf.gather(count, rows) + 1
-    count.scatter_update(tf.IndexedSlices(k, rows))
     beta_1 = tf.cast(self.beta_1, dtype)
     beta_2 = tf.cast(self.beta_2, dtype)
-    m_rows = beta_1 * tf.gather(m, rows) + (1 - beta_1) * grad
-    v_rows = beta_2 * tf.gather(v, rows) + (1 - beta_2) * tf.square(grad)
+    m_rows, v_rows, k, delta = core_lazy_adam.update_rows(
+        core_ops.tf_ops(), tf.gather(m, rows), tf.gather(v, rows), tf.gather(count, rows), grad,
+        tf.cast(self.learning_rate, dtype), beta_1, beta_2, self.epsilon,
+        adaptive_epsilon=self.adaptive_epsilon)
+    count.scatter_update(tf.IndexedSlices(k, rows))
     m.scatter_update(tf.IndexedSlices(m_rows, rows))
     v.scatter_update(tf.IndexedSlices(v_rows, rows))
-    k = tf.reshape(k, tf.concat([tf.shape(k), tf.ones([tf.rank(grad) - 1], tf.int32)], 0))
-    correction_2 = tf.sqrt(1 - tf.pow(beta_2, k))
-    alpha = tf.cast(self.learning_rate, dtype) * correction_2 / (1 - tf.pow(beta_1, k))
-    epsilon = self.epsilon * correction_2 if self.adaptive_epsilon else self.epsilon
-    variable.scatter_sub(tf.IndexedSlices(alpha * m_rows / (tf.sqrt(v_rows) + epsilon), rows))
+    variable.scatter_sub(tf.IndexedSlices(delta, rows))

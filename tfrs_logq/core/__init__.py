@@ -35,4 +35,6 @@ Modules (each states its formulas in its docstring):
 * ``midx``: the MIDX inverted multi-index (codes -> cells, counts, offsets, sorted items) and
   proposal (codeword scores, cell log-weights, log Z, log Q(i|z), the item inside a cell), and
   the MIDX sampler's argument checks.
+* ``lazy_adam``: LazyAdam's per-row update (the row's own count k_r in Adam's bias correction),
+  on gathered rows (tf-keras) or on a whole table with a mask of the step's rows (Keras 3).
 """

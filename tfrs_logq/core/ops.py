@@ -9,7 +9,7 @@ tf-keras front. The names used, with the keras.ops signatures (``max(x, axis, ke
     logical_and logical_not equal not_equal squeeze expand_dims cast zeros_like ones_like
     logaddexp isfinite power full_like top_k
     matmul transpose reshape square take take_along_axis logsumexp argmin argsort cumsum
-    segment_sum stack arange mod sort
+    segment_sum stack arange mod sort sqrt
 
 (``take_along_axis(x, indices, axis=-1)`` with indices of the rank of x; ``argsort`` stable;
 ``segment_sum(data, segment_ids, num_segments)``.)
@@ -27,7 +27,7 @@ OPS_NAMES = ("where", "max", "min", "sum", "exp", "log", "log1p", "expm1", "sigm
              "equal", "not_equal", "squeeze", "expand_dims", "cast", "zeros_like", "ones_like",
              "logaddexp", "isfinite", "power", "full_like", "top_k", "matmul", "transpose",
              "reshape", "square", "take", "take_along_axis", "logsumexp", "argmin", "argsort",
-             "cumsum", "segment_sum", "stack", "arange", "mod", "sort")
+             "cumsum", "segment_sum", "stack", "arange", "mod", "sort", "sqrt")
 
 
 @functools.lru_cache(maxsize=None)
@@ -93,4 +93,4 @@ def tf_ops() -> types.SimpleNamespace:
       matmul=tf.matmul, transpose=_transpose, reshape=tf.reshape, square=tf.square, take=_take,
       take_along_axis=_take_along_axis, logsumexp=_logsumexp, argmin=_argmin, argsort=_argsort,
       cumsum=tf.cumsum, segment_sum=_segment_sum, stack=tf.stack, arange=_arange,
-      mod=tf.math.floormod, sort=tf.sort)
+      mod=tf.math.floormod, sort=tf.sort, sqrt=tf.sqrt)

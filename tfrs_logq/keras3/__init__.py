@@ -14,6 +14,8 @@ tf-keras path (``tfrs_logq.losses`` & co.) and tested against it on every backen
   ``GBCELoss`` (gSASRec).
 * ``Retrieval``: the TFRS-style task (scores, masks, corrections, reduction) for
   ``compute_loss`` / ``train_step`` / ``add_loss``.
+* ``LazyAdam``: Adam whose embedding tables move only in the rows of the step, each row with
+  its own update count in the bias correction (the tf-keras ``tfrs_logq.LazyAdam``'s rule).
 * ``frequency.ExactCounts``, ``frequency.HashArrayEstimator``, ``frequency.CountMinSketch``:
   stateful estimators of Q.
 * ``negatives``: in-batch, uniform (per batch / sequence / query), mixed (unigram / mixture /
@@ -29,6 +31,7 @@ from tfrs_logq.keras3 import frequency
 from tfrs_logq.keras3 import negatives
 from tfrs_logq.keras3.accidental_hits import RemoveAccidentalHits, accidental_hit_mask
 from tfrs_logq.keras3.full_softmax import FullSoftmaxLoss, full_softmax_loss
+from tfrs_logq.keras3.lazy_adam import LazyAdam
 from tfrs_logq.keras3.gbce import GBCELoss, bce_loss, gbce_beta, gbce_loss
 from tfrs_logq.keras3.log_q import log_q_prime
 from tfrs_logq.keras3.logq_correction import SamplingProbabilityCorrection
@@ -40,4 +43,4 @@ __all__ = ["SamplingProbabilityCorrection", "RemoveAccidentalHits", "accidental_
            "log_q_prime", "sampled_softmax_loss", "SampledSoftmaxLoss", "LossOutput",
            "CORRECTIONS", "Q_PRIME_MODES", "Retrieval", "frequency", "negatives",
            "full_softmax_loss", "FullSoftmaxLoss", "bce_loss", "gbce_loss", "gbce_beta",
-           "GBCELoss"]
+           "GBCELoss", "LazyAdam"]
