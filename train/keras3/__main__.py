@@ -8,8 +8,8 @@ and defaults; see --help) plus --backend (jax | tensorflow | torch; sets KERAS_B
 keras is imported). The model is the Keras 3 SASRec (`models.keras3`), the loss, negatives and
 frequency estimators are the library's Keras 3 front (`tfrs_logq.keras3`); the data and the
 validation metrics are the tf-keras binary's (`train.data`, `train.validation`). Not available
-here (one `error:` line): --model=two_tower, losses other than sampled_softmax, --negatives=midx,
---table_optimizer=lazy_adam, tf.distribute strategies. --sasrec_pack_tokens, --jit_compile_step
+here (one `error:` line): --model=two_tower, --negatives=midx, tf.distribute strategies
+(--loss sampled_softmax / full_softmax / bce / gbce and --table_optimizer adam / lazy_adam are). --sasrec_pack_tokens, --jit_compile_step
 and --host_allocator do not apply (the step is always one static-shape program on JAX;
 --jit_compile asks for XLA on the tensorflow backend).
 

@@ -10,7 +10,8 @@ hands them to ``optimizer.apply`` (TensorFlow and PyTorch directly, JAX inside
 ``stateless_apply``'s scope, which returns the optimizer's variables updated). So the count is
 an int32 optimizer variable written there, and the trainer reads it after each step
 (`train.keras3.trainer`): a finite loss with a count > 0 is a non-finite gradient at that step.
-The update itself is Adam's, whatever the gradients (training stops at the step anyway).
+The update itself is Adam's (or LazyAdam's), whatever the gradients (training stops at the step
+anyway).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from __future__ import annotations
 import keras
 from keras import ops
 
-__all__ = ["GradientCheckedAdam", "all_finite"]
+import tfrs_logq.keras3 as tlk
+
+__all__ = ["GradientCheckedAdam", "GradientCheckedLazyAdam", "all_finite"]
 
 
 def all_finite(tensors):
@@ -29,8 +32,8 @@ def all_finite(tensors):
   return ops.all(ops.stack(checks))
 
 
-class GradientCheckedAdam(keras.optimizers.Adam):
-  """``keras.optimizers.Adam`` + ``nonfinite_steps`` (int32 variable, module docstring)."""
+class _GradientCheck:
+  """The count of non-finite steps, mixed into an optimizer (module docstring)."""
 
   def build(self, variables):
     if self.built:
@@ -47,3 +50,11 @@ class GradientCheckedAdam(keras.optimizers.Adam):
   def nonfinite_count(self) -> int:
     """The number of steps so far whose gradients were not all finite."""
     return int(ops.convert_to_numpy(self.nonfinite_steps.value))
+
+
+class GradientCheckedAdam(_GradientCheck, keras.optimizers.Adam):
+  """``keras.optimizers.Adam`` + ``nonfinite_steps`` (int32 variable, module docstring)."""
+
+
+class GradientCheckedLazyAdam(_GradientCheck, tlk.LazyAdam):
+  """`tfrs_logq.keras3.LazyAdam` + ``nonfinite_steps`` (--table_optimizer=lazy_adam)."""

@@ -8,6 +8,9 @@ composes the tf-keras ones.
                                                                 embeddings by block)
     scored             = score(q, p, E_out[p], candidates)       (score_negatives, by block)
     out                = SampledSoftmaxLoss(logq, q_prime, ratio_floor)(**scored)
+                         | GBCELoss(beta)(s_p, s_n, valid)     (bce: beta = 1; gbce: gbce_beta(k,
+                                                                |I|, t); k uniform negatives)
+                         | FullSoftmaxLoss(temperature)(q, p, E_out[1:])   (no sampler)
     loss               = sum_{valid} out.loss / #valid         (the mean over the real queries)
     mean_weight        = sum_{valid} out.weight / #valid       (a metric: compute_metrics)
 
@@ -82,9 +85,12 @@ def build_estimator(cfg, data):
 def negatives_split(cfg):
   """(k_b, k_u): the in-batch and uniform negatives of --negatives / --num_negatives, the
   tf-keras binary's (`train.objective.build_sampler`): in_batch (k, 0), mixed (k // 2,
-  k - k // 2), uniform (0, k)."""
+  k - k // 2), uniform (0, k); bce / gbce: uniform (0, k) whatever --negatives; full_softmax:
+  none (0, 0)."""
   k = cfg.num_negatives
-  if cfg.negatives == "uniform":
+  if cfg.loss == "full_softmax":
+    return 0, 0
+  if cfg.loss in ("bce", "gbce") or cfg.negatives == "uniform":
     return 0, k
   k_b = k if cfg.negatives == "in_batch" else k // 2
   return k_b, k - k_b
@@ -99,11 +105,11 @@ def update_estimator(cfg, estimator, batch) -> None:
 
 
 class RetrievalModel(keras.Model):
-  """SASRec + negatives + sampled softmax (module docstring); ``compute_loss`` is the objective.
+  """SASRec + negatives + the loss of --loss (module docstring); ``compute_loss`` is the objective.
 
   Args:
-    cfg: a `train.config.RunConfig` (loss sampled_softmax; negatives in_batch / uniform /
-      mixed; num_negatives, uniform_negatives, logq, q_prime, log_q_convention, ratio_floor,
+    cfg: a `train.config.RunConfig` (loss sampled_softmax / full_softmax / bce / gbce;
+      negatives in_batch / uniform / mixed (bce, gbce: uniform); num_negatives, uniform_negatives, logq, q_prime, log_q_convention, ratio_floor,
       temperature, seed).
     encoder: the Keras 3 SASRec.
     estimator: a `tfrs_logq.keras3.frequency` estimator (in-batch and mixed negatives).
@@ -116,7 +122,9 @@ class RetrievalModel(keras.Model):
     catalog = (1, num_items + 1)
     self.num_in_batch, num_uniform = negatives_split(cfg)
     self.uniform = self.mixed = self.in_batch_seed_generator = None
-    if cfg.negatives == "uniform":
+    if cfg.loss == "full_softmax":
+      pass   # every other item is a negative: no sampler
+    elif cfg.loss in ("bce", "gbce") or cfg.negatives == "uniform":
       self.uniform = neg_lib.UniformNegatives(num_uniform, id_range=catalog, seed=cfg.seed,
                                               per=cfg.uniform_negatives, name="uniform")
     elif cfg.negatives == "mixed":
@@ -127,8 +135,16 @@ class RetrievalModel(keras.Model):
     else:   # in_batch: the k_b subsample's keys, as MixedNegatives draws them
       self.in_batch_seed_generator = keras.random.SeedGenerator(
           mixed_lib.in_batch_seed(cfg.seed), name="in_batch_seed")
-    self.loss_layer = tlk.SampledSoftmaxLoss(cfg.logq, cfg.q_prime, ratio_floor=cfg.ratio_floor,
-                                             name="sampled_softmax")
+    if cfg.loss == "full_softmax":
+      self.loss_layer = tlk.FullSoftmaxLoss(cfg.temperature, id_offset=1, name="full_softmax")
+    elif cfg.loss == "sampled_softmax":
+      self.loss_layer = tlk.SampledSoftmaxLoss(cfg.logq, cfg.q_prime,
+                                               ratio_floor=cfg.ratio_floor,
+                                               name="sampled_softmax")
+    else:   # bce (beta = 1) / gbce (gSASRec's beta of k uniform negatives, |I| items, t)
+      beta = (tlk.gbce_beta(cfg.num_negatives, num_items, cfg.gbce_t) if cfg.loss == "gbce"
+              else 1.0)
+      self.loss_layer = tlk.GBCELoss(beta, name=cfg.loss)
     self.mean_weight = keras.metrics.Mean(name="mean_weight")
 
   def candidates(self, tq, positive_embeddings, batch_size: int) -> Candidates:
@@ -169,10 +185,17 @@ class RetrievalModel(keras.Model):
     {"inputs", "targets"} batch: the forward pass that Keras's train step differentiates
     through `compute_loss`."""
     tq = self.encoder.training_queries(batch, training=training)
+    if self.cfg.loss == "full_softmax":   # padding rows: any real id, their loss is dropped
+      ids = ops.where(tq.valid, tq.positive_ids, ops.ones_like(tq.positive_ids))
+      out = self.loss_layer(tq.queries, ids, self.encoder.all_item_embeddings()[1:])
+      return out.loss, out.weight, tq.valid
     pos_emb = self.encoder.item_embeddings(tq.positive_ids)
     candidates = self.candidates(tq, pos_emb, batch_size=batch["targets"].shape[0])
     scored = self.score(tq.queries, tq.positive_ids, pos_emb, candidates)
-    out = self.loss_layer(**scored.loss_kwargs())
+    if self.cfg.loss == "sampled_softmax":
+      out = self.loss_layer(**scored.loss_kwargs())
+    else:
+      out = self.loss_layer(scored.positive_scores, scored.negative_scores, scored.valid_mask)
     return out.loss, out.weight, tq.valid
 
   def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):

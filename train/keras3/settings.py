@@ -20,9 +20,10 @@ DEFAULT_BACKEND = "jax"
 # setting -> (the values the Keras 3 path supports, why the others are not there)
 _SUPPORTED = {
     "model": (("sasrec",), "the Keras 3 path trains SASRec (models.keras3)"),
-    "loss": (("sampled_softmax",), "the Keras 3 binary trains the sampled softmax"),
+    "loss": (("sampled_softmax", "full_softmax", "bce", "gbce"),
+             "the Keras 3 binary trains these losses"),
     "negatives": (("mixed", "uniform", "in_batch"), "MIDX has no Keras 3 sampler"),
-    "table_optimizer": (("adam",), "LazyAdam is a tf-keras optimizer"),
+    "table_optimizer": (("adam", "lazy_adam"), "the Keras 3 binary has Adam and LazyAdam"),
     "strategy": (("default",), "tf.distribute strategies are for python -m train"),
 }
 _ZERO = {"cpu_replicas": "tf.distribute's logical CPUs are for python -m train"}

@@ -76,6 +76,19 @@ def query_embeddings(encoder, inputs: np.ndarray, batch_size: int) -> np.ndarray
   return np.concatenate(out)
 
 
+# --table_optimizer=lazy_adam: the item tables of SASRec (input and output, one when tied).
+ITEM_TABLES = r"(^|/)(input|output)_item_embedding/embeddings$"
+
+
+def build_optimizer(cfg):
+  """Adam, or with --table_optimizer=lazy_adam `tfrs_logq.keras3.LazyAdam` for the item tables
+  (``ITEM_TABLES``) and Adam's update for the rest, as the tf-keras binary; both count the
+  steps with non-finite gradients (`train.keras3.finite`)."""
+  if cfg.table_optimizer == "lazy_adam":
+    return finite.GradientCheckedLazyAdam(cfg.learning_rate, table_pattern=ITEM_TABLES)
+  return finite.GradientCheckedAdam(cfg.learning_rate)
+
+
 class Trainer:
   """Builds the model, optimizer and estimator and runs the epochs (module docstring)."""
 
@@ -91,7 +104,7 @@ class Trainer:
     self.model.built = True
     jit = True if keras.backend.backend() == "jax" else (
         bool(cfg.jit_compile) if keras.backend.backend() == "tensorflow" else False)
-    self.model.compile(optimizer=finite.GradientCheckedAdam(cfg.learning_rate), jit_compile=jit)
+    self.model.compile(optimizer=build_optimizer(cfg), jit_compile=jit)
     self.model.optimizer.build(self.model.trainable_variables)
     self.epoch = self.step = self.best_epoch = self.bad_epochs = 0
     self._saved = None   # (epoch, step) of the last checkpoint on disk

@@ -1,0 +1,58 @@
+"""The Keras 3 objective's loss on a fixed batch with copied SASRec weights, in a fresh Keras 3
+process.
+
+    KERAS_BACKEND=jax python objective_worker.py CASES.npz OUT.npz
+
+Spawned by test_objective_losses.py (no TF_USE_LEGACY_KERAS): it builds
+`train.keras3.objective.RetrievalModel` from the case's RunConfig settings as the binary does,
+sets the tf-keras model's weights sublayer by sublayer (tests/models/keras3/sasrec_worker.py's
+order) and writes ``compute_loss`` of ``call(batch, training=False)``.
+"""
+
+import importlib.util
+import json
+import pathlib
+import sys
+import types
+
+import numpy as np
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+
+
+def sublayers():
+  spec = importlib.util.spec_from_file_location(
+      "sasrec_worker", ROOT / "tests" / "models" / "keras3" / "sasrec_worker.py")
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.sublayers
+
+
+def main(cases_path, out_path):
+  from train.config import RunConfig  # pylint: disable=g-import-not-at-top
+  import keras  # pylint: disable=g-import-not-at-top
+  from keras import ops  # pylint: disable=g-import-not-at-top
+  from train.keras3 import objective  # pylint: disable=g-import-not-at-top
+
+  cases = np.load(cases_path)
+  out = {"backend": np.array(keras.backend.backend())}
+  for name in json.loads(str(cases["names"])):
+    settings = json.loads(str(cases[f"{name}/settings"]))
+    cfg = RunConfig.create(**settings)
+    counts = cases[f"{name}/counts"]
+    data = types.SimpleNamespace(num_items=len(counts) - 1, item_counts=counts)
+    encoder = objective.build_encoder(cfg, data.num_items)
+    model = objective.RetrievalModel(cfg, encoder, objective.build_estimator(cfg, data),
+                                     name="retrieval")
+    batch = {k: cases[f"{name}/{k}"].astype(np.int32) for k in ("inputs", "targets")}
+    model(batch, training=False)   # builds the encoder's sublayers
+    for sub, layer in sublayers()(encoder, cfg.sasrec_block, cfg.tie_embeddings):
+      count = int(cases[f"{name}/w/{sub}/count"])
+      layer.set_weights([cases[f"{name}/w/{sub}/{k}"] for k in range(count)])
+    loss = model.compute_loss(y_pred=model(batch, training=False))
+    out[f"{name}/loss"] = np.asarray(ops.convert_to_numpy(loss))
+  np.savez(out_path, **out)
+
+
+if __name__ == "__main__":
+  main(*sys.argv[1:])
