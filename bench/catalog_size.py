@@ -3,6 +3,8 @@ r"""Cost of a two-tower training step against the catalog size |I|: sampled vs f
     python bench/catalog_size.py            # |I| = 1e4 .. 1e7, ~5-10 min on 2 shared CPU cores
     python bench/catalog_size.py --quick    # 1e4 .. 1e6, fewer steps
     python bench/catalog_size.py --sizes=10000,10000000 --variants=mixed+hash_array,full
+    python bench/catalog_size.py --parameter_server --sizes=10000,100000,1000000 \
+        --out=docs/results/catalog_size_ps   # one process vs 2 ps shards (bench/catalog_ps.py)
 
 Model: `models.TwoTower` with a user-id query tower (U = 10,000 users, no history) and an item
 table [|I| + 1, d = 64], built, like the loss, by the training binary's own code
@@ -39,6 +41,12 @@ Points run at different moments of a shared machine: compare shapes of curves, n
 
 Writes ``--out``/catalog_size.png (time and memory against |I|, log-log) and catalog_size.md
 (the table and the command). The last line is a one-line summary.
+
+``--parameter_server``: instead, ``mixed+hash_array@lazy_adam`` on one process against the same
+point on a local parameter-server cluster (``--ps_shards`` ps processes + 1 worker, the point's
+process as chief), the two sides alternating in every pass; step time, the memory of every
+process, bytes moved per step (measured on the ps sockets and computed from the step's tensors)
+and a 1e8 memory projection; writes catalog_size_ps.md / .json (bench/catalog_ps.py).
 """
 
 from __future__ import annotations
@@ -86,15 +94,15 @@ def zipf_ids(rng: np.random.Generator, num_items: int, size: int) -> np.ndarray:
   return np.clip(ids, 1, num_items)
 
 
-def _point(spec: dict) -> dict:
-  """One (variant, |I|) point, in this process; returns the measurements."""
+def build_point(spec: dict):
+  """The model, estimator, objective, optimizer, step counter, item table and 4 batches of one
+  point, built by the training binary's code (under the current tf.distribute scope: the
+  parameter-server side calls it in ParameterServerStrategy's). Returns a SimpleNamespace."""
   import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from train.config import RunConfig  # pylint: disable=g-import-not-at-top
   from train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   from train.objective import Objective  # pylint: disable=g-import-not-at-top
-  tf.get_logger().setLevel("ERROR")
-  rss_import = memory.status_kib("VmRSS")
   v, b, d, users = spec["num_items"], spec["batch_size"], spec["dim"], spec["num_users"]
   variant, _, optimizer_name = spec["variant"].partition("@")
   loss, _, frequency = variant.partition("+")
@@ -123,10 +131,31 @@ def _point(spec: dict) -> dict:
   else:
     optimizer = tf.keras.optimizers.legacy.SGD(0.05)      # sparse rows: scatter into the table
   step = tf.Variable(0, dtype=tf.int64)
-  table = model.candidate_tower.item_embedding.embeddings
   rng = np.random.default_rng(spec["seed"])
   batches = [dict(user_id=tf.constant(rng.integers(1, users + 1, b)),
                   item_id=tf.constant(zipf_ids(rng, v, b))) for _ in range(4)]
+  return types.SimpleNamespace(model=model, estimator=estimator, objective=objective,
+                               variables=variables, optimizer=optimizer, step=step,
+                               table=model.candidate_tower.item_embedding.embeddings,
+                               batches=batches)
+
+
+def estimator_bytes(estimator) -> int:
+  """Bytes of the estimator's variables (0 without one)."""
+  if estimator is None:
+    return 0
+  return sum(int(np.prod(w.shape)) * w.dtype.size for w in estimator.weights)
+
+
+def _point(spec: dict) -> dict:
+  """One (variant, |I|) point, in this process; returns the measurements."""
+  import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  tf.get_logger().setLevel("ERROR")
+  rss_import = memory.status_kib("VmRSS")
+  built = build_point(spec)
+  objective, variables, optimizer = built.objective, built.variables, built.optimizer
+  step, table, batches, estimator = built.step, built.table, built.batches, built.estimator
 
   @tf.function
   def train_step(batch):
@@ -151,16 +180,16 @@ def _point(spec: dict) -> dict:
     start = time.perf_counter()
     value, rows = (float(t) for t in train_step(batches[i % 4]))
     times.append(time.perf_counter() - start)
-  state = (sum(int(np.prod(w.shape)) * w.dtype.size for w in estimator.weights)
-           if estimator is not None else 0)
+  state = estimator_bytes(estimator)
   return dict(times=times, loss=value, peak_rss_kib=memory.peak_rss_kib(reset),
               rss_import_kib=rss_import, rss_setup_kib=rss_setup,
               table_bytes=int(np.prod(table.shape)) * 4, estimator_bytes=state,
               table_grad_rows=int(rows))
 
 
-def _run_point(spec: dict, timeout: float) -> dict:
-  """`_point` in a child process of its own, so that each point's memory is measured alone.
+def _run_point(spec: dict, timeout: float, point=None) -> dict:
+  """``point`` (default `_point`) in a child process of its own, so that each point's memory is
+  measured alone.
 
   The child is forked from this process, which has imported TensorFlow and the application but
   never run an op (so no runtime threads exist yet and forking is safe): each point then costs
@@ -171,7 +200,7 @@ def _run_point(spec: dict, timeout: float) -> dict:
   if pid == 0:                                                     # the child
     os.close(read_fd)
     try:
-      out = _point(spec)
+      out = (point or _point)(spec)
     except BaseException as e:  # pylint: disable=broad-except
       lines = [l.strip() for l in str(e).splitlines() if l.strip()]
       out = dict(error=f"{type(e).__name__}: {lines[-1] if lines else ''}"[:300])
@@ -311,6 +340,12 @@ def main(argv=None):
                       help="skip @adam points above this catalog size (O(|I|) per step)")
   parser.add_argument("--timeout", type=float, default=900, help="seconds per point")
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--parameter_server", action="store_true",
+                      help="instead: mixed+hash_array@lazy_adam on one process vs a local "
+                      "parameter-server cluster, interleaved (bench/catalog_ps.py); writes "
+                      "catalog_size_ps.md")
+  parser.add_argument("--ps_shards", type=int, default=2,
+                      help="--parameter_server: ps processes (the tables' shards)")
   parser.add_argument("--out", default=str(ROOT / "docs" / "results"),
                       help="folder for catalog_size.png and catalog_size.md")
   args = parser.parse_args(argv)
@@ -331,6 +366,10 @@ def main(argv=None):
   import train.objective  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   import train.trainer  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   command = "python bench/catalog_size.py " + " ".join(argv if argv is not None else sys.argv[1:])
+  if args.parameter_server:
+    from bench import catalog_ps  # pylint: disable=g-import-not-at-top
+    print(catalog_ps.main_ps(args, command))
+    return
   print(f"two-tower, B = {args.batch_size}, d = {args.dim}, {args.num_users} users, sparse SGD "
         "unless @adam / @lazy_adam; "
         f"{args.passes} passes x ({args.warmup} warm-up + {args.steps} timed steps) per point, "
