@@ -8,8 +8,10 @@ and defaults; see --help) plus --backend (jax | tensorflow | torch; sets KERAS_B
 keras is imported). The model is the Keras 3 SASRec (`models.keras3`), the loss, negatives and
 frequency estimators are the library's Keras 3 front (`tfrs_logq.keras3`); the data and the
 validation metrics are the tf-keras binary's (`train.data`, `train.validation`). Not available
-here (one `error:` line): --model=two_tower, --negatives=midx, tf.distribute strategies
-(--loss sampled_softmax / full_softmax / bce / gbce and --table_optimizer adam / lazy_adam are). --sasrec_pack_tokens, --jit_compile_step
+here (one `error:` line): --model=two_tower, tf.distribute strategies (--loss sampled_softmax /
+full_softmax / bce / gbce, --negatives in_batch / uniform / mixed / midx (--midx_codewords, the
+index refreshed at every epoch's start, as python -m train) and --table_optimizer adam /
+lazy_adam are). --sasrec_pack_tokens, --jit_compile_step
 and --host_allocator do not apply (the step is always one static-shape program on JAX;
 --jit_compile asks for XLA on the tensorflow backend).
 

@@ -7,6 +7,8 @@ composes the tf-keras ones.
                                                                 the ids, log Q, valid, and the
                                                                 embeddings by block)
     scored             = score(q, p, E_out[p], candidates)       (score_negatives, by block)
+                         | midx.score(q, p, E_out[p])          (k draws per position from the
+                                                                MIDX proposal Q(i|q), log Q(i|q))
     out                = SampledSoftmaxLoss(logq, q_prime, ratio_floor)(**scored)
                          | GBCELoss(beta)(s_p, s_n, valid)     (bce: beta = 1; gbce: gbce_beta(k,
                                                                 |I|, t); k uniform negatives)
@@ -38,6 +40,19 @@ per sequence, an einsum for per-query draws); the [A, N, d] embeddings of the ne
 formed (3.4 GB at ML-1M sizes). The subsample's keys come from a ``keras.random.SeedGenerator``
 seeded from --seed (``tfrs_logq.keras3.negatives.mixed.in_batch_seed``), the tf-keras binary's
 from the step's stateless seed: the same rule, other random draws.
+
+--negatives=midx (--loss=sampled_softmax; bce / gbce keep uniform negatives) is the tf-keras
+binary's sampler on the library's Keras 3 ``MIDXSampler`` (`build_midx`): --midx_codewords
+codewords per codebook, product quantization, the proposal's temperature = --temperature, ids
+1..|I| (``id_offset=1``, the padding id never drawn), k-means seeded from (--seed, refresh
+count), k = --num_negatives draws per position from Q(i|q) with their exact log Q(i|q) and
+log Q(p|q) for the loss (so --logq / --q_prime apply to the proposal, as in the tf-keras
+binary). `RetrievalModel.refresh_index` rebuilds the index from the current item table (rows
+1..|I|); the trainer calls it at the start of every epoch, the tf-keras trainer's schedule.
+The index (codebooks, cells, refresh count) and the draws' seed state are variables of the
+model, so they are checkpointed and a resumed run redraws what the uninterrupted run drew.
+Padding positions score against the id 1 (their loss is dropped; every row draws from its own
+proposal, so they change no other row's negatives).
 """
 
 from __future__ import annotations
@@ -56,7 +71,7 @@ from tfrs_logq.keras3.negatives import mixed as mixed_lib
 from models.keras3 import SASRec
 from train import estimator_spec
 
-__all__ = ["Candidates", "RetrievalModel", "build_encoder", "build_estimator",
+__all__ = ["Candidates", "RetrievalModel", "build_encoder", "build_estimator", "build_midx",
            "negatives_split", "update_estimator"]
 
 
@@ -82,16 +97,27 @@ def build_estimator(cfg, data):
   return estimator_spec.build(tlk.frequency, cfg, data)
 
 
+def build_midx(cfg, num_items: int):
+  """The library's Keras 3 ``MIDXSampler`` of --negatives=midx (the tf-keras trainer's settings:
+  --midx_codewords, pq, temperature, ``id_offset=1``, --seed; k = --num_negatives per query),
+  its index state created for |I| items of --embedding_dim (checkpointable before a refresh)."""
+  return neg_lib.MIDXSampler(cfg.midx_codewords, "pq", num_items=num_items,
+                             dim=cfg.embedding_dim, temperature=cfg.temperature, id_offset=1,
+                             seed=cfg.seed, num_negatives=cfg.num_negatives, name="midx")
+
+
 def negatives_split(cfg):
   """(k_b, k_u): the in-batch and uniform negatives of --negatives / --num_negatives, the
   tf-keras binary's (`train.objective.build_sampler`): in_batch (k, 0), mixed (k // 2,
-  k - k // 2), uniform (0, k); bce / gbce: uniform (0, k) whatever --negatives; full_softmax:
-  none (0, 0)."""
+  k - k // 2), uniform (0, k); bce / gbce: uniform (0, k) whatever --negatives; full_softmax
+  and midx (its k negatives are MIDX draws): none (0, 0)."""
   k = cfg.num_negatives
   if cfg.loss == "full_softmax":
     return 0, 0
   if cfg.loss in ("bce", "gbce") or cfg.negatives == "uniform":
     return 0, k
+  if cfg.negatives == "midx":
+    return 0, 0
   k_b = k if cfg.negatives == "in_batch" else k // 2
   return k_b, k - k_b
 
@@ -109,7 +135,8 @@ class RetrievalModel(keras.Model):
 
   Args:
     cfg: a `train.config.RunConfig` (loss sampled_softmax / full_softmax / bce / gbce;
-      negatives in_batch / uniform / mixed (bce, gbce: uniform); num_negatives, uniform_negatives, logq, q_prime, log_q_convention, ratio_floor,
+      negatives in_batch / uniform / mixed / midx (bce, gbce: uniform); midx_codewords,
+      num_negatives, uniform_negatives, logq, q_prime, log_q_convention, ratio_floor,
       temperature, seed).
     encoder: the Keras 3 SASRec.
     estimator: a `tfrs_logq.keras3.frequency` estimator (in-batch and mixed negatives).
@@ -121,12 +148,14 @@ class RetrievalModel(keras.Model):
     num_items = encoder.num_items
     catalog = (1, num_items + 1)
     self.num_in_batch, num_uniform = negatives_split(cfg)
-    self.uniform = self.mixed = self.in_batch_seed_generator = None
+    self.uniform = self.mixed = self.midx = self.in_batch_seed_generator = None
     if cfg.loss == "full_softmax":
       pass   # every other item is a negative: no sampler
     elif cfg.loss in ("bce", "gbce") or cfg.negatives == "uniform":
       self.uniform = neg_lib.UniformNegatives(num_uniform, id_range=catalog, seed=cfg.seed,
                                               per=cfg.uniform_negatives, name="uniform")
+    elif cfg.negatives == "midx":
+      self.midx = build_midx(cfg, num_items)
     elif cfg.negatives == "mixed":
       self.mixed = neg_lib.MixedNegatives(num_uniform, id_range=catalog,
                                           convention=cfg.log_q_convention, seed=cfg.seed,
@@ -146,6 +175,12 @@ class RetrievalModel(keras.Model):
               else 1.0)
       self.loss_layer = tlk.GBCELoss(beta, name=cfg.loss)
     self.mean_weight = keras.metrics.Mean(name="mean_weight")
+
+  def refresh_index(self) -> None:
+    """--negatives=midx: rebuilds the MIDX index from the item table's rows 1..|I| (eager,
+    between steps; the trainer calls it at the start of every epoch). Otherwise nothing."""
+    if self.midx is not None:
+      self.midx.refresh(self.encoder.all_item_embeddings()[1:])
 
   def candidates(self, tq, positive_embeddings, batch_size: int) -> Candidates:
     """The step's negatives (ids, log Q, valid, log Q(p); no [A, N, d] embeddings) and the
@@ -190,8 +225,13 @@ class RetrievalModel(keras.Model):
       out = self.loss_layer(tq.queries, ids, self.encoder.all_item_embeddings()[1:])
       return out.loss, out.weight, tq.valid
     pos_emb = self.encoder.item_embeddings(tq.positive_ids)
-    candidates = self.candidates(tq, pos_emb, batch_size=batch["targets"].shape[0])
-    scored = self.score(tq.queries, tq.positive_ids, pos_emb, candidates)
+    if self.midx is not None:    # padding rows: any real id, their loss is dropped
+      ids = ops.where(tq.valid, tq.positive_ids, ops.ones_like(tq.positive_ids))
+      scored = self.midx.score(tq.queries, ids, pos_emb, temperature=self.cfg.temperature,
+                               candidate_embedder=self.encoder.item_embeddings)
+    else:
+      candidates = self.candidates(tq, pos_emb, batch_size=batch["targets"].shape[0])
+      scored = self.score(tq.queries, tq.positive_ids, pos_emb, candidates)
     if self.cfg.loss == "sampled_softmax":
       out = self.loss_layer(**scored.loss_kwargs())
     else:

@@ -22,7 +22,6 @@ _SUPPORTED = {
     "model": (("sasrec",), "the Keras 3 path trains SASRec (models.keras3)"),
     "loss": (("sampled_softmax", "full_softmax", "bce", "gbce"),
              "the Keras 3 binary trains these losses"),
-    "negatives": (("mixed", "uniform", "in_batch"), "MIDX has no Keras 3 sampler"),
     "table_optimizer": (("adam", "lazy_adam"), "the Keras 3 binary has Adam and LazyAdam"),
     "strategy": (("default",), "tf.distribute strategies are for python -m train"),
 }

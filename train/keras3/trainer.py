@@ -2,7 +2,9 @@
 
 Per epoch e (0-based): the global batches of `train.data.sasrec_train_dataset` seeded with
 `train.data.epoch_seed`(seed, e) = seed * 1_000_003 + e (the tf-keras trainer's stream),
-``steps_per_epoch`` of them; each step updates a streaming frequency estimator with the batch's
+``steps_per_epoch`` of them; with --negatives=midx the epoch starts by refreshing the MIDX index
+from the current item table (`objective.RetrievalModel.refresh_index`, the tf-keras trainer's
+schedule); each step updates a streaming frequency estimator with the batch's
 positives, then runs the compiled Keras step (``train_on_batch``: objective, gradients, Adam).
 After the epoch: exact validation
 Recall/NDCG@10,20 (`train.validation.evaluate_queries`, the tf-keras binary's metrics), the best
@@ -193,6 +195,7 @@ class Trainer:
 
   def _train_epoch(self):
     cfg, e = self.cfg, self.epoch
+    self.model.refresh_index()   # --negatives=midx: the index of this epoch's start
     bar = keras.utils.Progbar(self.steps_per_epoch, verbose=1 if cfg.progress else 0,
                               stateful_metrics=["loss"])
     start, total, n = time.time(), 0.0, 0

@@ -191,7 +191,7 @@ BAD_INPUT = [
     (["--no_such_flag=1"], "no_such_flag"),
     (["--backend=mxnet"], "backend"),
     (["--model=two_tower"], "--model=two_tower is not available"),
-    (["--negatives=midx"], "--negatives=midx is not available"),
+    (["--strategy=parameter_server"], "--strategy=parameter_server is not available"),
 ]
 
 
