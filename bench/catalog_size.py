@@ -4,7 +4,7 @@ r"""Cost of a two-tower training step against the catalog size |I|: sampled vs f
     python bench/catalog_size.py --quick    # 1e4 .. 1e6, fewer steps
     python bench/catalog_size.py --sizes=10000,10000000 --variants=mixed+hash_array,full
     python bench/catalog_size.py --parameter_server --sizes=10000,100000,1000000 \
-        --out=docs/results/catalog_size_ps   # one process vs 2 ps shards (bench/catalog_ps.py)
+        --out=docs/results/catalog_size_ps   # one process vs 2 ps shards (bench/catalog/parameter_server.py)
 
 Model: `models.TwoTower` with a user-id query tower (U = 10,000 users, no history) and an item
 table [|I| + 1, d = 64], built, like the loss, by the training binary's own code
@@ -46,7 +46,7 @@ Writes ``--out``/catalog_size.png (time and memory against |I|, log-log) and cat
 point on a local parameter-server cluster (``--ps_shards`` ps processes + 1 worker, the point's
 process as chief), the two sides alternating in every pass; step time, the memory of every
 process, bytes moved per step (measured on the ps sockets and computed from the step's tensors)
-and a 1e8 memory projection; writes catalog_size_ps.md / .json (bench/catalog_ps.py).
+and a 1e8 memory projection; writes catalog_size_ps.md / .json (bench/catalog/parameter_server.py).
 """
 
 from __future__ import annotations
@@ -342,7 +342,7 @@ def main(argv=None):
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--parameter_server", action="store_true",
                       help="instead: mixed+hash_array@lazy_adam on one process vs a local "
-                      "parameter-server cluster, interleaved (bench/catalog_ps.py); writes "
+                      "parameter-server cluster, interleaved (bench/catalog/parameter_server.py); writes "
                       "catalog_size_ps.md")
   parser.add_argument("--ps_shards", type=int, default=2,
                       help="--parameter_server: ps processes (the tables' shards)")
@@ -367,7 +367,7 @@ def main(argv=None):
   import train.trainer  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   command = "python bench/catalog_size.py " + " ".join(argv if argv is not None else sys.argv[1:])
   if args.parameter_server:
-    from bench import catalog_ps  # pylint: disable=g-import-not-at-top
+    from bench.catalog import parameter_server as catalog_ps  # pylint: disable=g-import-not-at-top
     print(catalog_ps.main_ps(args, command))
     return
   print(f"two-tower, B = {args.batch_size}, d = {args.dim}, {args.num_users} users, sparse SGD "

@@ -45,7 +45,7 @@ import time
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 __all__ = ["start_cluster", "stop_cluster", "socket_bytes", "process_kib", "ps_point",
            "project_memory"]
@@ -335,7 +335,7 @@ def main_ps(args, command: str) -> str:
         "measured = TCP bytes sent + received by the ps processes during the timed steps / "
         "steps (kernel socket counters, gRPC framing included); computed = the step's rows "
         "gathered + sparse gradients (values and indices) + dense variables and gradients, "
-        "without the optimizer slots and estimator cells. Definitions: bench/catalog_ps.py.",
+        "without the optimizer slots and estimator cells. Definitions: bench/catalog/parameter_server.py.",
         "", *lines, "", *projection, "", summary, ""]
   (out / "catalog_size_ps.md").write_text("\n".join(md))
   (out / "catalog_size_ps.json").write_text(json.dumps(

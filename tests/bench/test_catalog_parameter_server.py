@@ -1,4 +1,4 @@
-"""bench/catalog_ps.py, the parameter-server side of bench/catalog_size.py: the socket byte
+"""bench/catalog/parameter_server.py, the parameter-server side of bench/catalog_size.py: the socket byte
 counters it reads, its memory projection, and the bench itself at a tiny size (both sides, a
 2-ps cluster of processes)."""
 
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from bench import catalog_ps
+from bench.catalog import parameter_server as catalog_ps
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

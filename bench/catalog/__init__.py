@@ -1,0 +1,1 @@
+"""The parts of bench/catalog_size.py: `parameter_server`, its cluster side (--parameter_server)."""
