@@ -61,7 +61,7 @@ def main(argv):
   del argv  # checked by cli.run
   with cli.bad_input():
     cfg = config_flags.from_flags(RunConfig)
-    settings.check_supported(cfg)
+    settings.check_supported(cfg, FLAGS.backend)
   import keras  # pylint: disable=g-import-not-at-top
   if keras.backend.backend() != FLAGS.backend:
     cli.fail(f"keras was imported with backend {keras.backend.backend()} before --backend="

@@ -148,6 +148,9 @@ class RetrievalModel(keras.Model):
     num_items = encoder.num_items
     catalog = (1, num_items + 1)
     self.num_in_batch, num_uniform = negatives_split(cfg)
+    # --strategy=mirrored (keras.distribution.DataParallel, train.keras3.parallel): the in-batch
+    # pool (the global batch's positives) laid out on every device (all_gather_rows).
+    self.cross_replica = cfg.strategy == "mirrored"
     self.uniform = self.mixed = self.midx = self.in_batch_seed_generator = None
     if cfg.loss == "full_softmax":
       pass   # every other item is a negative: no sampler
@@ -159,7 +162,8 @@ class RetrievalModel(keras.Model):
     elif cfg.negatives == "mixed":
       self.mixed = neg_lib.MixedNegatives(num_uniform, id_range=catalog,
                                           convention=cfg.log_q_convention, seed=cfg.seed,
-                                          per=cfg.uniform_negatives, cross_replica=False,
+                                          per=cfg.uniform_negatives,
+                                          cross_replica=self.cross_replica,
                                           num_in_batch=self.num_in_batch, name="mixed")
     else:   # in_batch: the k_b subsample's keys, as MixedNegatives draws them
       self.in_batch_seed_generator = keras.random.SeedGenerator(
@@ -202,7 +206,8 @@ class RetrievalModel(keras.Model):
       return Candidates(negatives, (u.block(ids, embed, num_sequences=batch_size),))
     negatives = neg_lib.in_batch_negatives(
         pos, positive_embeddings, self.estimator.log_q(pos), valid,
-        convention=cfg.log_q_convention, cross_replica=False, num_negatives=self.num_in_batch,
+        convention=cfg.log_q_convention, cross_replica=self.cross_replica,
+        num_negatives=self.num_in_batch,
         seed=self.in_batch_seed_generator)
     return Candidates(negatives._replace(embeddings=None),
                       (("shared", negatives.embeddings),))

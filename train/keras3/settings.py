@@ -2,7 +2,13 @@
 settings the Keras 3 path does not have (a bad-input error naming the setting).
 
 Imports neither keras nor TensorFlow: `select_backend` sets ``KERAS_BACKEND`` from the command
-line before keras is imported (Keras reads it once, on import).
+line before keras is imported (Keras reads it once, on import), and with --backend=jax and
+--cpu_replicas=N > 0 adds ``--xla_force_host_platform_device_count=N`` to ``XLA_FLAGS`` (JAX
+reads it once, when its CPU backend starts), so the host CPU is N JAX devices for
+--strategy=mirrored (`train.keras3.parallel`).
+
+Data parallelism (--strategy=mirrored, --cpu_replicas > 0) is ``keras.distribution`` on JAX:
+`check_supported` refuses it on the other backends ("needs --backend=jax").
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import sys
 from typing import Optional, Sequence
 
 __all__ = ["BACKENDS", "DEFAULT_BACKEND", "backend_from_argv", "check_supported",
-           "select_backend"]
+           "flag_from_argv", "host_device_flags", "select_backend"]
 
 BACKENDS = ("jax", "tensorflow", "torch")
 DEFAULT_BACKEND = "jax"
@@ -23,44 +29,64 @@ _SUPPORTED = {
     "loss": (("sampled_softmax", "full_softmax", "bce", "gbce"),
              "the Keras 3 binary trains these losses"),
     "table_optimizer": (("adam", "lazy_adam"), "the Keras 3 binary has Adam and LazyAdam"),
-    "strategy": (("default",), "tf.distribute strategies are for python -m train"),
+    "strategy": (("default", "mirrored"),
+                 "the other tf.distribute strategies are for python -m train; mirrored is "
+                 "keras.distribution.DataParallel on --backend=jax"),
 }
-_ZERO = {"cpu_replicas": "tf.distribute's logical CPUs are for python -m train"}
+_HOST_DEVICES = "--xla_force_host_platform_device_count"
+
+
+def flag_from_argv(name: str, default: str, argv: Optional[Sequence[str]] = None) -> str:
+  """The value of --``name`` in ``argv`` (default sys.argv; ``--name=v`` or ``--name v``, the
+  last one wins, nothing after ``--``), else ``default``; returned as given (the flag parser
+  checks it)."""
+  argv = list(sys.argv if argv is None else argv)[1:]
+  value = default
+  for k, arg in enumerate(argv):
+    if arg == "--":
+      break
+    if arg in (f"--{name}", f"-{name}") and k + 1 < len(argv):
+      value = argv[k + 1]
+    elif arg.startswith((f"--{name}=", f"-{name}=")):
+      value = arg.split("=", 1)[1]
+  return value
 
 
 def backend_from_argv(argv: Optional[Sequence[str]] = None) -> str:
   """The --backend that ``argv`` (default sys.argv) gives (last one wins), else the default;
   an unknown name is returned as given (the flag parser reports it)."""
-  argv = list(sys.argv if argv is None else argv)[1:]
-  name = DEFAULT_BACKEND
-  for k, arg in enumerate(argv):
-    if arg == "--":
-      break
-    if arg in ("--backend", "-backend") and k + 1 < len(argv):
-      name = argv[k + 1]
-    elif arg.startswith(("--backend=", "-backend=")):
-      name = arg.split("=", 1)[1]
-  return name
+  return flag_from_argv("backend", DEFAULT_BACKEND, argv)
+
+
+def host_device_flags(xla_flags: str, count: int) -> str:
+  """``xla_flags`` with ``--xla_force_host_platform_device_count=count`` (replacing one there)."""
+  kept = [f for f in xla_flags.split() if not f.startswith(_HOST_DEVICES + "=")]
+  return " ".join(kept + [f"{_HOST_DEVICES}={count}"])
 
 
 def select_backend(argv: Optional[Sequence[str]] = None) -> str:
-  """Sets KERAS_BACKEND from --backend (before keras is imported); returns the name."""
+  """Sets KERAS_BACKEND from --backend (before keras is imported) and, on jax with
+  --cpu_replicas=N > 0, XLA_FLAGS' host device count N (before jax is imported); returns the
+  backend's name."""
   name = backend_from_argv(argv)
   if name in BACKENDS:
     os.environ["KERAS_BACKEND"] = name
+  replicas = flag_from_argv("cpu_replicas", "0", argv)
+  if name == "jax" and replicas.isdigit() and int(replicas) > 0:
+    os.environ["XLA_FLAGS"] = host_device_flags(os.environ.get("XLA_FLAGS", ""), int(replicas))
   return name
 
 
-def check_supported(cfg) -> None:
-  """Raises ValueError for a setting the Keras 3 path does not have."""
+def check_supported(cfg, backend: str = DEFAULT_BACKEND) -> None:
+  """Raises ValueError for a setting the Keras 3 path does not have (on ``backend``)."""
   for name, (values, why) in _SUPPORTED.items():
     if getattr(cfg, name) not in values:
       raise ValueError(f"--{name}={getattr(cfg, name)} is not available in python -m "
                        f"train.keras3 ({why}); use one of {', '.join(values)}")
-  for name, why in _ZERO.items():
-    if getattr(cfg, name):
-      raise ValueError(f"--{name}={getattr(cfg, name)} is not available in python -m "
-                       f"train.keras3 ({why})")
+  if backend != "jax" and (cfg.strategy == "mirrored" or cfg.cpu_replicas):
+    setting = "--strategy=mirrored" if cfg.strategy == "mirrored" else "--cpu_replicas"
+    raise ValueError(f"{setting}: data parallelism (keras.distribution.DataParallel) needs "
+                     f"--backend=jax, got --backend={backend}")
   if cfg.tpu is not None:
     raise ValueError("--tpu is not available in python -m train.keras3 (TPUStrategy is for "
                      "python -m train)")

@@ -13,9 +13,12 @@ epochs without improvement, and a checkpoint of everything that changes
 (`train.keras3.checkpoints`: model, optimizer, estimator, the samplers' and dropouts' seed
 states, epoch, step, best NDCG@10, patience counter, history). Rerunning the same command
 resumes from the last finished epoch and replays the rest exactly. At the end the best model is
-evaluated on validation and test, ``metrics.json`` is written, and with ``export_dir`` the query
-encoder is saved as ``export_dir/query_encoder.keras`` (with ``metadata.json``; on the
-tensorflow backend also the serving SavedModels, `export`).
+evaluated on validation and test, ``metrics.json`` is written (with ``devices``: how many
+devices the weights live on), and with ``export_dir`` the query encoder is saved as
+``export_dir/query_encoder.keras`` (with ``metadata.json``; on the tensorflow backend also the
+serving SavedModels, `export`). --strategy=mirrored
+(JAX): every step is data parallel over N devices (`train.keras3.parallel`: the global batch
+split, weights replicated, the in-batch pool gathered onto every device), the rest as above.
 
 TensorBoard (``model_dir/tensorboard``, `train.keras3.summaries`): the tf-keras binary's tags,
 train/loss and train/mean_weight per step, val/* (test/* with test_curve) and train/epoch_loss
@@ -46,6 +49,7 @@ from keras import ops  # noqa: E402
 from train.keras3 import checkpoints
 from train.keras3 import finite
 from train.keras3 import objective as objective_lib
+from train.keras3 import parallel
 from train.keras3 import summaries
 
 __all__ = ["EXIT_PAUSED", "NonFiniteError", "Trainer", "query_embeddings"]
@@ -99,6 +103,10 @@ class Trainer:
     self.report = report or logging.info
     self.steps_per_epoch = cfg.steps_per_epoch or max(
         1, len(data.train_sequences) // cfg.batch_size)
+    # --strategy=mirrored: DataParallel (train.keras3.parallel), set before any variable exists.
+    self.distribution = parallel.distribution(cfg)
+    if self.distribution is not None:
+      keras.distribution.set_distribution(self.distribution)
     self.encoder = objective_lib.build_encoder(cfg, data.num_items)
     self.estimator = objective_lib.build_estimator(cfg, data)
     self.model = objective_lib.RetrievalModel(cfg, self.encoder, self.estimator,
@@ -108,6 +116,9 @@ class Trainer:
         bool(cfg.jit_compile) if keras.backend.backend() == "tensorflow" else False)
     self.model.compile(optimizer=build_optimizer(cfg), jit_compile=jit)
     self.model.optimizer.build(self.model.trainable_variables)
+    if self.distribution is not None:
+      self.report(f"data parallel (keras.distribution.DataParallel) over {self.devices()} "
+                  f"devices, {cfg.batch_size // self.devices()} sequences each")
     self.epoch = self.step = self.best_epoch = self.bad_epochs = 0
     self._saved = None   # (epoch, step) of the last checkpoint on disk
     self.best_metric = -1.0
@@ -115,6 +126,12 @@ class Trainer:
     self.ckpt_dir = os.path.join(cfg.model_dir, "ckpt")
     self.best_path = os.path.join(cfg.model_dir, "best", "weights.npz")
     self.summaries = summaries.SummaryWriter(os.path.join(cfg.model_dir, "tensorboard"))
+
+  def devices(self) -> int:
+    """The number of devices the weights live on (N data-parallel devices, else 1)."""
+    value = self.model.trainable_variables[0].value
+    sharding = getattr(value, "sharding", None)
+    return len(sharding.device_set) if sharding is not None else 1
 
   # ---------------------------------------------------------------------------- state & data
   def _checkpoint_info(self):
@@ -248,6 +265,7 @@ class Trainer:
     result = dict(config=cfg.to_dict(), backend=keras.backend.backend(),
                   data_fingerprint=data_lib.fingerprint(self.data),
                   num_items=self.data.num_items, steps_per_epoch=self.steps_per_epoch,
+                  devices=self.devices(),
                   global_step=self.step, epochs_done=self.epoch, best_epoch=self.best_epoch,
                   best_step=best_step, best_val_ndcg10=self.best_metric,
                   train_wall_seconds=float(sum(h["wall_seconds"] for h in self.history)),
