@@ -108,7 +108,7 @@ def check_jax_step(trainer, batch) -> dict:
   first, so both start from the same weights, optimizer moments and seed states."""
   variables = list(trainer.model.variables) + list(trainer.model.optimizer.variables)
   saved = [np.array(v.value) for v in variables]
-  keras_loss = trainer.train_step(batch)
+  keras_loss = trainer.train_step(batch)[0]   # (loss, mean weight, finite gradients)
   for v, value in zip(variables, saved):
     v.assign(value)
   trainer.step -= 1
@@ -126,7 +126,7 @@ def matmul_peak_jax(n: int, repeats: int = 5) -> float:
 
 
 def setup(spec: dict, cfg: SideConfig, inputs, targets):
-  """(run(i) -> (loss, nan), peak(n) -> GFLOP/s, info, check) of a Keras 3 side; keras must
+  """(run(i) -> (loss, mean weight or nan on jax), peak(n) -> GFLOP/s, info, check) of a Keras 3 side; keras must
   not have been imported before `select_backend`."""
   trainer, _ = keras3_trainer(spec, cfg)
   import keras  # pylint: disable=g-import-not-at-top
@@ -150,7 +150,7 @@ def setup(spec: dict, cfg: SideConfig, inputs, targets):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     from bench.sasrec_step import worker  # pylint: disable=g-import-not-at-top
     batches = [{k: tf.constant(v) for k, v in b.items()} for b in numpy_batches]
-    run = lambda i: (trainer.train_step(batches[i]), float("nan"))  # noqa: E731
+    run = lambda i: trainer.train_step(batches[i])[:2]  # (loss, mean weight)  # noqa: E731
     peak = worker.matmul_peak_tf
     framework = f"keras {keras.__version__} / tensorflow {tf.__version__}"
   return run, peak, dict(framework=framework, check=check), trainer
