@@ -69,3 +69,24 @@ def test_query_model_interface_training_and_serving_queries():
   np.testing.assert_allclose(m.serving_queries(hist).numpy(), unknown, atol=1e-6)
   np.testing.assert_allclose(m.serving_queries(hist, user_ids=np.array([1, 2, 3])).numpy(),
                              out.queries.numpy(), atol=1e-6)
+
+
+def test_build_all_creates_every_variable_without_scoring_the_catalog(monkeypatch):
+  """build_all must not read the whole item table (under ParameterServerStrategy that gathers
+  the sharded table onto the chief): the same variables as a full forward pass."""
+  def refuse(self):
+    raise AssertionError("build_all read the whole item table")
+  kwargs = dict(num_items=30, num_users=5, embedding_dim=4, use_user_id=True, hidden_dims=(8,),
+                item_features=np.ones((31, 2), np.float32), max_len=6, seed=1)
+  full = TwoTower(**kwargs)
+  full({"history": np.zeros((1, 6), np.int64), "user_id": np.zeros([1], np.int64)})
+  with monkeypatch.context() as m:
+    m.setattr(TwoTower, "all_item_embeddings", refuse)
+    built = TwoTower(**kwargs).build_all()
+  assert built.built
+  names = lambda m: sorted((v.name.replace(m.name + "/", "<model>/", 1), tuple(v.shape))  # noqa
+                           for v in m.variables)
+  assert names(built) == names(full)
+  assert all(name.startswith("<model>/") for name, _ in names(built))
+  scores = built({"history": np.array([[0, 0, 0, 0, 3, 4]]), "user_id": np.array([2])})
+  assert scores.shape == (1, 31)
