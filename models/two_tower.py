@@ -150,13 +150,17 @@ class TwoTower(tfrs.Model):
     self.update_estimator = update_estimator
 
   def build_all(self):
-    """Creates every variable with a dummy query and one candidate row (id 0), without scoring
-    the catalog: under ParameterServerStrategy scoring the whole catalog here would gather the
-    sharded item table onto the chief."""
-    with tf.name_scope(self.name):   # the variable names of a call (checkpoints, h5)
-      self.query_embeddings({"history": tf.zeros([1, self.max_len], tf.int64),
-                             "user_id": tf.zeros([1], tf.int64)})
-      self.item_embeddings(tf.zeros([1], tf.int64))
+    """Creates every variable with a dummy query and one candidate row (id 0), traced as a
+    tf.function, without scoring the catalog. Under ParameterServerStrategy an eager lookup
+    of a sharded table (or scoring the catalog) copies the whole table onto the chief; in a
+    graph the gather runs on the parameter servers and one row comes back."""
+    @tf.function
+    def dummy():
+      with tf.name_scope(self.name):   # the variable names of a call (checkpoints, h5)
+        query = self.query_embeddings({"history": tf.zeros([1, self.max_len], tf.int64),
+                                       "user_id": tf.zeros([1], tf.int64)})
+        return query, self.item_embeddings(tf.zeros([1], tf.int64))
+    dummy()
     self.built = True
     return self
 
