@@ -270,12 +270,13 @@ def report(results: dict, sizes, num_ps: int, dim: int = 64) -> tuple:
         f"({kib * num_ps / 2 ** 20:.0f} GiB over the {num_ps} ps). For comparison, the state "
         f"itself (item table, LazyAdam's m and v, its per-row counts: (3 d + 1) x 4 bytes per "
         f"item, d = {dim}) is {state:.0f} GiB per ps. The worker's memory does not grow with "
-        f"\\|I\\|. The chief's peak does: "
-        f"{', '.join(f'{_fmt_size(v)}: {k / 2 ** 20:.2f} GiB' for v, k in chief[-2:])}, "
-        f"i.e. about **{project_memory(chief)[0] / 2 ** 20:.0f} GiB** at 1e8 on the same line: "
-        "building the two-tower model (`build_all`) scores a dummy query against the whole "
-        "catalog, which gathers the item table to the chief once (the training binary's "
-        "validation and export read it whole on the chief too)."]
+        f"\\|I\\|. The chief's peak: "
+        f"{', '.join(f'{_fmt_size(v)}: {k / 2 ** 20:.2f} GiB' for v, k in chief[-2:])} "
+        f"({project_memory(chief)[1] * 1e6 / 2 ** 10:.0f} MiB per million items on the same "
+        f"line, about {project_memory(chief)[0] / 2 ** 20:.1f} GiB at 1e8): the chief builds "
+        "the model with a traced dummy pass (`TwoTower.build_all`; an eager lookup of a sharded "
+        "table would copy the whole table to the chief) and schedules steps; the training "
+        "binary's validation and export still read the item table whole on the chief."]
   summary = summary_line(parts or ["no point ran"], head="parameter server vs one process, "
                          "median step", note="loaded 2-core CPU: ratios only")
   return lines, projection, summary
