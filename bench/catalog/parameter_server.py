@@ -282,6 +282,47 @@ def report(results: dict, sizes, num_ps: int, dim: int = 64) -> tuple:
   return lines, projection, summary
 
 
+def plot(results: dict, sizes, num_ps: int, path) -> None:
+  """catalog_size_ps.png of {(side, |I|): measurements}: median step (ms) of both sides, and the
+  memory of every process (peak RSS of the one process and the chief, worker and ps RSS after the
+  steps) with the item table's size, against |I| (log-log)."""
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2))
+  gib = lambda kib: kib / 2 ** 20  # noqa: E731
+  for side, label in (("one", "one process"), ("ps", f"{num_ps} ps + 1 worker")):
+    pts = [v for v in sizes if "times" in results.get((side, v), {})]
+    ax_t.plot(pts, [np.median(results[(side, v)]["times"]) * 1e3 for v in pts], "o-",
+              label=label)
+  one = [v for v in sizes if "peak_rss_kib" in results.get(("one", v), {})]
+  ax_m.plot(one, [gib(results[("one", v)]["peak_rss_kib"]) for v in one], "o-",
+            label="one process (peak)")
+  ps = [v for v in sizes if "servers" in results.get(("ps", v), {})]
+  ax_m.plot(ps, [gib(results[("ps", v)]["chief_peak_kib"]) for v in ps], "s-",
+            label="chief (peak)")
+  ax_m.plot(ps, [gib(results[("ps", v)]["servers"]["worker 0"]["rss_kib"]) for v in ps], "^-",
+            label="worker")
+  for i in range(num_ps):
+    ax_m.plot(ps, [gib(results[("ps", v)]["servers"][f"ps {i}"]["rss_kib"]) for v in ps], "v-",
+              label=f"ps {i} (after the steps)")
+  ax_m.plot(sizes, [(v + 1) * 64 * 4 / 2 ** 30 for v in sizes], "k:", label="item table (d 64)")
+  for ax, title, unit in ((ax_t, "median step (schedule + join)", "ms"),
+                          (ax_m, "memory per process", "GiB")):
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("catalog size |I|")
+    ax.set_ylabel(unit)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+  fig.suptitle(f"Two-tower step ({VARIANT}): {num_ps} parameter servers vs one process",
+               fontsize=10)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
+
+
 def main_ps(args, command: str) -> str:
   """The ``--parameter_server`` run of bench/catalog_size.py (module docstring); returns the
   summary line."""
@@ -338,6 +379,8 @@ def main_ps(args, command: str) -> str:
         "gathered + sparse gradients (values and indices) + dense variables and gradients, "
         "without the optimizer slots and estimator cells. Definitions: bench/catalog/parameter_server.py.",
         "", *lines, "", *projection, "", summary, ""]
+  plot(results, sizes, args.ps_shards, out / "catalog_size_ps.png")
+  md += ["![catalog_size_ps.png](catalog_size_ps.png)", ""]
   (out / "catalog_size_ps.md").write_text("\n".join(md))
   (out / "catalog_size_ps.json").write_text(json.dumps(
       {f"{side} {v}": m for (side, v), m in results.items()}, default=float))

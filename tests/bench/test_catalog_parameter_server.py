@@ -54,6 +54,9 @@ def test_bench_at_a_tiny_size_writes_both_sides(tmp_path):
   md = (out / "catalog_size_ps.md").read_text()
   assert "python bench/catalog_size.py --parameter_server --sizes=2000" in md
   assert "| 2e3 | one process |" in md and "| 2e3 | parameter server (2 shards) |" in md
+  png = out / "catalog_size_ps.png"
+  assert "![catalog_size_ps.png](catalog_size_ps.png)" in md
+  assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
   results = json.loads((out / "catalog_size_ps.json").read_text())
   one, ps = results["one 2000"], results["ps 2000"]
   assert len(one["times"]) == len(ps["times"]) == 2
