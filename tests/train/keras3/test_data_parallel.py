@@ -7,87 +7,45 @@ with the uninterrupted data-parallel run's checkpoint, history and metrics, bit 
 backends and a batch that does not split evenly are one `error:` line (status 2); the host
 device flag is added to (or replaced in) XLA_FLAGS only for jax."""
 
-import json
 import os
-import pathlib
-import subprocess
-import sys
 
 import numpy as np
 
+import keras3_binary_harness as harness
 from train.keras3 import settings
 
-HERE = pathlib.Path(__file__).resolve().parent
-ROOT = HERE.parents[2]
-
-ML100K = ["--dataset=movielens_raw", "--max_len=30", "--embedding_dim=16", "--num_blocks=1",
-          "--num_negatives=16", "--batch_size=32", "--eval_batch_size=512",
-          "--steps_per_epoch=6", "--learning_rate=0.01", "--noprogress", "--epochs=2",
-          "--backend=jax", "--negatives=mixed"]
+ARGS = harness.ML100K + ["--epochs=2", "--backend=jax", "--negatives=mixed"]
 PARALLEL = ["--strategy=mirrored", "--cpu_replicas=2"]
-# SIGKILL in the middle of epoch 2 (after global step 6 + 3), epoch 1's checkpoint on disk.
-KILL_IN_EPOCH_2 = """
-import os, runpy, signal
-from train.keras3 import settings
-settings.select_backend()
-from train.keras3 import trainer
-step = trainer.Trainer.train_step
-def killing(self, batch):
-  if self.step == 9:
-    os.kill(os.getpid(), signal.SIGKILL)
-  return step(self, batch)
-trainer.Trainer.train_step = killing
-runpy.run_module("train.keras3", run_name="__main__", alter_sys=True)
-"""
-
-
-def _start(args, script=None):
-  env = {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS",
-                                                           "TF_CPP_MIN_LOG_LEVEL", "XLA_FLAGS")}
-  env.update(PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
-  head = ["-c", script] if script else ["-m", "train.keras3"]
-  return subprocess.Popen(["nice", "-n", "10", sys.executable, *head, *args], cwd=ROOT,
-                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
+ENV = harness.env(drop=("XLA_FLAGS",))   # the binary sets the host device count itself
 _RUNS = {}
 
 
+def _start(args, script=None):
+  return harness.start(args, script, ENV)
+
+
 def _runs(data_dir, tmp_path_factory):
-  """One device, two devices, two devices killed + resumed (once per session)."""
+  """One device, two devices, two devices killed in the middle of epoch 2 (before global step
+  6 + 3) + resumed (once per session)."""
   if _RUNS:
     return _RUNS
   assert data_dir.exists()
   base = tmp_path_factory.mktemp("keras3_data_parallel")
-  procs = {"one": _start(ML100K + [f"--model_dir={base / 'one'}"])}
-  killed = _start(ML100K + PARALLEL + [f"--model_dir={base / 'resumed'}"], KILL_IN_EPOCH_2)
-  killed.communicate(timeout=900)
-  assert killed.returncode == -9, killed.returncode
-  procs["two"] = _start(ML100K + PARALLEL + [f"--model_dir={base / 'two'}"])
-  procs["resumed"] = _start(ML100K + PARALLEL + [f"--model_dir={base / 'resumed'}"])
+  procs = {"one": _start(ARGS + [f"--model_dir={base / 'one'}"])}
+  harness.killed(ARGS + PARALLEL + [f"--model_dir={base / 'resumed'}"], step=9, environment=ENV)
+  procs["two"] = _start(ARGS + PARALLEL + [f"--model_dir={base / 'two'}"])
+  procs["resumed"] = _start(ARGS + PARALLEL + [f"--model_dir={base / 'resumed'}"])
   for name, proc in procs.items():
-    out, err = proc.communicate(timeout=900)
-    assert proc.returncode == 0, f"{name}: {err[-3000:]}"
+    status, out, err = harness.finish(proc)
+    assert status == 0, f"{name}: {err[-3000:]}"
     _RUNS[name] = base / name
     _RUNS[f"{name}_stdout"] = out
   return _RUNS
 
 
-def _metrics(directory):
-  with open(directory / "metrics.json") as f:
-    return json.load(f)
-
-
-def _last_checkpoint(directory):
-  path = sorted((directory / "ckpt").glob("ckpt-*.npz"),
-                key=lambda p: int(p.stem.split("-")[1]))[-1]
-  with np.load(path) as f:
-    return json.loads(str(f["paths"])), {k: f[k] for k in f.files if k.startswith("v")}
-
-
 def test_two_devices_give_the_single_device_first_epoch(data_dir, tmp_path_factory):
   runs = _runs(data_dir, tmp_path_factory)
-  one, two = _metrics(runs["one"]), _metrics(runs["two"])
+  one, two = harness.metrics(runs["one"]), harness.metrics(runs["two"])
   assert one["devices"] == 1 and two["devices"] == 2
   assert "over 2 devices, 16 sequences each" in runs["two_stdout"]
   first_one, first_two = one["history"][0], two["history"][0]
@@ -104,15 +62,8 @@ def test_two_devices_give_the_single_device_first_epoch(data_dir, tmp_path_facto
 def test_data_parallel_run_resumes_bit_exactly(data_dir, tmp_path_factory):
   runs = _runs(data_dir, tmp_path_factory)
   assert "resumed from" in runs["resumed_stdout"]
-  paths, a = _last_checkpoint(runs["two"])
-  paths_b, b = _last_checkpoint(runs["resumed"])
-  assert paths == paths_b and sorted(a) == sorted(b)
-  for key in a:
-    np.testing.assert_array_equal(a[key], b[key], err_msg=key)
-  ma, mb = _metrics(runs["two"]), _metrics(runs["resumed"])
-  assert ma["test"] == mb["test"] and ma["val"] == mb["val"] and mb["devices"] == 2
-  strip = lambda h: [{k: v for k, v in e.items() if "seconds" not in k} for e in h]  # noqa
-  assert strip(ma["history"]) == strip(mb["history"])
+  harness.assert_same_run(runs["two"], runs["resumed"])
+  assert harness.metrics(runs["resumed"])["devices"] == 2
 
 
 BAD_INPUT = [
@@ -124,7 +75,7 @@ BAD_INPUT = [
 
 
 def test_bad_input_is_one_error_line(data_dir, tmp_path):
-  procs = [_start(ML100K + args + [f"--model_dir={tmp_path}"]) for args, _ in BAD_INPUT]
+  procs = [_start(ARGS + args + [f"--model_dir={tmp_path}"]) for args, _ in BAD_INPUT]
   for (args, needle), proc in zip(BAD_INPUT, procs):
     _, err = proc.communicate(timeout=600)
     lines = err.strip().splitlines()
