@@ -251,6 +251,18 @@ def _table(rows) -> list:
   return lines
 
 
+def log_log_axes(panels) -> None:
+  """Log-log axes against the catalog size for ((axis, title, unit), ...), grid and legend."""
+  for ax, title, unit in panels:
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("catalog size |I|")
+    ax.set_ylabel(unit)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+
+
 def _plot(rows, path):
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
@@ -267,14 +279,7 @@ def _plot(rows, path):
               label=f"{variant} (peak RSS)")
   sizes = sorted({r["num_items"] for r in rows})
   ax_m.plot(sizes, [(n + 1) * 64 * 4 / 2 ** 30 for n in sizes], "k:", label="item table")
-  for ax, title, unit in ((ax_t, "median step time", "ms"), (ax_m, "peak memory", "GiB")):
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("catalog size |I|")
-    ax.set_ylabel(unit)
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+  log_log_axes(((ax_t, "median step time", "ms"), (ax_m, "peak memory", "GiB")))
   fig.suptitle("Two-tower step (B = 256, d = 64, sparse SGD unless @adam / @lazy_adam): sampled (mixed, "
                "corrected logQ) vs full softmax", fontsize=10)
   fig.tight_layout()

@@ -102,7 +102,8 @@ def run_server(cfg: dict | None = None) -> None:
   server.join()
 
 
-def _free_ports(n: int) -> list:
+def free_ports(n: int) -> list:
+  """``n`` TCP ports on 127.0.0.1 that were free a moment ago (for local clusters)."""
   import socket  # pylint: disable=g-import-not-at-top
   socks = [socket.socket() for _ in range(n)]
   for s in socks:
@@ -117,7 +118,7 @@ def local_cluster(num_workers: int = 2, num_ps: int = 2):
   """A ParameterServerStrategy cluster inside this process (workers and ps as in-process
   `tf.distribute.Server`s on 127.0.0.1); returns its cluster resolver (the caller is the chief).
   For tests and trying the strategy on one machine."""
-  ports = _free_ports(num_workers + num_ps)
+  ports = free_ports(num_workers + num_ps)
   spec = {"worker": [f"localhost:{p}" for p in ports[:num_workers]],
           "ps": [f"localhost:{p}" for p in ports[num_workers:]]}
   cluster = tf.train.ClusterSpec(spec)

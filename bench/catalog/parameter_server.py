@@ -51,21 +51,12 @@ __all__ = ["start_cluster", "stop_cluster", "socket_bytes", "process_kib", "ps_p
            "project_memory"]
 
 
-def _free_ports(n: int) -> list:
-  socks = [socket.socket() for _ in range(n)]
-  for s in socks:
-    s.bind(("127.0.0.1", 0))
-  ports = [s.getsockname()[1] for s in socks]
-  for s in socks:
-    s.close()
-  return ports
-
-
 def start_cluster(num_ps: int, num_workers: int = 1, timeout: float = 300.0):
   """Starts ``num_ps`` ps and ``num_workers`` worker processes on 127.0.0.1, each serving
   (`train.distribute.run_server`) until killed; returns (TF_CONFIG cluster dict with a "chief"
   address for the caller, {(task, index): Popen}) once every server accepts connections."""
-  ports = _free_ports(1 + num_workers + num_ps)
+  from train import distribute  # pylint: disable=g-import-not-at-top
+  ports = distribute.free_ports(1 + num_workers + num_ps)
   cluster = {"chief": [f"127.0.0.1:{ports[0]}"],
              "worker": [f"127.0.0.1:{p}" for p in ports[1:1 + num_workers]],
              "ps": [f"127.0.0.1:{p}" for p in ports[1 + num_workers:]]}
@@ -307,15 +298,9 @@ def plot(results: dict, sizes, num_ps: int, path) -> None:
     ax_m.plot(ps, [gib(results[("ps", v)]["servers"][f"ps {i}"]["rss_kib"]) for v in ps], "v-",
               label=f"ps {i} (after the steps)")
   ax_m.plot(sizes, [(v + 1) * 64 * 4 / 2 ** 30 for v in sizes], "k:", label="item table (d 64)")
-  for ax, title, unit in ((ax_t, "median step (schedule + join)", "ms"),
-                          (ax_m, "memory per process", "GiB")):
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("catalog size |I|")
-    ax.set_ylabel(unit)
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+  from bench.catalog_size import log_log_axes  # pylint: disable=g-import-not-at-top
+  log_log_axes(((ax_t, "median step (schedule + join)", "ms"),
+                (ax_m, "memory per process", "GiB")))
   fig.suptitle(f"Two-tower step ({VARIANT}): {num_ps} parameter servers vs one process",
                fontsize=10)
   fig.tight_layout()

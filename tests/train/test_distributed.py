@@ -4,7 +4,6 @@ processes (TF_CONFIG on 127.0.0.1) gives the same model on both workers."""
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
@@ -63,18 +62,8 @@ def test_mirrored_matches_single_device(tmp_path, tiny_data, extra):
   assert int(single.step.numpy()) == int(mirrored.step.numpy()) == 3
 
 
-def _free_ports(n):
-  socks = [socket.socket() for _ in range(n)]
-  for s in socks:
-    s.bind(("127.0.0.1", 0))
-  ports = [s.getsockname()[1] for s in socks]
-  for s in socks:
-    s.close()
-  return ports
-
-
 def test_multi_worker_two_local_processes(tmp_path):
-  ports = _free_ports(2)
+  ports = distribute.free_ports(2)
   cluster = {"worker": [f"127.0.0.1:{p}" for p in ports]}
   args = ["--dataset=synthetic", "--synthetic_users=80", "--synthetic_items=40",
           "--synthetic_min_len=6", "--synthetic_max_len=14", "--max_len=10",

@@ -304,7 +304,7 @@ class _ProcessCluster:
 
   def __init__(self, run, logs, args, workers=2, ps=1):
     import os  # pylint: disable=g-import-not-at-top
-    ports = distribute._free_ports(1 + workers + ps)  # pylint: disable=protected-access
+    ports = distribute.free_ports(1 + workers + ps)
     self.cluster = {"chief": [f"127.0.0.1:{ports[0]}"],
                     "worker": [f"127.0.0.1:{p}" for p in ports[1:1 + workers]],
                     "ps": [f"127.0.0.1:{p}" for p in ports[1 + workers:]]}
