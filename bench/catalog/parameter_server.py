@@ -273,7 +273,7 @@ def report(results: dict, sizes, num_ps: int, dim: int = 64) -> tuple:
   return lines, projection, summary
 
 
-def plot(results: dict, sizes, num_ps: int, path) -> None:
+def plot(results: dict, sizes, num_ps: int, path, dim: int = 64) -> None:
   """catalog_size_ps.png of {(side, |I|): measurements}: median step (ms) of both sides, and the
   memory of every process (peak RSS of the one process and the chief, worker and ps RSS after the
   steps) with the item table's size, against |I| (log-log)."""
@@ -297,7 +297,8 @@ def plot(results: dict, sizes, num_ps: int, path) -> None:
   for i in range(num_ps):
     ax_m.plot(ps, [gib(results[("ps", v)]["servers"][f"ps {i}"]["rss_kib"]) for v in ps], "v-",
               label=f"ps {i} (after the steps)")
-  ax_m.plot(sizes, [(v + 1) * 64 * 4 / 2 ** 30 for v in sizes], "k:", label="item table (d 64)")
+  ax_m.plot(sizes, [(v + 1) * dim * 4 / 2 ** 30 for v in sizes], "k:",
+            label=f"item table (d {dim})")
   from bench.catalog_size import log_log_axes  # pylint: disable=g-import-not-at-top
   log_log_axes(((ax_t, "median step (schedule + join)", "ms"),
                 (ax_m, "memory per process", "GiB")))
@@ -364,7 +365,7 @@ def main_ps(args, command: str) -> str:
         "gathered + sparse gradients (values and indices) + dense variables and gradients, "
         "without the optimizer slots and estimator cells. Definitions: bench/catalog/parameter_server.py.",
         "", *lines, "", *projection, "", summary, ""]
-  plot(results, sizes, args.ps_shards, out / "catalog_size_ps.png")
+  plot(results, sizes, args.ps_shards, out / "catalog_size_ps.png", args.dim)
   md += ["![catalog_size_ps.png](catalog_size_ps.png)", ""]
   (out / "catalog_size_ps.md").write_text("\n".join(md))
   (out / "catalog_size_ps.json").write_text(json.dumps(

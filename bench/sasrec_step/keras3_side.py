@@ -126,8 +126,8 @@ def matmul_peak_jax(n: int, repeats: int = 5) -> float:
 
 
 def setup(spec: dict, cfg: SideConfig, inputs, targets):
-  """(run(i) -> (loss, mean weight or nan on jax), peak(n) -> GFLOP/s, info, check) of a Keras 3 side; keras must
-  not have been imported before `select_backend`."""
+  """(run(i) -> (loss, mean weight; nan on jax), peak(n) -> GFLOP/s, info, check) of a Keras 3
+  side; keras must not have been imported before `select_backend`."""
   trainer, _ = keras3_trainer(spec, cfg)
   import keras  # pylint: disable=g-import-not-at-top
   backend = keras.backend.backend()

@@ -1,8 +1,8 @@
 """What the `python -m train.keras3` tests share: the binary started as a subprocess (nice 10,
 CPU only, the repository on PYTHONPATH, tf-keras switches removed from the environment), the
-small ML-100K run settings, a script that SIGKILLs the binary at a given global step (nothing
-cleaned up: the crash a resume must survive), and readers of a run's metrics.json and newest
-checkpoint."""
+small ML-100K and synthetic run settings, a script that SIGKILLs the binary at a given global
+step (nothing cleaned up: the crash a resume must survive), and readers of a run's metrics.json
+and newest checkpoint."""
 
 import json
 import os
@@ -18,6 +18,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[3]
 ML100K = ["--dataset=movielens_raw", "--max_len=30", "--embedding_dim=16", "--num_blocks=1",
           "--num_negatives=16", "--batch_size=32", "--eval_batch_size=512",
           "--steps_per_epoch=6", "--learning_rate=0.01", "--noprogress"]
+# Synthetic data, tinier still: 5 steps per epoch of 16 sequences, the hash-array estimator.
+SYNTHETIC = ["--dataset=synthetic", "--synthetic_users=60", "--synthetic_items=50",
+             "--synthetic_min_len=5", "--synthetic_max_len=20", "--max_len=20",
+             "--embedding_dim=16", "--num_blocks=1", "--num_negatives=8", "--batch_size=16",
+             "--eval_batch_size=60", "--steps_per_epoch=5", "--learning_rate=0.01",
+             "--frequency=hash_array", "--noprogress"]
 
 _KILL = """
 import os, runpy, signal

@@ -19,11 +19,7 @@ import keras3_binary_harness as harness
 HERE = pathlib.Path(__file__).resolve().parent
 
 ML100K = harness.ML100K
-TINY = ["--dataset=synthetic", "--synthetic_users=60", "--synthetic_items=50",
-        "--synthetic_min_len=5", "--synthetic_max_len=20", "--max_len=20", "--embedding_dim=16",
-        "--num_blocks=1", "--num_negatives=8", "--batch_size=16", "--eval_batch_size=60",
-        "--steps_per_epoch=5", "--learning_rate=0.01", "--frequency=hash_array",
-        "--noprogress"]
+TINY = harness.SYNTHETIC
 _CACHE = {}
 
 
