@@ -11,8 +11,9 @@ Same architecture options, sublayer names and initialisers (seeded the same way;
 random streams) as the tf-keras model: with the same weights both give the same hidden states
 (tests/models/keras3/test_sasrec.py copies them across). The encoder always runs on the padded
 [B, L] grid with static shapes, so it compiles whole under ``jax.jit`` (the tf-keras model's token
-compaction is data-dependent; `pack_tokens` is not an option here). Dropout is Keras's, with its
-seed state among the model's variables (a checkpoint of ``model.variables`` resumes it).
+compaction is data-dependent; `pack_tokens` is not an option here). Dropout is `models.keras3.dropout.Dropout` (Keras's layer
+with a 16-bit keep mask: half the random bits, the JAX step's dominant cost otherwise), its seed
+state among the model's variables (a checkpoint of ``model.variables`` resumes it).
 
 Query-model interface (`models.queries`, static shapes):
   ``training_queries(batch)`` -> `TrainingQueries` of all B L positions (padding included,
@@ -30,6 +31,7 @@ import keras
 from keras import ops
 
 from models.keras3 import sasrec_ops
+from models.keras3.dropout import Dropout
 from models.keras3.sasrec_blocks import ReferenceBlock, TransformerBlock
 
 __all__ = ["BLOCK_STYLES", "SASRec", "TrainingQueries"]
@@ -90,8 +92,7 @@ class SASRec(keras.Model):
                          name=f"block_{i}") for i in range(num_blocks)]
     self.final_norm = keras.layers.LayerNormalization(
         epsilon=1e-6 if block_style == "pre_ln" else 1e-5, name="final_norm")
-    self.input_dropout = keras.layers.Dropout(dropout, seed=self.seed * 100 + 9,
-                                              name="input_dropout")
+    self.input_dropout = Dropout(dropout, seed=self.seed * 100 + 9, name="input_dropout")
     self.input_scale = math.sqrt(embedding_dim) if block_style == "pre_ln" else 1.0
     self.build((None, self.max_len))
 

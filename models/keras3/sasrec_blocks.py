@@ -11,6 +11,7 @@ import keras
 from keras import ops
 
 from models.keras3 import sasrec_ops
+from models.keras3.dropout import Dropout
 
 __all__ = ["CausalSelfAttention", "TransformerBlock", "ReferenceBlock"]
 
@@ -18,7 +19,7 @@ _REGISTER = keras.saving.register_keras_serializable(package="tfrs_logq_models")
 
 
 def _dropout(rate, seed, name):
-  return keras.layers.Dropout(rate, seed=seed, name=name)
+  return Dropout(rate, seed=seed, name=name)
 
 
 @_REGISTER
