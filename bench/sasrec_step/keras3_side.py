@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 
 import numpy as np
 
 from bench.common.timing import time_calls
 from bench.sasrec_step.configs import SideConfig
 
-__all__ = ["BACKEND_OF", "JaxTrainStep", "check_jax_step", "keras3_trainer", "matmul_peak_jax",
-           "select_backend", "setup"]
+__all__ = ["BACKEND_OF", "JaxProfiler", "JaxTrainStep", "check_jax_step", "keras3_trainer",
+           "matmul_peak_jax", "select_backend", "setup"]
 
 BACKEND_OF = {"keras3_jax": "jax", "keras3_tensorflow": "tensorflow"}
 
@@ -78,6 +79,8 @@ class JaxTrainStep:
       y_pred, non_trainable = model.stateless_call(trainable, non_trainable, batch, training=True)
       return model.compute_loss(x=batch, y_pred=y_pred, training=True), non_trainable
 
+    self.loss_only = lambda t, n, b: loss_and_updates(t, n, b)[0]   # noqa: E731
+
     grad_fn = jax.value_and_grad(loss_and_updates, has_aux=True)
 
     def step(state, batch):
@@ -100,6 +103,88 @@ class JaxTrainStep:
                               (self.optimizer.variables, optimizer_values)):
       for v, value in zip(variables, values):
         v.assign(value)
+
+
+class JaxProfiler:
+  """``--profile`` on the JAX side: the pieces of `JaxTrainStep` (bench.sasrec_step.profiler's
+  PIECES and meanings), each its own ``jax.jit`` program on the model's current state:
+
+  encoder_fwd: sum of the training queries (forward);  encoder_fwd_bwd: the gradient of
+  sum(queries * fixed random) w.r.t. every trainable variable;  loss_fwd_bwd: the objective with
+  the encoder's training queries replaced by fixed ones (an input), its gradient w.r.t. them and
+  the variables;  optimizer: Adam's ``stateless_apply`` of one real step's gradients;
+  step: `JaxTrainStep`. The estimator is the exact one (no update)."""
+
+  def __init__(self, model, step: JaxTrainStep, batches):
+    import jax  # pylint: disable=g-import-not-at-top
+    import keras  # pylint: disable=g-import-not-at-top
+    self.batches, self.cursor, self._jax = batches, 0, jax
+    encoder, trainable = model.encoder, model.trainable_variables
+    variables = list(trainable) + list(model.non_trainable_variables)
+    values = [v.value for v in variables]
+    n_train = len(trainable)
+
+    def scope(vals):
+      return keras.StatelessScope(state_mapping=list(zip(variables, vals)))
+
+    def queries(vals, batch):
+      with scope(vals):
+        return encoder.training_queries(batch, training=True)
+
+    fixed = [queries(values, b) for b in batches]        # eager: the model's own queries
+    noise = jax.random.normal(jax.random.key(5), fixed[0].queries.shape)
+
+    def encoder_fwd(vals, batch):
+      return queries(vals, batch).queries.sum()
+
+    def encoder_loss(train_vals, rest, batch):
+      return (queries(list(train_vals) + list(rest), batch).queries * noise).sum()
+
+    def loss_with_queries(q, train_vals, rest, batch, tq):
+      with scope(list(train_vals) + list(rest)):
+        object.__setattr__(encoder, "training_queries", lambda b, training=True: tq._replace(
+            queries=q))
+        try:
+          y_pred = model(batch, training=True)
+        finally:
+          object.__delattr__(encoder, "training_queries")
+        return model.compute_loss(x=batch, y_pred=y_pred, training=True)
+
+    enc_fwd = jax.jit(encoder_fwd)
+    enc_bwd = jax.jit(jax.grad(encoder_loss))
+    loss_bwd = jax.jit(jax.grad(loss_with_queries, argnums=(0, 1)))
+    train, rest = values[:n_train], values[n_train:]
+    optimizer = model.optimizer
+    opt_values = [v.value for v in optimizer.variables]
+    grads = [jax.grad(lambda t, b: step.loss_only(t, rest, b))(train, b) for b in batches]
+    apply = jax.jit(lambda o, g, t: optimizer.stateless_apply(o, g, t))
+    self.fns = dict(
+        step=lambda i: step(batches[i]),
+        encoder_fwd=lambda i: enc_fwd(values, batches[i]),
+        encoder_fwd_bwd=lambda i: enc_bwd(train, rest, batches[i]),
+        loss_fwd_bwd=lambda i: loss_bwd(fixed[i].queries, train, rest, batches[i], fixed[i]),
+        estimator=None,
+        optimizer=lambda i: apply(opt_values, grads[i], train))
+    # the substitution is exact: the objective on the model's own (fixed) queries = its loss
+    self.check = dict(
+        objective=float(step.loss_only(train, rest, batches[0])),
+        fixed_queries=float(jax.jit(loss_with_queries)(fixed[0].queries, train, rest,
+                                                       batches[0], fixed[0])))
+    self.round(len(batches))                                 # compiles every program
+
+  def round(self, n: int) -> dict:
+    from bench.sasrec_step.profiler import Profiler  # pylint: disable=g-import-not-at-top
+    times = {p: [] for p in Profiler.PIECES}
+    for _ in range(n):
+      i = self.cursor % len(self.batches)
+      self.cursor += 1
+      for piece in Profiler.PIECES:
+        if self.fns[piece] is None:
+          continue
+        start = time.perf_counter()
+        self._jax.block_until_ready(self.fns[piece](i))
+        times[piece].append(time.perf_counter() - start)
+    return times
 
 
 def check_jax_step(trainer, batch) -> dict:
@@ -126,8 +211,9 @@ def matmul_peak_jax(n: int, repeats: int = 5) -> float:
 
 
 def setup(spec: dict, cfg: SideConfig, inputs, targets):
-  """(run(i) -> (loss, mean weight; nan on jax), peak(n) -> GFLOP/s, info, check) of a Keras 3
-  side; keras must not have been imported before `select_backend`."""
+  """(run(i) -> (loss, mean weight; nan on jax), peak(n) -> GFLOP/s, info, trainer,
+  profiler() -> `JaxProfiler` or None) of a Keras 3 side; keras must not have been imported
+  before `select_backend`."""
   trainer, _ = keras3_trainer(spec, cfg)
   import keras  # pylint: disable=g-import-not-at-top
   backend = keras.backend.backend()
@@ -143,6 +229,7 @@ def setup(spec: dict, cfg: SideConfig, inputs, targets):
     if spec.get("check_step"):
       check = check_jax_step(trainer, batches[0])
     step = JaxTrainStep(trainer.model)
+    profiler = lambda: JaxProfiler(trainer.model, step, batches)  # noqa: E731
     run = lambda i: (step(batches[i]), float("nan"))  # noqa: E731
     peak = matmul_peak_jax
     framework = f"keras {keras.__version__} / jax {jax.__version__}"
@@ -152,5 +239,6 @@ def setup(spec: dict, cfg: SideConfig, inputs, targets):
     batches = [{k: tf.constant(v) for k, v in b.items()} for b in numpy_batches]
     run = lambda i: trainer.train_step(batches[i])[:2]  # (loss, mean weight)  # noqa: E731
     peak = worker.matmul_peak_tf
+    profiler = lambda: None  # noqa: E731
     framework = f"keras {keras.__version__} / tensorflow {tf.__version__}"
-  return run, peak, dict(framework=framework, check=check), trainer
+  return run, peak, dict(framework=framework, check=check), trainer, profiler

@@ -77,7 +77,7 @@ def serve(spec: dict) -> None:
     if backend == "jax":
       import jax  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
     rss_import = memory.status_kib("VmRSS")
-    run, peak, info, trainer = keras3_side.setup(spec, cfg, inputs, targets)
+    run, peak, info, trainer, make_profiler = keras3_side.setup(spec, cfg, inputs, targets)
     info = dict(info, threads=threads)
   else:
     import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
@@ -127,11 +127,13 @@ def serve(spec: dict) -> None:
     elif cmd["cmd"] == "peak":
       reply(dict(gflops=peak(cmd["n"])))
     elif cmd["cmd"] == "profile":
-      if spec["side"] != "ours" or spec["config"]["framework"] != "tf_keras":
-        raise ValueError("--profile times the pieces of the tf-keras step only")
+      if spec["side"] != "ours" or spec["config"]["framework"] == "keras3_tensorflow":
+        raise ValueError("--profile times the pieces of the tf-keras and Keras 3 JAX steps only")
       if profiler is None:
-        profiler = Profiler(trainer, batches)
-      reply(profiler.round(cmd["n"]))
+        profiler = (make_profiler() if spec["config"]["framework"] == "keras3_jax"
+                    else Profiler(trainer, batches))
+      out = profiler.round(cmd["n"])
+      reply(dict(out, check=profiler.check) if getattr(profiler, "check", None) else out)
     elif cmd["cmd"] == "quit":
       reply(dict(peak_rss_kib=memory.peak_rss_kib(reset),
                  lifetime_peak_rss_kib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,

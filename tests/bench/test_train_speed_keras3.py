@@ -75,3 +75,30 @@ def test_keras3_sides_run_one_step_on_a_tiny_batch(tmp_path):
   assert "Keras 3 JAX: sequence uniform, reference, jit" in out
   assert "Keras 3 TF: query uniform, reference" in out
   assert "JAX" in out.splitlines()[-1] or "best" in out.splitlines()[-1]
+
+
+def test_profile_times_the_pieces_of_the_jax_step(tmp_path):
+  """--profile on a jax config: every piece of the Keras 3 step (no estimator: exact counts)
+  beside the tf-keras step's, and the loss piece's query substitution is exact (the objective
+  on the model's own queries, held fixed, = its loss)."""
+  env = {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS", "KERAS_BACKEND")}
+  env.update(PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
+  cmd = ["nice", "-n", "10", sys.executable, "-m", "bench.train_speed", "--profile",
+         "--configs=defaults,defaults+jax", "--rounds=1", "--steps=1", "--warmup=1",
+         "--num_batches=1", "--batch_size=4", "--max_len=20", f"--out={tmp_path}"]
+  proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+  check = re.search(r"defaults\+jax: the loss piece's fixed queries, one loss two ways: (\{.*\})",
+                    proc.stdout)
+  assert check, proc.stdout[-3000:]
+  losses = json.loads(check.group(1).replace("'", '"'))
+  assert math.isfinite(losses["objective"])
+  assert losses["fixed_queries"] == pytest.approx(losses["objective"], rel=1e-5)
+  rows = {line.split("  ")[0]: line for line in proc.stdout.splitlines()
+          if line.startswith(("ours:", "Keras 3 JAX:"))}
+  jax_row = rows["Keras 3 JAX: sequence uniform, reference, jit"]
+  assert len(re.findall(r"\d+\.\d+ \(", jax_row)) == 5 and jax_row.rstrip().count(" - ") <= 1
+  assert "defaults+jax: encoder" in proc.stdout.splitlines()[-1]
+  from bench import train_speed  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match="keras3_tf"):      # before any data is read
+    train_speed.main(["--profile", "--configs=defaults,defaults+keras3_tf"])
