@@ -51,7 +51,9 @@ Budgets:
                  test. Each run records its steps to the best epoch, its validation curve and its
                  wall-clock; the report shows them per row.
 Selection: --rows=mixed_corrected,full_softmax --seeds=0,1 --settings=ml1m_loo; --dry_run prints
-the commands. Finished runs (eval_results.json present) are reused unless --overwrite.
+the commands. Rows ending in _keras3_jax (mixed_none, mixed_corrected) train the same settings
+with `python -m train.keras3 --backend=jax` and take its own test metrics; they pair with their
+tf-keras row ("none: Keras 3 JAX − tf-keras"). Finished runs (eval_results.json present) are reused unless --overwrite.
 --report_only runs nothing: it reports the finished runs found under --out for the selected
 settings and rows (every seed found, or only --seeds) and lists the missing ones.
 
@@ -85,7 +87,7 @@ from bench.table1.results import collect, read_json, run_dir as run_folder
 # paired_rows, PAPER and PAPER_CONVENTION: re-exported (bench.reproduce's public names).
 from bench.table1.rows import (PAPER, PAPER_CODE, PAPER_CONVENTION,  # noqa: F401
                                PAPER_CORRECTED_RATIO_FLOOR, PAPER_ROWS, ROWS, SETTING_DEFAULTS,
-                               paired_rows)
+                               KERAS3_ROWS, paired_rows)
 from eval.config import EvalConfig
 from train import config_flags
 from train import data as data_lib
@@ -188,7 +190,11 @@ def run_config(base: RunConfig, setting: str, row: str, seed: int,
 def run_commands(base: RunConfig, setting: str, row: str, seed: int,
                  run_dir: pathlib.Path) -> List[List[str]]:
   py = sys.executable
-  train = [py, "-m", "train", *run_config(base, setting, row, seed, run_dir).to_flags()]
+  flags = run_config(base, setting, row, seed, run_dir).to_flags()
+  if row in KERAS3_ROWS:   # the Keras 3 binary; test metrics: its own (bench.table1.results)
+    return [[py, "-m", "train.keras3", f"--backend={KERAS3_ROWS[row][1]}", *flags],
+            [py, "-m", "bench.table1.results", str(run_dir)]]
+  train = [py, "-m", "train", *flags]
   evaluate = [py, "-m", "eval.evaluate",
               *EvalConfig(export_dir=str(run_dir / "export"), output_dir=str(run_dir / "eval"),
                           ks=(10, 20, 100), timing_repeats=1).to_flags(only_changed=True)]

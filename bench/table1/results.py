@@ -46,10 +46,11 @@ def load_run(out: pathlib.Path, budget: str, setting: str, row: str, seed: int) 
   record.update(read_json(folder / "timing.json") or {})
   record.update(metrics=result["metrics"]["exact"], scann_metrics=result["metrics"].get("scann"),
                 popularity=result.get("popularity"))
-  history = read_json(folder / "model" / "history.json") or []
+  train_metrics = read_json(folder / "train_metrics.json")
+  history = (read_json(folder / "model" / "history.json")   # python -m train; train.keras3:
+             or (train_metrics or {}).get("history") or [])  # in its metrics JSON only
   record["curve"] = [{k: h[k] for k in ("step", *CURVES) if k in h} for h in history
                      if isinstance(h, dict) and "step" in h]
-  train_metrics = read_json(folder / "train_metrics.json")
   if isinstance(train_metrics, dict):
     for key in ("best_step", "best_epoch", "global_step", "stopped_early", "train_wall_seconds"):
       if key in train_metrics:
@@ -92,3 +93,24 @@ def collect(out: pathlib.Path, budget: str, settings: Sequence[str], rows: Seque
   return results, missing
 
 
+
+
+def write_binary_test_results(folder: pathlib.Path) -> dict:
+  """A run of a binary that evaluates test itself (python -m train.keras3, whose export on JAX
+  is a .keras file that eval.evaluate does not read): its train_metrics.json ``test`` metrics
+  (train.validation: every item scored, rated items filtered, as eval.evaluate's exact search)
+  written as eval/eval_results.json, so the report reads it as any run."""
+  train_metrics = read_json(folder / "train_metrics.json")
+  if not isinstance(train_metrics, dict) or not isinstance(train_metrics.get("test"), dict):
+    raise ValueError(f"{folder / 'train_metrics.json'} has no test metrics")
+  test = {k: v for k, v in train_metrics["test"].items() if k != "num_queries"}
+  result = dict(num_queries=train_metrics["test"].get("num_queries"), metrics=dict(exact=test),
+                source="train_metrics.json test (the training binary's own evaluation)")
+  (folder / "eval").mkdir(parents=True, exist_ok=True)
+  (folder / "eval" / "eval_results.json").write_text(json.dumps(result, indent=2))
+  return result
+
+
+if __name__ == "__main__":   # python -m bench.table1.results RUN_DIR
+  import sys  # pylint: disable=g-import-not-at-top
+  write_binary_test_results(pathlib.Path(sys.argv[1]))

@@ -66,10 +66,17 @@ ROWS: Dict[str, tuple] = {
         dict(loss="sampled_softmax", negatives="mixed", logq="corrected",
              log_q_convention=PAPER_CONVENTION, table_optimizer="lazy_adam")),
 }
+# Not in the paper: rows trained by the Keras 3 binary (python -m train.keras3 --backend=B, the
+# same run settings) instead of python -m train; row -> (the tf-keras row, backend). Their test
+# metrics are the binary's own (train.validation, the protocol of eval.evaluate's exact search).
+KERAS3_ROWS = {f"{row}_keras3_{backend}": (row, backend)
+               for row in ("mixed_none", "mixed_corrected") for backend in ("jax",)}
+ROWS.update({k3: (f"{ROWS[row][0]}, Keras 3 {backend.upper()}", dict(ROWS[row][1]))
+             for k3, (row, backend) in KERAS3_ROWS.items()})
 # The rows run when --rows is empty (the paper's Table 1).
 PAPER_ROWS = [r for r in ROWS
               if r != "mixed_standard_tfrs" and not r.startswith("mixed_expected_count")
-              and not r.endswith("_lazy_adam")]
+              and not r.endswith("_lazy_adam") and r not in KERAS3_ROWS]
 
 # Table 1 of the paper: (Recall@20, NDCG@20) on MovieLens-1M.
 PAPER = {
@@ -107,6 +114,9 @@ CONVENTION_PAIRS = tuple(
 # The table optimizer, at equal loss and negatives.
 OPTIMIZER_PAIRS = (("mixed_corrected_lazy_adam", "mixed_corrected",
                     "corrected: LazyAdam − Adam tables"),)
+# The binary, at equal settings: Keras 3 on a backend − tf-keras.
+BINARY_PAIRS = tuple((k3, row, f"{row[len('mixed_'):]}: Keras 3 {backend.upper()} − tf-keras")
+                     for k3, (row, backend) in KERAS3_ROWS.items())
 # The validation metrics drawn by the learning curves (keys of model/history.json).
 CURVES = ("val_recall@20", "val_ndcg@10")
 
@@ -120,7 +130,7 @@ def paired_rows(rows: Sequence[str]) -> List[tuple]:
       a, b = f"{family}_{first}", f"{family}_{second}"
       if a in rows and b in rows:
         pairs.append((a, b, f"{family}: {first} − {second}"))
-  for a, b, label in CONVENTION_PAIRS + OPTIMIZER_PAIRS:
+  for a, b, label in CONVENTION_PAIRS + OPTIMIZER_PAIRS + BINARY_PAIRS:
     if a in rows and b in rows:
       pairs.append((a, b, label))
   return pairs

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 from scipy import stats
 
 from train import config_flags
@@ -371,3 +372,47 @@ def test_lazy_adam_row_sets_the_table_optimizer_and_pairs_with_adam(tmp_path):
   labels, paper_rows = json.loads(proc.stdout.strip().splitlines()[-1])
   assert labels == ["corrected: LazyAdam − Adam tables"]
   assert "mixed_corrected_lazy_adam" not in paper_rows
+
+
+def test_keras3_rows_run_the_keras3_binary_and_pair_with_their_tf_keras_row(tmp_path):
+  """mixed_{none,corrected}_keras3_jax: the same run settings through python -m train.keras3
+  --backend=jax, test metrics from its own train_metrics.json; paired with the tf-keras row."""
+  rows = "mixed_none,mixed_none_keras3_jax,mixed_corrected,mixed_corrected_keras3_jax"
+  proc = _run(["--dry_run", f"--rows={rows}", "--seeds=0", "--settings=ml1m_loo",
+               f"--out={tmp_path}"])
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  lines = proc.stdout.splitlines()
+  k3 = [l for l in lines if " -m train.keras3 --backend=jax " in l]
+  tf = [l for l in lines if " -m train " in l]
+  assert len(k3) == 2 and len(tf) == 2
+  # identical run settings but the folders
+  strip = lambda l: sorted(f for f in l.split()[1:] if f.startswith("--") and "_dir=" not in f
+                           and not f.startswith(("--metrics_json", "--backend")))
+  assert sorted(map(str, map(strip, k3))) == sorted(map(str, map(strip, tf)))
+  assert sum(" -m bench.table1.results " in l for l in lines) == 2
+  assert sum(" -m eval.evaluate " in l for l in lines) == 2
+  code = (f"import json; from bench import reproduce as r; print(json.dumps([[p[2] for p in "
+          f"r.paired_rows({rows.split(',')!r})], r.PAPER_ROWS]))")
+  proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), timeout=240)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  labels, paper_rows = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert "none: Keras 3 JAX − tf-keras" in labels and "corrected: Keras 3 JAX − tf-keras" in labels
+  assert not any(r.endswith("_keras3_jax") for r in paper_rows)
+
+
+def test_binary_test_metrics_become_the_runs_eval_results(tmp_path):
+  from bench.table1 import results  # pylint: disable=g-import-not-at-top
+  run = tmp_path / "cpu" / "ml1m_loo" / "mixed_none_keras3_jax" / "seed0"
+  run.mkdir(parents=True)
+  test = {"recall@10": 0.2, "ndcg@10": 0.1, "recall@20": 0.3, "ndcg@20": 0.12, "num_queries": 7}
+  history = [{"epoch": 1, "step": 48, "val_recall@20": 0.25, "val_ndcg@10": 0.09}]
+  (run / "train_metrics.json").write_text(json.dumps(dict(test=test, history=history,
+                                                          best_step=48)))
+  results.write_binary_test_results(run)
+  record = results.load_run(tmp_path, "cpu", "ml1m_loo", "mixed_none_keras3_jax", 0)
+  assert record["metrics"] == {k: v for k, v in test.items() if k != "num_queries"}
+  assert record["curve"] == [{"step": 48, "val_recall@20": 0.25, "val_ndcg@10": 0.09}]
+  (run / "train_metrics.json").write_text(json.dumps(dict(history=history)))
+  with pytest.raises(ValueError, match="no test metrics"):
+    results.write_binary_test_results(run)
