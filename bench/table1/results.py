@@ -112,5 +112,9 @@ def write_binary_test_results(folder: pathlib.Path) -> dict:
 
 
 if __name__ == "__main__":   # python -m bench.table1.results RUN_DIR
-  import sys  # pylint: disable=g-import-not-at-top
-  write_binary_test_results(pathlib.Path(sys.argv[1]))
+  import argparse  # pylint: disable=g-import-not-at-top
+  _parser = argparse.ArgumentParser(
+      description="Writes RUN_DIR/eval/eval_results.json from RUN_DIR/train_metrics.json's test "
+                  "metrics (a run of python -m train.keras3; bench/reproduce.py runs this).")
+  _parser.add_argument("run_dir", type=pathlib.Path)
+  write_binary_test_results(_parser.parse_args().run_dir)
