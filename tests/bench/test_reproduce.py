@@ -33,6 +33,17 @@ def _config(line):
   return config_flags.parse(RunConfig, argv)
 
 
+def _pair_labels_and_paper_rows(rows: str):
+  """(the labels of reproduce.paired_rows(rows), reproduce.PAPER_ROWS), in a subprocess:
+  bench.reproduce defines absl flags that clash with other binaries' flags."""
+  code = (f"import json; from bench import reproduce as r; print(json.dumps([[p[2] for p in "
+          f"r.paired_rows({rows.split(',')!r})], r.PAPER_ROWS]))")
+  proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), timeout=240)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def test_dry_run_lists_train_and_eval_commands(tmp_path):
   rows = "bce,mixed_corrected,mixed_standard,mixed_standard_tfrs"
   proc = _run(["--dry_run", f"--rows={rows}", "--seeds=0,1",
@@ -286,13 +297,7 @@ def test_expected_count_rows_set_the_convention_and_pair_with_the_unigram_rows(t
   got = sorted((c.logq, c.log_q_convention) for c in train)
   assert got == [("corrected", "expected_count"), ("corrected", "unigram"),
                  ("standard_no_positive", "expected_count"), ("standard_no_positive", "unigram")]
-  # In a subprocess: bench.reproduce defines absl flags that clash with other binaries' flags.
-  code = (f"import json; from bench import reproduce as r; print(json.dumps([[p[2] for p in "
-          f"r.paired_rows({rows.split(',')!r})], r.PAPER_ROWS]))")
-  proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), timeout=240)
-  assert proc.returncode == 0, proc.stderr[-2000:]
-  labels, paper_rows = json.loads(proc.stdout.strip().splitlines()[-1])
+  labels, paper_rows = _pair_labels_and_paper_rows(rows)
   assert "mixed_expected_count: corrected − standard" in labels
   assert "corrected: expected-count − unigram log Q" in labels
   assert "standard: expected-count − unigram log Q" in labels
@@ -364,12 +369,7 @@ def test_lazy_adam_row_sets_the_table_optimizer_and_pairs_with_adam(tmp_path):
   train = [_config(l) for l in proc.stdout.splitlines() if " -m train " in l]
   got = sorted((c.logq, c.log_q_convention, c.table_optimizer) for c in train)
   assert got == [("corrected", "unigram", "adam"), ("corrected", "unigram", "lazy_adam")]
-  code = (f"import json; from bench import reproduce as r; print(json.dumps([[p[2] for p in "
-          f"r.paired_rows({rows.split(',')!r})], r.PAPER_ROWS]))")
-  proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), timeout=240)
-  assert proc.returncode == 0, proc.stderr[-2000:]
-  labels, paper_rows = json.loads(proc.stdout.strip().splitlines()[-1])
+  labels, paper_rows = _pair_labels_and_paper_rows(rows)
   assert labels == ["corrected: LazyAdam − Adam tables"]
   assert "mixed_corrected_lazy_adam" not in paper_rows
 
@@ -391,12 +391,7 @@ def test_keras3_rows_run_the_keras3_binary_and_pair_with_their_tf_keras_row(tmp_
   assert sorted(map(str, map(strip, k3))) == sorted(map(str, map(strip, tf)))
   assert sum(" -m bench.table1.results " in l for l in lines) == 2
   assert sum(" -m eval.evaluate " in l for l in lines) == 2
-  code = (f"import json; from bench import reproduce as r; print(json.dumps([[p[2] for p in "
-          f"r.paired_rows({rows.split(',')!r})], r.PAPER_ROWS]))")
-  proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), timeout=240)
-  assert proc.returncode == 0, proc.stderr[-2000:]
-  labels, paper_rows = json.loads(proc.stdout.strip().splitlines()[-1])
+  labels, paper_rows = _pair_labels_and_paper_rows(rows)
   assert "none: Keras 3 JAX − tf-keras" in labels and "corrected: Keras 3 JAX − tf-keras" in labels
   assert not any(r.endswith("_keras3_jax") for r in paper_rows)
 
