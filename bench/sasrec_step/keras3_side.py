@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-import time
 
 import numpy as np
 
@@ -173,18 +172,8 @@ class JaxProfiler:
     self.round(len(batches))                                 # compiles every program
 
   def round(self, n: int) -> dict:
-    from bench.sasrec_step.profiler import Profiler  # pylint: disable=g-import-not-at-top
-    times = {p: [] for p in Profiler.PIECES}
-    for _ in range(n):
-      i = self.cursor % len(self.batches)
-      self.cursor += 1
-      for piece in Profiler.PIECES:
-        if self.fns[piece] is None:
-          continue
-        start = time.perf_counter()
-        self._jax.block_until_ready(self.fns[piece](i))
-        times[piece].append(time.perf_counter() - start)
-    return times
+    from bench.sasrec_step.profiler import time_pieces  # pylint: disable=g-import-not-at-top
+    return time_pieces(self, n, self._jax.block_until_ready)
 
 
 def check_jax_step(trainer, batch) -> dict:

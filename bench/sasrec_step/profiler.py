@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import time
 
-__all__ = ["Profiler"]
+__all__ = ["Profiler", "time_pieces"]
 
 
 class Profiler:
@@ -78,18 +78,25 @@ class Profiler:
     self.round(len(batches))                                 # tracing, one per batch shape
 
   def round(self, n: int) -> dict:
-    times = {p: [] for p in self.PIECES}
-    for _ in range(n):
-      i = self.cursor % len(self.batches)
-      self.cursor += 1
-      for piece in self.PIECES:
-        if self.fns[piece] is None:
-          continue
-        start = time.perf_counter()
-        out = self.fns[piece](i)
-        self.tf.nest.map_structure(lambda t: t.numpy() if hasattr(t, "numpy") else t, out)
-        times[piece].append(time.perf_counter() - start)
-    return times
+    return time_pieces(self, n, lambda out: self.tf.nest.map_structure(
+        lambda t: t.numpy() if hasattr(t, "numpy") else t, out))
+
+
+def time_pieces(owner, n: int, wait) -> dict:
+  """{piece: [seconds]} of ``n`` interleaved rounds over ``owner.batches`` (from
+  ``owner.cursor``) of every piece in ``owner.fns`` (None: skipped); ``wait(out)`` blocks until
+  a piece's output is computed (TensorFlow: .numpy(); JAX: block_until_ready)."""
+  times = {p: [] for p in Profiler.PIECES}
+  for _ in range(n):
+    i = owner.cursor % len(owner.batches)
+    owner.cursor += 1
+    for piece in Profiler.PIECES:
+      if owner.fns[piece] is None:
+        continue
+      start = time.perf_counter()
+      wait(owner.fns[piece](i))
+      times[piece].append(time.perf_counter() - start)
+  return times
 
 
 class _FixedQueries:
