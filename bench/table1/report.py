@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from bench.table1.rows import METRIC_NAMES, METRICS, PAPER, ROWS, paired_rows
+from bench.table1.rows import KERAS3_ROWS, METRIC_NAMES, METRICS, PAPER, ROWS, paired_rows
 from eval.paired_stats import CONFIDENCE, mean_se, paired_difference
 
 # Practical margin of the paired verdicts, relative to the second row's mean (--equivalence_margin).
@@ -173,10 +173,11 @@ def markdown(budget: str, stats: Dict, results: Dict, settings: Sequence[str], r
     flag_lists = [r.get("train_flags") for runs in results.get(setting, {}).values()
                   for r in runs.values()]
     if flag_lists and all(flag_lists):
-      shared = [f for f in flag_lists[0] if all(f in other for other in flag_lists[1:])]
+      shared = " ".join(f for f in flag_lists[0] if all(f in other for other in flag_lists[1:]))
+      binaries = _binaries(results.get(setting, {}))
       lines += ["Training flags shared by every run above (from each run's train_metrics.json; "
                 "the row's loss, negatives, logq, seed and folders complete each command): "
-                f"`python -m train {' '.join(shared)}`", ""]
+                + "; ".join(f"`{binary} {shared}`{who}" for binary, who in binaries), ""]
     for name in plots.get(setting, []):
       lines += [f"![{name}]({name})", ""]
   if failures:
@@ -188,6 +189,20 @@ def markdown(budget: str, stats: Dict, results: Dict, settings: Sequence[str], r
   return "\n".join(lines)
 
 
+
+
+def _binaries(by_row: Dict) -> List:
+  """(command, " (which rows)") per binary that trained the rows of one setting."""
+  tf_keras = [row for row in by_row if row not in KERAS3_ROWS]
+  keras3 = {}
+  for row in by_row:
+    if row in KERAS3_ROWS:
+      keras3.setdefault(KERAS3_ROWS[row][1], []).append(row)
+  if not keras3:
+    return [("python -m train", "")]
+  out = [("python -m train", f" ({', '.join(tf_keras)})")] if tf_keras else []
+  return out + [(f"python -m train.keras3 --backend={backend}", f" ({', '.join(rows)})")
+                for backend, rows in keras3.items()]
 
 
 def summary(stats: Dict, results: Dict) -> str:

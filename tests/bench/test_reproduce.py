@@ -411,3 +411,24 @@ def test_binary_test_metrics_become_the_runs_eval_results(tmp_path):
   (run / "train_metrics.json").write_text(json.dumps(dict(history=history)))
   with pytest.raises(ValueError, match="no test metrics"):
     results.write_binary_test_results(run)
+
+
+def test_shared_flags_line_names_the_binary_of_each_row(tmp_path):
+  """With Keras 3 rows in a setting, the shared-flags line gives python -m train for the tf-keras
+  rows and python -m train.keras3 --backend=jax for the others (not python -m train for all)."""
+  m = {"recall@10": 0.2, "recall@20": 0.3, "recall@100": 0.6, "ndcg@10": 0.1, "ndcg@20": 0.15,
+       "ndcg@100": 0.2}
+  for row in ("mixed_none", "mixed_none_keras3_jax"):
+    _fake_run(tmp_path, "ml1m_loo", row, 0, m, [0.3] * 10, [(0.1, 0.05)])
+    config = RunConfig().replace(max_len=50, seed=0, model_dir="/runs/seed0/model")
+    (tmp_path / "cpu" / "ml1m_loo" / row / "seed0" / "train_metrics.json").write_text(
+        json.dumps({"config": config.to_dict(), "best_step": 48, "global_step": 48}))
+  proc = _run(["--report_only", "--rows=mixed_none,mixed_none_keras3_jax",
+               "--settings=ml1m_loo", f"--out={tmp_path}"])
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  md = (tmp_path / "reproduce_cpu.md").read_text()
+  shared = [l for l in md.splitlines() if l.startswith("Training flags shared")][0]
+  assert "`python -m train --" in shared and "(mixed_none)" in shared
+  assert "`python -m train.keras3 --backend=jax --" in shared
+  assert shared.endswith("(mixed_none_keras3_jax)")
+  assert shared.count("--max_len=50") == 2
