@@ -20,7 +20,8 @@ FRAMEWORK_TOKENS = {"jax": "keras3_jax", "keras3_jax": "keras3_jax",
 # block, no XLA)
 NAMED = {"paper": "query+reference+xla", "fastest": "batch+xla",
          "defaults": "sequence+reference"}
-_KERAS3_ONLY_WITH = "uniform, reference, xla (keras3_tf: jit_compile), blocks<k>, malloc_*"
+_KERAS3_ONLY_WITH = ("uniform, reference, xla (keras3_tf: jit_compile), nopack, blocks<k>, "
+                     "malloc_*")
 YARDSTICK = "paper code (torch)"
 
 
@@ -57,6 +58,7 @@ class SideConfig:
       backend = "JAX" if self.framework == "keras3_jax" else "TF"
       xla = ", jit" if self.framework == "keras3_jax" else ", XLA" if self.xla else ""
       return (f"Keras 3 {backend}: {self.uniform} uniform, {block}{xla}"
+              + ("" if self.pack else ", no pack")
               + (f", {self.attention_blocks} attn blocks" if self.attention_blocks else "")
               + (", glibc malloc" if self.allocator == "default" else "")
               + (", malloc heap per thread" if not self.one_heap else ""))
@@ -89,7 +91,7 @@ def parse_config(name: str) -> SideConfig:
                      f"{sorted(PER_TOKENS)} + xla + step + reference + nopack + blocks<k> + "
                      "malloc_default + malloc_arenas + noloss + xla_loss|xla_objective + "
                      f"{ESTIMATORS} + jax|keras3_tf (one of each kind)")
-  tf_keras_only = [t for t in tokens if t in ("step", "nopack", "noloss", "xla_loss",
+  tf_keras_only = [t for t in tokens if t in ("step", "noloss", "xla_loss",
                                               "xla_objective", "hash_array", "count_min")]
   if frameworks and tf_keras_only:
     raise ValueError(f"--configs entry {name!r}: {', '.join(tf_keras_only)} are tf-keras "

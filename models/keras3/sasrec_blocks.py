@@ -1,9 +1,12 @@
 """The transformer blocks of the Keras 3 SASRec (`models.keras3.sasrec`), twins of
 `models.sasrec_blocks`: `CausalSelfAttention`, the pre-LN `TransformerBlock` and the paper code's
 `ReferenceBlock`, with the same sublayer names (so weights copy one to one) and the same
-initialisers (seeded; Keras 3's random streams, not tf-keras's). Every block runs on the padded
-grid x [B, L, d] and re-zeroes the padding rows; ``run_block(x, biases, mask, training)`` is the
-block (a plain method: the biases are a list of blocks, `sasrec_ops.attention_biases`)."""
+initialisers (seeded; Keras 3's random streams, not tf-keras's). ``run_block(x, biases, mask,
+training, tokens)`` is the block (a plain method: the biases are a list of blocks,
+`sasrec_ops.attention_biases`): on the padded grid x [B, L, d] (``tokens`` None; the padding rows
+re-zeroed by ``mask`` [B, L, 1]), or on packed tokens x [C, d] (`sasrec_ops.Tokens`; ``mask``
+None), where only the attention core goes to the grid and back (`sasrec_ops.to_grid` /
+`from_grid`)."""
 
 from __future__ import annotations
 
@@ -48,8 +51,10 @@ class CausalSelfAttention(keras.layers.Layer):
     return sasrec_ops.causal_attention(qkv[..., :d], qkv[..., d:2 * d], qkv[..., 2 * d:], biases,
                                        self.num_heads, self.attention_dropout, training)
 
-  def attend(self, x, biases, training=False):
-    return self.out(self.core(self.qkv(x), biases, training=training))
+  def attend(self, x, biases, training=False, tokens=None):
+    """x [B, L, d] (``tokens`` None) or packed [C, d] -> the same layout."""
+    ctx = self.core(sasrec_ops.to_grid(self.qkv(x), tokens), biases, training=training)
+    return self.out(sasrec_ops.from_grid(ctx, tokens))
 
   def get_config(self):
     return {**super().get_config(), "dim": self.dim, "num_heads": self.num_heads,
@@ -80,13 +85,14 @@ class TransformerBlock(keras.layers.Layer):
     self.attention.build()
     self.built = True
 
-  def run_block(self, x, biases, mask, training=False):
-    """x [B, L, d], mask [B, L, 1] (1 at non-padding positions) -> [B, L, d]."""
-    a = self.attention.attend(self.ln1(x), biases, training=training)
+  def run_block(self, x, biases, mask, training=False, tokens=None):
+    """x [B, L, d], mask [B, L, 1] (1 at non-padding positions) -> [B, L, d]; or packed
+    x [C, d] with ``tokens`` (mask None) -> [C, d]."""
+    a = self.attention.attend(self.ln1(x), biases, training=training, tokens=tokens)
     x = x + self.drop_attention(a, training=training)
     f = self.drop_hidden(self.ffn1(self.ln2(x)), training=training)
     x = x + self.drop_ffn(self.ffn2(f), training=training)
-    return x * mask
+    return x if mask is None else x * mask
 
   def get_config(self):
     return {**super().get_config(), "dim": self.dim, "num_heads": self.num_heads,
@@ -129,17 +135,22 @@ class ReferenceBlock(keras.layers.Layer):
       layer.build((None, self.dim))
     self.built = True
 
-  def run_block(self, x, biases, mask, training=False):
-    """x [B, L, d], mask [B, L, 1] (1 at non-padding positions) -> [B, L, d]."""
+  def run_block(self, x, biases, mask, training=False, tokens=None):
+    """x [B, L, d], mask [B, L, 1] (1 at non-padding positions) -> [B, L, d]; or packed
+    x [C, d] with ``tokens`` (mask None) -> [C, d]."""
     z = self.ln1(x)
     d = self.dim
-    kv = self.kv(x)
-    ctx = sasrec_ops.causal_attention(self.query(z), kv[..., :d], kv[..., d:], biases,
+    q, kv = self.query(z), self.kv(x)
+    if tokens is not None:   # one gather to the grid for the three
+      qkv = sasrec_ops.to_grid(ops.concatenate([q, kv], axis=-1), tokens)
+      q, kv = qkv[..., :d], qkv[..., d:]
+    ctx = sasrec_ops.causal_attention(q, kv[..., :d], kv[..., d:], biases,
                                       self.num_heads, self.attention_dropout, training)
-    hidden = self.ln2(ctx + z)
+    hidden = self.ln2(sasrec_ops.from_grid(ctx, tokens) + z)
     f = self.drop_hidden(ops.relu(self.ffn1(hidden)), training=training)
     f = self.drop_ffn(self.ffn2(f), training=training)
-    return (hidden + f) * mask
+    out = hidden + f
+    return out if mask is None else out * mask
 
   def get_config(self):
     return {**super().get_config(), "dim": self.dim, "num_heads": self.num_heads,

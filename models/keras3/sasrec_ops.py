@@ -1,27 +1,39 @@
 """Backend-neutral pieces of the Keras 3 SASRec (`models.keras3.sasrec`): ``keras.ops`` only.
 
-The Keras 3 twin of `models.sasrec_ops` on the padded [B, L] grid (static shapes, so the whole
-encoder compiles under ``jax.jit`` / ``tf.function`` / torch): the key-padding causal masks of
-blocked causal attention and the attention itself. Token compaction (`models.sasrec_ops`'s packed
-path) has data-dependent shapes and is not part of this front; dropout is Keras's
-(``keras.layers.Dropout``, seeded per layer, its state in the model's variables).
+The Keras 3 twin of `models.sasrec_ops` (static shapes, so the whole encoder compiles under
+``jax.jit`` / ``tf.function`` / torch): the key-padding causal masks of blocked causal attention,
+the attention itself on the padded [B, L] grid, and token packing.
 
     bias[t, j] = 0 where key j <= query t and item_j != 0, else -1e9   (finite: padding queries'
                                                                         rows stay finite)
     context_t  = sum_j softmax_j(<q_t, k_j> / sqrt(d_head) + bias[t, j]) v_j   per head
+
+Token packing (`Tokens`, the tf-keras ``pack_tokens``): the per-token layers (embeddings,
+LayerNorms, projections, FFN, their dropout) run on the T non-padding tokens only, packed into
+C >= T rows; only the attention core runs on the [B, L] grid. The index is computed on the host
+(`token_index`, numpy, per batch) and C is T rounded up to a multiple of ceil(B L / 8), so a
+jitted step compiles at most 8 shapes per batch shape. `to_grid` / `from_grid` move rows between
+the two layouts by gathers; real tokens and real grid positions are in bijection, so each one's
+gradient is the other gather (no scatter): filler rows (C - T) read zeros, reach no grid position
+and get zero gradient; padding positions of the grid read zeros. Dropout is Keras's
+(`models.keras3.dropout.Dropout`, seeded per layer, its state in the model's variables); its
+masks are drawn per packed row, so in training they differ from the padded path's, and in
+inference the packed and padded encoders are the same function.
 """
 
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 import numpy as np
 from keras import ops
 
-__all__ = ["NEG_INF", "block_bounds", "attention_biases", "causal_attention"]
+__all__ = ["NEG_INF", "TOKEN_BUCKETS", "Tokens", "attention_biases", "block_bounds",
+           "causal_attention", "from_grid", "to_grid", "token_index"]
 
 NEG_INF = -1e9
+TOKEN_BUCKETS = 8      # compiled token capacities per batch shape (module docstring)
 
 
 def block_bounds(length: Optional[int], num_blocks: int) -> List[Tuple[int, Optional[int]]]:
@@ -77,3 +89,69 @@ def causal_attention(q, k, v, biases, num_heads: int, dropout=None, training=Fal
     ctx = ops.transpose(ctx, (0, 2, 1, 3))
   del b_
   return ops.reshape(ctx, (-1, l_, dim))
+
+
+# ------------------------------------------------------------------------------ token packing
+class Tokens(NamedTuple):
+  """The packed layout of a [B, L] batch (`token_index`): ``rows`` int32 [C], the row-major grid
+  index of each packed row (B L for the C - T filler rows); ``slots`` int32 [B, L], the packed
+  row of each grid position (C at padding)."""
+  rows: object
+  slots: object
+
+
+def token_index(inputs, buckets: Optional[int] = TOKEN_BUCKETS) -> Tokens:
+  """`Tokens` (numpy) of left-padded ids [B, L] (0 = padding), on the host.
+
+  buckets: None -> C = T; else C = T rounded up to a multiple of ceil(B L / buckets), at least
+  that and at most B L (at most ``buckets`` distinct C per batch shape).
+  """
+  valid = np.asarray(inputs) != 0
+  if valid.ndim != 2:
+    raise ValueError(f"token_index takes ids [batch, length], got shape {valid.shape}")
+  flat = valid.reshape(-1)
+  n = flat.size
+  rows = np.flatnonzero(flat).astype(np.int32)
+  count = rows.size
+  capacity = count
+  if buckets:
+    quantum = -(-n // int(buckets))
+    capacity = min(max(-(-count // quantum), 1) * quantum, n)
+  slots = np.full(n, capacity, np.int32)
+  slots[rows] = np.arange(count, dtype=np.int32)
+  rows = np.concatenate([rows, np.full(capacity - count, n, np.int32)])
+  return Tokens(rows, slots.reshape(valid.shape))
+
+
+def _with_zero_row(x):
+  """x [N, k] -> [N + 1, k], the last row 0 (what filler rows and padding slots read)."""
+  return ops.concatenate([x, ops.zeros((1, x.shape[-1]), x.dtype)], axis=0)
+
+
+def _gather_pair(x, forward, backward):
+  """take(x ++ 0, forward) with the gradient take(dy ++ 0, backward): the two indices are
+  inverse on the real rows, zero row elsewhere (module docstring)."""
+
+  @ops.custom_gradient
+  def gather(x):
+    def grad(*args, upstream=None):
+      dy = args[0] if upstream is None else upstream
+      dy = ops.reshape(dy, (-1, dy.shape[-1]))
+      return ops.take(_with_zero_row(dy), backward, axis=0)       # x's shape [N, k]
+    return ops.take(_with_zero_row(x), forward, axis=0), grad
+  return gather(x)
+
+
+def to_grid(x, tokens: Optional[Tokens]):
+  """Packed rows x [C, k] -> [B, L, k] (padding positions 0); ``tokens`` None: x is the grid."""
+  if tokens is None:
+    return x
+  return _gather_pair(x, tokens.slots, tokens.rows)
+
+
+def from_grid(g, tokens: Optional[Tokens]):
+  """[B, L, k] -> the packed rows [C, k] (filler rows 0); ``tokens`` None: g itself."""
+  if tokens is None:
+    return g
+  flat = ops.reshape(g, (-1, g.shape[-1]))
+  return _gather_pair(flat, tokens.rows, ops.reshape(tokens.slots, (-1,)))

@@ -34,10 +34,14 @@ def test_framework_tokens():
   ours = parse_config("defaults")
   assert not ours.keras3 and ours.framework == "tf_keras"
   assert parse_config("keras3_jax").framework == "keras3_jax"
+  # token packing, the binary's default, on Keras 3 sides too; nopack = the padded encoder
+  assert jax.pack and "no pack" not in jax.label
+  padded = parse_config("defaults+jax+nopack")
+  assert not padded.pack and "no pack" in padded.label and padded.framework == "keras3_jax"
 
 
 @pytest.mark.parametrize("name", ["paper+jax+step", "sequence+keras3_tf+hash_array",
-                                  "batch+jax+noloss", "jax+keras3_tf", "jax+nopack"])
+                                  "batch+jax+noloss", "jax+keras3_tf", "jax+xla_loss"])
 def test_tf_keras_only_tokens_are_rejected_on_keras3_sides(name):
   with pytest.raises(ValueError, match="--configs"):
     parse_config(name)

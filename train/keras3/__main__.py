@@ -11,9 +11,9 @@ validation metrics are the tf-keras binary's (`train.data`, `train.validation`).
 here (one `error:` line): --model=two_tower, tf.distribute strategies (--loss sampled_softmax /
 full_softmax / bce / gbce, --negatives in_batch / uniform / mixed / midx (--midx_codewords, the
 index refreshed at every epoch's start, as python -m train) and --table_optimizer adam /
-lazy_adam are). --sasrec_pack_tokens, --jit_compile_step
-and --host_allocator do not apply (the step is always one static-shape program on JAX;
---jit_compile asks for XLA on the tensorflow backend).
+lazy_adam are). --sasrec_pack_tokens applies (the token index is computed on the host per
+batch; not under --strategy=mirrored); --jit_compile_step and --host_allocator do not (the step
+is always one static-shape program on JAX; --jit_compile asks for XLA on the tensorflow backend).
 
 --model_dir holds a checkpoint per epoch (model, optimizer, frequency estimator, the samplers' and
 dropouts' seed states, epoch, step, best NDCG@10, patience counter: `train.keras3.checkpoints`),

@@ -6,7 +6,11 @@ Per epoch e (0-based): the global batches of `train.data.sasrec_train_dataset` s
 from the current item table (`objective.RetrievalModel.refresh_index`, the tf-keras trainer's
 schedule); each step updates a streaming frequency estimator with the batch's
 positives, then runs the compiled Keras step (``train_on_batch``: objective, gradients, Adam).
-After the epoch: exact validation
+With --sasrec_pack_tokens (the default, as python -m train) each batch carries its token index
+(`models.keras3.sasrec_ops.token_index`, computed here on the host: "token_rows" [C],
+"token_slots" [B, L]) and the encoder's per-token layers run on the packed non-padding tokens (at
+most 8 compiled shapes per batch shape); not under --strategy=mirrored, whose batches are split
+by rows (a line in the log says so). After the epoch: exact validation
 Recall/NDCG@10,20 (`train.validation.evaluate_queries`, the tf-keras binary's metrics), the best
 model by NDCG@10 kept in ``model_dir/best``, early stopping after ``early_stopping_patience``
 epochs without improvement, and a checkpoint of everything that changes
@@ -46,6 +50,7 @@ from train import validation
 import keras  # noqa: E402
 from keras import ops  # noqa: E402
 
+from models.keras3 import sasrec_ops
 from train.keras3 import checkpoints
 from train.keras3 import finite
 from train.keras3 import objective as objective_lib
@@ -119,6 +124,10 @@ class Trainer:
     if self.distribution is not None:
       self.report(f"data parallel (keras.distribution.DataParallel) over {self.devices()} "
                   f"devices, {cfg.batch_size // self.devices()} sequences each")
+      if cfg.sasrec_pack_tokens:
+        self.report("--sasrec_pack_tokens: off under --strategy=mirrored (the token index is "
+                    "the whole batch's, the batch is split by rows): the padded encoder")
+    self.pack_tokens = bool(cfg.sasrec_pack_tokens) and self.distribution is None
     self.epoch = self.step = self.best_epoch = self.bad_epochs = 0
     self._saved = None   # (epoch, step) of the last checkpoint on disk
     self.best_metric = -1.0
@@ -161,13 +170,18 @@ class Trainer:
     return True
 
   def epoch_batches(self, epoch: int):
-    """The numpy batches of one epoch (the tf-keras trainer's stream for (seed, epoch))."""
+    """The numpy batches of one epoch (the tf-keras trainer's stream for (seed, epoch)), with
+    their token index when packing (module docstring)."""
     cfg = self.cfg
     ds = data_lib.sasrec_train_dataset(self.data, batch_size=cfg.batch_size,
                                        max_len=cfg.max_len,
                                        seed=data_lib.epoch_seed(cfg.seed, epoch))
     for batch in ds.take(self.steps_per_epoch).as_numpy_iterator():
-      yield {k: v.astype(np.int32) for k, v in batch.items()}
+      batch = {k: v.astype(np.int32) for k, v in batch.items()}
+      if self.pack_tokens:
+        tokens = sasrec_ops.token_index(batch["inputs"])
+        batch.update(token_rows=tokens.rows, token_slots=tokens.slots)
+      yield batch
 
   def train_step(self, batch):
     """One step: the estimator's update, then the compiled Keras step; returns (its loss, its

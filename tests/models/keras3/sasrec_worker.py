@@ -7,8 +7,9 @@ Spawned by test_sasrec.py in a fresh process per backend (no TF_USE_LEGACY_KERAS
 keras and models.keras3 only. For each case it builds the model from the case's config, sets the
 copied weights sublayer by sublayer (`sublayers`, also used by the test on the tf-keras side),
 and records the hidden states, the queries, the scores, the same after a get_config round trip
-and after a .keras round trip, and whether importing keras and models.keras3 loaded
-TensorFlow.
+and after a .keras round trip, the same with the encoder packed (`sasrec_ops.token_index`)
+and the gradients of a fixed projection of the hidden states, padded and packed, and whether
+importing keras and models.keras3 loaded TensorFlow.
 """
 
 import json
@@ -37,9 +38,31 @@ def sublayers(model, block_style, tie_embeddings):
   return out
 
 
+def gradients(model, loss_fn):
+  """d loss_fn() / d every trainable variable, flattened and concatenated (numpy)."""
+  import keras  # pylint: disable=g-import-not-at-top
+  variables = model.trainable_variables
+  if keras.backend.backend() == "jax":
+    import jax  # pylint: disable=g-import-not-at-top
+
+    def loss(values):
+      with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+        return loss_fn()
+    grads = jax.grad(loss)([v.value for v in variables])
+  else:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    with tf.GradientTape() as tape:
+      value = loss_fn()
+    grads = [None if g is None else tf.convert_to_tensor(g)   # IndexedSlices -> dense
+             for g in tape.gradient(value, variables)]
+  return np.concatenate([np.zeros(int(np.prod(v.shape)), np.float32) if g is None   # unused
+                         else np.ravel(keras.ops.convert_to_numpy(g))
+                         for v, g in zip(variables, grads)])
+
+
 def main(cases_path, out_path):
   import keras  # pylint: disable=g-import-not-at-top
-  from models.keras3 import SASRec  # pylint: disable=g-import-not-at-top
+  from models.keras3 import SASRec, sasrec_ops  # pylint: disable=g-import-not-at-top
 
   tensorflow_loaded = "tensorflow" in sys.modules   # before .keras saving (which may load it)
   cases = np.load(cases_path)
@@ -69,6 +92,21 @@ def main(cases_path, out_path):
         {k: v for k, v in loaded.get_config().items() if k in config}, sort_keys=True))
     out[f"{name}/dropout_differs"] = np.array(
         not np.allclose(np_(model.encode(x, training=True)), out[f"{name}/hidden"]))
+    # token packing: the same function in inference, the same gradients; dropout in training
+    tokens = sasrec_ops.token_index(x)
+    out[f"{name}/packed_capacity"] = np.array(len(tokens.rows))
+    out[f"{name}/packed_hidden"] = np_(model.encode(x, tokens=tokens))
+    out[f"{name}/packed_exact_hidden"] = np_(model.encode(
+        x, tokens=sasrec_ops.token_index(x, buckets=None)))
+    out[f"{name}/packed_train_queries"] = np_(model.training_queries(
+        {"inputs": x, "targets": x, "token_rows": tokens.rows, "token_slots": tokens.slots},
+        training=False).queries)
+    weights = np.random.default_rng(7).normal(size=out[f"{name}/hidden"].shape).astype("float32")
+    for key, t in (("padded", None), ("packed", tokens)):
+      out[f"{name}/grads_{key}"] = gradients(model, lambda: keras.ops.sum(
+          model.encode(x, tokens=t) * weights))
+    out[f"{name}/packed_dropout_differs"] = np.array(not np.allclose(
+        np_(model.encode(x, training=True, tokens=tokens)), out[f"{name}/packed_hidden"]))
   out["tensorflow_loaded"] = np.array(tensorflow_loaded)
   out["backend"] = np.array(keras.backend.backend())
   np.savez(out_path, **out)

@@ -104,6 +104,48 @@ def test_same_weights_same_embeddings_as_tf_keras(backend, name, tmp_path_factor
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_packed_encoder_is_the_padded_function_with_the_same_gradients(backend, name,
+                                                                       tmp_path_factory):
+  """Token packing (the batch's token_rows / token_slots): the tf-keras model's hidden states,
+  with filler rows (C = 40 for the 35 tokens of the 5 x 12 cases) and without (C = T), and the
+  gradients of sum(H * R) over every weight equal to the padded encoder's."""
+  res = _results(tmp_path_factory)
+  got, want = res[backend], res["expected"][name]
+  assert int(got[f"{name}/packed_capacity"]) == 40
+  for key in ("packed_hidden", "packed_exact_hidden"):
+    np.testing.assert_allclose(got[f"{name}/{key}"], want["hidden"], rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(got[f"{name}/packed_train_queries"], want["hidden"].reshape(-1, 16),
+                             rtol=1e-4, atol=1e-5)
+  padded, packed = got[f"{name}/grads_padded"], got[f"{name}/grads_packed"]
+  assert np.abs(padded).max() > 1e-3                   # the gradients are not all zero
+  np.testing.assert_allclose(packed, padded, rtol=1e-3, atol=1e-5)
+  assert bool(got[f"{name}/packed_dropout_differs"])
+
+
+def test_token_index_against_a_loop():
+  """Each non-padding position (row-major) gets the next packed row; padding positions the
+  capacity C; C = T rounded up to a multiple of ceil(B L / 8) (at most B L); filler rows B L."""
+  from models.keras3 import sasrec_ops  # pylint: disable=g-import-not-at-top
+  for seed, (b, l) in enumerate([(5, 12), (3, 7), (1, 1), (4, 200)]):
+    x = np.random.default_rng(seed).integers(0, 3, size=(b, l))
+    x[0] = 0 if seed == 2 else x[0]
+    rows, slots = sasrec_ops.token_index(x)
+    real = [i * l + j for i in range(b) for j in range(l) if x[i, j] != 0]
+    quantum = -(-(b * l) // 8)
+    capacity = min(b * l, quantum * max(1, -(-len(real) // quantum)))
+    assert len(rows) == capacity and rows.dtype == np.int32 and slots.shape == (b, l)
+    assert list(rows[:len(real)]) == real and set(rows[len(real):]) <= {b * l}
+    for k, flat in enumerate(real):
+      assert slots[flat // l, flat % l] == k
+    assert all(slots[i, j] == capacity for i in range(b) for j in range(l) if x[i, j] == 0)
+    rows_exact, _ = sasrec_ops.token_index(x, buckets=None)
+    assert list(rows_exact) == real
+  with pytest.raises(ValueError, match="ids"):
+    sasrec_ops.token_index(np.ones(4))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_get_config_and_keras_file_round_trip(backend, name, tmp_path_factory):
   res = _results(tmp_path_factory)
   got, want = res[backend], res["expected"][name]

@@ -6,7 +6,8 @@ process.
 Spawned by test_objective_losses.py (no TF_USE_LEGACY_KERAS): it builds
 `train.keras3.objective.RetrievalModel` from the case's RunConfig settings as the binary does,
 sets the tf-keras model's weights sublayer by sublayer (tests/models/keras3/sasrec_worker.py's
-order) and writes ``compute_loss`` of ``call(batch, training=False)``.
+order) and writes ``compute_loss`` of ``call(batch, training=False)``, padded and with the
+batch's token index (the encoder packed).
 """
 
 import importlib.util
@@ -33,6 +34,7 @@ def main(cases_path, out_path):
   import keras  # pylint: disable=g-import-not-at-top
   from keras import ops  # pylint: disable=g-import-not-at-top
   from train.keras3 import objective  # pylint: disable=g-import-not-at-top
+  from models.keras3 import sasrec_ops  # pylint: disable=g-import-not-at-top
 
   cases = np.load(cases_path)
   out = {"backend": np.array(keras.backend.backend())}
@@ -51,6 +53,10 @@ def main(cases_path, out_path):
       layer.set_weights([cases[f"{name}/w/{sub}/{k}"] for k in range(count)])
     loss = model.compute_loss(y_pred=model(batch, training=False))
     out[f"{name}/loss"] = np.asarray(ops.convert_to_numpy(loss))
+    tokens = sasrec_ops.token_index(batch["inputs"])   # the binary's packed batch
+    packed = dict(batch, token_rows=tokens.rows, token_slots=tokens.slots)
+    loss = model.compute_loss(y_pred=model(packed, training=False))
+    out[f"{name}/loss_packed"] = np.asarray(ops.convert_to_numpy(loss))
   np.savez(out_path, **out)
 
 

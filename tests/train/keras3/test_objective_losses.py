@@ -103,3 +103,12 @@ def test_full_softmax_loss_equals_the_tf_keras_objective(backend, name, tmp_path
   assert str(res[backend]["backend"]) == backend
   np.testing.assert_allclose(float(res[backend][f"{name}/loss"]), res["expected"][name],
                              rtol=2e-5)
+
+
+@pytest.mark.parametrize("backend", ["jax", "tensorflow"])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_packed_batch_gives_the_same_loss(backend, name, tmp_path_factory):
+  """The binary's packed batches (token_rows / token_slots): the tf-keras objective's loss."""
+  res = _results(tmp_path_factory)
+  np.testing.assert_allclose(float(res[backend][f"{name}/loss_packed"]), res["expected"][name],
+                             rtol=2e-5)
