@@ -87,7 +87,7 @@ from bench.table1.results import collect, read_json, run_dir as run_folder
 # paired_rows, PAPER and PAPER_CONVENTION: re-exported (bench.reproduce's public names).
 from bench.table1.rows import (PAPER, PAPER_CODE, PAPER_CONVENTION,  # noqa: F401
                                PAPER_CORRECTED_RATIO_FLOOR, PAPER_ROWS, ROWS, SETTING_DEFAULTS,
-                               KERAS3_ROWS, paired_rows)
+                               KERAS3_ROWS, paired_rows, train_binary)
 from eval.config import EvalConfig
 from train import config_flags
 from train import data as data_lib
@@ -191,10 +191,9 @@ def run_commands(base: RunConfig, setting: str, row: str, seed: int,
                  run_dir: pathlib.Path) -> List[List[str]]:
   py = sys.executable
   flags = run_config(base, setting, row, seed, run_dir).to_flags()
+  train = [py, *train_binary(row), *flags]
   if row in KERAS3_ROWS:   # the Keras 3 binary; test metrics: its own (bench.table1.results)
-    return [[py, "-m", "train.keras3", f"--backend={KERAS3_ROWS[row][1]}", *flags],
-            [py, "-m", "bench.table1.results", str(run_dir)]]
-  train = [py, "-m", "train", *flags]
+    return [train, [py, "-m", "bench.table1.results", str(run_dir)]]
   evaluate = [py, "-m", "eval.evaluate",
               *EvalConfig(export_dir=str(run_dir / "export"), output_dir=str(run_dir / "eval"),
                           ks=(10, 20, 100), timing_repeats=1).to_flags(only_changed=True)]

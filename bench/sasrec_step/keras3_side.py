@@ -213,9 +213,7 @@ def setup(spec: dict, cfg: SideConfig, inputs, targets):
                    for i in range(len(inputs))]
   if cfg.pack:   # the binary's batches (--sasrec_pack_tokens): with their token index
     from models.keras3 import sasrec_ops  # pylint: disable=g-import-not-at-top
-    for b in numpy_batches:
-      tokens = sasrec_ops.token_index(b["inputs"])
-      b.update(token_rows=tokens.rows, token_slots=tokens.slots)
+    numpy_batches = [sasrec_ops.with_token_index(b) for b in numpy_batches]
   check = None
   if backend == "jax":
     import jax  # pylint: disable=g-import-not-at-top

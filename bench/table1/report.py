@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from bench.table1.rows import KERAS3_ROWS, METRIC_NAMES, METRICS, PAPER, ROWS, paired_rows
+from bench.table1.rows import METRIC_NAMES, METRICS, PAPER, ROWS, paired_rows, train_binary
 from eval.paired_stats import CONFIDENCE, mean_se, paired_difference
 
 # Practical margin of the paired verdicts, relative to the second row's mean (--equivalence_margin).
@@ -192,17 +192,15 @@ def markdown(budget: str, stats: Dict, results: Dict, settings: Sequence[str], r
 
 
 def _binaries(by_row: Dict) -> List:
-  """(command, " (which rows)") per binary that trained the rows of one setting."""
-  tf_keras = [row for row in by_row if row not in KERAS3_ROWS]
-  keras3 = {}
+  """(command, " (which rows)") per binary that trained the rows of one setting, tf-keras's
+  first; only tf-keras rows: no list of rows."""
+  groups = {}
   for row in by_row:
-    if row in KERAS3_ROWS:
-      keras3.setdefault(KERAS3_ROWS[row][1], []).append(row)
-  if not keras3:
+    groups.setdefault(" ".join(["python", *train_binary(row)]), []).append(row)
+  if list(groups) == ["python -m train"]:
     return [("python -m train", "")]
-  out = [("python -m train", f" ({', '.join(tf_keras)})")] if tf_keras else []
-  return out + [(f"python -m train.keras3 --backend={backend}", f" ({', '.join(rows)})")
-                for backend, rows in keras3.items()]
+  return [(command, f" ({', '.join(rows)})")
+          for command, rows in sorted(groups.items(), key=lambda g: g[0] != "python -m train")]
 
 
 def summary(stats: Dict, results: Dict) -> str:

@@ -73,6 +73,14 @@ KERAS3_ROWS = {f"{row}_keras3_{backend}": (row, backend)
                for row in ("mixed_none", "mixed_corrected") for backend in ("jax",)}
 ROWS.update({k3: (f"{ROWS[row][0]}, Keras 3 {backend.upper()}", dict(ROWS[row][1]))
              for k3, (row, backend) in KERAS3_ROWS.items()})
+
+
+def train_binary(row: str) -> List[str]:
+  """The module arguments of the binary that trains ``row``: ``-m train``, or
+  ``-m train.keras3 --backend=B`` for a Keras 3 row."""
+  if row in KERAS3_ROWS:
+    return ["-m", "train.keras3", f"--backend={KERAS3_ROWS[row][1]}"]
+  return ["-m", "train"]
 # The rows run when --rows is empty (the paper's Table 1).
 PAPER_ROWS = [r for r in ROWS
               if r != "mixed_standard_tfrs" and not r.startswith("mixed_expected_count")

@@ -184,11 +184,9 @@ class SASRec(keras.Model):
 
   def training_queries(self, batch, training=True) -> TrainingQueries:
     """The A = B L positions of a {"inputs", "targets"} [B, L] batch (static shapes); with
-    "token_rows" and "token_slots" in the batch (`sasrec_ops.token_index` of its inputs) the
-    encoder runs packed."""
-    tokens = (sasrec_ops.Tokens(batch["token_rows"], batch["token_slots"])
-              if "token_rows" in batch else None)
-    h = self.encode(batch["inputs"], training=training, tokens=tokens)
+    "token_rows" and "token_slots" in the batch (`sasrec_ops.with_token_index`) the encoder runs
+    packed."""
+    h = self.encode(batch["inputs"], training=training, tokens=sasrec_ops.batch_tokens(batch))
     targets = ops.cast(ops.convert_to_tensor(batch["targets"]), "int32")
     b, l = targets.shape
     rows = ops.repeat(ops.arange(b, dtype="int32"), l)

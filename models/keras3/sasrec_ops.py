@@ -29,8 +29,9 @@ from typing import List, NamedTuple, Optional, Tuple
 import numpy as np
 from keras import ops
 
-__all__ = ["NEG_INF", "TOKEN_BUCKETS", "Tokens", "attention_biases", "block_bounds",
-           "causal_attention", "from_grid", "to_grid", "token_index"]
+__all__ = ["NEG_INF", "TOKEN_BUCKETS", "Tokens", "attention_biases", "batch_tokens",
+           "block_bounds", "causal_attention", "from_grid", "to_grid", "token_index",
+           "with_token_index"]
 
 NEG_INF = -1e9
 TOKEN_BUCKETS = 8      # compiled token capacities per batch shape (module docstring)
@@ -121,6 +122,20 @@ def token_index(inputs, buckets: Optional[int] = TOKEN_BUCKETS) -> Tokens:
   slots[rows] = np.arange(count, dtype=np.int32)
   rows = np.concatenate([rows, np.full(capacity - count, n, np.int32)])
   return Tokens(rows, slots.reshape(valid.shape))
+
+
+def with_token_index(batch: dict, buckets: Optional[int] = TOKEN_BUCKETS) -> dict:
+  """A {"inputs", "targets", ...} numpy batch plus its `token_index` ("token_rows" [C],
+  "token_slots" [B, L]): the packed batch `batch_tokens` reads back."""
+  tokens = token_index(batch["inputs"], buckets)
+  return dict(batch, token_rows=tokens.rows, token_slots=tokens.slots)
+
+
+def batch_tokens(batch) -> Optional[Tokens]:
+  """The `Tokens` of a `with_token_index` batch; None for a padded batch."""
+  if "token_rows" not in batch:
+    return None
+  return Tokens(batch["token_rows"], batch["token_slots"])
 
 
 def _with_zero_row(x):

@@ -7,7 +7,7 @@ from the current item table (`objective.RetrievalModel.refresh_index`, the tf-ke
 schedule); each step updates a streaming frequency estimator with the batch's
 positives, then runs the compiled Keras step (``train_on_batch``: objective, gradients, Adam).
 With --sasrec_pack_tokens (the default, as python -m train) each batch carries its token index
-(`models.keras3.sasrec_ops.token_index`, computed here on the host: "token_rows" [C],
+(`models.keras3.sasrec_ops.with_token_index`, computed here on the host: "token_rows" [C],
 "token_slots" [B, L]) and the encoder's per-token layers run on the packed non-padding tokens (at
 most 8 compiled shapes per batch shape); not under --strategy=mirrored, whose batches are split
 by rows (a line in the log says so). After the epoch: exact validation
@@ -178,10 +178,7 @@ class Trainer:
                                        seed=data_lib.epoch_seed(cfg.seed, epoch))
     for batch in ds.take(self.steps_per_epoch).as_numpy_iterator():
       batch = {k: v.astype(np.int32) for k, v in batch.items()}
-      if self.pack_tokens:
-        tokens = sasrec_ops.token_index(batch["inputs"])
-        batch.update(token_rows=tokens.rows, token_slots=tokens.slots)
-      yield batch
+      yield sasrec_ops.with_token_index(batch) if self.pack_tokens else batch
 
   def train_step(self, batch):
     """One step: the estimator's update, then the compiled Keras step; returns (its loss, its

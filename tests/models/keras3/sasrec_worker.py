@@ -99,7 +99,7 @@ def main(cases_path, out_path):
     out[f"{name}/packed_exact_hidden"] = np_(model.encode(
         x, tokens=sasrec_ops.token_index(x, buckets=None)))
     out[f"{name}/packed_train_queries"] = np_(model.training_queries(
-        {"inputs": x, "targets": x, "token_rows": tokens.rows, "token_slots": tokens.slots},
+        sasrec_ops.with_token_index({"inputs": x, "targets": x}),
         training=False).queries)
     weights = np.random.default_rng(7).normal(size=out[f"{name}/hidden"].shape).astype("float32")
     for key, t in (("padded", None), ("packed", tokens)):

@@ -53,8 +53,7 @@ def main(cases_path, out_path):
       layer.set_weights([cases[f"{name}/w/{sub}/{k}"] for k in range(count)])
     loss = model.compute_loss(y_pred=model(batch, training=False))
     out[f"{name}/loss"] = np.asarray(ops.convert_to_numpy(loss))
-    tokens = sasrec_ops.token_index(batch["inputs"])   # the binary's packed batch
-    packed = dict(batch, token_rows=tokens.rows, token_slots=tokens.slots)
+    packed = sasrec_ops.with_token_index(batch)   # the binary's packed batch
     loss = model.compute_loss(y_pred=model(packed, training=False))
     out[f"{name}/loss_packed"] = np.asarray(ops.convert_to_numpy(loss))
   np.savez(out_path, **out)
