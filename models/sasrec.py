@@ -32,14 +32,10 @@ from tfrs_logq import _static_shapes
 from models import sasrec_ops as ops
 from models.queries import TrainingQueries
 from models.sasrec_blocks import CausalSelfAttention, ReferenceBlock, TransformerBlock
+from models.sasrec_settings import BLOCK_STYLES, DEFAULT_ATTENTION_BLOCKS, DEFAULT_PACK_TOKENS
 
 __all__ = ["SASRec", "TransformerBlock", "ReferenceBlock", "CausalSelfAttention", "BLOCK_STYLES"]
 
-BLOCK_STYLES = ("pre_ln", "reference")
-
-# Execution defaults (the run config's flags read these: one definition).
-DEFAULT_PACK_TOKENS = True
-DEFAULT_ATTENTION_BLOCKS = 2
 
 
 class SASRec(tf.keras.Model):

@@ -26,9 +26,18 @@ _FIX = (
 )
 
 # Packages importable without tf-keras: importing them first defers the legacy-Keras check.
-_WITHOUT_TF_KERAS = ("tfrs_logq.keras3", "tfrs_logq.core")
+# (``import tfrs_logq._keras_env`` too: `train` calls ``prefer_legacy_keras`` that way.)
+_WITHOUT_TF_KERAS = ("tfrs_logq.keras3", "tfrs_logq.core", "tfrs_logq._keras_env")
 # Submodules that do not use tf.keras: importing them never needs the legacy-Keras check.
-_NEUTRAL = ("tfrs_logq._keras_env",) + _WITHOUT_TF_KERAS
+_NEUTRAL = _WITHOUT_TF_KERAS
+
+
+def prefer_legacy_keras() -> None:
+  """Sets TF_USE_LEGACY_KERAS=1 when TensorFlow is not imported yet and the variable is unset,
+  without importing TensorFlow (the first step of ``ensure_legacy_keras``): for an application
+  that also runs where TensorFlow is not installed (``train``, whose Keras 3 binary needs none)."""
+  if "tensorflow" not in sys.modules and "TF_USE_LEGACY_KERAS" not in os.environ:
+    os.environ["TF_USE_LEGACY_KERAS"] = "1"
 
 
 def ensure_legacy_keras():
@@ -42,8 +51,7 @@ def ensure_legacy_keras():
       variable was set, or the variable is set to something other than 1), or tf-keras
       is missing.
   """
-  if "tensorflow" not in sys.modules and "TF_USE_LEGACY_KERAS" not in os.environ:
-    os.environ["TF_USE_LEGACY_KERAS"] = "1"
+  prefer_legacy_keras()
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   try:

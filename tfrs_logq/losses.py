@@ -106,7 +106,7 @@ __all__ = ["CORRECTIONS", "Q_PRIME_MODES", "LOSSES", "LossOutput", "masked_logsu
 
 CORRECTIONS = core_checks.CORRECTIONS
 Q_PRIME_MODES = core_checks.Q_PRIME_MODES
-LOSSES = ("sampled_softmax", "full_softmax", "bce", "gbce")
+LOSSES = core_checks.LOSSES
 
 _OPS = tf_ops()
 

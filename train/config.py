@@ -18,40 +18,28 @@ Defaults of the frequency-estimator settings are read from the library's constru
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from typing import Any, Dict, Optional, Sequence, Tuple
 
-from tfrs_logq import frequency as frequency_lib
-from tfrs_logq import losses
-from tfrs_logq.negatives.in_batch import CONVENTIONS
-from tfrs_logq.negatives.uniform import UNIFORM_PER
+from tfrs_logq.core import checks as core_checks
+from tfrs_logq.core.frequency import DEFAULTS as ESTIMATOR_DEFAULTS
 
-from models.sasrec import BLOCK_STYLES, DEFAULT_ATTENTION_BLOCKS, DEFAULT_PACK_TOKENS
+from models.sasrec_settings import BLOCK_STYLES, DEFAULT_ATTENTION_BLOCKS, DEFAULT_PACK_TOKENS
 from train import config_flags
 from train.config_flags import setting
 from train.data import DataConfig
-from train.distribute import PS_MIN_SHARD_BYTES, STRATEGIES
+from train.choices import NEGATIVES, PS_MIN_SHARD_BYTES, STRATEGIES
 from train.host_memory import HOST_ALLOCATORS
-from train.objective import NEGATIVES
 from train.validation import FILTER_RATED
 
 __all__ = ["FILTER_RATED", "FREQUENCIES", "LOG_Q_CONVENTIONS", "LOSSES", "MODELS", "NEGATIVES",
            "RunConfig", "TABLE_OPTIMIZERS", "UNIFORM_NEGATIVES"]
 
 MODELS = ("sasrec", "two_tower")
-LOSSES = losses.LOSSES
-UNIFORM_NEGATIVES = UNIFORM_PER
-LOG_Q_CONVENTIONS = CONVENTIONS
+LOSSES = core_checks.LOSSES
+UNIFORM_NEGATIVES = core_checks.UNIFORM_PER
+LOG_Q_CONVENTIONS = core_checks.LOG_Q_CONVENTIONS
 FREQUENCIES = ("exact", "hash_array", "count_min")
 TABLE_OPTIMIZERS = ("adam", "lazy_adam")
-
-
-def _library_default(cls, name: str):
-  """The default of argument ``name`` of ``cls``'s constructor."""
-  default = inspect.signature(cls.__init__).parameters[name].default
-  if default is inspect.Parameter.empty:
-    raise TypeError(f"{cls.__name__}({name}=...) has no default")
-  return default
 
 
 @dataclasses.dataclass
@@ -104,9 +92,9 @@ class RunConfig:
       "cheaper), query (fresh ones per query/position, as the paper's code) or batch (one set "
       "for the whole batch, one matmul; fastest, learns slower).", choices=UNIFORM_NEGATIVES)
   logq: str = setting("corrected", "logQ correction of the sampled softmax.",
-                      choices=losses.CORRECTIONS)
+                      choices=core_checks.CORRECTIONS)
   q_prime: str = setting("exact", "corrected: log Q' = log Q - log(1 - Q(p)) (exact) or log Q "
-                         "(proxy).", choices=losses.Q_PRIME_MODES)
+                         "(proxy).", choices=core_checks.Q_PRIME_MODES)
   log_q_convention: str = setting(
       "unigram", "log Q of in-batch / mixed negatives: unigram (the per-draw frequency, the "
       "paper's), mixture (per-slot mixture of the in-batch and uniform proposals) or "
@@ -126,23 +114,23 @@ class RunConfig:
   frequency_buckets: int = setting(
       0, "Hash-array size H / count-min width (0 = max(1024, 4 x (number of items + 1))).")
   frequency_min_count: float = setting(
-      _library_default(frequency_lib.ExactCounts, "min_count"),
+      ESTIMATOR_DEFAULTS["min_count"],
       "exact / count_min: floor of a count (log Q stays finite for unseen items).")
-  hash_array_hashes: int = setting(_library_default(frequency_lib.HashArrayEstimator, "num_hashes"),
+  hash_array_hashes: int = setting(ESTIMATOR_DEFAULTS["num_hashes"],
                                    "hash_array: number of hash functions m.")
-  hash_array_alpha: float = setting(_library_default(frequency_lib.HashArrayEstimator, "alpha"),
+  hash_array_alpha: float = setting(ESTIMATOR_DEFAULTS["alpha"],
                                     "hash_array: EMA rate alpha of the step gaps.")
-  hash_array_warmup: bool = setting(_library_default(frequency_lib.HashArrayEstimator, "warmup"),
+  hash_array_warmup: bool = setting(ESTIMATOR_DEFAULTS["warmup"],
                                     "hash_array: running mean (1/j) before the EMA takes over.")
   hash_array_pending_gap: bool = setting(
-      _library_default(frequency_lib.HashArrayEstimator, "pending_gap"),
+      ESTIMATOR_DEFAULTS["pending_gap"],
       "hash_array: items not seen for a while decay (reads max(B, the gap so far)).")
   count_min_depth: int = setting(4, "count_min: number of rows (hash functions).")
   count_min_conservative: bool = setting(
-      _library_default(frequency_lib.CountMinSketch, "conservative"),
+      ESTIMATOR_DEFAULTS["conservative"],
       "count_min: conservative update (raise only the smallest cells).")
   count_min_half_life: Optional[float] = setting(
-      _library_default(frequency_lib.CountMinSketch, "half_life"),
+      ESTIMATOR_DEFAULTS["half_life"],
       "count_min: half-life of the counts in steps (unset = no decay).")
   # ---------------------------------------------------------------------------- optimisation
   batch_size: int = setting(128, "GLOBAL batch size (sequences or pairs), split over replicas.")

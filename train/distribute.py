@@ -29,13 +29,10 @@ import re
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
-STRATEGIES = ("default", "mirrored", "multi_worker", "tpu", "parameter_server")
+from train.choices import PS_MIN_SHARD_BYTES, STRATEGIES  # noqa: F401  (defined there)
 
 # TF_CONFIG task types of the processes that only serve a ParameterServerStrategy cluster.
 SERVER_TASKS = ("worker", "ps")
-
-# Default smallest shard of a partitioned variable (TensorFlow's own MinSizePartitioner default).
-PS_MIN_SHARD_BYTES = 256 << 10
 
 
 def parse_tf_config() -> dict:

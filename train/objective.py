@@ -28,7 +28,7 @@ from tfrs_logq import losses
 from tfrs_logq import negatives as neg_lib
 from tfrs_logq import sharded
 
-NEGATIVES = ("uniform", "in_batch", "mixed", "midx")
+from train.choices import NEGATIVES  # noqa: F401  (defined there)
 
 
 def step_seeds(seed: int, step):

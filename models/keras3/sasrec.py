@@ -37,10 +37,9 @@ from keras import ops
 from models.keras3 import sasrec_ops
 from models.keras3.dropout import Dropout
 from models.keras3.sasrec_blocks import ReferenceBlock, TransformerBlock
+from models.sasrec_settings import BLOCK_STYLES
 
 __all__ = ["BLOCK_STYLES", "SASRec", "TrainingQueries"]
-
-BLOCK_STYLES = ("pre_ln", "reference")
 
 
 class TrainingQueries(NamedTuple):

@@ -39,6 +39,7 @@ import tensorflow as tf
 from tfrs_logq import _static_shapes
 from tfrs_logq import sharded
 from tfrs_logq.core import count_min as count_min_core
+from tfrs_logq.core import frequency as frequency_core
 from tfrs_logq.core.ops import tf_ops
 from tfrs_logq.frequency import base
 from tfrs_logq.frequency import hashing
@@ -76,8 +77,9 @@ class CountMinSketch(base.FrequencyEstimator):
 
   def __init__(self, epsilon: Optional[float] = None, delta: Optional[float] = None, *,
                width: Optional[int] = None, depth: Optional[int] = None,
-               conservative: bool = False, half_life: Optional[float] = None,
-               min_count: float = 1.0, seed: int = 0, num_items=None,
+               conservative: bool = frequency_core.DEFAULTS["conservative"],
+               half_life: Optional[float] = frequency_core.DEFAULTS["half_life"],
+               min_count: float = frequency_core.DEFAULTS["min_count"], seed: int = 0, num_items=None,
                validate_ids: bool = True, **kwargs):
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
     width, depth, half_life, min_count, seed = count_min_core.check_sketch(

@@ -88,8 +88,9 @@ class HashArrayEstimator(base.FrequencyEstimator):
     validate_ids: check ids >= 0 (and < num_items) at run time.
   """
 
-  def __init__(self, num_buckets: int = 2**22, num_hashes: int = 2, alpha: float = 0.001,
-               warmup: bool = True, pending_gap: bool = True, seed: int = 0,
+  def __init__(self, num_buckets: int = frequency_core.DEFAULTS["num_buckets"],
+               num_hashes: int = frequency_core.DEFAULTS["num_hashes"], alpha: float = frequency_core.DEFAULTS["alpha"],
+               warmup: bool = frequency_core.DEFAULTS["warmup"], pending_gap: bool = frequency_core.DEFAULTS["pending_gap"], seed: int = 0,
                num_items=None, validate_ids: bool = True, **kwargs):
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
     num_buckets = base._positive_int(num_buckets, "num_buckets")

@@ -17,6 +17,8 @@ uses each query's input (`EvalSplit.inputs`, alias `EvalSplit.rated`). Malformed
 Modules: records (containers, fingerprint), readers (parsers), splits (k-core, leave-one-out,
 temporal), gsasrec, movielens, tfds, synthetic (readers), datasets (`load`), config
 (`DataConfig`), padding, pipelines, seeds (`epoch_seed`: the seed of an epoch's stream).
+Everything but `pipelines` is numpy; `pipelines` (tf.data) loads on first use of one of its
+names, so that `python -m train.keras3` reads data where TensorFlow is not installed.
 """
 
 from __future__ import annotations
@@ -30,11 +32,6 @@ from train.data.gsasrec import load_gsasrec
 from train.data.movielens import load_movielens_raw
 from train.data.padding import fit_length
 from train.data.padding import left_pad
-from train.data.pipelines import eval_arrays
-from train.data.pipelines import eval_dataset
-from train.data.pipelines import rated_mask
-from train.data.pipelines import sasrec_train_dataset
-from train.data.pipelines import two_tower_train_dataset
 from train.data.records import DataFormatError
 from train.data.records import EvalSplit
 from train.data.records import SequenceData
@@ -64,3 +61,15 @@ def synthetic_catalog(data: SequenceData) -> SyntheticCatalog:
   if not isinstance(catalog, SyntheticCatalog):
     raise ValueError(f"dataset {data.name!r} was not generated synthetically")
   return catalog
+
+
+_PIPELINES = ("eval_arrays", "eval_dataset", "rated_mask", "sasrec_train_dataset",
+              "two_tower_train_dataset")
+
+
+def __getattr__(name):
+  """Loads `train.data.pipelines` (TensorFlow) on first use of one of its names."""
+  if name in _PIPELINES:
+    import importlib  # pylint: disable=g-import-not-at-top
+    return getattr(importlib.import_module("train.data.pipelines"), name)
+  raise AttributeError(f"module 'train.data' has no attribute {name!r}")

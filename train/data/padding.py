@@ -6,7 +6,8 @@ For a history h_1..h_n (oldest first) and length L, with m = min(n, L):
 
 so the newest item is always in the last column. `left_pad` encodes a list of histories (numpy;
 evaluation, export checks), `fit_length` re-encodes an already left-padded batch of any width
-(TensorFlow; inside the serving SavedModels). The training windows of `train.data.pipelines`
+(TensorFlow, imported on its first call so that the numpy encoding loads without it; inside
+the serving SavedModels). The training windows of `train.data.pipelines`
 are the same encoding, gathered from one flat tensor.
 """
 
@@ -15,9 +16,6 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 import numpy as np
-
-import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
-import tensorflow as tf
 
 __all__ = ["fit_length", "left_pad"]
 
@@ -45,8 +43,11 @@ def left_pad(histories: Sequence, max_len: Optional[int] = None) -> np.ndarray:
   return np.where(idx >= starts[:, None], flat[np.maximum(idx, 0)], 0).astype(np.int64)
 
 
-def fit_length(history: tf.Tensor, max_len: int) -> tf.Tensor:
-  """int64 [B, max_len] from a left-padded int [B, L] batch of any width L (see module doc)."""
+def fit_length(history, max_len: int):
+  """int64 tf.Tensor [B, max_len] from a left-padded int [B, L] batch of any width L (see module
+  doc)."""
+  import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
   history = tf.convert_to_tensor(history)
   width = tf.shape(history)[1]
   history = history[:, tf.maximum(width - max_len, 0):]

@@ -45,11 +45,17 @@ from absl import flags  # noqa: E402
 
 from train import config_flags  # noqa: E402
 from train.config import RunConfig  # noqa: E402
+from train.data.batches import SHUFFLE_RNGS  # noqa: E402
 
 FLAGS = flags.FLAGS
 config_flags.define_flags(RunConfig)
 flags.DEFINE_enum("backend", settings.DEFAULT_BACKEND, list(settings.BACKENDS),
                   "Keras 3 backend (sets KERAS_BACKEND before keras is imported).")
+flags.DEFINE_enum("shuffle_rng", SHUFFLE_RNGS[0], list(SHUFFLE_RNGS),
+                  "Generator of each epoch's permutation of the training sequences: tensorflow "
+                  "= tf.data's stateless shuffle, python -m train's batches for the same --seed "
+                  "(needs TensorFlow installed); numpy = numpy's generator keyed by the seed "
+                  "(another order; no TensorFlow needed).")
 cli.declare_verbosity_flag()
 
 
@@ -71,7 +77,7 @@ def main(argv):
     data = cfg.data.load()
   os.makedirs(cfg.model_dir, exist_ok=True)
   with cli.bad_input():   # e.g. a checkpoint of another configuration in --model_dir
-    trainer = trainer_lib.Trainer(cfg, data=data, report=_say)
+    trainer = trainer_lib.Trainer(cfg, data=data, report=_say, shuffle_rng=FLAGS.shuffle_rng)
     trainer.restore()
   try:
     result = trainer.run(restore=False)

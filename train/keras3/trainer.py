@@ -1,8 +1,10 @@
 """The training loop of `python -m train.keras3`: the protocol of `train.trainer` on Keras 3.
 
-Per epoch e (0-based): the global batches of `train.data.sasrec_train_dataset` seeded with
-`train.data.epoch_seed`(seed, e) = seed * 1_000_003 + e (the tf-keras trainer's stream),
-``steps_per_epoch`` of them; with --negatives=midx the epoch starts by refreshing the MIDX index
+Per epoch e (0-based): the global batches of the stream seeded with `train.data.epoch_seed`(seed,
+e) = seed * 1_000_003 + e, ``steps_per_epoch`` of them, built in numpy (`train.data.batches`):
+with ``shuffle_rng="tensorflow"`` (the default) the tf-keras trainer's batches
+(`train.data.sasrec_train_dataset`'s permutation), with "numpy" another order that needs no
+TensorFlow; with --negatives=midx the epoch starts by refreshing the MIDX index
 from the current item table (`objective.RetrievalModel.refresh_index`, the tf-keras trainer's
 schedule); each step updates a streaming frequency estimator with the batch's
 positives, then runs the compiled Keras step (``train_on_batch``: objective, gradients, Adam).
@@ -11,7 +13,8 @@ With --sasrec_pack_tokens (the default, as python -m train) each batch carries i
 "token_slots" [B, L]) and the encoder's per-token layers run on the packed non-padding tokens (at
 most 8 compiled shapes per batch shape); not under --strategy=mirrored, whose batches are split
 by rows (a line in the log says so). After the epoch: exact validation
-Recall/NDCG@10,20 (`train.validation.evaluate_queries`, the tf-keras binary's metrics), the best
+Recall/NDCG@10,20 (`train.validation.evaluate_queries`, the tf-keras binary's metrics, with the
+numpy search `tfrs_logq.core.ranking.exact_top_k_np`), the best
 model by NDCG@10 kept in ``model_dir/best``, early stopping after ``early_stopping_patience``
 epochs without improvement, and a checkpoint of everything that changes
 (`train.keras3.checkpoints`: model, optimizer, estimator, the samplers' and dropouts' seed
@@ -41,11 +44,13 @@ import time
 
 import numpy as np
 
-# The application's data and metrics (the tf-keras stack: `import tfrs_logq` sets
-# TF_USE_LEGACY_KERAS) before keras: on the tensorflow backend, keras imported first would make
-# tf.keras Keras 3, which `import tfrs_logq` rejects.
+# The application's data and metrics (numpy; `import tfrs_logq` sets TF_USE_LEGACY_KERAS) before
+# keras: on the tensorflow backend, keras imported first would make tf.keras Keras 3, which
+# `import tfrs_logq` rejects. Nothing here imports TensorFlow unless shuffle_rng="tensorflow".
+from tfrs_logq.core import ranking
 from train import data as data_lib
 from train import validation
+from train.data import batches as batches_lib
 
 import keras  # noqa: E402
 from keras import ops  # noqa: E402
@@ -103,8 +108,11 @@ def build_optimizer(cfg):
 class Trainer:
   """Builds the model, optimizer and estimator and runs the epochs (module docstring)."""
 
-  def __init__(self, cfg, data, report=None):
-    self.cfg, self.data = cfg, data
+  def __init__(self, cfg, data, report=None, shuffle_rng: str = "tensorflow"):
+    if shuffle_rng not in batches_lib.SHUFFLE_RNGS:
+      raise ValueError(f"shuffle_rng must be one of {batches_lib.SHUFFLE_RNGS}, got "
+                       f"{shuffle_rng!r}")
+    self.cfg, self.data, self.shuffle_rng = cfg, data, shuffle_rng
     self.report = report or logging.info
     self.steps_per_epoch = cfg.steps_per_epoch or max(
         1, len(data.train_sequences) // cfg.batch_size)
@@ -173,10 +181,10 @@ class Trainer:
     """The numpy batches of one epoch (the tf-keras trainer's stream for (seed, epoch)), with
     their token index when packing (module docstring)."""
     cfg = self.cfg
-    ds = data_lib.sasrec_train_dataset(self.data, batch_size=cfg.batch_size,
-                                       max_len=cfg.max_len,
-                                       seed=data_lib.epoch_seed(cfg.seed, epoch))
-    for batch in ds.take(self.steps_per_epoch).as_numpy_iterator():
+    for batch in batches_lib.sasrec_batches(
+        self.data, batch_size=cfg.batch_size, max_len=cfg.max_len,
+        seed=data_lib.epoch_seed(cfg.seed, epoch), num_batches=self.steps_per_epoch,
+        rng=self.shuffle_rng):
       batch = {k: v.astype(np.int32) for k, v in batch.items()}
       yield sasrec_ops.with_token_index(batch) if self.pack_tokens else batch
 
@@ -199,7 +207,8 @@ class Trainer:
                                cfg.eval_batch_size)
     table = np.asarray(ops.convert_to_numpy(self.encoder.all_item_embeddings()), np.float32)
     return validation.evaluate_queries(queries, table, split, batch_size=cfg.eval_batch_size,
-                                       filter_rated=cfg.filter_rated)
+                                       filter_rated=cfg.filter_rated,
+                                       exact_top_k=ranking.exact_top_k_np)
 
   # --------------------------------------------------------------------------------- the loop
   def run(self, restore: bool = True) -> dict:
@@ -274,6 +283,7 @@ class Trainer:
       checkpoints.restore_values(self.best_path, self.encoder.variables)
     best_step = next((h["step"] for h in self.history if h["epoch"] == self.best_epoch), None)
     result = dict(config=cfg.to_dict(), backend=keras.backend.backend(),
+                  shuffle_rng=self.shuffle_rng,
                   data_fingerprint=data_lib.fingerprint(self.data),
                   num_items=self.data.num_items, steps_per_epoch=self.steps_per_epoch,
                   devices=self.devices(),

@@ -28,6 +28,7 @@ import keras
 from keras import ops
 
 from tfrs_logq.core import count_min as count_min_core
+from tfrs_logq.core import frequency as frequency_core
 from tfrs_logq.keras3.frequency import base
 from tfrs_logq.keras3.frequency import hashing
 
@@ -55,8 +56,9 @@ class CountMinSketch(base.FrequencyEstimator):
 
   def __init__(self, epsilon: Optional[float] = None, delta: Optional[float] = None, *,
                width: Optional[int] = None, depth: Optional[int] = None,
-               conservative: bool = False, half_life: Optional[float] = None,
-               min_count: float = 1.0, seed: int = 0, num_items=None,
+               conservative: bool = frequency_core.DEFAULTS["conservative"],
+               half_life: Optional[float] = frequency_core.DEFAULTS["half_life"],
+               min_count: float = frequency_core.DEFAULTS["min_count"], seed: int = 0, num_items=None,
                validate_ids: bool = True, **kwargs):
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
     width, depth, half_life, min_count, seed = count_min_core.check_sketch(
