@@ -70,7 +70,12 @@ ROWS: Dict[str, tuple] = {
 # same run settings) instead of python -m train; row -> (the tf-keras row, backend). Their test
 # metrics are the binary's own (train.validation, the protocol of eval.evaluate's exact search).
 KERAS3_ROWS = {f"{row}_keras3_{backend}": (row, backend)
-               for row in ("mixed_none", "mixed_corrected") for backend in ("jax",)}
+               for row in ("mixed_none", "mixed_standard", "mixed_corrected",
+                           "mixed_expected_count_standard", "mixed_expected_count_corrected",
+                           "full_softmax")
+               for backend in ("jax",)}
+# The suffixes of a binary's rows: "" (python -m train) and each Keras 3 backend's.
+BINARY_SUFFIXES = ("",) + tuple(sorted({f"_keras3_{b}" for _, b in KERAS3_ROWS.values()}))
 ROWS.update({k3: (f"{ROWS[row][0]}, Keras 3 {backend.upper()}", dict(ROWS[row][1]))
              for k3, (row, backend) in KERAS3_ROWS.items()})
 
@@ -123,22 +128,29 @@ CONVENTION_PAIRS = tuple(
 OPTIMIZER_PAIRS = (("mixed_corrected_lazy_adam", "mixed_corrected",
                     "corrected: LazyAdam − Adam tables"),)
 # The binary, at equal settings: Keras 3 on a backend − tf-keras.
-BINARY_PAIRS = tuple((k3, row, f"{row[len('mixed_'):]}: Keras 3 {backend.upper()} − tf-keras")
+BINARY_PAIRS = tuple((k3, row, f"{row.replace('mixed_', '', 1)}: Keras 3 {backend.upper()} − "
+                               "tf-keras")
                      for k3, (row, backend) in KERAS3_ROWS.items())
 # The validation metrics drawn by the learning curves (keys of model/history.json).
 CURVES = ("val_recall@20", "val_ndcg@10")
 
 
 def paired_rows(rows: Sequence[str]) -> List[tuple]:
-  """(first row, second row, label) of every pair of PAIR_FAMILIES x PAIR_CONTRASTS whose two
-  rows are both in `rows`."""
+  """(first row, second row, label) of every pair of PAIR_FAMILIES x PAIR_CONTRASTS and of
+  CONVENTION_PAIRS whose two rows are both in `rows`, within the rows of one binary (suffix
+  "" or "_keras3_B"), then the OPTIMIZER_PAIRS and BINARY_PAIRS there."""
   pairs = []
-  for family in PAIR_FAMILIES:
-    for first, second in PAIR_CONTRASTS:
-      a, b = f"{family}_{first}", f"{family}_{second}"
-      if a in rows and b in rows:
-        pairs.append((a, b, f"{family}: {first} − {second}"))
-  for a, b, label in CONVENTION_PAIRS + OPTIMIZER_PAIRS + BINARY_PAIRS:
+  for suffix in BINARY_SUFFIXES:
+    tag = f" (Keras 3 {suffix.rsplit('_', 1)[1].upper()})" if suffix else ""
+    for family in PAIR_FAMILIES:
+      for first, second in PAIR_CONTRASTS:
+        a, b = f"{family}_{first}{suffix}", f"{family}_{second}{suffix}"
+        if a in rows and b in rows:
+          pairs.append((a, b, f"{family}: {first} − {second}{tag}"))
+    for a, b, label in CONVENTION_PAIRS:
+      if a + suffix in rows and b + suffix in rows:
+        pairs.append((a + suffix, b + suffix, label + tag))
+  for a, b, label in OPTIMIZER_PAIRS + BINARY_PAIRS:
     if a in rows and b in rows:
       pairs.append((a, b, label))
   return pairs
