@@ -394,6 +394,15 @@ def test_keras3_rows_run_the_keras3_binary_and_pair_with_their_tf_keras_row(tmp_
   labels, paper_rows = _pair_labels_and_paper_rows(rows)
   assert "none: Keras 3 JAX − tf-keras" in labels and "corrected: Keras 3 JAX − tf-keras" in labels
   assert not any(r.endswith("_keras3_jax") for r in paper_rows)
+  # Keras 3 rows pair with each other as the tf-keras rows do; across binaries only row to row
+  labels, _ = _pair_labels_and_paper_rows(
+      "mixed_none_keras3_jax,mixed_standard_keras3_jax,mixed_corrected_keras3_jax,"
+      "mixed_expected_count_corrected_keras3_jax,mixed_standard,full_softmax_keras3_jax")
+  assert labels == ["mixed: corrected − standard (Keras 3 JAX)",
+                    "mixed: corrected − none (Keras 3 JAX)",
+                    "mixed: standard − none (Keras 3 JAX)",
+                    "corrected: expected-count − unigram log Q (Keras 3 JAX)",
+                    "standard: Keras 3 JAX − tf-keras"]
 
 
 def test_binary_test_metrics_become_the_runs_eval_results(tmp_path):

@@ -7,6 +7,7 @@ from the library's constructors; bad values are refused once, naming the setting
 import dataclasses
 import inspect
 import json
+import os
 
 import numpy as np
 import pytest
@@ -174,3 +175,36 @@ def test_a_setting_without_help_is_an_error():
   assert config_flags.parse(Good, ["--a=3"]) == Good(a=3)
   with pytest.raises(ValueError, match="help"):
     setting(1, "")
+
+
+_ESTIMATOR_ARGS = {"ExactCounts": ("min_count",),
+                   "HashArrayEstimator": ("num_buckets", "num_hashes", "alpha", "warmup",
+                                          "pending_gap"),
+                   "CountMinSketch": ("conservative", "half_life", "min_count")}
+
+
+def test_both_fronts_estimators_and_the_flags_default_to_the_core_defaults():
+  """tfrs_logq.core.frequency.DEFAULTS is the one definition: the tf-keras and Keras 3
+  estimators' constructor defaults and RunConfig's flag defaults are its values."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  from tfrs_logq.core.frequency import DEFAULTS  # pylint: disable=g-import-not-at-top
+  fronts = {"tf-keras": {c: {a: inspect.signature(getattr(frequency, c).__init__)
+                             .parameters[a].default for a in args}
+                         for c, args in _ESTIMATOR_ARGS.items()}}
+  code = ("import inspect, json; from tfrs_logq.keras3 import frequency as f; "
+          f"print(json.dumps({{c: {{a: inspect.signature(getattr(f, c).__init__).parameters[a]"
+          f".default for a in args}} for c, args in {_ESTIMATOR_ARGS!r}.items()}}))")
+  proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                        timeout=300, env=dict(os.environ, KERAS_BACKEND="jax"))
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  fronts["keras3"] = json.loads(proc.stdout.strip().splitlines()[-1])
+  for front, classes in fronts.items():
+    for cls, values in classes.items():
+      assert values == {a: DEFAULTS[a] for a in values}, (front, cls)
+  cfg = RunConfig()
+  assert (cfg.frequency_min_count, cfg.hash_array_hashes, cfg.hash_array_alpha,
+          cfg.hash_array_warmup, cfg.hash_array_pending_gap, cfg.count_min_conservative,
+          cfg.count_min_half_life) == tuple(DEFAULTS[k] for k in (
+              "min_count", "num_hashes", "alpha", "warmup", "pending_gap", "conservative",
+              "half_life"))

@@ -16,15 +16,24 @@ inputs = [0]*(max_len - m) + s[n-m-1 : n-1], targets = [0]*(max_len - m) + s[n-m
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Dict, Iterator
 
 import numpy as np
 
 from train.data.records import SequenceData
 
-__all__ = ["SHUFFLE_RNGS", "permutation", "sasrec_batches"]
+__all__ = ["SHUFFLE_RNGS", "permutation", "sasrec_batches", "tensorflow_installed"]
 
 SHUFFLE_RNGS = ("tensorflow", "numpy")
+
+
+def tensorflow_installed() -> bool:
+  """Whether TensorFlow can be imported (checked without importing it)."""
+  try:
+    return importlib.util.find_spec("tensorflow") is not None
+  except ImportError:
+    return False
 
 
 def permutation(n: int, seed: int, stream_epoch: int, rng: str) -> np.ndarray:

@@ -7,7 +7,11 @@ The run settings are `python -m train`'s (`train.config.RunConfig`: the same fla
 and defaults; see --help) plus --backend (jax | tensorflow | torch; sets KERAS_BACKEND before
 keras is imported). The model is the Keras 3 SASRec (`models.keras3`), the loss, negatives and
 frequency estimators are the library's Keras 3 front (`tfrs_logq.keras3`); the data and the
-validation metrics are the tf-keras binary's (`train.data`, `train.validation`). Not available
+validation metrics are the tf-keras binary's (`train.data`, `train.validation`), with the
+batches built in numpy (`train.data.batches`) and a numpy exact search, so the binary needs no
+TensorFlow: --shuffle_rng=tensorflow (default) draws each epoch's permutation as python -m
+train does (the same batches for the same --seed; needs TensorFlow), --shuffle_rng=numpy with
+numpy (another order; for machines without TensorFlow). Not available
 here (one `error:` line): --model=two_tower, tf.distribute strategies (--loss sampled_softmax /
 full_softmax / bce / gbce, --negatives in_batch / uniform / mixed / midx (--midx_codewords, the
 index refreshed at every epoch's start, as python -m train) and --table_optimizer adam /
@@ -45,13 +49,13 @@ from absl import flags  # noqa: E402
 
 from train import config_flags  # noqa: E402
 from train.config import RunConfig  # noqa: E402
-from train.data.batches import SHUFFLE_RNGS  # noqa: E402
+from train.data import batches  # noqa: E402
 
 FLAGS = flags.FLAGS
 config_flags.define_flags(RunConfig)
 flags.DEFINE_enum("backend", settings.DEFAULT_BACKEND, list(settings.BACKENDS),
                   "Keras 3 backend (sets KERAS_BACKEND before keras is imported).")
-flags.DEFINE_enum("shuffle_rng", SHUFFLE_RNGS[0], list(SHUFFLE_RNGS),
+flags.DEFINE_enum("shuffle_rng", batches.SHUFFLE_RNGS[0], list(batches.SHUFFLE_RNGS),
                   "Generator of each epoch's permutation of the training sequences: tensorflow "
                   "= tf.data's stateless shuffle, python -m train's batches for the same --seed "
                   "(needs TensorFlow installed); numpy = numpy's generator keyed by the seed "
@@ -68,6 +72,9 @@ def main(argv):
   with cli.bad_input():
     cfg = config_flags.from_flags(RunConfig)
     settings.check_supported(cfg, FLAGS.backend)
+    if FLAGS.shuffle_rng == "tensorflow" and not batches.tensorflow_installed():
+      raise ValueError("--shuffle_rng=tensorflow (python -m train's batch order) needs "
+                       "TensorFlow, which is not installed here; use --shuffle_rng=numpy")
   import keras  # pylint: disable=g-import-not-at-top
   if keras.backend.backend() != FLAGS.backend:
     cli.fail(f"keras was imported with backend {keras.backend.backend()} before --backend="
