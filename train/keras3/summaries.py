@@ -5,15 +5,17 @@
     per epoch (at its last step):           val/recall@k, val/ndcg@k (k = 10, 20),
                                             test/... (with --test_curve), train/epoch_loss
 
-into ``model_dir/tensorboard`` with ``tf.summary`` (TensorFlow is installed with the
-application: `train.data` reads through tf.data). Where TensorFlow cannot be imported the
-writer is a no-op and says so once.
+into ``model_dir/tensorboard`` with ``tf.summary``; where TensorFlow is not installed (the
+binary runs without it), with the ``tensorboard`` package's own event writer (scalar
+``simple_value`` summaries, which TensorBoard shows the same way); with neither, the writer is a
+no-op and says so once.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 from typing import Mapping
 
 __all__ = ["SummaryWriter"]
@@ -25,17 +27,38 @@ class SummaryWriter:
 
   def __init__(self, directory: str):
     self.directory = directory
+    self._tf = self._writer = self._events = None
     try:
       import tensorflow as tf  # pylint: disable=g-import-not-at-top
     except ImportError:
-      logging.warning("TensorFlow is not importable: no TensorBoard summaries in %s", directory)
-      self._tf = self._writer = None
+      tf = None
+    if tf is not None:
+      self._tf = tf
+      os.makedirs(directory, exist_ok=True)
+      self._writer = tf.summary.create_file_writer(directory)
       return
-    self._tf = tf
+    try:
+      # pylint: disable=g-import-not-at-top
+      from tensorboard.compat.proto import event_pb2, summary_pb2
+      from tensorboard.summary.writer.event_file_writer import EventFileWriter
+    except ImportError:
+      logging.warning("neither TensorFlow nor TensorBoard is importable: no TensorBoard "
+                      "summaries in %s", directory)
+      return
     os.makedirs(directory, exist_ok=True)
-    self._writer = tf.summary.create_file_writer(directory)
+    self._protos = (event_pb2, summary_pb2)
+    self._events = EventFileWriter(directory)
+    logging.info("TensorFlow is not importable: TensorBoard summaries in %s written by the "
+                 "tensorboard package", directory)
 
   def scalars(self, step: int, values: Mapping[str, float]) -> None:
+    if self._events is not None:
+      event_pb2, summary_pb2 = self._protos
+      self._events.add_event(event_pb2.Event(
+          wall_time=time.time(), step=int(step), summary=summary_pb2.Summary(value=[
+              summary_pb2.Summary.Value(tag=tag, simple_value=float(value))
+              for tag, value in values.items()])))
+      return
     if self._writer is None:
       return
     with self._writer.as_default(step=int(step)):
@@ -54,3 +77,5 @@ class SummaryWriter:
   def flush(self) -> None:
     if self._writer is not None:
       self._writer.flush()
+    if self._events is not None:
+      self._events.flush()
