@@ -23,9 +23,43 @@ import numpy as np
 
 from train.data.records import SequenceData
 
-__all__ = ["SHUFFLE_RNGS", "permutation", "sasrec_batches", "tensorflow_installed"]
+__all__ = ["SHUFFLE_RNGS", "check_positive", "check_shuffle_rng", "flatten", "permutation",
+           "sasrec_batches", "sasrec_sequences", "tensorflow_installed"]
 
 SHUFFLE_RNGS = ("tensorflow", "numpy")
+
+
+def check_positive(**kwargs) -> None:
+  """Raises ValueError naming the first argument that is not a positive integer."""
+  for name, value in kwargs.items():
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+      raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def check_shuffle_rng(rng: str) -> str:
+  """Raises ValueError for a generator not in SHUFFLE_RNGS; returns ``rng``."""
+  if rng not in SHUFFLE_RNGS:
+    raise ValueError(f"shuffle rng must be one of {SHUFFLE_RNGS}, got {rng!r}")
+  return rng
+
+
+def flatten(sequences) -> tuple:
+  """Concatenates sequences: (flat int64 [F], starts [S], ends [S]) with ends exclusive."""
+  lengths = np.array([s.size for s in sequences], np.int64)
+  ends = np.cumsum(lengths)
+  starts = ends - lengths
+  flat = (np.concatenate(sequences).astype(np.int64) if lengths.sum()
+          else np.zeros(0, np.int64))
+  return flat, starts, ends
+
+
+def sasrec_sequences(data: SequenceData) -> tuple:
+  """`flatten` of the training sequences with >= 2 items (the others have no target): the
+  examples of both SASRec streams (this module's and `pipelines.sasrec_train_dataset`)."""
+  seqs = [s for s in data.train_sequences if s.size >= 2]
+  if not seqs:
+    raise ValueError(f"{data.name}: no training sequence with >= 2 items")
+  return flatten(seqs)
 
 
 def tensorflow_installed() -> bool:
@@ -38,9 +72,7 @@ def tensorflow_installed() -> bool:
 
 def permutation(n: int, seed: int, stream_epoch: int, rng: str) -> np.ndarray:
   """int64 [n]: epoch ``stream_epoch`` of the index stream of seed ``seed`` (module doc)."""
-  if rng not in SHUFFLE_RNGS:
-    raise ValueError(f"shuffle rng must be one of {SHUFFLE_RNGS}, got {rng!r}")
-  if rng == "numpy":
+  if check_shuffle_rng(rng) == "numpy":
     return np.random.default_rng([int(seed), 2 * int(stream_epoch)]).permutation(n)
   try:
     import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
@@ -64,20 +96,12 @@ def sasrec_batches(data: SequenceData, *, batch_size: int, max_len: int, seed: i
   """The first ``num_batches`` full batches {"inputs", "targets"} int64 [B, max_len] of the
   stream of ``seed`` (`sasrec_train_dataset(..., seed=seed)`'s batches with ``rng`` =
   "tensorflow")."""
-  for name, value in (("batch_size", batch_size), ("max_len", max_len)):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-      raise ValueError(f"{name} must be a positive integer, got {value!r}")
-  seqs = [s for s in data.train_sequences if s.size >= 2]
-  if not seqs:
-    raise ValueError(f"{data.name}: no training sequence with >= 2 items")
-  lengths = np.array([s.size for s in seqs], np.int64)
-  ends = np.cumsum(lengths)
-  starts = ends - lengths
-  flat = np.concatenate(seqs).astype(np.int64)
+  check_positive(batch_size=batch_size, max_len=max_len)
+  flat, starts, ends = sasrec_sequences(data)
   pending, stream_epoch = np.zeros(0, np.int64), 0
   for _ in range(num_batches):
     while pending.size < batch_size:
-      pending = np.concatenate([pending, permutation(len(seqs), seed, stream_epoch, rng)])
+      pending = np.concatenate([pending, permutation(starts.size, seed, stream_epoch, rng)])
       stream_epoch += 1
     idx, pending = pending[:batch_size], pending[batch_size:]
     first, end = starts[idx], ends[idx]

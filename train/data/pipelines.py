@@ -29,24 +29,11 @@ import numpy as np
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
+from train.data.batches import check_positive as _check_positive
+from train.data.batches import flatten as _flatten
+from train.data.batches import sasrec_sequences
 from train.data.padding import left_pad
 from train.data.records import EvalSplit, SequenceData
-
-
-def _check_positive(**kwargs) -> None:
-  for name, value in kwargs.items():
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-      raise ValueError(f"{name} must be a positive integer, got {value!r}")
-
-
-def _flatten(sequences) -> tuple:
-  """Concatenates sequences: (flat int64 [F], starts [S], ends [S]) with ends exclusive."""
-  lengths = np.array([s.size for s in sequences], np.int64)
-  ends = np.cumsum(lengths)
-  starts = ends - lengths
-  flat = (np.concatenate(sequences).astype(np.int64) if lengths.sum()
-          else np.zeros(0, np.int64))
-  return flat, starts, ends
 
 
 def _index_stream(num_examples: int, *, seed: int, shuffle: bool, repeat: bool
@@ -95,10 +82,7 @@ def sasrec_train_dataset(data: SequenceData, *, batch_size: int, max_len: int = 
   repeat=False the last partial batch is kept). B = batch_size is the global batch.
   """
   _check_positive(batch_size=batch_size, max_len=max_len)
-  seqs = [s for s in data.train_sequences if s.size >= 2]
-  if not seqs:
-    raise ValueError(f"{data.name}: no training sequence with >= 2 items")
-  flat_np, starts_np, ends_np = _flatten(seqs)
+  flat_np, starts_np, ends_np = sasrec_sequences(data)
   flat = tf.constant(flat_np)
   starts = tf.constant(starts_np)
   ends = tf.constant(ends_np)
@@ -109,7 +93,7 @@ def sasrec_train_dataset(data: SequenceData, *, batch_size: int, max_len: int = 
     return {"inputs": _left_padded_windows(flat, first, end - 1, max_len),
             "targets": _left_padded_windows(flat, first + 1, end, max_len)}
 
-  ds = _index_stream(len(seqs), seed=seed, shuffle=shuffle, repeat=repeat)
+  ds = _index_stream(len(starts_np), seed=seed, shuffle=shuffle, repeat=repeat)
   ds = ds.batch(batch_size, drop_remainder=drop).enumerate()
   ds = ds.map(make_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
   return _finish(ds)

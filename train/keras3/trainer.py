@@ -109,10 +109,8 @@ class Trainer:
   """Builds the model, optimizer and estimator and runs the epochs (module docstring)."""
 
   def __init__(self, cfg, data, report=None, shuffle_rng: str = "tensorflow"):
-    if shuffle_rng not in batches_lib.SHUFFLE_RNGS:
-      raise ValueError(f"shuffle_rng must be one of {batches_lib.SHUFFLE_RNGS}, got "
-                       f"{shuffle_rng!r}")
-    self.cfg, self.data, self.shuffle_rng = cfg, data, shuffle_rng
+    self.cfg, self.data = cfg, data
+    self.shuffle_rng = batches_lib.check_shuffle_rng(shuffle_rng)
     self.report = report or logging.info
     self.steps_per_epoch = cfg.steps_per_epoch or max(
         1, len(data.train_sequences) // cfg.batch_size)
