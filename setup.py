@@ -35,7 +35,9 @@ APP_REQUIRES = [
     "tensorflow-datasets>=4.9",
     "matplotlib>=3.5",
 ]
-# The Keras 3 path (tfrs_logq.keras3, keras.ops only): Keras 3 with keras-rs and the JAX backend.
+# The Keras 3 path (tfrs_logq.keras3, keras.ops only): Keras 3 with keras-rs and the JAX backend;
+# tensorboard: train.keras3 writes its summaries with the tensorboard package's event writer
+# where TensorFlow is not installed (`python -m train.keras3` runs without it).
 # Python >= 3.10 (tested on 3.11 with keras 3.15, keras-rs 0.4, jax 0.10). PyTorch is optional
 # for users (a CPU wheel: `pip install torch`); the test extra installs it so that the parity
 # tests run on all three backends.
@@ -43,6 +45,7 @@ KERAS3_REQUIRES = [
     "keras>=3.12",
     "keras-rs>=0.2.1",
     "jax[cpu]>=0.6.2",
+    "tensorboard>=2.20",
 ]
 # FAISS, the other index of bench/serving_scale.py (ScaNN vs FAISS at 1e5..1e7 items); its test
 # runs the bench end to end, so the test extra installs it too. The library and the application
