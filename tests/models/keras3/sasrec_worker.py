@@ -5,7 +5,7 @@ SASRec, and writes its outputs to an npz.
 
 Spawned by test_sasrec.py in a fresh process per backend (no TF_USE_LEGACY_KERAS): it imports
 keras and models.keras3 only. For each case it builds the model from the case's config, sets the
-copied weights sublayer by sublayer (`sublayers`, also used by the test on the tf-keras side),
+copied weights sublayer by sublayer (`models.sasrec_weights.sublayers`, one order for both twins),
 and records the hidden states, the queries, the scores, the same after a get_config round trip
 and after a .keras round trip, the same with the encoder packed (`sasrec_ops.token_index`)
 and the gradients of a fixed projection of the hidden states, padded and packed, and whether
@@ -19,23 +19,7 @@ import tempfile
 
 import numpy as np
 
-
-def sublayers(model, block_style, tie_embeddings):
-  """(name, layer) of every weight-holding sublayer, in one order for both SASRec twins."""
-  out = [("input_embedding", model.input_embedding),
-         ("position_embedding", model.position_embedding)]
-  if not tie_embeddings:
-    out.append(("output_embedding", model.output_embedding))
-  for i, block in enumerate(model.blocks):
-    names = (("ln1", "ln2", "ffn1", "ffn2", "attention.qkv", "attention.out")
-             if block_style == "pre_ln" else ("ln1", "ln2", "ffn1", "ffn2", "query", "kv"))
-    for name in names:
-      layer = block
-      for part in name.split("."):
-        layer = getattr(layer, part)
-      out.append((f"block{i}.{name}", layer))
-  out.append(("final_norm", model.final_norm))
-  return out
+from models.sasrec_weights import sublayers  # noqa: F401  (also the tests' tf-keras side)
 
 
 def gradients(model, loss_fn):
@@ -73,7 +57,7 @@ def main(cases_path, out_path):
     config = json.loads(str(cases[f"{name}/config"]))
     x = cases[f"{name}/inputs"]
     model = SASRec(**config)
-    for sub, layer in sublayers(model, config["block_style"], config["tie_embeddings"]):
+    for sub, layer in sublayers(model):
       count = int(cases[f"{name}/w/{sub}/count"])
       layer.set_weights([cases[f"{name}/w/{sub}/{k}"] for k in range(count)])
     out[f"{name}/hidden"] = np_(model.encode(x))

@@ -52,7 +52,7 @@ def _cases():
     x = _inputs(k)
     out[f"{name}/config"] = np.array(json.dumps(config))
     out[f"{name}/inputs"] = x
-    for sub, layer in worker.sublayers(model, config["block_style"], config["tie_embeddings"]):
+    for sub, layer in worker.sublayers(model):
       weights = layer.get_weights()
       out[f"{name}/w/{sub}/count"] = np.array(len(weights))
       for i, w in enumerate(weights):

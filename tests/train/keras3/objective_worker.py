@@ -5,28 +5,18 @@ process.
 
 Spawned by test_objective_losses.py (no TF_USE_LEGACY_KERAS): it builds
 `train.keras3.objective.RetrievalModel` from the case's RunConfig settings as the binary does,
-sets the tf-keras model's weights sublayer by sublayer (tests/models/keras3/sasrec_worker.py's
-order) and writes ``compute_loss`` of ``call(batch, training=False)``, padded and with the
-batch's token index (the encoder packed).
+sets the tf-keras model's weights sublayer by sublayer (`models.sasrec_weights`) and writes
+``compute_loss`` of ``call(batch, training=False)``, padded and with the batch's token index
+(the encoder packed).
 """
 
-import importlib.util
 import json
-import pathlib
 import sys
 import types
 
 import numpy as np
 
-ROOT = pathlib.Path(__file__).resolve().parents[3]
-
-
-def sublayers():
-  spec = importlib.util.spec_from_file_location(
-      "sasrec_worker", ROOT / "tests" / "models" / "keras3" / "sasrec_worker.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.sublayers
+from models import sasrec_weights
 
 
 def main(cases_path, out_path):
@@ -48,7 +38,7 @@ def main(cases_path, out_path):
                                      name="retrieval")
     batch = {k: cases[f"{name}/{k}"].astype(np.int32) for k in ("inputs", "targets")}
     model(batch, training=False)   # builds the encoder's sublayers
-    for sub, layer in sublayers()(encoder, cfg.sasrec_block, cfg.tie_embeddings):
+    for sub, layer in sasrec_weights.sublayers(encoder):
       count = int(cases[f"{name}/w/{sub}/count"])
       layer.set_weights([cases[f"{name}/w/{sub}/{k}"] for k in range(count)])
     loss = model.compute_loss(y_pred=model(batch, training=False))

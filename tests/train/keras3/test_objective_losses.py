@@ -66,7 +66,7 @@ def _cases():
     expected[name] = float(loss.numpy())
     out.update({f"{name}/settings": np.array(json.dumps(settings)), f"{name}/counts": counts,
                 f"{name}/inputs": inputs, f"{name}/targets": targets})
-    for sub, layer in sasrec_worker.sublayers(model, cfg.sasrec_block, cfg.tie_embeddings):
+    for sub, layer in sasrec_worker.sublayers(model):
       weights = layer.get_weights()
       out[f"{name}/w/{sub}/count"] = np.array(len(weights))
       for i, w in enumerate(weights):

@@ -1,0 +1,228 @@
+"""Same-start training trajectories of the two binaries: is a gap between `python -m train` and
+`python -m train.keras3` at a fixed step their implementations or their random starts?
+
+The parity runs of issue 23 (docs/results/keras3_parity) compare the binaries at step 720, each
+from its own initial weights (tf-keras's and Keras 3's random streams differ for one --seed).
+Here both trainers, `train.trainer.Trainer` and `train.keras3.trainer.Trainer` (--backend),
+train on the same batches (the tf.data stream of --seed: ``--shuffle_rng=tensorflow``) for
+--steps steps, three runs:
+
+    tf_keras        the tf-keras trainer from its initial weights W0;
+    keras3_copied   the Keras 3 trainer from W0 (copied with `models.sasrec_weights`);
+    keras3_own      the Keras 3 trainer from its own initial weights (as the parity runs).
+
+With --dropout=0 and --loss=full_softmax (this bench's defaults) a step draws nothing at random,
+so keras3_copied − tf_keras is the implementations' difference alone (float32 rounding in another
+order, compounded by training), and keras3_own − tf_keras adds the start. With dropout or sampled
+negatives each binary also draws its own masks and negatives. Recorded: the training loss of
+every step, and validation Recall@20 / NDCG@10 (`train.validation`, both sides) at step 0 and
+after every --steps_per_epoch steps. Every other setting: the run flags of `python -m train`
+(defaults: ML-1M leave-one-out, SASRec as the binaries train it, 48 steps per epoch, XLA).
+
+    python -m bench.keras3_trajectory --steps=96 --out=bench/out/keras3_trajectory
+
+Output under --out: trajectory.json (every number), trajectory.md (the table and the command),
+trajectory.png (the three loss curves and |Δ loss| per step). The Keras 3 runs are workers of
+this script (a fresh process with KERAS_BACKEND set, bench.common.workers' reply lines).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shlex
+import subprocess
+import sys
+import tempfile
+
+from absl import app, flags
+import numpy as np
+
+from bench.common.workers import parse_reply, reply_line
+from models import sasrec_weights
+from train import config_flags
+from train.config import RunConfig
+from train.data import datasets
+
+FLAGS = flags.FLAGS
+_FIXED = ("model", "model_dir", "export_dir", "metrics_json", "epochs", "early_stopping_patience")
+config_flags.define_flags(
+    RunConfig, exclude=_FIXED,
+    defaults=dict(dataset="ml1m", data_path=str(datasets.default_data_root() / "ml1m"),
+                  split="leave_one_out", loss="full_softmax", dropout=0.0, steps_per_epoch=48,
+                  jit_compile=True, progress=False))
+flags.DEFINE_integer("steps", 96, "Training steps of each run.")
+flags.DEFINE_enum("backend", "jax", ["jax", "tensorflow", "torch"], "The Keras 3 runs' backend.")
+flags.DEFINE_string("out", "bench/out/keras3_trajectory", "Output folder.")
+flags.DEFINE_string("_worker", None, "Internal: a Keras 3 run, as JSON {init, weights}.")
+
+RUNS = ("tf_keras", "keras3_copied", "keras3_own")
+
+
+def run_config() -> RunConfig:
+  cfg = config_flags.from_flags(RunConfig).replace(
+      model="sasrec", epochs=1 + (FLAGS.steps - 1) // FLAGS.steps_per_epoch,
+      model_dir=tempfile.mkdtemp(prefix="keras3_trajectory_"))
+  if FLAGS.steps < 1:
+    raise app.UsageError("--steps must be >= 1")
+  return cfg
+
+
+def _metrics(m: dict) -> dict:
+  return {k: float(m[k]) for k in ("recall@20", "ndcg@10")}
+
+
+def _train(trainer, steps_of_epoch, steps: int, per_epoch: int) -> dict:
+  """Runs ``steps`` steps (``steps_of_epoch(e)`` yields each step's loss); validates at step 0
+  and after every ``per_epoch`` steps (and at the last)."""
+  losses, val = [], [dict(step=0, **_metrics(trainer.validate("val")))]
+  epoch = 0
+  while len(losses) < steps:
+    for loss in steps_of_epoch(epoch):
+      losses.append(float(loss))
+      if len(losses) % per_epoch == 0 or len(losses) == steps:
+        val.append(dict(step=len(losses), **_metrics(trainer.validate("val"))))
+      if len(losses) == steps:
+        break
+    epoch += 1
+  return dict(loss=losses, val=val)
+
+
+def tf_keras_run(cfg: RunConfig, weights_path: str) -> dict:
+  """The tf-keras trainer's run; saves its initial weights to ``weights_path``."""
+  import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  from train.trainer import Trainer  # pylint: disable=g-import-not-at-top
+  trainer = Trainer(cfg, data=cfg.data.load())
+  sasrec_weights.to_npz(weights_path, sasrec_weights.get_arrays(trainer.model))
+  steps_of_epoch = lambda e: (loss for loss, _, _ in trainer.epoch_steps(e))  # noqa: E731
+  return _train(trainer, steps_of_epoch, FLAGS.steps, cfg.steps_per_epoch)
+
+
+def keras3_run(cfg: RunConfig, init: str, weights_path: str) -> dict:
+  """A Keras 3 trainer's run (in a worker whose KERAS_BACKEND is set): from the tf-keras run's
+  initial weights (``init="copied"``) or its own (``"own"``)."""
+  from train.keras3.trainer import Trainer  # pylint: disable=g-import-not-at-top
+  trainer = Trainer(cfg, data=cfg.data.load(), report=lambda line: None,
+                    shuffle_rng="tensorflow")
+  if init == "copied":
+    sasrec_weights.set_arrays(trainer.encoder, sasrec_weights.from_npz(weights_path))
+  steps_of_epoch = lambda e: (trainer.train_step(b)[0] for b in trainer.epoch_batches(e))  # noqa
+  return _train(trainer, steps_of_epoch, FLAGS.steps, cfg.steps_per_epoch)
+
+
+def _spawn_keras3(init: str, weights_path: str, log_path: pathlib.Path) -> dict:
+  argv = [a for a in sys.argv[1:] if not a.startswith("--_worker")]
+  command = [sys.executable, "-m", "bench.keras3_trajectory", *argv,
+             f"--_worker={json.dumps(dict(init=init, weights=weights_path))}"]
+  env = {**os.environ, "KERAS_BACKEND": FLAGS.backend}
+  with open(log_path, "w") as log:
+    proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=log, text=True, env=env,
+                          check=False)
+  replies = [r for r in map(parse_reply, proc.stdout.splitlines()) if r is not None]
+  if proc.returncode or not replies:
+    raise RuntimeError(f"Keras 3 run {init} failed (status {proc.returncode}); see {log_path}")
+  return replies[-1]
+
+
+def summary(runs: dict) -> dict:
+  """|Δ loss| against tf_keras per step (max, mean, at the last step) and the last validation
+  differences, for each Keras 3 run."""
+  base = np.asarray(runs["tf_keras"]["loss"])
+  out = {}
+  for name in RUNS[1:]:
+    diff = np.abs(np.asarray(runs[name]["loss"]) - base)
+    last, ref = runs[name]["val"][-1], runs["tf_keras"]["val"][-1]
+    out[name] = dict(max_abs_loss_diff=float(diff.max()), mean_abs_loss_diff=float(diff.mean()),
+                     last_abs_loss_diff=float(diff[-1]),
+                     first_step_abs_loss_diff=float(diff[0]),
+                     val_start_diff={m: runs[name]["val"][0][m] - runs["tf_keras"]["val"][0][m]
+                                     for m in ("recall@20", "ndcg@10")},
+                     val_last_diff={m: last[m] - ref[m] for m in ("recall@20", "ndcg@10")})
+  return out
+
+
+def markdown(result: dict) -> str:
+  runs, s = result["runs"], result["summary"]
+  lines = [f"# Same-start trajectories: tf-keras vs Keras 3 ({result['backend']})", "",
+           f"`{result['command']}` (code {result['commit']}; settings: loss {result['loss']}, "
+           f"dropout {result['dropout']}, seed {result['seed']}, {result['steps']} steps)", "",
+           "| step | loss tf_keras | keras3_copied | keras3_own | val NDCG@10 tf_keras | "
+           "keras3_copied | keras3_own | val R@20 tf_keras | keras3_copied | keras3_own |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+  for i, v in enumerate(runs["tf_keras"]["val"]):
+    step = v["step"]
+    loss = ["—" if step == 0 else f"{runs[r]['loss'][step - 1]:.5f}" for r in RUNS]
+    ndcg = [f"{runs[r]['val'][i]['ndcg@10']:.4f}" for r in RUNS]
+    rec = [f"{runs[r]['val'][i]['recall@20']:.4f}" for r in RUNS]
+    lines.append(f"| {step} | " + " | ".join(loss + ndcg + rec) + " |")
+  lines += ["", "| Keras 3 run | first-step abs Δ loss | mean abs Δ loss | max abs Δ loss | "
+            "last-step abs Δ loss | Δ val NDCG@10 at the end | Δ val R@20 at the end |",
+            "|---|---|---|---|---|---|---|"]
+  for name in RUNS[1:]:
+    t = s[name]
+    lines.append(f"| {name} | {t['first_step_abs_loss_diff']:.2e} | {t['mean_abs_loss_diff']:.2e}"
+                 f" | {t['max_abs_loss_diff']:.2e} | {t['last_abs_loss_diff']:.2e} | "
+                 f"{t['val_last_diff']['ndcg@10']:+.4f} | {t['val_last_diff']['recall@20']:+.4f} |")
+  lines += ["", "Δ: the Keras 3 run minus tf_keras at the same step, on the same batches."]
+  return "\n".join(lines) + "\n"
+
+
+def plot(result: dict, path: pathlib.Path) -> None:
+  import matplotlib  # pylint: disable=g-import-not-at-top
+  matplotlib.use("Agg")
+  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+  runs = result["runs"]
+  fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+  steps = np.arange(1, len(runs["tf_keras"]["loss"]) + 1)
+  for name in RUNS:
+    a.plot(steps, runs[name]["loss"], label=name, lw=1)
+  a.set(xlabel="step", ylabel="training loss", title="loss per step, same batches")
+  a.legend()
+  base = np.asarray(runs["tf_keras"]["loss"])
+  for name in RUNS[1:]:
+    b.semilogy(steps, np.abs(np.asarray(runs[name]["loss"]) - base) + 1e-12, label=name, lw=1)
+  b.set(xlabel="step", ylabel="|loss − tf_keras loss|", title="distance from the tf-keras run")
+  b.legend()
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+def _commit() -> str:
+  try:
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          check=True, cwd=pathlib.Path(__file__).resolve().parents[1]).stdout.strip()
+  except (OSError, subprocess.CalledProcessError):
+    return "unknown"
+
+
+def main(argv):
+  del argv
+  cfg = run_config()
+  if FLAGS._worker:  # pylint: disable=protected-access
+    spec = json.loads(FLAGS._worker)  # pylint: disable=protected-access
+    print(reply_line(keras3_run(cfg, spec["init"], spec["weights"])), flush=True)
+    return
+  out = pathlib.Path(FLAGS.out)
+  out.mkdir(parents=True, exist_ok=True)
+  weights_path = str(out / "initial_weights.npz")
+  runs = {"tf_keras": tf_keras_run(cfg, weights_path)}
+  print(f"tf_keras: {FLAGS.steps} steps, val {runs['tf_keras']['val'][-1]}", flush=True)
+  for init in ("copied", "own"):
+    runs[f"keras3_{init}"] = _spawn_keras3(init, weights_path, out / f"keras3_{init}.log")
+    print(f"keras3_{init}: val {runs[f'keras3_{init}']['val'][-1]}", flush=True)
+  result = dict(command="python -m bench.keras3_trajectory " + " ".join(
+                    shlex.quote(a) for a in sys.argv[1:]),
+                commit=_commit(), backend=FLAGS.backend, loss=cfg.loss, dropout=cfg.dropout,
+                seed=cfg.seed, steps=FLAGS.steps, runs=runs)
+  result["summary"] = summary(runs)
+  (out / "trajectory.json").write_text(json.dumps(result, indent=1))
+  (out / "trajectory.md").write_text(markdown(result))
+  plot(result, out / "trajectory.png")
+  os.remove(weights_path)
+  print(markdown(result))
+
+
+if __name__ == "__main__":
+  app.run(main)
