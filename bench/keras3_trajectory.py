@@ -17,7 +17,7 @@ order, compounded by training), and keras3_own − tf_keras adds the start. With
 negatives each binary also draws its own masks and negatives. Recorded: the training loss of
 every step, and validation Recall@20 / NDCG@10 (`train.validation`, both sides) at step 0 and
 after every --steps_per_epoch steps. Every other setting: the run flags of `python -m train`
-(defaults: ML-1M leave-one-out, SASRec as the binaries train it, 48 steps per epoch, XLA).
+(defaults: ML-1M leave-one-out from the shared data folder, SASRec as the binaries train it, 48 steps per epoch, XLA).
 
     python -m bench.keras3_trajectory --steps=96 --out=bench/out/keras3_trajectory
 
@@ -43,14 +43,12 @@ from bench.common.workers import parse_reply, reply_line
 from models import sasrec_weights
 from train import config_flags
 from train.config import RunConfig
-from train.data import datasets
 
 FLAGS = flags.FLAGS
 _FIXED = ("model", "model_dir", "export_dir", "metrics_json", "epochs", "early_stopping_patience")
 config_flags.define_flags(
     RunConfig, exclude=_FIXED,
-    defaults=dict(dataset="ml1m", data_path=str(datasets.default_data_root() / "ml1m"),
-                  split="leave_one_out", loss="full_softmax", dropout=0.0, steps_per_epoch=48,
+    defaults=dict(dataset="ml1m", split="leave_one_out", loss="full_softmax", dropout=0.0, steps_per_epoch=48,
                   jit_compile=True, progress=False))
 flags.DEFINE_integer("steps", 96, "Training steps of each run.")
 flags.DEFINE_enum("backend", "jax", ["jax", "tensorflow", "torch"], "The Keras 3 runs' backend.")
