@@ -17,7 +17,8 @@ order, compounded by training), and keras3_own − tf_keras adds the start. With
 negatives each binary also draws its own masks and negatives. Recorded: the training loss of
 every step, and validation Recall@20 / NDCG@10 (`train.validation`, both sides) at step 0 and
 after every --steps_per_epoch steps. Every other setting: the run flags of `python -m train`
-(defaults: ML-1M leave-one-out from the shared data folder, SASRec as the binaries train it, 48 steps per epoch, XLA).
+(defaults: ML-1M leave-one-out from the shared data folder, SASRec as the binaries
+train it, 48 steps per epoch, XLA).
 
     python -m bench.keras3_trajectory --steps=96 --out=bench/out/keras3_trajectory
 
@@ -48,8 +49,8 @@ FLAGS = flags.FLAGS
 _FIXED = ("model", "model_dir", "export_dir", "metrics_json", "epochs", "early_stopping_patience")
 config_flags.define_flags(
     RunConfig, exclude=_FIXED,
-    defaults=dict(dataset="ml1m", split="leave_one_out", loss="full_softmax", dropout=0.0, steps_per_epoch=48,
-                  jit_compile=True, progress=False))
+    defaults=dict(dataset="ml1m", split="leave_one_out", loss="full_softmax", dropout=0.0,
+                  steps_per_epoch=48, jit_compile=True, progress=False))
 flags.DEFINE_integer("steps", 96, "Training steps of each run.")
 flags.DEFINE_enum("backend", "jax", ["jax", "tensorflow", "torch"], "The Keras 3 runs' backend.")
 flags.DEFINE_string("out", "bench/out/keras3_trajectory", "Output folder.")
@@ -58,13 +59,13 @@ flags.DEFINE_string("_worker", None, "Internal: a Keras 3 run, as JSON {init, we
 RUNS = ("tf_keras", "keras3_copied", "keras3_own")
 
 
-def run_config() -> RunConfig:
-  cfg = config_flags.from_flags(RunConfig).replace(
-      model="sasrec", epochs=1 + (FLAGS.steps - 1) // FLAGS.steps_per_epoch,
-      model_dir=tempfile.mkdtemp(prefix="keras3_trajectory_"))
+def run_config(model_dir: str) -> RunConfig:
+  """The run settings of every run (the flags; SASRec, enough epochs for --steps)."""
   if FLAGS.steps < 1:
     raise app.UsageError("--steps must be >= 1")
-  return cfg
+  return config_flags.from_flags(RunConfig).replace(
+      model="sasrec", epochs=1 + (FLAGS.steps - 1) // max(FLAGS.steps_per_epoch, 1),
+      model_dir=model_dir)
 
 
 def _metrics(m: dict) -> dict:
@@ -189,19 +190,26 @@ def plot(result: dict, path: pathlib.Path) -> None:
 
 def _commit() -> str:
   try:
+    root = pathlib.Path(__file__).resolve().parents[1]
     return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                          check=True, cwd=pathlib.Path(__file__).resolve().parents[1]).stdout.strip()
+                          check=True, cwd=root).stdout.strip()
   except (OSError, subprocess.CalledProcessError):
     return "unknown"
 
 
 def main(argv):
   del argv
-  cfg = run_config()
-  if FLAGS._worker:  # pylint: disable=protected-access
-    spec = json.loads(FLAGS._worker)  # pylint: disable=protected-access
-    print(reply_line(keras3_run(cfg, spec["init"], spec["weights"])), flush=True)
-    return
+  with tempfile.TemporaryDirectory(prefix="keras3_trajectory_") as model_dir:
+    cfg = run_config(model_dir)   # the trainers' checkpoint / summary folder: discarded
+    if FLAGS._worker:  # pylint: disable=protected-access
+      spec = json.loads(FLAGS._worker)  # pylint: disable=protected-access
+      print(reply_line(keras3_run(cfg, spec["init"], spec["weights"])), flush=True)
+    else:
+      compare(cfg)
+
+
+def compare(cfg: RunConfig) -> None:
+  """The three runs, their summary and the output files (module docstring)."""
   out = pathlib.Path(FLAGS.out)
   out.mkdir(parents=True, exist_ok=True)
   weights_path = str(out / "initial_weights.npz")
