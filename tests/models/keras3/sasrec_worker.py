@@ -19,7 +19,7 @@ import tempfile
 
 import numpy as np
 
-from models.sasrec_weights import sublayers  # noqa: F401  (also the tests' tf-keras side)
+from models.sasrec_weights import sublayers
 
 
 def gradients(model, loss_fn):

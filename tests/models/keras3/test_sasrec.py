@@ -4,7 +4,6 @@ tolerance, for both block styles, one and two heads, tied tables and blocked att
 tensorflow and jax backends, each in a fresh process with only Keras 3 (sasrec_worker.py); plus
 get_config and .keras round trips there. Also: `import models.keras3` loads no TensorFlow."""
 
-import importlib.util
 import json
 import os
 import pathlib
@@ -17,13 +16,11 @@ import pytest
 import tfrs_logq  # noqa: F401
 import tensorflow as tf  # noqa: F401
 
+from models import sasrec_weights
 from models.sasrec import SASRec
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
-_spec = importlib.util.spec_from_file_location("sasrec_worker", HERE / "sasrec_worker.py")
-worker = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(worker)
 
 BACKENDS = ["tensorflow", "jax"]
 BASE = dict(num_items=30, max_len=12, embedding_dim=16, num_blocks=2, num_heads=1,
@@ -52,7 +49,7 @@ def _cases():
     x = _inputs(k)
     out[f"{name}/config"] = np.array(json.dumps(config))
     out[f"{name}/inputs"] = x
-    for sub, layer in worker.sublayers(model):
+    for sub, layer in sasrec_weights.sublayers(model):
       weights = layer.get_weights()
       out[f"{name}/w/{sub}/count"] = np.array(len(weights))
       for i, w in enumerate(weights):

@@ -4,7 +4,6 @@ tf-keras SASRec's weights copied in, for --loss=full_softmax (every other item a
 random draws), on the jax and tensorflow backends (fresh Keras 3 process each,
 objective_worker.py)."""
 
-import importlib.util
 import json
 import os
 import pathlib
@@ -17,16 +16,13 @@ import pytest
 import tfrs_logq  # noqa: F401  (tf-keras before TensorFlow)
 import tensorflow as tf  # noqa: F401
 
+from models import sasrec_weights
 from models.sasrec import SASRec
 from train import objective as tf_objective
 from train.config import RunConfig
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
-_spec = importlib.util.spec_from_file_location(
-    "sasrec_worker", ROOT / "tests" / "models" / "keras3" / "sasrec_worker.py")
-sasrec_worker = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sasrec_worker)
 
 NUM_ITEMS = 40
 CASES = {
@@ -66,7 +62,7 @@ def _cases():
     expected[name] = float(loss.numpy())
     out.update({f"{name}/settings": np.array(json.dumps(settings)), f"{name}/counts": counts,
                 f"{name}/inputs": inputs, f"{name}/targets": targets})
-    for sub, layer in sasrec_worker.sublayers(model):
+    for sub, layer in sasrec_weights.sublayers(model):
       weights = layer.get_weights()
       out[f"{name}/w/{sub}/count"] = np.array(len(weights))
       for i, w in enumerate(weights):
