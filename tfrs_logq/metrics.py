@@ -2,11 +2,13 @@
 
 The protocol, the metrics and their numpy functions are `tfrs_logq.core.ranking`'s (re-exported
 here). ``exact_top_k`` is the one exact (brute-force) filtered top-k of the tf-keras front:
-TensorFlow matmul + ``filtered_top_k_tf`` over query chunks (`ranking.exact_top_k_np` is the
-same search in numpy). ``recall_at_k_tf`` / ``ndcg_at_k_tf`` are TensorFlow counterparts of the
+`tfrs_logq.core.top_k` compiled with TensorFlow, chunked over queries and items
+(`ranking.exact_top_k_np` is the same search in numpy); ``filtered_top_k_tf`` masks and ranks
+a score matrix already computed. ``recall_at_k_tf`` / ``ndcg_at_k_tf`` are TensorFlow counterparts of the
 numpy metrics (checked against numpy in tests).
 """
 
+import functools
 from typing import Optional, Tuple
 
 import numpy as np
@@ -14,7 +16,9 @@ import numpy as np
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
+from tfrs_logq.core import ops as ops_lib
 from tfrs_logq.core import ranking
+from tfrs_logq.core import top_k as top_k_lib
 from tfrs_logq.core.ranking import (  # noqa: F401  (re-exported: the numpy metrics)
     EMPTY_SLOT, PAD_ID, History, as_item_table, as_queries, filter_rated,
     filtered_top_k_from_scores, mean_by_group, multi_target_recall_at_k, ndcg_at_k,
@@ -63,13 +67,14 @@ def filtered_top_k_tf(scores: tf.Tensor, history: tf.Tensor, k: int,
 
 def exact_top_k(queries, item_embeddings, k: int, rated: Optional[History] = None,
                 targets=None, chunk_size: Optional[int] = None,
-                max_chunk_scores: int = 1 << 25) -> Tuple[np.ndarray, np.ndarray]:
-  """Exact top-k by dot product s(u, d) = <q_u, c_d> over item ids 1..N, rated items filtered.
-
-  Scores ``chunk_size`` queries against the whole catalog at a time (default: at most
-  ``max_chunk_scores`` scores, 128 MB of float32, and at most 1,024 queries per chunk). With
-  ``rated``, the rated items are masked before top_k (``filtered_top_k_tf``); padding id 0 is
-  never returned.
+                max_chunk_scores: int = 1 << 25,
+                item_chunk: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
+  """Exact top-k by dot product s(u, d) = <q_u, c_d> over item ids 1..N, rated items filtered,
+  ties lower id first: `tfrs_logq.core.top_k`'s search in one compiled TensorFlow program per
+  shape, ``chunk_size`` queries per call (default: at most ``max_chunk_scores`` scores per call,
+  128 MB of float32, and at most 1,024 queries), the catalog in chunks of ``item_chunk`` items
+  (default: the most that keep chunk_size * item_chunk <= max_chunk_scores), so memory stays
+  bounded whatever N. Padding id 0 is never returned.
 
   Args:
     queries: float [Q, d].
@@ -77,39 +82,24 @@ def exact_top_k(queries, item_embeddings, k: int, rated: Optional[History] = Non
     k: items per query, 1 <= k <= N.
     rated: optional Q int arrays (or int [Q, L], 0 = padding): H_u, removed from the ranking.
     targets: optional int [Q], never removed (the "except target" protocol; see module doc).
-    chunk_size: queries per matmul.
-    max_chunk_scores: bound on chunk_size * (N + 1) when chunk_size is not given.
+    chunk_size: queries per call.
+    max_chunk_scores: bound on the scores of one item chunk.
+    item_chunk: items per chunk (>= k).
   Returns:
     (ids int64 [Q, k], scores float32 [Q, k]); -1 for slots left empty.
   """
-  emb, q, rows, targets, chunk_size = ranking.check_top_k_args(
-      queries, item_embeddings, k, rated, targets, chunk_size, max_chunk_scores)
-  items = tf.constant(emb)
-  out_ids, out_scores = [], []
-  for start in range(0, q.shape[0], chunk_size):
-    stop = min(start + chunk_size, q.shape[0])
-    if rows is None and targets is None:  # nothing to mask: rows 1..N only, one top_k
-      top, ids = _plain_top_k(tf.constant(q[start:stop]), items[1:], k)
-      ids = ids + 1
-    else:
-      chunk = rows[start:stop] if rows is not None else [np.zeros(0, np.int64)] * (stop - start)
-      mask = tf.RaggedTensor.from_row_lengths(
-          np.concatenate(chunk + [np.zeros(0, np.int64)]),
-          np.array([r.size for r in chunk], np.int64)).to_tensor(0)
-      scores = tf.matmul(tf.constant(q[start:stop]), items, transpose_b=True)
-      ids, top = filtered_top_k_tf(scores, mask, k,
-                                   targets=None if targets is None else targets[start:stop])
-    out_ids.append(ids.numpy())
-    out_scores.append(top.numpy())
-  return np.concatenate(out_ids), np.concatenate(out_scores)
+  lay = top_k_lib.layout(queries, item_embeddings, k, rated, targets, chunk_size,
+                         item_chunk, max_chunk_scores)
+  table = tf.constant(lay.table)
+  fn = _compiled_top_k(k, lay.num_items, lay.item_chunk)
+  return top_k_lib.run_layout(lay, lambda q, r: fn(q, table, r), lambda x: x.numpy())
 
 
-
-
-@tf.function(reduce_retracing=True)
-def _plain_top_k(queries, items, k):
-  top, ids = tf.math.top_k(tf.matmul(queries, items, transpose_b=True), k=k)
-  return top, tf.cast(ids, tf.int64)
+@functools.lru_cache(maxsize=None)
+def _compiled_top_k(k: int, num_items: int, item_chunk: int):
+  """`core.top_k.filtered_top_k` as a tf.function (one trace per shape)."""
+  return tf.function(functools.partial(top_k_lib.filtered_top_k, ops_lib.tf_ops(), k=k,
+                                       num_items=num_items, item_chunk=item_chunk))
 
 
 def recall_at_k_tf(ranked_ids: tf.Tensor, targets: tf.Tensor, k: int) -> tf.Tensor:

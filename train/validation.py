@@ -9,22 +9,28 @@ rank of t_u:
 
     Recall@k = mean_u 1[r_u < k],        NDCG@k = mean_u 1[r_u < k] / log2(r_u + 2).
 
-The top-k is `tfrs_logq.metrics.exact_top_k` (ties: lower id first, as top_k does), the same
+The queries are computed by one compiled program over fixed-shape batches (`pad_batches`: the
+last one completed), and the top-k is the on-device search `tfrs_logq.core.top_k` (ties: lower
+id first), chunked over queries and items: `tfrs_logq.metrics.exact_top_k` here, the same
 function `python -m eval.evaluate` reports as its exact search; `python -m train.keras3` passes
-its numpy twin `tfrs_logq.core.ranking.exact_top_k_np` (same checks and ties), so this module
+its Keras 3 twin `tfrs_logq.keras3.top_k.exact_top_k` (same checks, ids and ties), so this module
 imports TensorFlow only where a tf-keras model is evaluated (`evaluate`, `query_embeddings`).
+The numpy search `tfrs_logq.core.ranking.exact_top_k_np` is the tests' oracle.
 """
 
 from __future__ import annotations
 
 from typing import Callable, Optional
 
+import weakref
+
 import numpy as np
 
 from tfrs_logq.core import ranking
 from train import data as data_lib
 
-__all__ = ["FILTER_RATED", "check_split", "evaluate", "evaluate_queries", "query_embeddings"]
+__all__ = ["FILTER_RATED", "check_split", "evaluate", "evaluate_queries", "pad_batches",
+           "query_embeddings"]
 
 # Rated-item filtering: "all" removes every item of the query's input, the target included when
 # it occurs there (the paper's protocol, gSASRec's filter_rated); "except_target" never removes
@@ -32,17 +38,46 @@ __all__ = ["FILTER_RATED", "check_split", "evaluate", "evaluate_queries", "query
 FILTER_RATED = ("all", "except_target")
 
 
+def pad_batches(inputs: np.ndarray, batch_size: int):
+  """(batches of ``batch_size`` rows, real rows of each): the last batch completed with copies of
+  its last row, so that a compiled encoder sees one input shape (min(Q, batch_size) rows)."""
+  size = min(batch_size, inputs.shape[0])
+  out = []
+  for s in range(0, inputs.shape[0], size):
+    chunk = inputs[s:s + size]
+    rows = chunk.shape[0]
+    if rows < size:
+      chunk = np.concatenate([chunk, np.repeat(chunk[-1:], size - rows, axis=0)])
+    out.append((chunk, rows))
+  return out
+
+
+# One compiled serving function per model (a tf.function traced once per input shape).
+_ENCODERS = weakref.WeakKeyDictionary()
+
+
+def _compiled_encoder(model):
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  fn = _ENCODERS.get(model)
+  if fn is None:
+    fn = _ENCODERS[model] = tf.function(
+        lambda history, user_ids: model.serving_queries(history, user_ids=user_ids))
+  return fn
+
+
 def query_embeddings(model, inputs: np.ndarray, user_ids=None,
                      batch_size: int = 512) -> np.ndarray:
   """float32 [Q, d]: ``model.serving_queries`` of left-padded histories int [Q, max_len] (and
-  the queries' user ids, which a two-tower model with a user-id embedding uses)."""
+  the queries' user ids, which a two-tower model with a user-id embedding uses), one compiled
+  program (tf.function) over batches of one shape (`pad_batches`)."""
   import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  fn = _compiled_encoder(model)
+  users = None if user_ids is None else pad_batches(np.asarray(user_ids), batch_size)
   out = []
-  for s in range(0, inputs.shape[0], batch_size):
-    users = None if user_ids is None else tf.constant(user_ids[s:s + batch_size], tf.int64)
-    out.append(np.asarray(model.serving_queries(tf.constant(inputs[s:s + batch_size], tf.int64),
-                                                user_ids=users), np.float32))
+  for i, (chunk, rows) in enumerate(pad_batches(inputs, batch_size)):
+    u = None if users is None else tf.constant(users[i][0], tf.int64)
+    out.append(np.asarray(fn(tf.constant(chunk, tf.int64), u), np.float32)[:rows])
   return np.concatenate(out)
 
 

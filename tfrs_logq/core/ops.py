@@ -9,10 +9,12 @@ tf-keras front. The names used, with the keras.ops signatures (``max(x, axis, ke
     logical_and logical_not equal not_equal squeeze expand_dims cast zeros_like ones_like
     logaddexp isfinite power full_like top_k
     matmul transpose reshape square take take_along_axis logsumexp argmin argsort cumsum
-    segment_sum stack arange mod sort sqrt
+    segment_sum stack arange mod sort sqrt concatenate logical_or scatter
 
 (``take_along_axis(x, indices, axis=-1)`` with indices of the rank of x; ``argsort`` stable;
-``segment_sum(data, segment_ids, num_segments)``.)
+``segment_sum(data, segment_ids, num_segments)``; ``concatenate(xs, axis)``;
+``scatter(indices [M, r], values [M], shape)``: zeros of ``shape`` with the values added at the
+indices, duplicates summed.)
 
 Python scalars are accepted wherever a tensor is (they take the tensor's dtype).
 """
@@ -27,7 +29,8 @@ OPS_NAMES = ("where", "max", "min", "sum", "exp", "log", "log1p", "expm1", "sigm
              "equal", "not_equal", "squeeze", "expand_dims", "cast", "zeros_like", "ones_like",
              "logaddexp", "isfinite", "power", "full_like", "top_k", "matmul", "transpose",
              "reshape", "square", "take", "take_along_axis", "logsumexp", "argmin", "argsort",
-             "cumsum", "segment_sum", "stack", "arange", "mod", "sort", "sqrt")
+             "cumsum", "segment_sum", "stack", "arange", "mod", "sort", "sqrt", "concatenate",
+             "logical_or", "scatter")
 
 
 @functools.lru_cache(maxsize=None)
@@ -82,6 +85,12 @@ def tf_ops() -> types.SimpleNamespace:
       start, stop = 0, start
     return tf.range(start, stop, dtype=dtype)
 
+  def _concatenate(xs, axis=0):
+    return tf.concat(xs, axis=axis)
+
+  def _scatter(indices, values, shape):
+    return tf.scatter_nd(indices, values, shape)
+
   return types.SimpleNamespace(
       where=tf.where, max=tf.reduce_max, min=tf.reduce_min, sum=tf.reduce_sum, exp=tf.exp,
       log=tf.math.log, log1p=tf.math.log1p, expm1=tf.math.expm1, sigmoid=tf.sigmoid,
@@ -93,4 +102,5 @@ def tf_ops() -> types.SimpleNamespace:
       matmul=tf.matmul, transpose=_transpose, reshape=tf.reshape, square=tf.square, take=_take,
       take_along_axis=_take_along_axis, logsumexp=_logsumexp, argmin=_argmin, argsort=_argsort,
       cumsum=tf.cumsum, segment_sum=_segment_sum, stack=tf.stack, arange=_arange,
-      mod=tf.math.floormod, sort=tf.sort, sqrt=tf.sqrt)
+      mod=tf.math.floormod, sort=tf.sort, sqrt=tf.sqrt, concatenate=_concatenate,
+      logical_or=tf.logical_or, scatter=_scatter)

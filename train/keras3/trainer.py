@@ -13,8 +13,9 @@ With --sasrec_pack_tokens (the default, as python -m train) each batch carries i
 "token_slots" [B, L]) and the encoder's per-token layers run on the packed non-padding tokens (at
 most 8 compiled shapes per batch shape); not under --strategy=mirrored, whose batches are split
 by rows (a line in the log says so). After the epoch: exact validation
-Recall/NDCG@10,20 (`train.validation.evaluate_queries`, the tf-keras binary's metrics, with the
-numpy search `tfrs_logq.core.ranking.exact_top_k_np`), the best
+Recall/NDCG@10,20 (`train.validation.evaluate_queries`, the tf-keras binary's metrics): the
+queries by the serving encoder compiled once (`tfrs_logq.keras3.compiled`, fixed-shape batches),
+the top-k on the device (`tfrs_logq.keras3.top_k`, chunked over queries and items), the best
 model by NDCG@10 kept in ``model_dir/best``, early stopping after ``early_stopping_patience``
 epochs without improvement, and a checkpoint of everything that changes
 (`train.keras3.checkpoints`: model, optimizer, estimator, the samplers' and dropouts' seed
@@ -47,7 +48,6 @@ import numpy as np
 # The application's data and metrics (numpy; `import tfrs_logq` sets TF_USE_LEGACY_KERAS) before
 # keras: on the tensorflow backend, keras imported first would make tf.keras Keras 3, which
 # `import tfrs_logq` rejects. Nothing here imports TensorFlow unless shuffle_rng="tensorflow".
-from tfrs_logq.core import ranking
 from train import data as data_lib
 from train import validation
 from train.data import batches as batches_lib
@@ -56,6 +56,8 @@ import keras  # noqa: E402
 from keras import ops  # noqa: E402
 
 from models.keras3 import sasrec_ops
+from tfrs_logq.keras3 import compiled
+from tfrs_logq.keras3 import top_k
 from train.keras3 import checkpoints
 from train.keras3 import finite
 from train.keras3 import objective as objective_lib
@@ -79,17 +81,17 @@ class NonFiniteError(FloatingPointError):
     self.step, self.epoch, self.checkpoint = step, epoch, checkpoint
 
 
-def query_embeddings(encoder, inputs: np.ndarray, batch_size: int) -> np.ndarray:
+def query_embeddings(encoder, inputs: np.ndarray, batch_size: int, encode=None) -> np.ndarray:
   """float32 [Q, d]: serving queries of left-padded histories [Q, max_len], in batches of one
-  shape (the last one padded with empty rows, so a compiled backend traces one shape)."""
-  out = []
-  for s in range(0, inputs.shape[0], batch_size):
-    chunk = inputs[s:s + batch_size].astype(np.int32)
-    rows = chunk.shape[0]
-    if rows < batch_size and inputs.shape[0] > batch_size:
-      chunk = np.concatenate([chunk, np.zeros((batch_size - rows,) + chunk.shape[1:], np.int32)])
-    out.append(np.asarray(ops.convert_to_numpy(encoder.serving_queries(chunk)), np.float32)[:rows])
-  return np.concatenate(out)
+  shape (`train.validation.pad_batches`), by ``encode`` (default: ``encoder.serving_queries``
+  compiled with the encoder's current weights, `tfrs_logq.keras3.compiled`); every batch is
+  issued before the first is read, so an asynchronous backend pipelines them."""
+  if encode is None:
+    encode = compiled.compile_with_state(encoder.serving_queries, encoder.variables)
+  outs = [(encode(ops.convert_to_tensor(chunk.astype(np.int32))), rows)
+          for chunk, rows in validation.pad_batches(inputs, batch_size)]
+  return np.concatenate([np.asarray(ops.convert_to_numpy(q), np.float32)[:rows]
+                         for q, rows in outs])
 
 
 # --table_optimizer=lazy_adam: the item tables of SASRec (input and output, one when tied).
@@ -141,6 +143,7 @@ class Trainer:
     self.ckpt_dir = os.path.join(cfg.model_dir, "ckpt")
     self.best_path = os.path.join(cfg.model_dir, "best", "weights.npz")
     self.summaries = summaries.SummaryWriter(os.path.join(cfg.model_dir, "tensorboard"))
+    self._encode = None   # the compiled serving queries (validate)
 
   def devices(self) -> int:
     """The number of devices the weights live on (N data-parallel devices, else 1)."""
@@ -201,12 +204,15 @@ class Trainer:
     cfg = self.cfg
     split = getattr(self.data, split_name)
     validation.check_split(split, cfg.filter_rated)
+    if self._encode is None:   # compiled once: the weights are passed in at every call
+      self._encode = compiled.compile_with_state(self.encoder.serving_queries,
+                                                 self.encoder.variables)
     queries = query_embeddings(self.encoder, data_lib.left_pad(split.inputs, cfg.max_len),
-                               cfg.eval_batch_size)
+                               cfg.eval_batch_size, encode=self._encode)
     table = np.asarray(ops.convert_to_numpy(self.encoder.all_item_embeddings()), np.float32)
     return validation.evaluate_queries(queries, table, split, batch_size=cfg.eval_batch_size,
                                        filter_rated=cfg.filter_rated,
-                                       exact_top_k=ranking.exact_top_k_np)
+                                       exact_top_k=top_k.exact_top_k)
 
   # --------------------------------------------------------------------------------- the loop
   def run(self, restore: bool = True) -> dict:
