@@ -6,7 +6,7 @@ Keras 3 front of the library (`tfrs_logq.keras3`), the same run settings as `pyt
 Modules: `train.keras3.objective` (the loss: Keras 3 SASRec + negatives + sampled softmax),
 `train.keras3.trainer` (epochs, validation, early stopping, checkpoints, export),
 `train.keras3.checkpoints` (every variable in one npz), `train.keras3.finite` (the optimizer that
-counts non-finite gradients), `train.keras3.summaries` (TensorBoard scalars),
+counts non-finite gradients), `train.summaries` (TensorBoard scalars, shared with python -m train),
 `train.keras3.settings` (--backend, and the settings this path does not support),
 `train.keras3.__main__` (the binary).
 """

@@ -1,4 +1,6 @@
-"""The training loop of `python -m train.keras3`: the protocol of `train.trainer` on Keras 3.
+"""The trainer of `python -m train.keras3`: the protocol of `train.trainer` on Keras 3; the epoch
+loop (early stopping, history, report line, non-finite stop, phases) is `train.epochs`, shared
+with `python -m train`; this module supplies the step, the model, validation and checkpoints.
 
 Per epoch e (0-based): the global batches of the stream seeded with `train.data.epoch_seed`(seed,
 e) = seed * 1_000_003 + e, ``steps_per_epoch`` of them, built in numpy (`train.data.batches`):
@@ -28,7 +30,7 @@ serving SavedModels, `export`). --strategy=mirrored
 (JAX): every step is data parallel over N devices (`train.keras3.parallel`: the global batch
 split, weights replicated, the in-batch pool gathered onto every device), the rest as above.
 
-TensorBoard (``model_dir/tensorboard``, `train.keras3.summaries`): the tf-keras binary's tags,
+TensorBoard (``model_dir/tensorboard``, `train.summaries`): the tf-keras binary's tags,
 train/loss and train/mean_weight per step, val/* (test/* with test_curve) and train/epoch_loss
 per epoch. Failures: a non-finite loss, or a step whose gradients were not all finite (counted
 by the optimizer inside the compiled step, `train.keras3.finite`), stops training at that step
@@ -50,7 +52,10 @@ import numpy as np
 # `import tfrs_logq` rejects. Nothing here imports TensorFlow unless shuffle_rng="tensorflow".
 from train import data as data_lib
 from train import validation
+from train import epochs
+from train import summaries
 from train.data import batches as batches_lib
+from train.epochs import NonFiniteError
 
 import keras  # noqa: E402
 from keras import ops  # noqa: E402
@@ -62,23 +67,10 @@ from train.keras3 import checkpoints
 from train.keras3 import finite
 from train.keras3 import objective as objective_lib
 from train.keras3 import parallel
-from train.keras3 import summaries
 
 __all__ = ["EXIT_PAUSED", "NonFiniteError", "Trainer", "query_embeddings"]
 
 EXIT_PAUSED = 3
-
-
-class NonFiniteError(FloatingPointError):
-  """A non-finite loss or gradient stopped training (module docstring).
-
-  Attributes: ``step`` (the global step count after the failing step), ``epoch`` (1-based, the
-  epoch it was in), ``checkpoint`` ((epoch, step, path) of the last checkpoint kept, or None).
-  """
-
-  def __init__(self, message: str, *, step: int, epoch: int, checkpoint=None):
-    super().__init__(message)
-    self.step, self.epoch, self.checkpoint = step, epoch, checkpoint
 
 
 def query_embeddings(encoder, inputs: np.ndarray, batch_size: int, encode=None) -> np.ndarray:
@@ -144,6 +136,7 @@ class Trainer:
     self.best_path = os.path.join(cfg.model_dir, "best", "weights.npz")
     self.summaries = summaries.SummaryWriter(os.path.join(cfg.model_dir, "tensorboard"))
     self._encode = None   # the compiled serving queries (validate)
+    self.phases = epochs.Phases()   # wall-clock by phase, this process (metrics.json "phases")
 
   def devices(self) -> int:
     """The number of devices the weights live on (N data-parallel devices, else 1)."""
@@ -214,94 +207,83 @@ class Trainer:
                                        filter_rated=cfg.filter_rated,
                                        exact_top_k=top_k.exact_top_k)
 
+  # ------------------------------------------- the epoch loop's interface (train.epochs)
+  def get_state(self) -> dict:
+    return dict(epoch=self.epoch, step=self.step, best_metric=self.best_metric,
+                best_epoch=self.best_epoch, bad_epochs=self.bad_epochs)
+
+  def set_state(self, **values) -> None:
+    for name, value in values.items():
+      setattr(self, name, value)
+
+  def begin_epoch(self, epoch: int) -> None:
+    del epoch
+    self.model.refresh_index()   # --negatives=midx: the index of this epoch's start
+
+  def epoch_steps(self, epoch: int):
+    """(loss, mean weight, global step) of each step of the epoch; a step whose gradients were
+    not all finite yields a NaN loss (the loop stops there)."""
+    for batch in self.epoch_batches(epoch):
+      loss, w, finite_grads = self.train_step(batch)
+      yield (loss if finite_grads else float("nan")), w, self.step
+
+  def progbar(self, steps: int):
+    return keras.utils.Progbar(steps, verbose=1 if self.cfg.progress else 0,
+                               stateful_metrics=["loss", "w"])
+
+  def save_best(self, epoch: int) -> None:
+    checkpoints.save_values(self.best_path, self.encoder.variables, dict(epoch=epoch))
+
+  def save_checkpoint(self, history) -> None:
+    self.history = history
+    checkpoints.save(self.ckpt_dir, self.step, self.state_variables(), self._state(),
+                     keep=self.cfg.max_checkpoints)
+    self._saved = (self.epoch, self.step)
+
+  def checkpoint_info(self):
+    return self._checkpoint_info()
+
+  def pause(self, seconds: float) -> dict:
+    del seconds
+    return dict(paused=True, global_step=self.step, epochs_done=self.epoch,
+                best_epoch=self.best_epoch, best_val_ndcg10=self.best_metric)
+
   # --------------------------------------------------------------------------------- the loop
   def run(self, restore: bool = True) -> dict:
     """Trains (resuming if possible; ``restore=False``: the caller has called `restore`), then
     evaluates the best model, exports, writes JSON; ``{"paused": True, ...}`` when the time
     budget ends first."""
-    cfg = self.cfg
     started = time.time()
     if restore:
       self.restore()
-    last_wall = None
-    while self.epoch < cfg.epochs and self.bad_epochs < cfg.early_stopping_patience:
-      if (cfg.time_budget_minutes and last_wall is not None
-          and time.time() + last_wall > started + 60.0 * cfg.time_budget_minutes):
-        return dict(paused=True, global_step=self.step, epochs_done=self.epoch,
-                    best_epoch=self.best_epoch, best_val_ndcg10=self.best_metric)
-      epoch_start = time.time()
-      self._train_epoch()
-      last_wall = time.time() - epoch_start
-    return self.finish()
-
-  def _train_epoch(self):
-    cfg, e = self.cfg, self.epoch
-    self.model.refresh_index()   # --negatives=midx: the index of this epoch's start
-    bar = keras.utils.Progbar(self.steps_per_epoch, verbose=1 if cfg.progress else 0,
-                              stateful_metrics=["loss"])
-    start, total, n = time.time(), 0.0, 0
-    weights = 0.0
-    for batch in self.epoch_batches(e):
-      loss, w, finite_grads = self.train_step(batch)
-      if not (np.isfinite(loss) and finite_grads):
-        saved = self._checkpoint_info()
-        kept = ("no epoch had finished, nothing was saved" if saved is None else
-                f"the checkpoint of epoch {saved[0]} (step {saved[1]}) in {saved[2]} is kept")
-        raise NonFiniteError(f"non-finite loss or gradient at step {self.step} (epoch {e + 1}): "
-                             f"training stopped; {kept}.", step=self.step, epoch=e + 1,
-                             checkpoint=saved)
-      total, weights, n = total + loss, weights + w, n + 1
-      bar.update(n, [("loss", loss), ("w", w)])
-      self.summaries.scalars(self.step, {"train/loss": loss, "train/mean_weight": w})
-    seconds = time.time() - start
-    metrics = self.validate("val")
-    if cfg.test_curve:
-      metrics.update({f"test_{k}": v for k, v in self.validate("test").items()})
-    improved = metrics["ndcg@10"] > self.best_metric
-    if improved:
-      self.best_metric, self.best_epoch, self.bad_epochs = metrics["ndcg@10"], e + 1, 0
-      checkpoints.save_values(self.best_path, self.encoder.variables, dict(epoch=e + 1))
-    else:
-      self.bad_epochs += 1
-    self.epoch = e + 1
-    self.history.append(dict(epoch=e + 1, step=self.step, loss=total / max(n, 1),
-                             mean_weight=weights / max(n, 1),
-                             seconds=seconds, seconds_per_step=seconds / max(n, 1),
-                             wall_seconds=time.time() - start,
-                             **{(k if k.startswith("test_") else f"val_{k}"): v
-                                for k, v in metrics.items()}))
-    self.summaries.epoch(self.step, metrics, total / max(n, 1))
-    checkpoints.save(self.ckpt_dir, self.step, self.state_variables(), self._state(),
-                     keep=cfg.max_checkpoints)
-    self._saved = (self.epoch, self.step)
-    self.report(f"epoch {e + 1} step {self.step} loss {total / max(n, 1):.4f} w "
-                f"{weights / max(n, 1):.4f} val R@10 "
-                f"{metrics['recall@10']:.4f} N@10 {metrics['ndcg@10']:.4f} R@20 "
-                f"{metrics['recall@20']:.4f} N@20 {metrics['ndcg@20']:.4f} ({seconds:.1f}s)"
-                + (" *best*" if improved else ""))
+    paused = epochs.EpochLoop(self, self.phases).run(self.history, started)
+    return paused if paused is not None else self.finish()
 
   def finish(self) -> dict:
     """Evaluates the best model on validation and test, exports it, writes metrics.json."""
     cfg = self.cfg
     if os.path.exists(self.best_path):
       checkpoints.restore_values(self.best_path, self.encoder.variables)
-    best_step = next((h["step"] for h in self.history if h["epoch"] == self.best_epoch), None)
+    with self.phases("validation"):
+      val = self.validate("val")
+    with self.phases("test"):
+      test = self.validate("test")
     result = dict(config=cfg.to_dict(), backend=keras.backend.backend(),
                   shuffle_rng=self.shuffle_rng,
                   data_fingerprint=data_lib.fingerprint(self.data),
                   num_items=self.data.num_items, steps_per_epoch=self.steps_per_epoch,
                   devices=self.devices(),
                   global_step=self.step, epochs_done=self.epoch, best_epoch=self.best_epoch,
-                  best_step=best_step, best_val_ndcg10=self.best_metric,
+                  best_step=epochs.best_step(self.history, self.best_epoch),
+                  best_val_ndcg10=self.best_metric,
                   train_wall_seconds=float(sum(h["wall_seconds"] for h in self.history)),
                   stopped_early=self.bad_epochs >= cfg.early_stopping_patience,
-                  val=self.validate("val"), test=self.validate("test"), history=self.history)
+                  val=val, test=test, history=self.history)
     if cfg.export_dir:
-      result["export"] = export(self.encoder, cfg.export_dir, cfg, self.data, self.report)
-    path = cfg.metrics_json or os.path.join(cfg.model_dir, "metrics.json")
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-      json.dump(result, f, indent=2, default=float)
+      with self.phases("export"):
+        result["export"] = export(self.encoder, cfg.export_dir, cfg, self.data, self.report)
+    result["phases"] = self.phases.as_dict()
+    epochs.write_metrics(result, cfg)
     return result
 
 

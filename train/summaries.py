@@ -1,5 +1,5 @@
-"""TensorBoard scalars of `python -m train.keras3`, the tags of the tf-keras binary
-(`train.trainer`), written from Python numbers whatever the Keras backend:
+"""TensorBoard scalars of both binaries (`python -m train`, `python -m train.keras3`), written
+from Python numbers whatever the framework (`train.epochs` writes them):
 
     per step s (the global step after it):  train/loss, train/mean_weight
     per epoch (at its last step):           val/recall@k, val/ndcg@k (k = 10, 20),
@@ -8,7 +8,7 @@
 into ``model_dir/tensorboard`` with ``tf.summary``; where TensorFlow is not installed (the
 binary runs without it), with the ``tensorboard`` package's own event writer (scalar
 ``simple_value`` summaries, which TensorBoard shows the same way); with neither, the writer is a
-no-op and says so once.
+no-op and says so once. ``directory=None`` (a non-chief worker) is a silent no-op.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Mapping
+from typing import Mapping, Optional
 
 __all__ = ["SummaryWriter"]
 
@@ -25,9 +25,11 @@ class SummaryWriter:
   """``scalars(step, {tag: value})`` into ``directory`` (module docstring); ``epoch(step,
   metrics, epoch_loss)`` writes an epoch's tags; ``flush()``."""
 
-  def __init__(self, directory: str):
+  def __init__(self, directory: Optional[str]):
     self.directory = directory
     self._tf = self._writer = self._events = None
+    if directory is None:
+      return
     try:
       import tensorflow as tf  # pylint: disable=g-import-not-at-top
     except ImportError:

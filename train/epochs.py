@@ -1,0 +1,220 @@
+"""The epoch loop of both binaries (`python -m train`, `python -m train.keras3`), written once.
+
+    while epoch < epochs and bad_epochs < patience:
+      pause           if a time budget T is set and now + the last epoch's wall > start + T
+      begin_epoch(e)  (--negatives=midx: the index refresh)
+      steps           trainer.epoch_steps(e) yields (loss, mean weight w, global step) per step;
+                      the values may be device scalars: they are read (a host synchronisation)
+                      every ``read_every`` steps and at the epoch's end, where the progress bar
+                      and the per-step summaries (train/loss, train/mean_weight) are written
+      non-finite      a NaN / inf loss (a non-finite gradient makes the binaries' loss NaN)
+                      raises `NonFiniteError` naming the first such step; nothing newer than
+                      the last finished epoch's checkpoint is written
+      validation      metrics = validate("val") (+ "test" with --test_curve, never selected on)
+      early stopping  improved = NDCG@10 > best: best, best_epoch = NDCG@10, e + 1, bad = 0 and
+                      save_best(e + 1); else bad += 1
+      history         one record per epoch (`epoch_record`), summaries, save_checkpoint(history),
+                      the report line (`report_line`)
+
+A trainer supplies its step and its model through a small interface (`EpochLoop`'s docstring);
+the loop keeps the state (epoch, step, best NDCG@10, best epoch, bad epochs) in the trainer
+(``get_state`` / ``set_state``) so that each binary checkpoints it its own way, and exact resume
+is the trainers' (unchanged).
+
+Time: `Phases` adds up the wall-clock of each phase (first step = start-up compilation, the
+other training steps, validation, checkpoints, test, export), written to the metrics JSON as
+``phases`` for `bench/time_to_converge.py`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+from typing import Dict, List, Optional, Tuple
+
+__all__ = ["EpochLoop", "NonFiniteError", "Phases", "best_step", "epoch_record", "report_line",
+           "write_metrics"]
+
+
+class NonFiniteError(FloatingPointError):
+  """A non-finite loss or gradient stopped training.
+
+  Attributes: ``step`` (the global step count after the failing step), ``epoch`` (1-based, the
+  epoch it was in), ``checkpoint`` ((epoch, step, path) of the last checkpoint kept, or None).
+  """
+
+  def __init__(self, message: str, *, step: int, epoch: int, checkpoint=None):
+    super().__init__(message)
+    self.step, self.epoch, self.checkpoint = step, epoch, checkpoint
+
+  @classmethod
+  def at(cls, step: int, epoch: int, checkpoint) -> "NonFiniteError":
+    kept = ("no epoch had finished, nothing was saved" if checkpoint is None else
+            f"the checkpoint of epoch {checkpoint[0]} (step {checkpoint[1]}) in {checkpoint[2]} "
+            "is kept")
+    return cls(f"non-finite loss or gradient at step {step} (epoch {epoch}): training stopped; "
+               f"{kept}.", step=step, epoch=epoch, checkpoint=checkpoint)
+
+
+class Phases:
+  """Wall-clock seconds by phase: ``with phases("validation"): ...``; ``as_dict()``."""
+
+  NAMES = ("first_step", "steps", "validation", "checkpoints", "test", "export")
+
+  def __init__(self, seconds: Optional[Dict[str, float]] = None):
+    self.seconds = {name: 0.0 for name in self.NAMES}
+    self.seconds.update(seconds or {})
+
+  @contextlib.contextmanager
+  def __call__(self, name: str):
+    start = time.perf_counter()
+    try:
+      yield
+    finally:
+      self.add(name, time.perf_counter() - start)
+
+  def add(self, name: str, seconds: float) -> None:
+    self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+
+  def as_dict(self) -> Dict[str, float]:
+    return dict(self.seconds)
+
+
+def best_step(history, best_epoch: int):
+  """The global step at the end of epoch ``best_epoch`` (the checkpoint evaluated on test), from
+  the run's epoch history; None when that epoch is not in it (no epoch trained)."""
+  for h in history:
+    if h.get("epoch") == best_epoch:
+      return int(h["step"])
+  return None
+
+
+def epoch_record(epoch: int, step: int, loss_sum: float, weight_sum: float, n: int,
+                 seconds: float, wall_seconds: float, metrics: Dict[str, float]) -> dict:
+  """One epoch's history record: mean loss and weight, its training and wall seconds, and its
+  metrics (``val_*``, test ones kept as ``test_*``)."""
+  return dict(epoch=epoch, step=step, loss=loss_sum / max(n, 1),
+              mean_weight=weight_sum / max(n, 1), seconds=seconds,
+              seconds_per_step=seconds / max(n, 1), wall_seconds=wall_seconds,
+              **{(k if k.startswith("test_") else f"val_{k}"): v for k, v in metrics.items()})
+
+
+def report_line(record: dict, improved: bool) -> str:
+  """The line printed after each epoch."""
+  return (f"epoch {record['epoch']} step {record['step']} loss {record['loss']:.4f} w "
+          f"{record['mean_weight']:.4f} val R@10 {record['val_recall@10']:.4f} N@10 "
+          f"{record['val_ndcg@10']:.4f} R@20 {record['val_recall@20']:.4f} N@20 "
+          f"{record['val_ndcg@20']:.4f} ({record['seconds']:.1f}s)" + (" *best*" if improved else ""))
+
+
+def write_metrics(result: dict, cfg) -> str:
+  """Writes the run's result to --metrics_json (default model_dir/metrics.json); its path."""
+  path = cfg.metrics_json or os.path.join(cfg.model_dir, "metrics.json")
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with open(path, "w") as f:
+    json.dump(result, f, indent=2, default=float)
+  return path
+
+
+class EpochLoop:
+  """Runs the epochs of a trainer (module docstring).
+
+  The trainer provides: ``cfg`` (epochs, early_stopping_patience, time_budget_minutes,
+  test_curve, progress), ``steps_per_epoch``, ``report`` (a callable), ``summaries`` (a
+  ``train.summaries.SummaryWriter``), and the methods ``get_state() -> dict(epoch, step,
+  best_metric, best_epoch, bad_epochs)``, ``set_state(**some)``, ``begin_epoch(e)``,
+  ``epoch_steps(e)`` (yields (loss, w, step)), ``validate(split) -> dict``,
+  ``save_best(epoch)``, ``save_checkpoint(history)``, ``checkpoint_info()`` ((epoch, step,
+  path) of the last checkpoint or None), ``pause(seconds) -> dict``, ``progbar(steps) ->`` an
+  object with ``update(n, values)``; optionally ``after_first_epoch()``.
+  """
+
+  def __init__(self, trainer, phases: Optional[Phases] = None, read_every: int = 10,
+               chief: bool = True):
+    self.trainer, self.phases, self.chief = trainer, phases or Phases(), chief
+    self.read_every = max(1, int(read_every))
+    self._first_step_done = False
+
+  def run(self, history: List[dict], started: float) -> Optional[dict]:
+    """Trains until early stopping or --epochs; returns the trainer's pause result when the
+    time budget ends first, else None (the caller finishes)."""
+    t, cfg = self.trainer, self.trainer.cfg
+    last_wall = None
+    first_epoch = True
+    while True:
+      state = t.get_state()
+      if state["epoch"] >= cfg.epochs or state["bad_epochs"] >= cfg.early_stopping_patience:
+        return None
+      if (cfg.time_budget_minutes and last_wall is not None
+          and time.time() + last_wall > started + 60.0 * cfg.time_budget_minutes):
+        return t.pause(time.time() - started)
+      epoch_start = time.time()
+      self._epoch(state, history)
+      if first_epoch and hasattr(t, "after_first_epoch"):
+        t.after_first_epoch()
+      first_epoch = False
+      last_wall = time.time() - epoch_start
+
+  def _steps(self, e: int) -> Tuple[float, float, int, float]:
+    """Runs epoch e's steps; (loss sum, weight sum, steps, seconds)."""
+    t = self.trainer
+    bar = t.progbar(t.steps_per_epoch)
+    pending: List[tuple] = []
+    totals = [0.0, 0.0, 0]
+    start = time.time()
+
+    def read():
+      for loss, w, step in pending:
+        loss, w = float(loss), float(w)
+        if not math.isfinite(loss):
+          raise NonFiniteError.at(int(step), e + 1, t.checkpoint_info())
+        totals[0] += loss
+        totals[1] += w
+        totals[2] += 1
+        bar.update(totals[2], [("loss", loss), ("w", w)])
+        t.summaries.scalars(int(step), {"train/loss": loss, "train/mean_weight": w})
+      pending.clear()
+
+    tick = time.perf_counter()
+    for item in t.epoch_steps(e):
+      pending.append(item)
+      if not self._first_step_done:   # the first step: tracing and compilation
+        read()
+        now = time.perf_counter()
+        self.phases.add("first_step", now - tick)
+        tick, self._first_step_done = now, True
+      elif len(pending) >= self.read_every:
+        read()
+    read()
+    self.phases.add("steps", time.perf_counter() - tick)
+    return totals[0], totals[1], totals[2], time.time() - start
+
+  def _epoch(self, state: dict, history: List[dict]) -> None:
+    t, cfg, e = self.trainer, self.trainer.cfg, state["epoch"]
+    epoch_start = time.time()
+    t.begin_epoch(e)
+    loss_sum, weight_sum, n, seconds = self._steps(e)
+    with self.phases("validation"):
+      metrics = t.validate("val")
+    if cfg.test_curve:   # recorded only: selection stays on validation
+      with self.phases("test"):
+        metrics.update({f"test_{k}": v for k, v in t.validate("test").items()})
+    improved = metrics["ndcg@10"] > state["best_metric"]
+    step = t.get_state()["step"]
+    if improved:
+      t.set_state(best_metric=metrics["ndcg@10"], best_epoch=e + 1, bad_epochs=0)
+      with self.phases("checkpoints"):
+        t.save_best(e + 1)
+    else:
+      t.set_state(bad_epochs=state["bad_epochs"] + 1)
+    t.set_state(epoch=e + 1)   # from here on the state is the end of epoch e + 1
+    record = epoch_record(e + 1, step, loss_sum, weight_sum, n, seconds,
+                          time.time() - epoch_start, metrics)
+    history.append(record)
+    t.summaries.epoch(step, metrics, record["loss"])
+    with self.phases("checkpoints"):
+      t.save_checkpoint(history)
+    t.report(report_line(record, improved))
