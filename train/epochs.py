@@ -210,10 +210,10 @@ class EpochLoop:
         t.save_best(e + 1)
     else:
       t.set_state(bad_epochs=state["bad_epochs"] + 1)
-    t.set_state(epoch=e + 1)   # from here on the state is the end of epoch e + 1
     record = epoch_record(e + 1, step, loss_sum, weight_sum, n, seconds,
                           time.time() - epoch_start, metrics)
     history.append(record)
+    t.set_state(epoch=e + 1)   # from here on the state is the end of epoch e + 1
     t.summaries.epoch(step, metrics, record["loss"])
     with self.phases("checkpoints"):
       t.save_checkpoint(history)

@@ -1,9 +1,9 @@
 """The training loop behind `python -m train`: strategy, model, estimator, checkpoints.
 
-(~470 lines on purpose: one class, the epoch loop shared by every strategy — one device,
-mirrored, multi-worker, TPU and the parameter-server coordinator — with its checkpoint, resume
-and early-stopping state; the model, objective, step, data, validation and export it composes
-live in their own modules.)
+(One class for every strategy — one device, mirrored, multi-worker, TPU and the
+parameter-server coordinator — with its checkpoint, resume and early-stopping state; the epoch
+loop itself is `train.epochs`, shared with `python -m train.keras3`; the model, objective, step,
+data, validation and export it composes live in their own modules.)
 
 Exact resume. Everything that changes during training lives in one `tf.train.Checkpoint`
 (model, optimizer slots, frequency estimator, MIDX index, global step, epoch, best validation
@@ -74,28 +74,19 @@ from models.sasrec import SASRec
 from models.two_tower import TwoTower
 from train import data as data_lib
 from train import distribute
+from train import epochs
 from train import estimator_spec
 from train import export as export_lib
 from train import host_memory
+from train import summaries
 from train import validation
 from train.config import RunConfig
+from train.epochs import NonFiniteError, best_step
 from train import step as step_lib
 from train.objective import Objective
 
 __all__ = ["EXIT_PAUSED", "EXIT_PS_LOST", "NonFiniteError", "ParameterServerLost", "Trainer",
            "TrainingInterrupted", "best_step", "build_estimator", "build_model"]
-
-
-class NonFiniteError(FloatingPointError):
-  """A non-finite loss or gradient stopped training (module docstring).
-
-  Attributes: ``step`` (the global step count after the failing step), ``epoch`` (1-based, the
-  epoch it was in), ``checkpoint`` ((epoch, step, path) of the last checkpoint kept, or None).
-  """
-
-  def __init__(self, message: str, *, step: int, epoch: int, checkpoint):
-    super().__init__(message)
-    self.step, self.epoch, self.checkpoint = step, epoch, checkpoint
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -132,15 +123,6 @@ class ParameterServerLost(RuntimeError):
     super().__init__(f"{names} was lost, and the variables it held with it: training stopped; "
                      f"{kept}.")
     self.tasks, self.checkpoint = list(tasks), checkpoint
-
-
-def best_step(history, best_epoch: int):
-  """The global step at the end of epoch ``best_epoch`` (the checkpoint evaluated on test), from
-  the run's epoch history; None when that epoch is not in it (no epoch trained)."""
-  for h in history:
-    if h.get("epoch") == best_epoch:
-      return int(h["step"])
-  return None
 
 
 def build_estimator(cfg: RunConfig, data) -> frequency.FrequencyEstimator:
@@ -232,8 +214,9 @@ class Trainer:
         os.path.join(distribute.worker_dir(cfg.model_dir, self.strategy), "best"), max_to_keep=1)
     self._train_step = tf.function(self._train_step_fn)
     self._scheduled_step = tf.function(self._scheduled_step_fn)
-    self.writer = (tf.summary.create_file_writer(os.path.join(cfg.model_dir, "tensorboard"))
-                   if self.chief else tf.summary.create_noop_writer())
+    self.summaries = summaries.SummaryWriter(
+        os.path.join(cfg.model_dir, "tensorboard") if self.chief else None)
+    self.phases = epochs.Phases()   # wall-clock by phase, this process (metrics JSON "phases")
 
   # -------------------------------------------------------------------------------- data & step
   def epoch_dataset(self, epoch: int) -> tf.data.Dataset:
@@ -308,10 +291,11 @@ class Trainer:
     joined (every scheduled step is applied, a failed worker's steps are run again elsewhere),
     and their results are yielded afterwards, in the order they were scheduled.
     """
-    if self.coordinator is None:
-      for batch in self.distributed_epoch(epoch):
+    if self.coordinator is None:   # the values stay on the device until the loop reads them
+      first = int(self.step.numpy())
+      for i, batch in enumerate(self.distributed_epoch(epoch)):
         loss, w = self.train_step(batch)
-        yield float(loss), float(w), int(self.step.numpy())
+        yield loss, w, first + i + 1
       return
     first = int(self.step.numpy())
     results = [self.schedule_step() for _ in range(self.steps_per_epoch)]
@@ -382,74 +366,46 @@ class Trainer:
           checkpoint=self._checkpoint_info()) from e
 
   def _run(self, history, started: float) -> dict:
-    cfg = self.cfg
-    trimmed = False
-    last_epoch_wall = None
-    while int(self.epoch.numpy()) < cfg.epochs and int(self.bad_epochs.numpy()) < cfg.early_stopping_patience:
-      if (cfg.time_budget_minutes and last_epoch_wall is not None
-          and time.time() + last_epoch_wall > started + 60.0 * cfg.time_budget_minutes):
-        return self.pause(time.time() - started)
-      epoch_start = time.time()
-      e = int(self.epoch.numpy())
-      if self.midx is not None:
-        self.midx.refresh(tf.convert_to_tensor(self.model.all_item_embeddings())[1:])
-      bar = tf.keras.utils.Progbar(self.steps_per_epoch, verbose=1 if (cfg.progress and self.chief)
-                                   else 0, stateful_metrics=["loss", "w"])
-      start, losses, weights, n = time.time(), 0.0, 0.0, 0
-      for loss, w, step in self.epoch_steps(e):
-        if not np.isfinite(loss):
-          saved = self._checkpoint_info()
-          kept = ("no epoch had finished, nothing was saved" if saved is None else
-                  f"the checkpoint of epoch {saved[0]} (step {saved[1]}) in {saved[2]} is kept")
-          raise NonFiniteError(
-              f"non-finite loss or gradient at step {step} (epoch {e + 1}): "
-              f"training stopped; {kept}.", step=step, epoch=e + 1, checkpoint=saved)
-        losses, weights, n = losses + loss, weights + w, n + 1
-        bar.update(n, [("loss", loss), ("w", w)])
-        with self.writer.as_default(step=step):
-          tf.summary.scalar("train/loss", loss)
-          tf.summary.scalar("train/mean_weight", w)
-      seconds = time.time() - start
-      if not trimmed and cfg.host_allocator == "retain":
-        # The first epoch traced and compiled the step (<= 8 XLA shapes): `retain` would keep
-        # that garbage resident for the whole run (train/host_memory.py).
-        trimmed = host_memory.release_free_memory()
-      metrics = self.validate("val")
-      if cfg.test_curve:  # recorded only: selection stays on validation
-        metrics.update({f"test_{k}": v for k, v in self.validate("test").items()})
-      improved = metrics["ndcg@10"] > float(self.best_metric.numpy())
-      if improved:
-        self.best_metric.assign(metrics["ndcg@10"])
-        self.best_epoch.assign(e + 1)
-        self.bad_epochs.assign(0)
-        self.best_manager.save(checkpoint_number=e + 1)
-      else:
-        self.bad_epochs.assign_add(1)
-      self.epoch.assign(e + 1)  # from here on the state is the end of epoch e + 1
-      record = dict(epoch=e + 1, step=int(self.step.numpy()), loss=losses / max(n, 1),
-                    mean_weight=weights / max(n, 1), seconds=seconds,
-                    seconds_per_step=seconds / max(n, 1),
-                    wall_seconds=time.time() - epoch_start,
-                    **{(k if k.startswith("test_") else f"val_{k}"): v
-                       for k, v in metrics.items()})
-      history.append(record)
+    paused = epochs.EpochLoop(self, self.phases, chief=self.chief).run(history, started)
+    return paused if paused is not None else self.finish(history)
+
+  # ------------------------------------------- the epoch loop's interface (train.epochs)
+  def get_state(self) -> dict:
+    return dict(epoch=int(self.epoch.numpy()), step=int(self.step.numpy()),
+                best_metric=float(self.best_metric.numpy()),
+                best_epoch=int(self.best_epoch.numpy()), bad_epochs=int(self.bad_epochs.numpy()))
+
+  def set_state(self, **values) -> None:
+    for name, value in values.items():
+      getattr(self, name).assign(value)
+    if "epoch" in values:   # the state is an epoch's end that is not checkpointed yet
       self._unsaved_epoch = True
-      with self.writer.as_default(step=int(self.step.numpy())):
-        for k, v in metrics.items():
-          if not k.endswith("num_queries"):
-            tf.summary.scalar(f"test/{k[5:]}" if k.startswith("test_") else f"val/{k}", v)
-        tf.summary.scalar("train/epoch_loss", record["loss"])
-      self.writer.flush()
-      self._save_history(history)
-      self._save()
-      self._unsaved_epoch = False
-      self.report(f"epoch {e + 1} step {int(self.step.numpy())} loss {record['loss']:.4f} "
-                  f"w {record['mean_weight']:.4f} val R@10 {metrics['recall@10']:.4f} "
-                  f"N@10 {metrics['ndcg@10']:.4f} R@20 {metrics['recall@20']:.4f} "
-                  f"N@20 {metrics['ndcg@20']:.4f} ({seconds:.1f}s)"
-                  + (" *best*" if improved else ""))
-      last_epoch_wall = time.time() - epoch_start
-    return self.finish(history)
+
+  def begin_epoch(self, epoch: int) -> None:
+    del epoch
+    if self.midx is not None:
+      self.midx.refresh(tf.convert_to_tensor(self.model.all_item_embeddings())[1:])
+
+  def progbar(self, steps: int):
+    return tf.keras.utils.Progbar(steps, verbose=1 if (self.cfg.progress and self.chief) else 0,
+                                  stateful_metrics=["loss", "w"])
+
+  def after_first_epoch(self) -> None:
+    if self.cfg.host_allocator == "retain":
+      # The first epoch traced and compiled the step (<= 8 XLA shapes): `retain` would keep
+      # that garbage resident for the whole run (train/host_memory.py).
+      host_memory.release_free_memory()
+
+  def save_best(self, epoch: int) -> None:
+    self.best_manager.save(checkpoint_number=epoch)
+
+  def save_checkpoint(self, history) -> None:
+    self._save_history(history)
+    self._save()
+    self._unsaved_epoch = False
+
+  def checkpoint_info(self):
+    return self._checkpoint_info()
 
   def pause(self, seconds: float) -> dict:
     """The time budget's end: the last epoch is checkpointed; nothing is evaluated."""
@@ -475,15 +431,18 @@ class Trainer:
                   train_wall_seconds=float(sum(h.get("wall_seconds", h["seconds"])
                                                for h in history)),
                   stopped_early=int(self.bad_epochs.numpy()) >= cfg.early_stopping_patience,
-                  val=self.validate("val"), test=self.validate("test"), history=history)
+                  history=history)
+    with self.phases("validation"):
+      result["val"] = self.validate("val")
+    with self.phases("test"):
+      result["test"] = self.validate("test")
     if self.chief:
       if cfg.export_dir:
-        result["export"] = export_lib.export(self.model, cfg.export_dir, config=cfg,
-                                             data=self.data)
-      path = cfg.metrics_json or os.path.join(cfg.model_dir, "metrics.json")
-      os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-      with open(path, "w") as f:
-        json.dump(result, f, indent=2, default=float)
+        with self.phases("export"):
+          result["export"] = export_lib.export(self.model, cfg.export_dir, config=cfg,
+                                               data=self.data)
+      result["phases"] = self.phases.as_dict()
+      path = epochs.write_metrics(result, cfg)
       logging.info("final: val %s test %s -> %s", result["val"], result["test"], path)
     return result
 
