@@ -1,0 +1,134 @@
+"""train.epochs: the one epoch loop of both binaries, on a fake trainer (no framework): early
+stopping, the history and report line, the deferred reads of the step values, the non-finite
+stop naming the failing step, the time budget, the phases; and both trainers run on it."""
+
+import math
+import types
+
+import pytest
+
+from train import epochs
+
+
+class FakeTrainer:
+  """Scripted losses per epoch and validation NDCG@10 per epoch; records the calls."""
+
+  def __init__(self, losses, ndcgs, patience=2, max_epochs=10, budget=0.0, steps=4):
+    self.cfg = types.SimpleNamespace(epochs=max_epochs, early_stopping_patience=patience,
+                                     time_budget_minutes=budget, test_curve=False, progress=False)
+    self.steps_per_epoch = steps
+    self.losses, self.ndcgs = losses, ndcgs
+    self.state = dict(epoch=0, step=0, best_metric=-1.0, best_epoch=0, bad_epochs=0)
+    self.calls, self.reported, self.read = [], [], []
+    self.summaries = types.SimpleNamespace(
+        scalars=lambda step, values: self.read.append(step), epoch=lambda *a: None)
+
+  def get_state(self):
+    return dict(self.state)
+
+  def set_state(self, **values):
+    self.state.update(values)
+
+  def report(self, line):
+    self.reported.append(line)
+
+  def begin_epoch(self, e):
+    self.calls.append(("begin", e))
+
+  def epoch_steps(self, e):
+    for loss in self.losses[e]:
+      self.state["step"] += 1
+      self.calls.append(("step", self.state["step"]))
+      yield loss, 1.0, self.state["step"]
+
+  def validate(self, split):
+    e = self.state["epoch"]
+    return {"recall@10": 0.1, "recall@20": 0.2, "ndcg@10": self.ndcgs[e], "ndcg@20": 0.1,
+            "num_queries": 5}
+
+  def save_best(self, epoch):
+    self.calls.append(("best", epoch))
+
+  def save_checkpoint(self, history):
+    self.calls.append(("ckpt", len(history)))
+
+  def checkpoint_info(self):
+    return None if self.state["epoch"] == 0 else (self.state["epoch"], self.state["step"], "ck")
+
+  def pause(self, seconds):
+    return dict(paused=True, epochs_done=self.state["epoch"])
+
+  def progbar(self, steps):
+    return types.SimpleNamespace(update=lambda n, values: None)
+
+
+def test_early_stopping_history_and_best():
+  t = FakeTrainer([[1.0] * 4] * 10, [0.1, 0.3, 0.2, 0.25, 0.29], patience=3)
+  history = []
+  assert epochs.EpochLoop(t, read_every=3).run(history, started=0.0) is None
+  assert [h["epoch"] for h in history] == [1, 2, 3, 4, 5]      # stops 3 epochs after epoch 2
+  assert t.state["best_epoch"] == 2 and t.state["bad_epochs"] == 3
+  assert [c for c in t.calls if c[0] == "best"] == [("best", 1), ("best", 2)]
+  assert history[1]["step"] == 8 and history[1]["val_ndcg@10"] == 0.3
+  assert "*best*" in t.reported[1] and "*best*" not in t.reported[2]
+  assert t.read == list(range(1, 21))                           # every step read, in order
+  assert epochs.best_step(history, 2) == 8 and epochs.best_step(history, 9) is None
+
+
+def test_values_are_read_every_k_steps_not_after_each():
+  """The loop pulls ``read_every`` steps from the trainer before reading any (host syncs)."""
+  t = FakeTrainer([[1.0] * 7], [0.1], max_epochs=1)
+  order = []
+  t.summaries.scalars = lambda step, values: order.append(("read", step))
+  steps = t.epoch_steps
+
+  def logged(e):
+    for item in steps(e):
+      order.append(("run", item[2]))
+      yield item
+  t.epoch_steps = logged
+  epochs.EpochLoop(t, read_every=3).run([], started=0.0)
+  assert order == [("run", 1), ("read", 1),                     # the first step alone
+                   ("run", 2), ("run", 3), ("run", 4), ("read", 2), ("read", 3), ("read", 4),
+                   ("run", 5), ("run", 6), ("run", 7), ("read", 5), ("read", 6), ("read", 7)]
+
+
+def test_non_finite_names_the_first_failing_step_and_saves_nothing():
+  t = FakeTrainer([[1.0] * 4, [1.0, 1.0, math.nan, math.inf]], [0.1, 0.2])
+  with pytest.raises(epochs.NonFiniteError) as err:
+    epochs.EpochLoop(t, read_every=10).run([], started=0.0)
+  assert err.value.step == 7 and err.value.epoch == 2
+  assert err.value.checkpoint == (1, 8, "ck")
+  assert "step 7 (epoch 2)" in str(err.value) and "epoch 1 (step 4" not in str(err.value)
+  assert [c for c in t.calls if c[0] == "ckpt"] == [("ckpt", 1)]  # epoch 2 never saved
+  assert t.state["epoch"] == 1
+
+
+def test_time_budget_pauses_before_an_epoch_that_would_not_fit():
+  t = FakeTrainer([[1.0] * 4] * 10, [0.1 * i for i in range(1, 11)], budget=1e-9)
+  out = epochs.EpochLoop(t).run([], started=0.0)
+  assert out == dict(paused=True, epochs_done=1)   # the first epoch always runs
+
+
+def test_phases_are_recorded():
+  t = FakeTrainer([[1.0] * 4] * 2, [0.1, 0.2], max_epochs=2)
+  phases = epochs.Phases()
+  epochs.EpochLoop(t, phases).run([], started=0.0)
+  got = phases.as_dict()
+  assert set(epochs.Phases.NAMES) <= set(got) and all(v >= 0 for v in got.values())
+  with phases("test"):
+    pass
+  assert phases.as_dict()["test"] >= got["test"]
+
+
+def test_both_binaries_use_the_one_loop():
+  import ast  # pylint: disable=g-import-not-at-top
+  import pathlib  # pylint: disable=g-import-not-at-top
+  root = pathlib.Path(__file__).resolve().parents[2]
+  for path in ("train/trainer.py", "train/keras3/trainer.py"):
+    tree = ast.parse((root / path).read_text())
+    classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+    assert "NonFiniteError" not in classes, path          # defined once, in train.epochs
+    source = (root / path).read_text()
+    assert "epochs.EpochLoop(self" in source, path
+    assert "def _train_epoch" not in source, path
