@@ -10,7 +10,7 @@
 
 setuptools cannot install packages per extra: the application packages are always copied, but
 they run only with the [app] dependencies (absl, ScaNN, TFDS, matplotlib); the library never
-imports them. tests/packaging checks that the library's requirements are exactly what
+imports them. tests/test_setup.py checks that the library's requirements are exactly what
 tfrs_logq imports.
 """
 

@@ -32,11 +32,15 @@ import contextlib
 import json
 import math
 import os
+import queue
+import threading
 import time
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Tuple, TypeVar
 
-__all__ = ["EpochLoop", "NonFiniteError", "Phases", "best_step", "epoch_record", "report_line",
-           "write_metrics"]
+__all__ = ["EpochLoop", "NonFiniteError", "Phases", "ShapeLog", "best_step", "epoch_record",
+           "prefetch", "report_line", "write_metrics"]
+
+T = TypeVar("T")
 
 
 class NonFiniteError(FloatingPointError):
@@ -81,6 +85,65 @@ class Phases:
 
   def as_dict(self) -> Dict[str, float]:
     return dict(self.seconds)
+
+
+def prefetch(items: Iterable[T], depth: int = 2) -> Iterator[T]:
+  """``items`` produced ahead by a background thread, at most ``depth`` waiting: the host builds
+  the next batches while the device runs the current step. Same items, same order; an exception
+  of the producer is raised here, where its item would have come. Closing the iterator early
+  (a non-finite stop) stops the producer after its current item."""
+  done = object()
+  buffer: "queue.Queue" = queue.Queue(maxsize=max(1, depth))
+  stop = threading.Event()
+
+  def produce():
+    try:
+      for item in items:
+        while not stop.is_set():
+          try:
+            buffer.put((item, None), timeout=0.1)
+            break
+          except queue.Full:
+            continue
+        if stop.is_set():
+          return
+      buffer.put((done, None))
+    except BaseException as e:  # pylint: disable=broad-except  (re-raised in the consumer)
+      buffer.put((done, e))
+
+  thread = threading.Thread(target=produce, daemon=True, name="prefetch")
+  thread.start()
+  try:
+    while True:
+      item, error = buffer.get()
+      if item is done:
+        if error is not None:
+          raise error
+        return
+      yield item
+  finally:
+    stop.set()
+
+
+class ShapeLog:
+  """The distinct input shapes a compiled step has seen (each one a compiled program on a
+  static-shape backend): ``seen(batch)`` logs a new one with its number and when it came."""
+
+  def __init__(self, report=None):
+    self.shapes: List[dict] = []
+    self._keys = set()
+    self.report = report
+
+  def seen(self, batch: dict, step: int) -> bool:
+    key = tuple(sorted((k, tuple(getattr(v, "shape", ()))) for k, v in batch.items()))
+    if key in self._keys:
+      return False
+    self._keys.add(key)
+    self.shapes.append(dict(step=step, shapes={k: list(v) for k, v in key}))
+    if self.report is not None:
+      self.report(f"step {step}: new input shape #{len(self.shapes)} (a compiled program): "
+                  + ", ".join(f"{k} {list(v)}" for k, v in key))
+    return True
 
 
 def best_step(history, best_epoch: int):

@@ -132,3 +132,30 @@ def test_both_binaries_use_the_one_loop():
     source = (root / path).read_text()
     assert "epochs.EpochLoop(self" in source, path
     assert "def _train_epoch" not in source, path
+
+
+def test_prefetch_keeps_the_items_and_raises_the_producers_error():
+  assert list(epochs.prefetch(iter(range(50)), depth=3)) == list(range(50))
+
+  def failing():
+    yield 1
+    raise ValueError("bad batch")
+  got = []
+  with pytest.raises(ValueError, match="bad batch"):
+    for x in epochs.prefetch(failing()):
+      got.append(x)
+  assert got == [1]
+  it = epochs.prefetch(iter(range(10**6)), depth=2)
+  assert next(it) == 0
+  it.close()                                   # the producer stops; nothing hangs
+
+
+def test_shape_log_counts_each_new_shape_once():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  lines = []
+  log = epochs.ShapeLog(lines.append)
+  a = dict(inputs=np.zeros((4, 5)), token_rows=np.zeros(7))
+  assert log.seen(a, 1) and not log.seen(dict(a), 2)
+  assert log.seen(dict(inputs=np.zeros((4, 5)), token_rows=np.zeros(9)), 3)
+  assert [s["step"] for s in log.shapes] == [1, 3] and len(lines) == 2
+  assert "new input shape #2" in lines[1]

@@ -137,6 +137,7 @@ class Trainer:
     self.summaries = summaries.SummaryWriter(os.path.join(cfg.model_dir, "tensorboard"))
     self._encode = None   # the compiled serving queries (validate)
     self.phases = epochs.Phases()   # wall-clock by phase, this process (metrics.json "phases")
+    self.shape_log = epochs.ShapeLog(self.report)   # the step's compiled input shapes
 
   def devices(self) -> int:
     """The number of devices the weights live on (N data-parallel devices, else 1)."""
@@ -222,8 +223,11 @@ class Trainer:
 
   def epoch_steps(self, epoch: int):
     """(loss, mean weight, global step) of each step of the epoch; a step whose gradients were
-    not all finite yields a NaN loss (the loop stops there)."""
-    for batch in self.epoch_batches(epoch):
+    not all finite yields a NaN loss (the loop stops there). The batches are built ahead by a
+    background thread (`train.epochs.prefetch`); each new input shape is logged (`ShapeLog`:
+    with --sasrec_pack_tokens at most 8 packed sizes per batch shape, each compiled once)."""
+    for batch in epochs.prefetch(self.epoch_batches(epoch), depth=2):
+      self.shape_log.seen(batch, self.step + 1)
       loss, w, finite_grads = self.train_step(batch)
       yield (loss if finite_grads else float("nan")), w, self.step
 
@@ -283,6 +287,7 @@ class Trainer:
       with self.phases("export"):
         result["export"] = export(self.encoder, cfg.export_dir, cfg, self.data, self.report)
     result["phases"] = self.phases.as_dict()
+    result["step_shapes"] = self.shape_log.shapes
     epochs.write_metrics(result, cfg)
     return result
 
