@@ -15,7 +15,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPTS = sorted(p.stem for p in (ROOT / "bench").glob("*.py")
                  if p.stem != "__init__" and "torch" not in p.stem)
-ABSL = ("keras3_trajectory", "reproduce", "scann_index")
+ABSL = ("keras3_trajectory", "paper_loop", "reproduce", "scann_index")
 
 
 def test_every_script_is_documented():

@@ -1,0 +1,273 @@
+r"""The logQ paper's training script as a whole run: its epoch loop around `PaperCodeStep`.
+
+    python -m bench.paper_loop --metrics_json=/tmp/paper/metrics.json     # ML-1M, patience 200
+    python -m bench.paper_loop --dataset=sequences --val_users=3000 --max_len=50 \
+        --data_path=../shared/data/amazon-sports/sequences.txt --metrics_json=/tmp/sports.json
+    python -m bench.paper_loop --max_epochs=1 --metrics_json=/tmp/smoke.json   # one epoch
+
+Written for `bench/time_to_converge.py` from the description of the paper's script (a
+gSASRec-pytorch fork; the mixed-negatives script with the corrected logQ loss), so that "the
+paper's own training loop" is timed from start to final metrics beside our binaries. The step is
+`bench/paper_code_torch.py`'s (eager PyTorch, as the paper code runs); this module adds what the
+script does around it: its data loader, its "epochs", validation, early stopping and the final
+evaluation. PyTorch is imported lazily, as in paper_code_torch, so ``--help`` needs no torch.
+
+Data: the project's reader (`train.data.DataConfig`): --dataset=ml1m (or gsasrec: any folder in
+the gSASRec layout, --data_path) or sequences (a file 'user item item ...', leave-one-out,
+--val_users validation users drawn as gSASRec does). c = the training set's item counts.
+
+    loader = DataLoader(training users, shuffle=True, batch_size=128, num_workers=--loader_workers,
+                        collate = the last L + 1 items of each user, left-padded with 0)
+                                                                      -> windows int [B, L + 1]
+    E      = min(100, len(loader))                                    one "epoch" (ML-1M: 48)
+    best, bad = -inf, 0
+    for e = 1 .. --max_epochs while bad < --patience:
+      it = iter(loader); E times: loss, w = PaperCodeStep(windows = next(it))
+      model.eval(), no_grad: m = metrics(val); model.train()
+      if m.NDCG@10 > best: best, best_e, bad = m.NDCG@10, e, 0; W* = copy(state_dict)
+      else: bad += 1
+    load W*; metrics(val), metrics(test)                              -> --metrics_json
+
+    metrics(split), per query u (input H_u, target t_u), in batches of --eval_batch_size:
+      h_u    = model(left_pad(last L items of H_u))[last position]    [d]
+      s_u    = h_u E_out^T                                             [|I| + 1], all items
+      s_u[0] = s_u[i] = -inf for every i in H_u (the full history: "filter rated")
+      r_u    = 0-based rank of t_u in top-20(s_u) (none: a miss; a filtered t_u is a miss)
+      Recall@k = mean_u 1[r_u < k],  NDCG@k = mean_u 1[r_u < k] / log2(r_u + 2),  k = 10, 20
+
+The metrics JSON has the keys of the binaries' (`train.epochs`): global_step, epochs_done,
+best_epoch, best_step, best_val_ndcg10, stopped_early, val and test ({recall,ndcg}@{10,20},
+num_queries), history (`train.epochs.epoch_record` per epoch: mean loss and weight, seconds of
+the epoch's steps, wall seconds with its validation and weight copy, val_* metrics) and phases
+(`train.epochs.Phases`, time.perf_counter seconds): first_step (the first batch and step),
+steps (the other steps, data loading included), validation (every epoch's and the final one),
+checkpoints (the state_dict copies and the final restore), test, export (always 0).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+from typing import Dict, List, Sequence
+
+from absl import app
+from absl import flags
+import numpy as np
+
+from train import data as data_lib
+from train import epochs as epochs_lib
+
+FLAGS = flags.FLAGS
+
+KS = (10, 20)
+BATCH_SIZE = 128
+MAX_BATCHES_PER_EPOCH = 100
+
+flags.DEFINE_enum("dataset", "ml1m", ["ml1m", "gsasrec", "sequences"],
+                  "ml1m (gSASRec files, --data_path default <data root>/ml1m), gsasrec (any "
+                  "gSASRec-layout folder, --data_path), sequences (a file 'user item item ...', "
+                  "--data_path, leave-one-out).")
+flags.DEFINE_string("data_path", None, "Folder (ml1m, gsasrec) or file (sequences) of the data.")
+flags.DEFINE_integer("val_users", 0, "sequences: validate on this many users drawn as gSASRec "
+                     "does (train.data.DataConfig.val_users); 0 = the dataset's own validation "
+                     "users (every user for a sequence file).")
+flags.DEFINE_integer("max_len", 200, "L: the model's window (ML-1M 200, Amazon Sports 50).")
+flags.DEFINE_integer("dim", 128, "Model width d.")
+flags.DEFINE_integer("num_blocks", 2, "Transformer blocks.")
+flags.DEFINE_integer("patience", 200, "Early stopping: epochs without a better validation "
+                     "NDCG@10 (the paper: 200).")
+flags.DEFINE_integer("max_epochs", 100000, "At most this many epochs.")
+flags.DEFINE_integer("seed", 0, "torch's global seed (weights, dropout, negatives, shuffling).")
+flags.DEFINE_integer("threads", 0, "torch intra-op threads; 0 = torch's default.")
+flags.DEFINE_integer("loader_workers", 0, "DataLoader num_workers.")
+flags.DEFINE_integer("eval_batch_size", 512, "Validation / test queries per batch.")
+flags.DEFINE_string("metrics_json", None, "Required: where to write the run's metrics (JSON). "
+                    "--out is an alias (every bench script takes --out).")
+flags.DEFINE_alias("out", "metrics_json")
+flags.DEFINE_bool("progress", False, "A line per step (on stderr) besides the line per epoch.")
+flags.mark_flag_as_required("metrics_json")
+
+
+def _torch():
+  import torch  # pylint: disable=g-import-not-at-top
+  return torch
+
+
+def data_config(dataset: str, data_path=None, val_users: int = 0) -> data_lib.DataConfig:
+  """The project's `DataConfig` for --dataset / --data_path / --val_users."""
+  return data_lib.DataConfig(dataset=dataset, data_path=data_path, val_users=val_users)
+
+
+def collate(max_len: int):
+  """The loader's collate function: user sequences -> windows int64 [B, max_len + 1] (the last
+  max_len + 1 items of each, left-padded with 0)."""
+  def fn(sequences):
+    return data_lib.left_pad(sequences, max_len + 1)
+  return fn
+
+
+def train_loader(sequences: Sequence, max_len: int, workers: int = 0):
+  """torch DataLoader over the training users (shuffled, 128 per batch, last batch kept)."""
+  torch = _torch()
+  return torch.utils.data.DataLoader(list(sequences), batch_size=BATCH_SIZE, shuffle=True,
+                                     collate_fn=collate(max_len), num_workers=workers)
+
+
+def filtered_top_k(scores, inputs: Sequence, k: int):
+  """Top-k of each row of ``scores`` float [B, |I| + 1] after setting padding id 0 and every item
+  of the row's input to -inf (in place). Returns (ids int [B, k], finite bool [B, k]): the ids by
+  decreasing score and whether each score is finite (a -inf one is never a hit)."""
+  torch = _torch()
+  lengths = [len(h) for h in inputs]
+  if sum(lengths):
+    rows = torch.from_numpy(np.repeat(np.arange(len(inputs)), lengths))
+    cols = torch.from_numpy(np.concatenate([np.asarray(h, np.int64) for h in inputs]))
+    scores[rows, cols] = -math.inf
+  scores[:, 0] = -math.inf
+  values, ids = torch.topk(scores, min(k, scores.shape[1]), dim=1)
+  return ids.numpy(), torch.isfinite(values).numpy()
+
+
+def metric_sums(top_ids, finite, targets, ks: Sequence[int] = KS) -> Dict[str, float]:
+  """Sums over queries of Recall@k and NDCG@k (module docstring) from ranked ids [B, K] (K >=
+  max ks), their finiteness [B, K] and the targets [B]."""
+  top_ids, finite = np.asarray(top_ids), np.asarray(finite, bool)
+  hits = (top_ids == np.asarray(targets).reshape(-1, 1)) & finite
+  found = hits.any(axis=1)
+  rank = np.where(found, hits.argmax(axis=1), np.iinfo(np.int64).max)
+  out = {}
+  for k in ks:
+    hit = found & (rank < k)
+    out[f"recall@{k}"] = float(hit.sum())
+    out[f"ndcg@{k}"] = float(np.sum(1.0 / np.log2(rank[hit] + 2.0)))
+  return out
+
+
+def evaluate(model, split, *, max_len: int, batch_size: int = 512,
+             ks: Sequence[int] = KS) -> Dict[str, float]:
+  """{recall@k, ndcg@k, num_queries} of ``model`` on an `EvalSplit` (module docstring); leaves
+  the model in training mode."""
+  torch = _torch()
+  sums = {f"{m}@{k}": 0.0 for k in ks for m in ("recall", "ndcg")}
+  n = split.num_queries
+  model.eval()
+  try:
+    with torch.no_grad():
+      table = model.output_embedding.weight
+      for s in range(0, n, batch_size):
+        inputs = split.inputs[s:s + batch_size]
+        x = torch.from_numpy(data_lib.left_pad(inputs, max_len))
+        hidden = model(x)[:, -1, :]
+        ids, finite = filtered_top_k(hidden @ table.T, inputs, max(ks))
+        for key, v in metric_sums(ids, finite, split.targets[s:s + batch_size], ks).items():
+          sums[key] += v
+  finally:
+    model.train()
+  out = {key: v / max(n, 1) for key, v in sums.items()}
+  out["num_queries"] = int(n)
+  return out
+
+
+def run(*, dataset: str = "ml1m", data_path=None, val_users: int = 0, max_len: int = 200,
+        dim: int = 128, num_blocks: int = 2, patience: int = 200, max_epochs: int = 100000,
+        seed: int = 0, threads: int = 0, loader_workers: int = 0, eval_batch_size: int = 512,
+        progress: bool = False, report=print) -> dict:
+  """Trains as the paper's script does (module docstring); returns the metrics JSON's dict."""
+  from bench.paper_code_torch import PaperCodeStep  # pylint: disable=g-import-not-at-top
+  torch = _torch()
+  data = data_config(dataset, data_path, val_users).load()
+  phases = epochs_lib.Phases()
+  step_fn = PaperCodeStep(data.num_items, data.item_counts, max_len=max_len, dim=dim,
+                          num_blocks=num_blocks, threads=threads or None, seed=seed)
+  model = step_fn.model
+  loader = train_loader(data.train_sequences, max_len, loader_workers)
+  steps_per_epoch = min(MAX_BATCHES_PER_EPOCH, len(loader))
+  evaluate_split = lambda split: evaluate(model, split, max_len=max_len,
+                                          batch_size=eval_batch_size)
+
+  history: List[dict] = []
+  best, best_epoch, bad, step, best_state = -math.inf, 0, 0, 0, None
+  first_done = False
+  epoch = 0
+  while epoch < max_epochs and bad < patience:
+    epoch_start = tick = time.perf_counter()
+    loss_sum = weight_sum = 0.0
+    batches = iter(loader)
+    for b in range(steps_per_epoch):
+      loss, weight = step_fn(next(batches))
+      step += 1
+      loss_sum, weight_sum = loss_sum + loss, weight_sum + weight
+      if not first_done:
+        now = time.perf_counter()
+        phases.add("first_step", now - tick)
+        tick, first_done = now, True
+      if progress:
+        print(f"\repoch {epoch + 1} batch {b + 1}/{steps_per_epoch} loss {loss:.4f} w "
+              f"{weight:.4f}", end="", file=sys.stderr, flush=True)
+    del batches
+    now = time.perf_counter()
+    phases.add("steps", now - tick)
+    seconds = now - epoch_start
+    if progress:
+      print(file=sys.stderr, flush=True)
+    with phases("validation"):
+      metrics = evaluate_split(data.val)
+    improved = metrics["ndcg@10"] > best
+    if improved:
+      best, best_epoch, bad = metrics["ndcg@10"], epoch + 1, 0
+      with phases("checkpoints"):
+        best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    else:
+      bad += 1
+    epoch += 1
+    record = epochs_lib.epoch_record(epoch, step, loss_sum, weight_sum, steps_per_epoch,
+                                     seconds, time.perf_counter() - epoch_start, metrics)
+    history.append(record)
+    report(epochs_lib.report_line(record, improved))
+
+  if best_state is not None:
+    with phases("checkpoints"):
+      model.load_state_dict(best_state)
+  result = dict(
+      paper_loop=dict(dataset=dataset, data_path=data_path, val_users=val_users,
+                      max_len=max_len, dim=dim, num_blocks=num_blocks, patience=patience,
+                      max_epochs=max_epochs, seed=seed, threads=torch.get_num_threads(),
+                      loader_workers=loader_workers, eval_batch_size=eval_batch_size,
+                      batch_size=BATCH_SIZE, torch=torch.__version__),
+      data_fingerprint=data_lib.fingerprint(data), num_items=data.num_items,
+      steps_per_epoch=steps_per_epoch, global_step=step, epochs_done=epoch,
+      best_epoch=best_epoch, best_step=epochs_lib.best_step(history, best_epoch),
+      best_val_ndcg10=float(best) if best_state is not None else -1.0,
+      train_wall_seconds=float(sum(h["wall_seconds"] for h in history)),
+      stopped_early=bad >= patience, history=history)
+  with phases("validation"):
+    result["val"] = evaluate_split(data.val)
+  with phases("test"):
+    result["test"] = evaluate_split(data.test)
+  result["phases"] = phases.as_dict()
+  return result
+
+
+def main(argv):
+  del argv
+  result = run(dataset=FLAGS.dataset, data_path=FLAGS.data_path, val_users=FLAGS.val_users,
+               max_len=FLAGS.max_len, dim=FLAGS.dim, num_blocks=FLAGS.num_blocks,
+               patience=FLAGS.patience, max_epochs=FLAGS.max_epochs, seed=FLAGS.seed,
+               threads=FLAGS.threads, loader_workers=FLAGS.loader_workers,
+               eval_batch_size=FLAGS.eval_batch_size, progress=FLAGS.progress,
+               report=lambda line: print(line, flush=True))
+  path = FLAGS.metrics_json
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  with open(path, "w") as f:
+    json.dump(result, f, indent=2, default=float)
+  print(f"best epoch {result['best_epoch']} (step {result['best_step']}) of "
+        f"{result['epochs_done']}: val NDCG@10 {result['val']['ndcg@10']:.4f}, test R@20 "
+        f"{result['test']['recall@20']:.4f} N@20 {result['test']['ndcg@20']:.4f} -> {path}",
+        flush=True)
+
+
+if __name__ == "__main__":
+  app.run(main)
