@@ -247,7 +247,7 @@ def plot(runs: List[dict], path: pathlib.Path, title: str) -> None:
 
 def main(argv=None) -> int:
   args = parse_args(argv)
-  out = pathlib.Path(args.out)
+  out = pathlib.Path(args.out).resolve()   # the sides run in their own checkout's folder
   out.mkdir(parents=True, exist_ok=True)
   sides = [(s, ROOT) for s in args.sides.split(",")]
   if args.baseline_dir:
