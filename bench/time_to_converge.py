@@ -120,7 +120,8 @@ def binary_flags(args, run_dir: pathlib.Path) -> List[str]:
   if "steps_per_epoch" not in settings:
     settings["steps_per_epoch"] = 48    # the paper code's ML-1M epoch
   cfg = RunConfig().replace(**settings)
-  return cfg.to_flags() + [f for f in args.extra_flags.split() if f]
+  # Only the settings that differ from the defaults: a baseline checkout need not know newer ones.
+  return cfg.to_flags(only_changed=True) + [f for f in args.extra_flags.split() if f]
 
 
 def paper_flags(args, run_dir: pathlib.Path) -> List[str]:
