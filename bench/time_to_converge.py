@@ -28,6 +28,9 @@ The split of a run of wall-clock W (seconds, this machine; ``phases`` of the met
     to best      start-up + the wall of the epochs up to the best one (their steps, the first
                  one included, and their validation)
     val+ckpt     (validation + checkpoints) / W
+    val / epoch  the validation after an epoch, mean over epochs (epoch wall - its steps, from
+                 the history: the same measure in a checkout without ``phases``, whose final
+                 validation, test and export fall into start-up)
 
 Writes <out>/time_to_converge.json, .md (the table, with the commands) and .png (a stacked bar
 per run: where the time goes). Only ratios between sides of one invocation mean anything:
@@ -76,6 +79,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                  help="extra flags for the binaries' sides (space-separated)")
   p.add_argument("--out", default="bench/out/time_to_converge")
   p.add_argument("--no_plot", action="store_true")
+  p.add_argument("--report_only", action="store_true",
+                 help="run nothing: rewrite the report from <out>/time_to_converge.json and the "
+                      "runs' metrics JSON")
   args = p.parse_args(argv)
   bad = [s for s in args.sides.split(",") if s not in SIDES]
   if bad:
@@ -169,12 +175,16 @@ def summarise(side: str, metrics: dict, wall: float) -> dict:
       h.get("wall_seconds", h.get("seconds", 0.0)) for h in history if h["epoch"] <= best)
   steps = metrics.get("global_step", 0)
   test = metrics.get("test", {})
+  # Per epoch, from the history (the same measure in any checkout): the validation after it.
+  per_epoch_val = (sum(h["wall_seconds"] - h["seconds"] for h in history) / len(history)
+                   if history else None)
   return dict(side=side, wall=wall, parts=parts, to_best=to_best,
               epochs=metrics.get("epochs_done"), best_epoch=best,
               best_step=metrics.get("best_step"), steps=steps,
               stopped_early=metrics.get("stopped_early"),
               ms_per_step=1e3 * (parts["steps"] + parts["first step"]) / max(steps, 1),
               val_ckpt_share=(parts["validation"] + parts["checkpoints"]) / max(wall, 1e-9),
+              val_per_epoch=per_epoch_val,
               test_recall20=test.get("recall@20"), test_ndcg20=test.get("ndcg@20"))
 
 
@@ -202,13 +212,15 @@ def markdown(args, runs: List[dict]) -> str:
            + (f", at most {args.max_epochs} epochs" if args.max_epochs < 100_000 else ""), "",
            f"Command: `python bench/time_to_converge.py {' '.join(sys.argv[1:])}`", "",
            "| run | wall s | start-up | first step | steps | validation | checkpoints | test "
-           "| export | val+ckpt | epochs (best) | to best s | ms/step | test R@20 | NDCG@20 |",
-           "|---" * 15 + "|"]
+           "| export | val+ckpt | val s / epoch | epochs (best) | to best s | ms/step | test R@20 "
+           "| NDCG@20 |", "|---" * 16 + "|"]
   for r in runs:
     p = r["parts"]
     lines.append(
         f"| {r['side']} | {r['wall']:.1f} | " + " | ".join(f"{p[k]:.1f}" for k in PHASES)
-        + f" | {100 * r['val_ckpt_share']:.1f} % | {r['epochs']} ({r['best_epoch']}) | "
+        + f" | {100 * r['val_ckpt_share']:.1f} % | "
+        + ("-" if r.get("val_per_epoch") is None else f"{r['val_per_epoch']:.1f}")
+        + f" | {r['epochs']} ({r['best_epoch']}) | "
         f"{r['to_best']:.1f} | {r['ms_per_step']:.0f} | "
         + " | ".join("-" if r[k] is None else f"{r[k]:.4f}"
                      for k in ("test_recall20", "test_ndcg20")) + " |")
@@ -255,7 +267,15 @@ def main(argv=None) -> int:
     base = pathlib.Path(args.baseline_dir).resolve()
     sides += [(f"{s}@baseline", base) for s, _ in sides if s != "paper"]
   runs = []
-  for rnd in range(args.repeats):
+  if args.report_only:
+    previous = json.loads((out / "time_to_converge.json").read_text())["runs"]
+    counts: Dict[str, int] = {}
+    for r in previous:
+      k = counts.setdefault(r["side"], 0)
+      counts[r["side"]] += 1
+      metrics = json.loads((out / "runs" / f"{r['side']}_r{k}" / "metrics.json").read_text())
+      runs.append(dict(summarise(r["side"], metrics, r["wall"]), command=r["command"]))
+  for rnd in range(0 if args.report_only else args.repeats):
     order = sides[rnd % len(sides):] + sides[:rnd % len(sides)]
     for side, code_dir in order:
       r = run_side(args, side, code_dir, out / "runs" / f"{side}_r{rnd}")
