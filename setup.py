@@ -34,6 +34,9 @@ APP_REQUIRES = [
     "scann[tf]==1.4.2",
     "tensorflow-datasets>=4.9",
     "matplotlib>=3.5",
+    # train.summaries (both binaries' TensorBoard scalars) falls back on the tensorboard
+    # package's event writer where TensorFlow is absent; TensorFlow itself requires it too.
+    "tensorboard>=2.20",
 ]
 # The Keras 3 path (tfrs_logq.keras3, keras.ops only): Keras 3 with keras-rs and the JAX backend;
 # tensorboard: train.keras3 writes its summaries with the tensorboard package's event writer

@@ -243,7 +243,7 @@ def plot(runs: List[dict], path: pathlib.Path, title: str) -> None:
   import matplotlib  # pylint: disable=g-import-not-at-top
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
-  fig, ax = plt.subplots(figsize=(9, 0.6 * len(runs) + 1.5))
+  fig, ax = plt.subplots(figsize=(9, 0.6 * len(runs) + 2.0))
   labels = [f"{r['side']} #{i}" for i, r in enumerate(runs)]
   left = [0.0] * len(runs)
   for phase in PHASES:
@@ -252,7 +252,7 @@ def plot(runs: List[dict], path: pathlib.Path, title: str) -> None:
     left = [a + b for a, b in zip(left, widths)]
   ax.set_xlabel("seconds (this machine)")
   ax.set_title(title)
-  ax.legend(fontsize=7, ncol=4, loc="lower right")
+  ax.legend(fontsize=7, ncol=7, loc="upper center", bbox_to_anchor=(0.5, -0.18))
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)
