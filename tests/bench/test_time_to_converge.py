@@ -8,9 +8,9 @@ import pathlib
 import subprocess
 import sys
 
+from bench import time_to_converge as ttc
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-from bench import time_to_converge as ttc  # noqa: E402
 
 
 def test_runs_both_binaries_and_a_baseline(tmp_path):

@@ -2,6 +2,7 @@
 (`ranking.exact_top_k_np`, the oracle): same ids and scores, ties included, for the tf-keras
 front in this process and for the Keras 3 front on each backend (one worker process each)."""
 
+import importlib.util
 import os
 import pathlib
 import subprocess
@@ -11,8 +12,9 @@ import numpy as np
 import pytest
 
 HERE = pathlib.Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import top_k_cases  # noqa: E402
+_SPEC = importlib.util.spec_from_file_location("top_k_cases", HERE / "top_k_cases.py")
+top_k_cases = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(top_k_cases)
 
 import tfrs_logq  # noqa: E402,F401
 from tfrs_logq import metrics  # noqa: E402
