@@ -66,29 +66,34 @@ KS = (10, 20)
 BATCH_SIZE = 128
 MAX_BATCHES_PER_EPOCH = 100
 
-flags.DEFINE_enum("dataset", "ml1m", ["ml1m", "gsasrec", "sequences"],
-                  "ml1m (gSASRec files, --data_path default <data root>/ml1m), gsasrec (any "
-                  "gSASRec-layout folder, --data_path), sequences (a file 'user item item ...', "
-                  "--data_path, leave-one-out).")
-flags.DEFINE_string("data_path", None, "Folder (ml1m, gsasrec) or file (sequences) of the data.")
-flags.DEFINE_integer("val_users", 0, "sequences: validate on this many users drawn as gSASRec "
-                     "does (train.data.DataConfig.val_users); 0 = the dataset's own validation "
-                     "users (every user for a sequence file).")
-flags.DEFINE_integer("max_len", 200, "L: the model's window (ML-1M 200, Amazon Sports 50).")
-flags.DEFINE_integer("dim", 128, "Model width d.")
-flags.DEFINE_integer("num_blocks", 2, "Transformer blocks.")
-flags.DEFINE_integer("patience", 200, "Early stopping: epochs without a better validation "
-                     "NDCG@10 (the paper: 200).")
-flags.DEFINE_integer("max_epochs", 100000, "At most this many epochs.")
-flags.DEFINE_integer("seed", 0, "torch's global seed (weights, dropout, negatives, shuffling).")
-flags.DEFINE_integer("threads", 0, "torch intra-op threads; 0 = torch's default.")
-flags.DEFINE_integer("loader_workers", 0, "DataLoader num_workers.")
-flags.DEFINE_integer("eval_batch_size", 512, "Validation / test queries per batch.")
-flags.DEFINE_string("metrics_json", None, "Required: where to write the run's metrics (JSON). "
-                    "--out is an alias (every bench script takes --out).")
-flags.DEFINE_alias("out", "metrics_json")
-flags.DEFINE_bool("progress", False, "A line per step (on stderr) besides the line per epoch.")
-flags.mark_flag_as_required("metrics_json")
+
+def define_flags() -> None:
+  """The binary's flags, defined when it runs as a program (not on import: the module's
+  functions are imported by tests in a process where other binaries' flags, such as
+  --dataset, already exist)."""
+  flags.DEFINE_enum("dataset", "ml1m", ["ml1m", "gsasrec", "sequences"],
+                    "ml1m (gSASRec files, --data_path default <data root>/ml1m), gsasrec (any "
+                    "gSASRec-layout folder, --data_path), sequences (a file 'user item item ...', "
+                    "--data_path, leave-one-out).")
+  flags.DEFINE_string("data_path", None, "Folder (ml1m, gsasrec) or file (sequences) of the data.")
+  flags.DEFINE_integer("val_users", 0, "sequences: validate on this many users drawn as gSASRec "
+                       "does (train.data.DataConfig.val_users); 0 = the dataset's own validation "
+                       "users (every user for a sequence file).")
+  flags.DEFINE_integer("max_len", 200, "L: the model's window (ML-1M 200, Amazon Sports 50).")
+  flags.DEFINE_integer("dim", 128, "Model width d.")
+  flags.DEFINE_integer("num_blocks", 2, "Transformer blocks.")
+  flags.DEFINE_integer("patience", 200, "Early stopping: epochs without a better validation "
+                       "NDCG@10 (the paper: 200).")
+  flags.DEFINE_integer("max_epochs", 100000, "At most this many epochs.")
+  flags.DEFINE_integer("seed", 0, "torch's global seed (weights, dropout, negatives, shuffling).")
+  flags.DEFINE_integer("threads", 0, "torch intra-op threads; 0 = torch's default.")
+  flags.DEFINE_integer("loader_workers", 0, "DataLoader num_workers.")
+  flags.DEFINE_integer("eval_batch_size", 512, "Validation / test queries per batch.")
+  flags.DEFINE_string("metrics_json", None, "Required: where to write the run's metrics (JSON). "
+                      "--out is an alias (every bench script takes --out).")
+  flags.DEFINE_alias("out", "metrics_json")
+  flags.DEFINE_bool("progress", False, "A line per step (on stderr) besides the line per epoch.")
+  flags.mark_flag_as_required("metrics_json")
 
 
 def _torch():
@@ -270,4 +275,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)
