@@ -46,7 +46,7 @@ import pathlib
 import subprocess
 import sys
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SIDES = ("tf_keras", "keras3_jax", "keras3_tf", "keras3_torch", "paper")

@@ -17,7 +17,6 @@ import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow load
 import tensorflow as tf
 
 from tfrs_logq.core import ops as ops_lib
-from tfrs_logq.core import ranking
 from tfrs_logq.core import top_k as top_k_lib
 from tfrs_logq.core.ranking import (  # noqa: F401  (re-exported: the numpy metrics)
     EMPTY_SLOT, PAD_ID, History, as_item_table, as_queries, filter_rated,

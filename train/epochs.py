@@ -195,9 +195,8 @@ class EpochLoop:
   object with ``update(n, values)``; optionally ``after_first_epoch()``.
   """
 
-  def __init__(self, trainer, phases: Optional[Phases] = None, read_every: int = 10,
-               chief: bool = True):
-    self.trainer, self.phases, self.chief = trainer, phases or Phases(), chief
+  def __init__(self, trainer, phases: Optional[Phases] = None, read_every: int = 10):
+    self.trainer, self.phases = trainer, phases or Phases()
     self.read_every = max(1, int(read_every))
     self._first_step_done = False
 

@@ -62,8 +62,6 @@ import logging
 import os
 import time
 
-import numpy as np
-
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 
@@ -366,7 +364,7 @@ class Trainer:
           checkpoint=self._checkpoint_info()) from e
 
   def _run(self, history, started: float) -> dict:
-    paused = epochs.EpochLoop(self, self.phases, chief=self.chief).run(history, started)
+    paused = epochs.EpochLoop(self, self.phases).run(history, started)
     return paused if paused is not None else self.finish(history)
 
   # ------------------------------------------- the epoch loop's interface (train.epochs)
