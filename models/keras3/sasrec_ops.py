@@ -30,8 +30,8 @@ import numpy as np
 from keras import ops
 
 __all__ = ["NEG_INF", "TOKEN_BUCKETS", "Tokens", "attention_biases", "batch_tokens",
-           "block_bounds", "causal_attention", "from_grid", "to_grid", "token_index",
-           "with_token_index"]
+           "block_bounds", "causal_attention", "from_grid", "likely_capacities", "to_grid",
+           "token_index", "with_token_index"]
 
 NEG_INF = -1e9
 TOKEN_BUCKETS = 8      # compiled token capacities per batch shape (module docstring)
@@ -122,6 +122,35 @@ def token_index(inputs, buckets: Optional[int] = TOKEN_BUCKETS) -> Tokens:
   slots[rows] = np.arange(count, dtype=np.int32)
   rows = np.concatenate([rows, np.full(capacity - count, n, np.int32)])
   return Tokens(rows, slots.reshape(valid.shape))
+
+
+def likely_capacities(lengths, batch_size: int, max_len: int,
+                      buckets: Optional[int] = TOKEN_BUCKETS, z: float = 6.0) -> list:
+  """The token capacities C (`token_index`) that batches of ``batch_size`` rows drawn without
+  replacement from sequences of ``lengths`` (their training inputs, before the window) reach,
+  except with a probability below the normal tail at ``z`` (z = 6: ~1e-9 a batch): the count
+  T = sum of min(length, max_len) over the batch has mean B mu and variance
+  B sigma^2 (N - B) / (N - 1); every C of a T in mean +- z sd (within the smallest and largest
+  possible T) is listed, ascending, so a run can compile them all at its start."""
+  t = np.minimum(np.asarray(lengths, np.int64), int(max_len))
+  n_rows, b = t.size, int(batch_size)
+  if n_rows == 0 or b <= 0:
+    raise ValueError(f"likely_capacities needs sequences and a batch size, got {n_rows}, {b}")
+  b = min(b, n_rows)
+  ordered = np.sort(t)
+  low, high = int(ordered[:b].sum()), int(ordered[-b:].sum())
+  mean = b * float(t.mean())
+  sd = math.sqrt(max(b * float(t.var()) * (n_rows - b) / max(n_rows - 1, 1), 0.0))
+  lo = max(low, int(math.floor(mean - z * sd)))
+  hi = min(high, int(math.ceil(mean + z * sd)))
+  grid = int(batch_size) * int(max_len)
+  if not buckets:
+    return list(range(max(lo, 1), hi + 1))
+  quantum = -(-grid // int(buckets))
+  caps = {min(max(-(-count // quantum), 1) * quantum, grid)
+          for count in range(lo, hi + 1, max(1, quantum // 2))}
+  caps.update(min(max(-(-count // quantum), 1) * quantum, grid) for count in (lo, hi))
+  return sorted(caps)
 
 
 def with_token_index(batch: dict, buckets: Optional[int] = TOKEN_BUCKETS) -> dict:

@@ -9,7 +9,9 @@ with ``shuffle_rng="tensorflow"`` (the default) the tf-keras trainer's batches
 TensorFlow; with --negatives=midx the epoch starts by refreshing the MIDX index
 from the current item table (`objective.RetrievalModel.refresh_index`, the tf-keras trainer's
 schedule); each step updates a streaming frequency estimator with the batch's
-positives, then runs the compiled Keras step (``train_on_batch``: objective, gradients, Adam).
+positives, then runs the compiled Keras step (objective, gradients, Adam): on jax the model's
+``train_step`` compiled once with its state kept on the device and its loss read every 10 steps
+(`train.keras3.jax_step`), elsewhere ``train_on_batch``.
 With --sasrec_pack_tokens (the default, as python -m train) each batch carries its token index
 (`models.keras3.sasrec_ops.with_token_index`, computed here on the host: "token_rows" [C],
 "token_slots" [B, L]) and the encoder's per-token layers run on the packed non-padding tokens (at
@@ -128,6 +130,11 @@ class Trainer:
         self.report("--sasrec_pack_tokens: off under --strategy=mirrored (the token index is "
                     "the whole batch's, the batch is split by rows): the padded encoder")
     self.pack_tokens = bool(cfg.sasrec_pack_tokens) and self.distribution is None
+    self.jax_step = None   # train.keras3.jax_step on jax without data parallelism
+    if keras.backend.backend() == "jax" and self.distribution is None:
+      from train.keras3 import jax_step  # pylint: disable=g-import-not-at-top
+      self.jax_step = jax_step.JaxStep(self.model, outside=self.estimator.variables,
+                                       counter=self.model.optimizer.nonfinite_steps)
     self.epoch = self.step = self.best_epoch = self.bad_epochs = 0
     self._saved = None   # (epoch, step) of the last checkpoint on disk
     self.best_metric = -1.0
@@ -185,13 +192,23 @@ class Trainer:
 
   def train_step(self, batch):
     """One step: the estimator's update, then the compiled Keras step; returns (its loss, its
-    mean weight w, whether every gradient was finite)."""
+    mean weight w, whether every gradient was finite). On jax (not data parallel) the values
+    are device scalars and the state stays on the device until `sync_state`
+    (`train.keras3.jax_step`); elsewhere ``train_on_batch`` (numpy, a host synchronisation)."""
     objective_lib.update_estimator(self.cfg, self.estimator, batch)
+    self.step += 1
+    if self.jax_step is not None:
+      logs = self.jax_step(batch)
+      return logs["loss"], logs["mean_weight"], logs["finite"]
     self.model.reset_metrics()
     logs = self.model.train_on_batch(batch, return_dict=True)
-    self.step += 1
     finite_grads = self.model.optimizer.nonfinite_count() == 0
     return float(logs["loss"]), float(logs["mean_weight"]), finite_grads
+
+  def sync_state(self) -> None:
+    """The device state of the jax step written into the Keras variables (a no-op elsewhere)."""
+    if self.jax_step is not None:
+      self.jax_step.sync()
 
   def validate(self, split_name: str = "val") -> dict:
     """Exact Recall/NDCG@10,20 of the encoder on a split (`train.validation`'s metrics)."""
@@ -226,10 +243,35 @@ class Trainer:
     not all finite yields a NaN loss (the loop stops there). The batches are built ahead by a
     background thread (`train.epochs.prefetch`); each new input shape is logged (`ShapeLog`:
     with --sasrec_pack_tokens at most 8 packed sizes per batch shape, each compiled once)."""
+    if self.jax_step is not None:
+      self.jax_step.load()   # the variables as restored / refreshed (begin_epoch)
     for batch in epochs.prefetch(self.epoch_batches(epoch), depth=2):
+      if self.jax_step is not None and not self.jax_step.programs:
+        self.precompile(batch)
       self.shape_log.seen(batch, self.step + 1)
       loss, w, finite_grads = self.train_step(batch)
-      yield (loss if finite_grads else float("nan")), w, self.step
+      if isinstance(finite_grads, (bool, np.bool_)):
+        yield (loss if finite_grads else float("nan")), w, self.step
+      else:   # device scalars: NaN where a gradient was not finite, read every k steps
+        yield ops.where(finite_grads, loss, float("nan")), w, self.step
+    self.sync_state()
+
+  def precompile(self, batch: dict) -> None:
+    """Compiles the jax step for every input shape the run is likely to see, from its first
+    batch: with --sasrec_pack_tokens every token capacity a batch reaches except with
+    probability ~1e-9 (`models.keras3.sasrec_ops.likely_capacities`), the first batch's first;
+    traced now, compiled in the background (`train.keras3.jax_step`)."""
+    examples = [batch]
+    if self.pack_tokens:
+      _, starts, ends = batches_lib.sasrec_sequences(self.data)
+      capacities = sasrec_ops.likely_capacities(ends - starts - 1, self.cfg.batch_size,
+                                                self.cfg.max_len)
+      first = batch["token_rows"].shape[0]
+      examples += [dict(batch, token_rows=np.zeros((c,), np.int32))
+                   for c in capacities if c != first]
+      self.report(f"compiling the step for {len(examples)} token capacities "
+                  f"{sorted({first, *capacities})} at the start (in the background)")
+    self.jax_step.precompile(examples)
 
   def progbar(self, steps: int):
     return keras.utils.Progbar(steps, verbose=1 if self.cfg.progress else 0,
@@ -288,6 +330,8 @@ class Trainer:
         result["export"] = export(self.encoder, cfg.export_dir, cfg, self.data, self.report)
     result["phases"] = self.phases.as_dict()
     result["step_shapes"] = self.shape_log.shapes
+    if self.jax_step is not None:   # compiled step programs: all, and those not precompiled
+      result["step_programs"] = dict(compiled=self.jax_step.programs, late=self.jax_step.late)
     epochs.write_metrics(result, cfg)
     return result
 

@@ -30,7 +30,8 @@ TINY = ["--dataset=synthetic", "--synthetic_users=60", "--synthetic_items=50",
 
 # From the third step on (global step 2 done), the loss gets + p * sqrt(0 * sum(E_out) + 1 - p)
 # with p = 1: its value is 0 (the loss stays finite), its gradient d/dE_out = inf * 0 = NaN.
-# p is a non-trainable model variable the patched train_step sets, so the compiled step reads it.
+# p comes from a non-trainable step counter the training call increments, so the compiled step
+# computes it from its own state (the jax step keeps the state on the device between steps).
 NAN_GRADIENT = """
 import runpy
 from train.keras3 import settings
@@ -40,26 +41,22 @@ from train.keras3 import objective
 import keras
 from keras import ops
 
-init, call, step = (objective.RetrievalModel.__init__, objective.RetrievalModel.call,
-                    trainer.Trainer.train_step)
+init, call = objective.RetrievalModel.__init__, objective.RetrievalModel.call
 
 def patched_init(self, *args, **kwargs):
   init(self, *args, **kwargs)
-  self.poison = keras.Variable(0.0, trainable=False, name="poison")
+  self.calls = keras.Variable(0.0, trainable=False, name="calls")
 
 def patched_call(self, batch, training=False):
   loss, weight, valid = call(self, batch, training=training)
-  z = ops.sum(self.encoder.all_item_embeddings()) * 0.0 + (1.0 - self.poison)
-  return loss + self.poison * ops.sqrt(z), weight, valid
-
-def patched_step(self, batch):
-  if self.step >= 2:
-    self.model.poison.assign(1.0)
-  return step(self, batch)
+  if training:
+    self.calls.assign_add(1.0)
+  poison = ops.cast(ops.greater_equal(self.calls, 3.0), "float32")
+  z = ops.sum(self.encoder.all_item_embeddings()) * 0.0 + (1.0 - poison)
+  return loss + poison * ops.sqrt(z), weight, valid
 
 objective.RetrievalModel.__init__ = patched_init
 objective.RetrievalModel.call = patched_call
-trainer.Trainer.train_step = patched_step
 runpy.run_module("train.keras3", run_name="__main__", alter_sys=True)
 """
 

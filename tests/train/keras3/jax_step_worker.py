@@ -1,0 +1,43 @@
+"""Worker of test_jax_step.py (a fresh jax process): trains the same Trainer twice for a few
+steps of two epochs, once through ``train_on_batch`` (jax_step disabled) and once through
+`train.keras3.jax_step`, and prints JSON: each path's per-step (loss, w, finite) and its final
+variables' sums, plus the step count seen by the estimator. argv: the binary's flags."""
+
+import json
+import sys
+
+from train.keras3 import settings
+
+settings.select_backend()
+
+import numpy as np  # noqa: E402
+
+from train import config_flags  # noqa: E402
+from train.config import RunConfig  # noqa: E402
+from train.keras3 import trainer as trainer_lib  # noqa: E402
+
+
+def run(cfg, data, use_jax_step):
+  t = trainer_lib.Trainer(cfg, data=data, report=lambda line: None, shuffle_rng="numpy")
+  if not use_jax_step:
+    t.jax_step = None
+  steps = []
+  for epoch in range(2):
+    t.begin_epoch(epoch)
+    for loss, w, step in t.epoch_steps(epoch):
+      steps.append([float(loss), float(w), int(step)])
+  values = [np.asarray(v.value, np.float64) for v in t.state_variables()]
+  return dict(steps=steps, sums=[float(np.sum(v)) for v in values],
+              names=[v.path for v in t.state_variables()],
+              kinds=[str(v.dtype) for v in t.state_variables()])
+
+
+def main():
+  cfg = config_flags.parse(RunConfig, sys.argv[1:])
+  data = cfg.data.load()
+  out = dict(train_on_batch=run(cfg, data, False), jax_step=run(cfg, data, True))
+  print("RESULT " + json.dumps(out))
+
+
+if __name__ == "__main__":
+  main()
