@@ -215,7 +215,9 @@ class SASRec(tf.keras.Model):
     for i, block in enumerate(self.blocks):
       x = zero(block.call_packed(x, tokens, grid_shape, attention_mask, training=training,
                                  seed=seed, salt=i + 1))
-    out = ops.to_grid(self.final_norm(x), tokens, grid_shape)
+    # H in float32 whatever the compute dtype (--mixed_precision=bfloat16): scores, log Q and
+    # the loss downstream are float32
+    out = tf.cast(ops.to_grid(self.final_norm(x), tokens, grid_shape), tf.float32)
     return out * tf.cast(valid, out.dtype)[..., None] if tokens is None else out
 
   def query_embeddings(self, features, training=False, seed=None):
@@ -235,7 +237,7 @@ class SASRec(tf.keras.Model):
 
   def item_embeddings(self, item_ids):
     """Rows of the output table E_out for ``item_ids`` (any shape) -> [..., d]."""
-    return self.output_embedding(tf.cast(item_ids, tf.int64))
+    return tf.cast(self.output_embedding(tf.cast(item_ids, tf.int64)), tf.float32)
 
   def all_item_embeddings(self):
     """The full output table [num_items + 1, d] (row 0 = padding)."""

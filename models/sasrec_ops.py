@@ -120,10 +120,12 @@ def causal_attention(q, k, v, mask: AttentionMask, num_heads: int, rate, trainin
   outs = []
   for i, (a, b, bias) in enumerate(mask.blocks):
     qi, ki, vi = (q, k, v) if b is None else (q[..., a:b, :], k[..., :b, :], v[..., :b, :])
-    logits = tf.matmul(qi, ki, transpose_b=True) + (bias[:, None] if h > 1 else bias)
+    # logits and softmax in float32 whatever the compute dtype (bfloat16: --mixed_precision)
+    logits = tf.cast(tf.matmul(qi, ki, transpose_b=True), tf.float32) + tf.cast(
+        bias[:, None] if h > 1 else bias, tf.float32)
     attn = stateless_dropout(tf.nn.softmax(logits, axis=-1), rate, training, seed,
                              salt + _BLOCK_SALT * i)
-    outs.append(tf.matmul(attn, vi))
+    outs.append(tf.matmul(tf.cast(attn, vi.dtype), vi))
   ctx = outs[0] if len(outs) == 1 else tf.concat(outs, axis=-2)
   if h > 1:
     ctx = tf.transpose(ctx, [0, 2, 1, 3])
@@ -181,12 +183,12 @@ def to_grid(x, tokens: Optional[Tokens], grid_shape):
 
   @tf.custom_gradient
   def gather(x):
-    xz = x if live is None else x * live
+    xz = x if live is None else x * tf.cast(live, x.dtype)
     y = tf.gather(tf.pad(xz, [[0, 1], [0, 0]]), slots)                 # row C: zeros
 
     def grad(dy):
       g = tf.gather(dy, rows)
-      return g if live is None else g * live
+      return g if live is None else g * tf.cast(live, g.dtype)
     return y, grad
   return tf.reshape(gather(x), shape)
 
@@ -201,7 +203,7 @@ def from_grid(g, tokens: Optional[Tokens]):
   @tf.custom_gradient
   def gather(flat):
     def grad(dy):
-      dz = dy if live is None else dy * live
+      dz = dy if live is None else dy * tf.cast(live, dy.dtype)
       return tf.gather(tf.pad(dz, [[0, 1], [0, 0]]), slots)
     return tf.gather(flat, rows), grad
   return gather(flat)

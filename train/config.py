@@ -150,6 +150,11 @@ class RunConfig:
       "have selected (bench/patience_check.py). Costs one test evaluation per epoch.")
   seed: int = setting(0, "Seed of initialisation, data order, negatives and dropout.")
   jit_compile: bool = setting(False, "Compile the SASRec encoder and scoring with XLA.")
+  mixed_precision: str = setting(
+      "float32", "float32, or bfloat16: the encoder computes in bfloat16 (its weights, the "
+      "optimizer and the item table stay float32), the queries, item embeddings, scores, log Q "
+      "and the loss in float32. Measured beside float32 in docs/results/time_to_converge/.",
+      choices=("float32", "bfloat16"))
   jit_compile_step: bool = setting(
       False, "Compile the whole train step (objective, gradients, optimizer, estimator update) "
       "into one static-shape XLA program (single device or TPU; MirroredStrategy on GPUs).")
@@ -248,6 +253,9 @@ class RunConfig:
         self.loss == "sampled_softmax":
       raise ValueError("strategy=parameter_server does not support negatives=midx (the MIDX "
                        "index is refreshed from the whole table on one process)")
+    if self.mixed_precision != "float32" and self.model != "sasrec":
+      raise ValueError(f"mixed_precision={self.mixed_precision} is implemented for the SASRec "
+                       f"encoder; model={self.model} trains in float32")
     if self.strategy == "tpu" and self.tpu is None:
       raise ValueError("strategy=tpu needs tpu (a name, an address or 'local')")
     return self

@@ -57,6 +57,7 @@ Messages for the user (the resumed checkpoint, one line per epoch) go to ``repor
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -134,6 +135,19 @@ EXIT_PAUSED = 3
 EXIT_PS_LOST = 4
 
 
+@contextlib.contextmanager
+def precision(cfg: RunConfig):
+  """Layers built inside compute in --mixed_precision (bfloat16: the "mixed_bfloat16" policy,
+  float32 weights); the global policy is restored after."""
+  previous = tf.keras.mixed_precision.global_policy()
+  tf.keras.mixed_precision.set_global_policy(
+      "mixed_bfloat16" if cfg.mixed_precision == "bfloat16" else "float32")
+  try:
+    yield
+  finally:
+    tf.keras.mixed_precision.set_global_policy(previous)
+
+
 def build_model(cfg: RunConfig, data):
   """The query model of --model (the `models` query-model interface)."""
   if cfg.model == "sasrec":
@@ -174,7 +188,8 @@ class Trainer:
     self.steps_per_epoch = cfg.steps_per_epoch or max(
         1, len(self.data.train_sequences) // cfg.batch_size)
     with self.strategy.scope():
-      self.model = build_model(cfg, self.data).build_all()
+      with precision(cfg):
+        self.model = build_model(cfg, self.data).build_all()
       self.optimizer = (LazyAdam(cfg.learning_rate) if cfg.table_optimizer == "lazy_adam"
                         else tf.keras.optimizers.Adam(cfg.learning_rate))
       self.optimizer.build(self.model.trainable_variables)

@@ -139,7 +139,8 @@ class SASRec(keras.Model):
     biases = sasrec_ops.attention_biases(valid, self.attention_blocks)
     for block in self.blocks:
       x = block.run_block(x, biases, mask, training=training)
-    return self.final_norm(x) * mask
+    # H in float32 whatever the compute dtype (--mixed_precision=bfloat16)
+    return ops.cast(self.final_norm(x), "float32") * mask
 
   def _encode_packed(self, ids, valid, tokens, training):
     """`encode` with the per-token layers on the packed rows (module docstring)."""
@@ -158,7 +159,7 @@ class SASRec(keras.Model):
     biases = sasrec_ops.attention_biases(valid, self.attention_blocks)
     for block in self.blocks:
       x = block.run_block(x, biases, None, training=training, tokens=tokens)
-    return sasrec_ops.to_grid(self.final_norm(x), tokens)
+    return sasrec_ops.to_grid(ops.cast(self.final_norm(x), "float32"), tokens)
 
   # --------------------------------------------------------------------- query-model interface
   def query_embeddings(self, features, training=False):
@@ -175,7 +176,7 @@ class SASRec(keras.Model):
 
   def item_embeddings(self, item_ids):
     """Rows of the output table E_out for ``item_ids`` (any shape) -> [..., d]."""
-    return self.output_embedding(ops.cast(item_ids, "int32"))
+    return ops.cast(self.output_embedding(ops.cast(item_ids, "int32")), "float32")
 
   def all_item_embeddings(self):
     """The full output table [num_items + 1, d] (row 0 = padding)."""

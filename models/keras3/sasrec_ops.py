@@ -80,11 +80,13 @@ def causal_attention(q, k, v, biases, num_heads: int, dropout=None, training=Fal
   outs = []
   for a, b, bias in biases:
     qi, ki, vi = (q, k, v) if b is None else (q[..., a:b, :], k[..., :b, :], v[..., :b, :])
-    logits = ops.matmul(qi, ops.swapaxes(ki, -1, -2)) + (bias[:, None] if h > 1 else bias)
+    # logits and softmax in float32 whatever the compute dtype (bfloat16: --mixed_precision)
+    logits = ops.cast(ops.matmul(qi, ops.swapaxes(ki, -1, -2)), "float32") + ops.cast(
+        bias[:, None] if h > 1 else bias, "float32")
     attn = ops.softmax(logits, axis=-1)
     if dropout is not None:
       attn = dropout(attn, training=training)
-    outs.append(ops.matmul(attn, vi))
+    outs.append(ops.matmul(ops.cast(attn, vi.dtype), vi))
   ctx = outs[0] if len(outs) == 1 else ops.concatenate(outs, axis=-2)
   if h > 1:
     ctx = ops.transpose(ctx, (0, 2, 1, 3))

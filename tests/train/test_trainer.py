@@ -191,3 +191,44 @@ def test_interrupt_between_an_epochs_end_and_its_save_saves_it_and_resumes(tiny,
   assert lines[0].startswith(f"resumed from {tmp_path / 'run' / 'ckpt' / 'ckpt-2'}: epoch 1, "
                              "step 2")
   assert result["global_step"] == 4 and [h["epoch"] for h in result["history"]] == [1, 2]
+
+
+@pytest.mark.parametrize("jit_compile", [False, True])
+def test_mixed_precision_bfloat16(tiny, tmp_path, jit_compile):
+  """--mixed_precision=bfloat16: the SASRec layers compute in bfloat16 with float32 weights, the
+  training queries and item embeddings (so the scores, log Q and the loss) are float32, the
+  global policy is float32 again after the build, and the first steps' losses are finite, close
+  to float32's and not equal to them (bfloat16 is used); eager and XLA encoders."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from train.trainer import Trainer  # pylint: disable=g-import-not-at-top
+  runs = {}
+  for precision in ("float32", "bfloat16"):
+    cfg = RunConfig.create(
+        model="sasrec", max_len=8, embedding_dim=8, num_blocks=1, dropout=0.0, batch_size=8,
+        num_negatives=8, logq="corrected", steps_per_epoch=3, epochs=1, progress=False,
+        jit_compile=jit_compile, mixed_precision=precision,
+        model_dir=str(tmp_path / precision))
+    trainer = Trainer(cfg, data=tiny, strategy=tf.distribute.get_strategy())
+    assert tf.keras.mixed_precision.global_policy().name == "float32"
+    layers = [layer for layer in trainer.model._flatten_layers()  # pylint: disable=protected-access
+              if isinstance(layer, tf.keras.layers.Dense)]
+    assert layers
+    assert {layer.compute_dtype for layer in layers} == {precision}
+    assert {layer.kernel.dtype for layer in layers} == {tf.float32}
+    batches = list(trainer.distributed_epoch(0))
+    tq = trainer.model.training_queries(batches[0], training=False)
+    assert tq.queries.dtype == tf.float32
+    assert trainer.model.item_embeddings(tq.positive_ids).dtype == tf.float32
+    losses = [float(trainer.train_step(batch)[0]) for batch in batches]
+    runs[precision] = (tq.queries.numpy(), np.array(losses))
+  (q32, l32), (q16, l16) = runs["float32"], runs["bfloat16"]
+  assert np.all(np.isfinite(l16)) and np.max(np.abs(q16 - q32)) > 1e-4
+  np.testing.assert_allclose(q16, q32, atol=0.1)
+  np.testing.assert_allclose(l16, l32, rtol=2e-2)
+
+
+def test_mixed_precision_is_for_sasrec():
+  with pytest.raises(ValueError, match="mixed_precision=bfloat16"):
+    RunConfig.create(model="two_tower", mixed_precision="bfloat16")
+  with pytest.raises(ValueError):
+    RunConfig.create(mixed_precision="float16")

@@ -34,7 +34,7 @@ from typing import Dict, List, Sequence, Tuple
 import jax
 import jax.numpy as jnp
 
-__all__ = ["JaxStep", "shape_key"]
+__all__ = ["JaxStep", "on_accelerator", "shape_key"]
 
 
 class JaxStep:
@@ -151,6 +151,11 @@ class JaxStep:
   def programs(self) -> int:
     """The number of step programs compiled or compiling."""
     return len(self._programs)
+
+
+def on_accelerator() -> bool:
+  """True when jax's default device is not the CPU (a GPU or TPU)."""
+  return jax.default_backend() != "cpu"
 
 
 def shape_key(batch: Dict) -> Tuple:

@@ -84,12 +84,19 @@ class Candidates(NamedTuple):
 
 
 def build_encoder(cfg, num_items: int) -> SASRec:
-  """The Keras 3 SASRec of the run's settings."""
-  return SASRec(num_items, max_len=cfg.max_len, embedding_dim=cfg.embedding_dim,
-                num_blocks=cfg.num_blocks, num_heads=cfg.num_heads, dropout=cfg.dropout,
-                temperature=cfg.temperature, seed=cfg.seed, block_style=cfg.sasrec_block,
-                tie_embeddings=cfg.tie_embeddings, attention_blocks=cfg.sasrec_attention_blocks,
-                name="sasrec")
+  """The Keras 3 SASRec of the run's settings; with --mixed_precision=bfloat16 its layers
+  compute in bfloat16 ("mixed_bfloat16": float32 weights, H cast to float32)."""
+  previous = keras.config.dtype_policy()
+  keras.config.set_dtype_policy("mixed_bfloat16" if cfg.mixed_precision == "bfloat16"
+                                else "float32")
+  try:
+    return SASRec(num_items, max_len=cfg.max_len, embedding_dim=cfg.embedding_dim,
+                  num_blocks=cfg.num_blocks, num_heads=cfg.num_heads, dropout=cfg.dropout,
+                  temperature=cfg.temperature, seed=cfg.seed, block_style=cfg.sasrec_block,
+                  tie_embeddings=cfg.tie_embeddings,
+                  attention_blocks=cfg.sasrec_attention_blocks, name="sasrec")
+  finally:
+    keras.config.set_dtype_policy(previous)
 
 
 def build_estimator(cfg, data):

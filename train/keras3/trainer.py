@@ -135,6 +135,10 @@ class Trainer:
       from train.keras3 import jax_step  # pylint: disable=g-import-not-at-top
       self.jax_step = jax_step.JaxStep(self.model, outside=self.estimator.variables,
                                        counter=self.model.optimizer.nonfinite_steps)
+    # Every likely step shape compiled at the start, in the background, on an accelerator (the
+    # host's cores are free while the device trains); on a CPU the compilations would take the
+    # training's cores, for shapes that may never come: there each compiles when it first comes.
+    self.precompile_shapes = self.jax_step is not None and jax_step.on_accelerator()
     self.epoch = self.step = self.best_epoch = self.bad_epochs = 0
     self._saved = None   # (epoch, step) of the last checkpoint on disk
     self.best_metric = -1.0
@@ -246,7 +250,7 @@ class Trainer:
     if self.jax_step is not None:
       self.jax_step.load()   # the variables as restored / refreshed (begin_epoch)
     for batch in epochs.prefetch(self.epoch_batches(epoch), depth=2):
-      if self.jax_step is not None and not self.jax_step.programs:
+      if self.jax_step is not None and self.precompile_shapes and not self.jax_step.programs:
         self.precompile(batch)
       self.shape_log.seen(batch, self.step + 1)
       loss, w, finite_grads = self.train_step(batch)

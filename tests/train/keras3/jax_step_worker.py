@@ -1,7 +1,8 @@
 """Worker of test_jax_step.py (a fresh jax process): trains the same Trainer twice for a few
 steps of two epochs, once through ``train_on_batch`` (jax_step disabled) and once through
-`train.keras3.jax_step`, and prints JSON: each path's per-step (loss, w, finite) and its final
-variables' sums, plus the step count seen by the estimator. argv: the binary's flags."""
+`train.keras3.jax_step` with every likely token capacity precompiled, and prints JSON: each
+path's per-step (loss, w, global step), its final variables' sums and names, and the jax step's
+program counts. argv: the binary's flags."""
 
 import json
 import sys
@@ -21,13 +22,16 @@ def run(cfg, data, use_jax_step):
   t = trainer_lib.Trainer(cfg, data=data, report=lambda line: None, shuffle_rng="numpy")
   if not use_jax_step:
     t.jax_step = None
+  t.precompile_shapes = use_jax_step   # (off on a CPU by default: exercised here)
   steps = []
   for epoch in range(2):
     t.begin_epoch(epoch)
     for loss, w, step in t.epoch_steps(epoch):
       steps.append([float(loss), float(w), int(step)])
   values = [np.asarray(v.value, np.float64) for v in t.state_variables()]
-  return dict(steps=steps, sums=[float(np.sum(v)) for v in values],
+  programs = (dict(compiled=t.jax_step.programs, late=t.jax_step.late)
+              if t.jax_step is not None else None)
+  return dict(steps=steps, sums=[float(np.sum(v)) for v in values], programs=programs,
               names=[v.path for v in t.state_variables()],
               kinds=[str(v.dtype) for v in t.state_variables()])
 

@@ -1,6 +1,6 @@
 """`train.keras3.jax_step`: the jax trainer's step with its state kept on the device (no host
-synchronisation per step) gives, step by step, the losses and mean weights of ``train_on_batch``
-and, after two epochs (a sync and a reload between them), the same value of every variable the
+synchronisation per step; every likely token capacity compiled at the start, none late) gives,
+step by step, the losses and mean weights of ``train_on_batch`` and, after two epochs (a sync and a reload between them), the same value of every variable the
 run changes (model, estimator, samplers' and dropouts' seeds, optimizer), with a streaming
 estimator and the corrected loss (fresh jax process, jax_step_worker.py)."""
 
@@ -43,3 +43,4 @@ def test_jax_step_equals_train_on_batch(tmp_path):
   assert any("frequency/" in n for n in lean["names"])
   assert any("seed_generator" in n for n in lean["names"])
   np.testing.assert_allclose(lean["sums"], reference["sums"], rtol=0, atol=0)
+  assert lean["programs"]["compiled"] >= 2 and lean["programs"]["late"] == 0
