@@ -111,6 +111,9 @@ class RunConfig:
   frequency: str = setting(
       "exact", "Q(d) estimator: exact training counts, or streaming hash_array / count_min "
       "(updated every step with the global batch's positives).", choices=FREQUENCIES)
+  frequency_seed: Optional[int] = setting(
+      None, "Seed of the streaming estimators' hash functions (hash_array, count_min); "
+      "default: --seed. One value for several runs lets their steps be one program (--seeds).")
   frequency_buckets: int = setting(
       0, "Hash-array size H / count-min width (0 = max(1024, 4 x (number of items + 1))).")
   frequency_min_count: float = setting(

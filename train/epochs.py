@@ -200,6 +200,16 @@ class EpochLoop:
     self.read_every = max(1, int(read_every))
     self._first_step_done = False
 
+  def done(self) -> bool:
+    """True when the trainer has finished its epochs or stopped early."""
+    state, cfg = self.trainer.get_state(), self.trainer.cfg
+    return state["epoch"] >= cfg.epochs or state["bad_epochs"] >= cfg.early_stopping_patience
+
+  def epoch(self, trainer, history: List[dict]) -> None:
+    """One epoch of ``trainer`` (the loop's trainer, or a view of it whose ``epoch_steps``
+    replays steps that ran elsewhere, `train.keras3.seeds`)."""
+    self._epoch(trainer.get_state(), history, trainer)
+
   def run(self, history: List[dict], started: float) -> Optional[dict]:
     """Trains until early stopping or --epochs; returns the trainer's pause result when the
     time budget ends first, else None (the caller finishes)."""
@@ -208,7 +218,7 @@ class EpochLoop:
     first_epoch = True
     while True:
       state = t.get_state()
-      if state["epoch"] >= cfg.epochs or state["bad_epochs"] >= cfg.early_stopping_patience:
+      if self.done():
         return None
       if (cfg.time_budget_minutes and last_wall is not None
           and time.time() + last_wall > started + 60.0 * cfg.time_budget_minutes):
@@ -220,9 +230,8 @@ class EpochLoop:
       first_epoch = False
       last_wall = time.time() - epoch_start
 
-  def _steps(self, e: int) -> Tuple[float, float, int, float]:
-    """Runs epoch e's steps; (loss sum, weight sum, steps, seconds)."""
-    t = self.trainer
+  def _steps(self, e: int, t) -> Tuple[float, float, int, float]:
+    """Runs epoch e's steps of trainer t; (loss sum, weight sum, steps, seconds)."""
     bar = t.progbar(t.steps_per_epoch)
     pending: List[tuple] = []
     totals = [0.0, 0.0, 0]
@@ -254,11 +263,12 @@ class EpochLoop:
     self.phases.add("steps", time.perf_counter() - tick)
     return totals[0], totals[1], totals[2], time.time() - start
 
-  def _epoch(self, state: dict, history: List[dict]) -> None:
-    t, cfg, e = self.trainer, self.trainer.cfg, state["epoch"]
+  def _epoch(self, state: dict, history: List[dict], trainer=None) -> None:
+    t = self.trainer if trainer is None else trainer
+    cfg, e = t.cfg, state["epoch"]
     epoch_start = time.time()
     t.begin_epoch(e)
-    loss_sum, weight_sum, n, seconds = self._steps(e)
+    loss_sum, weight_sum, n, seconds = self._steps(e, t)
     with self.phases("validation"):
       metrics = t.validate("val")
     if cfg.test_curve:   # recorded only: selection stays on validation

@@ -60,6 +60,9 @@ flags.DEFINE_enum("shuffle_rng", batches.SHUFFLE_RNGS[0], list(batches.SHUFFLE_R
                   "= tf.data's stateless shuffle, python -m train's batches for the same --seed "
                   "(needs TensorFlow installed); numpy = numpy's generator keyed by the seed "
                   "(another order; no TensorFlow needed).")
+flags.DEFINE_list("seeds", [], "Train these seeds as one compiled jax program "
+                  "(train.keras3.seeds): one run per seed in <model_dir>/seed<s>, as separate "
+                  "runs with --seed=s and --nosasrec_pack_tokens write; --seed is ignored.")
 cli.declare_verbosity_flag()
 
 
@@ -83,6 +86,9 @@ def main(argv):
   with cli.bad_input():  # a missing or malformed data file, data that contradicts the flags
     data = cfg.data.load()
   os.makedirs(cfg.model_dir, exist_ok=True)
+  if FLAGS.seeds:
+    _run_seeds(cfg, data, trainer_lib)
+    return
   with cli.bad_input():   # e.g. a checkpoint of another configuration in --model_dir
     trainer = trainer_lib.Trainer(cfg, data=data, report=_say, shuffle_rng=FLAGS.shuffle_rng)
     trainer.restore()
@@ -105,6 +111,26 @@ def main(argv):
   print(f"done: {FLAGS.backend}, step {result['global_step']}, best epoch "
         f"{result['best_epoch']}, val ndcg@10 {result['val']['ndcg@10']:.4f}, test ndcg@10 "
         f"{result['test']['ndcg@10']:.4f}", file=sys.stderr)
+
+
+def _run_seeds(cfg, data, trainer_lib) -> None:
+  """--seeds: the runs as one program (`train.keras3.seeds`); a line per finished run."""
+  from train.keras3 import seeds as seeds_lib  # pylint: disable=g-import-not-at-top
+  with cli.bad_input():
+    seeds = seeds_lib.check_seeds(cfg, [int(s) for s in FLAGS.seeds], FLAGS.backend)
+    runs = seeds_lib.SeedRuns(
+        cfg, data, seeds, report=_say,
+        make_trainer=lambda c, d, r: trainer_lib.Trainer(c, data=d, report=r,
+                                                         shuffle_rng=FLAGS.shuffle_rng))
+  try:
+    results = runs.run()
+  except trainer_lib.NonFiniteError as e:
+    cli.fail(f"{e} (in the stack of seeds {','.join(map(str, seeds))}; every run keeps its "
+             "last checkpoint)", cli.EXIT_ERROR, e)
+  for seed, result in zip(seeds, results):
+    print(f"done: seed {seed}, step {result['global_step']}, best epoch {result['best_epoch']}, "
+          f"val ndcg@10 {result['val']['ndcg@10']:.4f}, test ndcg@10 "
+          f"{result['test']['ndcg@10']:.4f}", file=sys.stderr)
 
 
 def run():

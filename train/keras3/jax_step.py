@@ -90,6 +90,31 @@ class JaxStep:
     # the variables now own these arrays: the next step must not donate them
     self.load()
 
+  # ------------------------------------------- the pieces a stack of runs uses (seeds.py)
+  @property
+  def step_function(self):
+    """The pure step (trainable, carried, optimizer, outside, metrics, batch) -> (logs,
+    (trainable, carried, optimizer)), uncompiled (to be vmapped over runs)."""
+    return self._step
+
+  def carried_state(self) -> tuple:
+    """(trainable, carried non-trainable, optimizer) values; loads them if needed."""
+    if self._state is None:
+      self.load()
+    return self._state
+
+  def set_carried_state(self, state) -> None:
+    """Replaces the carried state (same structure as `carried_state`)."""
+    self._state = tuple(list(x) for x in state)
+
+  def outside_values(self) -> list:
+    """The current values of the variables updated outside the step."""
+    return [self._non_trainable[i].value for i in self._outside]
+
+  def metrics_zero(self) -> list:
+    """The metrics' values at the start of a step (zeros)."""
+    return list(self._metrics_zero)
+
   # -------------------------------------------------------------------------------- step
   def _merge(self, carried, outside):
     """The full non-trainable list from the carried values and the outside ones."""
@@ -114,8 +139,7 @@ class JaxStep:
 
   def _args(self, batch) -> tuple:
     trainable, carried, optimizer = self._state
-    outside: List = [self._non_trainable[i].value for i in self._outside]
-    return trainable, carried, optimizer, outside, self._metrics_zero, batch
+    return trainable, carried, optimizer, self.outside_values(), self._metrics_zero, batch
 
   def precompile(self, batches: Sequence[Dict]) -> int:
     """Traces the step for each example batch (arrays or `jax.ShapeDtypeStruct`s; only their

@@ -199,7 +199,7 @@ class Trainer:
     mean weight w, whether every gradient was finite). On jax (not data parallel) the values
     are device scalars and the state stays on the device until `sync_state`
     (`train.keras3.jax_step`); elsewhere ``train_on_batch`` (numpy, a host synchronisation)."""
-    objective_lib.update_estimator(self.cfg, self.estimator, batch)
+    self.estimator_update(batch)
     self.step += 1
     if self.jax_step is not None:
       logs = self.jax_step(batch)
@@ -208,6 +208,10 @@ class Trainer:
     logs = self.model.train_on_batch(batch, return_dict=True)
     finite_grads = self.model.optimizer.nonfinite_count() == 0
     return float(logs["loss"]), float(logs["mean_weight"]), finite_grads
+
+  def estimator_update(self, batch) -> None:
+    """The streaming estimator counts the batch's positives (outside the compiled step)."""
+    objective_lib.update_estimator(self.cfg, self.estimator, batch)
 
   def sync_state(self) -> None:
     """The device state of the jax step written into the Keras variables (a no-op elsewhere)."""

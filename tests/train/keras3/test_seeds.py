@@ -1,0 +1,95 @@
+"""`python -m train.keras3 --backend=jax --seeds=0,1,2`: three seeds as one program give, run by
+run, what three separate runs (--seed=s --nosasrec_pack_tokens --frequency_seed=0, the same other flags) write:
+the same per-epoch losses, validation metrics, best epoch, early stop and test metrics within
+float tolerance (vmap changes the summation order), each in its own <model_dir>/seed<s> with
+metrics.json and a checkpoint; different seeds really differ. Rerunning the same --seeds command
+after it finished trains nothing more. Flags that cannot be stacked are refused."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+
+TINY = ["--dataset=synthetic", "--synthetic_users=60", "--synthetic_items=50",
+        "--synthetic_min_len=5", "--synthetic_max_len=20", "--max_len=20", "--embedding_dim=16",
+        "--num_blocks=1", "--num_negatives=8", "--batch_size=16", "--eval_batch_size=60",
+        "--learning_rate=0.01", "--noprogress", "--logq=corrected", "--frequency=hash_array",
+        "--steps_per_epoch=3", "--epochs=4", "--early_stopping_patience=2", "--dropout=0.2",
+        "--shuffle_rng=numpy"]
+
+
+def _env():
+  env = {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS", "KERAS_BACKEND")}
+  env.update(PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="",
+             TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="jax")
+  return env
+
+
+def _binary(*args):
+  return subprocess.run([sys.executable, "-m", "train.keras3", "--backend=jax", *TINY, *args],
+                        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=900)
+
+
+def _metrics(folder):
+  return json.loads((pathlib.Path(folder) / "metrics.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+  root = tmp_path_factory.mktemp("seeds")
+  stacked = _binary("--seeds=0,1,2", f"--model_dir={root / 'stacked'}")
+  assert stacked.returncode == 0, stacked.stderr[-3000:]
+  separate = {}
+  for seed in (0, 1, 2):
+    proc = _binary(f"--seed={seed}", "--nosasrec_pack_tokens", "--frequency_seed=0",
+                   f"--model_dir={root / 'separate' / str(seed)}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    separate[seed] = _metrics(root / "separate" / str(seed))
+  return root, stacked, separate
+
+
+def test_each_seed_equals_its_separate_run(runs):
+  root, stacked, separate = runs
+  assert stacked.stderr.count("done: seed") == 3
+  tests = []
+  for seed in (0, 1, 2):
+    got, want = _metrics(root / "stacked" / f"seed{seed}"), separate[seed]
+    assert got["config"]["seed"] == seed and not got["config"]["sasrec_pack_tokens"]
+    assert (got["best_epoch"], got["epochs_done"], got["global_step"], got["stopped_early"]) == (
+        want["best_epoch"], want["epochs_done"], want["global_step"], want["stopped_early"])
+    for key in ("loss", "val_ndcg@10", "val_recall@20"):
+      np.testing.assert_allclose([h[key] for h in got["history"]],
+                                 [h[key] for h in want["history"]], rtol=1e-4, atol=1e-5,
+                                 err_msg=f"seed {seed} {key}")
+    for split in ("val", "test"):
+      for k in ("ndcg@10", "recall@20"):
+        np.testing.assert_allclose(got[split][k], want[split][k], rtol=1e-4, atol=1e-5)
+    assert (root / "stacked" / f"seed{seed}" / "ckpt").is_dir()
+    tests.append([h["loss"] for h in got["history"]])
+  assert not np.allclose(tests[0], tests[1]) and not np.allclose(tests[1], tests[2])
+
+
+def test_rerun_after_the_end_trains_nothing(runs):
+  root, _, _ = runs
+  before = {s: _metrics(root / "stacked" / f"seed{s}")["global_step"] for s in (0, 1, 2)}
+  again = _binary("--seeds=0,1,2", f"--model_dir={root / 'stacked'}")
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert "resumed from" in again.stdout
+  assert {s: _metrics(root / "stacked" / f"seed{s}")["global_step"] for s in (0, 1, 2)} == before
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--seeds=0,0"], "distinct seeds"),
+    (["--seeds=0,1", "--negatives=midx"], "negatives=midx"),
+    (["--seeds=0,1", "--time_budget_minutes=5"], "time_budget_minutes"),
+])
+def test_refused(flags, message, tmp_path):
+  proc = _binary(*flags, f"--model_dir={tmp_path}")
+  assert proc.returncode != 0 and message in proc.stderr, proc.stderr[-2000:]
