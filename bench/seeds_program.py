@@ -1,7 +1,7 @@
 r"""N seeds of one run: as one compiled program, as N processes at once, as N runs in a row.
 
     python -m bench.seeds_program --seeds=0,1,2 --repeats=2 \
-        --flags="--dataset=ml100k --epochs=3 --steps_per_epoch=20 --early_stopping_patience=100"
+        --flags="--dataset=movielens_raw --epochs=3 --steps_per_epoch=20 --early_stopping_patience=100"
 
 Each arrangement runs `python -m train.keras3 --backend=jax` with the same flags (plus
 --nosasrec_pack_tokens and --frequency_seed=<first seed> for the separate runs, so that all
@@ -82,7 +82,7 @@ def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--seeds", default="0,1,2")
   parser.add_argument("--repeats", type=int, default=2, help="rounds (order rotated)")
-  parser.add_argument("--flags", default="--dataset=ml100k --epochs=3 --steps_per_epoch=20 "
+  parser.add_argument("--flags", default="--dataset=movielens_raw --epochs=3 --steps_per_epoch=20 "
                       "--early_stopping_patience=100", help="the binary's flags (one string)")
   parser.add_argument("--out", default="bench/out/seeds_program")
   args = parser.parse_args(argv)
