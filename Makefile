@@ -11,10 +11,10 @@ DEMO_DIR ?= runs/demo
 # TFDS, matplotlib) + keras3 (Keras 3, keras-rs, jax[cpu]) + pytest.
 EXTRAS ?= test
 
-.PHONY: venv test demo bench clean help
+.PHONY: venv test lint demo bench clean help
 
 help:
-	@echo "make demo | make test | make bench | make clean"
+	@echo "make demo | make test | make lint | make bench | make clean"
 
 $(STAMP): setup.py
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,11 @@ venv: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# The style gate (pyproject.toml): ruff's lint rules on the tree, mypy on tfrs_logq/core.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 demo: $(STAMP)
 	bash scripts/demo.sh $(DEMO_DIR)

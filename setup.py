@@ -60,9 +60,12 @@ FAISS_REQUIRES = ["faiss-cpu==1.15.1"]
 BENCH_REQUIRES = APP_REQUIRES + KERAS3_REQUIRES + ["torch>=2.4"] + FAISS_REQUIRES
 # The suite runs the Keras 3 parity tests on the TensorFlow, JAX and PyTorch backends (torch
 # pinned to the CPU build 2.13.0, the one tested; `make test` installs it).
-# scipy: the oracle of eval/paired_stats.py's Student t (tests only; the application never imports it).
+# scipy: the oracle of eval/paired_stats.py's Student t (tests only; the application never
+# imports it).
+# The style gate of `make lint` / .ci/run (pyproject.toml: ruff's rules, mypy on tfrs_logq.core).
+LINT_REQUIRES = ["ruff==0.16.9", "mypy==2.4.0"]
 TEST_REQUIRES = (APP_REQUIRES + KERAS3_REQUIRES + ["pytest>=7", "scipy>=1.10", "torch==2.13.0"]
-                 + FAISS_REQUIRES)
+                 + FAISS_REQUIRES + LINT_REQUIRES)
 
 setuptools.setup(
     name="tfrs-logq",
@@ -73,14 +76,15 @@ setuptools.setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.10,<3.13",
     packages=setuptools.find_packages(
-        include=["tfrs_logq", "tfrs_logq.*", "models", "models.*", "train", "train.*", "eval", "bench",
-                 "bench.*"]),
+        include=["tfrs_logq", "tfrs_logq.*", "models", "models.*", "train", "train.*", "eval",
+                 "bench", "bench.*"]),
     install_requires=LIBRARY_REQUIRES,
     extras_require={
         "app": APP_REQUIRES,
         "test": TEST_REQUIRES,
         "keras3": KERAS3_REQUIRES,
         "bench": BENCH_REQUIRES,
+        "lint": LINT_REQUIRES,
     },
     entry_points={
         "console_scripts": [

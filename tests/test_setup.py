@@ -90,9 +90,11 @@ def test_app_extra_provides_what_the_application_imports():
     assert not missing, f"{package}/keras3 imports {missing}, in no requirement of .[app,keras3]"
   # The suite = the application + the Keras 3 path's parity tests (JAX and PyTorch backends) +
   # pytest + scipy (an oracle only) + faiss-cpu (tests/bench/test_serving_scale.py runs the
-  # ScaNN-vs-FAISS bench end to end).
+  # ScaNN-vs-FAISS bench end to end) + the style gate's tools (`make lint`, the lint extra).
   assert reqs["keras3"] == {"keras", "keras-rs", "jax", "tensorboard"}
-  assert reqs["app"] | reqs["keras3"] | {"pytest", "scipy", "torch", "faiss-cpu"} == reqs["test"]
+  assert reqs["lint"] == {"ruff", "mypy"}
+  assert (reqs["app"] | reqs["keras3"] | reqs["lint"] | {"pytest", "scipy", "torch", "faiss-cpu"}
+          == reqs["test"])
   # The speed bench's PyTorch yardstick and serving_scale's FAISS are the bench extra (the suite
   # installs torch for the Keras 3 backend, and never runs the yardstick).
   assert reqs["bench"] == reqs["app"] | reqs["keras3"] | {"torch", "faiss-cpu"}

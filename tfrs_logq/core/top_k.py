@@ -122,6 +122,8 @@ def filtered_top_k(ops: Any, queries, table, rated, *, k: int, num_items: int,
       merged_ids = ops.concatenate([best_ids, top_ids], axis=1)
       best_scores, pos = ops.top_k(merged, k, sorted=True)
       best_ids = ops.take_along_axis(merged_ids, ops.cast(pos, "int32"), axis=-1)
+  if best_scores is None:   # unreachable: the layout has at least one item chunk
+    raise ValueError("filtered_top_k needs at least one item chunk")
   best_ids = ops.where(best_scores > LOW, best_ids, ranking.EMPTY_SLOT)
   return best_ids, best_scores
 
