@@ -4,7 +4,8 @@ r"""Cost of a two-tower training step against the catalog size |I|: sampled vs f
     python bench/catalog_size.py --quick    # 1e4 .. 1e6, fewer steps
     python bench/catalog_size.py --sizes=10000,10000000 --variants=mixed+hash_array,full
     python bench/catalog_size.py --parameter_server --sizes=10000,100000,1000000 \
-        --out=docs/results/catalog_size_ps   # one process vs 2 ps shards (bench/catalog/parameter_server.py)
+        --out=docs/results/catalog_size_ps   # one process vs 2 ps shards
+                                             # (bench/catalog/parameter_server.py)
 
 Model: `models.TwoTower` with a user-id query tower (U = 10,000 users, no history) and an item
 table [|I| + 1, d = 64], built, like the loss, by the training binary's own code
@@ -280,8 +281,8 @@ def _plot(rows, path):
   sizes = sorted({r["num_items"] for r in rows})
   ax_m.plot(sizes, [(n + 1) * 64 * 4 / 2 ** 30 for n in sizes], "k:", label="item table")
   log_log_axes(((ax_t, "median step time", "ms"), (ax_m, "peak memory", "GiB")))
-  fig.suptitle("Two-tower step (B = 256, d = 64, sparse SGD unless @adam / @lazy_adam): sampled (mixed, "
-               "corrected logQ) vs full softmax", fontsize=10)
+  fig.suptitle("Two-tower step (B = 256, d = 64, sparse SGD unless @adam / @lazy_adam): sampled "
+               "(mixed, corrected logQ) vs full softmax", fontsize=10)
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)
@@ -347,8 +348,8 @@ def main(argv=None):
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--parameter_server", action="store_true",
                       help="instead: mixed+hash_array@lazy_adam on one process vs a local "
-                      "parameter-server cluster, interleaved (bench/catalog/parameter_server.py); writes "
-                      "catalog_size_ps.md")
+                      "parameter-server cluster, interleaved (bench/catalog/parameter_server.py); "
+                      "writes catalog_size_ps.md")
   parser.add_argument("--ps_shards", type=int, default=2,
                       help="--parameter_server: ps processes (the tables' shards)")
   parser.add_argument("--out", default=str(ROOT / "docs" / "results"),

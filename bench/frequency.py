@@ -259,7 +259,8 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--quick", action="store_true", help="fewer steps and repeats")
   parser.add_argument("--out", default=str(pathlib.Path(__file__).parent / "out"))
-  parser.add_argument("--skip", default="", help="comma list of parts to skip: speed,accuracy,shift")
+  parser.add_argument("--skip", default="",
+                      help="comma list of parts to skip: speed,accuracy,shift")
   args = parser.parse_args(argv)
   skip = set(filter(None, args.skip.split(",")))
   rng = np.random.default_rng(0)

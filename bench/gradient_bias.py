@@ -93,7 +93,8 @@ def catalog(seed, num_items, dim, score_std, positive, positive_prob):
   q = rng.normal(size=dim)
   q *= score_std / np.linalg.norm(q)
   s = emb @ q
-  target = np.log(positive_prob / (1 - positive_prob)) + np.log(np.sum(np.exp(np.delete(s, positive))))
+  target = (np.log(positive_prob / (1 - positive_prob))
+            + np.log(np.sum(np.exp(np.delete(s, positive)))))
   emb[positive] += (target - s[positive]) * q / np.dot(q, q)
   s = emb @ q
   return emb, q, s
@@ -190,7 +191,8 @@ def print_tables(args, results, log_q):
     for prob in args.positive_prob:
       for rank in args.ranks:
         for n in args.ns:
-          cells = " ".join(f"{results[(prob, rank, n, v)][k]:8.4f}+-{results[(prob, rank, n, v)][k + 1]:6.4f}"
+          cells = " ".join(f"{results[(prob, rank, n, v)][k]:8.4f}"
+                           f"+-{results[(prob, rank, n, v)][k + 1]:6.4f}"
                            for v in VARIANTS)
           print(f"{prob:5.2f} {rank:5d} {np.exp(log_q[rank - 1]):9.2e} {n:5d} {cells}")
 

@@ -40,13 +40,13 @@ import numpy as np
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
 tf.get_logger().setLevel("ERROR")  # one tf.function per side: retracing warnings are expected
-import tensorflow_recommenders as tfrs
+import tensorflow_recommenders as tfrs  # noqa: E402
 
-import tfrs_logq.tasks
-from tfrs_logq import log_q as log_q_lib
+import tfrs_logq.tasks  # noqa: E402
+from tfrs_logq import log_q as log_q_lib  # noqa: E402
 
-from bench.common import timing
-from bench.common.report import ruled
+from bench.common import timing  # noqa: E402
+from bench.common.report import ruled  # noqa: E402
 
 BASELINE = "tfrs_standard"
 

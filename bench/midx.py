@@ -122,7 +122,8 @@ def main(argv=None):
   k_lo, k_hi = min(codewords), max(codewords)
   by_k = {r["k"]: r for r in rows if r["n"] == hi}
   print(f"summary: MIDX K={k_ref} sample {1e3 * at_k[lo]['midx_min']:.1f} ms at N={lo:,} vs "
-        f"{1e3 * at_k[hi]['midx_min']:.1f} ms at N={hi:,} (x{at_k[hi]['midx_min'] / at_k[lo]['midx_min']:.2f}"
+        f"{1e3 * at_k[hi]['midx_min']:.1f} ms at N={hi:,} "
+        f"(x{at_k[hi]['midx_min'] / at_k[lo]['midx_min']:.2f}"
         f" for x{hi // lo} items); at N={hi:,} K={k_lo}->{k_hi}: "
         f"{1e3 * by_k[k_lo]['midx_min']:.1f}->{1e3 * by_k[k_hi]['midx_min']:.1f} ms; exact softmax "
         f"{1e3 * at_k[lo]['softmax_min']:.1f}->{1e3 * at_k[hi]['softmax_min']:.1f} ms")

@@ -1,4 +1,4 @@
-r"""Negative sampling cost per batch (uniform, in-batch, mixed, MIDX) and mixed-vs-in-batch step cost.
+r"""Negative sampling cost per batch (uniform, in-batch, mixed, MIDX); mixed-vs-in-batch step cost.
 
     python bench/negatives.py [--quick] [--catalogs 10000,100000,1000000] [--codewords 16,64,128]
                               [--batch 256] [--k-u 256] [--dim 64] [--out bench/out]
@@ -12,13 +12,14 @@ Zipf(1) popularity. Each sampler runs as one compiled ``tf.function`` that retur
 * ``in_batch``: ``InBatchNegatives`` (positive embeddings gathered once, first-occurrence dedup,
   log q_uni from the estimator; all distinct positives kept);
 * ``mixed``: ``MixedNegatives`` (both halves, ``mixture`` convention);
-* ``midx_K``: ``MIDXSampler(num_codewords=K, quantizer="pq").negatives(query, k_u, embed)`` after one
-  ``refresh`` of the index (refresh time reported separately, it runs every N steps, not per step).
+* ``midx_K``: ``MIDXSampler(num_codewords=K, quantizer="pq").negatives(query, k_u, embed)`` after
+  one ``refresh`` of the index (refresh time reported separately, it runs every N steps, not per
+  step).
   Its sampling cost is O(A K d + A K^2 + A S): it must grow with K, not with |D|.
 
 Second table: one compiled two-tower training step (id towers, positive scores, negatives,
-``score_negatives``, corrected ``sampled_softmax_loss``, gradients, SGD apply) with in-batch vs mixed
-negatives, at each catalog size; ratio mixed / in-batch is the overhead of the uniform half.
+``score_negatives``, corrected ``sampled_softmax_loss``, gradients, SGD apply) with in-batch vs
+mixed negatives, at each catalog size; ratio mixed / in-batch is the overhead of the uniform half.
 
 Timing: --warmup calls, then --repeats rounds of --calls calls each, sides interleaved round by
 round; per side min and median of the per-call mean over rounds, ratios against a baseline of the
@@ -202,7 +203,8 @@ def main(argv=None):
 
   print("\n## training step (ms): min / median; mixed vs in_batch (corrected loss, SGD)")
   for size, res in steps.items():
-    ratio_min, ratio_med = res["mixed"][0] / res["in_batch"][0], res["mixed"][1] / res["in_batch"][1]
+    ratio_min, ratio_med = (res["mixed"][0] / res["in_batch"][0],
+                            res["mixed"][1] / res["in_batch"][1])
     print(f"{size:>9} in_batch {res['in_batch'][0]:7.2f}/{res['in_batch'][1]:7.2f}  "
           f"mixed {res['mixed'][0]:7.2f}/{res['mixed'][1]:7.2f}  "
           f"ratio min x{ratio_min:.2f} median x{ratio_med:.2f}")

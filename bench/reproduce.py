@@ -53,7 +53,8 @@ Budgets:
 Selection: --rows=mixed_corrected,full_softmax --seeds=0,1 --settings=ml1m_loo; --dry_run prints
 the commands. Rows ending in _keras3_jax (mixed_none, mixed_corrected) train the same settings
 with `python -m train.keras3 --backend=jax` and take its own test metrics; they pair with their
-tf-keras row ("none: Keras 3 JAX − tf-keras"). Finished runs (eval_results.json present) are reused unless --overwrite.
+tf-keras row ("none: Keras 3 JAX − tf-keras"). Finished runs (eval_results.json present) are
+reused unless --overwrite.
 --report_only runs nothing: it reports the finished runs found under --out for the selected
 settings and rows (every seed found, or only --seeds) and lists the missing ones.
 

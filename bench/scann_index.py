@@ -40,7 +40,8 @@ from tfrs_logq import metrics
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("num_items", 1_000_000, "Catalog size.")
 flags.DEFINE_integer("dim", 64, "Embedding dimension.")
-flags.DEFINE_integer("num_clusters", 10_000, "Sub-topic clusters in the catalog (/10 with --quick).")
+flags.DEFINE_integer("num_clusters", 10_000,
+                     "Sub-topic clusters in the catalog (/10 with --quick).")
 flags.DEFINE_float("item_noise", 0.3, "σ: item spread around its cluster centre.")
 flags.DEFINE_float("query_noise", 0.5, "σ_q: query spread around its cluster centre.")
 flags.DEFINE_integer("num_queries", 1000, "Queries to time.")
@@ -171,7 +172,8 @@ def main(argv):
           f"{r['speedup_best']:>15.2f}{r['speedup_median']:>14.2f}")
 
   ok = [r for r in rows if r["agreement"] >= FLAGS.target_recall]
-  best = max(ok, key=lambda r: r["speedup_median"]) if ok else max(rows, key=lambda r: r["agreement"])
+  best = (max(ok, key=lambda r: r["speedup_median"]) if ok
+          else max(rows, key=lambda r: r["agreement"]))
   passed = bool(ok) and best["speedup_median"] >= FLAGS.target_speedup
   verdict = "PASS" if passed else "FAIL"
   if FLAGS.quick:
@@ -181,7 +183,8 @@ def main(argv):
   result = {"num_items": num_items, "dim": FLAGS.dim, "num_queries": num_queries, "k": k,
             "build_seconds": index.build_seconds, "build_rss_delta_bytes": rss_delta,
             "config": vars(index.config), "exact": exact_tp, "scann_brute_force": bf_tp,
-            "scann_brute_force_agreement": bf_agreement, "baseline": base_tp, "sweep": rows, "chosen": best,
+            "scann_brute_force_agreement": bf_agreement, "baseline": base_tp, "sweep": rows,
+            "chosen": best,
             "target_recall": FLAGS.target_recall, "target_speedup": FLAGS.target_speedup,
             "passed": passed}
   (out_dir / "scann_bench.json").write_text(json.dumps(result, indent=2))

@@ -1,7 +1,8 @@
 r"""N seeds of one run: as one compiled program, as N processes at once, as N runs in a row.
 
     python -m bench.seeds_program --seeds=0,1,2 --repeats=2 \
-        --flags="--dataset=movielens_raw --epochs=3 --steps_per_epoch=20 --early_stopping_patience=100"
+        --flags="--dataset=movielens_raw --epochs=3 --steps_per_epoch=20 \
+                 --early_stopping_patience=100"
 
 Each arrangement runs `python -m train.keras3 --backend=jax` with the same flags (plus
 --nosasrec_pack_tokens and --frequency_seed=<first seed> for the separate runs, so that all
@@ -108,12 +109,14 @@ def main(argv=None) -> None:
                               for name in ARRANGEMENTS})
   (out / "seeds_program.json").write_text(json.dumps(summary, indent=2))
   lines = ["# N seeds: one program, N processes at once, N in a row", "",
-           f"`python -m bench.seeds_program {' '.join(shlex.quote(a) for a in (argv or sys.argv[1:]))}`",
+           "`python -m bench.seeds_program "
+           f"{' '.join(shlex.quote(a) for a in (argv or sys.argv[1:]))}`",
            "", f"seeds {seeds}, flags `{' '.join(flags)}`, {args.repeats} rounds", "",
            "| arrangement | wall min | wall median | mean test NDCG@10 |", "|---|---|---|---|"]
   for name in ARRANGEMENTS:
     lines.append(f"| {name} | {min(secs[name]):.1f} s | {statistics.median(secs[name]):.1f} s | "
-                 f"{statistics.mean(statistics.mean(x['test_ndcg10']) for x in results[name]):.4f} |")
+                 f"{statistics.mean(statistics.mean(x['test_ndcg10']) for x in results[name]):.4f}"
+                 " |")
   lines += ["", *(f"- {k}: {v['median']:.2f}x by median, {v['min']:.2f}x by min (> 1: the "
                   "program is faster)" for k, v in ratios.items())]
   (out / "seeds_program.md").write_text("\n".join(lines) + "\n")

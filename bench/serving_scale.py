@@ -55,7 +55,6 @@ The last line is a one-line summary.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import pathlib
@@ -66,7 +65,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Optional
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -321,7 +320,8 @@ def parse_args(argv):
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                               formatter_class=argparse.RawDescriptionHelpFormatter,
                               epilog=__doc__)
-  p.add_argument("--sizes", default="100000,1000000,10000000", help="Catalog sizes, comma-separated.")
+  p.add_argument("--sizes", default="100000,1000000,10000000",
+                 help="Catalog sizes, comma-separated.")
   p.add_argument("--quick", action="store_true", help="1e4 and 1e5 items, fewer queries.")
   p.add_argument("--dim", type=int, default=64)
   p.add_argument("--k", type=int, default=100)

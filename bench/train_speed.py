@@ -32,10 +32,11 @@ Sides. Each runs in its own subprocess, all set up (and warmed up: tracing, XLA)
   negatives' sampling and scoring and the sampled loss replaced by -<q, c_p>, i.e. what the step
   would cost if they were free), ``xla_loss`` / ``xla_objective`` (experiments, measured not to
   pay on CPU: the sampled loss alone, or the negatives' sampling, scoring and the loss together,
-  compiled as one XLA program on rows zero-padded to a multiple of 3,200, i.e. <= 8 shapes). ``paper`` = ``query+reference+xla`` (the
-  paper-code configuration), ``fastest`` = ``batch+xla``, ``defaults`` = ``sequence+reference``
-  (the binaries' default run settings). The paper-code side runs with glibc's
-  defaults, as it does when run (``--yardstick_allocator=retain`` gives it ours).
+  compiled as one XLA program on rows zero-padded to a multiple of 3,200, i.e. <= 8 shapes).
+  ``paper`` = ``query+reference+xla`` (the paper-code configuration), ``fastest`` =
+  ``batch+xla``, ``defaults`` = ``sequence+reference`` (the binaries' default run settings). The
+  paper-code side runs with glibc's defaults, as it does when run
+  (``--yardstick_allocator=retain`` gives it ours).
 * Keras 3, a configuration with the token ``jax`` or ``keras3_tf`` (e.g. ``paper+jax``,
   ``defaults+keras3_tf``): `python -m train.keras3`'s step (the Keras 3 SASRec, the binary's
   mixed negatives: 128 in-batch (k_b subsample) + 128 uniform laid out per the uniform token,

@@ -169,7 +169,8 @@ def export_serving_model(output_dir: Union[str, pathlib.Path], query_encoder, it
   return save_serving_module(module, output_dir)
 
 
-def save_serving_module(module: ServingModule, output_dir: Union[str, pathlib.Path]) -> pathlib.Path:
+def save_serving_module(module: ServingModule,
+                        output_dir: Union[str, pathlib.Path]) -> pathlib.Path:
   """Saves a ServingModule (signature serving_default = recommend) and serving_meta.json."""
   output_dir = pathlib.Path(output_dir)
   tf.saved_model.save(module, str(output_dir),
@@ -185,7 +186,8 @@ def save_serving_module(module: ServingModule, output_dir: Union[str, pathlib.Pa
 
 def export_from_training_export(export_dir: Union[str, pathlib.Path],
                                 output_dir: Union[str, pathlib.Path], **kwargs) -> pathlib.Path:
-  """Serving model from a training export (query_encoder/, item_embeddings.npy, export_meta.json)."""
+  """Serving model from a training export (query_encoder/, item_embeddings.npy,
+  export_meta.json)."""
   export_dir = pathlib.Path(export_dir)
   kwargs.setdefault("max_len", export_lib.read_meta(export_dir).get("max_len"))
   emb = np.load(export_dir / "item_embeddings.npy")

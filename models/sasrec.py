@@ -2,17 +2,17 @@
 
 Architecture (the gSASRec / logQ-paper academic setup is the default):
 
-  x_0[t]  = E_in[item_t] * sqrt(d) + P[t]            item embedding (row 0 = padding) + learned position
-  x_0     = dropout(x_0) * m                          m[t] = 1 for non-padding positions, else 0
+  x_0[t]  = E_in[item_t] * sqrt(d) + P[t]        item embedding (row 0 = padding) + learned position
+  x_0     = dropout(x_0) * m                     m[t] = 1 for non-padding positions, else 0
   block b (pre-LayerNorm, causal):
-    h     = x + dropout(CausalAttention(LN(x)))       attention over keys j <= t that are not padding
-    x'    = (h + dropout(FFN(LN(h)))) * m             FFN(z) = W2 dropout(relu(W1 z + b1)) + b2
-  H       = LN(x_L)                                   hidden states [B, L, d]
-  s(t, i) = <H[t], E_out[i]> / temperature            a SEPARATE output item-embedding table E_out
+    h     = x + dropout(CausalAttention(LN(x)))  attention over keys j <= t that are not padding
+    x'    = (h + dropout(FFN(LN(h)))) * m        FFN(z) = W2 dropout(relu(W1 z + b1)) + b2
+  H       = LN(x_L)                              hidden states [B, L, d]
+  s(t, i) = <H[t], E_out[i]> / temperature       a SEPARATE output item-embedding table E_out
 
 Every non-padding position t predicts the item at t + 1 (the "targets" of the data pipeline), so the
-training queries are H gathered at the A non-padding positions ([A, d]); the serving query of a sequence
-is H at its last position (sequences are left-padded, so that is index L - 1).
+training queries are H gathered at the A non-padding positions ([A, d]); the serving query of a
+sequence is H at its last position (sequences are left-padded, so that is index L - 1).
 
 Dropout (stateless, keyed by a ``seed`` tensor) and execution (blocked causal attention, token
 compaction): `models.sasrec_ops`, whose docstring describes them. The blocks: `models.sasrec_blocks`
@@ -269,7 +269,8 @@ class SASRec(tf.keras.Model):
     return TrainingQueries(tf.gather_nd(h, index), tf.gather_nd(targets, index), index[:, 0])
 
   def call(self, inputs, training=False):
-    """Scores of every item for every sequence's last position: [B, num_items + 1] (column 0 padding)."""
+    """Scores of every item for every sequence's last position: [B, num_items + 1] (column 0
+    padding)."""
     q = self.query_embeddings(inputs, training=training)
     return tf.matmul(q, self.all_item_embeddings(), transpose_b=True) / self.temperature
 

@@ -100,7 +100,8 @@ class CandidateTower(tf.keras.layers.Layer):
         raise ValueError(f"item_features must be [num_items + 1, f], got {feats.shape}")
       self.item_features = tf.constant(feats)
       self.projection = tf.keras.layers.Dense(
-          embedding_dim, kernel_initializer=tf.keras.initializers.GlorotUniform(seed=seed * 100 + 4),
+          embedding_dim,
+          kernel_initializer=tf.keras.initializers.GlorotUniform(seed=seed * 100 + 4),
           name="projection")
 
   def call(self, item_ids):

@@ -9,9 +9,9 @@ The Keras 3 path (``tfrs_logq.keras3``) needs none of this and must work in a pr
 only Keras 3 (any backend, also after ``import tensorflow`` under Keras 3); the core
 (``tfrs_logq.core``) imports no framework at all. So ``import tfrs_logq.keras3`` or ``import
 tfrs_logq.core`` (or ``from tfrs_logq.keras3 import ...``) skips the check:
-``importing_without_tf_keras`` sees that import in progress, and ``install_legacy_keras_guard`` defers
-the check to the first import of a tf-keras submodule (``tfrs_logq.losses``, ...), which then
-sets the variable or raises exactly as ``import tfrs_logq`` would.
+``importing_without_tf_keras`` sees that import in progress, and ``install_legacy_keras_guard``
+defers the check to the first import of a tf-keras submodule (``tfrs_logq.losses``, ...), which
+then sets the variable or raises exactly as ``import tfrs_logq`` would.
 """
 
 import os

@@ -4,8 +4,8 @@ The protocol, the metrics and their numpy functions are `tfrs_logq.core.ranking`
 here). ``exact_top_k`` is the one exact (brute-force) filtered top-k of the tf-keras front:
 `tfrs_logq.core.top_k` compiled with TensorFlow, chunked over queries and items
 (`ranking.exact_top_k_np` is the same search in numpy); ``filtered_top_k_tf`` masks and ranks
-a score matrix already computed. ``recall_at_k_tf`` / ``ndcg_at_k_tf`` are TensorFlow counterparts of the
-numpy metrics (checked against numpy in tests).
+a score matrix already computed. ``recall_at_k_tf`` / ``ndcg_at_k_tf`` are TensorFlow
+counterparts of the numpy metrics (checked against numpy in tests).
 """
 
 import functools

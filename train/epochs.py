@@ -170,7 +170,8 @@ def report_line(record: dict, improved: bool) -> str:
   return (f"epoch {record['epoch']} step {record['step']} loss {record['loss']:.4f} w "
           f"{record['mean_weight']:.4f} val R@10 {record['val_recall@10']:.4f} N@10 "
           f"{record['val_ndcg@10']:.4f} R@20 {record['val_recall@20']:.4f} N@20 "
-          f"{record['val_ndcg@20']:.4f} ({record['seconds']:.1f}s)" + (" *best*" if improved else ""))
+          f"{record['val_ndcg@20']:.4f} ({record['seconds']:.1f}s)"
+          + (" *best*" if improved else ""))
 
 
 def write_metrics(result: dict, cfg) -> str:

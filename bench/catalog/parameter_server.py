@@ -363,7 +363,8 @@ def main_ps(args, command: str) -> str:
         "measured = TCP bytes sent + received by the ps processes during the timed steps / "
         "steps (kernel socket counters, gRPC framing included); computed = the step's rows "
         "gathered + sparse gradients (values and indices) + dense variables and gradients, "
-        "without the optimizer slots and estimator cells. Definitions: bench/catalog/parameter_server.py.",
+        "without the optimizer slots and estimator cells. Definitions: "
+        "bench/catalog/parameter_server.py.",
         "", *lines, "", *projection, "", summary, ""]
   plot(results, sizes, args.ps_shards, out / "catalog_size_ps.png", args.dim)
   md += ["![catalog_size_ps.png](catalog_size_ps.png)", ""]

@@ -35,7 +35,8 @@ class Geometry:
 
   def shaped_noise(self, rng, rows: int) -> np.ndarray:
     """rows × dim draws of N(0, R diag(λ) Rᵀ)."""
-    return (rng.standard_normal((rows, self.dim), dtype=np.float32) * self.sqrt_lam) @ self.rotation.T
+    return ((rng.standard_normal((rows, self.dim), dtype=np.float32) * self.sqrt_lam)
+            @ self.rotation.T)
 
   def chunk(self, index: int) -> Tuple[np.ndarray, np.ndarray]:
     """Items of chunk ``index`` (ids 1 + index·CHUNK ...): (float32 [c, d], clusters int32 [c]);

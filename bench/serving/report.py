@@ -62,8 +62,9 @@ def write_report(result: dict, out: str) -> str:
     if "error" in p:
       continue
     c = p["scann"]["config"]
-    lines.append(f"* N = {_size(p['num_items'])}: ScaNN mode {c['mode']}, leaves {c['num_leaves']}, "
-                 f"training sample {c['training_sample_size']}, AH {c['dimensions_per_block']} "
+    lines.append(f"* N = {_size(p['num_items'])}: ScaNN mode {c['mode']}, "
+                 f"leaves {c['num_leaves']}, training sample {c['training_sample_size']}, "
+                 f"AH {c['dimensions_per_block']} "
                  f"dims/block η {c['anisotropic_quantization_threshold']}; FAISS "
                  f"`{p['faiss']['factory']}` (train sample {p['faiss']['train_sample']}). "
                  f"Catalog generated in {p['generate_seconds']:.0f}s, exact top-k of the "

@@ -15,7 +15,8 @@ def run_dir(out: pathlib.Path, budget: str, setting: str, row: str, seed: int) -
   return out / budget / setting / row / f"seed{seed}"
 
 
-def seeds_found(out: pathlib.Path, budget: str, setting: str, row: str, finished: bool = True) -> List[int]:
+def seeds_found(out: pathlib.Path, budget: str, setting: str, row: str,
+                finished: bool = True) -> List[int]:
   """Seeds with a finished run (eval/eval_results.json) of one row; with finished=False, every
   seed with a run folder (started, perhaps unfinished or failed)."""
   row_dir = out / budget / setting / row

@@ -21,9 +21,10 @@ JAX step's dominant cost otherwise), its seed state among the model's variables 
 
 Query-model interface (`models.queries`, static shapes):
   ``training_queries(batch)`` -> `TrainingQueries` of all B L positions (padding included,
-  ``valid`` marks the real ones; the encoder packed when the batch has "token_rows"); ``query_embeddings`` / ``serving_queries`` -> H at the last
-  position [B, d]; ``item_embeddings(ids)``; ``all_item_embeddings()``; ``call`` -> scores of
-  every item [B, num_items + 1] (column 0 padding).
+  ``valid`` marks the real ones; the encoder packed when the batch has "token_rows");
+  ``query_embeddings`` / ``serving_queries`` -> H at the last position [B, d];
+  ``item_embeddings(ids)``; ``all_item_embeddings()``; ``call`` -> scores of every item
+  [B, num_items + 1] (column 0 padding).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""bench/catalog/parameter_server.py, the parameter-server side of bench/catalog_size.py: the socket byte
-counters it reads, its memory projection, and the bench itself at a tiny size (both sides, a
+"""bench/catalog/parameter_server.py, the parameter-server side of bench/catalog_size.py: the socket
+byte counters it reads, its memory projection, and the bench itself at a tiny size (both sides, a
 2-ps cluster of processes)."""
 
 import json

@@ -226,7 +226,7 @@ def test_report_only_statistics_match_the_paired_oracle(tmp_path):
   v = np.array(list(values[("ml100k_temporal", "mixed_none", "recall@20")].values()))
   section = md.split("## ml100k_temporal")[1]
   row = [l for l in section.splitlines() if l.startswith("| Mixed, without logQ")][0]
-  assert f"| 3 (0,1,2) |" in row and f"{v.mean():.4f} ± {v.std(ddof=1) / np.sqrt(3):.4f}" in row
+  assert "| 3 (0,1,2) |" in row and f"{v.mean():.4f} ± {v.std(ddof=1) / np.sqrt(3):.4f}" in row
   want = _oracle_pair(values[("ml100k_temporal", "mixed_corrected", "recall@20")],
                       values[("ml100k_temporal", "mixed_standard", "recall@20")])
   line = [l for l in section.splitlines()
@@ -289,7 +289,8 @@ def test_single_seed_reports_no_spread_and_no_interval(tmp_path):
 
 
 def test_expected_count_rows_set_the_convention_and_pair_with_the_unigram_rows(tmp_path):
-  rows = "mixed_corrected,mixed_standard,mixed_expected_count_corrected,mixed_expected_count_standard"
+  rows = ("mixed_corrected,mixed_standard,mixed_expected_count_corrected,"
+          "mixed_expected_count_standard")
   proc = _run(["--dry_run", f"--rows={rows}", "--seeds=0", "--settings=ml1m_loo",
                f"--out={tmp_path}"])
   assert proc.returncode == 0, proc.stderr[-2000:]

@@ -261,7 +261,8 @@ def test_demo_binary_speaks_plainly(tmp_path):
   assert [l for l in bad.stderr.splitlines() if l.strip()] == [
       "error: Unknown command line flag 'nosuch_flag' (see --help)"]
   bad_value = run("--rows=nonsense", f"--output_dir={tmp_path}/x")
-  assert bad_value.returncode == 2 and bad_value.stderr.strip().startswith("error: "), bad_value.stderr
+  assert (bad_value.returncode == 2
+          and bad_value.stderr.strip().startswith("error: ")), bad_value.stderr
   assert len(bad_value.stderr.strip().splitlines()) == 1, bad_value.stderr
   ok = run("--steps=4", "--seeds=0", "--rows=in_batch:corrected", "--noplot",
            f"--output_dir={tmp_path}/demo")

@@ -36,7 +36,8 @@ def test_shapes_and_separate_output_table():
   assert m(x).shape == (4, 31)
   assert m.all_item_embeddings().shape == (31, 16)
   assert m.input_embedding.embeddings is not m.output_embedding.embeddings
-  assert not np.allclose(m.input_embedding.embeddings.numpy(), m.output_embedding.embeddings.numpy())
+  assert not np.allclose(m.input_embedding.embeddings.numpy(),
+                         m.output_embedding.embeddings.numpy())
 
 
 def test_defaults_are_the_papers_academic_setup():

@@ -54,7 +54,8 @@ def test_sparse_updates_match_the_oracle(adaptive):
   theta, m, v, k = _oracle(table, steps, adaptive)
   np.testing.assert_allclose(var.numpy(), theta, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(opt._momentums[0].numpy(), m, rtol=1e-5, atol=1e-7)
-  np.testing.assert_allclose(opt._velocities[0].numpy(), v, rtol=5e-5, atol=1e-9)  # 1 - beta_2 in float32
+  np.testing.assert_allclose(opt._velocities[0].numpy(), v,
+                             rtol=5e-5, atol=1e-9)  # 1 - beta_2 in float32
   np.testing.assert_array_equal(opt._row_counts[0].numpy(), k)
   # Rows never named are untouched: parameters, moments and counters.
   np.testing.assert_array_equal(var.numpy()[-2:], table[-2:])

@@ -30,7 +30,8 @@ def test_best_checkpoint_is_evaluated_and_the_test_curve_changes_nothing(tiny, t
   plain = _run(tiny, tmp_path, "plain")
   curve = _run(tiny, tmp_path, "curve", test_curve=True)
   # Recording the test curve leaves training and selection unchanged.
-  assert [h["val_ndcg@10"] for h in plain["history"]] == [h["val_ndcg@10"] for h in curve["history"]]
+  assert ([h["val_ndcg@10"] for h in plain["history"]]
+          == [h["val_ndcg@10"] for h in curve["history"]])
   assert "test_ndcg@10" not in plain["history"][0]
   assert (plain["best_epoch"], plain["best_step"]) == (curve["best_epoch"], curve["best_step"])
   # Selection: the first maximum of the validation curve; training stops after `patience`

@@ -1,6 +1,7 @@
 """tf.distribute: MirroredStrategy on 2 logical CPUs matches one device on the same global
-batches (cross-replica in-batch negatives, estimator on the global batch); MultiWorkerMirroredStrategy with 2 local worker
-processes (TF_CONFIG on 127.0.0.1) gives the same model on both workers."""
+batches (cross-replica in-batch negatives, estimator on the global batch);
+MultiWorkerMirroredStrategy with 2 local worker processes (TF_CONFIG on 127.0.0.1) gives the same
+model on both workers."""
 
 import json
 import os

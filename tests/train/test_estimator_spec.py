@@ -35,4 +35,5 @@ def test_unknown_setting_is_refused():
   with pytest.raises(ValueError, match="frequency"):  # RunConfig refuses it first
     dataclasses.replace(RunConfig(), frequency="nope")
   with pytest.raises(ValueError, match="unknown --frequency"):  # a config built otherwise
-    estimator_spec.estimator_spec(type("Cfg", (), {"frequency": "nope", "frequency_buckets": 0})(), 10, None)
+    estimator_spec.estimator_spec(type("Cfg", (), {"frequency": "nope", "frequency_buckets": 0})(),
+                                  10, None)

@@ -12,8 +12,8 @@ import numbers
 import numpy as np
 
 __all__ = ["LOSSES", "CORRECTIONS", "Q_PRIME_MODES", "MIXED_CONVENTIONS", "LOG_Q_CONVENTIONS",
-           "UNIFORM_PER", "LOG_Q_SLACK", "check_correction", "check_num_items_given", "check_counts_table",
-           "check_hash_array", "check_catalog", "check_retrieval_inputs",
+           "UNIFORM_PER", "LOG_Q_SLACK", "check_correction", "check_num_items_given",
+           "check_counts_table", "check_hash_array", "check_catalog", "check_retrieval_inputs",
            "check_estimator_inputs", "check_full_softmax", "resolve_log_q", "needs_log_q"]
 
 LOSSES = ("sampled_softmax", "full_softmax", "bce", "gbce")

@@ -33,8 +33,9 @@ import math
 
 from tfrs_logq.core import log_q as log_q_lib
 
-__all__ = ["DEFAULTS", "exact_log_q", "exact_log_one_minus_q", "prior_hits", "gap_weight", "updated_gap",
-           "updated_hits", "updated_ids_per_step", "read_steps_per_hit", "hash_array_log_q"]
+__all__ = ["DEFAULTS", "exact_log_q", "exact_log_one_minus_q", "prior_hits", "gap_weight",
+           "updated_gap", "updated_hits", "updated_ids_per_step", "read_steps_per_hit",
+           "hash_array_log_q"]
 
 DEFAULTS = dict(min_count=1.0, num_buckets=2**22, num_hashes=2, alpha=1e-3, warmup=True,
                 pending_gap=True, conservative=False, half_life=None)

@@ -1,6 +1,7 @@
 r"""Lloyd's k-means, the building blocks of the MIDX codebooks (any array backend).
 
-    assignment      a(x) = argmin_k ||x - c_k||^2 = argmin_k (||c_k||^2 - 2 <x, c_k>)  (ties: lowest k)
+    assignment      a(x) = argmin_k ||x - c_k||^2 = argmin_k (||c_k||^2 - 2 <x, c_k>)
+                    (ties: lowest k)
     distance        ||x - c_{a(x)}||^2 = max(||x||^2 + ||c_a||^2 - 2 <x, c_a>, 0)
     centroid update c_k <- mean{x : a(x) = k}; a cluster left empty keeps its previous centroid
     initialisation  c_k = x_{pi(k mod m)}, pi = the m = min(n, K) points with the largest random

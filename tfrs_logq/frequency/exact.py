@@ -51,7 +51,8 @@ class ExactCounts(base.FrequencyEstimator):
   supports_strings = False
 
   def __init__(self, num_items: int, counts=None, accumulate: Optional[bool] = None,
-               min_count: float = frequency_core.DEFAULTS["min_count"], validate_ids: bool = True, **kwargs):
+               min_count: float = frequency_core.DEFAULTS["min_count"],
+               validate_ids: bool = True, **kwargs):
     core_checks.check_num_items_given(num_items)
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
     self.min_count, initial = core_checks.check_counts_table(self.num_items, min_count, counts)

@@ -89,8 +89,10 @@ class HashArrayEstimator(base.FrequencyEstimator):
   """
 
   def __init__(self, num_buckets: int = frequency_core.DEFAULTS["num_buckets"],
-               num_hashes: int = frequency_core.DEFAULTS["num_hashes"], alpha: float = frequency_core.DEFAULTS["alpha"],
-               warmup: bool = frequency_core.DEFAULTS["warmup"], pending_gap: bool = frequency_core.DEFAULTS["pending_gap"], seed: int = 0,
+               num_hashes: int = frequency_core.DEFAULTS["num_hashes"],
+               alpha: float = frequency_core.DEFAULTS["alpha"],
+               warmup: bool = frequency_core.DEFAULTS["warmup"],
+               pending_gap: bool = frequency_core.DEFAULTS["pending_gap"], seed: int = 0,
                num_items=None, validate_ids: bool = True, **kwargs):
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
     num_buckets = base._positive_int(num_buckets, "num_buckets")

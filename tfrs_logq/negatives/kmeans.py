@@ -4,11 +4,14 @@ The formulas (assignment, update, initialisation) are ``tfrs_logq.core.kmeans``'
 with ``core.ops.tf_ops()``; this module holds the TensorFlow loops and the stateless random keys.
 
 Formulas:
-  assignment      a(x) = argmin_k ||x - c_k||^2 = argmin_k (||c_k||^2 - 2 <x, c_k>)   (ties: lowest k)
+  assignment      a(x) = argmin_k ||x - c_k||^2 = argmin_k (||c_k||^2 - 2 <x, c_k>)
+                  (ties: lowest k)
   centroid update c_k <- (1 / |{x : a(x) = k}|) * sum_{x : a(x) = k} x; a cluster left empty keeps
-                  its previous centroid (it stays empty in the final assignment unless points move to it).
-  initialisation  K distinct training points chosen uniformly at random with a stateless seed (when there
-                  are fewer than K points, every point once and then repeats, which leaves clusters empty).
+                  its previous centroid (it stays empty in the final assignment unless points
+                  move to it).
+  initialisation  K distinct training points chosen uniformly at random with a stateless seed
+                  (when there are fewer than K points, every point once and then repeats, which
+                  leaves clusters empty).
 
 Everything is stateless given ``seed``, so two calls with the same inputs and seed return the same
 codebook (on CPU; GPU segment sums use atomics and may differ in the last bits).
@@ -36,8 +39,8 @@ def _check_points(points: tf.Tensor) -> tf.Tensor:
 def nearest_centroid(points, centroids, chunk_size: int = 16384):
   """Index and squared distance of the nearest centroid for every point.
 
-  a(x) = argmin_k ||x - c_k||^2 (ties go to the lowest k), computed as argmin_k(||c_k||^2 - 2<x, c_k>)
-  over chunks of ``chunk_size`` points.
+  a(x) = argmin_k ||x - c_k||^2 (ties go to the lowest k), computed as
+  argmin_k(||c_k||^2 - 2<x, c_k>) over chunks of ``chunk_size`` points.
 
   Args:
     points: float [N, d].
@@ -74,10 +77,11 @@ def kmeans(points, num_clusters: int, num_iterations: int = 10, seed=(0, 0),
            max_points: int | None = None, chunk_size: int = 16384):
   """Lloyd's k-means with a stateless random initialisation.
 
-  Codebook learning: init c_k = x_{pi(k)} for K distinct random points pi(k), then ``num_iterations``
-  times: assign a(x) = argmin_k ||x - c_k||^2, update c_k = mean{x : a(x) = k} (empty clusters keep
-  their centroid). When ``max_points`` is set and N > max_points, the codebook is learned on a random
-  subset of ``max_points`` points (the caller assigns all points with ``nearest_centroid`` after).
+  Codebook learning: init c_k = x_{pi(k)} for K distinct random points pi(k), then
+  ``num_iterations`` times: assign a(x) = argmin_k ||x - c_k||^2, update c_k = mean{x : a(x) = k}
+  (empty clusters keep their centroid). When ``max_points`` is set and N > max_points, the codebook
+  is learned on a random subset of ``max_points`` points (the caller assigns all points with
+  ``nearest_centroid`` after).
 
   Args:
     points: float [N, d], N >= 1.

@@ -12,10 +12,11 @@ Proposal (Theorem 2, scores divided by the temperature T as everywhere in tfrs_l
   Q(i|z) = exp(s^1_{k1(i)} + s^2_{k2(i)}) / Z(z),
   Z(z)   = sum_{k1,k2} |Omega_{k1,k2}| exp(s^1_{k1} + s^2_{k2})
          = P^1(k1|z) * P^2(k2|k1,z) * 1/|Omega_{k1,k2}|   with
-  P^1(k1|z) = psi_{k1} exp(s^1_{k1}) / sum_k psi_k exp(s^1_k),  psi_{k1} = sum_{k'} |Omega_{k1,k'}| exp(s^2_{k'}),
+  P^1(k1|z) = psi_{k1} exp(s^1_{k1}) / sum_k psi_k exp(s^1_k),
+  psi_{k1} = sum_{k'} |Omega_{k1,k'}| exp(s^2_{k'}),
   P^2(k2|k1,z) = |Omega_{k1,k2}| exp(s^2_{k2}) / psi_{k1}.
-Empty cells have weight |Omega| = 0, hence probability exactly 0 (log-weight -inf), and a codeword k1
-whose cells are all empty has psi_{k1} = 0. Sampling draws the cell (k1, k2) from the joint
+Empty cells have weight |Omega| = 0, hence probability exactly 0 (log-weight -inf), and a codeword
+k1 whose cells are all empty has psi_{k1} = 0. Sampling draws the cell (k1, k2) from the joint
 P^1(k1) P^2(k2|k1) (identical to drawing k1 then k2 | k1) over the A x K^2 log-weights
 s^1_{k1} + s^2_{k2} + log|Omega_{k1,k2}|, then an item uniformly inside the cell as a gather
 sorted_items[offset_c + u mod count_c]. Cost per batch: O(A K d + A K^2 + A S), independent of N.
@@ -63,10 +64,10 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
   Ids returned are item_row + ``id_offset``: with ``id_offset=1`` and ``refresh(table[1:])``, id 0
   (padding) is never sampled.
 
-  The codebooks, the inverted index and the draw counter are non-trainable variables (they are saved by
-  ``tf.train.Checkpoint`` / Keras weights). They are created by ``build_index`` (called by the first
-  ``refresh``, or in the constructor when ``num_items`` and ``dim`` are given, which is needed to restore a
-  checkpoint into a fresh sampler before the first refresh).
+  The codebooks, the inverted index and the draw counter are non-trainable variables (they are saved
+  by ``tf.train.Checkpoint`` / Keras weights). They are created by ``build_index`` (called by the
+  first ``refresh``, or in the constructor when ``num_items`` and ``dim`` are given, which is needed
+  to restore a checkpoint into a fresh sampler before the first refresh).
   """
 
   def __init__(self, num_codewords: int = 64, quantizer: str = "pq", *,
@@ -127,8 +128,8 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     """Creates the codebooks, the inverted index and the counters for N items of dimension d."""
     if self._index_built:
       if (num_items, dim) != (self.num_items, self.dim):
-        raise ValueError(f"MIDXSampler index is built for num_items={self.num_items}, dim={self.dim}; "
-                         f"got num_items={num_items}, dim={dim}")
+        raise ValueError(f"MIDXSampler index is built for num_items={self.num_items}, "
+                         f"dim={self.dim}; got num_items={num_items}, dim={dim}")
       return
     num_items, dim = midx_core.check_index_shape(self.quantizer, num_items, dim)
     k = self.num_codewords
@@ -143,7 +144,8 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     self.codebook_2 = weight("codebook_2", [k, d2], tf.float32)
     self.item_codes = weight("item_codes", [num_items, 2], tf.int32)   # (k1(i), k2(i))
     self.sorted_items = weight("sorted_items", [num_items], tf.int64)  # item rows sorted by cell
-    self.cell_offsets = weight("cell_offsets", [k * k], tf.int64)      # start of cell c in sorted_items
+    self.cell_offsets = weight("cell_offsets", [k * k], tf.int64)      # start of cell c in
+                                                                       # sorted_items
     self.cell_counts = weight("cell_counts", [k * k], tf.int64)        # |Omega_c|
     self.num_refreshes = weight("num_refreshes", [], tf.int64)
     self.num_draws = weight("num_draws", [], tf.int64)
@@ -155,9 +157,10 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     """Rebuilds both codebooks (k-means) and the inverted multi-index from item embeddings [N, d].
 
     pq: C^l = kmeans({q_i^l}); rq: C^1 = kmeans({q_i}), C^2 = kmeans({q_i - c^1_{k1(i)}}).
-    k_l(i) = nearest codeword; items sorted by cell k1 * K + k2 (stable), offsets = exclusive cumsum of
-    counts. Every item lands in exactly one cell. Seeds depend on (seed, refresh count), so repeated
-    refreshes are deterministic. Works eagerly and inside tf.function (once the index is built).
+    k_l(i) = nearest codeword; items sorted by cell k1 * K + k2 (stable), offsets = exclusive cumsum
+    of counts. Every item lands in exactly one cell. Seeds depend on (seed, refresh count), so
+    repeated refreshes are deterministic. Works eagerly and inside tf.function (once the index is
+    built).
 
     Returns:
       The new refresh count (int64 scalar).
@@ -166,7 +169,8 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     if not emb.dtype.is_floating:
       raise TypeError(f"item_embeddings must be floating point, got {emb.dtype.name}")
     if emb.shape.rank != 2 or emb.shape[0] is None or emb.shape[1] is None:
-      raise ValueError(f"item_embeddings must have a static shape [num_items, dim], got {emb.shape}")
+      raise ValueError("item_embeddings must have a static shape [num_items, dim], "
+                       f"got {emb.shape}")
     if emb.shape[0] == 0:
       raise ValueError("item_embeddings is empty (num_items = 0)")
     self.build_index(int(emb.shape[0]), int(emb.shape[1]))
@@ -219,14 +223,15 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
   def sample(self, query_embeddings, num_samples: int, seed=None):
     """Draws S iid items per query from Q(.|z) and returns their exact log Q(i|z).
 
-    Cell c = (k1, k2) ~ P^1(k1|z) P^2(k2|k1,z) (joint over K^2 log-weights, empty cells excluded), then
-    i ~ Uniform(Omega_c) by gather; log Q(i|z) = s^1_{k1} + s^2_{k2} - log Z(z).
+    Cell c = (k1, k2) ~ P^1(k1|z) P^2(k2|k1,z) (joint over K^2 log-weights, empty cells excluded),
+    then i ~ Uniform(Omega_c) by gather; log Q(i|z) = s^1_{k1} + s^2_{k2} - log Z(z).
 
     Args:
       query_embeddings: float [A, d], A >= 1 (no gradient flows through sampling).
       num_samples: S >= 1 (python int).
-      seed: optional shape-[2] integer seed; when given the draw is a pure function of it and the draw
-        counter is not advanced. Otherwise the seed is (sampler seed, draw counter, replica id).
+      seed: optional shape-[2] integer seed; when given the draw is a pure function of it and the
+        draw counter is not advanced. Otherwise the seed is (sampler seed, draw counter, replica
+        id).
 
     Returns:
       (ids int64 [A, S] in [id_offset, id_offset + N), log_q float32 [A, S]).
@@ -313,8 +318,9 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
         tf.debugging.assert_equal(
             tf.reduce_all((rows >= 0) & (rows < self.num_items)), True,
             message=f"ids out of range [{self.id_offset}, {self.id_offset + self.num_items})"),
-        tf.debugging.assert_equal(tf.shape(ids)[0], tf.shape(z)[0],
-                                  message="ids and query_embeddings differ in their number of rows"),
+        tf.debugging.assert_equal(
+            tf.shape(ids)[0], tf.shape(z)[0],
+            message="ids and query_embeddings differ in their number of rows"),
     ]
     with tf.control_dependencies(checks):
       rows = tf.identity(rows)
@@ -327,7 +333,8 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     return out[:, 0] if vector else out
 
   def proposal_log_probs(self, query_embeddings):
-    """log Q(i|z) for every item, float32 [A, N] (O(A N): for diagnostics and tests, not training)."""
+    """log Q(i|z) for every item, float32 [A, N] (O(A N): for diagnostics and tests, not
+    training)."""
     self._check_ready()
     ids = tf.range(self.num_items, dtype=tf.int64) + self.id_offset
     z = tf.convert_to_tensor(query_embeddings)

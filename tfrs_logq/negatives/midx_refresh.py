@@ -1,4 +1,5 @@
-"""Refresh hooks of the MIDX sampler: rebuild its index from the current item embeddings every N steps.
+"""Refresh hooks of the MIDX sampler: rebuild its index from the current item embeddings every N
+steps.
 
 The index (codebooks, inverted multi-index) goes stale as the item table trains; these hooks call
 ``MIDXSampler.refresh(embeddings_fn())`` at steps 0, N, 2N, ... of a custom loop
@@ -19,8 +20,8 @@ class RefreshEveryNSteps:
 
   In a custom loop (eager or inside tf.function): ``hook(step)`` refreshes when step % N == 0 and
   returns whether it did (bool tensor). ``embeddings_fn`` returns the current item embeddings
-  [num_items, d] (e.g. ``lambda: model.item_table[1:]`` with ``id_offset=1``) and is only evaluated on
-  refresh steps. For ``model.fit`` use ``MIDXRefreshCallback``.
+  [num_items, d] (e.g. ``lambda: model.item_table[1:]`` with ``id_offset=1``) and is only evaluated
+  on refresh steps. For ``model.fit`` use ``MIDXRefreshCallback``.
   """
 
   def __init__(self, sampler, embeddings_fn, every_n_steps: int):
@@ -47,7 +48,8 @@ class RefreshEveryNSteps:
 
 
 class MIDXRefreshCallback(tf.keras.callbacks.Callback):
-  """Keras callback: refreshes the sampler before training batches 0, N, 2N, ... (counted across epochs)."""
+  """Keras callback: refreshes the sampler before training batches 0, N, 2N, ... (counted across
+  epochs)."""
 
   def __init__(self, sampler, embeddings_fn, every_n_steps: int):
     super().__init__()

@@ -94,13 +94,21 @@ def leave_one_out(uid: np.ndarray, iid: np.ndarray, ts: np.ndarray, *,
   for u, s, t, v in zip(users, seqs, tss, is_val_user):
     n = s.size
     if n >= 2:
-      test_in.append(s[:-1]); test_t.append(s[-1]); test_u.append(u); test_ts.append(t[-1])
+      test_in.append(s[:-1])
+      test_t.append(s[-1])
+      test_u.append(u)
+      test_ts.append(t[-1])
     cut = n - 1
     if v and n >= 3:
-      val_in.append(s[:-2]); val_t.append(s[-2]); val_u.append(u); val_ts.append(t[-2])
+      val_in.append(s[:-2])
+      val_t.append(s[-2])
+      val_u.append(u)
+      val_ts.append(t[-2])
       cut = n - 2
     cut = max(cut, 1)
-    train.append(s[:cut]); train_ts.append(t[:cut]); train_users.append(u)
+    train.append(s[:cut])
+    train_ts.append(t[:cut])
+    train_users.append(u)
   return dict(train=train, train_ts=train_ts, train_users=np.array(train_users, np.int64),
               val=EvalSplit(val_in, np.array(val_t, np.int64), np.array(val_u, np.int64),
                             np.array(val_ts, np.int64)),
@@ -153,7 +161,9 @@ def temporal_split(uid: np.ndarray, iid: np.ndarray, ts: np.ndarray, *, fraction
   for u, s, t, p in zip(users, seqs, tss, periods):
     k = int(np.searchsorted(p, 1))  # periods are non-decreasing within a user
     if k:
-      train.append(s[:k]); train_ts.append(t[:k]); train_users.append(u)
+      train.append(s[:k])
+      train_ts.append(t[:k])
+      train_users.append(u)
   counts = count_items(train, num_items)
   dropped = dict(val_unseen_target=0, val_empty_history=0, test_unseen_target=0,
                  test_empty_history=0)

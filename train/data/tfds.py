@@ -44,7 +44,9 @@ def load_tfds(*, tfds_name: str = "movielens/100k-ratings", data_dir=None,
   users, items, times = [], [], []
   ds = ds.map(lambda x: (x["user_id"], x["movie_id"], x["timestamp"])).batch(65536)
   for u, i, t in tfds.as_numpy(ds):
-    users.append(u); items.append(i); times.append(t)
+    users.append(u)
+    items.append(i)
+    times.append(t)
   if not users:
     raise ValueError(f"TFDS dataset {tfds_name!r} is empty")
   return build_sequence_data(

@@ -22,11 +22,12 @@ is always one static-shape program on JAX; --jit_compile asks for XLA on the ten
 --model_dir holds a checkpoint per epoch (model, optimizer, frequency estimator, the samplers' and
 dropouts' seed states, epoch, step, best NDCG@10, patience counter: `train.keras3.checkpoints`),
 the best model (best/weights.npz), TensorBoard summaries (tensorboard/: train/loss,
-train/mean_weight, val/recall@k, val/ndcg@k, as python -m train) and metrics.json; rerunning the same command resumes exactly
-from the last finished epoch. --export_dir writes the query encoder as query_encoder.keras (load
-it with `keras.saving.load_model` after `import models.keras3`) and metadata.json; with
---backend=tensorflow also `python -m train`'s serving SavedModels (train/export.py: query_encoder/,
-item_embeddings/, item_embeddings.npy, export_meta.json), read by `python -m eval.evaluate`.
+train/mean_weight, val/recall@k, val/ndcg@k, as python -m train) and metrics.json; rerunning the
+same command resumes exactly from the last finished epoch. --export_dir writes the query encoder
+as query_encoder.keras (load it with `keras.saving.load_model` after `import models.keras3`) and
+metadata.json; with --backend=tensorflow also `python -m train`'s serving SavedModels
+(train/export.py: query_encoder/, item_embeddings/, item_embeddings.npy, export_meta.json), read
+by `python -m eval.evaluate`.
 
 Output (train/cli.py): a progress bar and one line per epoch on stdout, a `done:` line on stderr;
 exit status 0 done, 1 a non-finite loss or gradient (training stops at that step; the last

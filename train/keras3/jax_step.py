@@ -21,15 +21,15 @@ while the first steps train; a shape not precompiled is compiled when it first c
 
 The streaming frequency estimator is updated outside the step, on the variables (its update
 has a data-dependent size); its variables are therefore read from the variables at every step
-and never carried (nor donated). The trainable, optimizer and carried non-trainable arrays are donated to the
-next step (updated in place on the device). Used on --backend=jax without --strategy=mirrored;
-the other backends and the data-parallel path keep ``train_on_batch``.
+and never carried (nor donated). The trainable, optimizer and carried non-trainable arrays are
+donated to the next step (updated in place on the device). Used on --backend=jax without
+--strategy=mirrored; the other backends and the data-parallel path keep ``train_on_batch``.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, Sequence, Tuple
 
 import jax
 import jax.numpy as jnp

@@ -88,7 +88,8 @@ def pool_layout(distribution):
 def main():
   devices = keras.distribution.list_devices()
   out = {"num_devices": np.array(len(devices))}
-  for name, dist in (("single", None), ("parallel", keras.distribution.DataParallel(devices=devices))):
+  for name, dist in (("single", None),
+                     ("parallel", keras.distribution.DataParallel(devices=devices))):
     for key, value in train(dist).items():
       out[f"{name}/{key}"] = value
   for key, value in pool_layout(keras.distribution.DataParallel(devices=devices)).items():

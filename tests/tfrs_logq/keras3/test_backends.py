@@ -7,7 +7,6 @@ written from the formulas. TensorFlow and JAX are required (the tests fail when 
 PyTorch runs when it is installed (an optional backend, not part of the ``keras3`` extra).
 """
 
-import ast
 import importlib.util
 import os
 import pathlib
@@ -592,7 +591,8 @@ def test_uniform_negatives_accepts_numpy_integers_and_rejects_bool_and_float():
   config is plain JSON); bool and float are rejected. JAX process: no TensorFlow needed."""
   code = ("import json, numpy as np, keras\n"
           "from tfrs_logq.keras3 import negatives\n"
-          "u = negatives.UniformNegatives(np.int64(5), id_range=(np.int32(2), np.int64(9)), seed=1)\n"
+          "u = negatives.UniformNegatives(np.int64(5), id_range=(np.int32(2), np.int64(9)), "
+          "seed=1)\n"
           "assert type(u.num_negatives) is int and u.num_negatives == 5, u.num_negatives\n"
           "assert u.id_range == (2, 9) and all(type(v) is int for v in u.id_range)\n"
           "json.dumps(u.get_config())\n"
@@ -601,7 +601,8 @@ def test_uniform_negatives_accepts_numpy_integers_and_rejects_bool_and_float():
           "assert type(m.uniform.num_negatives) is int\n"
           "cases = [(dict(num_negatives=b, id_range=(0, 9)), 'num_negatives')\n"
           "         for b in (True, 5.0, np.float32(5.0), np.int64(0))]\n"
-          "cases += [(dict(num_negatives=2, id_range=b), 'id_range') for b in ((True, 9), (0.0, 9))]\n"
+          "cases += [(dict(num_negatives=2, id_range=b), 'id_range') "
+          "for b in ((True, 9), (0.0, 9))]\n"
           "for kwargs, name in cases:\n"
           "  try:\n"
           "    negatives.UniformNegatives(**kwargs)\n"

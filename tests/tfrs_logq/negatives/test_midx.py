@@ -1,8 +1,9 @@
 """Tests of the MIDX sampler (tfrs_logq/negatives/midx.py) and its k-means (kmeans.py).
 
 Independent numpy references:
-  * proposal: Q(i|z) = exp(s1[k1(i)] + s2[k2(i)]) / sum_j exp(s1[k1(j)] + s2[k2(j)]), normalised over
-    ITEMS (not over cells), so it checks the cell-size weighting |Omega| of Theorem 2 independently;
+  * proposal: Q(i|z) = exp(s1[k1(i)] + s2[k2(i)]) / sum_j exp(s1[k1(j)] + s2[k2(j)]), normalised
+    over ITEMS (not over cells), so it checks the cell-size weighting |Omega| of Theorem 2
+    independently;
   * assignments: k_l(i) = argmin_k ||x_i^l - c_k^l||^2 in float64 (pq halves / rq residuals);
   * losses: the standard and corrected formulas of tfrs_logq/losses.py written out in numpy.
 """
@@ -88,7 +89,8 @@ def clustered_catalog(n, d, clusters, rng):
 def test_empirical_frequencies_match_returned_q(quantizer, structured):
   rng = np.random.default_rng(1)
   n, d, k = 60, 6, 4
-  emb = correlated_halves(n, d, 4, rng) if structured else rng.normal(size=(n, d)).astype(np.float32)
+  emb = (correlated_halves(n, d, 4, rng) if structured
+         else rng.normal(size=(n, d)).astype(np.float32))
   sampler = MIDXSampler(num_codewords=k, quantizer=quantizer, id_offset=1, seed=11, temperature=0.5)
   sampler.refresh(emb)
   if structured:  # the case the cell weights matter for: most (k1, k2) cells are empty
@@ -199,7 +201,8 @@ def test_proposal_closer_to_softmax_than_uniform_and_unigram():
 
 # ----------------------------------------------------------------------- (3) refresh and the index
 def check_index(sampler, emb):
-  """Every item in exactly one cell; cells hold exactly the items with those codes; codes nearest."""
+  """Every item in exactly one cell; cells hold exactly the items with those codes; codes
+  nearest."""
   n = emb.shape[0]
   k = sampler.num_codewords
   codes = sampler.item_codes.numpy()

@@ -31,7 +31,8 @@ def test_index_matches_its_definition(quantizer):
   cell = k1 * k + k2
   counts = np.bincount(cell, minlength=k * k)
   np.testing.assert_array_equal(index.cell_counts.numpy(), counts)
-  np.testing.assert_array_equal(index.cell_offsets.numpy(), np.concatenate([[0], np.cumsum(counts)[:-1]]))
+  np.testing.assert_array_equal(index.cell_offsets.numpy(),
+                                np.concatenate([[0], np.cumsum(counts)[:-1]]))
   order = index.sorted_items.numpy()
   np.testing.assert_array_equal(np.sort(order), np.arange(200))
   for c in range(k * k):

@@ -7,8 +7,6 @@ import pytest
 
 from train import data as D
 
-import tensorflow as tf  # after train.data (which imports tfrs_logq first)
-
 
 def _data(lengths=(1, 2, 3, 5, 9, 12, 4, 7), num_items=30, seed=0):
   rng = np.random.default_rng(seed)

@@ -2,10 +2,11 @@
 DataParallel over two host CPU devices (XLA_FLAGS set by the binary before jax is imported).
 On ML-100K with mixed negatives (the in-batch pool gathered across the devices) the weights live
 on 2 devices and the first epoch's loss, mean weight and validation metrics equal the
-single-device run's (padded: token packing is off under data parallelism) within float tolerance; a data-parallel run killed mid-epoch 2 and rerun ends
-with the uninterrupted data-parallel run's checkpoint, history and metrics, bit for bit. Other
-backends and a batch that does not split evenly are one `error:` line (status 2); the host
-device flag is added to (or replaced in) XLA_FLAGS only for jax."""
+single-device run's (padded: token packing is off under data parallelism) within float tolerance; a
+data-parallel run killed mid-epoch 2 and rerun ends with the uninterrupted data-parallel run's
+checkpoint, history and metrics, bit for bit. Other backends and a batch that does not split evenly
+are one `error:` line (status 2); the host device flag is added to (or replaced in) XLA_FLAGS only
+for jax."""
 
 import os
 

@@ -1,8 +1,9 @@
 """`train.keras3.jax_step`: the jax trainer's step with its state kept on the device (no host
 synchronisation per step; every likely token capacity compiled at the start, none late) gives,
-step by step, the losses and mean weights of ``train_on_batch`` and, after two epochs (a sync and a reload between them), the same value of every variable the
-run changes (model, estimator, samplers' and dropouts' seeds, optimizer), with a streaming
-estimator and the corrected loss (fresh jax process, jax_step_worker.py)."""
+step by step, the losses and mean weights of ``train_on_batch`` and, after two epochs (a sync and a
+reload between them), the same value of every variable the run changes (model, estimator, samplers'
+and dropouts' seeds, optimizer), with a streaming estimator and the corrected loss (fresh jax
+process, jax_step_worker.py)."""
 
 import json
 import os

@@ -1,7 +1,7 @@
 """`python -m train.keras3 --backend=jax --seeds=0,1,2`: three seeds as one program give, run by
-run, what three separate runs (--seed=s --nosasrec_pack_tokens --frequency_seed=0, the same other flags) write:
-the same per-epoch losses, validation metrics, best epoch, early stop and test metrics within
-float tolerance (vmap changes the summation order), each in its own <model_dir>/seed<s> with
+run, what three separate runs (--seed=s --nosasrec_pack_tokens --frequency_seed=0, the same other
+flags) write: the same per-epoch losses, validation metrics, best epoch, early stop and test metrics
+within float tolerance (vmap changes the summation order), each in its own <model_dir>/seed<s> with
 metrics.json and a checkpoint; different seeds really differ. Rerunning the same --seeds command
 after it finished trains nothing more. Flags that cannot be stacked are refused."""
 

@@ -58,8 +58,8 @@ class CountMinSketch(base.FrequencyEstimator):
                width: Optional[int] = None, depth: Optional[int] = None,
                conservative: bool = frequency_core.DEFAULTS["conservative"],
                half_life: Optional[float] = frequency_core.DEFAULTS["half_life"],
-               min_count: float = frequency_core.DEFAULTS["min_count"], seed: int = 0, num_items=None,
-               validate_ids: bool = True, **kwargs):
+               min_count: float = frequency_core.DEFAULTS["min_count"], seed: int = 0,
+               num_items=None, validate_ids: bool = True, **kwargs):
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
     width, depth, half_life, min_count, seed = count_min_core.check_sketch(
         epsilon, delta, width, depth, half_life, min_count, seed)

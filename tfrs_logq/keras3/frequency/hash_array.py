@@ -36,8 +36,10 @@ class HashArrayEstimator(base.FrequencyEstimator):
   """Yi et al. hash arrays with multi-hit steps and per-draw output (module docstring)."""
 
   def __init__(self, num_buckets: int = frequency_core.DEFAULTS["num_buckets"],
-               num_hashes: int = frequency_core.DEFAULTS["num_hashes"], alpha: float = frequency_core.DEFAULTS["alpha"],
-               warmup: bool = frequency_core.DEFAULTS["warmup"], pending_gap: bool = frequency_core.DEFAULTS["pending_gap"], seed: int = 0,
+               num_hashes: int = frequency_core.DEFAULTS["num_hashes"],
+               alpha: float = frequency_core.DEFAULTS["alpha"],
+               warmup: bool = frequency_core.DEFAULTS["warmup"],
+               pending_gap: bool = frequency_core.DEFAULTS["pending_gap"], seed: int = 0,
                num_items=None, validate_ids: bool = True, **kwargs):
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
     for name, value in (("num_buckets", num_buckets), ("num_hashes", num_hashes)):

@@ -13,7 +13,8 @@ ones. With B the valid rows, U their distinct ids and n_b the kept slots, log Q 
 (formulas in ``tfrs_logq.core.negatives``)::
 
     unigram / mixture:  log Q(d) = log q_uni(d)
-    expected_count:     log Q(d) = log pi(d) + log n_b - log U - log n_b,  pi(d) = 1 - (1 - q_uni(d))^B
+    expected_count:     log Q(d) = log pi(d) + log n_b - log U - log n_b,
+                        pi(d) = 1 - (1 - q_uni(d))^B
 
 (``expected_count``: log E[count of d among the n_b negatives] - log n_b, so the importance
 weights e^s / (n Q) are Horvitz-Thompson weights e^s / E[count].) Randomness of the subsample:
