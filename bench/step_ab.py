@@ -10,7 +10,7 @@ Each tree gets a persistent worker process (its own imports: PYTHONPATH and the 
 are the tree) that builds `train.trainer.Trainer` with the training binary's defaults on the
 given data (SASRec, mixed negatives, corrected logQ; `--jit_compile` as the binary's speed
 setting; plus --settings_before / --settings_after, JSON objects of RunConfig settings), or with
---binary=keras3_jax `train.keras3.trainer.Trainer` on jax (CPU), and traces and compiles the
+--binary=keras3_jax `train.keras3.trainer.Trainer` on jax (its default device), and traces and compiles the
 step on a few batches, then times ``--steps`` steps per request. Rounds alternate which tree
 goes first. Reported: min and median over rounds of each tree's per-round minimum, and the
 ratios before / after (> 1: the after tree is faster), with the paired median of the per-round
@@ -119,7 +119,7 @@ def main(argv=None):
   env = dict(os.environ, TFRS_LOGQ_DATA=data_root)
   if args.binary == "keras3_jax":
     env = {k: v for k, v in env.items() if k != "TF_USE_LEGACY_KERAS"}
-    env.update(KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", TF_CPP_MIN_LOG_LEVEL="3")
+    env.update(KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3")
   settings = {"before": args.settings_before, "after": args.settings_after}
   for name, tree in trees.items():
     try:   # a malformed object fails here, not in the worker
