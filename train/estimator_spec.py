@@ -20,16 +20,15 @@ def estimator_spec(cfg, num_items: int, item_counts) -> Tuple[str, Dict[str, Any
     return "ExactCounts", dict(num_items=n, counts=np.asarray(item_counts),
                                min_count=cfg.frequency_min_count, name="frequency")
   buckets = cfg.frequency_buckets or max(1024, 4 * n)
-  hash_seed = cfg.seed if cfg.frequency_seed is None else cfg.frequency_seed
   if cfg.frequency == "hash_array":
     return "HashArrayEstimator", dict(
         num_buckets=buckets, num_hashes=cfg.hash_array_hashes, alpha=cfg.hash_array_alpha,
-        warmup=cfg.hash_array_warmup, pending_gap=cfg.hash_array_pending_gap, seed=hash_seed,
+        warmup=cfg.hash_array_warmup, pending_gap=cfg.hash_array_pending_gap, seed=_hash_seed(cfg),
         num_items=n, name="frequency")
   if cfg.frequency == "count_min":
     return "CountMinSketch", dict(
         width=buckets, depth=cfg.count_min_depth, conservative=cfg.count_min_conservative,
-        half_life=cfg.count_min_half_life, min_count=cfg.frequency_min_count, seed=hash_seed,
+        half_life=cfg.count_min_half_life, min_count=cfg.frequency_min_count, seed=_hash_seed(cfg),
         num_items=n, name="frequency")
   raise ValueError(f"unknown --frequency {cfg.frequency!r}")
 
@@ -38,3 +37,8 @@ def build(frequency_module, cfg, data):
   """The estimator of ``cfg`` from ``frequency_module`` (tf-keras or Keras 3 front)."""
   name, kwargs = estimator_spec(cfg, data.num_items + 1, data.item_counts)
   return getattr(frequency_module, name)(**kwargs)
+
+
+def _hash_seed(cfg) -> int:
+  """The streaming estimators' hash seed: --frequency_seed, default --seed."""
+  return cfg.seed if cfg.frequency_seed is None else cfg.frequency_seed
