@@ -236,7 +236,7 @@ def test_mixed_precision_is_for_sasrec():
 
 def test_frequency_seed_is_the_hash_seed(tiny):
   """--frequency_seed sets the streaming estimators' hash seed; by default it is --seed."""
-  for frequency in ("hash_array", "count_min"):
-    assert build_estimator(RunConfig.create(frequency=frequency, seed=3), tiny).seed == 3
-    assert build_estimator(RunConfig.create(frequency=frequency, seed=3, frequency_seed=9),
+  for kind in ("hash_array", "count_min"):
+    assert build_estimator(RunConfig.create(frequency=kind, seed=3), tiny).seed == 3
+    assert build_estimator(RunConfig.create(frequency=kind, seed=3, frequency_seed=9),
                            tiny).seed == 9
