@@ -6,16 +6,16 @@ r"""The training step of two source trees, timed interleaved in one run: did a c
     python bench/step_ab.py --before=. --after=. --binary=keras3_jax \
         --settings_after='{"mixed_precision": "bfloat16"}'
 
-Each tree gets a persistent worker process (its own imports: PYTHONPATH and the working folder
-are the tree) that builds `train.trainer.Trainer` with the training binary's defaults on the
-given data (SASRec, mixed negatives, corrected logQ; `--jit_compile` as the binary's speed
-setting; plus --settings_before / --settings_after, JSON objects of RunConfig settings), or with
+Each tree gets a persistent worker process (its own imports: PYTHONPATH and the working folder are
+the tree) that builds `train.trainer.Trainer` with the training binary's defaults on the given data
+(SASRec, mixed negatives, corrected logQ; `--jit_compile` as the binary's speed setting; plus
+--settings_before / --settings_after, JSON objects of RunConfig settings), or with
 --binary=keras3_jax `train.keras3.trainer.Trainer` on jax (its default device), and traces and
-compiles the step on a few batches, then times ``--steps`` steps per request. Rounds alternate
-which tree goes first. Reported: min and median over rounds of each tree's per-round minimum, and the
+compiles the step on a few batches, then times ``--steps`` steps per request. Rounds alternate which
+tree goes first. Reported: min and median over rounds of each tree's per-round minimum, and the
 ratios before / after (> 1: the after tree is faster), with the paired median of the per-round
-ratios. Both trees must have the `Trainer(cfg, strategy=...)` / `distributed_epoch` /
-`train_step` interface (every commit since the binaries' first wave).
+ratios. Both trees must have the `Trainer(cfg, strategy=...)` / `distributed_epoch` / `train_step`
+interface (every commit since the binaries' first wave).
 Absolute seconds depend on the machine and its load; the ratio is the result. Last line: summary.
 """
 
