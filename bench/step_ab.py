@@ -47,6 +47,10 @@ cfg = RunConfig.create(dataset=sys.argv[1], data_path=sys.argv[2] or None,
                        model_dir=f"/tmp/step_ab_{os.getpid()}", **json.loads(sys.argv[4]))
 trainer = Trainer(cfg, strategy=tf.distribute.get_strategy())
 batches = list(trainer.distributed_epoch(0))[:8]
+"""
+
+# Both workers: warm-up steps, then ``n`` timed steps per request line, their minimum printed.
+TIMED_STEPS = r"""
 for b in batches[:3]:
   float(trainer.train_step(b)[0])
 print("ready", flush=True)
@@ -72,18 +76,6 @@ cfg = RunConfig.create(dataset=sys.argv[1], data_path=sys.argv[2] or None, progr
                        model_dir=f"/tmp/step_ab_{os.getpid()}", **json.loads(sys.argv[4]))
 trainer = Trainer(cfg, data=cfg.data.load(), report=lambda line: None, shuffle_rng="numpy")
 batches = list(trainer.epoch_batches(0))[:8]
-for b in batches[:3]:
-  float(trainer.train_step(b)[0])
-print("ready", flush=True)
-k = 0
-for line in sys.stdin:
-  out = []
-  for _ in range(int(line)):
-    t = time.perf_counter()
-    float(trainer.train_step(batches[k % len(batches)])[0])
-    out.append(time.perf_counter() - t)
-    k += 1
-  print(min(out), flush=True)
 """
 
 
@@ -115,7 +107,7 @@ def main(argv=None):
   # for ../shared/data beside itself).
   data_root = os.environ.get("TFRS_LOGQ_DATA", str(ROOT.parent / "shared" / "data"))
   procs = {}
-  worker = WORKER if args.binary == "tf_keras" else KERAS3_WORKER
+  worker = (WORKER if args.binary == "tf_keras" else KERAS3_WORKER) + TIMED_STEPS
   env = dict(os.environ, TFRS_LOGQ_DATA=data_root)
   if args.binary == "keras3_jax":
     env = {k: v for k, v in env.items() if k != "TF_USE_LEGACY_KERAS"}
