@@ -6,7 +6,6 @@ and dropouts' seeds, optimizer), with a streaming estimator and the corrected lo
 process, jax_step_worker.py)."""
 
 import json
-import os
 import re
 import pathlib
 import subprocess
@@ -14,23 +13,20 @@ import sys
 
 import numpy as np
 
+import keras3_binary_harness as harness
+
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 
-FLAGS = ["--dataset=synthetic", "--synthetic_users=60", "--synthetic_items=50",
-         "--synthetic_min_len=5", "--synthetic_max_len=20", "--max_len=20", "--embedding_dim=16",
-         "--num_blocks=1", "--num_negatives=8", "--batch_size=16", "--eval_batch_size=60",
-         "--learning_rate=0.01", "--noprogress", "--logq=corrected", "--frequency=hash_array",
-         "--negatives=mixed", "--steps_per_epoch=4"]
+# The harness's synthetic run (hash-array estimator), with mixed negatives, corrected logQ and
+# 4 steps per epoch (a repeated flag: the last value counts).
+FLAGS = [*harness.SYNTHETIC, "--logq=corrected", "--negatives=mixed", "--steps_per_epoch=4"]
 
 
 def test_jax_step_equals_train_on_batch(tmp_path):
-  env = {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS", "KERAS_BACKEND")}
-  env.update(PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="",
-             TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="jax")
   proc = subprocess.run([sys.executable, str(HERE / "jax_step_worker.py"), *FLAGS,
-                         f"--model_dir={tmp_path}"], cwd=ROOT, env=env, capture_output=True,
-                        text=True, timeout=600)
+                         f"--model_dir={tmp_path}"], cwd=ROOT, env=harness.env("jax"),
+                        capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")][-1]
   out = json.loads(line[len("RESULT "):])

@@ -5,7 +5,6 @@ give finite losses close to float32's but not equal to them (bfloat16 is really 
 torch (fresh process each, mixed_precision_worker.py)."""
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -13,23 +12,21 @@ import sys
 import numpy as np
 import pytest
 
+import keras3_binary_harness as harness
+
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 
-FLAGS = ["--dataset=synthetic", "--synthetic_users=60", "--synthetic_items=50",
-         "--synthetic_min_len=5", "--synthetic_max_len=20", "--max_len=20", "--embedding_dim=16",
-         "--num_blocks=1", "--num_negatives=8", "--batch_size=16", "--eval_batch_size=60",
-         "--learning_rate=0.01", "--noprogress", "--logq=corrected", "--steps_per_epoch=3"]
+# The harness's synthetic run with the exact estimator, corrected logQ, 3 steps per epoch (a
+# repeated flag: the last value counts).
+FLAGS = [*harness.SYNTHETIC, "--frequency=exact", "--logq=corrected", "--steps_per_epoch=3"]
 
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_bfloat16_encoder_float32_scores(backend, tmp_path):
-  env = {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS", "KERAS_BACKEND")}
-  env.update(PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="",
-             TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND=backend)
   proc = subprocess.run([sys.executable, str(HERE / "mixed_precision_worker.py"), *FLAGS,
-                         f"--model_dir={tmp_path}"], cwd=ROOT, env=env, capture_output=True,
-                        text=True, timeout=600)
+                         f"--model_dir={tmp_path}"], cwd=ROOT, env=harness.env(backend),
+                        capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")][-1]
   out = json.loads(line[len("RESULT "):])

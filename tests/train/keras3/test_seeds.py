@@ -6,7 +6,6 @@ metrics.json and a checkpoint; different seeds really differ. Rerunning the same
 after it finished trains nothing more. Flags that cannot be stacked are refused."""
 
 import json
-import os
 import pathlib
 import subprocess
 import sys
@@ -14,27 +13,21 @@ import sys
 import numpy as np
 import pytest
 
+import keras3_binary_harness as harness
+
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 
-TINY = ["--dataset=synthetic", "--synthetic_users=60", "--synthetic_items=50",
-        "--synthetic_min_len=5", "--synthetic_max_len=20", "--max_len=20", "--embedding_dim=16",
-        "--num_blocks=1", "--num_negatives=8", "--batch_size=16", "--eval_batch_size=60",
-        "--learning_rate=0.01", "--noprogress", "--logq=corrected", "--frequency=hash_array",
-        "--steps_per_epoch=3", "--epochs=4", "--early_stopping_patience=2", "--dropout=0.2",
-        "--shuffle_rng=numpy"]
-
-
-def _env():
-  env = {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS", "KERAS_BACKEND")}
-  env.update(PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="",
-             TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND="jax")
-  return env
+# The harness's synthetic run (hash-array estimator) with corrected logQ, dropout, early stopping
+# and 3 steps per epoch (a repeated flag: the last value counts).
+TINY = [*harness.SYNTHETIC, "--logq=corrected", "--steps_per_epoch=3", "--epochs=4",
+        "--early_stopping_patience=2", "--dropout=0.2", "--shuffle_rng=numpy"]
 
 
 def _binary(*args):
   return subprocess.run([sys.executable, "-m", "train.keras3", "--backend=jax", *TINY, *args],
-                        cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=900)
+                        cwd=ROOT, env=harness.env("jax"), capture_output=True, text=True,
+                        timeout=900)
 
 
 def _metrics(folder):
