@@ -74,7 +74,8 @@ class JaxStep:
                    [copy(v) for v in m.optimizer.variables])
 
   def sync(self) -> None:
-    """Writes the carried state into the Keras variables; the state stays loaded."""
+    """Writes the carried state into the Keras variables and drops it: the next step (or
+    `load`) copies it back from the variables."""
     if self._state is None:
       return
     m = self.model
@@ -88,7 +89,7 @@ class JaxStep:
     for v, value in zip(m.optimizer.variables, optimizer):
       v.assign(value)
     # the variables now own these arrays: the next step must not donate them
-    self.load()
+    self._state = None
 
   # ------------------------------------------- the pieces a stack of runs uses (seeds.py)
   @property

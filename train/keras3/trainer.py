@@ -258,7 +258,7 @@ class Trainer:
         self.precompile(batch)
       self.shape_log.seen(batch, self.step + 1)
       loss, w, finite_grads = self.train_step(batch)
-      if isinstance(finite_grads, (bool, np.bool_)):
+      if self.jax_step is None:
         yield (loss if finite_grads else float("nan")), w, self.step
       else:   # device scalars: NaN where a gradient was not finite, read every k steps
         yield ops.where(finite_grads, loss, float("nan")), w, self.step
