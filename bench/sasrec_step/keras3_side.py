@@ -178,14 +178,15 @@ class JaxProfiler:
 
 def check_jax_step(trainer, batch) -> dict:
   """The loss of one step from the trainer's current state by Keras's own train step
-  (``Trainer.train_step``: ``train_on_batch``) and by `JaxTrainStep`; the state is put back
+  (``train_on_batch``, after the estimator's update as in ``Trainer.train_step``) and by `JaxTrainStep`; the state is put back
   first, so both start from the same weights, optimizer moments and seed states."""
   variables = list(trainer.model.variables) + list(trainer.model.optimizer.variables)
   saved = [np.array(v.value) for v in variables]
-  keras_loss = trainer.train_step(batch)[0]   # (loss, mean weight, finite gradients)
+  trainer.estimator_update(batch)   # what the trainer's step does first
+  trainer.model.reset_metrics()
+  keras_loss = float(trainer.model.train_on_batch(batch, return_dict=True)["loss"])
   for v, value in zip(variables, saved):
     v.assign(value)
-  trainer.step -= 1
   return dict(keras_train_on_batch=keras_loss, stateless_jit=JaxTrainStep(trainer.model)(batch))
 
 

@@ -219,7 +219,9 @@ class Trainer:
       self.jax_step.sync()
 
   def validate(self, split_name: str = "val") -> dict:
-    """Exact Recall/NDCG@10,20 of the encoder on a split (`train.validation`'s metrics)."""
+    """Exact Recall/NDCG@10,20 of the encoder on a split (`train.validation`'s metrics); the
+    jax step's device state is written into the variables first (`sync_state`)."""
+    self.sync_state()
     cfg = self.cfg
     split = getattr(self.data, split_name)
     validation.check_split(split, cfg.filter_rated)
@@ -286,9 +288,11 @@ class Trainer:
                                stateful_metrics=["loss", "w"])
 
   def save_best(self, epoch: int) -> None:
+    self.sync_state()
     checkpoints.save_values(self.best_path, self.encoder.variables, dict(epoch=epoch))
 
   def save_checkpoint(self, history) -> None:
+    self.sync_state()   # a loop that left the epoch early (budget, NaN) did not sync
     self.history = history
     checkpoints.save(self.ckpt_dir, self.step, self.state_variables(), self._state(),
                      keep=self.cfg.max_checkpoints)

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import keras3_binary_harness as harness
 
@@ -23,13 +24,19 @@ ROOT = HERE.parents[2]
 FLAGS = [*harness.SYNTHETIC, "--logq=corrected", "--negatives=mixed", "--steps_per_epoch=4"]
 
 
-def test_jax_step_equals_train_on_batch(tmp_path):
+@pytest.fixture(scope="module")
+def out(tmp_path_factory):
+  """The worker's four runs (one process)."""
+  model_dir = tmp_path_factory.mktemp("jax_step")
   proc = subprocess.run([sys.executable, str(HERE / "jax_step_worker.py"), *FLAGS,
-                         f"--model_dir={tmp_path}"], cwd=ROOT, env=harness.env("jax"),
+                         f"--model_dir={model_dir}"], cwd=ROOT, env=harness.env("jax"),
                         capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")][-1]
-  out = json.loads(line[len("RESULT "):])
+  return json.loads(line[len("RESULT "):])
+
+
+def test_jax_step_equals_train_on_batch(out):
   reference, lean = out["train_on_batch"], out["jax_step"]
   assert len(reference["steps"]) == 8
   np.testing.assert_array_equal(np.array(lean["steps"]), np.array(reference["steps"]))
@@ -41,3 +48,12 @@ def test_jax_step_equals_train_on_batch(tmp_path):
   assert any("seed_generator" in n for n in lean["names"])
   np.testing.assert_allclose(lean["sums"], reference["sums"], rtol=0, atol=0)
   assert lean["programs"]["compiled"] >= 2 and lean["programs"]["late"] == 0
+
+
+def test_validation_sees_steps_of_an_epoch_left_early(out):
+  """A loop that leaves mid-epoch (no sync at the epoch's end) still validates and saves the
+  trained weights: `Trainer.validate` writes the device state into the variables first."""
+  reference, lean = out["train_on_batch_left"], out["jax_step_left"]
+  assert len(lean["steps"]) == 6 and lean["steps"] == reference["steps"]
+  np.testing.assert_allclose(lean["sums"], reference["sums"], rtol=0, atol=0)
+  assert lean["validation"] == reference["validation"]
