@@ -178,8 +178,9 @@ class JaxProfiler:
 
 def check_jax_step(trainer, batch) -> dict:
   """The loss of one step from the trainer's current state by Keras's own train step
-  (``train_on_batch``, after the estimator's update as in ``Trainer.train_step``) and by `JaxTrainStep`; the state is put back
-  first, so both start from the same weights, optimizer moments and seed states."""
+  (``train_on_batch``, after the estimator's update as in ``Trainer.train_step``) and by
+  `JaxTrainStep`; the state is put back first, so both start from the same weights, optimizer
+  moments and seed states."""
   variables = list(trainer.model.variables) + list(trainer.model.optimizer.variables)
   saved = [np.array(v.value) for v in variables]
   trainer.estimator_update(batch)   # what the trainer's step does first

@@ -37,7 +37,8 @@ def run(cfg, data, use_jax_step, stop_after=None):
   values = [np.asarray(v.value, np.float64) for v in t.state_variables()]
   programs = (dict(compiled=t.jax_step.programs, late=t.jax_step.late)
               if t.jax_step is not None else None)
-  return dict(steps=steps, validation=validation, sums=[float(np.sum(v)) for v in values], programs=programs,
+  return dict(steps=steps, validation=validation, sums=[float(np.sum(v)) for v in values],
+              programs=programs,
               names=[v.path for v in t.state_variables()],
               kinds=[str(v.dtype) for v in t.state_variables()])
 
