@@ -191,6 +191,13 @@ class RunConfig:
   metrics_json: Optional[str] = setting(None, "Final metrics JSON (default: "
                                         "model_dir/metrics.json).")
   max_checkpoints: int = setting(3, "Checkpoints kept in model_dir/ckpt.")
+  checkpoint_every_seconds: float = setting(
+      0.0, "Write the full checkpoint (model, optimizer, estimator, seeds, history) at the end of "
+      "an epoch only when this many seconds have passed since the last one, and always at the "
+      "last epoch (early stop, --epochs) and before a --time_budget_minutes pause; 0 = at every "
+      "epoch. For short epochs on an accelerator; a crash or Ctrl-C then resumes from the last "
+      "checkpoint written (still exactly: the epochs after it are trained again). The best "
+      "weights are still written whenever they improve.")
   time_budget_minutes: float = setting(
       0.0, "Pause before an epoch that would end past this many minutes of training in this "
       "process (counted from the start of training; the next epoch's length is estimated by the "
@@ -215,7 +222,7 @@ class RunConfig:
       if getattr(self, name) < 1:
         raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
     for name in ("steps_per_epoch", "frequency_buckets", "cpu_replicas", "ratio_floor",
-                 "time_budget_minutes"):
+                 "time_budget_minutes", "checkpoint_every_seconds"):
       if getattr(self, name) < 0:
         raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
     for name in ("temperature", "learning_rate", "frequency_min_count"):
@@ -259,6 +266,9 @@ class RunConfig:
     if self.mixed_precision != "float32" and self.model != "sasrec":
       raise ValueError(f"mixed_precision={self.mixed_precision} is implemented for the SASRec "
                        f"encoder; model={self.model} trains in float32")
+    if self.checkpoint_every_seconds > 0 and self.strategy == "multi_worker":
+      raise ValueError("checkpoint_every_seconds: multi_worker processes would each decide by "
+                       "their own clock whether to save (a collective save); leave it at 0")
     if self.strategy == "tpu" and self.tpu is None:
       raise ValueError("strategy=tpu needs tpu (a name, an address or 'local')")
     return self

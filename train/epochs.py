@@ -13,8 +13,11 @@
       validation      metrics = validate("val") (+ "test" with --test_curve, never selected on)
       early stopping  improved = NDCG@10 > best: best, best_epoch = NDCG@10, e + 1, bad = 0 and
                       save_best(e + 1); else bad += 1
-      history         one record per epoch (`epoch_record`), summaries, save_checkpoint(history),
-                      the report line (`report_line`)
+      history         one record per epoch (`epoch_record`), summaries, the report line
+                      (`report_line`)
+      checkpoint      save_checkpoint(history) at every epoch, or with --checkpoint_every_seconds
+                      = S > 0 when S seconds have passed since the last one, at the last epoch
+                      and before a pause (a resume trains the epochs after it again, exactly)
 
 A trainer supplies its step and its model through a small interface (`EpochLoop`'s docstring);
 the loop keeps the state (epoch, step, best NDCG@10, best epoch, bad epochs) in the trainer
@@ -187,9 +190,10 @@ class EpochLoop:
   """Runs the epochs of a trainer (module docstring).
 
   The trainer provides: ``cfg`` (epochs, early_stopping_patience, time_budget_minutes,
-  test_curve, progress), ``steps_per_epoch``, ``report`` (a callable), ``summaries`` (a
-  ``train.summaries.SummaryWriter``), and the methods ``get_state() -> dict(epoch, step,
-  best_metric, best_epoch, bad_epochs)``, ``set_state(**some)``, ``begin_epoch(e)``,
+  test_curve, progress, checkpoint_every_seconds), ``steps_per_epoch``, ``report`` (a callable),
+  ``summaries`` (a ``train.summaries.SummaryWriter``), and the methods ``get_state() ->
+  dict(epoch, step, best_metric, best_epoch, bad_epochs)``, ``set_state(**some)``,
+  ``begin_epoch(e)``,
   ``epoch_steps(e)`` (yields (loss, w, step)), ``validate(split) -> dict``,
   ``save_best(epoch)``, ``save_checkpoint(history)``, ``checkpoint_info()`` ((epoch, step,
   path) of the last checkpoint or None), ``pause(seconds) -> dict``, ``progbar(steps) ->`` an
@@ -200,6 +204,21 @@ class EpochLoop:
     self.trainer, self.phases = trainer, phases or Phases()
     self.read_every = max(1, int(read_every))
     self._first_step_done = False
+    self._saved_at = time.monotonic()   # of the last full checkpoint (or of the loop's start)
+    self._unsaved: Optional[tuple] = None   # (trainer, history) of an epoch not checkpointed
+
+  def checkpoint_due(self) -> bool:
+    """Whether the epoch just finished is checkpointed (module docstring)."""
+    every = float(getattr(self.trainer.cfg, "checkpoint_every_seconds", 0.0) or 0.0)
+    return every <= 0 or self.done() or time.monotonic() - self._saved_at >= every
+
+  def flush(self) -> None:
+    """Writes the checkpoint of the last finished epoch if it was skipped (before a pause)."""
+    if self._unsaved is not None:
+      t, history = self._unsaved
+      with self.phases("checkpoints"):
+        t.save_checkpoint(history)
+      self._saved_at, self._unsaved = time.monotonic(), None
 
   def done(self) -> bool:
     """True when the trainer has finished its epochs or stopped early."""
@@ -223,6 +242,7 @@ class EpochLoop:
         return None
       if (cfg.time_budget_minutes and last_wall is not None
           and time.time() + last_wall > started + 60.0 * cfg.time_budget_minutes):
+        self.flush()
         return t.pause(time.time() - started)
       epoch_start = time.time()
       self._epoch(state, history)
@@ -288,6 +308,7 @@ class EpochLoop:
     history.append(record)
     t.set_state(epoch=e + 1)   # from here on the state is the end of epoch e + 1
     t.summaries.epoch(step, metrics, record["loss"])
-    with self.phases("checkpoints"):
-      t.save_checkpoint(history)
+    self._unsaved = (t, history)
+    if self.checkpoint_due():
+      self.flush()
     t.report(report_line(record, improved))

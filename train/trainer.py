@@ -396,6 +396,7 @@ class Trainer:
 
   def begin_epoch(self, epoch: int) -> None:
     del epoch
+    self._unsaved_epoch = False   # from here the state is no longer an epoch's end
     if self.midx is not None:
       self.midx.refresh(tf.convert_to_tensor(self.model.all_item_embeddings())[1:])
 

@@ -13,9 +13,11 @@ from train import epochs
 class FakeTrainer:
   """Scripted losses per epoch and validation NDCG@10 per epoch; records the calls."""
 
-  def __init__(self, losses, ndcgs, patience=2, max_epochs=10, budget=0.0, steps=4):
+  def __init__(self, losses, ndcgs, patience=2, max_epochs=10, budget=0.0, steps=4,
+               checkpoint_every=0.0):
     self.cfg = types.SimpleNamespace(epochs=max_epochs, early_stopping_patience=patience,
-                                     time_budget_minutes=budget, test_curve=False, progress=False)
+                                     time_budget_minutes=budget, test_curve=False, progress=False,
+                                     checkpoint_every_seconds=checkpoint_every)
     self.steps_per_epoch = steps
     self.losses, self.ndcgs = losses, ndcgs
     self.state = dict(epoch=0, step=0, best_metric=-1.0, best_epoch=0, bad_epochs=0)
@@ -108,6 +110,56 @@ def test_time_budget_pauses_before_an_epoch_that_would_not_fit():
   t = FakeTrainer([[1.0] * 4] * 10, [0.1 * i for i in range(1, 11)], budget=1e-9)
   out = epochs.EpochLoop(t).run([], started=0.0)
   assert out == dict(paused=True, epochs_done=1)   # the first epoch always runs
+
+
+class Clock:
+  """time.monotonic advanced by each epoch's begin_epoch (``per_epoch`` seconds)."""
+
+  def __init__(self, t, per_epoch):
+    self.now = 0.0
+    begin = t.begin_epoch
+
+    def ticking(e):
+      self.now += per_epoch
+      begin(e)
+    t.begin_epoch = ticking
+
+  def __call__(self):
+    return self.now
+
+
+def test_checkpoint_every_seconds_skips_epochs_and_saves_the_last(monkeypatch):
+  """Epochs of 10 s, a checkpoint at most every 25 s: epochs 3, 6 and 9 (30 s after the last),
+  then the last epoch (the early stop, 10 s later); the best weights at every improvement."""
+  t = FakeTrainer([[1.0] * 4] * 10, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.5, 0.5, 0.5],
+                  patience=3, checkpoint_every=25.0)
+  monkeypatch.setattr(epochs.time, "monotonic", Clock(t, 10.0))
+  history = []
+  assert epochs.EpochLoop(t).run(history, started=0.0) is None
+  assert len(history) == 10
+  assert [c for c in t.calls if c[0] == "ckpt"] == [("ckpt", 3), ("ckpt", 6), ("ckpt", 9),
+                                                         ("ckpt", 10)]
+  assert [c[1] for c in t.calls if c[0] == "best"] == [1, 2, 3, 4, 5, 6, 7]
+
+
+def test_checkpoint_every_seconds_zero_saves_every_epoch(monkeypatch):
+  t = FakeTrainer([[1.0] * 4] * 4, [0.1, 0.2, 0.3, 0.4], max_epochs=4)
+  monkeypatch.setattr(epochs.time, "monotonic", Clock(t, 1000.0))
+  epochs.EpochLoop(t).run([], started=0.0)
+  assert [c[1] for c in t.calls if c[0] == "ckpt"] == [1, 2, 3, 4]
+
+
+def test_a_pause_writes_the_skipped_checkpoint_first(monkeypatch):
+  """Epochs of 10 s, a budget of 1 min: the loop pauses after epoch 6, whose checkpoint the
+  interval skipped; it is written before the pause, so the rerun continues from epoch 6."""
+  t = FakeTrainer([[1.0] * 4] * 10, [0.1 * i for i in range(1, 11)], budget=1.0,
+                  checkpoint_every=1e9)
+  clock = Clock(t, 10.0)
+  monkeypatch.setattr(epochs.time, "monotonic", clock)
+  monkeypatch.setattr(epochs.time, "time", clock)
+  out = epochs.EpochLoop(t).run([], started=0.0)
+  assert out == dict(paused=True, epochs_done=6)
+  assert [c for c in t.calls if c[0] == "ckpt"] == [("ckpt", 6)]
 
 
 def test_phases_are_recorded():

@@ -133,12 +133,13 @@ def test_free_heap_is_returned_once_after_the_first_epoch_under_retain(tiny, tmp
   assert len(seen) == calls
 
 
-def _small_trainer(tiny, model_dir, report=None):
+def _small_trainer(tiny, model_dir, report=None, **overrides):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from train.trainer import Trainer  # pylint: disable=g-import-not-at-top
-  cfg = RunConfig.create(model="sasrec", max_len=8, embedding_dim=8, num_blocks=1, batch_size=8,
-                         num_negatives=8, steps_per_epoch=2, epochs=2, progress=False,
-                         model_dir=str(model_dir))
+  settings = dict(model="sasrec", max_len=8, embedding_dim=8, num_blocks=1, batch_size=8,
+                  num_negatives=8, steps_per_epoch=2, epochs=2, progress=False,
+                  model_dir=str(model_dir))
+  cfg = RunConfig.create(**{**settings, **overrides})
   return Trainer(cfg, data=tiny, strategy=tf.distribute.get_strategy(), report=report)
 
 
@@ -191,6 +192,37 @@ def test_interrupt_between_an_epochs_end_and_its_save_saves_it_and_resumes(tiny,
   assert lines[0].startswith(f"resumed from {tmp_path / 'run' / 'ckpt' / 'ckpt-2'}: epoch 1, "
                              "step 2")
   assert result["global_step"] == 4 and [h["epoch"] for h in result["history"]] == [1, 2]
+
+
+def test_checkpoint_every_seconds_writes_the_last_epoch_and_no_mid_epoch_state(tiny, tmp_path):
+  """With a checkpoint interval longer than the run, epochs 1 and 2 are not checkpointed; a
+  Ctrl-C inside epoch 3 saves nothing (the state is mid-epoch, not epoch 2's end); the rerun
+  trains from the start and its last epoch (the run's end) is the one checkpoint on disk."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from train.trainer import TrainingInterrupted  # pylint: disable=g-import-not-at-top
+  run_dir = tmp_path / "run"
+  trainer = _small_trainer(tiny, run_dir, epochs=3, checkpoint_every_seconds=1e9)
+  real, calls = trainer.train_step, []
+
+  def step(batch):
+    calls.append(1)
+    if len(calls) == 6:   # epoch 3 has taken one step
+      raise KeyboardInterrupt
+    return real(batch)
+
+  trainer.train_step = step
+  with pytest.raises(TrainingInterrupted) as info:
+    trainer.run()
+  assert info.value.checkpoint is None
+  assert tf.train.latest_checkpoint(str(run_dir / "ckpt")) is None
+  result = _small_trainer(tiny, run_dir, epochs=3, checkpoint_every_seconds=1e9).run()
+  assert result["global_step"] == 6 and [h["epoch"] for h in result["history"]] == [1, 2, 3]
+  assert [p.name for p in (run_dir / "ckpt").glob("ckpt-*.index")] == ["ckpt-6.index"]
+
+
+def test_checkpoint_every_seconds_is_refused_for_multi_worker():
+  with pytest.raises(ValueError, match="checkpoint_every_seconds"):
+    RunConfig.create(strategy="multi_worker", checkpoint_every_seconds=60)
 
 
 @pytest.mark.parametrize("jit_compile", [False, True])
