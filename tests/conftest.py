@@ -6,10 +6,14 @@
   MirroredStrategy tests have two replicas on a CPU-only machine.
 * Locates ../shared/data (or $TFRS_LOGQ_DATA): tests that need it fail, never skip, when it
   is missing.
+* Ends the process right after pytest is done when an in-process parameter-server cluster ran
+  (`train.distribute.local_cluster`): its servers cannot be stopped, and the interpreter's
+  teardown would log dozens of gRPC errors after the summary line.
 """
 
 import os
 import pathlib
+import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -53,3 +57,21 @@ def data_dir() -> pathlib.Path:
     pytest.fail(f"shared datasets not found at {path}: set TFRS_LOGQ_DATA or place "
                 "../shared/data beside the repository (tests never skip on missing data)")
   return path
+
+
+_EXIT_STATUS = []
+
+
+def pytest_sessionfinish(session, exitstatus):
+  _EXIT_STATUS.append(int(exitstatus))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+  """After the summary: with an in-process cluster alive, exit with pytest's status now."""
+  del config
+  distribute = sys.modules.get("train.distribute")
+  if _EXIT_STATUS and distribute is not None and distribute.LOCAL_CLUSTERS:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(_EXIT_STATUS[-1])

@@ -129,7 +129,14 @@ def local_cluster(num_workers: int = 2, num_ps: int = 2):
                                    start=True) for i in range(num_ps)]
   resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(cluster, rpc_layer="grpc")
   resolver.servers = servers  # keep them alive as long as the resolver
+  LOCAL_CLUSTERS.append(resolver)
   return resolver
+
+
+# Every in-process cluster started (`local_cluster`): its servers cannot be stopped in-process,
+# and at interpreter exit the eager context logs gRPC errors removing its functions from them;
+# a caller that must end quietly (the test suite) ends the process itself when this is non-empty.
+LOCAL_CLUSTERS: list = []
 
 
 def parameter_server_strategy(resolver=None, min_shard_bytes: int = PS_MIN_SHARD_BYTES
