@@ -119,3 +119,13 @@ def test_relative_links_point_to_existing_files(page):
     elif fragment and resolved.suffix == ".md" and fragment not in _github_anchors(resolved):
       broken.append(f"{_name(page)}:{line}: {target} (no heading #{fragment})")
   assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+def test_every_results_folder_is_in_the_results_index():
+  """docs/results/README.md's index links every folder and file of docs/results (the next
+  result committed without its index row fails here)."""
+  index = DOCS / "results" / "README.md"
+  linked = {target.partition("#")[0].split("/")[0] for _, target in _links(index)}
+  entries = {p.name for p in (DOCS / "results").iterdir() if p.name != "README.md"}
+  missing = sorted(entries - linked)
+  assert not missing, f"not in the index of {_name(index)}: {missing}"
