@@ -34,18 +34,28 @@ def _metrics(folder):
   return json.loads((pathlib.Path(folder) / "metrics.json").read_text())
 
 
+def _start(*args):
+  return subprocess.Popen([sys.executable, "-m", "train.keras3", "--backend=jax", *TINY, *args],
+                          cwd=ROOT, env=harness.env("jax"), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
+  """The stacked run and the three separate runs, started at once (their start-ups overlap)."""
   root = tmp_path_factory.mktemp("seeds")
-  stacked = _binary("--seeds=0,1,2", f"--model_dir={root / 'stacked'}")
-  assert stacked.returncode == 0, stacked.stderr[-3000:]
-  separate = {}
+  procs = {"stacked": _start("--seeds=0,1,2", f"--model_dir={root / 'stacked'}")}
   for seed in (0, 1, 2):
-    proc = _binary(f"--seed={seed}", "--nosasrec_pack_tokens", "--frequency_seed=0",
-                   f"--model_dir={root / 'separate' / str(seed)}")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    separate[seed] = _metrics(root / "separate" / str(seed))
-  return root, stacked, separate
+    procs[seed] = _start(f"--seed={seed}", "--nosasrec_pack_tokens", "--frequency_seed=0",
+                         f"--model_dir={root / 'separate' / str(seed)}")
+  done = {}
+  for name, proc in procs.items():
+    stdout, stderr = proc.communicate(timeout=900)
+    done[name] = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+  for name, proc in done.items():
+    assert proc.returncode == 0, f"{name}: {proc.stderr[-3000:]}"
+  separate = {seed: _metrics(root / "separate" / str(seed)) for seed in (0, 1, 2)}
+  return root, done["stacked"], separate
 
 
 def test_each_seed_equals_its_separate_run(runs):
