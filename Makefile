@@ -27,8 +27,10 @@ venv: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# The style gate (pyproject.toml): ruff's lint rules on the tree, mypy on tfrs_logq/core.
+# The style gate (pyproject.toml): ruff's format (checked) and lint rules on the tree, mypy on
+# tfrs_logq/core. `$(VENV)/bin/ruff format .` fixes the formatting.
 lint: $(STAMP)
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 

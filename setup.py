@@ -22,21 +22,21 @@ HERE = pathlib.Path(__file__).parent
 
 # What tfrs_logq imports (tf-keras is Keras 2 behind tf.keras with TF_USE_LEGACY_KERAS=1).
 LIBRARY_REQUIRES = [
-    # scann 1.4.2's TF ops are built against TF 2.20 exactly: keep TF on 2.20.x.
-    "tensorflow>=2.20,<2.21",
-    "tf-keras>=2.20,<2.21",
-    "tensorflow-recommenders==0.7.7",
-    "numpy>=1.23",
+  # scann 1.4.2's TF ops are built against TF 2.20 exactly: keep TF on 2.20.x.
+  "tensorflow>=2.20,<2.21",
+  "tf-keras>=2.20,<2.21",
+  "tensorflow-recommenders==0.7.7",
+  "numpy>=1.23",
 ]
 # What the application packages (models, train, eval, bench) import beyond the library.
 APP_REQUIRES = [
-    "absl-py>=1.0",
-    "scann[tf]==1.4.2",
-    "tensorflow-datasets>=4.9",
-    "matplotlib>=3.5",
-    # train.summaries (both binaries' TensorBoard scalars) falls back on the tensorboard
-    # package's event writer where TensorFlow is absent; TensorFlow itself requires it too.
-    "tensorboard>=2.20",
+  "absl-py>=1.0",
+  "scann[tf]==1.4.2",
+  "tensorflow-datasets>=4.9",
+  "matplotlib>=3.5",
+  # train.summaries (both binaries' TensorBoard scalars) falls back on the tensorboard
+  # package's event writer where TensorFlow is absent; TensorFlow itself requires it too.
+  "tensorboard>=2.20",
 ]
 # The Keras 3 path (tfrs_logq.keras3, keras.ops only): Keras 3 with keras-rs and the JAX backend;
 # tensorboard: train.keras3 writes its summaries with the tensorboard package's event writer
@@ -45,10 +45,10 @@ APP_REQUIRES = [
 # for users (a CPU wheel: `pip install torch`); the test extra installs it so that the parity
 # tests run on all three backends.
 KERAS3_REQUIRES = [
-    "keras>=3.12",
-    "keras-rs>=0.2.1",
-    "jax[cpu]>=0.6.2",
-    "tensorboard>=2.20",
+  "keras>=3.12",
+  "keras-rs>=0.2.1",
+  "jax[cpu]>=0.6.2",
+  "tensorboard>=2.20",
 ]
 # FAISS, the other index of bench/serving_scale.py (ScaNN vs FAISS at 1e5..1e7 items); its test
 # runs the bench end to end, so the test extra installs it too. The library and the application
@@ -64,38 +64,55 @@ BENCH_REQUIRES = APP_REQUIRES + KERAS3_REQUIRES + ["torch>=2.4"] + FAISS_REQUIRE
 # imports it).
 # The style gate of `make lint` / .ci/run (pyproject.toml: ruff's rules, mypy on tfrs_logq.core).
 LINT_REQUIRES = ["ruff==0.16.9", "mypy==2.4.0"]
-TEST_REQUIRES = (APP_REQUIRES + KERAS3_REQUIRES + ["pytest>=7", "scipy>=1.10", "torch==2.13.0"]
-                 + FAISS_REQUIRES + LINT_REQUIRES)
+TEST_REQUIRES = (
+  APP_REQUIRES
+  + KERAS3_REQUIRES
+  + ["pytest>=7", "scipy>=1.10", "torch==2.13.0"]
+  + FAISS_REQUIRES
+  + LINT_REQUIRES
+)
 
 setuptools.setup(
-    name="tfrs-logq",
-    version="0.1.0",
-    description=("Corrected logQ sampled softmax, frequency estimation and negative sampling "
-                 "for TensorFlow Recommenders"),
-    long_description=(HERE / "README.md").read_text(encoding="utf-8"),
-    long_description_content_type="text/markdown",
-    python_requires=">=3.10,<3.13",
-    packages=setuptools.find_packages(
-        include=["tfrs_logq", "tfrs_logq.*", "models", "models.*", "train", "train.*", "eval",
-                 "bench", "bench.*"]),
-    install_requires=LIBRARY_REQUIRES,
-    extras_require={
-        "app": APP_REQUIRES,
-        "test": TEST_REQUIRES,
-        "keras3": KERAS3_REQUIRES,
-        "bench": BENCH_REQUIRES,
-        "lint": LINT_REQUIRES,
-    },
-    entry_points={
-        "console_scripts": [
-            "tfrs-logq-train = train.__main__:run",
-            "tfrs-logq-evaluate = eval.evaluate:run",
-            "tfrs-logq-reproduce = bench.reproduce:run",
-        ],
-    },
-    license="Apache-2.0",
-    classifiers=[
-        "Programming Language :: Python :: 3",
-        "Topic :: Scientific/Engineering :: Artificial Intelligence",
+  name="tfrs-logq",
+  version="0.1.0",
+  description=(
+    "Corrected logQ sampled softmax, frequency estimation and negative sampling "
+    "for TensorFlow Recommenders"
+  ),
+  long_description=(HERE / "README.md").read_text(encoding="utf-8"),
+  long_description_content_type="text/markdown",
+  python_requires=">=3.10,<3.13",
+  packages=setuptools.find_packages(
+    include=[
+      "tfrs_logq",
+      "tfrs_logq.*",
+      "models",
+      "models.*",
+      "train",
+      "train.*",
+      "eval",
+      "bench",
+      "bench.*",
+    ]
+  ),
+  install_requires=LIBRARY_REQUIRES,
+  extras_require={
+    "app": APP_REQUIRES,
+    "test": TEST_REQUIRES,
+    "keras3": KERAS3_REQUIRES,
+    "bench": BENCH_REQUIRES,
+    "lint": LINT_REQUIRES,
+  },
+  entry_points={
+    "console_scripts": [
+      "tfrs-logq-train = train.__main__:run",
+      "tfrs-logq-evaluate = eval.evaluate:run",
+      "tfrs-logq-reproduce = bench.reproduce:run",
     ],
+  },
+  license="Apache-2.0",
+  classifiers=[
+    "Programming Language :: Python :: 3",
+    "Topic :: Scientific/Engineering :: Artificial Intelligence",
+  ],
 )

@@ -72,8 +72,14 @@ from bench.common import memory  # noqa: E402
 from bench.common.report import gib, markdown_header, markdown_row, summary_line  # noqa: E402
 from bench.common.timing import min_median  # noqa: E402
 
-VARIANTS = ("mixed+exact", "mixed+hash_array", "mixed+count_min", "full",
-            "mixed+hash_array@adam", "mixed+hash_array@lazy_adam")
+VARIANTS = (
+  "mixed+exact",
+  "mixed+hash_array",
+  "mixed+count_min",
+  "full",
+  "mixed+hash_array@adam",
+  "mixed+hash_array@lazy_adam",
+)
 OPTIMIZERS = ("sgd", "adam", "lazy_adam")
 
 
@@ -104,20 +110,34 @@ def build_point(spec: dict):
   from train.config import RunConfig  # pylint: disable=g-import-not-at-top
   from train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
   from train.objective import Objective  # pylint: disable=g-import-not-at-top
+
   v, b, d, users = spec["num_items"], spec["batch_size"], spec["dim"], spec["num_users"]
   variant, _, optimizer_name = spec["variant"].partition("@")
   loss, _, frequency = variant.partition("+")
-  settings = dict(model="two_tower", use_user_id=True, use_history=False, embedding_dim=d,
-                  batch_size=b, seed=spec["seed"], progress=False,
-                  loss="full_softmax" if loss == "full" else "sampled_softmax")
+  settings = dict(
+    model="two_tower",
+    use_user_id=True,
+    use_history=False,
+    embedding_dim=d,
+    batch_size=b,
+    seed=spec["seed"],
+    progress=False,
+    loss="full_softmax" if loss == "full" else "sampled_softmax",
+  )
   if loss != "full":
-    settings.update(negatives="mixed", num_negatives=spec["num_negatives"],
-                    uniform_negatives="batch", logq="corrected", frequency=frequency,
-                    frequency_buckets=spec["buckets"])
+    settings.update(
+      negatives="mixed",
+      num_negatives=spec["num_negatives"],
+      uniform_negatives="batch",
+      logq="corrected",
+      frequency=frequency,
+      frequency_buckets=spec["buckets"],
+    )
   cfg = RunConfig.create(**settings)
   p = zipf_probabilities(v)
-  data = types.SimpleNamespace(num_items=v, num_users=users,
-                               item_counts=np.round(p * 1e9).astype(np.int64))
+  data = types.SimpleNamespace(
+    num_items=v, num_users=users, item_counts=np.round(p * 1e9).astype(np.int64)
+  )
   model = trainer_lib.build_model(cfg, data).build_all()
   estimator = trainer_lib.build_estimator(cfg, data) if loss != "full" else None
   del data, p
@@ -125,20 +145,30 @@ def build_point(spec: dict):
   variables = model.trainable_variables
   if optimizer_name in ("adam", "lazy_adam"):
     from tfrs_logq.lazy_adam import LazyAdam  # pylint: disable=g-import-not-at-top
+
     # what train/trainer.py builds for --table_optimizer=adam / lazy_adam
-    optimizer = (LazyAdam(1e-3) if optimizer_name == "lazy_adam"
-                 else tf.keras.optimizers.Adam(1e-3))
+    optimizer = LazyAdam(1e-3) if optimizer_name == "lazy_adam" else tf.keras.optimizers.Adam(1e-3)
     optimizer.build(variables)
   else:
-    optimizer = tf.keras.optimizers.legacy.SGD(0.05)      # sparse rows: scatter into the table
+    optimizer = tf.keras.optimizers.legacy.SGD(0.05)  # sparse rows: scatter into the table
   step = tf.Variable(0, dtype=tf.int64)
   rng = np.random.default_rng(spec["seed"])
-  batches = [dict(user_id=tf.constant(rng.integers(1, users + 1, b)),
-                  item_id=tf.constant(zipf_ids(rng, v, b))) for _ in range(4)]
-  return types.SimpleNamespace(model=model, estimator=estimator, objective=objective,
-                               variables=variables, optimizer=optimizer, step=step,
-                               table=model.candidate_tower.item_embedding.embeddings,
-                               batches=batches)
+  batches = [
+    dict(
+      user_id=tf.constant(rng.integers(1, users + 1, b)), item_id=tf.constant(zipf_ids(rng, v, b))
+    )
+    for _ in range(4)
+  ]
+  return types.SimpleNamespace(
+    model=model,
+    estimator=estimator,
+    objective=objective,
+    variables=variables,
+    optimizer=optimizer,
+    step=step,
+    table=model.candidate_tower.item_embedding.embeddings,
+    batches=batches,
+  )
 
 
 def estimator_bytes(estimator) -> int:
@@ -152,6 +182,7 @@ def _point(spec: dict) -> dict:
   """One (variant, |I|) point, in this process; returns the measurements."""
   import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   tf.get_logger().setLevel("ERROR")
   rss_import = memory.status_kib("VmRSS")
   built = build_point(spec)
@@ -166,8 +197,11 @@ def _point(spec: dict) -> dict:
     rows = tf.constant(-1, tf.int64)
     for var, g in zip(variables, grads):
       if var is table and g is not None:
-        rows = (tf.size(g.indices, out_type=tf.int64) if isinstance(g, tf.IndexedSlices)
-                else tf.shape(g, out_type=tf.int64)[0])
+        rows = (
+          tf.size(g.indices, out_type=tf.int64)
+          if isinstance(g, tf.IndexedSlices)
+          else tf.shape(g, out_type=tf.int64)[0]
+        )
     optimizer.apply_gradients([(g, var) for g, var in zip(grads, variables) if g is not None])
     step.assign_add(1)
     return terms["loss"], rows
@@ -182,10 +216,16 @@ def _point(spec: dict) -> dict:
     value, rows = (float(t) for t in train_step(batches[i % 4]))
     times.append(time.perf_counter() - start)
   state = estimator_bytes(estimator)
-  return dict(times=times, loss=value, peak_rss_kib=memory.peak_rss_kib(reset),
-              rss_import_kib=rss_import, rss_setup_kib=rss_setup,
-              table_bytes=int(np.prod(table.shape)) * 4, estimator_bytes=state,
-              table_grad_rows=int(rows))
+  return dict(
+    times=times,
+    loss=value,
+    peak_rss_kib=memory.peak_rss_kib(reset),
+    rss_import_kib=rss_import,
+    rss_setup_kib=rss_setup,
+    table_bytes=int(np.prod(table.shape)) * 4,
+    estimator_bytes=state,
+    table_grad_rows=int(rows),
+  )
 
 
 def _run_point(spec: dict, timeout: float, point=None) -> dict:
@@ -198,7 +238,7 @@ def _run_point(spec: dict, timeout: float, point=None) -> dict:
   """
   read_fd, write_fd = os.pipe()
   pid = os.fork()
-  if pid == 0:                                                     # the child
+  if pid == 0:  # the child
     os.close(read_fd)
     try:
       out = (point or _point)(spec)
@@ -229,26 +269,50 @@ def _run_point(spec: dict, timeout: float, point=None) -> dict:
 
 def _fmt_size(n: int) -> str:
   e = int(round(np.log10(n)))
-  return f"1e{e}" if 10 ** e == n else f"{n:.0e}".replace("+0", "").replace("+", "")
+  return f"1e{e}" if 10**e == n else f"{n:.0e}".replace("+0", "").replace("+", "")
 
 
 def _table(rows) -> list:
-  lines = markdown_header(["variant", "\\|I\\|", "min ms", "median ms", "peak RSS GiB",
-                           "above import GiB", "item table GiB", "estimator MiB",
-                           "table grad rows", "loss"])
+  lines = markdown_header(
+    [
+      "variant",
+      "\\|I\\|",
+      "min ms",
+      "median ms",
+      "peak RSS GiB",
+      "above import GiB",
+      "item table GiB",
+      "estimator MiB",
+      "table grad rows",
+      "loss",
+    ]
+  )
   for r in rows:
     m = r["result"]
     if "skipped" in m or "error" in m:
-      lines.append(f"| {r['variant']} | {_fmt_size(r['num_items'])} | "
-                   f"{m.get('skipped') or m['error']} ||||||||")
+      lines.append(
+        f"| {r['variant']} | {_fmt_size(r['num_items'])} | "
+        f"{m.get('skipped') or m['error']} ||||||||"
+      )
       continue
     t_min, t_med = min_median(np.array(m["times"]) * 1e3)
     peak = m["peak_rss_kib"]
-    lines.append(markdown_row([
-        r["variant"], _fmt_size(r["num_items"]), f"{t_min:.1f}", f"{t_med:.1f}", gib(peak),
-        gib(None if peak is None else peak - m["rss_import_kib"]),
-        f"{m['table_bytes'] / 2 ** 30:.3f}", f"{m['estimator_bytes'] / 2 ** 20:.2f}",
-        f"{m['table_grad_rows']}", f"{m['loss']:.3f}"]))
+    lines.append(
+      markdown_row(
+        [
+          r["variant"],
+          _fmt_size(r["num_items"]),
+          f"{t_min:.1f}",
+          f"{t_med:.1f}",
+          gib(peak),
+          gib(None if peak is None else peak - m["rss_import_kib"]),
+          f"{m['table_bytes'] / 2**30:.3f}",
+          f"{m['estimator_bytes'] / 2**20:.2f}",
+          f"{m['table_grad_rows']}",
+          f"{m['loss']:.3f}",
+        ]
+      )
+    )
   return lines
 
 
@@ -266,23 +330,31 @@ def log_log_axes(panels) -> None:
 
 def _plot(rows, path):
   import matplotlib  # pylint: disable=g-import-not-at-top
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
   fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2))
   for variant in dict.fromkeys(r["variant"] for r in rows):
     pts = [r for r in rows if r["variant"] == variant and "times" in r["result"]]
     if not pts:
       continue
     x = [r["num_items"] for r in pts]
-    ax_t.plot(x, [statistics.median(r["result"]["times"]) * 1e3 for r in pts], "o-",
-              label=variant)
-    ax_m.plot(x, [(r["result"]["peak_rss_kib"] or 0) / 2 ** 20 for r in pts], "o-",
-              label=f"{variant} (peak RSS)")
+    ax_t.plot(x, [statistics.median(r["result"]["times"]) * 1e3 for r in pts], "o-", label=variant)
+    ax_m.plot(
+      x,
+      [(r["result"]["peak_rss_kib"] or 0) / 2**20 for r in pts],
+      "o-",
+      label=f"{variant} (peak RSS)",
+    )
   sizes = sorted({r["num_items"] for r in rows})
-  ax_m.plot(sizes, [(n + 1) * 64 * 4 / 2 ** 30 for n in sizes], "k:", label="item table")
+  ax_m.plot(sizes, [(n + 1) * 64 * 4 / 2**30 for n in sizes], "k:", label="item table")
   log_log_axes(((ax_t, "median step time", "ms"), (ax_m, "peak memory", "GiB")))
-  fig.suptitle("Two-tower step (B = 256, d = 64, sparse SGD unless @adam / @lazy_adam): sampled "
-               "(mixed, corrected logQ) vs full softmax", fontsize=10)
+  fig.suptitle(
+    "Two-tower step (B = 256, d = 64, sparse SGD unless @adam / @lazy_adam): sampled "
+    "(mixed, corrected logQ) vs full softmax",
+    fontsize=10,
+  )
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)
@@ -295,8 +367,11 @@ def _merge(old: dict, new: dict) -> dict:
   if "times" not in new:
     return old
   out = dict(old, times=old["times"] + new["times"])
-  if old.get("peak_rss_kib") and new.get("peak_rss_kib") and new["peak_rss_kib"] > old[
-      "peak_rss_kib"]:
+  if (
+    old.get("peak_rss_kib")
+    and new.get("peak_rss_kib")
+    and new["peak_rss_kib"] > old["peak_rss_kib"]
+  ):
     out.update(peak_rss_kib=new["peak_rss_kib"], rss_import_kib=new["rss_import_kib"])
   return out
 
@@ -311,87 +386,138 @@ def _summary(rows, sizes) -> str:
   parts = []
   for variant, pts in by.items():
     med = [statistics.median(p["result"]["times"]) * 1e3 for p in pts]
-    part = (f"{variant} {med[0]:.0f} -> {med[-1]:.0f} ms "
-            f"({_fmt_size(pts[0]['num_items'])} -> {_fmt_size(pts[-1]['num_items'])})")
+    part = (
+      f"{variant} {med[0]:.0f} -> {med[-1]:.0f} ms "
+      f"({_fmt_size(pts[0]['num_items'])} -> {_fmt_size(pts[-1]['num_items'])})"
+    )
     if not variant.startswith("full"):
-      est = [p["result"]["estimator_bytes"] / 2 ** 20 for p in pts]
+      est = [p["result"]["estimator_bytes"] / 2**20 for p in pts]
       part += f", estimator {est[0]:.1f} -> {est[-1]:.1f} MiB"
     parts.append(part)
-  return summary_line(parts, head=f"median step, |I| {_fmt_size(sizes[0])} -> "
-                      f"{_fmt_size(sizes[-1])}", note="shared machine: compare shapes")
+  return summary_line(
+    parts,
+    head=f"median step, |I| {_fmt_size(sizes[0])} -> {_fmt_size(sizes[-1])}",
+    note="shared machine: compare shapes",
+  )
 
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--quick", action="store_true",
-                      help="1e4..1e6, 1 pass of 1 warm-up + 3 steps")
-  parser.add_argument("--sizes", default="10000,100000,1000000,3000000,10000000",
-                      help="comma-separated catalog sizes |I|")
-  parser.add_argument("--variants", default=",".join(VARIANTS),
-                      help=f"comma-separated, from {VARIANTS}")
+  parser.add_argument(
+    "--quick", action="store_true", help="1e4..1e6, 1 pass of 1 warm-up + 3 steps"
+  )
+  parser.add_argument(
+    "--sizes",
+    default="10000,100000,1000000,3000000,10000000",
+    help="comma-separated catalog sizes |I|",
+  )
+  parser.add_argument(
+    "--variants", default=",".join(VARIANTS), help=f"comma-separated, from {VARIANTS}"
+  )
   parser.add_argument("--batch_size", type=int, default=256)
   parser.add_argument("--dim", type=int, default=64)
   parser.add_argument("--num_users", type=int, default=10_000)
   parser.add_argument("--num_negatives", type=int, default=256, help="128 in-batch + 128 uniform")
-  parser.add_argument("--buckets", type=int, default=2 ** 20,
-                      help="hash-array size / count-min width (fixed, whatever |I|)")
-  parser.add_argument("--passes", type=int, default=2,
-                      help="sweeps over all points (their steps are pooled: a point slowed by "
-                      "a burst of load in one pass is not in the other)")
+  parser.add_argument(
+    "--buckets",
+    type=int,
+    default=2**20,
+    help="hash-array size / count-min width (fixed, whatever |I|)",
+  )
+  parser.add_argument(
+    "--passes",
+    type=int,
+    default=2,
+    help="sweeps over all points (their steps are pooled: a point slowed by "
+    "a burst of load in one pass is not in the other)",
+  )
   parser.add_argument("--steps", type=int, default=4, help="timed steps per point and pass")
   parser.add_argument("--warmup", type=int, default=2, help="untimed steps per point and pass")
-  parser.add_argument("--max_gib", type=float, default=8.0,
-                      help="skip full-softmax points projected above this memory")
-  parser.add_argument("--adam_max_items", type=float, default=1e6,
-                      help="skip @adam points above this catalog size (O(|I|) per step)")
+  parser.add_argument(
+    "--max_gib",
+    type=float,
+    default=8.0,
+    help="skip full-softmax points projected above this memory",
+  )
+  parser.add_argument(
+    "--adam_max_items",
+    type=float,
+    default=1e6,
+    help="skip @adam points above this catalog size (O(|I|) per step)",
+  )
   parser.add_argument("--timeout", type=float, default=900, help="seconds per point")
   parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--parameter_server", action="store_true",
-                      help="instead: mixed+hash_array@lazy_adam on one process vs a local "
-                      "parameter-server cluster, interleaved (bench/catalog/parameter_server.py); "
-                      "writes catalog_size_ps.md")
-  parser.add_argument("--ps_shards", type=int, default=2,
-                      help="--parameter_server: ps processes (the tables' shards)")
-  parser.add_argument("--out", default=str(ROOT / "docs" / "results"),
-                      help="folder for catalog_size.png and catalog_size.md")
+  parser.add_argument(
+    "--parameter_server",
+    action="store_true",
+    help="instead: mixed+hash_array@lazy_adam on one process vs a local "
+    "parameter-server cluster, interleaved (bench/catalog/parameter_server.py); "
+    "writes catalog_size_ps.md",
+  )
+  parser.add_argument(
+    "--ps_shards", type=int, default=2, help="--parameter_server: ps processes (the tables' shards)"
+  )
+  parser.add_argument(
+    "--out",
+    default=str(ROOT / "docs" / "results"),
+    help="folder for catalog_size.png and catalog_size.md",
+  )
   args = parser.parse_args(argv)
   if args.quick:
     args.sizes, args.passes, args.steps, args.warmup = "10000,100000,1000000", 1, 3, 1
   sizes = sorted(int(float(s)) for s in args.sizes.split(",") if s)
   variants = [v for v in args.variants.split(",") if v]
   bases = {v.partition("@")[0] for v in VARIANTS}
-  bad = [v for v in variants if v.partition("@")[0] not in bases
-         or v.partition("@")[2] not in ("",) + OPTIMIZERS]
+  bad = [
+    v
+    for v in variants
+    if v.partition("@")[0] not in bases or v.partition("@")[2] not in ("",) + OPTIMIZERS
+  ]
   if bad or not sizes or sizes[0] < 1 or args.passes < 1 or args.steps < 1:
-    raise ValueError(f"--variants must be from {VARIANTS}, optionally @{'|'.join(OPTIMIZERS)} "
-                     f"(got {bad}); --sizes, --passes and --steps positive")
+    raise ValueError(
+      f"--variants must be from {VARIANTS}, optionally @{'|'.join(OPTIMIZERS)} "
+      f"(got {bad}); --sizes, --passes and --steps positive"
+    )
   # Imported once here, before any op runs; every point is a fork of this process.
   import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   import tensorflow  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   import train.config  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   import train.objective  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   import train.trainer  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+
   command = "python bench/catalog_size.py " + " ".join(argv if argv is not None else sys.argv[1:])
   if args.parameter_server:
     from bench.catalog import parameter_server as catalog_ps  # pylint: disable=g-import-not-at-top
+
     print(catalog_ps.main_ps(args, command))
     return
-  print(f"two-tower, B = {args.batch_size}, d = {args.dim}, {args.num_users} users, sparse SGD "
-        "unless @adam / @lazy_adam; "
-        f"{args.passes} passes x ({args.warmup} warm-up + {args.steps} timed steps) per point, "
-        "each point in a process of its own (shared machine: absolute ms are noisy)", flush=True)
+  print(
+    f"two-tower, B = {args.batch_size}, d = {args.dim}, {args.num_users} users, sparse SGD "
+    "unless @adam / @lazy_adam; "
+    f"{args.passes} passes x ({args.warmup} warm-up + {args.steps} timed steps) per point, "
+    "each point in a process of its own (shared machine: absolute ms are noisy)",
+    flush=True,
+  )
   results = {}
   started = time.time()
   for sweep in range(args.passes):
     for v in sizes:
       for variant in variants:
-        spec = dict(variant=variant, num_items=v, batch_size=args.batch_size, dim=args.dim,
-                    num_users=args.num_users, num_negatives=args.num_negatives,
-                    buckets=args.buckets, steps=args.steps, warmup=args.warmup, seed=args.seed)
-        need = full_softmax_bytes(args.batch_size, v, args.dim) / 2 ** 30
+        spec = dict(
+          variant=variant,
+          num_items=v,
+          batch_size=args.batch_size,
+          dim=args.dim,
+          num_users=args.num_users,
+          num_negatives=args.num_negatives,
+          buckets=args.buckets,
+          steps=args.steps,
+          warmup=args.warmup,
+          seed=args.seed,
+        )
+        need = full_softmax_bytes(args.batch_size, v, args.dim) / 2**30
         if variant.startswith("full") and need > args.max_gib:
-          result = dict(skipped=f"skipped: projected {need:.0f} GiB > --max_gib "
-                        f"{args.max_gib:g}")
+          result = dict(skipped=f"skipped: projected {need:.0f} GiB > --max_gib {args.max_gib:g}")
         elif variant.endswith("@adam") and v > args.adam_max_items:
           result = dict(skipped=f"skipped: > --adam_max_items {args.adam_max_items:g}")
         else:
@@ -400,28 +526,45 @@ def main(argv=None):
         results[key] = _merge(results[key], result) if key in results else result
         row = dict(variant=variant, num_items=v, result=result)
         print(f"pass {sweep + 1}: " + _table([row])[-1], flush=True)
-  rows = [dict(variant=variant, num_items=v, result=results[(variant, v)])
-          for variant in variants for v in sizes]
+  rows = [
+    dict(variant=variant, num_items=v, result=results[(variant, v)])
+    for variant in variants
+    for v in sizes
+  ]
   lines = _table(rows)
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   _plot(rows, out / "catalog_size.png")
   summary = _summary(rows, sizes)
-  md = ["# Two-tower step cost against the catalog size", "",
-        "Produced by (on a 2-core CPU machine shared with other jobs; "
-        f"{(time.time() - started) / 60:.0f} min)", "", "```", command.strip(), "```", "",
-        f"B = {args.batch_size}, d = {args.dim}, {args.num_users} users (id tower), sparse SGD "
-        "(tf.keras.optimizers.legacy.SGD) unless @adam (tf.keras.optimizers.Adam) or "
-        "@lazy_adam (tfrs_logq.lazy_adam.LazyAdam); "
-        f"{args.passes} passes over the points, each point {args.warmup} warm-up + "
-        f"{args.steps} timed steps in a process of its own; min and median over the pooled "
-        "steps. Absolute times are noisy (the machine is shared): compare the shapes of the "
-        f"curves. Streaming estimators: {args.buckets} buckets (count-min depth 4). "
-        "Peak RSS = VmHWM during the timed steps; \"above import\" subtracts the process's "
-        "size after importing TensorFlow and the application; \"table grad rows\" = rows of "
-        "the item table's gradient (|I| + 1 = a dense update). Definitions: "
-        "bench/catalog_size.py.", "", *lines, "", summary, "",
-        "![catalog size](catalog_size.png)", ""]
+  md = [
+    "# Two-tower step cost against the catalog size",
+    "",
+    "Produced by (on a 2-core CPU machine shared with other jobs; "
+    f"{(time.time() - started) / 60:.0f} min)",
+    "",
+    "```",
+    command.strip(),
+    "```",
+    "",
+    f"B = {args.batch_size}, d = {args.dim}, {args.num_users} users (id tower), sparse SGD "
+    "(tf.keras.optimizers.legacy.SGD) unless @adam (tf.keras.optimizers.Adam) or "
+    "@lazy_adam (tfrs_logq.lazy_adam.LazyAdam); "
+    f"{args.passes} passes over the points, each point {args.warmup} warm-up + "
+    f"{args.steps} timed steps in a process of its own; min and median over the pooled "
+    "steps. Absolute times are noisy (the machine is shared): compare the shapes of the "
+    f"curves. Streaming estimators: {args.buckets} buckets (count-min depth 4). "
+    'Peak RSS = VmHWM during the timed steps; "above import" subtracts the process\'s '
+    'size after importing TensorFlow and the application; "table grad rows" = rows of '
+    "the item table's gradient (|I| + 1 = a dense update). Definitions: "
+    "bench/catalog_size.py.",
+    "",
+    *lines,
+    "",
+    summary,
+    "",
+    "![catalog size](catalog_size.png)",
+    "",
+  ]
   (out / "catalog_size.md").write_text("\n".join(md))
   print("\n".join(lines))
   print(f"wrote {out / 'catalog_size.png'} and {out / 'catalog_size.md'}")

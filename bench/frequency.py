@@ -70,7 +70,7 @@ class MutableHashTableCounts(tf.Module):
 
 def time_steps(fn, data, repeats):
   """Seconds per step: fn runs a tf.range loop over data's steps; min and median of repeats."""
-  fn(data)                                   # trace + warm up
+  fn(data)  # trace + warm up
   per_step = []
   for _ in range(repeats):
     t0 = time.perf_counter()
@@ -87,6 +87,7 @@ def estimator_loop(est):
       est.update(data[i])
       acc += tf.reduce_sum(est.log_q(data[i]))
     return acc
+
   return run
 
 
@@ -106,6 +107,7 @@ def stand_in_train_step(vocab=VOCAB, dim=128, hidden=256):
       w.assign_sub(0.1 * g_w)
       acc += loss
     return acc
+
   return run
 
 
@@ -115,38 +117,50 @@ def bench_speed(args, rng, cdf):
   data = tf.constant(zipf_stream(rng, steps, 25_600, cdf))
   base_min, base_med = time_steps(stand_in_train_step(), data, repeats)
   rows = []
-  candidates = [("exact counts (table 1M)", None, lambda h: ExactCounts(VOCAB)),
-                ("MutableHashTable exact", None, lambda h: MutableHashTableCounts())]
+  candidates = [
+    ("exact counts (table 1M)", None, lambda h: ExactCounts(VOCAB)),
+    ("MutableHashTable exact", None, lambda h: MutableHashTableCounts()),
+  ]
   for log_h in (20, 22):
     h = 2**log_h
     candidates += [
-        (f"hash arrays m=2 H=2^{log_h}", h, lambda h: HashArrayEstimator(h, 2, alpha=0.001)),
-        (f"count-min 4×2^{log_h}", h, lambda h: CountMinSketch(width=h, depth=4)),
-        (f"count-min 4×2^{log_h} cons+decay", h,
-         lambda h: CountMinSketch(width=h, depth=4, conservative=True, half_life=1000)),
+      (f"hash arrays m=2 H=2^{log_h}", h, lambda h: HashArrayEstimator(h, 2, alpha=0.001)),
+      (f"count-min 4×2^{log_h}", h, lambda h: CountMinSketch(width=h, depth=4)),
+      (
+        f"count-min 4×2^{log_h} cons+decay",
+        h,
+        lambda h: CountMinSketch(width=h, depth=4, conservative=True, half_life=1000),
+      ),
     ]
   for name, h, make in candidates:
     est = make(h)
     t_min, t_med = time_steps(estimator_loop(est), data, repeats)
     if isinstance(est, MutableHashTableCounts):
-      mem = int(est.table.size().numpy()) * 16        # keys + values only: a lower bound
+      mem = int(est.table.size().numpy()) * 16  # keys + values only: a lower bound
     else:
       mem = state_bytes(est)
     rows.append((name, t_min, t_med, mem))
-  print(f"\n== speed: update + log_q of 25,600 ids per step ({steps} steps × {repeats} repeats, "
-        "2 shared CPU cores under load) ==")
-  print(f"stand-in training step: min {base_min*1e3:.1f} ms, median {base_med*1e3:.1f} ms")
-  print(f"{'estimator':34s} {'min ms':>8s} {'med ms':>8s} {'Mids/s':>8s} {'MiB':>8s} "
-        f"{'% step':>7s} {'vs MHT':>7s}")
+  print(
+    f"\n== speed: update + log_q of 25,600 ids per step ({steps} steps × {repeats} repeats, "
+    "2 shared CPU cores under load) =="
+  )
+  print(f"stand-in training step: min {base_min * 1e3:.1f} ms, median {base_med * 1e3:.1f} ms")
+  print(
+    f"{'estimator':34s} {'min ms':>8s} {'med ms':>8s} {'Mids/s':>8s} {'MiB':>8s} "
+    f"{'% step':>7s} {'vs MHT':>7s}"
+  )
   mht = [r for r in rows if r[0].startswith("MutableHashTable")][0][1]
   for name, t_min, t_med, mem in rows:
-    print(f"{name:34s} {t_min*1e3:8.2f} {t_med*1e3:8.2f} {25_600/t_min/1e6:8.2f} "
-          f"{mem/2**20:8.1f} {100*t_min/base_min:6.1f}% {t_min/mht:6.2f}x")
+    print(
+      f"{name:34s} {t_min * 1e3:8.2f} {t_med * 1e3:8.2f} {25_600 / t_min / 1e6:8.2f} "
+      f"{mem / 2**20:8.1f} {100 * t_min / base_min:6.1f}% {t_min / mht:6.2f}x"
+    )
   return {name: 100 * t_min / base_min for name, t_min, _, _ in rows}
 
 
 def stream_runner(estimators):
   """A function feeding a [steps, batch] numpy stream to all estimators (traced once)."""
+
   @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int64)])
   def run(x):
     for i in tf.range(tf.shape(x)[0]):
@@ -156,6 +170,7 @@ def stream_runner(estimators):
   def feed(stream):
     for chunk in np.array_split(stream, max(1, len(stream) // 500)):
       run(tf.constant(chunk))
+
   return feed
 
 
@@ -164,28 +179,35 @@ def bench_accuracy(args, rng, p, cdf):
   stream = zipf_stream(rng, steps, 4096, cdf)
   top = tf.range(1000, dtype=tf.int64)
   ests = {
-      "hash arrays H=2^22 m=2 α=0.001": HashArrayEstimator(2**22, 2, alpha=0.001),
-      "count-min ε=1e-4 δ=0.01": CountMinSketch(epsilon=1e-4, delta=0.01),
-      "count-min ε=1e-4 δ=0.01 conservative": CountMinSketch(epsilon=1e-4, delta=0.01,
-                                                             conservative=True),
-      "exact counts": ExactCounts(VOCAB),
+    "hash arrays H=2^22 m=2 α=0.001": HashArrayEstimator(2**22, 2, alpha=0.001),
+    "count-min ε=1e-4 δ=0.01": CountMinSketch(epsilon=1e-4, delta=0.01),
+    "count-min ε=1e-4 δ=0.01 conservative": CountMinSketch(
+      epsilon=1e-4, delta=0.01, conservative=True
+    ),
+    "exact counts": ExactCounts(VOCAB),
   }
   t0 = time.perf_counter()
   stream_runner(list(ests.values()))(stream)
   elapsed = time.perf_counter() - t0
   counts = np.bincount(stream.ravel(), minlength=VOCAB)[:1000].astype(np.float64)
   n = stream.size
-  print(f"\n== accuracy: Zipf({EXPONENT}) over 1M items, {steps} steps × 4096 ids "
-        f"({elapsed:.0f} s for all four) — top-1000 items ==")
-  print(f"{'estimator':40s} {'reference':>10s} {'max rel':>8s} {'mean rel':>8s} "
-        f"{'max |ΔQ|/ε':>10s}")
+  print(
+    f"\n== accuracy: Zipf({EXPONENT}) over 1M items, {steps} steps × 4096 ids "
+    f"({elapsed:.0f} s for all four) — top-1000 items =="
+  )
+  print(
+    f"{'estimator':40s} {'reference':>10s} {'max rel':>8s} {'mean rel':>8s} {'max |ΔQ|/ε':>10s}"
+  )
   results = {}
   for name, est in ests.items():
     q = np.exp(est.log_q(top).numpy().astype(np.float64))
     ref_name, ref = ("true p", p[:1000]) if "hash" in name else ("#d/N", counts / n)
     rel = np.abs(q / ref - 1)
-    bound = (f"{np.max(np.abs(q - counts / n)) / est.epsilon:10.3f}"
-             if isinstance(est, CountMinSketch) else f"{'':10s}")
+    bound = (
+      f"{np.max(np.abs(q - counts / n)) / est.epsilon:10.3f}"
+      if isinstance(est, CountMinSketch)
+      else f"{'':10s}"
+    )
     print(f"{name:40s} {ref_name:>10s} {rel.max():8.4f} {rel.mean():8.4f} {bound}")
     results[name] = rel.max()
   return results
@@ -197,7 +219,7 @@ def bench_shift(args, rng, p, cdf):
   every = 10
   hash_est = HashArrayEstimator(2**22, 2, alpha=alpha)
   cms = CountMinSketch(width=2**20, depth=4, half_life=np.log(2) / alpha)
-  new_top = tf.constant(VOCAB - 1 - np.arange(1000), tf.int64)   # the new head after reversal
+  new_top = tf.constant(VOCAB - 1 - np.arange(1000), tf.int64)  # the new head after reversal
   old_top = tf.range(1000, dtype=tf.int64)
   feed = stream_runner([hash_est, cms])
   curve = []
@@ -217,20 +239,26 @@ def bench_shift(args, rng, p, cdf):
     curve.append(row)
   curve = np.array(curve)
   since = (curve[:, 0] - before) * alpha
-  print(f"\n== distribution shift: popularity reversed at step {before}, α = {alpha} "
-        f"(1/α = {1/alpha:.0f} steps); new head = the 1000 items most popular after it ==")
-  print(f"{'steps after /(1/α)':>18s} {'hash med rel err new head':>26s} "
-        f"{'hash med Q̂/Q old head':>22s} {'cms-decay med rel err new':>26s}")
+  print(
+    f"\n== distribution shift: popularity reversed at step {before}, α = {alpha} "
+    f"(1/α = {1 / alpha:.0f} steps); new head = the 1000 items most popular after it =="
+  )
+  print(
+    f"{'steps after /(1/α)':>18s} {'hash med rel err new head':>26s} "
+    f"{'hash med Q̂/Q old head':>22s} {'cms-decay med rel err new':>26s}"
+  )
   for i in range(len(curve)):
     if since[i] in (-1, 0.1, 0.5, 1, 2, 3, 4, 6, 8) or i == len(curve) - 1:
-      print(f"{since[i]:18.1f} {curve[i,1]:26.4f} {curve[i,2]:22.3g} {curve[i,3]:26.4f}")
+      print(f"{since[i]:18.1f} {curve[i, 1]:26.4f} {curve[i, 2]:22.3g} {curve[i, 3]:26.4f}")
   adapted = since[(since > 0) & (curve[:, 1] <= 0.1)]
   steps_to_10 = adapted[0] if adapted.size else float("nan")
   print(f"hash arrays: new head within 10% median relative error after {steps_to_10:.1f}/α steps")
 
   import matplotlib  # pylint: disable=g-import-not-at-top
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
   fig, axes = plt.subplots(1, 2, figsize=(11, 4))
   axes[0].plot(since, curve[:, 1], label="hash arrays (α=0.01)")
   axes[0].plot(since, curve[:, 3], label="count-min, half-life ln2/α")
@@ -259,8 +287,9 @@ def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--quick", action="store_true", help="fewer steps and repeats")
   parser.add_argument("--out", default=str(pathlib.Path(__file__).parent / "out"))
-  parser.add_argument("--skip", default="",
-                      help="comma list of parts to skip: speed,accuracy,shift")
+  parser.add_argument(
+    "--skip", default="", help="comma list of parts to skip: speed,accuracy,shift"
+  )
   args = parser.parse_args(argv)
   skip = set(filter(None, args.skip.split(",")))
   rng = np.random.default_rng(0)
@@ -269,13 +298,17 @@ def main(argv=None):
   summary = []
   if "speed" not in skip:
     pct = bench_speed(args, rng, cdf)
-    summary.append(f"step cost hash2^22 {pct['hash arrays m=2 H=2^22']:.1f}% "
-                   f"cms2^22 {pct['count-min 4×2^22']:.1f}% "
-                   f"MHT {pct['MutableHashTable exact']:.1f}%")
+    summary.append(
+      f"step cost hash2^22 {pct['hash arrays m=2 H=2^22']:.1f}% "
+      f"cms2^22 {pct['count-min 4×2^22']:.1f}% "
+      f"MHT {pct['MutableHashTable exact']:.1f}%"
+    )
   if "accuracy" not in skip:
     acc = bench_accuracy(args, rng, p, cdf)
-    summary.append(f"top-1000 max rel err hash {acc['hash arrays H=2^22 m=2 α=0.001']:.3f} "
-                   f"cms {acc['count-min ε=1e-4 δ=0.01']:.3f} exact {acc['exact counts']:.1e}")
+    summary.append(
+      f"top-1000 max rel err hash {acc['hash arrays H=2^22 m=2 α=0.001']:.3f} "
+      f"cms {acc['count-min ε=1e-4 δ=0.01']:.3f} exact {acc['exact counts']:.1e}"
+    )
   if "shift" not in skip:
     summary.append(f"shift adapted (≤10%) after {bench_shift(args, rng, p, cdf):.1f}/α steps")
   print("SUMMARY frequency: " + "; ".join(summary))

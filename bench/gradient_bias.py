@@ -42,8 +42,14 @@ import tensorflow as tf
 
 from tfrs_logq import losses
 
-VARIANTS = ("none", "standard", "standard_no_positive", "corrected", "corrected_proxy",
-            "corrected_no_w")
+VARIANTS = (
+  "none",
+  "standard",
+  "standard_no_positive",
+  "corrected",
+  "corrected_proxy",
+  "corrected_no_w",
+)
 
 
 def parse_args(argv=None):
@@ -51,10 +57,16 @@ def parse_args(argv=None):
   p.add_argument("--num-items", type=int, default=2000)
   p.add_argument("--score-std", type=float, default=1.75)
   p.add_argument("--zipf", type=float, default=1.0, help="Zipf exponent of Q")
-  p.add_argument("--positive-prob", default="0.05,0.2",
-                 help="comma-separated P(p|u) values of the positive (one panel row each)")
-  p.add_argument("--ranks", default="1,5,50,1000",
-                 help="comma-separated popularity ranks of the positive under Q (1 = head)")
+  p.add_argument(
+    "--positive-prob",
+    default="0.05,0.2",
+    help="comma-separated P(p|u) values of the positive (one panel row each)",
+  )
+  p.add_argument(
+    "--ranks",
+    default="1,5,50,1000",
+    help="comma-separated popularity ranks of the positive under Q (1 = head)",
+  )
   p.add_argument("--ns", default="16,32,64,128,256,512,1024", help="negatives per row")
   p.add_argument("--draws", type=int, default=8000, help="Monte Carlo rows per (P, rank, n)")
   p.add_argument("--chunk", type=int, default=1000, help="rows per TF call (memory)")
@@ -62,8 +74,11 @@ def parse_args(argv=None):
   p.add_argument("--embedding-dim", type=int, default=32)
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--out", default=str(pathlib.Path(__file__).resolve().parent / "out"))
-  p.add_argument("--quick", action="store_true",
-                 help="short run: 2000 draws, n in 16,64,256,1024, P(p)=0.2, ranks 1,50,1000")
+  p.add_argument(
+    "--quick",
+    action="store_true",
+    help="short run: 2000 draws, n in 16,64,256,1024, P(p)=0.2, ranks 1,50,1000",
+  )
   args = p.parse_args(argv)
   if args.quick:
     args.draws, args.ns, args.positive_prob, args.ranks = 2000, "16,64,256,1024", "0.2", "1,50,1000"
@@ -71,8 +86,9 @@ def parse_args(argv=None):
   args.ranks = [int(x) for x in args.ranks.split(",")]
   args.ns = [int(x) for x in args.ns.split(",")]
   if args.draws % args.batches or args.chunk % (args.draws // args.batches):
-    raise SystemExit("--draws must be a multiple of --batches and --chunk a multiple of "
-                     "draws/batches")
+    raise SystemExit(
+      "--draws must be a multiple of --batches and --chunk a multiple of draws/batches"
+    )
   if not all(1 <= r <= args.num_items for r in args.ranks):
     raise SystemExit(f"--ranks must be in [1, {args.num_items}]")
   if not all(0 < x < 1 for x in args.positive_prob):
@@ -93,8 +109,9 @@ def catalog(seed, num_items, dim, score_std, positive, positive_prob):
   q = rng.normal(size=dim)
   q *= score_std / np.linalg.norm(q)
   s = emb @ q
-  target = (np.log(positive_prob / (1 - positive_prob))
-            + np.log(np.sum(np.exp(np.delete(s, positive)))))
+  target = np.log(positive_prob / (1 - positive_prob)) + np.log(
+    np.sum(np.exp(np.delete(s, positive)))
+  )
   emb[positive] += (target - s[positive]) * q / np.dot(q, q)
   s = emb @ q
   return emb, q, s
@@ -117,10 +134,14 @@ def row_gradients(s, log_q, positive, ids, variant):
   with tf.GradientTape() as tape:
     tape.watch([pos, neg])
     out = losses.sampled_softmax_loss(
-        pos, neg, tf.constant(log_q[ids], tf.float32), correction=correction,
-        positive_log_q=tf.constant(np.full(rows, log_q[positive]), tf.float32),
-        valid_mask=tf.constant(ids != positive),
-        q_prime="proxy" if variant == "corrected_proxy" else "exact")
+      pos,
+      neg,
+      tf.constant(log_q[ids], tf.float32),
+      correction=correction,
+      positive_log_q=tf.constant(np.full(rows, log_q[positive]), tf.float32),
+      valid_mask=tf.constant(ids != positive),
+      q_prime="proxy" if variant == "corrected_proxy" else "exact",
+    )
     total = tf.reduce_sum(out.loss)
   d_pos, d_neg = tape.gradient(total, [pos, neg])
   d_pos, d_neg = d_pos.numpy().astype(np.float64), d_neg.numpy().astype(np.float64)
@@ -135,8 +156,9 @@ def batch_sums(d_pos, d_neg, ids, positive, num_items, batch_size):
   """Per-batch sums of the scattered per-row gradients: [rows / batch_size, D]."""
   nb = ids.shape[0] // batch_size
   batch = np.arange(ids.shape[0]) // batch_size
-  sums = np.bincount((batch[:, None] * num_items + ids).ravel(), weights=d_neg.ravel(),
-                     minlength=nb * num_items).reshape(nb, num_items)
+  sums = np.bincount(
+    (batch[:, None] * num_items + ids).ravel(), weights=d_neg.ravel(), minlength=nb * num_items
+  ).reshape(nb, num_items)
   sums[:, positive] += np.bincount(batch, weights=d_pos, minlength=nb)
   return sums
 
@@ -159,8 +181,9 @@ def measure(args):
   for prob in args.positive_prob:
     for rank in args.ranks:
       positive = rank - 1
-      emb, _, s = catalog(args.seed, args.num_items, args.embedding_dim, args.score_std,
-                          positive, prob)
+      emb, _, s = catalog(
+        args.seed, args.num_items, args.embedding_dim, args.score_std, positive, prob
+      )
       g_full = full_gradient(s, positive)
       for n in args.ns:
         rng = np.random.default_rng([args.seed, rank, n])  # same draws for every variant
@@ -172,46 +195,66 @@ def measure(args):
             sums[v].append(batch_sums(d_pos, d_neg, ids, positive, args.num_items, batch_size))
         for v in VARIANTS:
           means = np.concatenate(sums[v]) / batch_size
-          results[(prob, rank, n, v)] = (bias_and_se(means, g_full) +
-                                         bias_and_se(means, g_full, project=emb))
+          results[(prob, rank, n, v)] = bias_and_se(means, g_full) + bias_and_se(
+            means, g_full, project=emb
+          )
   return results, log_q
 
 
 def print_tables(args, results, log_q):
-  short = {"none": "none", "standard": "standard", "standard_no_positive": "std_no_pos",
-           "corrected": "corrected", "corrected_proxy": "corr_proxy",
-           "corrected_no_w": "corr_no_w"}
-  for title, k in (("relative bias of the score gradient (+- MC standard error)", 0),
-                   ("relative bias of the query-embedding gradient C^T g (+- MC s.e.)", 2)):
+  short = {
+    "none": "none",
+    "standard": "standard",
+    "standard_no_positive": "std_no_pos",
+    "corrected": "corrected",
+    "corrected_proxy": "corr_proxy",
+    "corrected_no_w": "corr_no_w",
+  }
+  for title, k in (
+    ("relative bias of the score gradient (+- MC standard error)", 0),
+    ("relative bias of the query-embedding gradient C^T g (+- MC s.e.)", 2),
+  ):
     print(f"\n{title}")
     header = f"{'P(p)':>5} {'rank':>5} {'Q(p)':>9} {'n':>5} " + " ".join(
-        f"{short[v]:>17}" for v in VARIANTS)
+      f"{short[v]:>17}" for v in VARIANTS
+    )
     print(header)
     print("-" * len(header))
     for prob in args.positive_prob:
       for rank in args.ranks:
         for n in args.ns:
-          cells = " ".join(f"{results[(prob, rank, n, v)][k]:8.4f}"
-                           f"+-{results[(prob, rank, n, v)][k + 1]:6.4f}"
-                           for v in VARIANTS)
+          cells = " ".join(
+            f"{results[(prob, rank, n, v)][k]:8.4f}+-{results[(prob, rank, n, v)][k + 1]:6.4f}"
+            for v in VARIANTS
+          )
           print(f"{prob:5.2f} {rank:5d} {np.exp(log_q[rank - 1]):9.2e} {n:5d} {cells}")
 
 
 def plot(args, results, path):
   import matplotlib
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
+
   rows, cols = len(args.positive_prob), len(args.ranks)
-  fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3.4 * rows), squeeze=False,
-                           sharex=True, sharey=True)
+  fig, axes = plt.subplots(
+    rows, cols, figsize=(4 * cols, 3.4 * rows), squeeze=False, sharex=True, sharey=True
+  )
   for i, prob in enumerate(args.positive_prob):
     for j, rank in enumerate(args.ranks):
       ax = axes[i][j]
       for v in VARIANTS:
         b = [results[(prob, rank, n, v)][0] for n in args.ns]
         e = [results[(prob, rank, n, v)][1] for n in args.ns]
-        ax.errorbar(args.ns, b, yerr=e, marker="o", ms=3, label=v,
-                    linestyle="--" if v in ("corrected_proxy", "corrected_no_w") else "-")
+        ax.errorbar(
+          args.ns,
+          b,
+          yerr=e,
+          marker="o",
+          ms=3,
+          label=v,
+          linestyle="--" if v in ("corrected_proxy", "corrected_no_w") else "-",
+        )
       se = [results[(prob, rank, n, "corrected")][1] for n in args.ns]
       ax.plot(args.ns, se, color="gray", linestyle=":", label="MC s.e. (corrected)")
       ax.set_xscale("log", base=2)
@@ -224,8 +267,11 @@ def plot(args, results, path):
         ax.set_ylabel("||E[g] - g_full|| / ||g_full||")
   handles, labels = axes[0][0].get_legend_handles_labels()
   fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=8)
-  fig.suptitle(f"Sampled-softmax gradient bias, |D|={args.num_items}, Zipf({args.zipf:g}) "
-               f"proposal, {args.draws} draws", fontsize=10)
+  fig.suptitle(
+    f"Sampled-softmax gradient bias, |D|={args.num_items}, Zipf({args.zipf:g}) "
+    f"proposal, {args.draws} draws",
+    fontsize=10,
+  )
   fig.tight_layout(rect=(0, 0.06, 1, 1))
   path.parent.mkdir(parents=True, exist_ok=True)
   fig.savefig(path, dpi=120)
@@ -244,14 +290,18 @@ def main(argv=None):
   head, n_mid = args.ranks[0], min(args.ns, key=lambda n: abs(n - 256))
   r = {v: results[(prob, head, n_mid, v)][0] for v in VARIANTS}
   lo, hi = args.ns[0], args.ns[-1]
-  c_lo, c_hi = (results[(prob, head, lo, "corrected")][0],
-                results[(prob, head, hi, "corrected")][0])
+  c_lo, c_hi = (
+    results[(prob, head, lo, "corrected")][0],
+    results[(prob, head, hi, "corrected")][0],
+  )
   max_se = max(v[1] for v in results.values())
-  print(f"SUMMARY gradient_bias: P(p)={prob:g}, rank-{head} positive, n={n_mid}: corrected "
-        f"{r['corrected']:.4f} vs standard {r['standard']:.4f}, standard_no_positive "
-        f"{r['standard_no_positive']:.4f}, none {r['none']:.4f}, corrected w/o w "
-        f"{r['corrected_no_w']:.4f}; corrected falls {c_lo:.4f} -> {c_hi:.4f} from n={lo} to "
-        f"n={hi} (max MC s.e. {max_se:.4f})")
+  print(
+    f"SUMMARY gradient_bias: P(p)={prob:g}, rank-{head} positive, n={n_mid}: corrected "
+    f"{r['corrected']:.4f} vs standard {r['standard']:.4f}, standard_no_positive "
+    f"{r['standard_no_positive']:.4f}, none {r['none']:.4f}, corrected w/o w "
+    f"{r['corrected_no_w']:.4f}; corrected falls {c_lo:.4f} -> {c_hi:.4f} from n={lo} to "
+    f"n={hi} (max MC s.e. {max_se:.4f})"
+  )
 
 
 if __name__ == "__main__":

@@ -48,9 +48,18 @@ from train.config import RunConfig
 FLAGS = flags.FLAGS
 _FIXED = ("model", "model_dir", "export_dir", "metrics_json", "epochs", "early_stopping_patience")
 config_flags.define_flags(
-    RunConfig, exclude=_FIXED,
-    defaults=dict(dataset="ml1m", split="leave_one_out", loss="full_softmax", dropout=0.0,
-                  steps_per_epoch=48, jit_compile=True, progress=False))
+  RunConfig,
+  exclude=_FIXED,
+  defaults=dict(
+    dataset="ml1m",
+    split="leave_one_out",
+    loss="full_softmax",
+    dropout=0.0,
+    steps_per_epoch=48,
+    jit_compile=True,
+    progress=False,
+  ),
+)
 flags.DEFINE_integer("steps", 96, "Training steps of each run.")
 flags.DEFINE_enum("backend", "jax", ["jax", "tensorflow", "torch"], "The Keras 3 runs' backend.")
 flags.DEFINE_string("out", "bench/out/keras3_trajectory", "Output folder.")
@@ -64,8 +73,10 @@ def run_config(model_dir: str) -> RunConfig:
   if FLAGS.steps < 1:
     raise app.UsageError("--steps must be >= 1")
   return config_flags.from_flags(RunConfig).replace(
-      model="sasrec", epochs=1 + (FLAGS.steps - 1) // max(FLAGS.steps_per_epoch, 1),
-      model_dir=model_dir)
+    model="sasrec",
+    epochs=1 + (FLAGS.steps - 1) // max(FLAGS.steps_per_epoch, 1),
+    model_dir=model_dir,
+  )
 
 
 def _metrics(m: dict) -> dict:
@@ -92,6 +103,7 @@ def tf_keras_run(cfg: RunConfig, weights_path: str) -> dict:
   """The tf-keras trainer's run; saves its initial weights to ``weights_path``."""
   import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   from train.trainer import Trainer  # pylint: disable=g-import-not-at-top
+
   trainer = Trainer(cfg, data=cfg.data.load())
   sasrec_weights.to_npz(weights_path, sasrec_weights.get_arrays(trainer.model))
   steps_of_epoch = lambda e: (loss for loss, _, _ in trainer.epoch_steps(e))  # noqa: E731
@@ -102,8 +114,8 @@ def keras3_run(cfg: RunConfig, init: str, weights_path: str) -> dict:
   """A Keras 3 trainer's run (in a worker whose KERAS_BACKEND is set): from the tf-keras run's
   initial weights (``init="copied"``) or its own (``"own"``)."""
   from train.keras3.trainer import Trainer  # pylint: disable=g-import-not-at-top
-  trainer = Trainer(cfg, data=cfg.data.load(), report=lambda line: None,
-                    shuffle_rng="tensorflow")
+
+  trainer = Trainer(cfg, data=cfg.data.load(), report=lambda line: None, shuffle_rng="tensorflow")
   if init == "copied":
     sasrec_weights.set_arrays(trainer.encoder, sasrec_weights.from_npz(weights_path))
   steps_of_epoch = lambda e: (trainer.train_step(b)[0] for b in trainer.epoch_batches(e))  # noqa
@@ -112,12 +124,18 @@ def keras3_run(cfg: RunConfig, init: str, weights_path: str) -> dict:
 
 def _spawn_keras3(init: str, weights_path: str, log_path: pathlib.Path) -> dict:
   argv = [a for a in sys.argv[1:] if not a.startswith("--_worker")]
-  command = [sys.executable, "-m", "bench.keras3_trajectory", *argv,
-             f"--_worker={json.dumps(dict(init=init, weights=weights_path))}"]
+  command = [
+    sys.executable,
+    "-m",
+    "bench.keras3_trajectory",
+    *argv,
+    f"--_worker={json.dumps(dict(init=init, weights=weights_path))}",
+  ]
   env = {**os.environ, "KERAS_BACKEND": FLAGS.backend}
   with open(log_path, "w") as log:
-    proc = subprocess.run(command, stdout=subprocess.PIPE, stderr=log, text=True, env=env,
-                          check=False)
+    proc = subprocess.run(
+      command, stdout=subprocess.PIPE, stderr=log, text=True, env=env, check=False
+    )
   replies = [r for r in map(parse_reply, proc.stdout.splitlines()) if r is not None]
   if proc.returncode or not replies:
     raise RuntimeError(f"Keras 3 run {init} failed (status {proc.returncode}); see {log_path}")
@@ -132,45 +150,60 @@ def summary(runs: dict) -> dict:
   for name in RUNS[1:]:
     diff = np.abs(np.asarray(runs[name]["loss"]) - base)
     last, ref = runs[name]["val"][-1], runs["tf_keras"]["val"][-1]
-    out[name] = dict(max_abs_loss_diff=float(diff.max()), mean_abs_loss_diff=float(diff.mean()),
-                     last_abs_loss_diff=float(diff[-1]),
-                     first_step_abs_loss_diff=float(diff[0]),
-                     val_start_diff={m: runs[name]["val"][0][m] - runs["tf_keras"]["val"][0][m]
-                                     for m in ("recall@20", "ndcg@10")},
-                     val_last_diff={m: last[m] - ref[m] for m in ("recall@20", "ndcg@10")})
+    out[name] = dict(
+      max_abs_loss_diff=float(diff.max()),
+      mean_abs_loss_diff=float(diff.mean()),
+      last_abs_loss_diff=float(diff[-1]),
+      first_step_abs_loss_diff=float(diff[0]),
+      val_start_diff={
+        m: runs[name]["val"][0][m] - runs["tf_keras"]["val"][0][m] for m in ("recall@20", "ndcg@10")
+      },
+      val_last_diff={m: last[m] - ref[m] for m in ("recall@20", "ndcg@10")},
+    )
   return out
 
 
 def markdown(result: dict) -> str:
   runs, s = result["runs"], result["summary"]
-  lines = [f"# Same-start trajectories: tf-keras vs Keras 3 ({result['backend']})", "",
-           f"`{result['command']}` (code {result['commit']}; settings: loss {result['loss']}, "
-           f"dropout {result['dropout']}, seed {result['seed']}, {result['steps']} steps)", "",
-           "| step | loss tf_keras | keras3_copied | keras3_own | val NDCG@10 tf_keras | "
-           "keras3_copied | keras3_own | val R@20 tf_keras | keras3_copied | keras3_own |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+  lines = [
+    f"# Same-start trajectories: tf-keras vs Keras 3 ({result['backend']})",
+    "",
+    f"`{result['command']}` (code {result['commit']}; settings: loss {result['loss']}, "
+    f"dropout {result['dropout']}, seed {result['seed']}, {result['steps']} steps)",
+    "",
+    "| step | loss tf_keras | keras3_copied | keras3_own | val NDCG@10 tf_keras | "
+    "keras3_copied | keras3_own | val R@20 tf_keras | keras3_copied | keras3_own |",
+    "|---|---|---|---|---|---|---|---|---|---|",
+  ]
   for i, v in enumerate(runs["tf_keras"]["val"]):
     step = v["step"]
     loss = ["—" if step == 0 else f"{runs[r]['loss'][step - 1]:.5f}" for r in RUNS]
     ndcg = [f"{runs[r]['val'][i]['ndcg@10']:.4f}" for r in RUNS]
     rec = [f"{runs[r]['val'][i]['recall@20']:.4f}" for r in RUNS]
     lines.append(f"| {step} | " + " | ".join(loss + ndcg + rec) + " |")
-  lines += ["", "| Keras 3 run | first-step abs Δ loss | mean abs Δ loss | max abs Δ loss | "
-            "last-step abs Δ loss | Δ val NDCG@10 at the end | Δ val R@20 at the end |",
-            "|---|---|---|---|---|---|---|"]
+  lines += [
+    "",
+    "| Keras 3 run | first-step abs Δ loss | mean abs Δ loss | max abs Δ loss | "
+    "last-step abs Δ loss | Δ val NDCG@10 at the end | Δ val R@20 at the end |",
+    "|---|---|---|---|---|---|---|",
+  ]
   for name in RUNS[1:]:
     t = s[name]
-    lines.append(f"| {name} | {t['first_step_abs_loss_diff']:.2e} | {t['mean_abs_loss_diff']:.2e}"
-                 f" | {t['max_abs_loss_diff']:.2e} | {t['last_abs_loss_diff']:.2e} | "
-                 f"{t['val_last_diff']['ndcg@10']:+.4f} | {t['val_last_diff']['recall@20']:+.4f} |")
+    lines.append(
+      f"| {name} | {t['first_step_abs_loss_diff']:.2e} | {t['mean_abs_loss_diff']:.2e}"
+      f" | {t['max_abs_loss_diff']:.2e} | {t['last_abs_loss_diff']:.2e} | "
+      f"{t['val_last_diff']['ndcg@10']:+.4f} | {t['val_last_diff']['recall@20']:+.4f} |"
+    )
   lines += ["", "Δ: the Keras 3 run minus tf_keras at the same step, on the same batches."]
   return "\n".join(lines) + "\n"
 
 
 def plot(result: dict, path: pathlib.Path) -> None:
   import matplotlib  # pylint: disable=g-import-not-at-top
+
   matplotlib.use("Agg")
   from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+
   runs = result["runs"]
   fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
   steps = np.arange(1, len(runs["tf_keras"]["loss"]) + 1)
@@ -191,8 +224,9 @@ def plot(result: dict, path: pathlib.Path) -> None:
 def _commit() -> str:
   try:
     root = pathlib.Path(__file__).resolve().parents[1]
-    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                          check=True, cwd=root).stdout.strip()
+    return subprocess.run(
+      ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True, cwd=root
+    ).stdout.strip()
   except (OSError, subprocess.CalledProcessError):
     return "unknown"
 
@@ -200,7 +234,7 @@ def _commit() -> str:
 def main(argv):
   del argv
   with tempfile.TemporaryDirectory(prefix="keras3_trajectory_") as model_dir:
-    cfg = run_config(model_dir)   # the trainers' checkpoint / summary folder: discarded
+    cfg = run_config(model_dir)  # the trainers' checkpoint / summary folder: discarded
     if FLAGS._worker:  # pylint: disable=protected-access
       spec = json.loads(FLAGS._worker)  # pylint: disable=protected-access
       print(reply_line(keras3_run(cfg, spec["init"], spec["weights"])), flush=True)
@@ -218,10 +252,16 @@ def compare(cfg: RunConfig) -> None:
   for init in ("copied", "own"):
     runs[f"keras3_{init}"] = _spawn_keras3(init, weights_path, out / f"keras3_{init}.log")
     print(f"keras3_{init}: val {runs[f'keras3_{init}']['val'][-1]}", flush=True)
-  result = dict(command="python -m bench.keras3_trajectory " + " ".join(
-                    shlex.quote(a) for a in sys.argv[1:]),
-                commit=_commit(), backend=FLAGS.backend, loss=cfg.loss, dropout=cfg.dropout,
-                seed=cfg.seed, steps=FLAGS.steps, runs=runs)
+  result = dict(
+    command="python -m bench.keras3_trajectory " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+    commit=_commit(),
+    backend=FLAGS.backend,
+    loss=cfg.loss,
+    dropout=cfg.dropout,
+    seed=cfg.seed,
+    steps=FLAGS.steps,
+    runs=runs,
+  )
   result["summary"] = summary(runs)
   (out / "trajectory.json").write_text(json.dumps(result, indent=1))
   (out / "trajectory.md").write_text(markdown(result))

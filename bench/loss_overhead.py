@@ -39,6 +39,7 @@ import numpy as np
 
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
+
 tf.get_logger().setLevel("ERROR")  # one tf.function per side: retracing warnings are expected
 import tensorflow_recommenders as tfrs  # noqa: E402
 
@@ -67,8 +68,14 @@ class FastCorrectedRetrieval(tf.keras.layers.Layer):
   taken under stop_gradient. Rows with n = 0 give 0, as in the library.
   """
 
-  def call(self, query_embeddings, candidate_embeddings, candidate_sampling_probability=None,
-           candidate_ids=None, compute_metrics=False):
+  def call(
+    self,
+    query_embeddings,
+    candidate_embeddings,
+    candidate_sampling_probability=None,
+    candidate_ids=None,
+    compute_metrics=False,
+  ):
     del compute_metrics
     scores = tf.linalg.matmul(query_embeddings, candidate_embeddings, transpose_b=True)
     num_queries, num_candidates = tf.shape(scores)[0], tf.shape(scores)[1]
@@ -115,8 +122,13 @@ def check_prototype(args, batch):
     task = make_task(side)
     with tf.GradientTape() as tape:
       tape.watch([query, candidate])
-      loss = task(query, candidate, candidate_sampling_probability=batch["probability"],
-                  candidate_ids=batch["item"], compute_metrics=False)
+      loss = task(
+        query,
+        candidate,
+        candidate_sampling_probability=batch["probability"],
+        candidate_ids=batch["item"],
+        compute_metrics=False,
+      )
     out.append([loss.numpy()] + [g.numpy() for g in tape.gradient(loss, [query, candidate])])
   for ref, got in zip(*out):
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
@@ -129,18 +141,24 @@ class TwoTower(tfrs.Model):
   def __init__(self, task, num_users, num_items, dim, seed):
     super().__init__()
     init = lambda s: tf.keras.initializers.RandomNormal(stddev=0.05, seed=s)  # noqa: E731
-    self.user_embedding = tf.keras.layers.Embedding(num_users, dim,
-                                                    embeddings_initializer=init(seed))
-    self.item_embedding = tf.keras.layers.Embedding(num_items, dim,
-                                                    embeddings_initializer=init(seed + 1))
+    self.user_embedding = tf.keras.layers.Embedding(
+      num_users, dim, embeddings_initializer=init(seed)
+    )
+    self.item_embedding = tf.keras.layers.Embedding(
+      num_items, dim, embeddings_initializer=init(seed + 1)
+    )
     self.task = task
 
   def compute_loss(self, features, training=False):
     query = self.user_embedding(features["user"])
     candidate = self.item_embedding(features["item"])
-    return self.task(query, candidate,
-                     candidate_sampling_probability=features["probability"],
-                     candidate_ids=features["item"], compute_metrics=False)
+    return self.task(
+      query,
+      candidate,
+      candidate_sampling_probability=features["probability"],
+      candidate_ids=features["item"],
+      compute_metrics=False,
+    )
 
 
 def make_batches(args, batch_size, num):
@@ -150,9 +168,13 @@ def make_batches(args, batch_size, num):
   out = []
   for _ in range(num):
     item = rng.choice(args.items, size=batch_size, p=q)
-    out.append({"user": tf.constant(rng.integers(0, args.users, batch_size), tf.int64),
-                "item": tf.constant(item, tf.int64),
-                "probability": tf.constant(q[item], tf.float32)})
+    out.append(
+      {
+        "user": tf.constant(rng.integers(0, args.users, batch_size), tf.int64),
+        "item": tf.constant(item, tf.int64),
+        "probability": tf.constant(q[item], tf.float32),
+      }
+    )
   return out
 
 
@@ -182,8 +204,13 @@ def make_task_step(side, args, batch_size):
   def step(batch):
     with tf.GradientTape() as tape:
       tape.watch([query, candidate])
-      loss = task(query, candidate, candidate_sampling_probability=batch["probability"],
-                  candidate_ids=batch["item"], compute_metrics=False)
+      loss = task(
+        query,
+        candidate,
+        candidate_sampling_probability=batch["probability"],
+        candidate_ids=batch["item"],
+        compute_metrics=False,
+      )
     dq, dc = tape.gradient(loss, [query, candidate])
     return loss + tf.reduce_sum(dq) + tf.reduce_sum(dc)
 
@@ -191,12 +218,12 @@ def make_task_step(side, args, batch_size):
 
 
 ABLATIONS = {  # name: (eye mask, assert_all_finite, library masked LSE, [A, C] log Q')
-    "lean (prototype)": (False, False, False, False),
-    "+ tf.eye mask": (True, False, False, False),
-    "+ assert_all_finite": (False, True, False, False),
-    "+ masked_logsumexp": (False, False, True, False),
-    "+ [A,C] log Q'": (False, False, False, True),
-    "all four (~library)": (True, True, True, True),
+  "lean (prototype)": (False, False, False, False),
+  "+ tf.eye mask": (True, False, False, False),
+  "+ assert_all_finite": (False, True, False, False),
+  "+ masked_logsumexp": (False, False, True, False),
+  "+ [A,C] log Q'": (False, False, False, True),
+  "all four (~library)": (True, True, True, True),
 }
 
 
@@ -209,10 +236,13 @@ def ablation_loss(scores, log_q, ids, eye, check, library_lse, full_q_prime):
   per entry (log_q.log_q_prime) instead of a per-row shift of the LSE.
   """
   from tfrs_logq import losses as losses_lib  # noqa: PLC0415
+
   a = tf.shape(scores)[0]
   if eye:
-    valid = tf.logical_and(tf.logical_not(tf.cast(tf.eye(a, tf.shape(scores)[1]), tf.bool)),
-                           tf.not_equal(ids[:, tf.newaxis], ids[tf.newaxis, :]))
+    valid = tf.logical_and(
+      tf.logical_not(tf.cast(tf.eye(a, tf.shape(scores)[1]), tf.bool)),
+      tf.not_equal(ids[:, tf.newaxis], ids[tf.newaxis, :]),
+    )
     invalid = tf.logical_not(valid)
   else:
     invalid = tf.equal(ids[:, tf.newaxis], ids[tf.newaxis, :])
@@ -225,8 +255,10 @@ def ablation_loss(scores, log_q, ids, eye, check, library_lse, full_q_prime):
   else:
     logits, shift = scores - log_q, log_q_lib.log1mexp(log_q)
   if library_lse:
-    lse = losses_lib.masked_logsumexp(logits, valid if valid is not None else
-                                      tf.logical_not(invalid)) + shift
+    lse = (
+      losses_lib.masked_logsumexp(logits, valid if valid is not None else tf.logical_not(invalid))
+      + shift
+    )
   else:
     masked = tf.where(invalid, tf.constant(-1e26, tf.float32), logits)
     row_max = tf.stop_gradient(tf.reduce_max(masked, axis=1, keepdims=True))
@@ -266,6 +298,7 @@ def time_interleaved(steps_by_side, batches, args):
     for i in range(args.steps):
       loss = fn(batches[(r * args.steps + i) % len(batches)])
     loss.numpy()
+
   return timing.time_interleaved(run, sides, args.repeats, args.steps)
 
 
@@ -286,13 +319,19 @@ def parse_args(argv=None):
   p.add_argument("--steps", type=int, default=5, help="steps per side per round")
   p.add_argument("--warmup", type=int, default=3)
   p.add_argument("--no-task-only", action="store_true", help="skip the task-only table")
-  p.add_argument("--ablation", action="store_true",
-                 help="also time the corrected loss with each library choice switched on "
-                      "(task only, largest batch size)")
+  p.add_argument(
+    "--ablation",
+    action="store_true",
+    help="also time the corrected loss with each library choice switched on "
+    "(task only, largest batch size)",
+  )
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--quick", action="store_true", help="5 rounds of 3 steps")
-  p.add_argument("--out", default="bench/out",
-                 help="folder for loss_overhead.json and loss_overhead.md ('' for none)")
+  p.add_argument(
+    "--out",
+    default="bench/out",
+    help="folder for loss_overhead.json and loss_overhead.md ('' for none)",
+  )
   args = p.parse_args(argv)
   if args.quick:
     args.repeats, args.steps, args.warmup = 5, 3, 2
@@ -302,59 +341,73 @@ def parse_args(argv=None):
 
 def main(argv=None):
   args = parse_args(argv)
-  print(f"TF {tf.__version__}, TFRS {tfrs.__version__}, devices "
-        f"{[d.device_type for d in tf.config.list_logical_devices()]}, "
-        f"{args.repeats} rounds x {args.steps} steps per side (interleaved)")
+  print(
+    f"TF {tf.__version__}, TFRS {tfrs.__version__}, devices "
+    f"{[d.device_type for d in tf.config.list_logical_devices()]}, "
+    f"{args.repeats} rounds x {args.steps} steps per side (interleaved)"
+  )
   rows = []
   for batch_size in args.batch_sizes:
     batches = make_batches(args, batch_size, 8)
     ref, proto = check_prototype(args, batches[0])
-    print(f"B={batch_size}: prototype loss {proto:.6g} == library corrected loss {ref:.6g} "
-          "(gradients equal too)")
+    print(
+      f"B={batch_size}: prototype loss {proto:.6g} == library corrected loss {ref:.6g} "
+      "(gradients equal too)"
+    )
     times = time_interleaved({s: make_train_step(s, args) for s in SIDES}, batches, args)
     report("train step", batch_size, times, rows)
     if not args.no_task_only:
-      times = time_interleaved({s: make_task_step(s, args, batch_size) for s in SIDES},
-                               batches, args)
+      times = time_interleaved(
+        {s: make_task_step(s, args, batch_size) for s in SIDES}, batches, args
+      )
       report("task only", batch_size, times, rows)
   if args.ablation:
     batch_size = max(args.batch_sizes)
     batches = make_batches(args, batch_size, 8)
     steps = {BASELINE: make_task_step(BASELINE, args, batch_size)}
-    steps.update({name: make_ablation_step(flags, args, batch_size)
-                  for name, flags in ABLATIONS.items()})
-    values = {name: float(fn(batches[0]).numpy()) for name, fn in steps.items()
-              if name != BASELINE}
+    steps.update(
+      {name: make_ablation_step(flags, args, batch_size) for name, flags in ABLATIONS.items()}
+    )
+    values = {name: float(fn(batches[0]).numpy()) for name, fn in steps.items() if name != BASELINE}
     if max(values.values()) - min(values.values()) > 1e-4 * abs(max(values.values())):
       raise AssertionError(f"ablation variants disagree: {values}")
     report("ablation", batch_size, time_interleaved(steps, batches, args), rows)
-  header = (f"{'measure':<11} {'batch':>5} {'side':<20} {'min ms':>8} {'median ms':>9} "
-            f"{'min/base':>8} {'med/base':>8}")
+  header = (
+    f"{'measure':<11} {'batch':>5} {'side':<20} {'min ms':>8} {'median ms':>9} "
+    f"{'min/base':>8} {'med/base':>8}"
+  )
   lines = ruled(header)
   for title, b, side, tmin, tmed, rmin, rmed in rows:
-    lines.append(f"{title:<11} {b:5d} {side:<20} {tmin * 1e3:8.2f} {tmed * 1e3:9.2f} "
-                 f"{rmin:8.3f} {rmed:8.3f}")
+    lines.append(
+      f"{title:<11} {b:5d} {side:<20} {tmin * 1e3:8.2f} {tmed * 1e3:9.2f} {rmin:8.3f} {rmed:8.3f}"
+    )
   print("\n".join(lines))
   if args.out:
     os.makedirs(args.out, exist_ok=True)
     keys = ("measure", "batch", "side", "min_s", "median_s", "min_ratio", "median_ratio")
     with open(os.path.join(args.out, "loss_overhead.json"), "w") as f:
-      json.dump({"args": {k: v for k, v in vars(args).items()},
-                 "rows": [dict(zip(keys, r)) for r in rows]}, f, indent=2)
+      json.dump(
+        {"args": {k: v for k, v in vars(args).items()}, "rows": [dict(zip(keys, r)) for r in rows]},
+        f,
+        indent=2,
+      )
     with open(os.path.join(args.out, "loss_overhead.md"), "w") as f:
       f.write("```\n" + "\n".join(lines) + "\n```\n")
   summary = []
   for title, b, side, _, _, rmin, rmed in rows:
     if title == "train step" and side == "logq_corrected":
       std = next(r for r in rows if r[:3] == (title, b, "logq_standard"))
-      summary.append(f"B={b}: corrected/tfrs_standard min {rmin:.3f} median {rmed:.3f}, "
-                     f"corrected/logq_standard min {rmin / std[5]:.3f}")
+      summary.append(
+        f"B={b}: corrected/tfrs_standard min {rmin:.3f} median {rmed:.3f}, "
+        f"corrected/logq_standard min {rmin / std[5]:.3f}"
+      )
       proto = next(r for r in rows if r[:3] == (title, b, "proto_corrected"))
       summary[-1] += f", prototype/tfrs_standard min {proto[5]:.3f}"
   worst = max(r[5] for r in rows if r[0] == "train step" and r[2] == "logq_corrected")
   verdict = "meets" if worst <= 1.05 else "misses"
-  print(f"SUMMARY loss_overhead (train step, {verdict} <= 1.05 on min ratio): " +
-        "; ".join(summary))
+  print(
+    f"SUMMARY loss_overhead (train step, {verdict} <= 1.05 on min ratio): " + "; ".join(summary)
+  )
 
 
 if __name__ == "__main__":

@@ -56,11 +56,15 @@ def main(argv=None):
   rng = np.random.default_rng(0)
   a, s, d, temperature = args.queries, args.samples, args.dim, 0.1
   queries = tf.constant(clustered_items(a, d, 32, rng))
-  print(f"MIDX sampling time per batch: A={a} queries, S={s} samples, d={d}, quantizer="
-        f"{args.quantizer}, CPU threads={os.cpu_count()} (machine shared: timings under load), "
-        f"min / median of {args.repeats} calls")
-  header = (f"{'N':>9} {'K':>5} {'refresh s':>10} {'midx min ms':>12} {'midx med ms':>12} "
-            f"{'softmax min ms':>15} {'uniform min ms':>15} {'softmax/midx':>13}")
+  print(
+    f"MIDX sampling time per batch: A={a} queries, S={s} samples, d={d}, quantizer="
+    f"{args.quantizer}, CPU threads={os.cpu_count()} (machine shared: timings under load), "
+    f"min / median of {args.repeats} calls"
+  )
+  header = (
+    f"{'N':>9} {'K':>5} {'refresh s':>10} {'midx min ms':>12} {'midx med ms':>12} "
+    f"{'softmax min ms':>15} {'uniform min ms':>15} {'softmax/midx':>13}"
+  )
   print("\n".join(ruled(header)))
   rows = []
   for n in catalogs:
@@ -78,33 +82,61 @@ def main(argv=None):
     softmax_min, softmax_med = time_calls(lambda: exact_softmax(queries).numpy(), args.repeats)
     uniform_min, _ = time_calls(lambda: uniform(queries).numpy(), args.repeats)
     for k in codewords:
-      sampler = MIDXSampler(num_codewords=k, quantizer=args.quantizer, temperature=temperature,
-                            seed=0, kmeans_iterations=args.kmeans_iterations,
-                            kmeans_max_points=65536)
+      sampler = MIDXSampler(
+        num_codewords=k,
+        quantizer=args.quantizer,
+        temperature=temperature,
+        seed=0,
+        kmeans_iterations=args.kmeans_iterations,
+        kmeans_max_points=65536,
+      )
       start = time.perf_counter()
       sampler.refresh(items)
       refresh_s = time.perf_counter() - start
       draw = tf.function(lambda z, sampler=sampler: sampler.sample(z, s))
       midx_min, midx_med = time_calls(lambda: draw(queries)[0].numpy(), args.repeats)
-      rows.append(dict(n=n, k=k, refresh=refresh_s, midx_min=midx_min, midx_med=midx_med,
-                       softmax_min=softmax_min, softmax_med=softmax_med, uniform_min=uniform_min))
-      print(f"{n:>9} {k:>5} {refresh_s:>10.2f} {1e3 * midx_min:>12.2f} {1e3 * midx_med:>12.2f} "
-            f"{1e3 * softmax_min:>15.2f} {1e3 * uniform_min:>15.3f} "
-            f"{softmax_min / midx_min:>13.1f}", flush=True)
+      rows.append(
+        dict(
+          n=n,
+          k=k,
+          refresh=refresh_s,
+          midx_min=midx_min,
+          midx_med=midx_med,
+          softmax_min=softmax_min,
+          softmax_med=softmax_med,
+          uniform_min=uniform_min,
+        )
+      )
+      print(
+        f"{n:>9} {k:>5} {refresh_s:>10.2f} {1e3 * midx_min:>12.2f} {1e3 * midx_med:>12.2f} "
+        f"{1e3 * softmax_min:>15.2f} {1e3 * uniform_min:>15.3f} "
+        f"{softmax_min / midx_min:>13.1f}",
+        flush=True,
+      )
     del items
 
   if args.out:
     import matplotlib  # pylint: disable=g-import-not-at-top
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
     os.makedirs(args.out, exist_ok=True)
     fig, ax = plt.subplots(figsize=(6, 4))
     for n in catalogs:
       sel = [r for r in rows if r["n"] == n]
-      ax.plot([r["k"] for r in sel], [1e3 * r["midx_min"] for r in sel], marker="o",
-              label=f"MIDX, N={n:,}")
-      ax.axhline(1e3 * sel[0]["softmax_min"], linestyle="--", color=ax.lines[-1].get_color(),
-                 label=f"exact softmax, N={n:,}")
+      ax.plot(
+        [r["k"] for r in sel],
+        [1e3 * r["midx_min"] for r in sel],
+        marker="o",
+        label=f"MIDX, N={n:,}",
+      )
+      ax.axhline(
+        1e3 * sel[0]["softmax_min"],
+        linestyle="--",
+        color=ax.lines[-1].get_color(),
+        label=f"exact softmax, N={n:,}",
+      )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("codewords per codebook K")
@@ -121,12 +153,14 @@ def main(argv=None):
   lo, hi = min(at_k), max(at_k)
   k_lo, k_hi = min(codewords), max(codewords)
   by_k = {r["k"]: r for r in rows if r["n"] == hi}
-  print(f"summary: MIDX K={k_ref} sample {1e3 * at_k[lo]['midx_min']:.1f} ms at N={lo:,} vs "
-        f"{1e3 * at_k[hi]['midx_min']:.1f} ms at N={hi:,} "
-        f"(x{at_k[hi]['midx_min'] / at_k[lo]['midx_min']:.2f}"
-        f" for x{hi // lo} items); at N={hi:,} K={k_lo}->{k_hi}: "
-        f"{1e3 * by_k[k_lo]['midx_min']:.1f}->{1e3 * by_k[k_hi]['midx_min']:.1f} ms; exact softmax "
-        f"{1e3 * at_k[lo]['softmax_min']:.1f}->{1e3 * at_k[hi]['softmax_min']:.1f} ms")
+  print(
+    f"summary: MIDX K={k_ref} sample {1e3 * at_k[lo]['midx_min']:.1f} ms at N={lo:,} vs "
+    f"{1e3 * at_k[hi]['midx_min']:.1f} ms at N={hi:,} "
+    f"(x{at_k[hi]['midx_min'] / at_k[lo]['midx_min']:.2f}"
+    f" for x{hi // lo} items); at N={hi:,} K={k_lo}->{k_hi}: "
+    f"{1e3 * by_k[k_lo]['midx_min']:.1f}->{1e3 * by_k[k_hi]['midx_min']:.1f} ms; exact softmax "
+    f"{1e3 * at_k[lo]['softmax_min']:.1f}->{1e3 * at_k[hi]['softmax_min']:.1f} ms"
+  )
 
 
 if __name__ == "__main__":

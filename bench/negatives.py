@@ -41,8 +41,7 @@ import tensorflow as tf
 
 from tfrs_logq import losses
 from tfrs_logq.frequency import ExactCounts
-from tfrs_logq.negatives import (InBatchNegatives, MixedNegatives, UniformNegatives,
-                                 score_negatives)
+from tfrs_logq.negatives import InBatchNegatives, MixedNegatives, UniformNegatives, score_negatives
 from tfrs_logq.negatives.midx import MIDXSampler
 
 from bench.common.timing import min_median, time_interleaved
@@ -86,6 +85,7 @@ def time_sides(fns, args):
   def run(side, _):
     for _ in range(args.calls):
       fns[side]()
+
   return time_interleaved(run, list(fns), args.repeats, args.calls)
 
 
@@ -123,9 +123,9 @@ def sampling_fns(size, args, rng, table_rows):
   f_in_batch = tf.function(lambda ids: in_batch(ids, tf.gather(table, ids)))
   f_mixed = tf.function(lambda ids: mixed(ids, tf.gather(table, ids)))
   fns = {
-      "uniform": lambda: sync(f_uniform()),
-      "in_batch": lambda: sync(f_in_batch(next_batch())),
-      "mixed": lambda: sync(f_mixed(next_batch())),
+    "uniform": lambda: sync(f_uniform()),
+    "in_batch": lambda: sync(f_in_batch(next_batch())),
+    "mixed": lambda: sync(f_mixed(next_batch())),
   }
   refresh = {}
   for k in args.codewords:
@@ -134,7 +134,7 @@ def sampling_fns(size, args, rng, table_rows):
     sync(sampler.refresh(table))
     refresh[k] = time.perf_counter() - start
     f_midx = tf.function(lambda s=sampler: s.negatives(queries, args.k_u, embed))
-    fns[f"midx_K{k}"] = (lambda f=f_midx: sync(f()))
+    fns[f"midx_K{k}"] = lambda f=f_midx: sync(f())
   table_rows.append((size, refresh))
   return fns
 
@@ -145,10 +145,12 @@ def step_fns(size, args, rng):
   user_batches = [tf.constant(rng.integers(0, args.num_users, size=args.batch)) for _ in batches]
   embed = lambda ids: tf.gather(table, ids)  # noqa: E731
   samplers = {
-      "in_batch": InBatchNegatives(estimator),
-      "mixed": MixedNegatives(InBatchNegatives(estimator),
-                              UniformNegatives(embed, args.k_u, id_range=(0, size)),
-                              convention="mixture"),
+    "in_batch": InBatchNegatives(estimator),
+    "mixed": MixedNegatives(
+      InBatchNegatives(estimator),
+      UniformNegatives(embed, args.k_u, id_range=(0, size)),
+      convention="mixture",
+    ),
   }
   opt = tf.keras.optimizers.SGD(0.01)
   state = {"i": 0}
@@ -169,6 +171,7 @@ def step_fns(size, args, rng):
     def call():
       state["i"] = (state["i"] + 1) % len(batches)
       return sync(step(user_batches[state["i"]], batches[state["i"]]))
+
     return call
 
   return {name: make(s) for name, s in samplers.items()}
@@ -182,8 +185,10 @@ def main(argv=None):
   args = parse_args(argv)
   rng = np.random.default_rng(0)
   device = "GPU" if tf.config.list_physical_devices("GPU") else "CPU"
-  print(f"# negatives bench on {device}, batch={args.batch}, k_u={args.k_u}, dim={args.dim}, "
-        f"repeats={args.repeats} x {args.calls} calls (timings under load: compare ratios)")
+  print(
+    f"# negatives bench on {device}, batch={args.batch}, k_u={args.k_u}, dim={args.dim}, "
+    f"repeats={args.repeats} x {args.calls} calls (timings under load: compare ratios)"
+  )
   sampling, refresh_rows, steps = {}, [], {}
   for size in args.catalogs:
     sampling[size] = summarize(time_sides(sampling_fns(size, args, rng, refresh_rows), args))
@@ -203,17 +208,23 @@ def main(argv=None):
 
   print("\n## training step (ms): min / median; mixed vs in_batch (corrected loss, SGD)")
   for size, res in steps.items():
-    ratio_min, ratio_med = (res["mixed"][0] / res["in_batch"][0],
-                            res["mixed"][1] / res["in_batch"][1])
-    print(f"{size:>9} in_batch {res['in_batch'][0]:7.2f}/{res['in_batch'][1]:7.2f}  "
-          f"mixed {res['mixed'][0]:7.2f}/{res['mixed'][1]:7.2f}  "
-          f"ratio min x{ratio_min:.2f} median x{ratio_med:.2f}")
+    ratio_min, ratio_med = (
+      res["mixed"][0] / res["in_batch"][0],
+      res["mixed"][1] / res["in_batch"][1],
+    )
+    print(
+      f"{size:>9} in_batch {res['in_batch'][0]:7.2f}/{res['in_batch'][1]:7.2f}  "
+      f"mixed {res['mixed'][0]:7.2f}/{res['mixed'][1]:7.2f}  "
+      f"ratio min x{ratio_min:.2f} median x{ratio_med:.2f}"
+    )
 
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
   import matplotlib  # pylint: disable=g-import-not-at-top
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
   fig, ax = plt.subplots(figsize=(6, 4))
   sizes = list(sampling)
   for s in sides:
@@ -233,13 +244,15 @@ def main(argv=None):
   midx_cat = sampling[large][f"midx_K{ks[-1]}"][1] / sampling[small][f"midx_K{ks[-1]}"][1]
   midx_k = sampling[large][f"midx_K{ks[-1]}"][1] / sampling[large][f"midx_K{ks[0]}"][1]
   step_ratio = steps[large]["mixed"][1] / steps[large]["in_batch"][1]
-  print(f"SUMMARY ({device}, median ms/batch at |D|={large}): uniform "
-        f"{sampling[large]['uniform'][1]:.2f}, in_batch {sampling[large]['in_batch'][1]:.2f}, "
-        f"mixed {sampling[large]['mixed'][1]:.2f}, MIDX K={ks[0]} "
-        f"{sampling[large][f'midx_K{ks[0]}'][1]:.2f} / K={ks[-1]} "
-        f"{sampling[large][f'midx_K{ks[-1]}'][1]:.2f}; MIDX K={ks[-1]} time x{midx_cat:.2f} "
-        f"from |D|={small} to {large} vs x{midx_k:.2f} from K={ks[0]} to {ks[-1]}; "
-        f"mixed/in_batch train step x{step_ratio:.2f}")
+  print(
+    f"SUMMARY ({device}, median ms/batch at |D|={large}): uniform "
+    f"{sampling[large]['uniform'][1]:.2f}, in_batch {sampling[large]['in_batch'][1]:.2f}, "
+    f"mixed {sampling[large]['mixed'][1]:.2f}, MIDX K={ks[0]} "
+    f"{sampling[large][f'midx_K{ks[0]}'][1]:.2f} / K={ks[-1]} "
+    f"{sampling[large][f'midx_K{ks[-1]}'][1]:.2f}; MIDX K={ks[-1]} time x{midx_cat:.2f} "
+    f"from |D|={small} to {large} vs x{midx_k:.2f} from K={ks[0]} to {ks[-1]}; "
+    f"mixed/in_batch train step x{step_ratio:.2f}"
+  )
 
 
 if __name__ == "__main__":

@@ -45,11 +45,19 @@ __all__ = ["PaperCodeStep"]
 
 def _torch():
   import torch  # pylint: disable=g-import-not-at-top
+
   return torch
 
 
-def _build_model(num_items: int, max_len: int, dim: int, num_blocks: int, num_heads: int,
-                 dropout: float, ffn_activation: bool):
+def _build_model(
+  num_items: int,
+  max_len: int,
+  dim: int,
+  num_blocks: int,
+  num_heads: int,
+  dropout: float,
+  ffn_activation: bool,
+):
   """The paper code's SASRec as a torch.nn.Module (module docstring)."""
   torch = _torch()
   nn = torch.nn
@@ -63,11 +71,11 @@ def _build_model(num_items: int, max_len: int, dim: int, num_blocks: int, num_he
       self.drop = nn.Dropout(dropout)
 
     def forward(self, queries, keys):
-      heads = lambda t: torch.cat(t.chunk(num_heads, dim=2), dim=0)   # [H*B, L, d/H]
+      heads = lambda t: torch.cat(t.chunk(num_heads, dim=2), dim=0)  # [H*B, L, d/H]
       q, k, v = heads(self.q(queries)), heads(self.k(keys)), heads(self.v(keys))
       logits = torch.matmul(q, k.transpose(1, 2)) / math.sqrt(k.size(-1))
       length = queries.size(1)
-      key_real = torch.sign(keys.abs().sum(-1)).repeat(num_heads, 1)          # [H*B, L]
+      key_real = torch.sign(keys.abs().sum(-1)).repeat(num_heads, 1)  # [H*B, L]
       logits = logits.masked_fill((key_real == 0)[:, None, :].expand_as(logits), float("-inf"))
       causal = torch.tril(torch.ones_like(logits[0]))[None].expand_as(logits)
       logits = logits.masked_fill(causal == 0, float("-inf"))
@@ -78,7 +86,6 @@ def _build_model(num_items: int, max_len: int, dim: int, num_blocks: int, num_he
       return torch.cat(out.chunk(num_heads, dim=0), dim=2)
 
   class Block(nn.Module):
-
     def __init__(self):
       super().__init__()
       self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
@@ -96,7 +103,6 @@ def _build_model(num_items: int, max_len: int, dim: int, num_blocks: int, num_he
       return (h + f) * mask
 
   class Model(nn.Module):
-
     def __init__(self):
       super().__init__()
       self.item_embedding = nn.Embedding(num_items + 1, dim)
@@ -116,8 +122,7 @@ def _build_model(num_items: int, max_len: int, dim: int, num_blocks: int, num_he
 
     def forward(self, inputs):
       mask = (inputs != 0).float()[..., None]
-      positions = torch.arange(inputs.size(1), device=inputs.device)[None].repeat(
-          inputs.size(0), 1)
+      positions = torch.arange(inputs.size(1), device=inputs.device)[None].repeat(inputs.size(0), 1)
       x = self.drop(self.item_embedding(inputs) + self.position_embedding(positions)) * mask
       for block in self.blocks:
         x = block(x, mask)
@@ -139,23 +144,37 @@ class PaperCodeStep:
     ffn_activation: ReLU between the FFN maps (gSASRec-pytorch's block; False: none).
   """
 
-  def __init__(self, num_items: int, item_counts, *, max_len: int = 200, dim: int = 128,
-               num_blocks: int = 2, num_heads: int = 1, dropout: float = 0.5,
-               num_uniform: int = 128, num_in_batch: int = 128, threads=None, seed: int = 0,
-               ffn_activation: bool = True):
+  def __init__(
+    self,
+    num_items: int,
+    item_counts,
+    *,
+    max_len: int = 200,
+    dim: int = 128,
+    num_blocks: int = 2,
+    num_heads: int = 1,
+    dropout: float = 0.5,
+    num_uniform: int = 128,
+    num_in_batch: int = 128,
+    threads=None,
+    seed: int = 0,
+    ffn_activation: bool = True,
+  ):
     torch = _torch()
     if threads:
       torch.set_num_threads(int(threads))
     torch.manual_seed(seed)
     counts = np.asarray(item_counts, np.float32)
     if counts.shape != (num_items + 1,):
-      raise ValueError(f"item_counts must be [num_items + 1] = [{num_items + 1}], got "
-                       f"{counts.shape}")
+      raise ValueError(
+        f"item_counts must be [num_items + 1] = [{num_items + 1}], got {counts.shape}"
+      )
     self.torch = torch
     self.num_items, self.max_len = num_items, max_len
     self.num_uniform, self.num_in_batch = num_uniform, num_in_batch
-    self.model = _build_model(num_items, max_len, dim, num_blocks, num_heads, dropout,
-                              ffn_activation)
+    self.model = _build_model(
+      num_items, max_len, dim, num_blocks, num_heads, dropout, ffn_activation
+    )
     self.model.train()
     self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3)
     self.counts = torch.from_numpy(counts)
@@ -169,16 +188,17 @@ class PaperCodeStep:
       raise ValueError(f"windows must be [B, {self.max_len + 1}], got {tuple(windows.shape)}")
     inputs = windows[:, :-1]
     mask = inputs != 0
-    hidden = self.model(inputs)[mask]                                        # [A, d]
-    labels = windows[:, 1:][mask]                                            # [A]
+    hidden = self.model(inputs)[mask]  # [A, d]
+    labels = windows[:, 1:][mask]  # [A]
     a = labels.size(0)
     uniform = torch.randint(1, self.num_items + 1, (*inputs.shape, self.num_uniform))[mask]
     unique, inverse = torch.unique(labels, sorted=False, return_inverse=True)
     first = torch.argmax(
-        (torch.arange(unique.size(0))[:, None] == inverse[None]).int(), dim=1)  # [U]
-    first = first[torch.randperm(first.size(0))[:self.num_in_batch]]
+      (torch.arange(unique.size(0))[:, None] == inverse[None]).int(), dim=1
+    )  # [U]
+    first = first[torch.randperm(first.size(0))[: self.num_in_batch]]
     in_batch = labels[first]
-    ids = torch.cat([uniform, in_batch[None].tile([a, 1])], dim=-1)          # [A, N]
+    ids = torch.cat([uniform, in_batch[None].tile([a, 1])], dim=-1)  # [A, N]
     table = self.model.output_embedding
     s_p = torch.einsum("ad,ad->a", hidden, table(labels))[:, None].to(torch.float64)
     s_n = torch.einsum("ad,and->an", hidden, table(ids)).to(torch.float64)
@@ -186,8 +206,9 @@ class PaperCodeStep:
     s_n[~valid] = -torch.inf
     ratio = torch.clamp(self.counts[ids] / (self.total - self.counts[labels])[:, None], min=1e-10)
     s_c = s_n - torch.log(ratio)
-    loss = -torch.log(torch.clamp(
-        torch.exp(s_p[:, 0]) / torch.clamp(torch.exp(s_c).sum(-1), min=1e-10), min=1e-10))
+    loss = -torch.log(
+      torch.clamp(torch.exp(s_p[:, 0]) / torch.clamp(torch.exp(s_c).sum(-1), min=1e-10), min=1e-10)
+    )
     n = torch.clamp(valid.sum(-1, keepdim=True).to(torch.float64), min=1e-10)
     weight = (1.0 - torch.softmax(torch.cat([s_p, s_c - torch.log(n)], 1), -1)[:, 0]).detach()
     loss = (loss * weight).mean()

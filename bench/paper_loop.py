@@ -71,26 +71,39 @@ def define_flags() -> None:
   """The binary's flags, defined when it runs as a program (not on import: the module's
   functions are imported by tests in a process where other binaries' flags, such as
   --dataset, already exist)."""
-  flags.DEFINE_enum("dataset", "ml1m", ["ml1m", "gsasrec", "sequences"],
-                    "ml1m (gSASRec files, --data_path default <data root>/ml1m), gsasrec (any "
-                    "gSASRec-layout folder, --data_path), sequences (a file 'user item item ...', "
-                    "--data_path, leave-one-out).")
+  flags.DEFINE_enum(
+    "dataset",
+    "ml1m",
+    ["ml1m", "gsasrec", "sequences"],
+    "ml1m (gSASRec files, --data_path default <data root>/ml1m), gsasrec (any "
+    "gSASRec-layout folder, --data_path), sequences (a file 'user item item ...', "
+    "--data_path, leave-one-out).",
+  )
   flags.DEFINE_string("data_path", None, "Folder (ml1m, gsasrec) or file (sequences) of the data.")
-  flags.DEFINE_integer("val_users", 0, "sequences: validate on this many users drawn as gSASRec "
-                       "does (train.data.DataConfig.val_users); 0 = the dataset's own validation "
-                       "users (every user for a sequence file).")
+  flags.DEFINE_integer(
+    "val_users",
+    0,
+    "sequences: validate on this many users drawn as gSASRec "
+    "does (train.data.DataConfig.val_users); 0 = the dataset's own validation "
+    "users (every user for a sequence file).",
+  )
   flags.DEFINE_integer("max_len", 200, "L: the model's window (ML-1M 200, Amazon Sports 50).")
   flags.DEFINE_integer("dim", 128, "Model width d.")
   flags.DEFINE_integer("num_blocks", 2, "Transformer blocks.")
-  flags.DEFINE_integer("patience", 200, "Early stopping: epochs without a better validation "
-                       "NDCG@10 (the paper: 200).")
+  flags.DEFINE_integer(
+    "patience", 200, "Early stopping: epochs without a better validation NDCG@10 (the paper: 200)."
+  )
   flags.DEFINE_integer("max_epochs", 100000, "At most this many epochs.")
   flags.DEFINE_integer("seed", 0, "torch's global seed (weights, dropout, negatives, shuffling).")
   flags.DEFINE_integer("threads", 0, "torch intra-op threads; 0 = torch's default.")
   flags.DEFINE_integer("loader_workers", 0, "DataLoader num_workers.")
   flags.DEFINE_integer("eval_batch_size", 512, "Validation / test queries per batch.")
-  flags.DEFINE_string("metrics_json", None, "Required: where to write the run's metrics (JSON). "
-                      "--out is an alias (every bench script takes --out).")
+  flags.DEFINE_string(
+    "metrics_json",
+    None,
+    "Required: where to write the run's metrics (JSON). "
+    "--out is an alias (every bench script takes --out).",
+  )
   flags.DEFINE_alias("out", "metrics_json")
   flags.DEFINE_bool("progress", False, "A line per step (on stderr) besides the line per epoch.")
   flags.mark_flag_as_required("metrics_json")
@@ -98,6 +111,7 @@ def define_flags() -> None:
 
 def _torch():
   import torch  # pylint: disable=g-import-not-at-top
+
   return torch
 
 
@@ -109,16 +123,23 @@ def data_config(dataset: str, data_path=None, val_users: int = 0) -> data_lib.Da
 def collate(max_len: int):
   """The loader's collate function: user sequences -> windows int64 [B, max_len + 1] (the last
   max_len + 1 items of each, left-padded with 0)."""
+
   def fn(sequences):
     return data_lib.left_pad(sequences, max_len + 1)
+
   return fn
 
 
 def train_loader(sequences: Sequence, max_len: int, workers: int = 0):
   """torch DataLoader over the training users (shuffled, 128 per batch, last batch kept)."""
   torch = _torch()
-  return torch.utils.data.DataLoader(list(sequences), batch_size=BATCH_SIZE, shuffle=True,
-                                     collate_fn=collate(max_len), num_workers=workers)
+  return torch.utils.data.DataLoader(
+    list(sequences),
+    batch_size=BATCH_SIZE,
+    shuffle=True,
+    collate_fn=collate(max_len),
+    num_workers=workers,
+  )
 
 
 def filtered_top_k(scores, inputs: Sequence, k: int):
@@ -151,8 +172,9 @@ def metric_sums(top_ids, finite, targets, ks: Sequence[int] = KS) -> Dict[str, f
   return out
 
 
-def evaluate(model, split, *, max_len: int, batch_size: int = 512,
-             ks: Sequence[int] = KS) -> Dict[str, float]:
+def evaluate(
+  model, split, *, max_len: int, batch_size: int = 512, ks: Sequence[int] = KS
+) -> Dict[str, float]:
   """{recall@k, ndcg@k, num_queries} of ``model`` on an `EvalSplit` (module docstring); leaves
   the model in training mode."""
   torch = _torch()
@@ -163,11 +185,11 @@ def evaluate(model, split, *, max_len: int, batch_size: int = 512,
     with torch.no_grad():
       table = model.output_embedding.weight
       for s in range(0, n, batch_size):
-        inputs = split.inputs[s:s + batch_size]
+        inputs = split.inputs[s : s + batch_size]
         x = torch.from_numpy(data_lib.left_pad(inputs, max_len))
         hidden = model(x)[:, -1, :]
         ids, finite = filtered_top_k(hidden @ table.T, inputs, max(ks))
-        for key, v in metric_sums(ids, finite, split.targets[s:s + batch_size], ks).items():
+        for key, v in metric_sums(ids, finite, split.targets[s : s + batch_size], ks).items():
           sums[key] += v
   finally:
     model.train()
@@ -176,22 +198,42 @@ def evaluate(model, split, *, max_len: int, batch_size: int = 512,
   return out
 
 
-def run(*, dataset: str = "ml1m", data_path=None, val_users: int = 0, max_len: int = 200,
-        dim: int = 128, num_blocks: int = 2, patience: int = 200, max_epochs: int = 100000,
-        seed: int = 0, threads: int = 0, loader_workers: int = 0, eval_batch_size: int = 512,
-        progress: bool = False, report=print) -> dict:
+def run(
+  *,
+  dataset: str = "ml1m",
+  data_path=None,
+  val_users: int = 0,
+  max_len: int = 200,
+  dim: int = 128,
+  num_blocks: int = 2,
+  patience: int = 200,
+  max_epochs: int = 100000,
+  seed: int = 0,
+  threads: int = 0,
+  loader_workers: int = 0,
+  eval_batch_size: int = 512,
+  progress: bool = False,
+  report=print,
+) -> dict:
   """Trains as the paper's script does (module docstring); returns the metrics JSON's dict."""
   from bench.paper_code_torch import PaperCodeStep  # pylint: disable=g-import-not-at-top
+
   torch = _torch()
   data = data_config(dataset, data_path, val_users).load()
   phases = epochs_lib.Phases()
-  step_fn = PaperCodeStep(data.num_items, data.item_counts, max_len=max_len, dim=dim,
-                          num_blocks=num_blocks, threads=threads or None, seed=seed)
+  step_fn = PaperCodeStep(
+    data.num_items,
+    data.item_counts,
+    max_len=max_len,
+    dim=dim,
+    num_blocks=num_blocks,
+    threads=threads or None,
+    seed=seed,
+  )
   model = step_fn.model
   loader = train_loader(data.train_sequences, max_len, loader_workers)
   steps_per_epoch = min(MAX_BATCHES_PER_EPOCH, len(loader))
-  evaluate_split = lambda split: evaluate(model, split, max_len=max_len,
-                                          batch_size=eval_batch_size)
+  evaluate_split = lambda split: evaluate(model, split, max_len=max_len, batch_size=eval_batch_size)
 
   history: List[dict] = []
   best, best_epoch, bad, step, best_state = -math.inf, 0, 0, 0, None
@@ -210,8 +252,12 @@ def run(*, dataset: str = "ml1m", data_path=None, val_users: int = 0, max_len: i
         phases.add("first_step", now - tick)
         tick, first_done = now, True
       if progress:
-        print(f"\repoch {epoch + 1} batch {b + 1}/{steps_per_epoch} loss {loss:.4f} w "
-              f"{weight:.4f}", end="", file=sys.stderr, flush=True)
+        print(
+          f"\repoch {epoch + 1} batch {b + 1}/{steps_per_epoch} loss {loss:.4f} w {weight:.4f}",
+          end="",
+          file=sys.stderr,
+          flush=True,
+        )
     del batches
     now = time.perf_counter()
     phases.add("steps", now - tick)
@@ -228,8 +274,16 @@ def run(*, dataset: str = "ml1m", data_path=None, val_users: int = 0, max_len: i
     else:
       bad += 1
     epoch += 1
-    record = epochs_lib.epoch_record(epoch, step, loss_sum, weight_sum, steps_per_epoch,
-                                     seconds, time.perf_counter() - epoch_start, metrics)
+    record = epochs_lib.epoch_record(
+      epoch,
+      step,
+      loss_sum,
+      weight_sum,
+      steps_per_epoch,
+      seconds,
+      time.perf_counter() - epoch_start,
+      metrics,
+    )
     history.append(record)
     report(epochs_lib.report_line(record, improved))
 
@@ -237,17 +291,34 @@ def run(*, dataset: str = "ml1m", data_path=None, val_users: int = 0, max_len: i
     with phases("checkpoints"):
       model.load_state_dict(best_state)
   result = dict(
-      paper_loop=dict(dataset=dataset, data_path=data_path, val_users=val_users,
-                      max_len=max_len, dim=dim, num_blocks=num_blocks, patience=patience,
-                      max_epochs=max_epochs, seed=seed, threads=torch.get_num_threads(),
-                      loader_workers=loader_workers, eval_batch_size=eval_batch_size,
-                      batch_size=BATCH_SIZE, torch=torch.__version__),
-      data_fingerprint=data_lib.fingerprint(data), num_items=data.num_items,
-      steps_per_epoch=steps_per_epoch, global_step=step, epochs_done=epoch,
-      best_epoch=best_epoch, best_step=epochs_lib.best_step(history, best_epoch),
-      best_val_ndcg10=float(best) if best_state is not None else -1.0,
-      train_wall_seconds=float(sum(h["wall_seconds"] for h in history)),
-      stopped_early=bad >= patience, history=history)
+    paper_loop=dict(
+      dataset=dataset,
+      data_path=data_path,
+      val_users=val_users,
+      max_len=max_len,
+      dim=dim,
+      num_blocks=num_blocks,
+      patience=patience,
+      max_epochs=max_epochs,
+      seed=seed,
+      threads=torch.get_num_threads(),
+      loader_workers=loader_workers,
+      eval_batch_size=eval_batch_size,
+      batch_size=BATCH_SIZE,
+      torch=torch.__version__,
+    ),
+    data_fingerprint=data_lib.fingerprint(data),
+    num_items=data.num_items,
+    steps_per_epoch=steps_per_epoch,
+    global_step=step,
+    epochs_done=epoch,
+    best_epoch=best_epoch,
+    best_step=epochs_lib.best_step(history, best_epoch),
+    best_val_ndcg10=float(best) if best_state is not None else -1.0,
+    train_wall_seconds=float(sum(h["wall_seconds"] for h in history)),
+    stopped_early=bad >= patience,
+    history=history,
+  )
   with phases("validation"):
     result["val"] = evaluate_split(data.val)
   with phases("test"):
@@ -258,20 +329,32 @@ def run(*, dataset: str = "ml1m", data_path=None, val_users: int = 0, max_len: i
 
 def main(argv):
   del argv
-  result = run(dataset=FLAGS.dataset, data_path=FLAGS.data_path, val_users=FLAGS.val_users,
-               max_len=FLAGS.max_len, dim=FLAGS.dim, num_blocks=FLAGS.num_blocks,
-               patience=FLAGS.patience, max_epochs=FLAGS.max_epochs, seed=FLAGS.seed,
-               threads=FLAGS.threads, loader_workers=FLAGS.loader_workers,
-               eval_batch_size=FLAGS.eval_batch_size, progress=FLAGS.progress,
-               report=lambda line: print(line, flush=True))
+  result = run(
+    dataset=FLAGS.dataset,
+    data_path=FLAGS.data_path,
+    val_users=FLAGS.val_users,
+    max_len=FLAGS.max_len,
+    dim=FLAGS.dim,
+    num_blocks=FLAGS.num_blocks,
+    patience=FLAGS.patience,
+    max_epochs=FLAGS.max_epochs,
+    seed=FLAGS.seed,
+    threads=FLAGS.threads,
+    loader_workers=FLAGS.loader_workers,
+    eval_batch_size=FLAGS.eval_batch_size,
+    progress=FLAGS.progress,
+    report=lambda line: print(line, flush=True),
+  )
   path = FLAGS.metrics_json
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   with open(path, "w") as f:
     json.dump(result, f, indent=2, default=float)
-  print(f"best epoch {result['best_epoch']} (step {result['best_step']}) of "
-        f"{result['epochs_done']}: val NDCG@10 {result['val']['ndcg@10']:.4f}, test R@20 "
-        f"{result['test']['recall@20']:.4f} N@20 {result['test']['ndcg@20']:.4f} -> {path}",
-        flush=True)
+  print(
+    f"best epoch {result['best_epoch']} (step {result['best_step']}) of "
+    f"{result['epochs_done']}: val NDCG@10 {result['val']['ndcg@10']:.4f}, test R@20 "
+    f"{result['test']['recall@20']:.4f} N@20 {result['test']['ndcg@20']:.4f} -> {path}",
+    flush=True,
+  )
 
 
 if __name__ == "__main__":

@@ -53,8 +53,9 @@ def selected_epoch(val: Sequence[float], patience: int) -> tuple:
   return best, len(val) - 1
 
 
-def check_run(history: List[dict], patiences: Sequence[int],
-              evaluated: Optional[tuple] = None) -> List[dict]:
+def check_run(
+  history: List[dict], patiences: Sequence[int], evaluated: Optional[tuple] = None
+) -> List[dict]:
   """Per patience: the selected epoch, its step and test metrics, and whether the run was long
   enough to tell (its curve reached the stopping epoch of that patience).
 
@@ -72,8 +73,16 @@ def check_run(history: List[dict], patiences: Sequence[int],
       test = dict(evaluated[1])
     else:
       test = None
-    rows.append(dict(patience=p, epoch=epoch, step=history[best]["step"],
-                     stopped=stopped, val_ndcg10=val[best], test=test))
+    rows.append(
+      dict(
+        patience=p,
+        epoch=epoch,
+        step=history[best]["step"],
+        stopped=stopped,
+        val_ndcg10=val[best],
+        test=test,
+      )
+    )
   return rows
 
 
@@ -101,14 +110,21 @@ def _row_noise(noise_json: Optional[str], row: str) -> Dict[str, Optional[float]
 
 def _parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
-      description="What a shorter early-stopping patience selects on runs' own curves "
-      "(module docstring).")
-  parser.add_argument("--runs", required=True,
-                      help="Comma-separated run folders (model/history.json with test_* keys).")
+    description="What a shorter early-stopping patience selects on runs' own curves "
+    "(module docstring)."
+  )
+  parser.add_argument(
+    "--runs",
+    required=True,
+    help="Comma-separated run folders (model/history.json with test_* keys).",
+  )
   parser.add_argument("--patiences", default="3,5,10,20", help="Patiences (epochs) to check.")
-  parser.add_argument("--noise_json", default=None,
-                      help="A reproduce_full.json / reproduce_cpu.json whose row statistics give "
-                      "the seed noise (s.e.) of each metric.")
+  parser.add_argument(
+    "--noise_json",
+    default=None,
+    help="A reproduce_full.json / reproduce_cpu.json whose row statistics give "
+    "the seed noise (s.e.) of each metric.",
+  )
   parser.add_argument("--out", default=None, help="Also write patience_check.md in this folder.")
   return parser
 
@@ -117,9 +133,12 @@ def main(argv=None):
   args = _parser().parse_args(argv)
   runs = [r for r in args.runs.split(",") if r]
   patiences = sorted(int(p) for p in args.patiences.split(","))
-  lines = ["| run | patience | selected epoch (step) | stopped | " +
-           " | ".join(f"test {m} (Δ vs longest; seed s.e.)" for m in METRICS) + " |",
-           "|---|---|---|---|" + "---|" * len(METRICS)]
+  lines = [
+    "| run | patience | selected epoch (step) | stopped | "
+    + " | ".join(f"test {m} (Δ vs longest; seed s.e.)" for m in METRICS)
+    + " |",
+    "|---|---|---|---|" + "---|" * len(METRICS),
+  ]
   worst = 0.0
   for run in runs:
     run_dir = pathlib.Path(run)
@@ -129,8 +148,10 @@ def main(argv=None):
     rows = check_run(history, patiences, _evaluated(run_dir))
     ref = rows[-1]["test"]
     if ref is None:
-      sys.exit(f"error: {run_dir}: no test value for the longest patience's epoch (train with "
-               "--test_curve, or check a finished run with its train_metrics.json)")
+      sys.exit(
+        f"error: {run_dir}: no test value for the longest patience's epoch (train with "
+        "--test_curve, or check a finished run with its train_metrics.json)"
+      )
     noise = _row_noise(args.noise_json, run_dir.parent.name)
     name = f"{run_dir.parent.name}/{run_dir.name}"
     for r in rows:
@@ -142,27 +163,35 @@ def main(argv=None):
         se = noise.get(m)
         if se:
           worst = max(worst, abs(d) / se)
-        cells.append(f"{r['test'][m]:.4f} ({d:+.4f}; {se:.4f})" if se else
-                     f"{r['test'][m]:.4f} ({d:+.4f})")
-      lines.append(f"| {name} | {r['patience']} | {r['epoch']} ({r['step']}) | "
-                   f"{'yes' if r['stopped'] else 'no: the run ended first'} | "
-                   + " | ".join(cells) + " |")
+        cells.append(
+          f"{r['test'][m]:.4f} ({d:+.4f}; {se:.4f})" if se else f"{r['test'][m]:.4f} ({d:+.4f})"
+        )
+      lines.append(
+        f"| {name} | {r['patience']} | {r['epoch']} ({r['step']}) | "
+        f"{'yes' if r['stopped'] else 'no: the run ended first'} | " + " | ".join(cells) + " |"
+      )
   table = "\n".join(lines)
   if args.out:
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "patience_check.md").write_text(
-        "# Patience check\n\nWritten by `python bench/patience_check.py "
-        f"--runs={','.join(runs)} --patiences={','.join(map(str, patiences))}"
-        + (f" --noise_json={args.noise_json}" if args.noise_json else "") + "`.\n\n"
-        "Each row: the epoch that early stopping with that patience selects on this run's "
-        "validation NDCG@10 curve, and its test metrics; Δ = minus the longest patience's; "
-        "seed s.e. = the standard error over seeds of the same row in the main report.\n\n"
-        + table + "\n")
+      "# Patience check\n\nWritten by `python bench/patience_check.py "
+      f"--runs={','.join(runs)} --patiences={','.join(map(str, patiences))}"
+      + (f" --noise_json={args.noise_json}" if args.noise_json else "")
+      + "`.\n\n"
+      "Each row: the epoch that early stopping with that patience selects on this run's "
+      "validation NDCG@10 curve, and its test metrics; Δ = minus the longest patience's; "
+      "seed s.e. = the standard error over seeds of the same row in the main report.\n\n"
+      + table
+      + "\n"
+    )
   print(table)
-  print(f"SUMMARY patience_check: {len(runs)} runs, patiences {patiences}; largest "
-        f"|Δ test| / seed s.e. = {worst:.2f}" if worst else
-        f"SUMMARY patience_check: {len(runs)} runs, patiences {patiences}")
+  print(
+    f"SUMMARY patience_check: {len(runs)} runs, patiences {patiences}; largest "
+    f"|Δ test| / seed s.e. = {worst:.2f}"
+    if worst
+    else f"SUMMARY patience_check: {len(runs)} runs, patiences {patiences}"
+  )
 
 
 if __name__ == "__main__":

@@ -85,10 +85,20 @@ from absl import flags
 from bench.table1.plots import plot_curves, plot_popularity
 from bench.table1.report import EQUIVALENCE_MARGIN, command, markdown, statistics, summary
 from bench.table1.results import collect, read_json, run_dir as run_folder
+
 # paired_rows, PAPER and PAPER_CONVENTION: re-exported (bench.reproduce's public names).
-from bench.table1.rows import (PAPER, PAPER_CODE, PAPER_CONVENTION,  # noqa: F401
-                               PAPER_CORRECTED_RATIO_FLOOR, PAPER_ROWS, ROWS, SETTING_DEFAULTS,
-                               KERAS3_ROWS, paired_rows, train_binary)
+from bench.table1.rows import (  # noqa: F401
+  PAPER,
+  PAPER_CODE,
+  PAPER_CONVENTION,
+  PAPER_CORRECTED_RATIO_FLOOR,
+  PAPER_ROWS,
+  ROWS,
+  SETTING_DEFAULTS,
+  KERAS3_ROWS,
+  paired_rows,
+  train_binary,
+)
 from eval.config import EvalConfig
 from train import config_flags
 from train import data as data_lib
@@ -101,48 +111,87 @@ MIN_CHUNK_MINUTES = 1.0
 flags.DEFINE_enum("budget", "cpu", ["cpu", "full"], "cpu: fixed epochs; full: early stopping.")
 flags.DEFINE_list("rows", [], "Rows to run (default: the paper's). See ROWS.")
 flags.DEFINE_list("seeds", [], "Seeds (default: 0 for cpu, 0..4 for full).")
-flags.DEFINE_list("settings", ["ml1m_loo", "ml100k_temporal"],
-                  "ml1m_loo, ml100k_temporal, ml1m_temporal (needs --ml1m_ratings), gsasrec_loo "
-                  "(needs --gsasrec_dir).")
-flags.DEFINE_string("ml1m_dir", str(data_lib.default_data_root() / "ml1m"),
-                    "gSASRec ML-1M folder.")
-flags.DEFINE_string("ml100k_dir", str(data_lib.default_data_root() / "ml-100k"),
-                    "Raw ML-100K folder (u.data).")
+flags.DEFINE_list(
+  "settings",
+  ["ml1m_loo", "ml100k_temporal"],
+  "ml1m_loo, ml100k_temporal, ml1m_temporal (needs --ml1m_ratings), gsasrec_loo "
+  "(needs --gsasrec_dir).",
+)
+flags.DEFINE_string("ml1m_dir", str(data_lib.default_data_root() / "ml1m"), "gSASRec ML-1M folder.")
+flags.DEFINE_string(
+  "ml100k_dir", str(data_lib.default_data_root() / "ml-100k"), "Raw ML-100K folder (u.data)."
+)
 flags.DEFINE_string("ml1m_ratings", None, "Raw ML-1M ratings.dat for the temporal split.")
 flags.DEFINE_string("gsasrec_dir", None, "A gSASRec-layout folder for --settings=gsasrec_loo.")
-flags.DEFINE_string("amazon_sports",
-                    str(data_lib.default_data_root() / "amazon-sports" / "sequences.txt"),
-                    "Amazon Sports sequence file for --settings=amazon_sports_loo.")
-flags.DEFINE_integer("cpu_epochs", 15, "Epochs per run with --budget=cpu (15 x 48 = 720 steps, the "
-                     "point where the shared data README quotes the paper's code).")
-flags.DEFINE_bool("reference_model", True,
-                  "Train as the paper's code does (module docstring): --sasrec_block=reference, "
-                  "--uniform_negatives=query and --ratio_floor=1e-10 in the corrected rows, "
-                  "unless those flags are given. With --noreference_model the base flags' values "
-                  "are used (the train binary's defaults unless given).")
+flags.DEFINE_string(
+  "amazon_sports",
+  str(data_lib.default_data_root() / "amazon-sports" / "sequences.txt"),
+  "Amazon Sports sequence file for --settings=amazon_sports_loo.",
+)
+flags.DEFINE_integer(
+  "cpu_epochs",
+  15,
+  "Epochs per run with --budget=cpu (15 x 48 = 720 steps, the "
+  "point where the shared data README quotes the paper's code).",
+)
+flags.DEFINE_bool(
+  "reference_model",
+  True,
+  "Train as the paper's code does (module docstring): --sasrec_block=reference, "
+  "--uniform_negatives=query and --ratio_floor=1e-10 in the corrected rows, "
+  "unless those flags are given. With --noreference_model the base flags' values "
+  "are used (the train binary's defaults unless given).",
+)
 flags.DEFINE_integer("full_max_epochs", 100_000, "Epoch cap with --budget=full.")
 flags.DEFINE_integer("patience", 200, "Early-stopping patience (epochs) with --budget=full.")
 flags.DEFINE_string("out", "bench/out/reproduce", "Output folder (runs, table, plots).")
-flags.DEFINE_float("equivalence_margin", EQUIVALENCE_MARGIN,
-                   "Practical margin of the paired verdicts, relative to the second row's mean on "
-                   "the paired seeds: an interval that contains 0 and lies inside +-margin x mean "
-                   "is reported 'equivalent' (0 = off).")
+flags.DEFINE_float(
+  "equivalence_margin",
+  EQUIVALENCE_MARGIN,
+  "Practical margin of the paired verdicts, relative to the second row's mean on "
+  "the paired seeds: an interval that contains 0 and lies inside +-margin x mean "
+  "is reported 'equivalent' (0 = off).",
+)
 flags.DEFINE_bool("dry_run", False, "Print the commands without running them.")
 flags.DEFINE_bool("overwrite", False, "Re-run runs whose results exist.")
-flags.DEFINE_bool("report_only", False,
-                  "Run nothing: report the finished runs found under --out for the selected "
-                  "settings and rows (every seed found, or only --seeds); missing runs are listed.")
-flags.DEFINE_string("docs_dir", None,
-                    "Also copy the markdown report and the plots to this folder (e.g. "
-                    "docs/results/evidence).")
+flags.DEFINE_bool(
+  "report_only",
+  False,
+  "Run nothing: report the finished runs found under --out for the selected "
+  "settings and rows (every seed found, or only --seeds); missing runs are listed.",
+)
+flags.DEFINE_string(
+  "docs_dir",
+  None,
+  "Also copy the markdown report and the plots to this folder (e.g. docs/results/evidence).",
+)
 
 # Settings that each run sets itself (rows, settings, seeds, budget, folders).
-PER_RUN = ("dataset", "data_path", "split", "tfds_name", "synthetic_users", "synthetic_items",
-           "synthetic_min_len", "synthetic_max_len", "synthetic_seed", "model", "loss",
-           "negatives", "logq", "seed", "epochs", "early_stopping_patience", "model_dir",
-           "export_dir", "metrics_json")
-config_flags.define_flags(RunConfig, exclude=PER_RUN,
-                          defaults=dict(steps_per_epoch=48, progress=False))
+PER_RUN = (
+  "dataset",
+  "data_path",
+  "split",
+  "tfds_name",
+  "synthetic_users",
+  "synthetic_items",
+  "synthetic_min_len",
+  "synthetic_max_len",
+  "synthetic_seed",
+  "model",
+  "loss",
+  "negatives",
+  "logq",
+  "seed",
+  "epochs",
+  "early_stopping_patience",
+  "model_dir",
+  "export_dir",
+  "metrics_json",
+)
+config_flags.define_flags(
+  RunConfig, exclude=PER_RUN, defaults=dict(steps_per_epoch=48, progress=False)
+)
+
 
 def setting_data(setting: str) -> dict:
   """The data settings (DataConfig flags) of a --settings entry."""
@@ -171,39 +220,60 @@ def base_config() -> RunConfig:
   return base
 
 
-def run_config(base: RunConfig, setting: str, row: str, seed: int,
-               run_dir: pathlib.Path) -> RunConfig:
+def run_config(
+  base: RunConfig, setting: str, row: str, seed: int, run_dir: pathlib.Path
+) -> RunConfig:
   """The whole configuration of one run."""
   settings = {k: v for k, v in SETTING_DEFAULTS.get(setting, {}).items() if not FLAGS[k].present}
-  settings.update(ROWS[row][1], **setting_data(setting), model="sasrec", seed=seed,
-                  model_dir=str(run_dir / "model"), export_dir=str(run_dir / "export"),
-                  metrics_json=str(run_dir / "train_metrics.json"))
+  settings.update(
+    ROWS[row][1],
+    **setting_data(setting),
+    model="sasrec",
+    seed=seed,
+    model_dir=str(run_dir / "model"),
+    export_dir=str(run_dir / "export"),
+    metrics_json=str(run_dir / "train_metrics.json"),
+  )
   if FLAGS.budget == "cpu":
     settings["epochs"] = FLAGS.cpu_epochs  # a few epochs: early stopping never triggers
   else:
     settings.update(epochs=FLAGS.full_max_epochs, early_stopping_patience=FLAGS.patience)
-  if (FLAGS.reference_model and settings["logq"] == "corrected"
-      and not FLAGS["ratio_floor"].present):
+  if FLAGS.reference_model and settings["logq"] == "corrected" and not FLAGS["ratio_floor"].present:
     settings["ratio_floor"] = PAPER_CORRECTED_RATIO_FLOOR
   return base.replace(**settings)
 
 
-def run_commands(base: RunConfig, setting: str, row: str, seed: int,
-                 run_dir: pathlib.Path) -> List[List[str]]:
+def run_commands(
+  base: RunConfig, setting: str, row: str, seed: int, run_dir: pathlib.Path
+) -> List[List[str]]:
   py = sys.executable
   flags = run_config(base, setting, row, seed, run_dir).to_flags()
   train = [py, *train_binary(row), *flags]
-  if row in KERAS3_ROWS:   # the Keras 3 binary; test metrics: its own (bench.table1.results)
+  if row in KERAS3_ROWS:  # the Keras 3 binary; test metrics: its own (bench.table1.results)
     return [train, [py, "-m", "bench.table1.results", str(run_dir)]]
-  evaluate = [py, "-m", "eval.evaluate",
-              *EvalConfig(export_dir=str(run_dir / "export"), output_dir=str(run_dir / "eval"),
-                          ks=(10, 20, 100), timing_repeats=1).to_flags(only_changed=True)]
+  evaluate = [
+    py,
+    "-m",
+    "eval.evaluate",
+    *EvalConfig(
+      export_dir=str(run_dir / "export"),
+      output_dir=str(run_dir / "eval"),
+      ks=(10, 20, 100),
+      timing_repeats=1,
+    ).to_flags(only_changed=True),
+  ]
   return [train, evaluate]
 
 
 # -------------------------------------------------------------------------------------- main
-def _train_and_evaluate(base: RunConfig, out: pathlib.Path, settings: Sequence[str],
-                        rows: Sequence[str], seeds: Sequence[int], failures: List[str]) -> tuple:
+def _train_and_evaluate(
+  base: RunConfig,
+  out: pathlib.Path,
+  settings: Sequence[str],
+  rows: Sequence[str],
+  seeds: Sequence[int],
+  failures: List[str],
+) -> tuple:
   """Runs every unfinished run, setting -> seed -> row (a seed's paired rows finish together);
   returns (the number run, whether the time budget paused this invocation). --dry_run prints
   the commands instead.
@@ -214,8 +284,9 @@ def _train_and_evaluate(base: RunConfig, out: pathlib.Path, settings: Sequence[s
   the paused run from its checkpoint (its train log is appended to, its training time summed).
   The evaluation after a finished training is not counted against T."""
   ran = 0
-  deadline = (time.perf_counter() + 60.0 * base.time_budget_minutes
-              if base.time_budget_minutes else None)
+  deadline = (
+    time.perf_counter() + 60.0 * base.time_budget_minutes if base.time_budget_minutes else None
+  )
   for setting in settings:
     for seed in seeds:
       for row in rows:
@@ -234,7 +305,7 @@ def _train_and_evaluate(base: RunConfig, out: pathlib.Path, settings: Sequence[s
         if not FLAGS.overwrite and (run_dir / "eval" / "eval_results.json").exists():
           continue
         run_dir.mkdir(parents=True, exist_ok=True)
-        partial = run_dir / "timing_partial.json"       # training time of paused chunks
+        partial = run_dir / "timing_partial.json"  # training time of paused chunks
         record = {"train_seconds": (read_json(partial) or {}).get("train_seconds", 0.0)}
         start = time.perf_counter()
         ok = True
@@ -242,21 +313,28 @@ def _train_and_evaluate(base: RunConfig, out: pathlib.Path, settings: Sequence[s
           t0 = time.perf_counter()
           with open(run_dir / f"{name}.log", "a" if name == "train" else "w") as log:
             proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, check=False)
-          record[f"{name}_seconds"] = (record.get(f"{name}_seconds", 0.0)
-                                       + time.perf_counter() - t0)
+          record[f"{name}_seconds"] = record.get(f"{name}_seconds", 0.0) + time.perf_counter() - t0
           if name == "train" and proc.returncode == EXIT_PAUSED:
             partial.write_text(json.dumps({"train_seconds": record["train_seconds"]}))
-            print(f"{setting} {row} seed {seed}: paused by the time budget after "
-                  f"{time.perf_counter() - start:.0f}s (rerun to continue)", flush=True)
+            print(
+              f"{setting} {row} seed {seed}: paused by the time budget after "
+              f"{time.perf_counter() - start:.0f}s (rerun to continue)",
+              flush=True,
+            )
             return ran, True
           if proc.returncode != 0:
-            failures.append(f"{setting}/{row}/seed{seed} ({name}: rc {proc.returncode}, "
-                            f"see {run_dir / (name + '.log')})")
+            failures.append(
+              f"{setting}/{row}/seed{seed} ({name}: rc {proc.returncode}, "
+              f"see {run_dir / (name + '.log')})"
+            )
             ok = False
             break
         ran += 1
-        print(f"{setting} {row} seed {seed}: {'ok' if ok else 'FAILED'} in "
-              f"{time.perf_counter() - start:.0f}s", flush=True)
+        print(
+          f"{setting} {row} seed {seed}: {'ok' if ok else 'FAILED'} in "
+          f"{time.perf_counter() - start:.0f}s",
+          flush=True,
+        )
         if ok:
           (run_dir / "timing.json").write_text(json.dumps(record))
           partial.unlink(missing_ok=True)
@@ -286,9 +364,11 @@ def main(argv):
     seeds = given or ([0] if FLAGS.budget == "cpu" else [0, 1, 2, 3, 4])
     ran, paused = _train_and_evaluate(base_config(), out, settings, rows, seeds, failures)
     if FLAGS.dry_run:
-      print(f"SUMMARY reproduce dry run: {len(settings)} settings x {len(rows)} rows x "
-            f"{len(seeds)} seeds = {len(settings) * len(rows) * len(seeds)} runs (budget "
-            f"{FLAGS.budget})")
+      print(
+        f"SUMMARY reproduce dry run: {len(settings)} settings x {len(rows)} rows x "
+        f"{len(seeds)} seeds = {len(settings) * len(rows) * len(seeds)} runs (budget "
+        f"{FLAGS.budget})"
+      )
       return
     results, missing = collect(out, FLAGS.budget, settings, rows, expected=seeds)
   failed = {f.split(" ", 1)[0] for f in failures}
@@ -297,29 +377,53 @@ def main(argv):
   out.mkdir(parents=True, exist_ok=True)
   plots: Dict[str, List[str]] = {}
   for setting in settings:
-    for name, plot in ((f"learning_curves_{setting}.png", plot_curves),
-                       (f"recall_by_popularity_{setting}.png", plot_popularity)):
+    for name, plot in (
+      (f"learning_curves_{setting}.png", plot_curves),
+      (f"recall_by_popularity_{setting}.png", plot_popularity),
+    ):
       if plot(results, setting, rows, out / name):
         plots.setdefault(setting, []).append(name)
-  md = markdown(FLAGS.budget, stats, results, settings, rows, missing, failures, plots,
-                margin=FLAGS.equivalence_margin)
+  md = markdown(
+    FLAGS.budget,
+    stats,
+    results,
+    settings,
+    rows,
+    missing,
+    failures,
+    plots,
+    margin=FLAGS.equivalence_margin,
+  )
   md_path = out / f"reproduce_{FLAGS.budget}.md"
   md_path.write_text(md)
   runs = [r for s in settings for row in rows for r in results.get(s, {}).get(row, {}).values()]
-  (out / f"reproduce_{FLAGS.budget}.json").write_text(json.dumps(
-      dict(budget=FLAGS.budget, command=command(), settings=settings, rows=rows,
-           statistics=stats, runs=runs, missing=missing, failures=failures), indent=2))
+  (out / f"reproduce_{FLAGS.budget}.json").write_text(
+    json.dumps(
+      dict(
+        budget=FLAGS.budget,
+        command=command(),
+        settings=settings,
+        rows=rows,
+        statistics=stats,
+        runs=runs,
+        missing=missing,
+        failures=failures,
+      ),
+      indent=2,
+    )
+  )
   if FLAGS.docs_dir:
     docs = pathlib.Path(FLAGS.docs_dir)
     docs.mkdir(parents=True, exist_ok=True)
     for name in [md_path.name] + [n for names in plots.values() for n in names]:
       shutil.copy(out / name, docs / name)
   print(md)
-  print(f"SUMMARY reproduce budget={FLAGS.budget}: {len(runs)} finished runs reported ({ran} run "
-        f"now), {len(failures)} failed, {len(missing)} missing, "
-        f"{time.perf_counter() - total_start:.0f}s; {summary(stats, results)}; table in {md_path}"
-        + ("; PAUSED by --time_budget_minutes: rerun the same command to continue" if paused
-           else ""))
+  print(
+    f"SUMMARY reproduce budget={FLAGS.budget}: {len(runs)} finished runs reported ({ran} run "
+    f"now), {len(failures)} failed, {len(missing)} missing, "
+    f"{time.perf_counter() - total_start:.0f}s; {summary(stats, results)}; table in {md_path}"
+    + ("; PAUSED by --time_budget_minutes: rerun the same command to continue" if paused else "")
+  )
   if paused:
     sys.exit(EXIT_PAUSED)
 

@@ -49,35 +49,54 @@ def _fmt(x: Optional[float], digits: int = 4) -> str:
   return "—" if x is None else f"{x:+.{digits}f}"
 
 
-def compare(a: Dict[int, dict], b: Dict[int, dict], names: Sequence[str],
-            margin: float) -> List[str]:
+def compare(
+  a: Dict[int, dict], b: Dict[int, dict], names: Sequence[str], margin: float
+) -> List[str]:
   """The report's Markdown lines (module docstring)."""
   seeds = sorted(set(a) & set(b))
   if len(seeds) < 2:
     raise ValueError(f"need at least 2 seeds in both arms, common seeds: {seeds}")
-  lines = [f"Seeds {', '.join(map(str, seeds))}; {names[0]} (A) against {names[1]} (B), test "
-           f"split; margin ± {margin:.0%} of B's mean.", "",
-           "| metric | " + " | ".join(f"{n}: mean ± s.e." for n in names)
-           + " | A − B, 95% interval | A ahead in | verdict |",
-           "|---|---|---|---|---|---|"]
+  lines = [
+    f"Seeds {', '.join(map(str, seeds))}; {names[0]} (A) against {names[1]} (B), test "
+    f"split; margin ± {margin:.0%} of B's mean.",
+    "",
+    "| metric | "
+    + " | ".join(f"{n}: mean ± s.e." for n in names)
+    + " | A − B, 95% interval | A ahead in | verdict |",
+    "|---|---|---|---|---|---|",
+  ]
   for metric in METRICS:
     va = {s: float(a[s]["test"][metric]) for s in seeds}
     vb = {s: float(b[s]["test"][metric]) for s in seeds}
     ma, mb = paired_stats.mean_se(list(va.values())), paired_stats.mean_se(list(vb.values()))
     d = paired_stats.paired_difference(va, vb, margin=margin * abs(mb["mean"]))
     low, high = d["ci"]
-    lines.append(f"| {metric} | {ma['mean']:.4f} ± {ma['se']:.4f} | {mb['mean']:.4f} ± "
-                 f"{mb['se']:.4f} | {_fmt(d['mean'])} [{_fmt(low)}, {_fmt(high)}] | "
-                 f"{d['positive']}/{d['n']} | {d['verdict']} |")
-  lines += ["", "| seed | " + " | ".join(f"{n}: best epoch / epochs, steps to best, test R@20"
-                                          for n in names) + " |", "|---|---|---|"]
+    lines.append(
+      f"| {metric} | {ma['mean']:.4f} ± {ma['se']:.4f} | {mb['mean']:.4f} ± "
+      f"{mb['se']:.4f} | {_fmt(d['mean'])} [{_fmt(low)}, {_fmt(high)}] | "
+      f"{d['positive']}/{d['n']} | {d['verdict']} |"
+    )
+  lines += [
+    "",
+    "| seed | "
+    + " | ".join(f"{n}: best epoch / epochs, steps to best, test R@20" for n in names)
+    + " |",
+    "|---|---|---|",
+  ]
   for s in seeds:
-    cells = [f"{r[s]['best_epoch']} / {r[s]['epochs_done']}, {r[s].get('best_step')}, "
-             f"{r[s]['test']['recall@20']:.4f}" for r in (a, b)]
+    cells = [
+      f"{r[s]['best_epoch']} / {r[s]['epochs_done']}, {r[s].get('best_step')}, "
+      f"{r[s]['test']['recall@20']:.4f}"
+      for r in (a, b)
+    ]
     lines.append(f"| {s} | " + " | ".join(cells) + " |")
   walls = [np.mean([r[s].get("train_wall_seconds", np.nan) for s in seeds]) for r in (a, b)]
-  lines += ["", "Training wall-clock per run (mean over seeds): "
-            + ", ".join(f"{n} {w:.0f} s" for n, w in zip(names, walls)) + "."]
+  lines += [
+    "",
+    "Training wall-clock per run (mean over seeds): "
+    + ", ".join(f"{n} {w:.0f} s" for n, w in zip(names, walls))
+    + ".",
+  ]
   return lines
 
 
@@ -86,8 +105,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   parser.add_argument("--a", required=True, help="arm A: a folder of seed<s>/metrics.json")
   parser.add_argument("--b", required=True, help="arm B (the reference of the margin)")
   parser.add_argument("--names", default="A,B", help="the arms' names, comma-separated")
-  parser.add_argument("--margin", type=float, default=0.02,
-                      help="relative equivalence margin (0.02 = ± 2 %% of B's mean)")
+  parser.add_argument(
+    "--margin",
+    type=float,
+    default=0.02,
+    help="relative equivalence margin (0.02 = ± 2 %% of B's mean)",
+  )
   parser.add_argument("--out", default=None, help="also write the Markdown here")
   args = parser.parse_args(argv)
   names = args.names.split(",")

@@ -41,8 +41,16 @@ def _env() -> Dict[str, str]:
 
 
 def _command(flags: List[str], model_dir: pathlib.Path, extra: List[str]) -> List[str]:
-  return [sys.executable, "-m", "train.keras3", "--backend=jax", "--noprogress", *flags,
-          f"--model_dir={model_dir}", *extra]
+  return [
+    sys.executable,
+    "-m",
+    "train.keras3",
+    "--backend=jax",
+    "--noprogress",
+    *flags,
+    f"--model_dir={model_dir}",
+    *extra,
+  ]
 
 
 def run_arrangement(name: str, seeds: List[int], flags: List[str], folder: pathlib.Path) -> dict:
@@ -52,21 +60,41 @@ def run_arrangement(name: str, seeds: List[int], flags: List[str], folder: pathl
   separate = ["--nosasrec_pack_tokens", f"--frequency_seed={seeds[0]}"]
   start = time.perf_counter()
   if name == "program":
-    procs = [subprocess.Popen(_command(flags, folder, [f"--seeds={','.join(map(str, seeds))}"]),
-                              cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True)]
+    procs = [
+      subprocess.Popen(
+        _command(flags, folder, [f"--seeds={','.join(map(str, seeds))}"]),
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+      )
+    ]
     dirs = [folder / f"seed{s}" for s in seeds]
   elif name == "parallel":
-    procs = [subprocess.Popen(_command(flags, folder / f"seed{s}", [f"--seed={s}", *separate]),
-                              cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True) for s in seeds]
+    procs = [
+      subprocess.Popen(
+        _command(flags, folder / f"seed{s}", [f"--seed={s}", *separate]),
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+      )
+      for s in seeds
+    ]
     dirs = [folder / f"seed{s}" for s in seeds]
   else:
     procs, dirs = [], []
     for s in seeds:
-      proc = subprocess.run(_command(flags, folder / f"seed{s}", [f"--seed={s}", *separate]),
-                            cwd=ROOT, env=_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+      proc = subprocess.run(
+        _command(flags, folder / f"seed{s}", [f"--seed={s}", *separate]),
+        cwd=ROOT,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+      )
       if proc.returncode != 0:
         raise SystemExit(f"error: {name} seed {s} failed:\n{proc.stderr[-2000:]}")
       dirs.append(folder / f"seed{s}")
@@ -83,8 +111,11 @@ def main(argv=None) -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
   parser.add_argument("--seeds", default="0,1,2")
   parser.add_argument("--repeats", type=int, default=2, help="rounds (order rotated)")
-  parser.add_argument("--flags", default="--dataset=movielens_raw --epochs=3 --steps_per_epoch=20 "
-                      "--early_stopping_patience=100", help="the binary's flags (one string)")
+  parser.add_argument(
+    "--flags",
+    default="--dataset=movielens_raw --epochs=3 --steps_per_epoch=20 --early_stopping_patience=100",
+    help="the binary's flags (one string)",
+  )
   parser.add_argument("--out", default="bench/out/seeds_program")
   args = parser.parse_args(argv)
   seeds = [int(s) for s in args.seeds.split(",")]
@@ -93,36 +124,61 @@ def main(argv=None) -> None:
   out.mkdir(parents=True, exist_ok=True)
   results: Dict[str, List[dict]] = {name: [] for name in ARRANGEMENTS}
   for r in range(args.repeats):
-    order = ARRANGEMENTS[r % 3:] + ARRANGEMENTS[:r % 3]
+    order = ARRANGEMENTS[r % 3 :] + ARRANGEMENTS[: r % 3]
     for name in order:
       res = run_arrangement(name, seeds, flags, out / "runs" / f"{name}_r{r}")
       results[name].append(res)
-      print(f"round {r} {name}: {res['seconds']:.1f} s, test NDCG@10 "
-            f"{statistics.mean(res['test_ndcg10']):.4f}", flush=True)
+      print(
+        f"round {r} {name}: {res['seconds']:.1f} s, test NDCG@10 "
+        f"{statistics.mean(res['test_ndcg10']):.4f}",
+        flush=True,
+      )
   secs = {name: [x["seconds"] for x in results[name]] for name in ARRANGEMENTS}
-  ratios = {f"{name}/program": dict(min=min(secs[name]) / min(secs["program"]),
-                                    median=statistics.median(secs[name])
-                                    / statistics.median(secs["program"]))
-            for name in ("parallel", "serial")}
-  summary = dict(seeds=seeds, flags=flags, repeats=args.repeats, seconds=secs, ratios=ratios,
-                 test_ndcg10={name: [x["test_ndcg10"] for x in results[name]]
-                              for name in ARRANGEMENTS})
+  ratios = {
+    f"{name}/program": dict(
+      min=min(secs[name]) / min(secs["program"]),
+      median=statistics.median(secs[name]) / statistics.median(secs["program"]),
+    )
+    for name in ("parallel", "serial")
+  }
+  summary = dict(
+    seeds=seeds,
+    flags=flags,
+    repeats=args.repeats,
+    seconds=secs,
+    ratios=ratios,
+    test_ndcg10={name: [x["test_ndcg10"] for x in results[name]] for name in ARRANGEMENTS},
+  )
   (out / "seeds_program.json").write_text(json.dumps(summary, indent=2))
-  lines = ["# N seeds: one program, N processes at once, N in a row", "",
-           "`python -m bench.seeds_program "
-           f"{' '.join(shlex.quote(a) for a in (argv or sys.argv[1:]))}`",
-           "", f"seeds {seeds}, flags `{' '.join(flags)}`, {args.repeats} rounds", "",
-           "| arrangement | wall min | wall median | mean test NDCG@10 |", "|---|---|---|---|"]
+  lines = [
+    "# N seeds: one program, N processes at once, N in a row",
+    "",
+    f"`python -m bench.seeds_program {' '.join(shlex.quote(a) for a in (argv or sys.argv[1:]))}`",
+    "",
+    f"seeds {seeds}, flags `{' '.join(flags)}`, {args.repeats} rounds",
+    "",
+    "| arrangement | wall min | wall median | mean test NDCG@10 |",
+    "|---|---|---|---|",
+  ]
   for name in ARRANGEMENTS:
-    lines.append(f"| {name} | {min(secs[name]):.1f} s | {statistics.median(secs[name]):.1f} s | "
-                 f"{statistics.mean(statistics.mean(x['test_ndcg10']) for x in results[name]):.4f}"
-                 " |")
-  lines += ["", *(f"- {k}: {v['median']:.2f}x by median, {v['min']:.2f}x by min (> 1: the "
-                  "program is faster)" for k, v in ratios.items())]
+    lines.append(
+      f"| {name} | {min(secs[name]):.1f} s | {statistics.median(secs[name]):.1f} s | "
+      f"{statistics.mean(statistics.mean(x['test_ndcg10']) for x in results[name]):.4f}"
+      " |"
+    )
+  lines += [
+    "",
+    *(
+      f"- {k}: {v['median']:.2f}x by median, {v['min']:.2f}x by min (> 1: the program is faster)"
+      for k, v in ratios.items()
+    ),
+  ]
   (out / "seeds_program.md").write_text("\n".join(lines) + "\n")
   print("\n".join(lines[-2:]))
-  print(f"summary: seeds_program: parallel/program {ratios['parallel/program']['median']:.2f}x, "
-        f"serial/program {ratios['serial/program']['median']:.2f}x by median")
+  print(
+    f"summary: seeds_program: parallel/program {ratios['parallel/program']['median']:.2f}x, "
+    f"serial/program {ratios['serial/program']['median']:.2f}x by median"
+  )
 
 
 if __name__ == "__main__":

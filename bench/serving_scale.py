@@ -105,6 +105,7 @@ def _mmap_path(spec: dict) -> Optional[str]:
 def run_point(spec: dict) -> dict:
   """One catalog size: both indexes, sweep, chosen settings, interleaved timing."""
   from eval import index as index_lib  # pylint: disable=g-import-not-at-top
+
   n, k = spec["num_items"], spec["k"]
   out = {"num_items": n, "dim": spec["dim"], "k": k}
   rss0 = _rss()
@@ -120,37 +121,49 @@ def run_point(spec: dict) -> dict:
   exact_tune, _ = exact_top_k(tune_q, table, k)
   exact_eval, _ = exact_top_k(eval_q, table, k)
   out["exact_seconds"] = time.perf_counter() - start
-  _log(f"N={n}: exact top-{k} of {len(tune_q) + len(eval_q)} queries in "
-       f"{out['exact_seconds']:.1f}s")
+  _log(
+    f"N={n}: exact top-{k} of {len(tune_q) + len(eval_q)} queries in {out['exact_seconds']:.1f}s"
+  )
 
   config = index_lib.IndexConfig(**spec["scann_options"])
   rss = _rss()
   wall = time.perf_counter()
   scann = ScannSide(table, k, config)
   wall = time.perf_counter() - wall
-  out["scann"] = {"build_seconds": scann.build_seconds, "build_wall_seconds": wall,
-                  "rss_growth_kib": _rss() - rss, "config": vars(scann.config)}
+  out["scann"] = {
+    "build_seconds": scann.build_seconds,
+    "build_wall_seconds": wall,
+    "rss_growth_kib": _rss() - rss,
+    "config": vars(scann.config),
+  }
   _log(f"N={n}: ScaNN built in {scann.build_seconds:.1f}s ({wall:.1f}s with training setup)")
   fspec, nlist = faiss_spec(n, scann.config.num_leaves or 2 * int(np.sqrt(n)))
   train_n = min(n, max(39 * nlist, spec["faiss_train_min"]))
-  train_sample = np.ascontiguousarray(table[1:1 + train_n])
+  train_sample = np.ascontiguousarray(table[1 : 1 + train_n])
   del table  # FAISS adds regenerated chunks
   rss = _rss()
   wall = time.perf_counter()
   faiss_side = FaissSide(geo, train_sample, k, fspec, nlist)
   wall = time.perf_counter() - wall
   del train_sample
-  out["faiss"] = {"build_seconds": faiss_side.build_seconds, "build_wall_seconds": wall,
-                  "rss_growth_kib": _rss() - rss, "factory": fspec, "nlist": nlist,
-                  "train_sample": train_n}
+  out["faiss"] = {
+    "build_seconds": faiss_side.build_seconds,
+    "build_wall_seconds": wall,
+    "rss_growth_kib": _rss() - rss,
+    "factory": fspec,
+    "nlist": nlist,
+    "train_sample": train_n,
+  }
   _log(f"N={n}: FAISS {fspec} built in {faiss_side.build_seconds:.1f}s")
   tmp = spec["work_dir"]
   for side in (scann, faiss_side):
     out[side.name]["serialized_bytes"] = side.serialized_bytes(tmp)
 
   sides = {"scann": scann, "faiss": faiss_side}
-  grids = {"scann": scann.sweep(spec["fractions"], spec["reorders"]),
-           "faiss": faiss_side.sweep(spec["fractions"], [r / k for r in spec["reorders"]])}
+  grids = {
+    "scann": scann.sweep(spec["fractions"], spec["reorders"]),
+    "faiss": faiss_side.sweep(spec["fractions"], [r / k for r in spec["reorders"]]),
+  }
   for name, side in sides.items():
     rows = []
     side.search(tune_q[:8], grids[name][0])  # warm-up
@@ -161,8 +174,13 @@ def run_point(spec: dict) -> dict:
         ids = side.search(tune_q, params)
         seconds.append(time.perf_counter() - start)
       seconds = min(seconds)
-      rows.append({"params": list(params), "recall": recall_at_k(ids, exact_tune, k),
-                   "qps": len(tune_q) / seconds})
+      rows.append(
+        {
+          "params": list(params),
+          "recall": recall_at_k(ids, exact_tune, k),
+          "qps": len(tune_q) / seconds,
+        }
+      )
     out[name]["sweep"] = rows
     out[name]["chosen"] = choose(rows, spec["target_recall"])
     _log(f"N={n}: {name} chosen {out[name]['chosen']}")
@@ -173,14 +191,14 @@ def run_point(spec: dict) -> dict:
     ids = side.search(eval_q, chosen[name])
     results[name] = ids
     out[name]["recall"] = recall_at_k(ids, exact_eval, k)
-  single_q = eval_q[:spec["single_queries"]]
+  single_q = eval_q[: spec["single_queries"]]
 
   def batched(name, _):
     sides[name].search(eval_q, chosen[name])
 
   def single(name, _):
     for i in range(len(single_q)):
-      sides[name].search(single_q[i:i + 1], chosen[name])
+      sides[name].search(single_q[i : i + 1], chosen[name])
 
   for name in sides:  # warm-up of both paths
     batched(name, 0)
@@ -190,9 +208,13 @@ def run_point(spec: dict) -> dict:
   for name in sides:
     bmin, bmed = timing.min_median(t_batch[name])
     smin, smed = timing.min_median(t_single[name])
-    out[name].update(batched_qps_best=len(eval_q) / bmin, batched_qps_median=len(eval_q) / bmed,
-                     single_qps_best=1 / smin, single_qps_median=1 / smed,
-                     single_ms_median=1e3 * smed)
+    out[name].update(
+      batched_qps_best=len(eval_q) / bmin,
+      batched_qps_median=len(eval_q) / bmed,
+      single_qps_best=1 / smin,
+      single_qps_median=1 / smed,
+      single_ms_median=1e3 * smed,
+    )
   out["peak_rss_kib"] = memory.status_kib("VmHWM")
   out["start_rss_kib"] = rss0
   out["catalog_memory_mapped"] = _mmap_path(spec) is not None
@@ -200,12 +222,17 @@ def run_point(spec: dict) -> dict:
     os.remove(_mmap_path(spec))
   out["eval_queries"], out["single_queries"] = len(eval_q), len(single_q)
   if spec.get("save_ids"):
-    np.savez(os.path.join(spec["out"], f"ids_{n}.npz"), exact=exact_eval,
-             scann=results["scann"], faiss=results["faiss"])
+    np.savez(
+      os.path.join(spec["out"], f"ids_{n}.npz"),
+      exact=exact_eval,
+      scann=results["scann"],
+      faiss=results["faiss"],
+    )
   return out
 
 
 # --------------------------------------------------------------------------- serving SavedModel
+
 
 def _encoder(geo: Geometry, cluster: np.ndarray):
   """A stand-in query tower: history [B, L] -> mean of its items' cluster centres."""
@@ -213,7 +240,6 @@ def _encoder(geo: Geometry, cluster: np.ndarray):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   class ClusterMeanEncoder(tf.Module):
-
     def __init__(self):
       super().__init__(name="cluster_mean_encoder")
       self.centres = tf.Variable(geo.centres, trainable=False, name="centres")
@@ -240,6 +266,7 @@ def run_serving_build(spec: dict) -> dict:
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from eval import index as index_lib  # pylint: disable=g-import-not-at-top
   from eval import serving  # pylint: disable=g-import-not-at-top
+
   geo = Geometry(spec["num_items"], spec["dim"], spec["seed"])
   table, cluster = geo.items(_mmap_path(spec))
   encoder = _encoder(geo, cluster)
@@ -258,10 +285,15 @@ def run_serving_build(spec: dict) -> dict:
   start = time.perf_counter()
   serving.save_serving_module(module, spec["model_dir"])
   out["save_seconds"] = time.perf_counter() - start
-  out["saved_bytes"] = sum(p.stat().st_size for p in pathlib.Path(spec["model_dir"]).rglob("*")
-                           if p.is_file())
-  np.savez(os.path.join(spec["model_dir"], "..", "in_process.npz"), ids=ids,
-           scores=res["scores"].numpy(), history=history.numpy())
+  out["saved_bytes"] = sum(
+    p.stat().st_size for p in pathlib.Path(spec["model_dir"]).rglob("*") if p.is_file()
+  )
+  np.savez(
+    os.path.join(spec["model_dir"], "..", "in_process.npz"),
+    ids=ids,
+    scores=res["scores"].numpy(),
+    history=history.numpy(),
+  )
   out["peak_rss_kib"] = memory.status_kib("VmHWM")
   if _mmap_path(spec):
     os.remove(_mmap_path(spec))
@@ -272,6 +304,7 @@ def run_serving_load(spec: dict) -> dict:
   import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from eval import serving  # pylint: disable=g-import-not-at-top
+
   ref = np.load(os.path.join(spec["model_dir"], "..", "in_process.npz"))
   start = time.perf_counter()
   model = serving.load_serving_model(spec["model_dir"])
@@ -285,15 +318,15 @@ def run_serving_load(spec: dict) -> dict:
   out["same_ids"] = bool(np.array_equal(ids, ref["ids"]))
   out["ids_equal_fraction"] = float(np.mean(ids == ref["ids"]))
   found = ref["ids"] >= 0
-  out["max_score_diff"] = float(np.max(np.abs(scores[found] - ref["scores"][found]))
-                                if found.any() else 0.0)
+  out["max_score_diff"] = float(
+    np.max(np.abs(scores[found] - ref["scores"][found])) if found.any() else 0.0
+  )
   out["same_scores"] = bool(out["max_score_diff"] <= 1e-5)
   out["peak_rss_kib"] = memory.status_kib("VmHWM")
   return out
 
 
-WORKERS = {"point": run_point, "serving_build": run_serving_build,
-           "serving_load": run_serving_load}
+WORKERS = {"point": run_point, "serving_build": run_serving_build, "serving_load": run_serving_load}
 
 
 def _worker(kind: str, spec: dict) -> dict:
@@ -304,24 +337,31 @@ def _worker(kind: str, spec: dict) -> dict:
   env = dict(os.environ)
   env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
   start = time.perf_counter()
-  proc = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, env=env,
-                        cwd=os.getcwd(), timeout=spec.get("timeout_s"))
+  proc = subprocess.run(
+    cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=os.getcwd(), timeout=spec.get("timeout_s")
+  )
   replies = [r for r in map(workers.parse_reply, proc.stdout.splitlines()) if r is not None]
   if proc.returncode != 0 or not replies:
-    return {"error": f"worker {kind} exited with status {proc.returncode} after "
-                     f"{time.perf_counter() - start:.0f}s, no result"
-                     + (" (SIGKILL: out of memory?)" if proc.returncode == -9 else "")}
+    return {
+      "error": f"worker {kind} exited with status {proc.returncode} after "
+      f"{time.perf_counter() - start:.0f}s, no result"
+      + (" (SIGKILL: out of memory?)" if proc.returncode == -9 else "")
+    }
   return replies[-1]
 
 
 # --------------------------------------------------------------------------- main
 
+
 def parse_args(argv):
-  p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                              formatter_class=argparse.RawDescriptionHelpFormatter,
-                              epilog=__doc__)
-  p.add_argument("--sizes", default="100000,1000000,10000000",
-                 help="Catalog sizes, comma-separated.")
+  p = argparse.ArgumentParser(
+    description=__doc__.split("\n\n")[0],
+    formatter_class=argparse.RawDescriptionHelpFormatter,
+    epilog=__doc__,
+  )
+  p.add_argument(
+    "--sizes", default="100000,1000000,10000000", help="Catalog sizes, comma-separated."
+  )
   p.add_argument("--quick", action="store_true", help="1e4 and 1e5 items, fewer queries.")
   p.add_argument("--dim", type=int, default=64)
   p.add_argument("--k", type=int, default=100)
@@ -330,35 +370,67 @@ def parse_args(argv):
   p.add_argument("--eval_queries", type=int, default=1000)
   p.add_argument("--single_queries", type=int, default=100)
   p.add_argument("--rounds", type=int, default=5)
-  p.add_argument("--fractions", default="0.005,0.01,0.02,0.04,0.08,0.16",
-                 help="Leaves searched (ScaNN) / nprobe (FAISS) as fractions of the partitions.")
-  p.add_argument("--reorders", default="200,500,1000,2000,4000",
-                 help="ScaNN reorder_k; FAISS k_factor = these / k.")
-  p.add_argument("--scann_options", default="{}",
-                 help="JSON of eval.index.IndexConfig fields (default: its defaults).")
-  p.add_argument("--scann_options_by_size", default="{}",
-                 help='JSON {"N": {IndexConfig fields}}: options for one catalog size on top of '
-                      '--scann_options (e.g. fewer leaves where the default build is too slow).')
-  p.add_argument("--faiss_train_min", type=int, default=100_000,
-                 help="FAISS training sample: max(39 nlist, this), capped at N.")
-  p.add_argument("--mmap_from", type=int, default=5_000_000,
-                 help="Catalogs of at least this many items are written to a .npy in --work_dir "
-                      "and memory-mapped (file-backed pages) instead of held in anonymous memory.")
-  p.add_argument("--previous", default=None,
-                 help="serving_scale.json of an earlier run whose points (other sizes) the "
-                      "report also lists, with that run's command.")
+  p.add_argument(
+    "--fractions",
+    default="0.005,0.01,0.02,0.04,0.08,0.16",
+    help="Leaves searched (ScaNN) / nprobe (FAISS) as fractions of the partitions.",
+  )
+  p.add_argument(
+    "--reorders",
+    default="200,500,1000,2000,4000",
+    help="ScaNN reorder_k; FAISS k_factor = these / k.",
+  )
+  p.add_argument(
+    "--scann_options",
+    default="{}",
+    help="JSON of eval.index.IndexConfig fields (default: its defaults).",
+  )
+  p.add_argument(
+    "--scann_options_by_size",
+    default="{}",
+    help='JSON {"N": {IndexConfig fields}}: options for one catalog size on top of '
+    "--scann_options (e.g. fewer leaves where the default build is too slow).",
+  )
+  p.add_argument(
+    "--faiss_train_min",
+    type=int,
+    default=100_000,
+    help="FAISS training sample: max(39 nlist, this), capped at N.",
+  )
+  p.add_argument(
+    "--mmap_from",
+    type=int,
+    default=5_000_000,
+    help="Catalogs of at least this many items are written to a .npy in --work_dir "
+    "and memory-mapped (file-backed pages) instead of held in anonymous memory.",
+  )
+  p.add_argument(
+    "--previous",
+    default=None,
+    help="serving_scale.json of an earlier run whose points (other sizes) the "
+    "report also lists, with that run's command.",
+  )
   p.add_argument("--no_serving", action="store_true", help="Skip the serving SavedModel part.")
   p.add_argument("--serving_batch", type=int, default=64)
   p.add_argument("--history_len", type=int, default=20)
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--timeout_s", type=int, default=3600, help="Per worker process.")
-  p.add_argument("--machine", default=f"{os.cpu_count()}-core CPU ({platform.machine()})",
-                 help="Machine label for the report.")
-  p.add_argument("--work_dir", default=None,
-                 help="Scratch space for serialized indexes and the SavedModel (default: a "
-                      "temporary folder, removed).")
-  p.add_argument("--save_ids", action="store_true",
-                 help="Also write ids_N.npz (exact and both indexes' evaluation ids) to --out.")
+  p.add_argument(
+    "--machine",
+    default=f"{os.cpu_count()}-core CPU ({platform.machine()})",
+    help="Machine label for the report.",
+  )
+  p.add_argument(
+    "--work_dir",
+    default=None,
+    help="Scratch space for serialized indexes and the SavedModel (default: a "
+    "temporary folder, removed).",
+  )
+  p.add_argument(
+    "--save_ids",
+    action="store_true",
+    help="Also write ids_N.npz (exact and both indexes' evaluation ids) to --out.",
+  )
   p.add_argument("--out", default="bench/out/serving_scale", help="Output folder.")
   return p.parse_args(argv)
 
@@ -381,27 +453,48 @@ def main(argv=None):
   work = args.work_dir or tempfile.mkdtemp(prefix="serving_scale_")
   os.makedirs(work, exist_ok=True)
   started, t0 = time.strftime("%Y-%m-%d %H:%M:%S"), time.perf_counter()
-  base = {"dim": args.dim, "k": args.k, "seed": args.seed, "work_dir": work,
-          "mmap_from": args.mmap_from,
-          "scann_options": json.loads(args.scann_options), "timeout_s": args.timeout_s}
-  result = {"command": "python -m bench.serving_scale " + shlex.join(argv),
-            "machine": args.machine, "started": started, "sizes": sizes,
-            "target_recall": args.target_recall, "tune_queries": args.tune_queries,
-            "eval_queries": args.eval_queries, "single_queries": args.single_queries,
-            "rounds": args.rounds, **{k: base[k] for k in ("dim", "k", "seed", "scann_options")},
-            "scann_options_by_size": json.loads(args.scann_options_by_size),
-            "points": []}
+  base = {
+    "dim": args.dim,
+    "k": args.k,
+    "seed": args.seed,
+    "work_dir": work,
+    "mmap_from": args.mmap_from,
+    "scann_options": json.loads(args.scann_options),
+    "timeout_s": args.timeout_s,
+  }
+  result = {
+    "command": "python -m bench.serving_scale " + shlex.join(argv),
+    "machine": args.machine,
+    "started": started,
+    "sizes": sizes,
+    "target_recall": args.target_recall,
+    "tune_queries": args.tune_queries,
+    "eval_queries": args.eval_queries,
+    "single_queries": args.single_queries,
+    "rounds": args.rounds,
+    **{k: base[k] for k in ("dim", "k", "seed", "scann_options")},
+    "scann_options_by_size": json.loads(args.scann_options_by_size),
+    "points": [],
+  }
   try:
     for n in sizes:
       _log(f"point N={n}")
       by_size = json.loads(args.scann_options_by_size).get(str(n), {})
-      spec = dict(base, num_items=n, tune_queries=args.tune_queries,
-                  scann_options=dict(base["scann_options"], **by_size),
-                  eval_queries=args.eval_queries, single_queries=args.single_queries,
-                  rounds=args.rounds, target_recall=args.target_recall,
-                  fractions=[float(f) for f in args.fractions.split(",")],
-                  reorders=[int(r) for r in args.reorders.split(",")],
-                  faiss_train_min=args.faiss_train_min, save_ids=args.save_ids, out=args.out)
+      spec = dict(
+        base,
+        num_items=n,
+        tune_queries=args.tune_queries,
+        scann_options=dict(base["scann_options"], **by_size),
+        eval_queries=args.eval_queries,
+        single_queries=args.single_queries,
+        rounds=args.rounds,
+        target_recall=args.target_recall,
+        fractions=[float(f) for f in args.fractions.split(",")],
+        reorders=[int(r) for r in args.reorders.split(",")],
+        faiss_train_min=args.faiss_train_min,
+        save_ids=args.save_ids,
+        out=args.out,
+      )
       try:
         point = _worker("point", spec)
       except subprocess.TimeoutExpired:
@@ -411,18 +504,28 @@ def main(argv=None):
     if not args.no_serving and done:
       largest = max(done, key=lambda p: p["num_items"])
       chosen = largest["scann"]["chosen"]["params"]
-      options = dict(base["scann_options"], **json.loads(args.scann_options_by_size).get(
-          str(largest["num_items"]), {}))
+      options = dict(
+        base["scann_options"],
+        **json.loads(args.scann_options_by_size).get(str(largest["num_items"]), {}),
+      )
       if chosen[0] is not None:
         options.update(num_leaves_to_search=chosen[0], reorder_k=chosen[1])
       model_dir = os.path.join(work, "serving_model", "model")
       os.makedirs(os.path.dirname(model_dir), exist_ok=True)
-      spec = dict(base, num_items=largest["num_items"], scann_options=options,
-                  model_dir=model_dir, serving_batch=args.serving_batch,
-                  history_len=args.history_len)
+      spec = dict(
+        base,
+        num_items=largest["num_items"],
+        scann_options=options,
+        model_dir=model_dir,
+        serving_batch=args.serving_batch,
+        history_len=args.history_len,
+      )
       _log(f"serving SavedModel at N={largest['num_items']}")
-      serving_res = {"num_items": largest["num_items"], "batch": args.serving_batch,
-                     "history_len": args.history_len}
+      serving_res = {
+        "num_items": largest["num_items"],
+        "batch": args.serving_batch,
+        "history_len": args.history_len,
+      }
       for kind in ("serving_build", "serving_load"):
         try:
           serving_res[kind.split("_")[1]] = _worker(kind, spec)
@@ -441,9 +544,14 @@ def main(argv=None):
     result["previous"] = {k: prev[k] for k in ("command", "started", "total_seconds")}
     mine = {p["num_items"] for p in result["points"]}
     result["points"] = sorted(
-        result["points"] + [dict(p, run="previous") for p in prev["points"]
-                            if p["num_items"] not in mine and "error" not in p],
-        key=lambda p: p["num_items"])
+      result["points"]
+      + [
+        dict(p, run="previous")
+        for p in prev["points"]
+        if p["num_items"] not in mine and "error" not in p
+      ],
+      key=lambda p: p["num_items"],
+    )
     if "serving" in prev and "serving" not in result:
       result["serving"] = dict(prev["serving"], run="previous")
   result["summary"] = summarize(result)

@@ -87,22 +87,31 @@ def _parser() -> argparse.ArgumentParser:
   parser.add_argument("--steps", type=int, default=3, help="timed steps per tree and round")
   parser.add_argument("--dataset", default="ml1m")
   parser.add_argument("--data_path", default="")
-  parser.add_argument("--no_jit_compile", action="store_true",
-                      help="leave the SASRec encoder uncompiled")
-  parser.add_argument("--binary", default="tf_keras", choices=("tf_keras", "keras3_jax"),
-                      help="whose step: python -m train's, or python -m train.keras3's on jax")
-  parser.add_argument("--settings_before", default="{}",
-                      help="JSON object of RunConfig settings for the before side")
-  parser.add_argument("--settings_after", default="{}",
-                      help="JSON object of RunConfig settings for the after side")
+  parser.add_argument(
+    "--no_jit_compile", action="store_true", help="leave the SASRec encoder uncompiled"
+  )
+  parser.add_argument(
+    "--binary",
+    default="tf_keras",
+    choices=("tf_keras", "keras3_jax"),
+    help="whose step: python -m train's, or python -m train.keras3's on jax",
+  )
+  parser.add_argument(
+    "--settings_before", default="{}", help="JSON object of RunConfig settings for the before side"
+  )
+  parser.add_argument(
+    "--settings_after", default="{}", help="JSON object of RunConfig settings for the after side"
+  )
   parser.add_argument("--out", default=None, help="also write step_ab.md in this folder")
   return parser
 
 
 def main(argv=None):
   args = _parser().parse_args(argv)
-  trees = {"before": pathlib.Path(args.before).resolve(),
-           "after": pathlib.Path(args.after).resolve()}
+  trees = {
+    "before": pathlib.Path(args.before).resolve(),
+    "after": pathlib.Path(args.after).resolve(),
+  }
   # Both trees read the same data: this repository's data root (a worktree elsewhere would look
   # for ../shared/data beside itself).
   data_root = os.environ.get("TFRS_LOGQ_DATA", str(ROOT.parent / "shared" / "data"))
@@ -114,7 +123,7 @@ def main(argv=None):
     env.update(KERAS_BACKEND="jax", TF_CPP_MIN_LOG_LEVEL="3")
   settings = {"before": args.settings_before, "after": args.settings_after}
   for name, tree in trees.items():
-    try:   # a malformed object fails here, not in the worker
+    try:  # a malformed object fails here, not in the worker
       if not isinstance(json.loads(settings[name]), dict):
         raise ValueError("not an object")
     except ValueError as e:
@@ -122,10 +131,21 @@ def main(argv=None):
         other.kill()
       sys.exit(f"error: --settings_{name} must be a JSON object of settings: {e}")
     procs[name] = subprocess.Popen(
-        [sys.executable, "-c", worker, args.dataset, args.data_path,
-         "0" if args.no_jit_compile else "1", settings[name]], cwd=tree,
-        env=dict(env, PYTHONPATH=str(tree)), stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, text=True)
+      [
+        sys.executable,
+        "-c",
+        worker,
+        args.dataset,
+        args.data_path,
+        "0" if args.no_jit_compile else "1",
+        settings[name],
+      ],
+      cwd=tree,
+      env=dict(env, PYTHONPATH=str(tree)),
+      stdin=subprocess.PIPE,
+      stdout=subprocess.PIPE,
+      text=True,
+    )
   for name, proc in procs.items():
     if proc.stdout.readline().strip() != "ready":
       for other in procs.values():
@@ -133,7 +153,7 @@ def main(argv=None):
       sys.exit(f"error: the {name} worker ({trees[name]}) did not start")
   times = {name: [] for name in trees}
   for r in range(args.rounds):
-    for name in (("before", "after") if r % 2 == 0 else ("after", "before")):
+    for name in ("before", "after") if r % 2 == 0 else ("after", "before"):
       procs[name].stdin.write(f"{args.steps}\n")
       procs[name].stdin.flush()
       times[name].append(float(procs[name].stdout.readline()))
@@ -141,22 +161,32 @@ def main(argv=None):
     proc.stdin.close()
     proc.wait()
   b, a = times["before"], times["after"]
-  ratios = dict(min=min(b) / min(a), median=statistics.median(b) / statistics.median(a),
-                paired_median=statistics.median([x / y for x, y in zip(b, a)]))
-  line = (f"{args.dataset} {args.binary} training step (before {args.settings_before}, after "
-          f"{args.settings_after}), {args.rounds} rounds x {args.steps} steps: before "
-          f"min {min(b):.3f} s median {statistics.median(b):.3f} s; after min {min(a):.3f} s "
-          f"median {statistics.median(a):.3f} s; speed before/after: min {ratios['min']:.3f}, "
-          f"median {ratios['median']:.3f}, paired median {ratios['paired_median']:.3f}")
+  ratios = dict(
+    min=min(b) / min(a),
+    median=statistics.median(b) / statistics.median(a),
+    paired_median=statistics.median([x / y for x, y in zip(b, a)]),
+  )
+  line = (
+    f"{args.dataset} {args.binary} training step (before {args.settings_before}, after "
+    f"{args.settings_after}), {args.rounds} rounds x {args.steps} steps: before "
+    f"min {min(b):.3f} s median {statistics.median(b):.3f} s; after min {min(a):.3f} s "
+    f"median {statistics.median(a):.3f} s; speed before/after: min {ratios['min']:.3f}, "
+    f"median {ratios['median']:.3f}, paired median {ratios['paired_median']:.3f}"
+  )
   print(line)
   if args.out:
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "step_ab.md").write_text(
-        f"# Training step A/B\n\n`python bench/step_ab.py {' '.join(argv or sys.argv[1:])}`\n\n"
-        f"before = {trees['before']}, after = {trees['after']}\n\n{line}\n")
-  print(summary_line([f"speed before/after {ratios['median']:.3f} by median",
-                      f"{ratios['min']:.3f} by min"], head="step_ab"))
+      f"# Training step A/B\n\n`python bench/step_ab.py {' '.join(argv or sys.argv[1:])}`\n\n"
+      f"before = {trees['before']}, after = {trees['after']}\n\n{line}\n"
+    )
+  print(
+    summary_line(
+      [f"speed before/after {ratios['median']:.3f} by median", f"{ratios['min']:.3f} by min"],
+      head="step_ab",
+    )
+  )
 
 
 if __name__ == "__main__":

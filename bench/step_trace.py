@@ -86,39 +86,60 @@ def summarize_xspace(xspace, num_steps: int) -> dict:
           workers += seconds
         elif line.name.startswith("tf_Compute") and _TF_KERNEL.fullmatch(name):
           tf_ops[name] += seconds
-        elif (_XLA_INSTRUCTION.fullmatch(name) and not name.startswith("call")
-              and "." in name or name in ("reduce-window", "sort", "scatter")):
+        elif (
+          _XLA_INSTRUCTION.fullmatch(name)
+          and not name.startswith("call")
+          and "." in name
+          or name in ("reduce-window", "sort", "scatter")
+        ):
           if name.startswith("dot"):
             xla_dot += seconds
           else:
             xla_other += seconds
   tf_matmul = sum(v for k, v in tf_ops.items() if k.split(":")[1] in _MATMUL_OPS)
-  return dict(xla_dot=xla_dot, xla_other=xla_other, tf_ops=sum(tf_ops.values()),
-              tf_matmul=tf_matmul, workers=workers,
-              tf_top=[(k, v) for k, v in tf_ops.most_common(8)])
+  return dict(
+    xla_dot=xla_dot,
+    xla_other=xla_other,
+    tf_ops=sum(tf_ops.values()),
+    tf_matmul=tf_matmul,
+    workers=workers,
+    tf_top=[(k, v) for k, v in tf_ops.most_common(8)],
+  )
 
 
 def _worker(spec: dict) -> None:
   """Subprocess: one configuration; prints one JSON reply."""
   from bench.sasrec_step import configs, ours  # pylint: disable=g-import-not-at-top
   from train import host_memory  # pylint: disable=g-import-not-at-top
+
   cfg = configs.parse_config(spec["config"])
   host_memory.configure(cfg.allocator)
   import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tensorflow.tsl.profiler.protobuf import xplane_pb2  # pylint: disable=g-import-not-at-top
+
   tf.get_logger().setLevel("ERROR")
-  args = argparse.Namespace(data_path=spec["data_path"], batch_size=128, max_len=200,
-                            num_batches=4, seed=0)
+  args = argparse.Namespace(
+    data_path=spec["data_path"], batch_size=128, max_len=200, num_batches=4, seed=0
+  )
   inputs, targets, _, _ = ours.load_batches(args)
   trainer, _ = ours.our_trainer(
-      dict(data_path=spec["data_path"], logq="corrected", buckets=2 ** 22, batch_size=128,
-           max_len=200, dropout=0.5, seed=0), cfg)
+    dict(
+      data_path=spec["data_path"],
+      logq="corrected",
+      buckets=2**22,
+      batch_size=128,
+      max_len=200,
+      dropout=0.5,
+      seed=0,
+    ),
+    cfg,
+  )
   if not cfg.pack or cfg.attention_blocks:
-    trainer.model.set_execution(pack_tokens=cfg.pack,
-                                attention_blocks=cfg.attention_blocks or None)
-  batches = [dict(inputs=tf.constant(inputs[i]), targets=tf.constant(targets[i]))
-             for i in range(len(inputs))]
+    trainer.model.set_execution(pack_tokens=cfg.pack, attention_blocks=cfg.attention_blocks or None)
+  batches = [
+    dict(inputs=tf.constant(inputs[i]), targets=tf.constant(targets[i])) for i in range(len(inputs))
+  ]
 
   def run(n):
     out = None
@@ -139,18 +160,25 @@ def _worker(spec: dict) -> None:
   xspace = xplane_pb2.XSpace()
   xspace.ParseFromString(pathlib.Path(path).read_bytes())
   out = summarize_xspace(xspace, n)
-  out.update(config=spec["config"], wall=wall / n, user=(r1.ru_utime - r0.ru_utime) / n,
-             system=(r1.ru_stime - r0.ru_stime) / n, cores=os.cpu_count())
+  out.update(
+    config=spec["config"],
+    wall=wall / n,
+    user=(r1.ru_utime - r0.ru_utime) / n,
+    system=(r1.ru_stime - r0.ru_stime) / n,
+    cores=os.cpu_count(),
+  )
   print(workers.reply_line(out), flush=True)
 
 
-def time_scoring_paths(repeats: int, a: int = 13968, k: int = 128, v: int = 3417,
-                       d: int = 128) -> dict:
+def time_scoring_paths(
+  repeats: int, a: int = 13968, k: int = 128, v: int = 3417, d: int = 128
+) -> dict:
   """Seconds (min, median) of forward + backward of each per-query scoring path (docstring)."""
   import numpy as np  # pylint: disable=g-import-not-at-top
   import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tfrs_logq.negatives import scoring  # pylint: disable=g-import-not-at-top
+
   rng = np.random.default_rng(0)
   q = tf.Variable(rng.normal(size=(a, d)).astype(np.float32))
   table = tf.Variable(rng.normal(size=(v, d)).astype(np.float32))
@@ -163,13 +191,18 @@ def time_scoring_paths(repeats: int, a: int = 13968, k: int = 128, v: int = 3417
       with tf.GradientTape() as tape:
         loss = tf.reduce_sum(path(q, table, ids) * up)
       return tape.gradient(loss, [q, table])
+
     return fwd_bwd
-  paths = {"[A, V] matmul + gather": compiled(scoring._matmul_then_gather),  # pylint: disable=protected-access
-           "[A, k, d] gather + contraction": compiled(scoring._gather_then_dot)}  # pylint: disable=protected-access
+
+  paths = {
+    "[A, V] matmul + gather": compiled(scoring._matmul_then_gather),  # pylint: disable=protected-access
+    "[A, k, d] gather + contraction": compiled(scoring._gather_then_dot),
+  }  # pylint: disable=protected-access
 
   def run(name, _):
     for g in paths[name]():
       tf.convert_to_tensor(g).numpy()
+
   for name in paths:
     run(name, 0)
   times = time_interleaved(run, list(paths), repeats)
@@ -177,11 +210,20 @@ def time_scoring_paths(repeats: int, a: int = 13968, k: int = 128, v: int = 3417
 
 
 def _run_side(config: str, args) -> dict:
-  env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + _XLA_TRACE).strip(),
-             TF_CPP_MIN_LOG_LEVEL="2")
+  env = dict(
+    os.environ,
+    XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + _XLA_TRACE).strip(),
+    TF_CPP_MIN_LOG_LEVEL="2",
+  )
   spec = dict(config=config, data_path=args.data_path, warmup=args.warmup, steps=args.steps)
-  proc = subprocess.run(workers.worker_command("bench.step_trace", spec),
-                        cwd=str(ROOT), env=env, capture_output=True, text=True, check=False)
+  proc = subprocess.run(
+    workers.worker_command("bench.step_trace", spec),
+    cwd=str(ROOT),
+    env=env,
+    capture_output=True,
+    text=True,
+    check=False,
+  )
   for line in proc.stdout.splitlines():
     out = workers.parse_reply(line)
     if out is not None:
@@ -195,29 +237,38 @@ def report(r: dict) -> str:
   other = max(cpu - r["xla_dot"] - r["xla_other"] - r["tf_ops"] - r["workers"], 0.0)
   floor = (r["xla_dot"] + r["tf_matmul"]) / r["cores"]
   pct = lambda x: f"{x:6.3f} s ({100 * x / cpu:4.1f} % of CPU)"  # noqa: E731
-  lines = [f"{r['config']}: {r['wall']:.3f} s/step wall, CPU {cpu:.3f} s (user {r['user']:.3f}, "
-           f"system {r['system']:.3f}), busy cores {cpu / r['wall']:.2f} of {r['cores']}",
-           f"  XLA matmuls (dot)        {pct(r['xla_dot'])}",
-           f"  XLA other instructions   {pct(r['xla_other'])}",
-           f"  TensorFlow kernels       {pct(r['tf_ops'])}   (matmuls {r['tf_matmul']:.3f} s)",
-           f"  intra-op pool workers    {pct(r['workers'])}   (shares of kernels / dots above)",
-           f"  other CPU                {pct(other)}",
-           f"  matmul floor {floor:.3f} s/step = {100 * floor / r['wall']:.0f} % of the step"]
+  lines = [
+    f"{r['config']}: {r['wall']:.3f} s/step wall, CPU {cpu:.3f} s (user {r['user']:.3f}, "
+    f"system {r['system']:.3f}), busy cores {cpu / r['wall']:.2f} of {r['cores']}",
+    f"  XLA matmuls (dot)        {pct(r['xla_dot'])}",
+    f"  XLA other instructions   {pct(r['xla_other'])}",
+    f"  TensorFlow kernels       {pct(r['tf_ops'])}   (matmuls {r['tf_matmul']:.3f} s)",
+    f"  intra-op pool workers    {pct(r['workers'])}   (shares of kernels / dots above)",
+    f"  other CPU                {pct(other)}",
+    f"  matmul floor {floor:.3f} s/step = {100 * floor / r['wall']:.0f} % of the step",
+  ]
   lines += [f"    {v:7.4f} s  {k}" for k, v in r["tf_top"]]
   return "\n".join(lines)
 
 
 def main(argv=None) -> None:
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--configs", default="sequence+reference+xla",
-                      help="comma-separated bench/train_speed.py configurations")
+  parser = argparse.ArgumentParser(
+    description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+  )
+  parser.add_argument(
+    "--configs",
+    default="sequence+reference+xla",
+    help="comma-separated bench/train_speed.py configurations",
+  )
   parser.add_argument("--warmup", type=int, default=8, help="untimed steps first")
   parser.add_argument("--steps", type=int, default=4, help="measured and traced steps")
   parser.add_argument("--data_path", default=None, help="ml1m folder (default: the data root)")
   parser.add_argument("--out", default="bench/out", help="step_trace.json goes here")
-  parser.add_argument("--scoring_paths", action="store_true",
-                      help="also time the two per-query scoring paths alone (docstring)")
+  parser.add_argument(
+    "--scoring_paths",
+    action="store_true",
+    help="also time the two per-query scoring paths alone (docstring)",
+  )
   parser.add_argument("--repeats", type=int, default=8, help="repeats of --scoring_paths")
   parser.add_argument("--_worker", default=None, help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
@@ -226,16 +277,24 @@ def main(argv=None) -> None:
     return
   if args.scoring_paths:
     for name, (lo, med) in time_scoring_paths(args.repeats).items():
-      print(f"per-query scoring, forward + backward, XLA: {name}: min {lo:.3f} s, "
-            f"median {med:.3f} s", flush=True)
+      print(
+        f"per-query scoring, forward + backward, XLA: {name}: min {lo:.3f} s, median {med:.3f} s",
+        flush=True,
+      )
   results = []
   for config in [c for c in args.configs.split(",") if c]:
     results.append(_run_side(config, args))
     print(report(results[-1]), flush=True)
   write_json(args.out, "step_trace.json", results, indent=1)
-  print(summary_line([
-      f"{r['config']} {r['wall']:.3f} s/step, XLA dots "
-      f"{100 * r['xla_dot'] / (r['user'] + r['system']):.0f} % of CPU" for r in results]))
+  print(
+    summary_line(
+      [
+        f"{r['config']} {r['wall']:.3f} s/step, XLA dots "
+        f"{100 * r['xla_dot'] / (r['user'] + r['system']):.0f} % of CPU"
+        for r in results
+      ]
+    )
+  )
 
 
 if __name__ == "__main__":

@@ -90,6 +90,7 @@ update, the whole step), interleaved, and prints their medians as fractions of t
 
 The last line is a one-line summary.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -105,53 +106,96 @@ import numpy as np  # noqa: E402
 from bench.common.timing import rotated  # noqa: E402
 from bench.sasrec_step import report  # noqa: E402
 from bench.sasrec_step.configs import (  # noqa: E402
-    ESTIMATORS, NAMED, PER_TOKENS, YARDSTICK, SideConfig, parse_config, step_flops)
+  ESTIMATORS,
+  NAMED,
+  PER_TOKENS,
+  YARDSTICK,
+  SideConfig,
+  parse_config,
+  step_flops,
+)
 from bench.sasrec_step.ours import load_batches  # noqa: E402
 from bench.sasrec_step.worker import Side  # noqa: E402
 
 # The parts (bench/sasrec_step/): configs (the names above, FLOPs), ours (our side's trainer),
 # worker (a side's subprocess), profiler (--profile), report (the table, JSON, summary line);
 # the paper code's side is bench/paper_code_torch.py.
-__all__ = ["main", "PER_TOKENS", "ESTIMATORS", "NAMED", "YARDSTICK", "SideConfig", "parse_config",
-           "step_flops"]
+__all__ = [
+  "main",
+  "PER_TOKENS",
+  "ESTIMATORS",
+  "NAMED",
+  "YARDSTICK",
+  "SideConfig",
+  "parse_config",
+  "step_flops",
+]
 
 
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--quick", action="store_true", help="1 warm-up step, 2 rounds of 2 steps")
-  parser.add_argument("--configs", default="paper,fastest",
-                      help="comma-separated configurations of ours (module docstring)")
+  parser.add_argument(
+    "--configs",
+    default="paper,fastest",
+    help="comma-separated configurations of ours (module docstring)",
+  )
   parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds")
   parser.add_argument("--steps", type=int, default=2, help="timed steps per side and round")
-  parser.add_argument("--warmup", type=int, default=None,
-                      help="untimed steps (tracing, XLA; default --num_batches: every batch once, "
-                      "so each token-capacity shape of the packed XLA encoder is compiled)")
-  parser.add_argument("--no_yardstick", action="store_true",
-                      help="do not run the paper code (PyTorch) side")
-  parser.add_argument("--profile", action="store_true",
-                      help="time the pieces of our step instead (implies --no_yardstick)")
+  parser.add_argument(
+    "--warmup",
+    type=int,
+    default=None,
+    help="untimed steps (tracing, XLA; default --num_batches: every batch once, "
+    "so each token-capacity shape of the packed XLA encoder is compiled)",
+  )
+  parser.add_argument(
+    "--no_yardstick", action="store_true", help="do not run the paper code (PyTorch) side"
+  )
+  parser.add_argument(
+    "--profile",
+    action="store_true",
+    help="time the pieces of our step instead (implies --no_yardstick)",
+  )
   parser.add_argument("--data_path", default=None, help="ml1m folder (default: the data root)")
   parser.add_argument("--batch_size", type=int, default=128)
   parser.add_argument("--max_len", type=int, default=200)
   parser.add_argument("--num_batches", type=int, default=4, help="distinct batches, cycled")
   parser.add_argument("--dropout", type=float, default=0.5, help="dropout (paper: 0.5)")
-  parser.add_argument("--logq", default="corrected",
-                      help="our logQ correction (tfrs_logq.losses.CORRECTIONS); the paper "
-                      "code side is always corrected")
-  parser.add_argument("--buckets", type=int, default=2 ** 22,
-                      help="hash-array size / count-min width for +hash_array / +count_min")
-  parser.add_argument("--threads", type=int, default=os.cpu_count(),
-                      help="intra-op threads of every side")
+  parser.add_argument(
+    "--logq",
+    default="corrected",
+    help="our logQ correction (tfrs_logq.losses.CORRECTIONS); the paper "
+    "code side is always corrected",
+  )
+  parser.add_argument(
+    "--buckets",
+    type=int,
+    default=2**22,
+    help="hash-array size / count-min width for +hash_array / +count_min",
+  )
+  parser.add_argument(
+    "--threads", type=int, default=os.cpu_count(), help="intra-op threads of every side"
+  )
   parser.add_argument("--matmul_n", type=int, default=2048, help="size of the peak matmul")
   parser.add_argument("--seed", type=int, default=0)
-  parser.add_argument("--yardstick_allocator", default="default", choices=("default", "retain"),
-                      help="the paper code's malloc: default (as it runs) or retain (ours; "
-                      "train/host_memory.py)")
-  parser.add_argument("--check_keras3_step", action="store_true",
-                      help="jax sides: also run Keras's train_on_batch once from the same state "
-                      "and print both losses (the jitted stateless step must give the same)")
-  parser.add_argument("--out", default="bench/out",
-                      help="folder for train_speed.json (every side's times, ratios, GFLOP/s, RSS)")
+  parser.add_argument(
+    "--yardstick_allocator",
+    default="default",
+    choices=("default", "retain"),
+    help="the paper code's malloc: default (as it runs) or retain (ours; train/host_memory.py)",
+  )
+  parser.add_argument(
+    "--check_keras3_step",
+    action="store_true",
+    help="jax sides: also run Keras's train_on_batch once from the same state "
+    "and print both losses (the jitted stateless step must give the same)",
+  )
+  parser.add_argument(
+    "--out",
+    default="bench/out",
+    help="folder for train_speed.json (every side's times, ratios, GFLOP/s, RSS)",
+  )
   args = parser.parse_args(argv)
   if args.warmup is None:
     args.warmup = args.num_batches
@@ -163,44 +207,84 @@ def main(argv=None):
   if not configs:
     raise ValueError("--configs is empty")
   if args.profile and any(c.framework == "keras3_tensorflow" for c in configs):
-    raise ValueError("--profile times the pieces of the tf-keras and Keras 3 JAX steps: drop "
-                     "the keras3_tf configurations")
+    raise ValueError(
+      "--profile times the pieces of the tf-keras and Keras 3 JAX steps: drop "
+      "the keras3_tf configurations"
+    )
   inputs, targets, windows, data = load_batches(args)
   num_queries = float(np.mean([(t != 0).sum() for t in targets]))
   tmp = tempfile.mkdtemp(prefix="train_speed_")
   batches_path = os.path.join(tmp, "batches.npz")
-  np.savez(batches_path, inputs=inputs, targets=targets, windows=windows,
-           item_counts=np.asarray(data.item_counts, np.float32), num_items=data.num_items)
-  base = dict(batches=batches_path, data_path=args.data_path, batch_size=args.batch_size,
-              max_len=args.max_len, dropout=args.dropout, logq=args.logq, buckets=args.buckets,
-              threads=args.threads, warmup=args.warmup, seed=args.seed,
-              check_step=args.check_keras3_step)
+  np.savez(
+    batches_path,
+    inputs=inputs,
+    targets=targets,
+    windows=windows,
+    item_counts=np.asarray(data.item_counts, np.float32),
+    num_items=data.num_items,
+  )
+  base = dict(
+    batches=batches_path,
+    data_path=args.data_path,
+    batch_size=args.batch_size,
+    max_len=args.max_len,
+    dropout=args.dropout,
+    logq=args.logq,
+    buckets=args.buckets,
+    threads=args.threads,
+    warmup=args.warmup,
+    seed=args.seed,
+    check_step=args.check_keras3_step,
+  )
   yardstick = not args.no_yardstick
   if yardstick:
     try:
       import importlib.util  # pylint: disable=g-import-not-at-top
+
       yardstick = importlib.util.find_spec("torch") is not None
     except ImportError:
       yardstick = False
     if not yardstick:
-      print("PyTorch is not installed: no paper-code side (pip install torch, e.g. "
-            "`.venv/bin/pip install torch==2.13.0`)")
-  flops = {c.name: step_flops(num_queries, batch=args.batch_size, length=args.max_len, dim=128,
-                              num_blocks=2, block=c.block,
-                              num_negatives=0 if c.no_loss else 256) for c in configs}
-  flops[YARDSTICK] = step_flops(num_queries, batch=args.batch_size, length=args.max_len,
-                                dim=128, num_blocks=2, block="reference", num_negatives=256)
-  print(f"SASRec ML-1M: batch {args.batch_size} x {args.max_len}, A = {num_queries:.0f} queries "
-        f"per batch (mean of {args.num_batches} batches), d 128, 2 blocks, 1 head, dropout "
-        f"{args.dropout}, 128 in-batch + 128 uniform negatives, {args.logq} logQ (ours); "
-        f"{args.threads} threads per side, {os.cpu_count()} CPUs; {args.warmup} warm-up steps, "
-        f"{args.rounds} interleaved rounds x {args.steps} steps. Shared machine: only same-run "
-        "ratios count.", flush=True)
+      print(
+        "PyTorch is not installed: no paper-code side (pip install torch, e.g. "
+        "`.venv/bin/pip install torch==2.13.0`)"
+      )
+  flops = {
+    c.name: step_flops(
+      num_queries,
+      batch=args.batch_size,
+      length=args.max_len,
+      dim=128,
+      num_blocks=2,
+      block=c.block,
+      num_negatives=0 if c.no_loss else 256,
+    )
+    for c in configs
+  }
+  flops[YARDSTICK] = step_flops(
+    num_queries,
+    batch=args.batch_size,
+    length=args.max_len,
+    dim=128,
+    num_blocks=2,
+    block="reference",
+    num_negatives=256,
+  )
+  print(
+    f"SASRec ML-1M: batch {args.batch_size} x {args.max_len}, A = {num_queries:.0f} queries "
+    f"per batch (mean of {args.num_batches} batches), d 128, 2 blocks, 1 head, dropout "
+    f"{args.dropout}, 128 in-batch + 128 uniform negatives, {args.logq} logQ (ours); "
+    f"{args.threads} threads per side, {os.cpu_count()} CPUs; {args.warmup} warm-up steps, "
+    f"{args.rounds} interleaved rounds x {args.steps} steps. Shared machine: only same-run "
+    "ratios count.",
+    flush=True,
+  )
   sides = {}
   try:
     if yardstick:
-      sides[YARDSTICK] = Side(YARDSTICK, dict(base, side="torch",
-                                              allocator=args.yardstick_allocator), tmp)
+      sides[YARDSTICK] = Side(
+        YARDSTICK, dict(base, side="torch", allocator=args.yardstick_allocator), tmp
+      )
     for c in configs:
       sides[c.name] = Side(c.name, dict(base, side="ours", config=dataclasses.asdict(c)), tmp)
     for side in sides.values():
@@ -227,8 +311,11 @@ def main(argv=None):
         out = sides[name].ask(cmd="steps", n=args.steps)
         sides[name].times += out["times"]
         sides[name].loss, sides[name].w = out["loss"], out["w"]
-      print(f"round {r + 1}/{args.rounds}: " + ", ".join(
-          f"{n} {statistics.median(s.times):.2f} s" for n, s in sides.items()), flush=True)
+      print(
+        f"round {r + 1}/{args.rounds}: "
+        + ", ".join(f"{n} {statistics.median(s.times):.2f} s" for n, s in sides.items()),
+        flush=True,
+      )
     measure_peaks()
   finally:
     for side in sides.values():
@@ -246,8 +333,7 @@ def _profile(sides, configs, args):
       out = sides[c.name].ask(cmd="profile", n=args.steps)
       check = out.pop("check", None)
       if check and r == 0:
-        print(f"{c.name}: the loss piece's fixed queries, one loss two ways: {check}",
-              flush=True)
+        print(f"{c.name}: the loss piece's fixed queries, one loss two ways: {check}", flush=True)
       for piece, t in out.items():
         times[c.name].setdefault(piece, []).extend(t)
     print(f"profile round {r + 1}/{args.rounds}", flush=True)

@@ -23,17 +23,24 @@ __all__ = ["EvalConfig"]
 @dataclasses.dataclass
 class EvalConfig:
   """What to evaluate and how (see module docstring); validated on construction."""
-  export_dir: Optional[str] = setting(None, "Training export folder (query_encoder/, "
-                                      "item_embeddings.npy, export_meta.json). Required.")
+
+  export_dir: Optional[str] = setting(
+    None,
+    "Training export folder (query_encoder/, item_embeddings.npy, export_meta.json). Required.",
+  )
   output_dir: Optional[str] = setting(None, "Where the JSON, markdown and PNG go. Required.")
   eval_split: str = setting("test", "Which held-out split to score.", choices=("test", "val"))
   eval_npz: Optional[str] = setting(
-      None, "Evaluate on a custom file instead of the export's dataset: inputs int [Q, L] "
-      "(left-padded full histories), targets int [Q], optional item_counts [num_items + 1].")
+    None,
+    "Evaluate on a custom file instead of the export's dataset: inputs int [Q, L] "
+    "(left-padded full histories), targets int [Q], optional item_counts [num_items + 1].",
+  )
   filter_rated: str = setting(
-      "all", "Rated-item filtering: all (every input item is removed, the target too when it "
-      "occurs in the input: the paper's protocol) or except_target (the target never is).",
-      choices=FILTER_RATED)
+    "all",
+    "Rated-item filtering: all (every input item is removed, the target too when it "
+    "occurs in the input: the paper's protocol) or except_target (the target never is).",
+    choices=FILTER_RATED,
+  )
   ks: Tuple[int, ...] = setting((10, 20, 100), "Cut-offs k.")
   batch_size: int = setting(512, "Queries per encoder call.")
   max_queries: int = setting(0, "Evaluate only the first N queries (0 = all).")
@@ -41,9 +48,11 @@ class EvalConfig:
   timing_repeats: int = setting(3, "Repeats of each timed search.")
   plot: bool = setting(True, "Write recall_by_popularity.png.")
   serving_dir: Optional[str] = setting(
-      None, "Also export the ScaNN serving SavedModel (history -> top-k ids and scores, "
-      "eval/serving.py) here, reload it and check it serves the same ids as the in-process "
-      "index.")
+    None,
+    "Also export the ScaNN serving SavedModel (history -> top-k ids and scores, "
+    "eval/serving.py) here, reload it and check it serves the same ids as the in-process "
+    "index.",
+  )
   serving_k: int = setting(10, "k of the serving SavedModel.")
   index: IndexConfig = dataclasses.field(default_factory=IndexConfig)
 

@@ -75,19 +75,54 @@ from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
 
 from eval import synthetic_world as world_lib  # noqa: E402
-from eval.demo_config import (NEGATIVES, USER_TOWERS, DemoConfig, RowSpec, default_rows,  # noqa: E402
-                              parse_row, validate_config)
-from eval.demo_metrics import (calibration_by_bin, evaluate_model, hit_rate, hit_rate_by_bin,  # noqa: E402
-                               kl_divergence, log_softmax, rank_bins, recall_vs_oracle, top_k)
+from eval.demo_config import (
+  NEGATIVES,
+  USER_TOWERS,
+  DemoConfig,
+  RowSpec,
+  default_rows,  # noqa: E402
+  parse_row,
+  validate_config,
+)
+from eval.demo_metrics import (
+  calibration_by_bin,
+  evaluate_model,
+  hit_rate,
+  hit_rate_by_bin,  # noqa: E402
+  kl_divergence,
+  log_softmax,
+  rank_bins,
+  recall_vs_oracle,
+  top_k,
+)
 from eval.demo_plots import write_plots  # noqa: E402
 from eval.demo_report import format_markdown, format_table, verdicts  # noqa: E402
 from eval.demo_stats import mean_and_se, paired_difference, summarise  # noqa: E402
 from eval.demo_training import Trainer  # noqa: E402
 
-__all__ = ["DemoConfig", "validate_config", "RowSpec", "parse_row", "default_rows", "Trainer",
-           "log_softmax", "top_k", "kl_divergence", "recall_vs_oracle", "hit_rate",
-           "hit_rate_by_bin", "calibration_by_bin", "rank_bins", "evaluate_model", "mean_and_se",
-           "paired_difference", "verdicts", "format_table", "format_markdown", "run"]
+__all__ = [
+  "DemoConfig",
+  "validate_config",
+  "RowSpec",
+  "parse_row",
+  "default_rows",
+  "Trainer",
+  "log_softmax",
+  "top_k",
+  "kl_divergence",
+  "recall_vs_oracle",
+  "hit_rate",
+  "hit_rate_by_bin",
+  "calibration_by_bin",
+  "rank_bins",
+  "evaluate_model",
+  "mean_and_se",
+  "paired_difference",
+  "verdicts",
+  "format_table",
+  "format_markdown",
+  "run",
+]
 
 _D = DemoConfig()
 FLAGS = flags.FLAGS
@@ -96,22 +131,37 @@ FLAGS = flags.FLAGS
 def define_flags() -> None:
   """Defines the demo's absl flags (at run time, so importing this module defines none)."""
   flags.DEFINE_string("output_dir", "runs/demo", "Where summary.json/.md and the PNGs go.")
-  flags.DEFINE_list("rows", None, "Rows: 'full' or NEGATIVES:CORRECTION[:CONVENTION] with "
-                    f"NEGATIVES in {NEGATIVES}, CORRECTION one of tfrs_logq.losses.CORRECTIONS, "
-                    "CONVENTION one of tfrs_logq.negatives.CONVENTIONS (default unigram). "
-                    "Default: full, in_batch:{none,standard,corrected}, plus "
-                    "in_batch:{standard,corrected}:expected_count when the library offers it.")
-  flags.DEFINE_list("seeds", [str(s) for s in _D.seeds],
-                    "Paired seeds (initialisation, training draws and order, sampling).")
+  flags.DEFINE_list(
+    "rows",
+    None,
+    "Rows: 'full' or NEGATIVES:CORRECTION[:CONVENTION] with "
+    f"NEGATIVES in {NEGATIVES}, CORRECTION one of tfrs_logq.losses.CORRECTIONS, "
+    "CONVENTION one of tfrs_logq.negatives.CONVENTIONS (default unigram). "
+    "Default: full, in_batch:{none,standard,corrected}, plus "
+    "in_batch:{standard,corrected}:expected_count when the library offers it.",
+  )
+  flags.DEFINE_list(
+    "seeds",
+    [str(s) for s in _D.seeds],
+    "Paired seeds (initialisation, training draws and order, sampling).",
+  )
   flags.DEFINE_integer("steps", _D.steps, "Training steps.")
   flags.DEFINE_integer("batch_size", _D.batch_size, "Training rows per step (the in-batch pool).")
-  flags.DEFINE_integer("num_negatives", _D.num_negatives, "in_batch: keep at most this many "
-                       "distinct ids; mixed: k // 2 in-batch + the rest uniform; uniform: k draws.")
+  flags.DEFINE_integer(
+    "num_negatives",
+    _D.num_negatives,
+    "in_batch: keep at most this many "
+    "distinct ids; mixed: k // 2 in-batch + the rest uniform; uniform: k draws.",
+  )
   flags.DEFINE_float("learning_rate", _D.learning_rate, "Adam's initial rate (cosine decay to 1%).")
   flags.DEFINE_integer("embedding_dim", _D.embedding_dim, "Model dimension (+1 bias column).")
-  flags.DEFINE_enum("user_tower", _D.user_tower, list(USER_TOWERS),
-                    "features: q_u = [x_u W, 1], metrics on held-out users; id: a user-id "
-                    "embedding, metrics on the training users (held-out draws).")
+  flags.DEFINE_enum(
+    "user_tower",
+    _D.user_tower,
+    list(USER_TOWERS),
+    "features: q_u = [x_u W, 1], metrics on held-out users; id: a user-id "
+    "embedding, metrics on the training users (held-out draws).",
+  )
   flags.DEFINE_integer("num_items", _D.num_items, "Catalog size |D|.")
   flags.DEFINE_integer("feature_dim", _D.feature_dim, "User feature dimension f.")
   flags.DEFINE_float("zipf", _D.zipf, "Zipf exponent of the item popularity bias.")
@@ -121,8 +171,9 @@ def define_flags() -> None:
   flags.DEFINE_integer("eval_users", _D.eval_users, "Held-out users of the final metrics.")
   flags.DEFINE_integer("k", _D.k, "Cut-off k of R@k and HR@k.")
   flags.DEFINE_integer("num_bins", _D.num_bins, "Popularity bins (10 = deciles).")
-  flags.DEFINE_integer("curve_points", _D.curve_points,
-                       "KL evaluations during training (learning curve; 0 = none).")
+  flags.DEFINE_integer(
+    "curve_points", _D.curve_points, "KL evaluations during training (learning curve; 0 = none)."
+  )
   flags.DEFINE_integer("curve_users", _D.curve_users, "Held-out users of each curve point.")
   flags.DEFINE_bool("plot", True, "Write the PNGs.")
 
@@ -133,8 +184,9 @@ def _config_from_flags() -> DemoConfig:
   except ValueError as e:
     raise ValueError(f"seeds must be integers, got {FLAGS.seeds}") from e
   rows = tuple(parse_row(r) for r in FLAGS.rows) if FLAGS.rows else ()
-  values = {name: getattr(FLAGS, name) for name in DemoConfig._fields
-            if name not in ("rows", "seeds")}
+  values = {
+    name: getattr(FLAGS, name) for name in DemoConfig._fields if name not in ("rows", "seeds")
+  }
   return validate_config(DemoConfig(rows=rows, seeds=seeds, **values))
 
 
@@ -162,8 +214,10 @@ def run(cfg: DemoConfig, output_dir: str, plot: bool = True, log=print) -> Dict:
   out = pathlib.Path(output_dir)
   out.mkdir(parents=True, exist_ok=True)
   world = world_lib.make_world(cfg.num_items, cfg.feature_dim, cfg.zipf, cfg.tau, cfg.world_seed)
-  streams = [world_lib.training_stream(world, cfg.train_users, cfg.steps, cfg.batch_size, s)
-             for s in cfg.seeds]
+  streams = [
+    world_lib.training_stream(world, cfg.train_users, cfg.steps, cfg.batch_size, s)
+    for s in cfg.seeds
+  ]
   eval_sets = _eval_sets(cfg, world, streams, cfg.eval_users)
   curve_sets = _eval_sets(cfg, world, streams, cfg.curve_users)
   # Popularity: Q(d) = E_u P(d|u) over the evaluation users of the first seed's set.
@@ -171,14 +225,19 @@ def run(cfg: DemoConfig, output_dir: str, plot: bool = True, log=print) -> Dict:
   bins = world_lib.popularity_bins(popularity, cfg.num_bins)
   ranks = rank_bins(popularity)
   head = np.zeros(cfg.num_items, bool)
-  head[np.argsort(-popularity, kind="stable")[:max(1, cfg.num_items // 100)]] = True
+  head[np.argsort(-popularity, kind="stable")[: max(1, cfg.num_items // 100)]] = True
   stats = _world_stats(eval_sets[0][2], popularity, cfg.batch_size)
   log(f"world: {cfg.num_items} items, Zipf {cfg.zipf}, tau {cfg.tau}; {stats}")
   trainer = Trainer(cfg, streams)
-  log(f"training {len(cfg.rows)} rows x {len(cfg.seeds)} seeds for {cfg.steps} steps "
-      f"(batch {cfg.batch_size}) ...")
-  curve_steps = sorted({max(1, round(cfg.steps * (i + 1) / cfg.curve_points))
-                        for i in range(cfg.curve_points)}) if cfg.curve_points else []
+  log(
+    f"training {len(cfg.rows)} rows x {len(cfg.seeds)} seeds for {cfg.steps} steps "
+    f"(batch {cfg.batch_size}) ..."
+  )
+  curve_steps = (
+    sorted({max(1, round(cfg.steps * (i + 1) / cfg.curve_points)) for i in range(cfg.curve_points)})
+    if cfg.curve_points
+    else []
+  )
   curve = {row.name: [[] for _ in cfg.seeds] for row in cfg.rows}
   train_start = time.time()
   for target in curve_steps or [cfg.steps]:
@@ -188,9 +247,14 @@ def run(cfg: DemoConfig, output_dir: str, plot: bool = True, log=print) -> Dict:
         r, s = model[0], model[1]
         x, ids, p = curve_sets[s]
         curve[cfg.rows[r].name][s].append(
-            float(kl_divergence(p, trainer.log_probs(model, x, ids)).mean()))
-      log(f"  step {trainer.step}: KL " + ", ".join(
-          f"{row.name} {np.mean([c[-1] for c in curve[row.name]]):.3f}" for row in cfg.rows))
+          float(kl_divergence(p, trainer.log_probs(model, x, ids)).mean())
+        )
+      log(
+        f"  step {trainer.step}: KL "
+        + ", ".join(
+          f"{row.name} {np.mean([c[-1] for c in curve[row.name]]):.3f}" for row in cfg.rows
+        )
+      )
   trainer.train(cfg.steps - trainer.step)
   train_seconds = time.time() - train_start
 
@@ -198,21 +262,33 @@ def run(cfg: DemoConfig, output_dir: str, plot: bool = True, log=print) -> Dict:
   for model in trainer.models:
     r, s = model[0], model[1]
     x, ids, p = eval_sets[s]
-    per_seed[cfg.rows[r].name][s] = evaluate_model(p, trainer.log_probs(model, x, ids), bins,
-                                                   cfg.k, cfg.num_bins, ranks=ranks, head=head)
+    per_seed[cfg.rows[r].name][s] = evaluate_model(
+      p, trainer.log_probs(model, x, ids), bins, cfg.k, cfg.num_bins, ranks=ranks, head=head
+    )
   references = {"oracle": [], "most popular": []}
   for _, _, p in eval_sets:  # P̂ = P, and P̂ = Q (the same list for every user)
-    references["oracle"].append(evaluate_model(p, np.log(p), bins, cfg.k, cfg.num_bins,
-                                               ranks=ranks, head=head))
-    references["most popular"].append(evaluate_model(
-        p, np.log(np.broadcast_to(popularity, p.shape)), bins, cfg.k, cfg.num_bins, ranks=ranks,
-        head=head))
+    references["oracle"].append(
+      evaluate_model(p, np.log(p), bins, cfg.k, cfg.num_bins, ranks=ranks, head=head)
+    )
+    references["most popular"].append(
+      evaluate_model(
+        p,
+        np.log(np.broadcast_to(popularity, p.shape)),
+        bins,
+        cfg.k,
+        cfg.num_bins,
+        ranks=ranks,
+        head=head,
+      )
+    )
   summary = summarise(cfg, per_seed, references, curve, curve_steps)
-  summary["world"] = {"stats": stats, "rank_bins": ranks[1],
-                      "popularity": popularity.tolist()}
+  summary["world"] = {"stats": stats, "rank_bins": ranks[1], "popularity": popularity.tolist()}
   summary["seconds"] = {"train": train_seconds, "total": time.time() - start}
-  summary["config"] = {k: (list(v) if isinstance(v, (list, tuple)) else v)
-                       for k, v in cfg._asdict().items() if k != "rows"}
+  summary["config"] = {
+    k: (list(v) if isinstance(v, (list, tuple)) else v)
+    for k, v in cfg._asdict().items()
+    if k != "rows"
+  }
   summary["config"]["rows"] = [r.name for r in cfg.rows]
   table = format_table(summary)
   log(table)
@@ -220,21 +296,25 @@ def run(cfg: DemoConfig, output_dir: str, plot: bool = True, log=print) -> Dict:
   (out / "summary.md").write_text(format_markdown(summary))
   if plot:
     write_plots(summary, out)
-  log(f"outputs: {out}/summary.md, summary.json" + (
-      ", calibration.png, recall_by_decile.png, learning_curve.png" if plot else "") +
-      f"  ({summary['seconds']['total']:.0f} s, training {train_seconds:.0f} s)")
+  log(
+    f"outputs: {out}/summary.md, summary.json"
+    + (", calibration.png, recall_by_decile.png, learning_curve.png" if plot else "")
+    + f"  ({summary['seconds']['total']:.0f} s, training {train_seconds:.0f} s)"
+  )
   return summary
 
 
 def _world_stats(p, popularity, batch_size) -> str:
-  mean_pp = float((p ** 2).sum(axis=1).mean())
-  top = np.argsort(-popularity)[:max(1, p.shape[1] // 100)]
+  mean_pp = float((p**2).sum(axis=1).mean())
+  top = np.argsort(-popularity)[: max(1, p.shape[1] // 100)]
   head_pp = float((p[:, top] ** 2).sum() / p[:, top].sum())
   entropy = float(-(p * np.log(np.where(p > 0, p, 1.0))).sum(axis=1).mean())
-  return (f"entropy of P(.|u) {entropy:.2f} nats; E[P(p|u)] of a drawn positive {mean_pp:.2f}, "
-          f"{head_pp:.2f} when it is in the top 1% of items; top item Q = {popularity.max():.3f} "
-          f"(B*Q = {batch_size * popularity.max():.1f}), top decile holds "
-          f"{np.sort(popularity)[::-1][:len(popularity) // 10].sum():.0%} of the draws")
+  return (
+    f"entropy of P(.|u) {entropy:.2f} nats; E[P(p|u)] of a drawn positive {mean_pp:.2f}, "
+    f"{head_pp:.2f} when it is in the top 1% of items; top item Q = {popularity.max():.3f} "
+    f"(B*Q = {batch_size * popularity.max():.1f}), top decile holds "
+    f"{np.sort(popularity)[::-1][: len(popularity) // 10].sum():.0%} of the draws"
+  )
 
 
 def main(argv):

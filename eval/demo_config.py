@@ -5,8 +5,16 @@ from typing import List, NamedTuple, Tuple
 
 import numpy as np
 
-__all__ = ["NEGATIVES", "USER_TOWERS", "LABELS", "DemoConfig", "RowSpec", "parse_row",
-           "default_rows", "validate_config"]
+__all__ = [
+  "NEGATIVES",
+  "USER_TOWERS",
+  "LABELS",
+  "DemoConfig",
+  "RowSpec",
+  "parse_row",
+  "default_rows",
+  "validate_config",
+]
 
 NEGATIVES = ("in_batch", "mixed", "uniform")
 USER_TOWERS = ("features", "id")
@@ -15,6 +23,7 @@ LABELS = {"in_batch": "in-batch", "mixed": "mixed", "uniform": "uniform"}
 
 class DemoConfig(NamedTuple):
   """Settings of one demo run (the flags of ``python -m eval.demo`` carry the same names)."""
+
   rows: Tuple["RowSpec", ...] = ()  # () = default_rows()
   seeds: Tuple[int, ...] = (0, 1, 2)
   steps: int = 2000
@@ -36,9 +45,9 @@ class DemoConfig(NamedTuple):
   curve_users: int = 500
 
 
-
 class RowSpec(NamedTuple):
   """One loss: full softmax, or a sampler + correction + log-Q convention."""
+
   negatives: str  # "full" or one of NEGATIVES
   correction: str = "none"
   convention: str = "unigram"
@@ -62,6 +71,7 @@ class RowSpec(NamedTuple):
 
 def _library_choices():
   from tfrs_logq import losses, negatives  # pylint: disable=g-import-not-at-top
+
   return losses.CORRECTIONS, tuple(negatives.CONVENTIONS)
 
 
@@ -82,8 +92,9 @@ def parse_row(text: str) -> RowSpec:
   if convention not in conventions:
     raise ValueError(f"rows: convention must be one of {conventions}, got {convention!r}")
   if negatives == "uniform" and convention != "unigram":
-    raise ValueError(f"rows: {text!r}: uniform negatives have one log Q (-log |D|), a "
-                     "convention does not apply")
+    raise ValueError(
+      f"rows: {text!r}: uniform negatives have one log Q (-log |D|), a convention does not apply"
+    )
   return RowSpec(negatives, correction, convention)
 
 
@@ -96,7 +107,6 @@ def default_rows() -> List[RowSpec]:
   return rows
 
 
-
 def validate_config(cfg: DemoConfig) -> DemoConfig:
   """Checks every setting (ValueError naming it); returns cfg with the default rows filled in."""
   rows = tuple(cfg.rows) or tuple(default_rows())
@@ -106,24 +116,41 @@ def validate_config(cfg: DemoConfig) -> DemoConfig:
   if len(set(names)) != len(names):
     raise ValueError(f"rows: duplicate rows in {names}")
   seeds = tuple(cfg.seeds)
-  if not seeds or len(set(seeds)) != len(seeds) or not all(
-      isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in seeds):
+  if (
+    not seeds
+    or len(set(seeds)) != len(seeds)
+    or not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in seeds)
+  ):
     raise ValueError(f"seeds must be distinct integers, got {cfg.seeds}")
-  for name in ("steps", "batch_size", "num_negatives", "embedding_dim", "num_items",
-               "feature_dim", "train_users", "eval_users", "k", "num_bins", "curve_users"):
+  for name in (
+    "steps",
+    "batch_size",
+    "num_negatives",
+    "embedding_dim",
+    "num_items",
+    "feature_dim",
+    "train_users",
+    "eval_users",
+    "k",
+    "num_bins",
+    "curve_users",
+  ):
     value = getattr(cfg, name)
     if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value <= 0:
       raise ValueError(f"{name} must be a positive int, got {value!r}")
   if cfg.curve_points < 0:
     raise ValueError(f"curve_points must be >= 0, got {cfg.curve_points}")
   if cfg.k > cfg.num_items or cfg.num_bins > cfg.num_items:
-    raise ValueError(f"k and num_bins must be <= num_items ({cfg.num_items}), got {cfg.k}, "
-                     f"{cfg.num_bins}")
+    raise ValueError(
+      f"k and num_bins must be <= num_items ({cfg.num_items}), got {cfg.k}, {cfg.num_bins}"
+    )
   if not cfg.learning_rate > 0:
     raise ValueError(f"learning_rate must be > 0, got {cfg.learning_rate}")
   if cfg.user_tower not in USER_TOWERS:
     raise ValueError(f"user_tower must be one of {USER_TOWERS}, got {cfg.user_tower!r}")
   if cfg.user_tower == "id" and cfg.eval_users > cfg.train_users:
-    raise ValueError("user_tower='id' evaluates the training users: eval_users must be <= "
-                     f"train_users ({cfg.train_users}), got {cfg.eval_users}")
+    raise ValueError(
+      "user_tower='id' evaluates the training users: eval_users must be <= "
+      f"train_users ({cfg.train_users}), got {cfg.eval_users}"
+    )
   return cfg._replace(rows=rows, seeds=tuple(int(x) for x in seeds))

@@ -6,8 +6,18 @@ from typing import Dict, Sequence
 
 import numpy as np
 
-__all__ = ["RANK_EDGES", "log_softmax", "top_k", "kl_divergence", "recall_vs_oracle", "hit_rate",
-           "hit_rate_by_bin", "calibration_by_bin", "rank_bins", "evaluate_model"]
+__all__ = [
+  "RANK_EDGES",
+  "log_softmax",
+  "top_k",
+  "kl_divergence",
+  "recall_vs_oracle",
+  "hit_rate",
+  "hit_rate_by_bin",
+  "calibration_by_bin",
+  "rank_bins",
+  "evaluate_model",
+]
 
 RANK_EDGES = (1, 2, 4, 11, 31, 101, 301, 1001, 3001, 10001, 30001, 100001)
 
@@ -91,8 +101,9 @@ def rank_bins(popularity, edges: Sequence[int] = RANK_EDGES) -> tuple:
   return bins, labels
 
 
-def evaluate_model(p, log_p_hat, bins, k: int, num_bins: int, oracle_top=None,
-                   ranks=None, head=None) -> Dict:
+def evaluate_model(
+  p, log_p_hat, bins, k: int, num_bins: int, oracle_top=None, ranks=None, head=None
+) -> Dict:
   """Every metric of one model on held-out users (`eval.demo`'s docstring, Metrics).
 
   ``ranks`` (`rank_bins`) adds ``calibration_by_rank``; ``head`` (bool [D], e.g. the most popular
@@ -101,17 +112,21 @@ def evaluate_model(p, log_p_hat, bins, k: int, num_bins: int, oracle_top=None,
   log_p_hat = np.asarray(log_p_hat, np.float64)
   extra = {}
   if head is not None:
-    extra["calibration_head"] = float(calibration_by_bin(
-        p, log_p_hat, np.where(np.asarray(head), 0, 1), 2)[0])
+    extra["calibration_head"] = float(
+      calibration_by_bin(p, log_p_hat, np.where(np.asarray(head), 0, 1), 2)[0]
+    )
   if ranks is not None:
-    extra["calibration_by_rank"] = calibration_by_bin(p, log_p_hat, ranks[0],
-                                                      len(ranks[1])).tolist()
+    extra["calibration_by_rank"] = calibration_by_bin(
+      p, log_p_hat, ranks[0], len(ranks[1])
+    ).tolist()
   model_top = top_k(log_p_hat, k)
   oracle_top = top_k(p, k) if oracle_top is None else oracle_top
-  return {"kl": float(kl_divergence(p, log_p_hat).mean()),
-          "recall_vs_oracle": float(recall_vs_oracle(model_top, oracle_top).mean()),
-          "hit_rate": float(hit_rate(p, model_top).mean()),
-          "hit_rate_tail": float(hit_rate_by_bin(p, model_top, np.minimum(bins, 1), 2)[1]),
-          "hit_rate_by_bin": hit_rate_by_bin(p, model_top, bins, num_bins).tolist(),
-          "calibration_by_bin": calibration_by_bin(p, log_p_hat, bins, num_bins).tolist(),
-          **extra}
+  return {
+    "kl": float(kl_divergence(p, log_p_hat).mean()),
+    "recall_vs_oracle": float(recall_vs_oracle(model_top, oracle_top).mean()),
+    "hit_rate": float(hit_rate(p, model_top).mean()),
+    "hit_rate_tail": float(hit_rate_by_bin(p, model_top, np.minimum(bins, 1), 2)[1]),
+    "hit_rate_by_bin": hit_rate_by_bin(p, model_top, bins, num_bins).tolist(),
+    "calibration_by_bin": calibration_by_bin(p, log_p_hat, bins, num_bins).tolist(),
+    **extra,
+  }

@@ -15,14 +15,15 @@ def _errorbar_lines(ax, x, stats, key):
     mean = np.asarray(stat[key]["mean"], np.float64)
     se = np.nan_to_num(np.asarray(stat[key]["se"], np.float64))
     style = "--" if stat["label"] in ("oracle", "most popular") else "-"
-    ax.errorbar(x, mean, yerr=se, marker="o", ms=3, capsize=2, linestyle=style,
-                label=stat["label"])
+    ax.errorbar(x, mean, yerr=se, marker="o", ms=3, capsize=2, linestyle=style, label=stat["label"])
 
 
 def write_plots(summary, out: pathlib.Path):
   import matplotlib  # pylint: disable=g-import-not-at-top
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
   k = summary["k"]
   stats = list(summary["rows"].values())
   deciles = np.arange(1, len(stats[0]["hit_rate_by_bin"]["mean"]) + 1)
@@ -42,8 +43,9 @@ def write_plots(summary, out: pathlib.Path):
     ax.axhline(0.0, color="black", lw=0.8)
     ax.grid(alpha=0.3)
   axes[1].legend(fontsize=8)
-  fig.suptitle("Calibration: learned − true log-probability (0 = the truth; < 0: "
-               "under-predicted)", fontsize=10)
+  fig.suptitle(
+    "Calibration: learned − true log-probability (0 = the truth; < 0: under-predicted)", fontsize=10
+  )
   fig.tight_layout()
   fig.savefig(out / "calibration.png", dpi=110)
   plt.close(fig)
@@ -64,15 +66,28 @@ def write_plots(summary, out: pathlib.Path):
     fig, axes = plt.subplots(1, 2, figsize=(13, 4.8))
     for name, per_seed in curve["kl"].items():
       mean, se = mean_and_se(per_seed)
-      axes[0].errorbar(curve["steps"], mean, yerr=np.nan_to_num(se), marker="o", ms=3,
-                       capsize=2, label=summary["rows"][name]["label"])
+      axes[0].errorbar(
+        curve["steps"],
+        mean,
+        yerr=np.nan_to_num(se),
+        marker="o",
+        ms=3,
+        capsize=2,
+        label=summary["rows"][name]["label"],
+      )
     axes[0].set_yscale("log")
     axes[0].set_ylabel("KL(P ‖ P̂) on held-out users")
     for d in summary["paired_differences"]:
       if "kl_curve" in d and not d["b"].endswith(":none"):  # none is off this scale
-        axes[1].errorbar(curve["steps"], d["kl_curve"]["mean"],
-                         yerr=np.nan_to_num(np.asarray(d["kl_curve"]["ci95"], np.float64)),
-                         marker="o", ms=3, capsize=2, label=d["label"])
+        axes[1].errorbar(
+          curve["steps"],
+          d["kl_curve"]["mean"],
+          yerr=np.nan_to_num(np.asarray(d["kl_curve"]["ci95"], np.float64)),
+          marker="o",
+          ms=3,
+          capsize=2,
+          label=d["label"],
+        )
     axes[1].axhline(0.0, color="black", lw=0.8)
     axes[1].set_ylabel("paired KL difference (95% interval); < 0: first is closer")
     for ax in axes:

@@ -65,8 +65,10 @@ def _pairs(rows: Sequence[RowSpec]):
 
 
 def summarise(cfg, per_seed, references, curve, curve_steps) -> Dict:
-  rows = {r.name: {"label": r.label, "per_seed": per_seed[r.name],
-                   **_aggregate(per_seed[r.name])} for r in cfg.rows}
+  rows = {
+    r.name: {"label": r.label, "per_seed": per_seed[r.name], **_aggregate(per_seed[r.name])}
+    for r in cfg.rows
+  }
   refs = {name: {"label": name, **_aggregate(res)} for name, res in references.items()}
   diffs = []
   for a, b in _pairs(cfg.rows):
@@ -79,15 +81,22 @@ def summarise(cfg, per_seed, references, curve, curve_steps) -> Dict:
       label = f"{a.convention} − {b.convention} log Q ({context})"
     entry = {"a": a.name, "b": b.name, "kind": kind, "context": context, "label": label}
     for key in _SCALARS + _VECTORS:
-      mean, half = paired_difference([x[key] for x in per_seed[a.name]],
-                                     [x[key] for x in per_seed[b.name]])
+      mean, half = paired_difference(
+        [x[key] for x in per_seed[a.name]], [x[key] for x in per_seed[b.name]]
+      )
       entry[key] = {"mean": np.asarray(mean).tolist(), "ci95": np.asarray(half).tolist()}
     if curve_steps:  # the KL difference along training (learning-curve users)
       mean, half = paired_difference(curve[a.name], curve[b.name])
       entry["kl_curve"] = {"mean": np.asarray(mean).tolist(), "ci95": np.asarray(half).tolist()}
     diffs.append(entry)
-  return {"rows": rows, "references": refs, "paired_differences": diffs,
-          "learning_curve": {"steps": curve_steps, "kl": curve},
-          "seeds": list(cfg.seeds), "k": cfg.k,
-          "evaluated_on": ("held-out users" if cfg.user_tower == "features"
-                           else "the training users (held-out draws)")}
+  return {
+    "rows": rows,
+    "references": refs,
+    "paired_differences": diffs,
+    "learning_curve": {"steps": curve_steps, "kl": curve},
+    "seeds": list(cfg.seeds),
+    "k": cfg.k,
+    "evaluated_on": (
+      "held-out users" if cfg.user_tower == "features" else "the training users (held-out draws)"
+    ),
+  }

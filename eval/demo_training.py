@@ -14,8 +14,10 @@ def _initial_weights(cfg: DemoConfig, seed: int):
   rng = np.random.default_rng([seed, 2])
   rows = cfg.feature_dim if cfg.user_tower == "features" else cfg.train_users
   user = rng.normal(scale=0.1, size=(rows, cfg.embedding_dim))
-  items = np.concatenate([rng.normal(scale=0.1, size=(cfg.num_items, cfg.embedding_dim)),
-                          np.zeros((cfg.num_items, 1))], axis=1)
+  items = np.concatenate(
+    [rng.normal(scale=0.1, size=(cfg.num_items, cfg.embedding_dim)), np.zeros((cfg.num_items, 1))],
+    axis=1,
+  )
   return user.astype(np.float32), items.astype(np.float32)
 
 
@@ -26,26 +28,36 @@ class Trainer:
     import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     from tfrs_logq import frequency, losses, negatives  # pylint: disable=g-import-not-at-top
+
     self._tf, self._losses, self._negatives = tf, losses, negatives
     self.cfg = cfg
     self.step = 0
     self._data = []
     for stream in streams:
       counts = np.bincount(stream.items.ravel(), minlength=cfg.num_items)
-      self._data.append(dict(
+      self._data.append(
+        dict(
           features=tf.constant(stream.user_features, tf.float32),
           users=tf.constant(stream.users, tf.int32),
           items=tf.constant(stream.items.astype(np.int64)),
-          estimator=frequency.ExactCounts(cfg.num_items, counts=counts, accumulate=False)))
+          estimator=frequency.ExactCounts(cfg.num_items, counts=counts, accumulate=False),
+        )
+      )
     self.models = []  # (row index, seed index, user variable, item variable, sampler)
     for r, row in enumerate(cfg.rows):
       for s, seed in enumerate(cfg.seeds):
         user, items = _initial_weights(cfg, seed)
-        self.models.append((r, s, tf.Variable(user), tf.Variable(items),
-                            self._sampler(row, self._data[s]["estimator"])))
+        self.models.append(
+          (
+            r,
+            s,
+            tf.Variable(user),
+            tf.Variable(items),
+            self._sampler(row, self._data[s]["estimator"]),
+          )
+        )
     self._variables = [v for m in self.models for v in m[2:4]]
-    schedule = tf.keras.optimizers.schedules.CosineDecay(cfg.learning_rate, cfg.steps,
-                                                         alpha=0.01)
+    schedule = tf.keras.optimizers.schedules.CosineDecay(cfg.learning_rate, cfg.steps, alpha=0.01)
     self._optimizer = tf.keras.optimizers.Adam(schedule)
     self._optimizer.build(self._variables)
     self._train = tf.function(self._train_steps)
@@ -55,15 +67,17 @@ class Trainer:
     if row.negatives == "full":
       return None
     if row.negatives == "in_batch":
-      return neg.InBatchNegatives(estimator, num_negatives=k, cross_replica=False,
-                                  convention=row.convention)
+      return neg.InBatchNegatives(
+        estimator, num_negatives=k, cross_replica=False, convention=row.convention
+      )
     if row.negatives == "uniform":
       return neg.UniformNegatives(None, k, id_range=(0, self.cfg.num_items))
     k_b = max(k // 2, 1)
     return neg.MixedNegatives(
-        neg.InBatchNegatives(estimator, num_negatives=k_b, cross_replica=False),
-        neg.UniformNegatives(None, max(k - k_b, 1), id_range=(0, self.cfg.num_items)),
-        convention=row.convention)
+      neg.InBatchNegatives(estimator, num_negatives=k_b, cross_replica=False),
+      neg.UniformNegatives(None, max(k - k_b, 1), id_range=(0, self.cfg.num_items)),
+      convention=row.convention,
+    )
 
   def _queries(self, user_var, data, users):
     tf = self._tf

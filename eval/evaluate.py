@@ -70,9 +70,10 @@ from train import export as export_lib  # noqa: E402
 FLAGS = flags.FLAGS
 config_flags.define_flags(EvalConfig)
 config_flags.define_flags(
-    data_lib.DataConfig, defaults={leaf.flag: None for leaf in config_flags.leaves(
-        data_lib.DataConfig)},
-    help_note="Default: the export's (export_meta.json).")
+  data_lib.DataConfig,
+  defaults={leaf.flag: None for leaf in config_flags.leaves(data_lib.DataConfig)},
+  help_note="Default: the export's (export_meta.json).",
+)
 cli.declare_verbosity_flag()
 
 
@@ -85,8 +86,10 @@ def load_export(export_dir):
   if not export_dir.is_dir():
     raise FileNotFoundError(f"export folder not found: {export_dir}")
   if not (export_dir / "query_encoder").is_dir():
-    raise FileNotFoundError(f"{export_dir} is not a training export: no query_encoder/ "
-                            "(SavedModel) in it (python -m train --export_dir writes one)")
+    raise FileNotFoundError(
+      f"{export_dir} is not a training export: no query_encoder/ "
+      "(SavedModel) in it (python -m train --export_dir writes one)"
+    )
   meta = export_lib.read_meta(export_dir)
   encoder = tf.saved_model.load(str(export_dir / "query_encoder"))
   if "serving_default" not in encoder.signatures:
@@ -107,8 +110,10 @@ def load_export(export_dir):
     items = fn(item_ids=tf.range(n + 1, dtype=tf.int64))["embedding"].numpy()
   items = np.asarray(items, np.float32)
   if "num_items" in meta and items.shape[0] != int(meta["num_items"]) + 1:
-    raise ValueError(f"item embeddings have {items.shape[0]} rows, expected num_items + 1 = "
-                     f"{int(meta['num_items']) + 1}")
+    raise ValueError(
+      f"item embeddings have {items.shape[0]} rows, expected num_items + 1 = "
+      f"{int(meta['num_items']) + 1}"
+    )
   meta.setdefault("num_items", items.shape[0] - 1)
 
   def encode(history: np.ndarray) -> np.ndarray:
@@ -129,11 +134,14 @@ def export_data_config(meta: Dict, overrides: Optional[Dict] = None) -> data_lib
   recorded = meta.get("run_config", {}).get("data")
   if recorded is None:
     if "dataset" not in overrides:
-      raise ValueError("the export records no data configuration (export_meta.json has no "
-                       "run_config): pass --dataset and the other data flags, or --eval_npz")
+      raise ValueError(
+        "the export records no data configuration (export_meta.json has no "
+        "run_config): pass --dataset and the other data flags, or --eval_npz"
+      )
     return config_flags.from_dict(data_lib.DataConfig, overrides)
-  return config_flags.from_dict(data_lib.DataConfig, overrides,
-                                base=data_lib.DataConfig(**recorded))
+  return config_flags.from_dict(
+    data_lib.DataConfig, overrides, base=data_lib.DataConfig(**recorded)
+  )
 
 
 def check_data_matches_export(meta: Dict, data, data_config: data_lib.DataConfig) -> None:
@@ -149,23 +157,33 @@ def check_data_matches_export(meta: Dict, data, data_config: data_lib.DataConfig
   recorded = meta.get("data_fingerprint")
   if recorded is not None:
     got = data_lib.fingerprint(data)
-    problems += [f"{k}: export {recorded[k]!r}, data {got.get(k)!r}" for k in sorted(recorded)
-                 if k != "num_items" and got.get(k) != recorded[k]]
+    problems += [
+      f"{k}: export {recorded[k]!r}, data {got.get(k)!r}"
+      for k in sorted(recorded)
+      if k != "num_items" and got.get(k) != recorded[k]
+    ]
   if problems:
     trained = meta.get("run_config", {}).get("data", {})
-    settings = [f"--{k}={v} (export: {trained[k]})" for k, v in data_config.to_dict().items()
-                if k in trained and trained[k] != v]
-    raise ValueError("the evaluation data is not the data the export was trained on: "
-                     + "; ".join(problems)
-                     + (". Settings that differ: " + ", ".join(settings) if settings else ""))
+    settings = [
+      f"--{k}={v} (export: {trained[k]})"
+      for k, v in data_config.to_dict().items()
+      if k in trained and trained[k] != v
+    ]
+    raise ValueError(
+      "the evaluation data is not the data the export was trained on: "
+      + "; ".join(problems)
+      + (". Settings that differ: " + ", ".join(settings) if settings else "")
+    )
 
 
 def eval_set_from_data(data, eval_split: str) -> Dict[str, object]:
   """{"histories", "targets", "item_counts"} of one held-out split of a SequenceData."""
   part = getattr(data, eval_split)
-  return {"histories": [np.asarray(h, np.int64) for h in part.inputs],
-          "targets": np.asarray(part.targets, np.int64),
-          "item_counts": np.asarray(data.item_counts, np.float64)}
+  return {
+    "histories": [np.asarray(h, np.int64) for h in part.inputs],
+    "targets": np.asarray(part.targets, np.int64),
+    "item_counts": np.asarray(data.item_counts, np.float64),
+  }
 
 
 def load_npz_eval_set(path, num_items: int) -> Dict[str, object]:
@@ -177,18 +195,21 @@ def load_npz_eval_set(path, num_items: int) -> Dict[str, object]:
   if "item_counts" in z:
     counts = np.asarray(z["item_counts"], np.float64)
   else:
-    counts = np.bincount(np.concatenate(histories + [np.zeros(0, np.int64)]),
-                         minlength=num_items + 1).astype(np.float64)
+    counts = np.bincount(
+      np.concatenate(histories + [np.zeros(0, np.int64)]), minlength=num_items + 1
+    ).astype(np.float64)
   if len(histories) != targets.shape[0] or targets.shape[0] == 0:
-    raise ValueError(f"evaluation set is empty or inconsistent: {len(histories)} histories, "
-                     f"{targets.shape[0]} targets")
+    raise ValueError(
+      f"evaluation set is empty or inconsistent: {len(histories)} histories, "
+      f"{targets.shape[0]} targets"
+    )
   if targets.min() < 1 or targets.max() > num_items:
     raise ValueError(f"targets outside [1, {num_items}]")
   return {"histories": histories, "targets": targets, "item_counts": counts}
 
 
 def encode_all(encode, inputs: np.ndarray, batch_size: int) -> np.ndarray:
-  out = [encode(inputs[s:s + batch_size]) for s in range(0, inputs.shape[0], batch_size)]
+  out = [encode(inputs[s : s + batch_size]) for s in range(0, inputs.shape[0], batch_size)]
   q = np.concatenate(out).astype(np.float32)
   if not np.all(np.isfinite(q)):
     raise ValueError("the query encoder produced NaN/inf embeddings")
@@ -218,37 +239,52 @@ def evaluate(encode, items: np.ndarray, meta: Dict, eval_set: Dict, cfg: EvalCon
   scann = index_lib.ScannIndex(items, kmax, cfg.index)
   scann_ids, _ = scann.search_filtered(queries, histories, kmax, targets=keep)
 
-  result = {"num_queries": int(len(targets)), "num_items": int(num_items), "max_len": max_len,
-            "ks": ks, "filter_rated": cfg.filter_rated, "index": vars(scann.config),
-            "index_build_seconds": scann.build_seconds, "encode_seconds": encode_seconds,
-            "metrics": {"exact": metrics.retrieval_metrics(exact_ids, targets, ks),
-                        "scann": metrics.retrieval_metrics(scann_ids, targets, ks)},
-            "agreement": {f"filtered@{k}": index_lib.agreement_at_k(scann_ids, exact_ids, k)
-                          for k in ks}}
+  result = {
+    "num_queries": int(len(targets)),
+    "num_items": int(num_items),
+    "max_len": max_len,
+    "ks": ks,
+    "filter_rated": cfg.filter_rated,
+    "index": vars(scann.config),
+    "index_build_seconds": scann.build_seconds,
+    "encode_seconds": encode_seconds,
+    "metrics": {
+      "exact": metrics.retrieval_metrics(exact_ids, targets, ks),
+      "scann": metrics.retrieval_metrics(scann_ids, targets, ks),
+    },
+    "agreement": {f"filtered@{k}": index_lib.agreement_at_k(scann_ids, exact_ids, k) for k in ks},
+  }
 
   # Raw top-kmax throughput of both searches (no filtering), after one warm-up call.
-  warm = queries[:min(8, len(queries))]
+  warm = queries[: min(8, len(queries))]
   metrics.exact_top_k(warm, items, kmax)
   scann.search(warm, kmax)
-  (raw_exact, _), t_exact = index_lib.timed(metrics.exact_top_k, queries, items, kmax,
-                                            repeats=cfg.timing_repeats)
-  (raw_scann, _), t_scann = index_lib.timed(scann.search, queries, kmax,
-                                            repeats=cfg.timing_repeats)
+  (raw_exact, _), t_exact = index_lib.timed(
+    metrics.exact_top_k, queries, items, kmax, repeats=cfg.timing_repeats
+  )
+  (raw_scann, _), t_scann = index_lib.timed(scann.search, queries, kmax, repeats=cfg.timing_repeats)
   tp_exact = index_lib.throughput(len(queries), t_exact)
   tp_scann = index_lib.throughput(len(queries), t_scann)
   result["agreement"][f"unfiltered@{kmax}"] = index_lib.agreement_at_k(raw_scann, raw_exact, kmax)
-  result["throughput"] = {"exact": tp_exact, "scann": tp_scann,
-                          "speedup_median": tp_scann["qps_median"] / tp_exact["qps_median"],
-                          "speedup_best": tp_scann["qps_best"] / tp_exact["qps_best"]}
+  result["throughput"] = {
+    "exact": tp_exact,
+    "scann": tp_scann,
+    "speedup_median": tp_scann["qps_median"] / tp_exact["qps_median"],
+    "speedup_best": tp_scann["qps_best"] / tp_exact["qps_best"],
+  }
 
   num_bins = cfg.num_bins
   bins = metrics.popularity_deciles(eval_set["item_counts"], num_bins)
   target_bins = bins[targets]
-  pop = {"num_bins": num_bins, "definition": "items sorted by training count, descending; "
-         "bin b holds sorted positions [b N / B, (b + 1) N / B); bin 0 = most popular"}
+  pop = {
+    "num_bins": num_bins,
+    "definition": "items sorted by training count, descending; "
+    "bin b holds sorted positions [b N / B, (b + 1) N / B); bin 0 = most popular",
+  }
   for k in ks:
-    means, counts = metrics.mean_by_group(metrics.recall_at_k(exact_ids, targets, k),
-                                          target_bins, num_bins)
+    means, counts = metrics.mean_by_group(
+      metrics.recall_at_k(exact_ids, targets, k), target_bins, num_bins
+    )
     pop[f"recall@{k}"] = means.tolist()
     pop["num_targets"] = counts.tolist()
   pop["target_share"] = (np.asarray(pop["num_targets"]) / len(targets)).tolist()
@@ -258,33 +294,49 @@ def evaluate(encode, items: np.ndarray, meta: Dict, eval_set: Dict, cfg: EvalCon
 
 def markdown_summary(result: Dict) -> str:
   ks = result["ks"]
-  lines = [f"# Evaluation: {result.get('export_dir', '')}", "",
-           f"{result['num_queries']} queries, {result['num_items']} items, dataset "
-           f"{result.get('dataset', '?')} ({result.get('split', '?')}, "
-           f"{result.get('eval_split', '?')}), rated items filtered "
-           f"({result.get('filter_rated', 'all')}).", "",
-           "| search | " + " | ".join(f"Recall@{k} | NDCG@{k}" for k in ks) + " |",
-           "|---|" + "---|---|" * len(ks)]
+  lines = [
+    f"# Evaluation: {result.get('export_dir', '')}",
+    "",
+    f"{result['num_queries']} queries, {result['num_items']} items, dataset "
+    f"{result.get('dataset', '?')} ({result.get('split', '?')}, "
+    f"{result.get('eval_split', '?')}), rated items filtered "
+    f"({result.get('filter_rated', 'all')}).",
+    "",
+    "| search | " + " | ".join(f"Recall@{k} | NDCG@{k}" for k in ks) + " |",
+    "|---|" + "---|---|" * len(ks),
+  ]
   for name in ("exact", "scann"):
     m = result["metrics"][name]
-    lines.append(f"| {name} | " + " | ".join(f"{m[f'recall@{k}']:.4f} | {m[f'ndcg@{k}']:.4f}"
-                                              for k in ks) + " |")
+    lines.append(
+      f"| {name} | "
+      + " | ".join(f"{m[f'recall@{k}']:.4f} | {m[f'ndcg@{k}']:.4f}" for k in ks)
+      + " |"
+    )
   lines += ["", "| ScaNN agreement with exact | value |", "|---|---|"]
   lines += [f"| {key} | {v:.4f} |" for key, v in result["agreement"].items()]
   tp = result["throughput"]
-  lines += ["", f"Throughput, raw top-{max(ks)} (queries/s; min-time / median of repeats; "
-            "shared machine, noisy):", "", "| search | qps (best) | qps (median) |",
-            "|---|---|---|",
-            f"| exact tf matmul+top_k | {tp['exact']['qps_best']:.0f} | "
-            f"{tp['exact']['qps_median']:.0f} |",
-            f"| ScaNN ({result['index']['mode']}) | {tp['scann']['qps_best']:.0f} | "
-            f"{tp['scann']['qps_median']:.0f} |",
-            f"| speed-up | {tp['speedup_best']:.2f}x | {tp['speedup_median']:.2f}x |", "",
-            f"ScaNN build {result['index_build_seconds']:.2f}s, config: `{result['index']}`", ""]
+  lines += [
+    "",
+    f"Throughput, raw top-{max(ks)} (queries/s; min-time / median of repeats; "
+    "shared machine, noisy):",
+    "",
+    "| search | qps (best) | qps (median) |",
+    "|---|---|---|",
+    f"| exact tf matmul+top_k | {tp['exact']['qps_best']:.0f} | {tp['exact']['qps_median']:.0f} |",
+    f"| ScaNN ({result['index']['mode']}) | {tp['scann']['qps_best']:.0f} | "
+    f"{tp['scann']['qps_median']:.0f} |",
+    f"| speed-up | {tp['speedup_best']:.2f}x | {tp['speedup_median']:.2f}x |",
+    "",
+    f"ScaNN build {result['index_build_seconds']:.2f}s, config: `{result['index']}`",
+    "",
+  ]
   pop = result["popularity"]
-  lines += ["Recall (exact) by the target's popularity decile (0 = most popular items):", "",
-            "| decile | share of targets | " + " | ".join(f"Recall@{k}" for k in ks) + " |",
-            "|---|---|" + "---|" * len(ks)]
+  lines += [
+    "Recall (exact) by the target's popularity decile (0 = most popular items):",
+    "",
+    "| decile | share of targets | " + " | ".join(f"Recall@{k}" for k in ks) + " |",
+    "|---|---|" + "---|" * len(ks),
+  ]
   for b in range(pop["num_bins"]):
     if pop["num_targets"][b] == 0:
       cells = " | ".join("n/a" for _ in ks)
@@ -296,16 +348,17 @@ def markdown_summary(result: Dict) -> str:
 
 def plot_popularity(result: Dict, path: pathlib.Path):
   import matplotlib  # pylint: disable=g-import-not-at-top
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
   pop, ks = result["popularity"], result["ks"]
   bins = np.arange(pop["num_bins"])
   has = np.asarray(pop["num_targets"]) > 0
   fig, ax = plt.subplots(figsize=(7, 4))
   width = 0.8 / len(ks)
   for i, k in enumerate(ks):
-    ax.bar(bins[has] + i * width, np.asarray(pop[f"recall@{k}"])[has], width,
-           label=f"Recall@{k}")
+    ax.bar(bins[has] + i * width, np.asarray(pop[f"recall@{k}"])[has], width, label=f"Recall@{k}")
   ax2 = ax.twinx()
   ax2.plot(bins, pop["target_share"], "k.--", label="share of targets")
   ax2.set_ylabel("share of test targets")
@@ -323,8 +376,10 @@ def plot_popularity(result: Dict, path: pathlib.Path):
 def export_serving(cfg: EvalConfig, histories) -> None:
   """Exports the serving SavedModel, reloads it and checks it against the in-process index."""
   from eval import serving  # pylint: disable=g-import-not-at-top
-  path = serving.export_from_training_export(cfg.export_dir, cfg.serving_dir, k=cfg.serving_k,
-                                             index_config=cfg.index)
+
+  path = serving.export_from_training_export(
+    cfg.export_dir, cfg.serving_dir, k=cfg.serving_k, index_config=cfg.index
+  )
   loaded = serving.load_serving_model(path)
   batch = data_lib.left_pad(histories)  # the whole history: the model cuts and filters inside
   served = loaded.signatures["serving_default"](history=tf.constant(batch))["item_ids"].numpy()
@@ -334,9 +389,11 @@ def export_serving(cfg: EvalConfig, histories) -> None:
   queries = encode(data_lib.left_pad(histories, int(meta.get("max_len") or batch.shape[1])))
   ids, _ = scann.search_filtered(queries, [np.asarray(h) for h in histories], cfg.serving_k)
   agreement = index_lib.agreement_at_k(served, ids, cfg.serving_k)
-  print(f"serving SavedModel: {path} (signature serving_default: history int64 [B, L] -> "
-        f"item_ids int64 [B, {cfg.serving_k}], scores float32); agreement with the in-process "
-        f"index on {len(histories)} users: {agreement:.4f}")
+  print(
+    f"serving SavedModel: {path} (signature serving_default: history int64 [B, L] -> "
+    f"item_ids int64 [B, {cfg.serving_k}], scores float32); agreement with the in-process "
+    f"index on {len(histories)} users: {agreement:.4f}"
+  )
 
 
 def load_eval_data(cfg: EvalConfig, meta: Dict, data_overrides: Dict):
@@ -360,17 +417,25 @@ def main(argv):
       raise ValueError("--export_dir and --output_dir are required")
     encode, items, meta = load_export(cfg.export_dir)
     eval_set, data_description = load_eval_data(
-        cfg, meta, config_flags.present_settings(data_lib.DataConfig))
+      cfg, meta, config_flags.present_settings(data_lib.DataConfig)
+    )
     if max(cfg.ks) > int(meta["num_items"]):
       raise ValueError(f"--ks: max k={max(cfg.ks)} exceeds the catalog size {meta['num_items']}")
   if cfg.max_queries:
-    eval_set["histories"] = eval_set["histories"][:cfg.max_queries]
-    eval_set["targets"] = eval_set["targets"][:cfg.max_queries]
+    eval_set["histories"] = eval_set["histories"][: cfg.max_queries]
+    eval_set["targets"] = eval_set["targets"][: cfg.max_queries]
   result = evaluate(encode, items, meta, eval_set, cfg)
-  result.update({"export_dir": str(cfg.export_dir), "data": data_description,
-                 "dataset": data_description.get("dataset", "npz"),
-                 "split": data_description.get("split", "?"), "eval_split": cfg.eval_split,
-                 "eval_config": dataclasses.asdict(cfg), "export_meta": meta})
+  result.update(
+    {
+      "export_dir": str(cfg.export_dir),
+      "data": data_description,
+      "dataset": data_description.get("dataset", "npz"),
+      "split": data_description.get("split", "?"),
+      "eval_split": cfg.eval_split,
+      "eval_config": dataclasses.asdict(cfg),
+      "export_meta": meta,
+    }
+  )
   out = pathlib.Path(cfg.output_dir)
   out.mkdir(parents=True, exist_ok=True)
   (out / "eval_results.json").write_text(json.dumps(result, indent=2, default=str))
@@ -385,16 +450,20 @@ def main(argv):
   ks = list(cfg.ks)
   scann, kmax = result["metrics"]["scann"], max(ks)
   print(f"wrote {out}: {', '.join(written)}")
-  print(f"ScaNN ({result['index']['mode']}): "
-        + " ".join(f"R@{k}={scann[f'recall@{k}']:.4f}" for k in ks)
-        + f", agreement with exact@{kmax}={result['agreement'][f'filtered@{kmax}']:.4f}, "
-        f"{result['throughput']['speedup_median']:.1f}x the queries/s of the exact search")
+  print(
+    f"ScaNN ({result['index']['mode']}): "
+    + " ".join(f"R@{k}={scann[f'recall@{k}']:.4f}" for k in ks)
+    + f", agreement with exact@{kmax}={result['agreement'][f'filtered@{kmax}']:.4f}, "
+    f"{result['throughput']['speedup_median']:.1f}x the queries/s of the exact search"
+  )
   if cfg.serving_dir:
     export_serving(cfg, eval_set["histories"][:256])
   m = result["metrics"]["exact"]
-  print("SUMMARY " + " ".join(f"R@{k}={m[f'recall@{k}']:.4f} NDCG@{k}={m[f'ndcg@{k}']:.4f}"
-                              for k in ks)
-        + f" agreement@{ks[-1]}={result['agreement'][f'filtered@{ks[-1]}']:.4f}")
+  print(
+    "SUMMARY "
+    + " ".join(f"R@{k}={m[f'recall@{k}']:.4f} NDCG@{k}={m[f'ndcg@{k}']:.4f}" for k in ks)
+    + f" agreement@{ks[-1]}={result['agreement'][f'filtered@{ks[-1]}']:.4f}"
+  )
 
 
 def run():

@@ -42,19 +42,25 @@ MODES = ("auto", "brute_force", "tree_ah")
 class IndexConfig:
   """ScaNN parameters (None: chosen from the catalog size by ``resolve``); flags of
   `python -m eval.evaluate` (`train.config_flags`)."""
-  mode: str = setting("auto", "ScaNN mode: auto (brute force up to --brute_force_max_items "
-                      "items, tree + AH + reordering above), brute_force, tree_ah.",
-                      choices=MODES, flag="index_mode")
+
+  mode: str = setting(
+    "auto",
+    "ScaNN mode: auto (brute force up to --brute_force_max_items "
+    "items, tree + AH + reordering above), brute_force, tree_ah.",
+    choices=MODES,
+    flag="index_mode",
+  )
   brute_force_max_items: int = setting(20_000, "auto mode: brute force up to this many items.")
   num_leaves: Optional[int] = setting(None, "ScaNN tree leaves (unset: about 2 sqrt(N)).")
-  num_leaves_to_search: Optional[int] = setting(None, "Leaves probed per query (unset: "
-                                                "leaves / 10).")
-  training_sample_size: Optional[int] = setting(None, "Tree / AH training sample (unset: "
-                                                "min(N, 250k)).")
+  num_leaves_to_search: Optional[int] = setting(
+    None, "Leaves probed per query (unset: leaves / 10)."
+  )
+  training_sample_size: Optional[int] = setting(
+    None, "Tree / AH training sample (unset: min(N, 250k))."
+  )
   dimensions_per_block: int = setting(2, "AH dimensions per 4-bit code.")
   anisotropic_quantization_threshold: float = setting(0.2, "AH anisotropic threshold eta.")
-  reorder_k: Optional[int] = setting(None, "Candidates re-scored exactly (unset: "
-                                     "max(10 k, 1000)).")
+  reorder_k: Optional[int] = setting(None, "Candidates re-scored exactly (unset: max(10 k, 1000)).")
   training_threads: int = setting(0, "ScaNN training threads (0 = ScaNN's default).")
 
   def resolve(self, num_items: int, k: int) -> "IndexConfig":
@@ -80,14 +86,27 @@ class IndexConfig:
     if self.dimensions_per_block < 1:
       raise ValueError("dimensions_per_block must be >= 1")
     if mode == "brute_force":  # tree / AH / reordering parameters do not apply
-      return dataclasses.replace(self, mode=mode, num_leaves=None, num_leaves_to_search=None,
-                                 training_sample_size=None, reorder_k=None)
-    return dataclasses.replace(self, mode=mode, num_leaves=leaves, num_leaves_to_search=search,
-                               training_sample_size=sample, reorder_k=reorder)
+      return dataclasses.replace(
+        self,
+        mode=mode,
+        num_leaves=None,
+        num_leaves_to_search=None,
+        training_sample_size=None,
+        reorder_k=None,
+      )
+    return dataclasses.replace(
+      self,
+      mode=mode,
+      num_leaves=leaves,
+      num_leaves_to_search=search,
+      training_sample_size=sample,
+      reorder_k=reorder,
+    )
 
 
-def scann_builder(item_embeddings, num_neighbors: int, config: IndexConfig,
-                  backend: str = "pybind"):
+def scann_builder(
+  item_embeddings, num_neighbors: int, config: IndexConfig, backend: str = "pybind"
+):
   """A ScaNN builder over rows 1..N of ``item_embeddings`` (dot product), configured.
 
   Returns:
@@ -110,21 +129,32 @@ def scann_builder(item_embeddings, num_neighbors: int, config: IndexConfig,
   if cfg.mode == "brute_force":
     builder = builder.score_brute_force()
   else:
-    builder = (builder.tree(num_leaves=cfg.num_leaves,
-                            num_leaves_to_search=cfg.num_leaves_to_search,
-                            training_sample_size=cfg.training_sample_size)
-               .score_ah(cfg.dimensions_per_block,
-                         anisotropic_quantization_threshold=cfg.anisotropic_quantization_threshold,
-                         training_sample_size=cfg.training_sample_size)
-               .reorder(cfg.reorder_k))
+    builder = (
+      builder.tree(
+        num_leaves=cfg.num_leaves,
+        num_leaves_to_search=cfg.num_leaves_to_search,
+        training_sample_size=cfg.training_sample_size,
+      )
+      .score_ah(
+        cfg.dimensions_per_block,
+        anisotropic_quantization_threshold=cfg.anisotropic_quantization_threshold,
+        training_sample_size=cfg.training_sample_size,
+      )
+      .reorder(cfg.reorder_k)
+    )
   return builder, cfg
 
 
 class ScannIndex:
   """A built ScaNN searcher returning item ids (row numbers of the embedding matrix)."""
 
-  def __init__(self, item_embeddings, num_neighbors: int = 100,
-               config: Optional[IndexConfig] = None, backend: str = "pybind"):
+  def __init__(
+    self,
+    item_embeddings,
+    num_neighbors: int = 100,
+    config: Optional[IndexConfig] = None,
+    backend: str = "pybind",
+  ):
     emb = metrics.as_item_table(item_embeddings)
     self.num_items = emb.shape[0] - 1
     self.dim = emb.shape[1]
@@ -135,8 +165,9 @@ class ScannIndex:
     self.searcher = builder.build()
     self.build_seconds = time.perf_counter() - start
 
-  def search(self, queries, k: int, leaves_to_search: Optional[int] = None,
-             reorder_k: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
+  def search(
+    self, queries, k: int, leaves_to_search: Optional[int] = None, reorder_k: Optional[int] = None
+  ) -> Tuple[np.ndarray, np.ndarray]:
     """Approximate top-k by dot product: (ids int64 [Q, k] in 1..N, scores float32 [Q, k]).
 
     ``leaves_to_search`` / ``reorder_k`` override the built configuration for this call
@@ -151,11 +182,15 @@ class ScannIndex:
       leaves = leaves_to_search
     if self.backend == "pybind":
       idx, dist = self.searcher.search_batched_parallel(
-          q, final_num_neighbors=k, pre_reorder_num_neighbors=pre, leaves_to_search=leaves)
+        q, final_num_neighbors=k, pre_reorder_num_neighbors=pre, leaves_to_search=leaves
+      )
     else:
       idx, dist = self.searcher.search_batched(
-          tf.constant(q), final_num_neighbors=k, pre_reorder_num_neighbors=pre,
-          leaves_to_search=leaves)
+        tf.constant(q),
+        final_num_neighbors=k,
+        pre_reorder_num_neighbors=pre,
+        leaves_to_search=leaves,
+      )
       idx, dist = idx.numpy(), dist.numpy()
     idx = np.asarray(idx, np.int64)
     dist = np.asarray(dist, np.float32)
@@ -171,8 +206,9 @@ class ScannIndex:
     dist = np.where(found, dist, np.finfo(np.float32).min).astype(np.float32)
     return ids, dist
 
-  def search_filtered(self, queries, history: Sequence[np.ndarray], k: int, targets=None,
-                      batch_size: int = 1024) -> Tuple[np.ndarray, np.ndarray]:
+  def search_filtered(
+    self, queries, history: Sequence[np.ndarray], k: int, targets=None, batch_size: int = 1024
+  ) -> Tuple[np.ndarray, np.ndarray]:
     """Top-k with rated-item filtering by over-fetching (see the module docstring).
 
     Args:
@@ -196,12 +232,16 @@ class ScannIndex:
     ids = np.full((q.shape[0], k), metrics.EMPTY_SLOT, np.int64)
     scores = np.full((q.shape[0], k), np.finfo(np.float32).min, np.float32)
     for start in range(0, len(order), batch_size):
-      sel = order[start:start + batch_size]
+      sel = order[start : start + batch_size]
       fetch = int(min(self.num_items, k + lengths[sel].max()))
       got_ids, got_scores = self.search(q[sel], fetch)
       f_ids, f_scores = metrics.filter_rated(
-          got_ids, got_scores, [rows[i] for i in sel], k,
-          targets=None if targets is None else targets[sel])
+        got_ids,
+        got_scores,
+        [rows[i] for i in sel],
+        k,
+        targets=None if targets is None else targets[sel],
+      )
       ids[sel], scores[sel] = f_ids, f_scores
     return ids, scores
 
@@ -233,6 +273,9 @@ def timed(fn, *args, repeats: int = 1, **kwargs) -> Tuple[object, List[float]]:
 def throughput(num_queries: int, seconds: Sequence[float]) -> Dict[str, float]:
   """Queries per second from repeat timings: best (min time) and median."""
   s = np.asarray(seconds, np.float64)
-  return {"qps_best": float(num_queries / max(s.min(), 1e-9)),
-          "qps_median": float(num_queries / max(np.median(s), 1e-9)),
-          "seconds_min": float(s.min()), "seconds_median": float(np.median(s))}
+  return {
+    "qps_best": float(num_queries / max(s.min(), 1e-9)),
+    "qps_median": float(num_queries / max(np.median(s), 1e-9)),
+    "seconds_min": float(s.min()),
+    "seconds_median": float(np.median(s)),
+  }

@@ -48,8 +48,21 @@ from typing import Mapping
 
 import numpy as np
 
-__all__ = ["CONFIDENCE", "AHEAD", "BEHIND", "WITHIN_NOISE", "EQUIVALENT", "UNDEFINED", "ONE_SEED",
-           "NO_COMMON_SEED", "t_cdf", "t_quantile", "t_critical", "mean_se", "paired_difference"]
+__all__ = [
+  "CONFIDENCE",
+  "AHEAD",
+  "BEHIND",
+  "WITHIN_NOISE",
+  "EQUIVALENT",
+  "UNDEFINED",
+  "ONE_SEED",
+  "NO_COMMON_SEED",
+  "t_cdf",
+  "t_quantile",
+  "t_critical",
+  "mean_se",
+  "paired_difference",
+]
 
 CONFIDENCE = 0.95
 AHEAD = "ahead"
@@ -77,7 +90,7 @@ def _log(x: float, one_minus_x: float) -> float:
 def _stirling_tail(z: float) -> float:
   """log Γ(z) - ((z - 1/2) log z - z + log(2π) / 2) = 1/(12z) - 1/(360z³) + 1/(1260z⁵) + ...
   (the next term, 1/(1680z⁷), is below 1e-17 for z >= 100)."""
-  return 1.0 / (12.0 * z) - 1.0 / (360.0 * z ** 3) + 1.0 / (1260.0 * z ** 5)
+  return 1.0 / (12.0 * z) - 1.0 / (360.0 * z**3) + 1.0 / (1260.0 * z**5)
 
 
 def _log_beta(a: float, b: float) -> float:
@@ -87,8 +100,13 @@ def _log_beta(a: float, b: float) -> float:
   if large < 100.0:
     return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
   # log Γ(L + S) - log Γ(L) = (L - 1/2) log(1 + S/L) + S log(L + S) - S + tail(L + S) - tail(L)
-  ratio = ((large - 0.5) * math.log1p(small / large) + small * math.log(large + small) - small
-           + _stirling_tail(large + small) - _stirling_tail(large))
+  ratio = (
+    (large - 0.5) * math.log1p(small / large)
+    + small * math.log(large + small)
+    - small
+    + _stirling_tail(large + small)
+    - _stirling_tail(large)
+  )
   return math.lgamma(small) - ratio
 
 
@@ -118,8 +136,10 @@ def _betainc(a: float, b: float, x: float, y: float) -> float:
   d = 1.0 / guard(1.0 - (a + b) * x / (a + 1.0))
   fraction = d
   for m in range(1, _CF_MAX_TERMS):
-    for coef in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-                 -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+    for coef in (
+      m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+      -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+    ):
       d = 1.0 / guard(1.0 + coef * d)
       c = guard(1.0 + coef / c)
       fraction *= c * d
@@ -185,8 +205,11 @@ def t_critical(confidence: float, df: float) -> float:
 
 
 def _check_confidence(confidence) -> None:
-  if (not isinstance(confidence, numbers.Real) or isinstance(confidence, bool)
-      or not 0.0 < confidence < 1.0):
+  if (
+    not isinstance(confidence, numbers.Real)
+    or isinstance(confidence, bool)
+    or not 0.0 < confidence < 1.0
+  ):
     raise ValueError(f"confidence must be a number in (0, 1), got {confidence!r}")
 
 
@@ -237,10 +260,20 @@ def mean_se(values) -> dict:
 def _verdict(low, high, margin=None):
   low, high = np.asarray(low), np.asarray(high)
   contains_zero = (low <= 0) & (high >= 0)
-  inside = (contains_zero & (low > -np.asarray(margin)) & (high < np.asarray(margin))
-            if margin is not None else np.zeros_like(contains_zero))
-  verdict = np.where(low > 0, AHEAD, np.where(high < 0, BEHIND, np.where(
-      inside, EQUIVALENT, np.where(contains_zero, WITHIN_NOISE, UNDEFINED))))
+  inside = (
+    contains_zero & (low > -np.asarray(margin)) & (high < np.asarray(margin))
+    if margin is not None
+    else np.zeros_like(contains_zero)
+  )
+  verdict = np.where(
+    low > 0,
+    AHEAD,
+    np.where(
+      high < 0,
+      BEHIND,
+      np.where(inside, EQUIVALENT, np.where(contains_zero, WITHIN_NOISE, UNDEFINED)),
+    ),
+  )
   return str(verdict) if verdict.ndim == 0 else verdict
 
 
@@ -270,8 +303,10 @@ def paired_difference(first, second, confidence: float = CONFIDENCE, margin=None
   """
   _check_confidence(confidence)
   if isinstance(first, Mapping) != isinstance(second, Mapping):
-    raise TypeError("first and second must both be mappings seed -> value or both sequences, got "
-                    f"{type(first).__name__} and {type(second).__name__}")
+    raise TypeError(
+      "first and second must both be mappings seed -> value or both sequences, got "
+      f"{type(first).__name__} and {type(second).__name__}"
+    )
   if isinstance(first, Mapping):
     seeds = sorted(set(first) & set(second))
     a = _per_seed([first[s] for s in seeds], "first")
@@ -279,20 +314,29 @@ def paired_difference(first, second, confidence: float = CONFIDENCE, margin=None
   else:
     a, b = _per_seed(first, "first"), _per_seed(second, "second")
     if a.shape[0] != b.shape[0]:
-      raise ValueError("first and second must hold the same number of seeds (paired by "
-                       f"position), got {a.shape[0]} and {b.shape[0]}")
+      raise ValueError(
+        "first and second must hold the same number of seeds (paired by "
+        f"position), got {a.shape[0]} and {b.shape[0]}"
+      )
     seeds = list(range(a.shape[0]))
   if a.shape[1:] != b.shape[1:]:
-    raise ValueError(f"first and second must hold values of one shape, got {a.shape[1:]} and "
-                     f"{b.shape[1:]}")
+    raise ValueError(
+      f"first and second must hold values of one shape, got {a.shape[1:]} and {b.shape[1:]}"
+    )
   d = a - b
   margin = _check_margin(margin, d.shape[1:])
   stats = _mean_se(d)
   n = stats["n"]
-  stats.update(seeds=seeds, differences=d.tolist() if d.ndim == 1 else d,
-               confidence=confidence, margin=None if margin is None else _out(margin),
-               t=None, half_width=None, ci=None,
-               positive=_out((d > 0).sum(axis=0), int) if n else 0)
+  stats.update(
+    seeds=seeds,
+    differences=d.tolist() if d.ndim == 1 else d,
+    confidence=confidence,
+    margin=None if margin is None else _out(margin),
+    t=None,
+    half_width=None,
+    ci=None,
+    positive=_out((d > 0).sum(axis=0), int) if n else 0,
+  )
   if n == 0:
     stats["verdict"] = NO_COMMON_SEED
   elif n == 1:

@@ -41,11 +41,12 @@ from train import data as data_lib
 from train import export as export_lib
 
 SCANN_OPS_MESSAGE = (
-    "This SavedModel uses ScaNN's custom TensorFlow ops (namespace 'Scann'), which are not "
-    "registered in this process. Install ScaNN (`pip install scann`, matching your "
-    "TensorFlow version) and run `import scann` before `tf.saved_model.load(...)` (or use "
-    "eval.serving.load_serving_model, which imports it). For TF Serving, use a model server "
-    "built with the ScaNN ops.")
+  "This SavedModel uses ScaNN's custom TensorFlow ops (namespace 'Scann'), which are not "
+  "registered in this process. Install ScaNN (`pip install scann`, matching your "
+  "TensorFlow version) and run `import scann` before `tf.saved_model.load(...)` (or use "
+  "eval.serving.load_serving_model, which imports it). For TF Serving, use a model server "
+  "built with the ScaNN ops."
+)
 
 
 class ScannOpsMissingError(RuntimeError):
@@ -71,20 +72,30 @@ def _encoder_fn(query_encoder):
     max_len = spec.shape[1] if spec.shape.rank == 2 else None
     return (lambda h: fn(history=h)["embedding"]), max_len
   if callable(query_encoder):
+
     def call(h):
       out = query_encoder(h)
       return out["embedding"] if isinstance(out, dict) else out
+
     return call, None
-  raise ValueError(f"query_encoder must be a SavedModel with a serving_default signature or a "
-                   f"callable, got {type(query_encoder)}")
+  raise ValueError(
+    f"query_encoder must be a SavedModel with a serving_default signature or a "
+    f"callable, got {type(query_encoder)}"
+  )
 
 
 class ServingModule(tf.Module):
   """history [B, L] -> top-k (item_ids, scores) through the ScaNN TF ops."""
 
-  def __init__(self, query_encoder, item_embeddings, k: int = 10,
-               max_len: Optional[int] = None, filter_history: bool = True,
-               index_config: Optional[index_lib.IndexConfig] = None):
+  def __init__(
+    self,
+    query_encoder,
+    item_embeddings,
+    k: int = 10,
+    max_len: Optional[int] = None,
+    filter_history: bool = True,
+    index_config: Optional[index_lib.IndexConfig] = None,
+  ):
     super().__init__()
     emb = np.asarray(item_embeddings, np.float32)
     if int(k) != k or not 1 <= k <= emb.shape[0] - 1:
@@ -108,9 +119,11 @@ class ServingModule(tf.Module):
   def recommend(self, history):
     """history int64 [B, L] -> {"item_ids": int64 [B, k], "scores": float32 [B, k]}."""
     checks = [
-        tf.debugging.assert_non_negative(history, message="history holds negative item ids"),
-        tf.debugging.assert_less_equal(history, tf.constant(self.num_items, tf.int64),
-                                       message="history holds ids above num_items")]
+      tf.debugging.assert_non_negative(history, message="history holds negative item ids"),
+      tf.debugging.assert_less_equal(
+        history, tf.constant(self.num_items, tf.int64), message="history holds ids above num_items"
+      ),
+    ]
     with tf.control_dependencies(checks):
       history = tf.identity(history)
     queries = tf.cast(self._encode(self._fit_length(history)), tf.float32)
@@ -121,10 +134,18 @@ class ServingModule(tf.Module):
     st = self.scann_state
     # Built on the first call, then reused (the op kernel keeps it; the fixed shared_name
     # names it in the resource manager).
-    handle = ops.tensors_to_scann(st.dataset, st.scann_config, st.serialized_partitioner,
-                                  st.datapoint_to_token, st.ah_codebook, st.hashed_dataset,
-                                  st.int8_dataset, st.int8_multipliers, st.dp_norms,
-                                  shared_name=self._shared_name)
+    handle = ops.tensors_to_scann(
+      st.dataset,
+      st.scann_config,
+      st.serialized_partitioner,
+      st.datapoint_to_token,
+      st.ah_codebook,
+      st.hashed_dataset,
+      st.int8_dataset,
+      st.int8_multipliers,
+      st.dp_norms,
+      shared_name=self._shared_name,
+    )
     idx, scores = ops.scann_search_batched(handle, queries, fetch, pre, -1, False)
     idx = tf.cast(idx, tf.int64)
     low = tf.constant(np.finfo(np.float32).min, tf.float32)
@@ -144,10 +165,16 @@ class ServingModule(tf.Module):
     return {"item_ids": top_ids, "scores": top_scores}
 
 
-def export_serving_model(output_dir: Union[str, pathlib.Path], query_encoder, item_embeddings,
-                         *, k: int = 10, max_len: Optional[int] = None,
-                         filter_history: bool = True,
-                         index_config: Optional[index_lib.IndexConfig] = None) -> pathlib.Path:
+def export_serving_model(
+  output_dir: Union[str, pathlib.Path],
+  query_encoder,
+  item_embeddings,
+  *,
+  k: int = 10,
+  max_len: Optional[int] = None,
+  filter_history: bool = True,
+  index_config: Optional[index_lib.IndexConfig] = None,
+) -> pathlib.Path:
   """Builds the ScaNN index and saves the serving SavedModel to ``output_dir``.
 
   Args:
@@ -164,28 +191,46 @@ def export_serving_model(output_dir: Union[str, pathlib.Path], query_encoder, it
   """
   if isinstance(query_encoder, (str, pathlib.Path)):
     query_encoder = tf.saved_model.load(str(query_encoder))
-  module = ServingModule(query_encoder, item_embeddings, k=k, max_len=max_len,
-                         filter_history=filter_history, index_config=index_config)
+  module = ServingModule(
+    query_encoder,
+    item_embeddings,
+    k=k,
+    max_len=max_len,
+    filter_history=filter_history,
+    index_config=index_config,
+  )
   return save_serving_module(module, output_dir)
 
 
-def save_serving_module(module: ServingModule,
-                        output_dir: Union[str, pathlib.Path]) -> pathlib.Path:
+def save_serving_module(
+  module: ServingModule, output_dir: Union[str, pathlib.Path]
+) -> pathlib.Path:
   """Saves a ServingModule (signature serving_default = recommend) and serving_meta.json."""
   output_dir = pathlib.Path(output_dir)
-  tf.saved_model.save(module, str(output_dir),
-                      signatures={"serving_default": module.recommend},
-                      options=tf.saved_model.SaveOptions(namespace_whitelist=["Scann"]))
-  meta = {"k": module.k, "num_items": module.num_items, "max_len": module.max_len,
-          "filter_history": module.filter_history, "index": vars(module.index_config),
-          "signature": {"inputs": {"history": "int64 [B, L]"},
-                        "outputs": {"item_ids": "int64 [B, k]", "scores": "float32 [B, k]"}}}
+  tf.saved_model.save(
+    module,
+    str(output_dir),
+    signatures={"serving_default": module.recommend},
+    options=tf.saved_model.SaveOptions(namespace_whitelist=["Scann"]),
+  )
+  meta = {
+    "k": module.k,
+    "num_items": module.num_items,
+    "max_len": module.max_len,
+    "filter_history": module.filter_history,
+    "index": vars(module.index_config),
+    "signature": {
+      "inputs": {"history": "int64 [B, L]"},
+      "outputs": {"item_ids": "int64 [B, k]", "scores": "float32 [B, k]"},
+    },
+  }
   (output_dir / "serving_meta.json").write_text(json.dumps(meta, indent=2))
   return output_dir
 
 
-def export_from_training_export(export_dir: Union[str, pathlib.Path],
-                                output_dir: Union[str, pathlib.Path], **kwargs) -> pathlib.Path:
+def export_from_training_export(
+  export_dir: Union[str, pathlib.Path], output_dir: Union[str, pathlib.Path], **kwargs
+) -> pathlib.Path:
   """Serving model from a training export (query_encoder/, item_embeddings.npy,
   export_meta.json)."""
   export_dir = pathlib.Path(export_dir)

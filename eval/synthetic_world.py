@@ -24,12 +24,22 @@ from typing import NamedTuple
 
 import numpy as np
 
-__all__ = ["World", "TrainingStream", "make_world", "true_logits", "true_probabilities",
-           "sample_users", "sample_items", "training_stream", "popularity_bins"]
+__all__ = [
+  "World",
+  "TrainingStream",
+  "make_world",
+  "true_logits",
+  "true_probabilities",
+  "sample_users",
+  "sample_items",
+  "training_stream",
+  "popularity_bins",
+]
 
 
 class World(NamedTuple):
   """The hidden parameters of the world (see the module docstring)."""
+
   item_vectors: np.ndarray  # [D, f] v_d
   item_bias: np.ndarray  # [D] b_d
   tau: float
@@ -45,6 +55,7 @@ class World(NamedTuple):
 
 class TrainingStream(NamedTuple):
   """Training draws of one seed: a pool of users and the (user, item) pair of every batch row."""
+
   user_features: np.ndarray  # [U, f] the training users' x_u
   users: np.ndarray  # int32 [steps, batch] row -> index into user_features
   items: np.ndarray  # int32 [steps, batch] the drawn next item d ~ P(. | u)
@@ -55,8 +66,9 @@ def _check_positive_int(value, name):
     raise ValueError(f"{name} must be a positive int, got {value!r}")
 
 
-def make_world(num_items: int = 2000, feature_dim: int = 16, zipf: float = 1.1,
-               tau: float = 4.0, seed: int = 0) -> World:
+def make_world(
+  num_items: int = 2000, feature_dim: int = 16, zipf: float = 1.1, tau: float = 4.0, seed: int = 0
+) -> World:
   """Draws the item vectors v_d ~ N(0, I_f / f) and sets b_d = -zipf * log(d + 1)."""
   _check_positive_int(num_items, "num_items")
   _check_positive_int(feature_dim, "feature_dim")
@@ -92,8 +104,9 @@ def true_probabilities(world: World, user_features) -> np.ndarray:
   return p / p.sum(axis=1, keepdims=True)
 
 
-def sample_items(probabilities: np.ndarray, rows: np.ndarray,
-                 rng: np.random.Generator) -> np.ndarray:
+def sample_items(
+  probabilities: np.ndarray, rows: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
   """One draw d ~ P(. | u) for each entry of ``rows`` (indices into ``probabilities``' rows).
 
   Inverse-CDF sampling in one vectorised search: row r's CDF is shifted by r, so the CDFs of all
@@ -112,8 +125,9 @@ def sample_items(probabilities: np.ndarray, rows: np.ndarray,
   return items.reshape(rows.shape).astype(np.int32)
 
 
-def training_stream(world: World, num_users: int, steps: int, batch_size: int,
-                    seed: int) -> TrainingStream:
+def training_stream(
+  world: World, num_users: int, steps: int, batch_size: int, seed: int
+) -> TrainingStream:
   """A pool of ``num_users`` training users and ``steps`` batches of (user, next item) draws.
 
   Every batch row picks a user of the pool uniformly and draws a fresh next item from P(. | u),

@@ -32,10 +32,15 @@ BACKENDS = ("jax", "tensorflow", "torch", "tf_keras")
 
 
 def parse_args(argv=None):
-  parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--backend", choices=BACKENDS, default="jax",
-                      help="Keras 3 backend, or tf_keras for the tf-keras path")
+  parser = argparse.ArgumentParser(
+    description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+  )
+  parser.add_argument(
+    "--backend",
+    choices=BACKENDS,
+    default="jax",
+    help="Keras 3 backend, or tf_keras for the tf-keras path",
+  )
   parser.add_argument("--data", type=pathlib.Path, default=DEFAULT_DATA, help="u.data path")
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--epochs", type=int, default=8)
@@ -44,8 +49,11 @@ def parse_args(argv=None):
   parser.add_argument("--num_uniform", type=int, default=256, help="k_u uniform negatives")
   parser.add_argument("--temperature", type=float, default=0.1)
   parser.add_argument("--learning_rate", type=float, default=0.01)
-  parser.add_argument("--correction", default="corrected",
-                      choices=("none", "standard", "standard_no_positive", "corrected"))
+  parser.add_argument(
+    "--correction",
+    default="corrected",
+    choices=("none", "standard", "standard_no_positive", "corrected"),
+  )
   parser.add_argument("--ks", type=int, nargs="+", default=[10, 20, 50])
   return parser.parse_args(argv)
 
@@ -63,19 +71,27 @@ def load_movielens(path: pathlib.Path):
   history = {}
   for u, i in zip(users[~last], items[~last]):
     history.setdefault(int(u), []).append(int(i))
-  return (users[~last], items[~last], users[last], items[last],
-          [np.array(history.get(int(u), []), np.int64) for u in users[last]],
-          int(users.max()), int(items.max()))
+  return (
+    users[~last],
+    items[~last],
+    users[last],
+    items[last],
+    [np.array(history.get(int(u), []), np.int64) for u in users[last]],
+    int(users.max()),
+    int(items.max()),
+  )
 
 
 def evaluate(user_vectors, item_vectors, test_items, histories, ks, retrieve):
   """Recall@k / NDCG@k (tfrs_logq.metrics) after filtering each user's training items."""
   from tfrs_logq import metrics  # pylint: disable=g-import-not-at-top
+
   fetch = max(ks) + max(len(h) for h in histories)
   ids, scores = retrieve(user_vectors, item_vectors, fetch)
   ids, _ = metrics.filter_rated(ids, scores, histories, max(ks), targets=test_items)
-  return {name: round(value, 4) for name, value in
-          metrics.retrieval_metrics(ids, test_items, ks).items()}
+  return {
+    name: round(value, 4) for name, value in metrics.retrieval_metrics(ids, test_items, ks).items()
+  }
 
 
 def run_keras3(args, data, counts):
@@ -94,12 +110,17 @@ def run_keras3(args, data, counts):
       super().__init__(**kwargs)
       self.users = keras.layers.Embedding(num_users + 1, args.embedding_dim, name="users")
       self.items = keras.layers.Embedding(num_items + 1, args.embedding_dim, name="items")
-      self.uniform = tlk.negatives.UniformNegatives(args.num_uniform, id_range=(1, num_items + 1),
-                                                    seed=args.seed, name="uniform")
+      self.uniform = tlk.negatives.UniformNegatives(
+        args.num_uniform, id_range=(1, num_items + 1), seed=args.seed, name="uniform"
+      )
       self.task = tlk.Retrieval(
-          correction=args.correction, temperature=args.temperature, reduction="mean",
-          frequency_estimator=tlk.frequency.ExactCounts(num_items + 1, counts=counts),
-          update_frequency="never", name="task")
+        correction=args.correction,
+        temperature=args.temperature,
+        reduction="mean",
+        frequency_estimator=tlk.frequency.ExactCounts(num_items + 1, counts=counts),
+        update_frequency="never",
+        name="task",
+      )
 
     def call(self, inputs):
       return self.users(inputs["user"]), self.items(inputs["item"])
@@ -114,14 +135,22 @@ def run_keras3(args, data, counts):
   model = TwoTower(name="two_tower")
   model.compile(optimizer=keras.optimizers.Adam(args.learning_rate))
   start = time.time()
-  history = model.fit({"user": train_u.astype("int32"), "item": train_i.astype("int32")},
-                      batch_size=args.batch_size, epochs=args.epochs, shuffle=True, verbose=0)
+  history = model.fit(
+    {"user": train_u.astype("int32"), "item": train_i.astype("int32")},
+    batch_size=args.batch_size,
+    epochs=args.epochs,
+    shuffle=True,
+    verbose=0,
+  )
   train_s = time.time() - start
 
   def retrieve(user_vectors, item_vectors, k):
     index = keras_rs.layers.BruteForceRetrieval(
-        candidate_embeddings=item_vectors, candidate_ids=np.arange(1, num_items + 1), k=k,
-        return_scores=True)
+      candidate_embeddings=item_vectors,
+      candidate_ids=np.arange(1, num_items + 1),
+      k=k,
+      return_scores=True,
+    )
     scores, ids = index(user_vectors)
     return np.asarray(ops.convert_to_numpy(ids)), np.asarray(ops.convert_to_numpy(scores))
 
@@ -140,10 +169,13 @@ def run_tf_keras(args, data, counts):
   users = tf.keras.layers.Embedding(num_users + 1, args.embedding_dim)
   items = tf.keras.layers.Embedding(num_items + 1, args.embedding_dim)
   log_q_table = tf.constant(np.log(np.maximum(counts, 1) / counts.sum()), tf.float32)
-  task = tasks.Retrieval(correction=args.correction, temperature=args.temperature,
-                         loss=tf.keras.losses.CategoricalCrossentropy(
-                             from_logits=True,
-                             reduction=tf.keras.losses.Reduction.SUM_OVER_BATCH_SIZE))
+  task = tasks.Retrieval(
+    correction=args.correction,
+    temperature=args.temperature,
+    loss=tf.keras.losses.CategoricalCrossentropy(
+      from_logits=True, reduction=tf.keras.losses.Reduction.SUM_OVER_BATCH_SIZE
+    ),
+  )
   optimizer = tf.keras.optimizers.Adam(args.learning_rate)
   users(tf.constant([1])), items(tf.constant([1]))
   variables = users.trainable_variables + items.trainable_variables
@@ -154,15 +186,21 @@ def run_tf_keras(args, data, counts):
     ids = tf.concat([i, uniform_ids], 0)
     with tf.GradientTape() as tape:
       candidates = tf.concat([items(i), items(uniform_ids)], 0)
-      loss = task(users(u), candidates, candidate_ids=ids,
-                  candidate_log_sampling_probability=tf.gather(log_q_table, ids),
-                  compute_metrics=False)
+      loss = task(
+        users(u),
+        candidates,
+        candidate_ids=ids,
+        candidate_log_sampling_probability=tf.gather(log_q_table, ids),
+        compute_metrics=False,
+      )
     optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
     return loss
 
-  dataset = (tf.data.Dataset.from_tensor_slices((train_u, train_i))
-             .shuffle(len(train_u), seed=args.seed, reshuffle_each_iteration=True)
-             .batch(args.batch_size))
+  dataset = (
+    tf.data.Dataset.from_tensor_slices((train_u, train_i))
+    .shuffle(len(train_u), seed=args.seed, reshuffle_each_iteration=True)
+    .batch(args.batch_size)
+  )
   start = time.time()
   for _ in range(args.epochs):
     for u, i in dataset:
@@ -192,9 +230,15 @@ def main(argv=None):
   counts = np.bincount(data[1], minlength=data[6] + 1)
   runner = run_tf_keras if args.backend == "tf_keras" else run_keras3
   result, last_loss, train_s = runner(args, data, counts)
-  summary = dict(backend=args.backend, seed=args.seed, correction=args.correction,
-                 epochs=args.epochs, train_seconds=round(train_s, 1),
-                 last_loss=round(last_loss, 4), **result)
+  summary = dict(
+    backend=args.backend,
+    seed=args.seed,
+    correction=args.correction,
+    epochs=args.epochs,
+    train_seconds=round(train_s, 1),
+    last_loss=round(last_loss, 4),
+    **result,
+  )
   print(json.dumps(summary))
   return summary
 

@@ -9,8 +9,12 @@ The tf-keras models load on first use (``from models import SASRec`` works as be
 ``import models.keras3`` does not load TensorFlow or tf-keras.
 """
 
-_EXPORTS = {"TrainingQueries": "models.queries", "SASRec": "models.sasrec",
-            "BLOCK_STYLES": "models.sasrec", "TwoTower": "models.two_tower"}
+_EXPORTS = {
+  "TrainingQueries": "models.queries",
+  "SASRec": "models.sasrec",
+  "BLOCK_STYLES": "models.sasrec",
+  "TwoTower": "models.two_tower",
+}
 
 __all__ = ["TrainingQueries", "SASRec", "TwoTower", "BLOCK_STYLES"]
 
@@ -18,5 +22,6 @@ __all__ = ["TrainingQueries", "SASRec", "TwoTower", "BLOCK_STYLES"]
 def __getattr__(name):
   if name in _EXPORTS:
     import importlib  # pylint: disable=g-import-not-at-top
+
     return getattr(importlib.import_module(_EXPORTS[name]), name)
   raise AttributeError(f"module 'models' has no attribute {name!r}")

@@ -25,6 +25,7 @@ __all__ = ["TrainingQueries"]
 
 class TrainingQueries(NamedTuple):
   """The A training queries of a batch (module docstring)."""
+
   queries: tf.Tensor
   positive_ids: tf.Tensor
   sequence_ids: tf.Tensor

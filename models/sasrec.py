@@ -37,7 +37,6 @@ from models.sasrec_settings import BLOCK_STYLES, DEFAULT_ATTENTION_BLOCKS, DEFAU
 __all__ = ["SASRec", "TransformerBlock", "ReferenceBlock", "CausalSelfAttention", "BLOCK_STYLES"]
 
 
-
 class SASRec(tf.keras.Model):
   """Self-attentive sequential recommender with a separate output item-embedding table.
 
@@ -64,12 +63,23 @@ class SASRec(tf.keras.Model):
       ``reuse_item_embeddings``) instead of a separate output table.
   """
 
-  def __init__(self, num_items: int, max_len: int = 200, embedding_dim: int = 128,
-               num_blocks: int = 2, num_heads: int = 1, dropout: float = 0.5,
-               temperature: float = 1.0, jit_compile: bool = False, seed: int = 0,
-               pack_tokens: bool = DEFAULT_PACK_TOKENS, block_style: str = "pre_ln",
-               tie_embeddings: bool = False, attention_blocks: int = DEFAULT_ATTENTION_BLOCKS,
-               **kwargs):
+  def __init__(
+    self,
+    num_items: int,
+    max_len: int = 200,
+    embedding_dim: int = 128,
+    num_blocks: int = 2,
+    num_heads: int = 1,
+    dropout: float = 0.5,
+    temperature: float = 1.0,
+    jit_compile: bool = False,
+    seed: int = 0,
+    pack_tokens: bool = DEFAULT_PACK_TOKENS,
+    block_style: str = "pre_ln",
+    tie_embeddings: bool = False,
+    attention_blocks: int = DEFAULT_ATTENTION_BLOCKS,
+    **kwargs,
+  ):
     super().__init__(**kwargs)
     if num_items < 1:
       raise ValueError(f"num_items must be >= 1, got {num_items}")
@@ -90,26 +100,34 @@ class SASRec(tf.keras.Model):
     self.seed = int(seed)
     init = lambda i: tf.keras.initializers.TruncatedNormal(stddev=0.02, seed=self.seed * 100 + i)
     self.input_embedding = tf.keras.layers.Embedding(
-        num_items + 1, embedding_dim, embeddings_initializer=init(1), name="input_item_embedding")
+      num_items + 1, embedding_dim, embeddings_initializer=init(1), name="input_item_embedding"
+    )
     self.position_embedding = tf.keras.layers.Embedding(
-        max_len, embedding_dim, embeddings_initializer=init(2), name="position_embedding")
+      max_len, embedding_dim, embeddings_initializer=init(2), name="position_embedding"
+    )
     self.tie_embeddings = bool(tie_embeddings)
-    self.output_embedding = (self.input_embedding if self.tie_embeddings else
-                             tf.keras.layers.Embedding(num_items + 1, embedding_dim,
-                                                       embeddings_initializer=init(3),
-                                                       name="output_item_embedding"))
+    self.output_embedding = (
+      self.input_embedding
+      if self.tie_embeddings
+      else tf.keras.layers.Embedding(
+        num_items + 1, embedding_dim, embeddings_initializer=init(3), name="output_item_embedding"
+      )
+    )
     block = TransformerBlock if block_style == "pre_ln" else ReferenceBlock
-    self.blocks = [block(embedding_dim, num_heads, dropout, self.seed * 100 + 10 * (i + 1),
-                         name=f"block_{i}")
-                   for i in range(num_blocks)]
+    self.blocks = [
+      block(embedding_dim, num_heads, dropout, self.seed * 100 + 10 * (i + 1), name=f"block_{i}")
+      for i in range(num_blocks)
+    ]
     self.final_norm = tf.keras.layers.LayerNormalization(
-        epsilon=1e-6 if block_style == "pre_ln" else 1e-5, name="final_norm")
+      epsilon=1e-6 if block_style == "pre_ln" else 1e-5, name="final_norm"
+    )
     self.input_scale = math.sqrt(embedding_dim) if block_style == "pre_ln" else 1.0
     self.jit_compile_encoder = bool(jit_compile)
     self._encode_xla = None
 
-  def set_execution(self, pack_tokens: Optional[bool] = None,
-                    attention_blocks: Optional[int] = None):
+  def set_execution(
+    self, pack_tokens: Optional[bool] = None, attention_blocks: Optional[int] = None
+  ):
     """Changes how the encoder runs (not what it computes in eval mode; the dropout masks'
     layout changes): ``pack_tokens`` and ``attention_blocks`` as in the constructor; None keeps
     the current value. Takes effect for functions traced afterwards."""
@@ -146,7 +164,7 @@ class SASRec(tf.keras.Model):
     inputs = tf.cast(inputs, tf.int64)
     in_xla = _static_shapes.in_xla_context()
     if self.pack_tokens and in_xla:
-      return self._encode_packed(inputs, training=training, seed=seed)   # all tokens
+      return self._encode_packed(inputs, training=training, seed=seed)  # all tokens
     # Inside a program XLA already compiles (e.g. --jit_compile_step) the encoder is part of it:
     # a nested jit function would be recompiled at every call of the outer program.
     if self.jit_compile_encoder and self.final_norm.built and not in_xla:
@@ -163,17 +181,16 @@ class SASRec(tf.keras.Model):
       return self._encode_xla(inputs, **kwargs)
     if self.pack_tokens:
       rows, slots, _ = ops.token_index(tf.not_equal(inputs, 0))
-      return self._encode_packed(inputs, ops.make_tokens(rows, slots), training=training,
-                                 seed=seed)
+      return self._encode_packed(inputs, ops.make_tokens(rows, slots), training=training, seed=seed)
     return self._encode(inputs, training=training, seed=seed)
 
-  def _encode_compiled(self, inputs, rows=None, slots=None, count=None, training=False,
-                       seed=None):
+  def _encode_compiled(self, inputs, rows=None, slots=None, count=None, training=False, seed=None):
     """The body of the XLA-compiled encoder (packed when ``rows`` is given)."""
     if rows is None:
       return self._encode(inputs, training=training, seed=seed)
-    return self._encode_packed(inputs, ops.make_tokens(rows, slots, count), training=training,
-                               seed=seed)
+    return self._encode_packed(
+      inputs, ops.make_tokens(rows, slots, count), training=training, seed=seed
+    )
 
   def _embed(self, ids, positions, length, training, seed):
     """dropout(E_in[ids] * scale + P[positions + max_len - L]) (the per-token input layer)."""
@@ -185,8 +202,9 @@ class SASRec(tf.keras.Model):
     """The padded path: every layer on all B L positions, padding re-zeroed after each block."""
     return self._encode_packed(inputs, None, training=training, seed=seed, padded=True)
 
-  def _encode_packed(self, inputs, tokens: Optional[ops.Tokens] = None, training=False, seed=None,
-                     padded=False):
+  def _encode_packed(
+    self, inputs, tokens: Optional[ops.Tokens] = None, training=False, seed=None, padded=False
+  ):
     """The encoder with every per-token layer (embeddings, LayerNorms, projections, FFN) applied
     to the packed tokens of ``tokens`` ([C, d]); attention runs on the [B, L] grid. Same function
     as the padded path (dropout masks are drawn per packed row, so they differ from the padded
@@ -213,8 +231,11 @@ class SASRec(tf.keras.Model):
     x = zero(self._embed(ids, positions, l, training, seed))
     attention_mask = ops.attention_mask(valid, self.attention_blocks)
     for i, block in enumerate(self.blocks):
-      x = zero(block.call_packed(x, tokens, grid_shape, attention_mask, training=training,
-                                 seed=seed, salt=i + 1))
+      x = zero(
+        block.call_packed(
+          x, tokens, grid_shape, attention_mask, training=training, seed=seed, salt=i + 1
+        )
+      )
     # H in float32 whatever the compute dtype (--mixed_precision=bfloat16): scores, log Q and
     # the loss downstream are float32
     out = tf.cast(ops.to_grid(self.final_norm(x), tokens, grid_shape), tf.float32)
@@ -246,8 +267,9 @@ class SASRec(tf.keras.Model):
     self.built = True
     return self.output_embedding.embeddings
 
-  def training_queries(self, batch, training=True, seed=None,
-                       static_shapes=False) -> TrainingQueries:
+  def training_queries(
+    self, batch, training=True, seed=None, static_shapes=False
+  ) -> TrainingQueries:
     """Queries and positives of a {"inputs", "targets"} [B, L] batch at non-padding targets.
 
     Returns ``TrainingQueries(queries [A, d], positive_ids [A] int64, sequence_ids [A] int64)``
@@ -256,16 +278,20 @@ class SASRec(tf.keras.Model):
     included (positive id 0, query 0), and no encoder op depends on where the padding is.
     """
     if static_shapes:
-      h = (self._encode_packed(tf.cast(batch["inputs"], tf.int64), training=training, seed=seed)
-           if self.pack_tokens else self.encode(batch["inputs"], training=training, seed=seed))
+      h = (
+        self._encode_packed(tf.cast(batch["inputs"], tf.int64), training=training, seed=seed)
+        if self.pack_tokens
+        else self.encode(batch["inputs"], training=training, seed=seed)
+      )
       targets = tf.cast(batch["targets"], tf.int64)
       b, l = tf.shape(targets)[0], tf.shape(targets)[1]
       rows = tf.repeat(tf.range(tf.cast(b, tf.int64)), l)
-      return TrainingQueries(tf.reshape(h, [b * l, self.embedding_dim]),
-                             tf.reshape(targets, [-1]), rows)
+      return TrainingQueries(
+        tf.reshape(h, [b * l, self.embedding_dim]), tf.reshape(targets, [-1]), rows
+      )
     h = self.encode(batch["inputs"], training=training, seed=seed)
     targets = tf.cast(batch["targets"], tf.int64)
-    index = tf.where(tf.not_equal(targets, 0))                      # [A, 2]
+    index = tf.where(tf.not_equal(targets, 0))  # [A, 2]
     return TrainingQueries(tf.gather_nd(h, index), tf.gather_nd(targets, index), index[:, 0])
 
   def call(self, inputs, training=False):
@@ -275,8 +301,18 @@ class SASRec(tf.keras.Model):
     return tf.matmul(q, self.all_item_embeddings(), transpose_b=True) / self.temperature
 
   def get_config(self):
-    return dict(num_items=self.num_items, max_len=self.max_len, embedding_dim=self.embedding_dim,
-                num_blocks=self.num_blocks, num_heads=self.num_heads, dropout=self.rate,
-                temperature=self.temperature, jit_compile=self.jit_compile_encoder, seed=self.seed,
-                pack_tokens=self.pack_tokens, block_style=self.block_style,
-                tie_embeddings=self.tie_embeddings, attention_blocks=self.attention_blocks)
+    return dict(
+      num_items=self.num_items,
+      max_len=self.max_len,
+      embedding_dim=self.embedding_dim,
+      num_blocks=self.num_blocks,
+      num_heads=self.num_heads,
+      dropout=self.rate,
+      temperature=self.temperature,
+      jit_compile=self.jit_compile_encoder,
+      seed=self.seed,
+      pack_tokens=self.pack_tokens,
+      block_style=self.block_style,
+      tie_embeddings=self.tie_embeddings,
+      attention_blocks=self.attention_blocks,
+    )

@@ -35,8 +35,17 @@ class CausalSelfAttention(tf.keras.layers.Layer):
   def core(self, qkv, mask, training=False, seed=None, salt=0):
     """Attention context [B, L, d] from the projected [B, L, 3d] queries/keys/values."""
     d = self.dim
-    return ops.causal_attention(qkv[..., :d], qkv[..., d:2 * d], qkv[..., 2 * d:], mask,
-                             self.num_heads, self.rate, training, seed, salt)
+    return ops.causal_attention(
+      qkv[..., :d],
+      qkv[..., d : 2 * d],
+      qkv[..., 2 * d :],
+      mask,
+      self.num_heads,
+      self.rate,
+      training,
+      seed,
+      salt,
+    )
 
 
 def _padded_call(block, x, attention_mask, mask, training, seed, salt):
@@ -44,8 +53,9 @@ def _padded_call(block, x, attention_mask, mask, training, seed, salt):
   rank 2, whichever path built them), padding re-zeroed."""
   shape = tf.shape(x)
   flat = tf.reshape(x, [-1, x.shape[-1]])
-  out = block.call_packed(flat, None, shape[:2], attention_mask, training=training, seed=seed,
-                          salt=salt)
+  out = block.call_packed(
+    flat, None, shape[:2], attention_mask, training=training, seed=seed, salt=salt
+  )
   return tf.reshape(out, shape) * mask
 
 
@@ -59,8 +69,9 @@ class TransformerBlock(tf.keras.layers.Layer):
     self.ln1 = tf.keras.layers.LayerNormalization(epsilon=1e-6, name="ln_attention")
     self.attention = CausalSelfAttention(dim, num_heads, dropout, seed, name="attention")
     self.ln2 = tf.keras.layers.LayerNormalization(epsilon=1e-6, name="ln_ffn")
-    self.ffn1 = tf.keras.layers.Dense(dim, activation="relu", kernel_initializer=glorot(seed + 2),
-                                      name="ffn1")
+    self.ffn1 = tf.keras.layers.Dense(
+      dim, activation="relu", kernel_initializer=glorot(seed + 2), name="ffn1"
+    )
     self.ffn2 = tf.keras.layers.Dense(dim, kernel_initializer=glorot(seed + 3), name="ffn2")
 
   def call(self, x, attention_mask, mask, training=False, seed=None, salt=0):
@@ -70,11 +81,13 @@ class TransformerBlock(tf.keras.layers.Layer):
   def call_packed(self, x, tokens, grid_shape, attention_mask, training=False, seed=None, salt=0):
     """Same block on the packed tokens x [C, d] (`ops.Tokens`); only the attention core runs on
     the [B, L] grid."""
-    grid = ops.to_grid(self.attention.qkv(self.ln1(x)), tokens, grid_shape)      # [B, L, 3d]
-    ctx = self.attention.core(grid, attention_mask, training=training, seed=seed,
-                              salt=salt * 10 + 1)
-    return self._residual_ffn(x, self.attention.out(ops.from_grid(ctx, tokens)), training, seed,
-                              salt)
+    grid = ops.to_grid(self.attention.qkv(self.ln1(x)), tokens, grid_shape)  # [B, L, 3d]
+    ctx = self.attention.core(
+      grid, attention_mask, training=training, seed=seed, salt=salt * 10 + 1
+    )
+    return self._residual_ffn(
+      x, self.attention.out(ops.from_grid(ctx, tokens)), training, seed, salt
+    )
 
   def _residual_ffn(self, x, a, training, seed, salt):
     x = x + ops.stateless_dropout(a, self.rate, training, seed, salt * 10 + 2)
@@ -102,8 +115,9 @@ class ReferenceBlock(tf.keras.layers.Layer):
       raise ValueError(f"embedding dim {dim} is not divisible by num_heads {num_heads}")
     self.dim, self.num_heads, self.rate = dim, num_heads, dropout
     init = lambda i: tf.keras.initializers.TruncatedNormal(stddev=0.02, seed=seed + i)
-    dense = lambda units, i, name: tf.keras.layers.Dense(units, kernel_initializer=init(i),
-                                                         name=name)
+    dense = lambda units, i, name: tf.keras.layers.Dense(
+      units, kernel_initializer=init(i), name=name
+    )
     self.ln1 = tf.keras.layers.LayerNormalization(epsilon=1e-5, name="ln_attention")
     self.ln2 = tf.keras.layers.LayerNormalization(epsilon=1e-5, name="ln_ffn")
     self.query = dense(dim, 0, "query")
@@ -121,13 +135,23 @@ class ReferenceBlock(tf.keras.layers.Layer):
     z = self.ln1(x)
     grid = ops.to_grid(tf.concat([self.query(z), self.kv(x)], -1), tokens, grid_shape)  # [B, L, 3d]
     d = self.dim
-    ctx = ops.causal_attention(grid[..., :d], grid[..., d:2 * d], grid[..., 2 * d:], attention_mask,
-                            self.num_heads, self.rate, training, seed, salt * 10 + 1)
+    ctx = ops.causal_attention(
+      grid[..., :d],
+      grid[..., d : 2 * d],
+      grid[..., 2 * d :],
+      attention_mask,
+      self.num_heads,
+      self.rate,
+      training,
+      seed,
+      salt * 10 + 1,
+    )
     return self._ffn(ops.from_grid(ctx, tokens) + z, training, seed, salt)
 
   def _ffn(self, a_plus_z, training, seed, salt):
     hidden = self.ln2(a_plus_z)
-    f = ops.stateless_dropout(tf.nn.relu(self.ffn1(hidden)), self.rate, training, seed,
-                              salt * 10 + 3)
+    f = ops.stateless_dropout(
+      tf.nn.relu(self.ffn1(hidden)), self.rate, training, seed, salt * 10 + 3
+    )
     f = ops.stateless_dropout(self.ffn2(f), self.rate, training, seed, salt * 10 + 4)
     return hidden + f

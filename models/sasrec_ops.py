@@ -35,12 +35,23 @@ import tensorflow as tf
 
 from tfrs_logq import _static_shapes
 
-__all__ = ["TOKEN_BUCKETS", "stateless_dropout", "AttentionMask", "block_bounds", "attention_mask",
-           "causal_attention", "Tokens", "token_index", "make_tokens", "to_grid", "from_grid"]
+__all__ = [
+  "TOKEN_BUCKETS",
+  "stateless_dropout",
+  "AttentionMask",
+  "block_bounds",
+  "attention_mask",
+  "causal_attention",
+  "Tokens",
+  "token_index",
+  "make_tokens",
+  "to_grid",
+  "from_grid",
+]
 
 _NEG_INF = -1e9
-TOKEN_BUCKETS = 8             # compiled token capacities per batch shape (module docstring)
-_BLOCK_SALT = 100_000         # attention-dropout salt of query block i: salt + i * _BLOCK_SALT
+TOKEN_BUCKETS = 8  # compiled token capacities per batch shape (module docstring)
+_BLOCK_SALT = 100_000  # attention-dropout salt of query block i: salt + i * _BLOCK_SALT
 
 
 def stateless_dropout(x, rate, training, seed, salt):
@@ -54,12 +65,14 @@ def stateless_dropout(x, rate, training, seed, salt):
     return x
   if seed is None:
     return tf.nn.dropout(x, rate)
-  s = _static_shapes.stateless_seed(                    # the same masks with and without XLA
-      tf.cast(seed, tf.int64) + tf.constant([0, 1_000_003], tf.int64) * salt)
+  s = _static_shapes.stateless_seed(  # the same masks with and without XLA
+    tf.cast(seed, tf.int64) + tf.constant([0, 1_000_003], tf.int64) * salt
+  )
   threshold = min(max(int(round(256 * rate)), 1), 255)
   n = tf.size(x)
-  words = tf.random.stateless_uniform([(n + 3) // 4], seed=s, minval=None, maxval=None,
-                                      dtype=tf.int32)
+  words = tf.random.stateless_uniform(
+    [(n + 3) // 4], seed=s, minval=None, maxval=None, dtype=tf.int32
+  )
   u = tf.reshape(tf.bitcast(words, tf.uint8), [-1])[:n]
   keep = tf.reshape(u >= threshold, tf.shape(x))
   return tf.where(keep, x * (256.0 / (256 - threshold)), tf.zeros_like(x))
@@ -70,6 +83,7 @@ class AttentionMask(NamedTuple):
   """The query blocks of blocked causal attention: ``blocks[i] = (a, b, bias)``, bias
   [B, b - a, b] = 0 where key j <= query t and item_j != 0, else -1e9 (a = 0, b = None: the full
   grid)."""
+
   blocks: Tuple[Tuple[int, Optional[int], tf.Tensor], ...]
 
 
@@ -95,12 +109,12 @@ def attention_mask(valid, num_blocks: int) -> AttentionMask:
   for a, b in block_bounds(length, num_blocks):
     if b is None:
       l = tf.shape(valid)[1]
-      causal = tf.linalg.band_part(tf.ones([l, l], tf.bool), -1, 0)            # j <= t
+      causal = tf.linalg.band_part(tf.ones([l, l], tf.bool), -1, 0)  # j <= t
       keys = valid
     else:
-      causal = tf.linalg.band_part(tf.ones([b, b], tf.bool), -1, 0)[a:b]      # [b - a, b]
+      causal = tf.linalg.band_part(tf.ones([b, b], tf.bool), -1, 0)[a:b]  # [b - a, b]
       keys = valid[:, :b]
-    allowed = tf.logical_and(causal[None], keys[:, None, :])                   # [B, n, b]
+    allowed = tf.logical_and(causal[None], keys[:, None, :])  # [B, n, b]
     blocks.append((a, b, tf.where(allowed, 0.0, _NEG_INF)))
   return AttentionMask(tuple(blocks))
 
@@ -115,16 +129,18 @@ def causal_attention(q, k, v, mask: AttentionMask, num_heads: int, rate, trainin
   dim = q.shape[-1]
   h, dh = num_heads, dim // num_heads
   q = q * (1.0 / math.sqrt(dh))
-  if h > 1:                                                         # [B, H, L, dh]
+  if h > 1:  # [B, H, L, dh]
     q, k, v = (tf.transpose(tf.reshape(t, [b_, l_, h, dh]), [0, 2, 1, 3]) for t in (q, k, v))
   outs = []
   for i, (a, b, bias) in enumerate(mask.blocks):
     qi, ki, vi = (q, k, v) if b is None else (q[..., a:b, :], k[..., :b, :], v[..., :b, :])
     # logits and softmax in float32 whatever the compute dtype (bfloat16: --mixed_precision)
     logits = tf.cast(tf.matmul(qi, ki, transpose_b=True), tf.float32) + tf.cast(
-        bias[:, None] if h > 1 else bias, tf.float32)
-    attn = stateless_dropout(tf.nn.softmax(logits, axis=-1), rate, training, seed,
-                             salt + _BLOCK_SALT * i)
+      bias[:, None] if h > 1 else bias, tf.float32
+    )
+    attn = stateless_dropout(
+      tf.nn.softmax(logits, axis=-1), rate, training, seed, salt + _BLOCK_SALT * i
+    )
     outs.append(tf.matmul(tf.cast(attn, vi.dtype), vi))
   ctx = outs[0] if len(outs) == 1 else tf.concat(outs, axis=-2)
   if h > 1:
@@ -140,6 +156,7 @@ class Tokens(NamedTuple):
   slots: int32 [B * L], packed row of each grid slot, C for padding slots (a zero row);
   live: float [C, 1], 1 for the T token rows, 0 for filler rows; None when C = T.
   """
+
   rows: tf.Tensor
   slots: tf.Tensor
   live: Optional[tf.Tensor]
@@ -184,12 +201,14 @@ def to_grid(x, tokens: Optional[Tokens], grid_shape):
   @tf.custom_gradient
   def gather(x):
     xz = x if live is None else x * tf.cast(live, x.dtype)
-    y = tf.gather(tf.pad(xz, [[0, 1], [0, 0]]), slots)                 # row C: zeros
+    y = tf.gather(tf.pad(xz, [[0, 1], [0, 0]]), slots)  # row C: zeros
 
     def grad(dy):
       g = tf.gather(dy, rows)
       return g if live is None else g * tf.cast(live, g.dtype)
+
     return y, grad
+
   return tf.reshape(gather(x), shape)
 
 
@@ -205,5 +224,7 @@ def from_grid(g, tokens: Optional[Tokens]):
     def grad(dy):
       dz = dy if live is None else dy * tf.cast(live, dy.dtype)
       return tf.gather(tf.pad(dz, [[0, 1], [0, 0]]), slots)
+
     return tf.gather(flat, rows), grad
+
   return gather(flat)

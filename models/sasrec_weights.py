@@ -25,16 +25,20 @@ import numpy as np
 
 __all__ = ["get_arrays", "set_arrays", "sublayers", "to_npz", "from_npz"]
 
-_BLOCK_LAYERS = {"reference": ("ln1", "ln2", "ffn1", "ffn2", "query", "kv"),
-                 "pre_ln": ("ln1", "ln2", "ffn1", "ffn2", "attention.qkv", "attention.out")}
+_BLOCK_LAYERS = {
+  "reference": ("ln1", "ln2", "ffn1", "ffn2", "query", "kv"),
+  "pre_ln": ("ln1", "ln2", "ffn1", "ffn2", "attention.qkv", "attention.out"),
+}
 
 
 def sublayers(model) -> List[Tuple[str, object]]:
   """(name, layer) of every weight-holding sublayer of either SASRec twin, in the order above."""
   if model.block_style not in _BLOCK_LAYERS:
     raise ValueError(f"unknown block_style {model.block_style!r}; known: {sorted(_BLOCK_LAYERS)}")
-  out = [("input_embedding", model.input_embedding),
-         ("position_embedding", model.position_embedding)]
+  out = [
+    ("input_embedding", model.input_embedding),
+    ("position_embedding", model.position_embedding),
+  ]
   if not model.tie_embeddings:
     out.append(("output_embedding", model.output_embedding))
   for i, block in enumerate(model.blocks):
@@ -58,15 +62,19 @@ def set_arrays(model, arrays: Dict[str, Sequence[np.ndarray]]) -> None:
   missing = sorted({name for name, _ in layers} - set(arrays))
   extra = sorted(set(arrays) - {name for name, _ in layers})
   if missing or extra:
-    raise ValueError(f"SASRec weights do not match this model's sublayers: missing {missing}, "
-                     f"unexpected {extra} (block_style={model.block_style!r}, "
-                     f"tie_embeddings={model.tie_embeddings})")
+    raise ValueError(
+      f"SASRec weights do not match this model's sublayers: missing {missing}, "
+      f"unexpected {extra} (block_style={model.block_style!r}, "
+      f"tie_embeddings={model.tie_embeddings})"
+    )
   for name, layer in layers:
     current, given = layer.get_weights(), [np.asarray(w) for w in arrays[name]]
     shapes = [tuple(w.shape) for w in current], [tuple(w.shape) for w in given]
     if shapes[0] != shapes[1]:
-      raise ValueError(f"SASRec sublayer {name}: this model's weights have shapes {shapes[0]}, "
-                       f"the given ones {shapes[1]}")
+      raise ValueError(
+        f"SASRec sublayer {name}: this model's weights have shapes {shapes[0]}, "
+        f"the given ones {shapes[1]}"
+      )
     layer.set_weights([w.astype(c.dtype) for c, w in zip(current, given)])
 
 

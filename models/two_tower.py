@@ -32,9 +32,17 @@ __all__ = ["TwoTower", "QueryTower", "CandidateTower"]
 class QueryTower(tf.keras.layers.Layer):
   """Mean-pooled history embeddings (+ user id embedding) followed by an MLP."""
 
-  def __init__(self, num_items: int, num_users: int, embedding_dim: int,
-               hidden_dims: Sequence[int] = (), use_user_id: bool = False,
-               use_history: bool = True, seed: int = 0, **kwargs):
+  def __init__(
+    self,
+    num_items: int,
+    num_users: int,
+    embedding_dim: int,
+    hidden_dims: Sequence[int] = (),
+    use_user_id: bool = False,
+    use_history: bool = True,
+    seed: int = 0,
+    **kwargs,
+  ):
     super().__init__(**kwargs)
     if not (use_user_id or use_history):
       raise ValueError("the query tower needs the history, the user id, or both")
@@ -43,19 +51,30 @@ class QueryTower(tf.keras.layers.Layer):
     self.use_user_id, self.use_history = use_user_id, use_history
     self.num_users = num_users
     init = lambda i: tf.keras.initializers.TruncatedNormal(stddev=0.05, seed=seed * 100 + i)
-    self.history_embedding = tf.keras.layers.Embedding(
+    self.history_embedding = (
+      tf.keras.layers.Embedding(
         num_items + 1, embedding_dim, embeddings_initializer=init(1), name="history_embedding"
-    ) if use_history else None
-    self.user_embedding = tf.keras.layers.Embedding(
+      )
+      if use_history
+      else None
+    )
+    self.user_embedding = (
+      tf.keras.layers.Embedding(
         num_users + 1, embedding_dim, embeddings_initializer=init(2), name="user_embedding"
-    ) if use_user_id else None
+      )
+      if use_user_id
+      else None
+    )
     glorot = lambda i: tf.keras.initializers.GlorotUniform(seed=seed * 100 + 10 + i)
-    self.mlp = [tf.keras.layers.Dense(h, activation="relu", kernel_initializer=glorot(i),
-                                      name=f"hidden_{i}")
-                for i, h in enumerate(hidden_dims)]
-    self.projection = tf.keras.layers.Dense(
-        embedding_dim, kernel_initializer=glorot(9), name="projection") if (
-        hidden_dims or (use_user_id and use_history)) else None
+    self.mlp = [
+      tf.keras.layers.Dense(h, activation="relu", kernel_initializer=glorot(i), name=f"hidden_{i}")
+      for i, h in enumerate(hidden_dims)
+    ]
+    self.projection = (
+      tf.keras.layers.Dense(embedding_dim, kernel_initializer=glorot(9), name="projection")
+      if (hidden_dims or (use_user_id and use_history))
+      else None
+    )
 
   def call(self, history=None, user_id=None):
     parts = []
@@ -73,8 +92,9 @@ class QueryTower(tf.keras.layers.Layer):
         raise ValueError("this query tower needs `user_id` int [B]")
       user_id = tf.cast(user_id, tf.int64)
       # Users beyond the table (new at serving time) fall into the unknown bucket 0.
-      user_id = tf.where((user_id < 0) | (user_id > self.num_users), tf.zeros_like(user_id),
-                         user_id)
+      user_id = tf.where(
+        (user_id < 0) | (user_id > self.num_users), tf.zeros_like(user_id), user_id
+      )
       parts.append(self.user_embedding(user_id))
     x = parts[0] if len(parts) == 1 else tf.concat(parts, axis=-1)
     for layer in self.mlp:
@@ -85,13 +105,20 @@ class QueryTower(tf.keras.layers.Layer):
 class CandidateTower(tf.keras.layers.Layer):
   """Item id embedding, optionally concatenated with fixed dense item features and projected."""
 
-  def __init__(self, num_items: int, embedding_dim: int, item_features: Optional[np.ndarray] = None,
-               seed: int = 0, **kwargs):
+  def __init__(
+    self,
+    num_items: int,
+    embedding_dim: int,
+    item_features: Optional[np.ndarray] = None,
+    seed: int = 0,
+    **kwargs,
+  ):
     super().__init__(**kwargs)
     init = tf.keras.initializers.TruncatedNormal(stddev=0.05, seed=seed * 100 + 3)
     self.num_items = num_items
     self.item_embedding = tf.keras.layers.Embedding(
-        num_items + 1, embedding_dim, embeddings_initializer=init, name="item_embedding")
+      num_items + 1, embedding_dim, embeddings_initializer=init, name="item_embedding"
+    )
     self.item_features = None
     self.projection = None
     if item_features is not None:
@@ -100,9 +127,10 @@ class CandidateTower(tf.keras.layers.Layer):
         raise ValueError(f"item_features must be [num_items + 1, f], got {feats.shape}")
       self.item_features = tf.constant(feats)
       self.projection = tf.keras.layers.Dense(
-          embedding_dim,
-          kernel_initializer=tf.keras.initializers.GlorotUniform(seed=seed * 100 + 4),
-          name="projection")
+        embedding_dim,
+        kernel_initializer=tf.keras.initializers.GlorotUniform(seed=seed * 100 + 4),
+        name="projection",
+      )
 
   def call(self, item_ids):
     item_ids = tf.cast(item_ids, tf.int64)
@@ -129,11 +157,24 @@ class TwoTower(tfrs.Model):
     temperature: scores are <q, c> / temperature.
   """
 
-  def __init__(self, num_items: int, num_users: int = 0, embedding_dim: int = 64, *,
-               task=None, frequency_estimator=None, update_estimator: bool = False,
-               hidden_dims: Sequence[int] = (), use_user_id: bool = False,
-               use_history: bool = True, item_features=None, temperature: float = 1.0,
-               max_len: int = 200, seed: int = 0, **kwargs):
+  def __init__(
+    self,
+    num_items: int,
+    num_users: int = 0,
+    embedding_dim: int = 64,
+    *,
+    task=None,
+    frequency_estimator=None,
+    update_estimator: bool = False,
+    hidden_dims: Sequence[int] = (),
+    use_user_id: bool = False,
+    use_history: bool = True,
+    item_features=None,
+    temperature: float = 1.0,
+    max_len: int = 200,
+    seed: int = 0,
+    **kwargs,
+  ):
     super().__init__(**kwargs)
     if num_items < 1:
       raise ValueError(f"num_items must be >= 1, got {num_items}")
@@ -142,10 +183,19 @@ class TwoTower(tfrs.Model):
     self.num_items, self.num_users = num_items, num_users
     self.embedding_dim, self.max_len = embedding_dim, max_len
     self.temperature = float(temperature)
-    self.query_tower = QueryTower(num_items, num_users, embedding_dim, hidden_dims,
-                                  use_user_id, use_history, seed=seed, name="query_tower")
-    self.candidate_tower = CandidateTower(num_items, embedding_dim, item_features, seed=seed,
-                                          name="candidate_tower")
+    self.query_tower = QueryTower(
+      num_items,
+      num_users,
+      embedding_dim,
+      hidden_dims,
+      use_user_id,
+      use_history,
+      seed=seed,
+      name="query_tower",
+    )
+    self.candidate_tower = CandidateTower(
+      num_items, embedding_dim, item_features, seed=seed, name="candidate_tower"
+    )
     self.task = task
     self.frequency_estimator = frequency_estimator
     self.update_estimator = update_estimator
@@ -155,12 +205,15 @@ class TwoTower(tfrs.Model):
     tf.function, without scoring the catalog. Under ParameterServerStrategy an eager lookup
     of a sharded table (or scoring the catalog) copies the whole table onto the chief; in a
     graph the gather runs on the parameter servers and one row comes back."""
+
     @tf.function
     def dummy():
-      with tf.name_scope(self.name):   # the variable names of a call (checkpoints, h5)
-        query = self.query_embeddings({"history": tf.zeros([1, self.max_len], tf.int64),
-                                       "user_id": tf.zeros([1], tf.int64)})
+      with tf.name_scope(self.name):  # the variable names of a call (checkpoints, h5)
+        query = self.query_embeddings(
+          {"history": tf.zeros([1, self.max_len], tf.int64), "user_id": tf.zeros([1], tf.int64)}
+        )
         return query, self.item_embeddings(tf.zeros([1], tf.int64))
+
     dummy()
     self.built = True
     return self
@@ -182,15 +235,19 @@ class TwoTower(tfrs.Model):
     """[num_items + 1, d] (row 0 = padding)."""
     return self.candidate_tower(tf.range(self.num_items + 1, dtype=tf.int64))
 
-  def training_queries(self, batch, training=True, seed=None,
-                       static_shapes=False) -> TrainingQueries:
+  def training_queries(
+    self, batch, training=True, seed=None, static_shapes=False
+  ) -> TrainingQueries:
     """``TrainingQueries(queries [B, d], positive_ids [B], sequence_ids = 0..B-1)`` of a batch
     {"history", "user_id", "item_id"} (each pair is its own sequence; the shapes are static
     either way, ``static_shapes`` is accepted for the shared interface)."""
     del static_shapes
     positive_ids = tf.cast(batch["item_id"], tf.int64)
-    return TrainingQueries(self.query_embeddings(batch, training=training, seed=seed),
-                           positive_ids, tf.range(tf.size(positive_ids, out_type=tf.int64)))
+    return TrainingQueries(
+      self.query_embeddings(batch, training=training, seed=seed),
+      positive_ids,
+      tf.range(tf.size(positive_ids, out_type=tf.int64)),
+    )
 
   def serving_queries(self, history, user_ids=None):
     """Serving queries [B, d] of left-padded histories int [B, max_len]; user ids default to 0
@@ -216,5 +273,6 @@ class TwoTower(tfrs.Model):
       if self.update_estimator and training:
         self.frequency_estimator.update(item_ids)
       kwargs["candidate_log_sampling_probability"] = self.frequency_estimator.log_q(item_ids)
-    return self.task(query, candidates, candidate_ids=item_ids, compute_metrics=not training,
-                     **kwargs)
+    return self.task(
+      query, candidates, candidate_ids=item_ids, compute_metrics=not training, **kwargs
+    )

@@ -24,8 +24,7 @@ import tensorflow as tf  # noqa: E402
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 _cpus = tf.config.list_physical_devices("CPU")
-tf.config.set_logical_device_configuration(
-    _cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+tf.config.set_logical_device_configuration(_cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
 
 
 _MIRRORED = []
@@ -54,8 +53,10 @@ def shared_data_dir() -> pathlib.Path:
 def data_dir() -> pathlib.Path:
   path = shared_data_dir()
   if not path.is_dir():
-    pytest.fail(f"shared datasets not found at {path}: set TFRS_LOGQ_DATA or place "
-                "../shared/data beside the repository (tests never skip on missing data)")
+    pytest.fail(
+      f"shared datasets not found at {path}: set TFRS_LOGQ_DATA or place "
+      "../shared/data beside the repository (tests never skip on missing data)"
+    )
   return path
 
 

@@ -5,5 +5,4 @@ import sys
 import pytest
 
 if __name__ == "__main__":
-  sys.exit(pytest.main(["-q", "--import-mode=importlib", "-p", "no:cacheprovider"]
-                       + sys.argv[1:]))
+  sys.exit(pytest.main(["-q", "--import-mode=importlib", "-p", "no:cacheprovider"] + sys.argv[1:]))

@@ -41,14 +41,15 @@ def _blocks(page):
   text = page.read_text(encoding="utf-8")
   out = []
   for match in _FENCE.finditer(text):
-    before = text[:match.start()].rstrip().splitlines()
+    before = text[: match.start()].rstrip().splitlines()
     marked = bool(before) and before[-1].strip() == NO_TEST
     out.append((text.count("\n", 0, match.start()) + 1, match.group(1), marked))
   return out
 
 
-_RUNNABLE = [(_name(page), line, code) for page in PAGES
-             for line, code, marked in _blocks(page) if not marked]
+_RUNNABLE = [
+  (_name(page), line, code) for page in PAGES for line, code, marked in _blocks(page) if not marked
+]
 
 
 def test_pages_exist():
@@ -65,16 +66,19 @@ def test_readme_is_a_front_page():
 
 def test_pages_have_python_blocks_and_few_are_excluded():
   assert sum(1 for name, _, _ in _RUNNABLE if name == "README.md") >= 1, (
-      "README.md lost its runnable example")
+    "README.md lost its runnable example"
+  )
   assert len(_RUNNABLE) >= 3, "README.md and docs/ lost their runnable examples"
   for page in PAGES:
     blocks = _blocks(page)
     assert sum(marked for _, _, marked in blocks) <= max(1, len(blocks) // 4), (
-        f"too many {NO_TEST} blocks in {_name(page)}: examples should run")
+      f"too many {NO_TEST} blocks in {_name(page)}: examples should run"
+    )
 
 
-@pytest.mark.parametrize("page,line,code", _RUNNABLE,
-                         ids=[f"{page}:line{line}" for page, line, _ in _RUNNABLE])
+@pytest.mark.parametrize(
+  "page,line,code", _RUNNABLE, ids=[f"{page}:line{line}" for page, line, _ in _RUNNABLE]
+)
 def test_page_block_runs(page, line, code):
   namespace = {"__name__": f"doc_block_{re.sub(r'[^0-9a-zA-Z]', '_', page)}_line{line}"}
   exec(compile(code, f"{page}:{line}", "exec"), namespace)  # pylint: disable=exec-used

@@ -93,19 +93,22 @@ def test_app_extra_provides_what_the_application_imports():
   # ScaNN-vs-FAISS bench end to end) + the style gate's tools (`make lint`, the lint extra).
   assert reqs["keras3"] == {"keras", "keras-rs", "jax", "tensorboard"}
   assert reqs["lint"] == {"ruff", "mypy"}
-  assert (reqs["app"] | reqs["keras3"] | reqs["lint"] | {"pytest", "scipy", "torch", "faiss-cpu"}
-          == reqs["test"])
+  assert (
+    reqs["app"] | reqs["keras3"] | reqs["lint"] | {"pytest", "scipy", "torch", "faiss-cpu"}
+    == reqs["test"]
+  )
   # The speed bench's PyTorch yardstick and serving_scale's FAISS are the bench extra (the suite
   # installs torch for the Keras 3 backend, and never runs the yardstick).
   assert reqs["bench"] == reqs["app"] | reqs["keras3"] | {"torch", "faiss-cpu"}
 
 
 def test_console_scripts_point_at_the_binaries():
-  scripts = {ep.name: ep.value for ep in _installed().entry_points
-             if ep.group == "console_scripts"}
-  assert scripts == {"tfrs-logq-train": "train.__main__:run",
-                     "tfrs-logq-evaluate": "eval.evaluate:run",
-                     "tfrs-logq-reproduce": "bench.reproduce:run"}
+  scripts = {ep.name: ep.value for ep in _installed().entry_points if ep.group == "console_scripts"}
+  assert scripts == {
+    "tfrs-logq-train": "train.__main__:run",
+    "tfrs-logq-evaluate": "eval.evaluate:run",
+    "tfrs-logq-reproduce": "bench.reproduce:run",
+  }
 
 
 def test_console_script_help_lists_the_flags_from_any_directory(tmp_path):
@@ -115,8 +118,14 @@ def test_console_script_help_lists_the_flags_from_any_directory(tmp_path):
   for script in ("tfrs-logq-train", "tfrs-logq-evaluate", "tfrs-logq-reproduce"):
     assert (bin_dir / script).exists(), f"{bin_dir / script}: run pip install -e '.[test]'"
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-  proc = subprocess.run([str(bin_dir / "tfrs-logq-train"), "--help"], cwd=tmp_path,
-                        capture_output=True, text=True, env=env, timeout=240)
+  proc = subprocess.run(
+    [str(bin_dir / "tfrs-logq-train"), "--help"],
+    cwd=tmp_path,
+    capture_output=True,
+    text=True,
+    env=env,
+    timeout=240,
+  )
   assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
   for flag in ("--logq", "--dataset", "--synthetic_users", "--hash_array_alpha"):
     assert re.search(rf"^  {flag}:", proc.stdout, re.M), proc.stdout[-2000:]

@@ -16,16 +16,24 @@ else:
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("log_q", "losses", "accidental_hits", "logq_correction", "tasks", "metrics",
-               "frequency", "negatives")
-_EXPORTS = {"SampledSoftmaxLoss": "losses", "sampled_softmax_loss": "losses",
-            "Retrieval": "tasks"}
+_SUBMODULES = (
+  "log_q",
+  "losses",
+  "accidental_hits",
+  "logq_correction",
+  "tasks",
+  "metrics",
+  "frequency",
+  "negatives",
+)
+_EXPORTS = {"SampledSoftmaxLoss": "losses", "sampled_softmax_loss": "losses", "Retrieval": "tasks"}
 
 
 def __getattr__(name):
   """Loads submodules on first use: `import tfrs_logq; tfrs_logq.tasks.Retrieval(...)` works,
   and a bare `import tfrs_logq` stays light (it does not pull in TFRS or ScaNN's ops)."""
   import importlib  # pylint: disable=g-import-not-at-top
+
   if name in _SUBMODULES:
     return importlib.import_module(f"tfrs_logq.{name}")
   if name in _EXPORTS:

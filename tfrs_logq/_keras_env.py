@@ -18,11 +18,11 @@ import os
 import sys
 
 _FIX = (
-    "tfrs_logq needs TensorFlow's legacy Keras (tf-keras 2.x), because TensorFlow "
-    "Recommenders does. Set TF_USE_LEGACY_KERAS=1 in the environment before TensorFlow is "
-    "imported (e.g. `export TF_USE_LEGACY_KERAS=1`), or import tfrs_logq before tensorflow, "
-    "and make sure the `tf-keras` package (2.20.x) is installed. (The Keras 3 path needs none "
-    "of this: `import tfrs_logq.keras3` works with any Keras 3 backend.)"
+  "tfrs_logq needs TensorFlow's legacy Keras (tf-keras 2.x), because TensorFlow "
+  "Recommenders does. Set TF_USE_LEGACY_KERAS=1 in the environment before TensorFlow is "
+  "imported (e.g. `export TF_USE_LEGACY_KERAS=1`), or import tfrs_logq before tensorflow, "
+  "and make sure the `tf-keras` package (2.20.x) is installed. (The Keras 3 path needs none "
+  "of this: `import tfrs_logq.keras3` works with any Keras 3 backend.)"
 )
 
 # Packages importable without tf-keras: importing them first defers the legacy-Keras check.
@@ -60,8 +60,9 @@ def ensure_legacy_keras():
     raise ImportError(f"Could not load tf.keras ({e}). {_FIX}") from e
   if not module.startswith("tf_keras"):
     raise ImportError(
-        f"tf.keras resolves to Keras 3 ({module}); TF_USE_LEGACY_KERAS="
-        f"{os.environ.get('TF_USE_LEGACY_KERAS')!r}. {_FIX}")
+      f"tf.keras resolves to Keras 3 ({module}); TF_USE_LEGACY_KERAS="
+      f"{os.environ.get('TF_USE_LEGACY_KERAS')!r}. {_FIX}"
+    )
   return tf
 
 
@@ -75,11 +76,14 @@ def importing_without_tf_keras() -> bool:
   """
   frame = sys._getframe(1)  # pylint: disable=protected-access
   while frame is not None:
-    if (frame.f_code.co_name == "_find_and_load"
-        and frame.f_globals.get("__name__") == "importlib._bootstrap"):
+    if (
+      frame.f_code.co_name == "_find_and_load"
+      and frame.f_globals.get("__name__") == "importlib._bootstrap"
+    ):
       name = frame.f_locals.get("name")
-      if isinstance(name, str) and any(name == p or name.startswith(p + ".")
-                                       for p in _WITHOUT_TF_KERAS):
+      if isinstance(name, str) and any(
+        name == p or name.startswith(p + ".") for p in _WITHOUT_TF_KERAS
+      ):
         return True
     frame = frame.f_back
   return False
@@ -94,7 +98,8 @@ class _LegacyKerasGuard:
 
   def find_spec(self, fullname, path=None, target=None):  # pylint: disable=unused-argument
     if fullname.startswith("tfrs_logq.") and not any(
-        fullname == n or fullname.startswith(n + ".") for n in _NEUTRAL):
+      fullname == n or fullname.startswith(n + ".") for n in _NEUTRAL
+    ):
       ensure_legacy_keras()
       if self in sys.meta_path:
         sys.meta_path.remove(self)

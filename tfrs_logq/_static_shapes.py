@@ -35,14 +35,24 @@ from typing import NamedTuple, Optional
 
 import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
 import tensorflow as tf
+
 # pylint: disable=g-direct-tensorflow-import  (no public API tells whether XLA compiles a trace)
 from tensorflow.python.framework import ops as _ops
 from tensorflow.python.ops import control_flow_util as _cf_util
 # pylint: enable=g-direct-tensorflow-import
 
-__all__ = ["in_xla_context", "use_static_shapes", "SortedRuns", "sorted_runs", "run_total",
-           "first_occurrence", "valid_rank", "unsort", "all_gather_by_all_reduce",
-           "stateless_seed"]
+__all__ = [
+  "in_xla_context",
+  "use_static_shapes",
+  "SortedRuns",
+  "sorted_runs",
+  "run_total",
+  "first_occurrence",
+  "valid_rank",
+  "unsort",
+  "all_gather_by_all_reduce",
+  "stateless_seed",
+]
 
 
 def in_xla_context() -> bool:
@@ -71,6 +81,7 @@ class SortedRuns(NamedTuple):
     keys: [S] the sorted keys.
     run: int32 [S], run index of each sorted key (0 for the first run, +1 at each new key).
   """
+
   order: tf.Tensor
   keys: tf.Tensor
   run: tf.Tensor
@@ -81,18 +92,22 @@ def sorted_runs(keys) -> SortedRuns:
   keys = tf.convert_to_tensor(keys)
   order = tf.argsort(keys, stable=True)
   sorted_keys = tf.gather(keys, order)
-  new_run = tf.concat([tf.zeros([1], tf.int32),
-                       tf.cast(tf.not_equal(sorted_keys[1:], sorted_keys[:-1]), tf.int32)], 0)
+  new_run = tf.concat(
+    [tf.zeros([1], tf.int32), tf.cast(tf.not_equal(sorted_keys[1:], sorted_keys[:-1]), tf.int32)], 0
+  )
   # An empty input gives an empty `new_run` slice above only when S = 0; keep S rows.
-  new_run = new_run[:tf.shape(keys)[0]]
+  new_run = new_run[: tf.shape(keys)[0]]
   return SortedRuns(order, sorted_keys, tf.cumsum(new_run))
 
 
 def run_total(runs: SortedRuns, values, reduce: str = "sum") -> tf.Tensor:
   """For each sorted element, the sum (or max / min) of ``values`` (sorted order) over its run."""
   n = tf.shape(runs.run)[0]
-  fn = dict(sum=tf.math.unsorted_segment_sum, max=tf.math.unsorted_segment_max,
-            min=tf.math.unsorted_segment_min)[reduce]
+  fn = dict(
+    sum=tf.math.unsorted_segment_sum,
+    max=tf.math.unsorted_segment_max,
+    min=tf.math.unsorted_segment_min,
+  )[reduce]
   return tf.gather(fn(values, runs.run, n), runs.run)
 
 
@@ -129,7 +144,7 @@ def first_occurrence(keys, valid=None):
   first_row = run_total(runs, tf.where(valid_sorted, runs.order, n), "min")
   first_sorted = tf.logical_and(valid_sorted, tf.equal(runs.order, first_row))
   first = unsort(runs, first_sorted)
-  rank_of_first = valid_rank(first)                              # row order
+  rank_of_first = valid_rank(first)  # row order
   segment_sorted = tf.gather(rank_of_first, tf.minimum(first_row, n - 1))
   segment = unsort(runs, segment_sorted)
   return first, segment, tf.reduce_sum(tf.cast(first, tf.int32))
@@ -154,9 +169,9 @@ def all_gather_by_all_reduce(ctx, x) -> tf.Tensor:
   dtype = x.dtype
   if not dtype.is_floating:
     x = tf.cast(x, tf.int64)
-  mine = tf.equal(tf.range(r), tf.cast(ctx.replica_id_in_sync_group, tf.int32))   # [R]
+  mine = tf.equal(tf.range(r), tf.cast(ctx.replica_id_in_sync_group, tf.int32))  # [R]
   mine = tf.reshape(mine, [r] + [1] * x.shape.rank)
-  tiled = tf.broadcast_to(x[tf.newaxis], tf.concat([[r], tf.shape(x)], 0))       # [R, B_r, ...]
+  tiled = tf.broadcast_to(x[tf.newaxis], tf.concat([[r], tf.shape(x)], 0))  # [R, B_r, ...]
   blocks = tf.where(mine, tiled, tf.zeros_like(tiled))
   shape = tf.concat([[r * tf.shape(x)[0]], tf.shape(x)[1:]], 0)
   out = ctx.all_reduce(tf.distribute.ReduceOp.SUM, tf.reshape(blocks, shape))

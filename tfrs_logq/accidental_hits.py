@@ -50,8 +50,10 @@ def accidental_hit_mask(positive_ids: tf.Tensor, negative_ids: tf.Tensor) -> tf.
     if positive_ids.dtype.is_integer and negative_ids.dtype.is_integer:
       negative_ids = tf.cast(negative_ids, positive_ids.dtype)
     else:
-      raise TypeError(f"positive_ids ({positive_ids.dtype}) and negative_ids "
-                      f"({negative_ids.dtype}) must have the same dtype")
+      raise TypeError(
+        f"positive_ids ({positive_ids.dtype}) and negative_ids "
+        f"({negative_ids.dtype}) must have the same dtype"
+      )
   if positive_ids.shape.rank not in (None, 1):
     raise ValueError(f"positive_ids must be [A], got shape {positive_ids.shape}")
   if negative_ids.shape.rank not in (1, 2):
@@ -80,5 +82,6 @@ class RemoveAccidentalHits(tf.keras.layers.Layer):
     positive_index = tf.math.argmax(labels, axis=1)
     positive_ids = tf.gather(candidate_ids, positive_index)
     lowest = tf.constant(lowest_logit(logits.dtype), logits.dtype)
-    return hits_core.remove_hits(_OPS, logits, labels, candidate_ids[tf.newaxis, :],
-                                 positive_ids[:, tf.newaxis], lowest)
+    return hits_core.remove_hits(
+      _OPS, logits, labels, candidate_ids[tf.newaxis, :], positive_ids[:, tf.newaxis], lowest
+    )

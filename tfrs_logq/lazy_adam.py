@@ -52,17 +52,35 @@ __all__ = ["LazyAdam"]
 class LazyAdam(tf.keras.optimizers.Adam):
   """Adam with row-wise lazy updates for sparse gradients (module docstring)."""
 
-  def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
-               adaptive_epsilon=False, amsgrad=False, jit_compile=False, name="LazyAdam",
-               **kwargs):
+  def __init__(
+    self,
+    learning_rate=0.001,
+    beta_1=0.9,
+    beta_2=0.999,
+    epsilon=1e-7,
+    adaptive_epsilon=False,
+    amsgrad=False,
+    jit_compile=False,
+    name="LazyAdam",
+    **kwargs,
+  ):
     if amsgrad:
       raise ValueError("LazyAdam does not support amsgrad (its max over all rows is dense)")
-    super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2,
-                     epsilon=epsilon, adaptive_epsilon=adaptive_epsilon, amsgrad=False,
-                     jit_compile=jit_compile, name=name, **kwargs)
+    super().__init__(
+      learning_rate=learning_rate,
+      beta_1=beta_1,
+      beta_2=beta_2,
+      epsilon=epsilon,
+      adaptive_epsilon=adaptive_epsilon,
+      amsgrad=False,
+      jit_compile=jit_compile,
+      name=name,
+      **kwargs,
+    )
 
-  def add_variable_from_reference(self, model_variable, variable_name, shape=None,
-                                  initial_value=None):
+  def add_variable_from_reference(
+    self, model_variable, variable_name, shape=None, initial_value=None
+  ):
     """tf-keras's slot creation, with the zeros made where the slot lives: tf-keras computes
     them eagerly on the calling device, so under ParameterServerStrategy the chief would
     materialise every slot of every table shard (m, v, the row counts) and send it to its ps
@@ -71,9 +89,11 @@ class LazyAdam(tf.keras.optimizers.Adam):
     if initial_value is None and (shape is not None or model_variable.shape.rank is not None):
       dtype = getattr(model_variable, "true_dtype", model_variable.dtype)
       initial_value = functools.partial(
-          tf.zeros, model_variable.shape if shape is None else shape, dtype=dtype)
-    return super().add_variable_from_reference(model_variable, variable_name, shape=shape,
-                                               initial_value=initial_value)
+        tf.zeros, model_variable.shape if shape is None else shape, dtype=dtype
+      )
+    return super().add_variable_from_reference(
+      model_variable, variable_name, shape=shape, initial_value=initial_value
+    )
 
   def build(self, var_list):
     built = getattr(self, "_built", False)
@@ -83,9 +103,11 @@ class LazyAdam(tf.keras.optimizers.Adam):
     # k_r: updates received by each row (a scalar for rank-0 variables). float: exact up to
     # 2^24 updates of one row, past which beta^k is 0 in float32 anyway.
     self._row_counts = [
-        self.add_variable_from_reference(model_variable=var, variable_name="row_count",
-                                         shape=var.shape[:1] if var.shape.rank else [])
-        for var in var_list]
+      self.add_variable_from_reference(
+        model_variable=var, variable_name="row_count", shape=var.shape[:1] if var.shape.rank else []
+      )
+      for var in var_list
+    ]
 
   def update_step(self, gradient, variable):
     if not isinstance(gradient, tf.IndexedSlices):
@@ -98,9 +120,17 @@ class LazyAdam(tf.keras.optimizers.Adam):
     beta_1 = tf.cast(self.beta_1, dtype)
     beta_2 = tf.cast(self.beta_2, dtype)
     m_rows, v_rows, k, delta = core_lazy_adam.update_rows(
-        core_ops.tf_ops(), tf.gather(m, rows), tf.gather(v, rows), tf.gather(count, rows), grad,
-        tf.cast(self.learning_rate, dtype), beta_1, beta_2, self.epsilon,
-        adaptive_epsilon=self.adaptive_epsilon)
+      core_ops.tf_ops(),
+      tf.gather(m, rows),
+      tf.gather(v, rows),
+      tf.gather(count, rows),
+      grad,
+      tf.cast(self.learning_rate, dtype),
+      beta_1,
+      beta_2,
+      self.epsilon,
+      adaptive_epsilon=self.adaptive_epsilon,
+    )
     count.scatter_update(tf.IndexedSlices(k, rows))
     m.scatter_update(tf.IndexedSlices(m_rows, rows))
     v.scatter_update(tf.IndexedSlices(v_rows, rows))

@@ -25,8 +25,15 @@ from tfrs_logq.core import checks as core_checks
 from tfrs_logq.core import log_q as log_q_core
 from tfrs_logq.core.ops import tf_ops
 
-__all__ = ["MIN_ONE_MINUS_Q", "log1mexp", "validate_log_q", "probability_to_log_q",
-           "resolve_log_q", "log_q_prime", "log_inclusion_probability"]
+__all__ = [
+  "MIN_ONE_MINUS_Q",
+  "log1mexp",
+  "validate_log_q",
+  "probability_to_log_q",
+  "resolve_log_q",
+  "log_q_prime",
+  "log_inclusion_probability",
+]
 
 _OPS = tf_ops()
 # A log-probability may exceed 0 by float rounding (e.g. log(count / total) with count ==
@@ -62,11 +69,14 @@ def validate_log_q(log_q: tf.Tensor, name: str = "log_q") -> tf.Tensor:
     raise TypeError(f"{name} must be a floating tensor of log-probabilities, got {log_q.dtype}")
   log_q = tf.cast(log_q, tf.float32)
   checks = [
-      tf.debugging.assert_all_finite(
-          log_q, f"{name} has NaN or inf: every sampled negative needs 0 < Q <= 1"),
-      tf.debugging.assert_less_equal(
-          log_q, tf.constant(_LOG_Q_SLACK, tf.float32),
-          message=f"{name} > 0: a sampling probability above 1"),
+    tf.debugging.assert_all_finite(
+      log_q, f"{name} has NaN or inf: every sampled negative needs 0 < Q <= 1"
+    ),
+    tf.debugging.assert_less_equal(
+      log_q,
+      tf.constant(_LOG_Q_SLACK, tf.float32),
+      message=f"{name} > 0: a sampling probability above 1",
+    ),
   ]
   with tf.control_dependencies(checks):
     return tf.identity(log_q)
@@ -84,22 +94,25 @@ def probability_to_log_q(probability: tf.Tensor, name: str = "sampling probabili
     raise TypeError(f"{name} must be a floating tensor, got {probability.dtype}")
   probability = tf.cast(probability, tf.float32)
   checks = [
-      tf.debugging.assert_all_finite(probability, f"{name} has NaN or inf"),
-      tf.debugging.assert_positive(probability, message=f"{name} must be > 0"),
-      tf.debugging.assert_less_equal(
-          probability, tf.constant(1.0 + _LOG_Q_SLACK, tf.float32),
-          message=f"{name} must be <= 1"),
+    tf.debugging.assert_all_finite(probability, f"{name} has NaN or inf"),
+    tf.debugging.assert_positive(probability, message=f"{name} must be > 0"),
+    tf.debugging.assert_less_equal(
+      probability, tf.constant(1.0 + _LOG_Q_SLACK, tf.float32), message=f"{name} must be <= 1"
+    ),
   ]
   with tf.control_dependencies(checks):
     return log_q_core.log_q_from_probability(_OPS, probability)
 
 
-def resolve_log_q(probability: Optional[tf.Tensor] = None,
-                  log_probability: Optional[tf.Tensor] = None,
-                  name: str = "candidate_sampling_probability") -> Optional[tf.Tensor]:
+def resolve_log_q(
+  probability: Optional[tf.Tensor] = None,
+  log_probability: Optional[tf.Tensor] = None,
+  name: str = "candidate_sampling_probability",
+) -> Optional[tf.Tensor]:
   """Returns validated float32 log Q from exactly one of probability / log_probability."""
-  return core_checks.resolve_log_q(probability, log_probability, name, probability_to_log_q,
-                                   validate_log_q)
+  return core_checks.resolve_log_q(
+    probability, log_probability, name, probability_to_log_q, validate_log_q
+  )
 
 
 def log_q_prime(negative_log_q: tf.Tensor, positive_log_q: tf.Tensor) -> tf.Tensor:
@@ -112,8 +125,9 @@ def log_q_prime(negative_log_q: tf.Tensor, positive_log_q: tf.Tensor) -> tf.Tens
   Returns:
     [A, N] float32.
   """
-  return log_q_core.log_q_prime(_OPS, tf.cast(negative_log_q, tf.float32),
-                                tf.cast(positive_log_q, tf.float32))
+  return log_q_core.log_q_prime(
+    _OPS, tf.cast(negative_log_q, tf.float32), tf.cast(positive_log_q, tf.float32)
+  )
 
 
 def log_inclusion_probability(log_q: tf.Tensor, num_draws) -> tf.Tensor:
@@ -130,5 +144,6 @@ def log_inclusion_probability(log_q: tf.Tensor, num_draws) -> tf.Tensor:
   Returns:
     float32, the shape of ``log_q``.
   """
-  return log_q_core.log_inclusion_probability(_OPS, tf.cast(log_q, tf.float32),
-                                              tf.cast(num_draws, tf.float32))
+  return log_q_core.log_inclusion_probability(
+    _OPS, tf.cast(log_q, tf.float32), tf.cast(num_draws, tf.float32)
+  )

@@ -41,16 +41,17 @@ class LogQCorrection(tf.keras.layers.Layer):
   def call(self, logits: tf.Tensor, candidate_sampling_probability: tf.Tensor) -> tf.Tensor:
     logits = tf.convert_to_tensor(logits)
     if self.from_log:
-      log_q = log_q_lib.validate_log_q(candidate_sampling_probability,
-                                       "log candidate_sampling_probability")
+      log_q = log_q_lib.validate_log_q(
+        candidate_sampling_probability, "log candidate_sampling_probability"
+      )
     else:
-      log_q = log_q_lib.probability_to_log_q(candidate_sampling_probability,
-                                             "candidate_sampling_probability")
+      log_q = log_q_lib.probability_to_log_q(
+        candidate_sampling_probability, "candidate_sampling_probability"
+      )
     if log_q.shape.rank not in (None, 1, 2):
       raise ValueError(f"sampling probabilities must be [C] or [A, C], got {log_q.shape}")
     if not log_q.shape[-1:].is_compatible_with(logits.shape[-1:]):
-      raise ValueError(f"sampling probabilities {log_q.shape} do not match logits "
-                       f"{logits.shape}")
+      raise ValueError(f"sampling probabilities {log_q.shape} do not match logits {logits.shape}")
     out = tf.cast(logits, tf.float32) - log_q
     return tf.cast(out, logits.dtype)
 

@@ -100,9 +100,21 @@ from tfrs_logq.core import checks as core_checks
 from tfrs_logq.core import sampled_softmax as sampled_softmax_core
 from tfrs_logq.core.ops import tf_ops
 
-__all__ = ["CORRECTIONS", "Q_PRIME_MODES", "LOSSES", "LossOutput", "masked_logsumexp",
-           "sampled_softmax_loss", "full_softmax_loss", "bce_loss", "gbce_loss", "gbce_beta",
-           "SampledSoftmaxLoss", "FullSoftmaxLoss", "GBCELoss"]
+__all__ = [
+  "CORRECTIONS",
+  "Q_PRIME_MODES",
+  "LOSSES",
+  "LossOutput",
+  "masked_logsumexp",
+  "sampled_softmax_loss",
+  "full_softmax_loss",
+  "bce_loss",
+  "gbce_loss",
+  "gbce_beta",
+  "SampledSoftmaxLoss",
+  "FullSoftmaxLoss",
+  "GBCELoss",
+]
 
 CORRECTIONS = core_checks.CORRECTIONS
 Q_PRIME_MODES = core_checks.Q_PRIME_MODES
@@ -120,6 +132,7 @@ class LossOutput(NamedTuple):
       (0 for rows without a valid negative under ``corrected``).
     num_valid: [A] int32 number of valid negatives n of each row.
   """
+
   loss: tf.Tensor
   weight: tf.Tensor
   num_valid: tf.Tensor
@@ -138,8 +151,9 @@ def masked_logsumexp(x: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
   gradient (never inf - inf); NaN entries propagate. Rows with no valid entry return about -1e30
   (finite, never NaN); callers that need 0 there test n > 0.
   """
-  return sampled_softmax_core.masked_logsumexp(_OPS, tf.convert_to_tensor(x),
-                                               tf.convert_to_tensor(valid))
+  return sampled_softmax_core.masked_logsumexp(
+    _OPS, tf.convert_to_tensor(x), tf.convert_to_tensor(valid)
+  )
 
 
 def _scores(positive_scores, negative_scores):
@@ -154,8 +168,9 @@ def _scores(positive_scores, negative_scores):
   if s_n.shape.rank is not None and s_n.shape.rank != 2:
     raise ValueError(f"negative_scores must be [A, N], got shape {s_n.shape}")
   if not s_p.shape[:1].is_compatible_with(s_n.shape[:1]):
-    raise ValueError(f"positive_scores {s_p.shape} and negative_scores {s_n.shape} disagree on "
-                     "the number of rows")
+    raise ValueError(
+      f"positive_scores {s_p.shape} and negative_scores {s_n.shape} disagree on the number of rows"
+    )
   return tf.cast(s_p, tf.float32), tf.cast(s_n, tf.float32)
 
 
@@ -166,61 +181,82 @@ def _valid_mask(valid_mask, s_n):
   if valid_mask.dtype != tf.bool:
     raise TypeError(f"valid_mask must be boolean, got {valid_mask.dtype}")
   if not valid_mask.shape.is_compatible_with(s_n.shape):
-    raise ValueError(f"valid_mask {valid_mask.shape} does not match negative_scores "
-                     f"{s_n.shape}")
-  return valid_mask, [tf.debugging.assert_equal(tf.shape(valid_mask), tf.shape(s_n),
-                                                message="valid_mask must be [A, N]")]
+    raise ValueError(f"valid_mask {valid_mask.shape} does not match negative_scores {s_n.shape}")
+  return valid_mask, [
+    tf.debugging.assert_equal(
+      tf.shape(valid_mask), tf.shape(s_n), message="valid_mask must be [A, N]"
+    )
+  ]
 
 
 def _check_log_q_shapes(s_p, s_n, negative_log_q, positive_log_q):
   """Static shape checks where shapes are known; dynamic asserts otherwise."""
   a, n = tf.shape(s_p)[0], tf.shape(s_n)[1]
-  checks = [tf.debugging.assert_equal(tf.shape(s_n)[0], a,
-                                      message="negative_scores must have one row per positive "
-                                              "score"),
-            tf.debugging.assert_positive(a, message="empty batch: there are no queries "
-                                                    "(positive_scores is empty)")]
+  checks = [
+    tf.debugging.assert_equal(
+      tf.shape(s_n)[0], a, message="negative_scores must have one row per positive score"
+    ),
+    tf.debugging.assert_positive(
+      a, message="empty batch: there are no queries (positive_scores is empty)"
+    ),
+  ]
   if negative_log_q is not None:
     rank = negative_log_q.shape.rank
     if rank not in (1, 2):
       raise ValueError(f"negative_log_q must be [N] or [A, N], got shape {negative_log_q.shape}")
     if not negative_log_q.shape[-1:].is_compatible_with(s_n.shape[-1:]) or (
-        rank == 2 and not negative_log_q.shape.is_compatible_with(s_n.shape)):
-      raise ValueError(f"negative_log_q {negative_log_q.shape} does not match negative_scores "
-                       f"{s_n.shape}")
-    checks.append(tf.debugging.assert_equal(
-        tf.shape(negative_log_q)[-1], n, message="negative_log_q must have N columns"))
+      rank == 2 and not negative_log_q.shape.is_compatible_with(s_n.shape)
+    ):
+      raise ValueError(
+        f"negative_log_q {negative_log_q.shape} does not match negative_scores {s_n.shape}"
+      )
+    checks.append(
+      tf.debugging.assert_equal(
+        tf.shape(negative_log_q)[-1], n, message="negative_log_q must have N columns"
+      )
+    )
     if rank == 2:
-      checks.append(tf.debugging.assert_equal(
-          tf.shape(negative_log_q)[0], a, message="negative_log_q must have A rows"))
+      checks.append(
+        tf.debugging.assert_equal(
+          tf.shape(negative_log_q)[0], a, message="negative_log_q must have A rows"
+        )
+      )
   if positive_log_q is not None:
     if positive_log_q.shape.rank is not None and positive_log_q.shape.rank != 1:
       raise ValueError(f"positive_log_q must be [A], got shape {positive_log_q.shape}")
     if not positive_log_q.shape.is_compatible_with(s_p.shape):
-      raise ValueError(f"positive_log_q {positive_log_q.shape} does not match positive_scores "
-                       f"{s_p.shape}")
-    checks.append(tf.debugging.assert_equal(tf.shape(positive_log_q)[0], a,
-                                            message="positive_log_q must be [A]"))
+      raise ValueError(
+        f"positive_log_q {positive_log_q.shape} does not match positive_scores {s_p.shape}"
+      )
+    checks.append(
+      tf.debugging.assert_equal(
+        tf.shape(positive_log_q)[0], a, message="positive_log_q must be [A]"
+      )
+    )
   return checks
 
 
 def _assert_finite(s_p, s_n, check_scores):
   if not check_scores:
     return s_p, s_n
-  return (tf.debugging.assert_all_finite(s_p, "positive_scores has NaN or inf"),
-          tf.debugging.assert_all_finite(s_n, "negative_scores has NaN or inf"))
+  return (
+    tf.debugging.assert_all_finite(s_p, "positive_scores has NaN or inf"),
+    tf.debugging.assert_all_finite(s_n, "negative_scores has NaN or inf"),
+  )
 
 
-def sampled_softmax_loss(positive_scores: tf.Tensor,
-                         negative_scores: tf.Tensor,
-                         negative_log_q: Optional[tf.Tensor] = None,
-                         *,
-                         correction: str,
-                         positive_log_q: Optional[tf.Tensor] = None,
-                         valid_mask: Optional[tf.Tensor] = None,
-                         q_prime: str = "exact",
-                         check_scores: bool = False,
-                         ratio_floor: float = 0.0) -> LossOutput:
+def sampled_softmax_loss(
+  positive_scores: tf.Tensor,
+  negative_scores: tf.Tensor,
+  negative_log_q: Optional[tf.Tensor] = None,
+  *,
+  correction: str,
+  positive_log_q: Optional[tf.Tensor] = None,
+  valid_mask: Optional[tf.Tensor] = None,
+  q_prime: str = "exact",
+  check_scores: bool = False,
+  ratio_floor: float = 0.0,
+) -> LossOutput:
   """Per-example sampled-softmax loss with the chosen logQ correction (module docstring).
 
   Args:
@@ -264,14 +300,28 @@ def sampled_softmax_loss(positive_scores: tf.Tensor,
     s_p = tf.identity(s_p)
   s_p, s_n = _assert_finite(s_p, s_n, check_scores)
   loss, weight, num_valid = sampled_softmax_core.sampled_softmax(
-      _OPS, s_p, s_n, negative_log_q if needs_negative_q else None,
-      positive_log_q if needs_positive_q else None, valid_mask, correction, q_prime, ratio_floor)
+    _OPS,
+    s_p,
+    s_n,
+    negative_log_q if needs_negative_q else None,
+    positive_log_q if needs_positive_q else None,
+    valid_mask,
+    correction,
+    q_prime,
+    ratio_floor,
+  )
   return LossOutput(loss=loss, weight=weight, num_valid=num_valid)
 
 
-def full_softmax_loss(query_embeddings, positive_ids, candidate_embeddings, *,
-                      temperature: float = 1.0, id_offset: int = 0,
-                      check_scores: bool = False) -> LossOutput:
+def full_softmax_loss(
+  query_embeddings,
+  positive_ids,
+  candidate_embeddings,
+  *,
+  temperature: float = 1.0,
+  id_offset: int = 0,
+  check_scores: bool = False,
+) -> LossOutput:
   """L = softplus(LSE_{d != p} s_d - s_p) = -s_p + log sum_d exp(s_d) over every candidate row.
 
   Args:
@@ -295,22 +345,26 @@ def full_softmax_loss(query_embeddings, positive_ids, candidate_embeddings, *,
   table = tf.convert_to_tensor(candidate_embeddings)
   ids = tf.convert_to_tensor(positive_ids)
   if not (q.dtype.is_floating and table.dtype.is_floating):
-    raise TypeError("query_embeddings and candidate_embeddings must be floating, got "
-                    f"{q.dtype} and {table.dtype}")
+    raise TypeError(
+      f"query_embeddings and candidate_embeddings must be floating, got {q.dtype} and {table.dtype}"
+    )
   if not ids.dtype.is_integer:
     raise TypeError(f"positive_ids must be integer, got {ids.dtype}")
   if q.shape.rank != 2 or table.shape.rank != 2 or ids.shape.rank != 1:
-    raise ValueError(f"expected query_embeddings [A, d], candidate_embeddings [V, d], "
-                     f"positive_ids [A]; got {q.shape}, {table.shape}, {ids.shape}")
+    raise ValueError(
+      f"expected query_embeddings [A, d], candidate_embeddings [V, d], "
+      f"positive_ids [A]; got {q.shape}, {table.shape}, {ids.shape}"
+    )
   q, table = tf.cast(q, tf.float32), tf.cast(table, tf.float32)
   cols = tf.cast(ids, tf.int64) - int(id_offset)
   num_rows = tf.shape(table, out_type=tf.int64)[0]
-  checks = [tf.debugging.assert_non_negative(cols, message=f"positive ids must be >= {id_offset}"),
-            tf.debugging.assert_less(cols, num_rows,
-                                     message="positive ids must be < id_offset + V"),
-            tf.debugging.assert_positive(tf.size(ids), message="empty batch: no queries")]
+  checks = [
+    tf.debugging.assert_non_negative(cols, message=f"positive ids must be >= {id_offset}"),
+    tf.debugging.assert_less(cols, num_rows, message="positive ids must be < id_offset + V"),
+    tf.debugging.assert_positive(tf.size(ids), message="empty batch: no queries"),
+  ]
   with tf.control_dependencies(checks):
-    logits = tf.matmul(q, table, transpose_b=True) * (1.0 / float(temperature))   # [A, V]
+    logits = tf.matmul(q, table, transpose_b=True) * (1.0 / float(temperature))  # [A, V]
   s_p = tf.gather(logits, cols, batch_dims=1)
   s_p, logits = _assert_finite(s_p, logits, check_scores)
   valid = tf.not_equal(tf.range(num_rows)[tf.newaxis, :], cols[:, tf.newaxis])
@@ -330,8 +384,9 @@ def gbce_beta(num_negatives: int, num_items: int, t: float) -> float:
   return bce_core.gbce_beta(num_negatives, num_items, t)
 
 
-def gbce_loss(positive_scores, negative_scores, *, beta: float, valid_mask=None,
-              check_scores: bool = False) -> LossOutput:
+def gbce_loss(
+  positive_scores, negative_scores, *, beta: float, valid_mask=None, check_scores: bool = False
+) -> LossOutput:
   """L = beta * softplus(-s_p) + sum_{i valid} softplus(s_i)  (gBCE, module docstring).
 
   Args:
@@ -349,8 +404,11 @@ def gbce_loss(positive_scores, negative_scores, *, beta: float, valid_mask=None,
   valid, checks = _valid_mask(valid_mask, s_n)
   if s_p.shape[0] == 0:
     raise ValueError("empty batch: there are no queries (positive_scores is empty)")
-  checks.append(tf.debugging.assert_positive(
-      tf.shape(s_p)[0], message="empty batch: there are no queries (positive_scores is empty)"))
+  checks.append(
+    tf.debugging.assert_positive(
+      tf.shape(s_p)[0], message="empty batch: there are no queries (positive_scores is empty)"
+    )
+  )
   with tf.control_dependencies(checks):
     s_p = tf.identity(s_p)
   s_p, s_n = _assert_finite(s_p, s_n, check_scores)
@@ -358,11 +416,13 @@ def gbce_loss(positive_scores, negative_scores, *, beta: float, valid_mask=None,
   return LossOutput(loss=loss, weight=tf.ones_like(loss), num_valid=num_valid)
 
 
-def bce_loss(positive_scores, negative_scores, valid_mask=None, *,
-             check_scores: bool = False) -> LossOutput:
+def bce_loss(
+  positive_scores, negative_scores, valid_mask=None, *, check_scores: bool = False
+) -> LossOutput:
   """BCE: L = softplus(-s_p) + sum_{i valid} softplus(s_i) (`gbce_loss` with beta = 1)."""
-  return gbce_loss(positive_scores, negative_scores, beta=1.0, valid_mask=valid_mask,
-                   check_scores=check_scores)
+  return gbce_loss(
+    positive_scores, negative_scores, beta=1.0, valid_mask=valid_mask, check_scores=check_scores
+  )
 
 
 class SampledSoftmaxLoss(tf.keras.layers.Layer):
@@ -383,8 +443,14 @@ class SampledSoftmaxLoss(tf.keras.layers.Layer):
     check_scores: assert that every score is finite.
   """
 
-  def __init__(self, correction: str = "corrected", q_prime: str = "exact",
-               ratio_floor: float = 0.0, check_scores: bool = False, **kwargs):
+  def __init__(
+    self,
+    correction: str = "corrected",
+    q_prime: str = "exact",
+    ratio_floor: float = 0.0,
+    check_scores: bool = False,
+    **kwargs,
+  ):
     kwargs["dtype"] = "float32"
     super().__init__(**kwargs)
     self.ratio_floor = _check_correction(correction, q_prime, ratio_floor)
@@ -392,16 +458,34 @@ class SampledSoftmaxLoss(tf.keras.layers.Layer):
     self.q_prime = q_prime
     self.check_scores = bool(check_scores)
 
-  def call(self, positive_scores, negative_scores, negative_log_q=None, positive_log_q=None,
-           valid_mask=None):
-    return sampled_softmax_loss(positive_scores, negative_scores, negative_log_q,
-                                correction=self.correction, positive_log_q=positive_log_q,
-                                valid_mask=valid_mask, q_prime=self.q_prime,
-                                check_scores=self.check_scores, ratio_floor=self.ratio_floor)
+  def call(
+    self,
+    positive_scores,
+    negative_scores,
+    negative_log_q=None,
+    positive_log_q=None,
+    valid_mask=None,
+  ):
+    return sampled_softmax_loss(
+      positive_scores,
+      negative_scores,
+      negative_log_q,
+      correction=self.correction,
+      positive_log_q=positive_log_q,
+      valid_mask=valid_mask,
+      q_prime=self.q_prime,
+      check_scores=self.check_scores,
+      ratio_floor=self.ratio_floor,
+    )
 
   def get_config(self):
-    return {**super().get_config(), "correction": self.correction, "q_prime": self.q_prime,
-            "ratio_floor": self.ratio_floor, "check_scores": self.check_scores}
+    return {
+      **super().get_config(),
+      "correction": self.correction,
+      "q_prime": self.q_prime,
+      "ratio_floor": self.ratio_floor,
+      "check_scores": self.check_scores,
+    }
 
 
 class FullSoftmaxLoss(tf.keras.layers.Layer):
@@ -415,21 +499,31 @@ class FullSoftmaxLoss(tf.keras.layers.Layer):
     check_scores: assert that every score is finite.
   """
 
-  def __init__(self, temperature: float = 1.0, id_offset: int = 0, check_scores: bool = False,
-               **kwargs):
+  def __init__(
+    self, temperature: float = 1.0, id_offset: int = 0, check_scores: bool = False, **kwargs
+  ):
     kwargs["dtype"] = "float32"
     super().__init__(**kwargs)
     self.temperature, self.id_offset = core_checks.check_full_softmax(temperature, id_offset)
     self.check_scores = bool(check_scores)
 
   def call(self, query_embeddings, positive_ids, candidate_embeddings):
-    return full_softmax_loss(query_embeddings, positive_ids, candidate_embeddings,
-                             temperature=self.temperature, id_offset=self.id_offset,
-                             check_scores=self.check_scores)
+    return full_softmax_loss(
+      query_embeddings,
+      positive_ids,
+      candidate_embeddings,
+      temperature=self.temperature,
+      id_offset=self.id_offset,
+      check_scores=self.check_scores,
+    )
 
   def get_config(self):
-    return {**super().get_config(), "temperature": self.temperature, "id_offset": self.id_offset,
-            "check_scores": self.check_scores}
+    return {
+      **super().get_config(),
+      "temperature": self.temperature,
+      "id_offset": self.id_offset,
+      "check_scores": self.check_scores,
+    }
 
 
 class GBCELoss(tf.keras.layers.Layer):
@@ -450,8 +544,13 @@ class GBCELoss(tf.keras.layers.Layer):
     self.check_scores = bool(check_scores)
 
   def call(self, positive_scores, negative_scores, valid_mask=None):
-    return gbce_loss(positive_scores, negative_scores, beta=self.beta, valid_mask=valid_mask,
-                     check_scores=self.check_scores)
+    return gbce_loss(
+      positive_scores,
+      negative_scores,
+      beta=self.beta,
+      valid_mask=valid_mask,
+      check_scores=self.check_scores,
+    )
 
   def get_config(self):
     return {**super().get_config(), "beta": self.beta, "check_scores": self.check_scores}

@@ -19,18 +19,46 @@ import tensorflow as tf
 from tfrs_logq.core import ops as ops_lib
 from tfrs_logq.core import top_k as top_k_lib
 from tfrs_logq.core.ranking import (  # noqa: F401  (re-exported: the numpy metrics)
-    EMPTY_SLOT, PAD_ID, History, as_item_table, as_queries, filter_rated,
-    filtered_top_k_from_scores, mean_by_group, multi_target_recall_at_k, ndcg_at_k,
-    popularity_deciles, recall_at_k, retrieval_metrics, target_ranks)
+  EMPTY_SLOT,
+  PAD_ID,
+  History,
+  as_item_table,
+  as_queries,
+  filter_rated,
+  filtered_top_k_from_scores,
+  mean_by_group,
+  multi_target_recall_at_k,
+  ndcg_at_k,
+  popularity_deciles,
+  recall_at_k,
+  retrieval_metrics,
+  target_ranks,
+)
 
-__all__ = ["EMPTY_SLOT", "PAD_ID", "as_item_table", "as_queries", "exact_top_k",
-           "filter_rated", "filtered_top_k_from_scores", "filtered_top_k_tf", "mean_by_group",
-           "multi_target_recall_at_k", "ndcg_at_k", "ndcg_at_k_tf", "popularity_deciles",
-           "recall_at_k", "recall_at_k_tf", "retrieval_metrics", "target_ranks"]
+__all__ = [
+  "EMPTY_SLOT",
+  "PAD_ID",
+  "as_item_table",
+  "as_queries",
+  "exact_top_k",
+  "filter_rated",
+  "filtered_top_k_from_scores",
+  "filtered_top_k_tf",
+  "mean_by_group",
+  "multi_target_recall_at_k",
+  "ndcg_at_k",
+  "ndcg_at_k_tf",
+  "popularity_deciles",
+  "recall_at_k",
+  "recall_at_k_tf",
+  "retrieval_metrics",
+  "target_ranks",
+]
 
 
-def filtered_top_k_tf(scores: tf.Tensor, history: tf.Tensor, k: int,
-                      targets: Optional[tf.Tensor] = None) -> Tuple[tf.Tensor, tf.Tensor]:
+def filtered_top_k_tf(
+  scores: tf.Tensor, history: tf.Tensor, k: int, targets: Optional[tf.Tensor] = None
+) -> Tuple[tf.Tensor, tf.Tensor]:
   """TensorFlow exact filtered top-k: masks H_u (except t_u when ``targets`` is given) and
   padding id 0, then top_k.
 
@@ -62,12 +90,16 @@ def filtered_top_k_tf(scores: tf.Tensor, history: tf.Tensor, k: int,
   return top_ids, top_scores
 
 
-
-
-def exact_top_k(queries, item_embeddings, k: int, rated: Optional[History] = None,
-                targets=None, chunk_size: Optional[int] = None,
-                max_chunk_scores: int = 1 << 25,
-                item_chunk: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
+def exact_top_k(
+  queries,
+  item_embeddings,
+  k: int,
+  rated: Optional[History] = None,
+  targets=None,
+  chunk_size: Optional[int] = None,
+  max_chunk_scores: int = 1 << 25,
+  item_chunk: Optional[int] = None,
+) -> Tuple[np.ndarray, np.ndarray]:
   """Exact top-k by dot product s(u, d) = <q_u, c_d> over item ids 1..N, rated items filtered,
   ties lower id first: `tfrs_logq.core.top_k`'s search in one compiled TensorFlow program per
   shape, ``chunk_size`` queries per call (default: at most ``max_chunk_scores`` scores per call,
@@ -87,8 +119,9 @@ def exact_top_k(queries, item_embeddings, k: int, rated: Optional[History] = Non
   Returns:
     (ids int64 [Q, k], scores float32 [Q, k]); -1 for slots left empty.
   """
-  lay = top_k_lib.layout(queries, item_embeddings, k, rated, targets, chunk_size,
-                         item_chunk, max_chunk_scores)
+  lay = top_k_lib.layout(
+    queries, item_embeddings, k, rated, targets, chunk_size, item_chunk, max_chunk_scores
+  )
   table = tf.constant(lay.table)
   fn = _compiled_top_k(k, lay.num_items, lay.item_chunk)
   return top_k_lib.run_layout(lay, lambda q, r: fn(q, table, r), lambda x: x.numpy())
@@ -97,8 +130,11 @@ def exact_top_k(queries, item_embeddings, k: int, rated: Optional[History] = Non
 @functools.lru_cache(maxsize=None)
 def _compiled_top_k(k: int, num_items: int, item_chunk: int):
   """`core.top_k.filtered_top_k` as a tf.function (one trace per shape)."""
-  return tf.function(functools.partial(top_k_lib.filtered_top_k, ops_lib.tf_ops(), k=k,
-                                       num_items=num_items, item_chunk=item_chunk))
+  return tf.function(
+    functools.partial(
+      top_k_lib.filtered_top_k, ops_lib.tf_ops(), k=k, num_items=num_items, item_chunk=item_chunk
+    )
+  )
 
 
 def recall_at_k_tf(ranked_ids: tf.Tensor, targets: tf.Tensor, k: int) -> tf.Tensor:
@@ -115,4 +151,3 @@ def ndcg_at_k_tf(ranked_ids: tf.Tensor, targets: tf.Tensor, k: int) -> tf.Tensor
   positions = tf.cast(tf.range(tf.shape(ranked_ids)[1]), tf.float32)
   discounts = tf.math.log(2.0) / tf.math.log(positions + 2.0)
   return tf.reduce_sum(hits * discounts[None, :], axis=1)
-

@@ -46,8 +46,7 @@ def gather_rows(table, indices) -> tf.Tensor:
     return tf.gather(table, indices)
   # embedding_lookup stitches the rows of each shard back in the order of the indices; in
   # TF 2.20, tf.gather / sparse_read on a ShardedVariable returns them grouped by shard.
-  return tf.compat.v1.nn.embedding_lookup(list(table.variables), indices,
-                                          partition_strategy="div")
+  return tf.compat.v1.nn.embedding_lookup(list(table.variables), indices, partition_strategy="div")
 
 
 def read_markers(variables) -> list:
@@ -56,7 +55,7 @@ def read_markers(variables) -> list:
   variables, without reading them whole (module docstring)."""
   markers = []
   for v in variables:
-    for part in (v.variables if is_sharded(v) else [v]):
+    for part in v.variables if is_sharded(v) else [v]:
       if part.shape.rank == 0:
         markers.append(tf.identity(part))
       else:

@@ -88,10 +88,10 @@ __all__ = ["Retrieval", "UPDATE_FREQUENCY_MODES"]
 UPDATE_FREQUENCY_MODES = ("training", "always", "never")
 
 _REDUCTIONS = {
-    tf.keras.losses.Reduction.SUM: "sum",
-    tf.keras.losses.Reduction.NONE: "none",
-    tf.keras.losses.Reduction.SUM_OVER_BATCH_SIZE: "mean",
-    tf.keras.losses.Reduction.AUTO: "mean",
+  tf.keras.losses.Reduction.SUM: "sum",
+  tf.keras.losses.Reduction.NONE: "none",
+  tf.keras.losses.Reduction.SUM_OVER_BATCH_SIZE: "mean",
+  tf.keras.losses.Reduction.AUTO: "mean",
 }
 
 
@@ -101,13 +101,15 @@ def _reduction_of(loss: Optional[tf.keras.losses.Loss]) -> str:
     return "sum"
   if not isinstance(loss, tf.keras.losses.CategoricalCrossentropy):
     raise ValueError(
-        "tfrs_logq.tasks.Retrieval computes a sampled softmax cross-entropy; `loss` may only be "
-        "a tf.keras.losses.CategoricalCrossentropy(from_logits=True) (used for its reduction), "
-        f"got {type(loss).__name__}")
+      "tfrs_logq.tasks.Retrieval computes a sampled softmax cross-entropy; `loss` may only be "
+      "a tf.keras.losses.CategoricalCrossentropy(from_logits=True) (used for its reduction), "
+      f"got {type(loss).__name__}"
+    )
   config = loss.get_config()
   if not config.get("from_logits", False) or config.get("label_smoothing", 0.0):
-    raise ValueError("`loss` must be CategoricalCrossentropy(from_logits=True) without "
-                     "label smoothing")
+    raise ValueError(
+      "`loss` must be CategoricalCrossentropy(from_logits=True) without label smoothing"
+    )
   return _REDUCTIONS[loss.reduction]
 
 
@@ -166,44 +168,51 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
       L = -w max(s_p - max(Z, log r), log r) (see ``tfrs_logq.losses``); 0 (default) = off.
   """
 
-  def __init__(self,
-               loss: Optional[tf.keras.losses.Loss] = None,
-               metrics: Optional[Union[Sequence[tfrs.metrics.Factorized],
-                                       tfrs.metrics.Factorized]] = None,
-               batch_metrics: Optional[List[tf.keras.metrics.Metric]] = None,
-               loss_metrics: Optional[List[tf.keras.metrics.Metric]] = None,
-               temperature: Optional[float] = None,
-               num_hard_negatives: Optional[int] = None,
-               remove_accidental_hits: bool = False,
-               name: Optional[Text] = None,
-               correction: str = "corrected",
-               q_prime: str = "exact",
-               *,
-               frequency_estimator=None,
-               negative_sampler=None,
-               update_frequency: str = "training",
-               check_scores: bool = False,
-               ratio_floor: float = 0.0,
-               **kwargs) -> None:
+  def __init__(
+    self,
+    loss: Optional[tf.keras.losses.Loss] = None,
+    metrics: Optional[Union[Sequence[tfrs.metrics.Factorized], tfrs.metrics.Factorized]] = None,
+    batch_metrics: Optional[List[tf.keras.metrics.Metric]] = None,
+    loss_metrics: Optional[List[tf.keras.metrics.Metric]] = None,
+    temperature: Optional[float] = None,
+    num_hard_negatives: Optional[int] = None,
+    remove_accidental_hits: bool = False,
+    name: Optional[Text] = None,
+    correction: str = "corrected",
+    q_prime: str = "exact",
+    *,
+    frequency_estimator=None,
+    negative_sampler=None,
+    update_frequency: str = "training",
+    check_scores: bool = False,
+    ratio_floor: float = 0.0,
+    **kwargs,
+  ) -> None:
     kwargs["dtype"] = "float32"  # scores and losses are always computed in float32
     super().__init__(name=name, **kwargs)
     # The loss's validation of (correction, q_prime, ratio_floor).
     ratio_floor = core_checks.check_correction(correction, q_prime, ratio_floor)
     if update_frequency not in UPDATE_FREQUENCY_MODES:
-      raise ValueError(f"update_frequency must be one of {UPDATE_FREQUENCY_MODES}, got "
-                       f"{update_frequency!r}")
+      raise ValueError(
+        f"update_frequency must be one of {UPDATE_FREQUENCY_MODES}, got {update_frequency!r}"
+      )
     if num_hard_negatives is not None and num_hard_negatives <= 0:
       num_hard_negatives = None  # TFRS: non-positive keeps all negatives.
     if temperature is not None and not temperature > 0:
       raise ValueError(f"temperature must be positive, got {temperature}")
-    if frequency_estimator is not None and not (hasattr(frequency_estimator, "log_q")
-                                                and hasattr(frequency_estimator, "update")):
-      raise TypeError("frequency_estimator must have update(ids) and log_q(ids) (a "
-                      f"tfrs_logq.frequency estimator), got {type(frequency_estimator).__name__}")
+    if frequency_estimator is not None and not (
+      hasattr(frequency_estimator, "log_q") and hasattr(frequency_estimator, "update")
+    ):
+      raise TypeError(
+        "frequency_estimator must have update(ids) and log_q(ids) (a "
+        f"tfrs_logq.frequency estimator), got {type(frequency_estimator).__name__}"
+      )
     if negative_sampler is not None and not callable(getattr(negative_sampler, "score", None)):
-      raise TypeError("negative_sampler must have score(query, positive_ids, "
-                      "positive_embeddings, ...) (a tfrs_logq.negatives sampler), got "
-                      f"{type(negative_sampler).__name__}")
+      raise TypeError(
+        "negative_sampler must have score(query, positive_ids, "
+        "positive_embeddings, ...) (a tfrs_logq.negatives sampler), got "
+        f"{type(negative_sampler).__name__}"
+      )
     self._loss_object = loss
     self._reduction = _reduction_of(loss)
     if metrics is None:
@@ -223,11 +232,12 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     self.update_frequency = update_frequency
     self.check_scores = bool(check_scores)
     self.ratio_floor = ratio_floor
-    self._log_q_correction = logq_correction.LogQCorrection(from_log=True, dtype="float32",
-                                                            name="log_q_correction")
-    self._softmax_loss = losses_lib.SampledSoftmaxLoss(correction=correction, q_prime=q_prime,
-                                                       ratio_floor=ratio_floor,
-                                                       name="sampled_softmax_loss")
+    self._log_q_correction = logq_correction.LogQCorrection(
+      from_log=True, dtype="float32", name="log_q_correction"
+    )
+    self._softmax_loss = losses_lib.SampledSoftmaxLoss(
+      correction=correction, q_prime=q_prime, ratio_floor=ratio_floor, name="sampled_softmax_loss"
+    )
 
   @property
   def factorized_metrics(self):
@@ -240,19 +250,21 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     self._factorized_metrics = value
 
   # ---- call ----------------------------------------------------------------------------------
-  def call(self,
-           query_embeddings: tf.Tensor,
-           candidate_embeddings: tf.Tensor,
-           sample_weight: Optional[tf.Tensor] = None,
-           candidate_sampling_probability: Optional[tf.Tensor] = None,
-           candidate_ids: Optional[tf.Tensor] = None,
-           compute_metrics: bool = True,
-           compute_batch_metrics: bool = True,
-           score_mask: Optional[tf.Tensor] = None,
-           candidate_log_sampling_probability: Optional[tf.Tensor] = None,
-           training=None,
-           seed: Optional[tf.Tensor] = None,
-           item_table: Optional[tf.Tensor] = None) -> tf.Tensor:
+  def call(
+    self,
+    query_embeddings: tf.Tensor,
+    candidate_embeddings: tf.Tensor,
+    sample_weight: Optional[tf.Tensor] = None,
+    candidate_sampling_probability: Optional[tf.Tensor] = None,
+    candidate_ids: Optional[tf.Tensor] = None,
+    compute_metrics: bool = True,
+    compute_batch_metrics: bool = True,
+    score_mask: Optional[tf.Tensor] = None,
+    candidate_log_sampling_probability: Optional[tf.Tensor] = None,
+    training=None,
+    seed: Optional[tf.Tensor] = None,
+    item_table: Optional[tf.Tensor] = None,
+  ) -> tf.Tensor:
     """Computes the loss (and updates metrics, and the frequency estimator when training).
 
     Args:
@@ -284,10 +296,12 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     num_queries = tf.shape(scores)[0]
     num_candidates = tf.shape(scores)[1]
     checks = [
-        tf.debugging.assert_positive(num_queries, message="empty batch: no queries"),
-        tf.debugging.assert_greater_equal(
-            num_candidates, num_queries,
-            message="candidate_embeddings needs at least one row (the positive) per query"),
+      tf.debugging.assert_positive(num_queries, message="empty batch: no queries"),
+      tf.debugging.assert_greater_equal(
+        num_candidates,
+        num_queries,
+        message="candidate_embeddings needs at least one row (the positive) per query",
+      ),
     ]
     with tf.control_dependencies(checks):
       scores = tf.identity(scores)
@@ -301,23 +315,33 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
       if max_sim:
         raise ValueError("negative_sampler needs [A, d] query embeddings (no max-sim)")
       if candidate_ids is None:
-        raise ValueError("candidate_ids are needed with a negative_sampler (its negatives equal "
-                         "to the positive are masked)")
-    log_q = self._candidate_log_q(candidate_sampling_probability,
-                                  candidate_log_sampling_probability, candidate_ids,
-                                  num_queries, training)
+        raise ValueError(
+          "candidate_ids are needed with a negative_sampler (its negatives equal "
+          "to the positive are masked)"
+        )
+    log_q = self._candidate_log_q(
+      candidate_sampling_probability,
+      candidate_log_sampling_probability,
+      candidate_ids,
+      num_queries,
+      training,
+    )
     corrected_q = self.correction != "none"
     mask_hits = core_checks.check_retrieval_inputs(
-        self.correction, log_q is not None, self._remove_accidental_hits,
-        candidate_ids is not None,
-        log_q_sources="candidate_log_sampling_probability, or a frequency_estimator")
+      self.correction,
+      log_q is not None,
+      self._remove_accidental_hits,
+      candidate_ids is not None,
+      log_q_sources="candidate_log_sampling_probability, or a frequency_estimator",
+    )
 
     if mask_hits:
       # Row a's own column has the positive's id, so this also leaves the positive out.
       valid = accidental_hits.accidental_hit_mask(candidate_ids[:num_queries], candidate_ids)
     else:
-      valid = tf.not_equal(tf.range(num_queries)[:, tf.newaxis],
-                           tf.range(num_candidates)[tf.newaxis, :])
+      valid = tf.not_equal(
+        tf.range(num_queries)[:, tf.newaxis], tf.range(num_candidates)[tf.newaxis, :]
+      )
     if score_mask is not None:
       valid = tf.logical_and(valid, tf.cast(score_mask, tf.bool))
     positive_scores = tf.linalg.diag_part(scores)
@@ -326,26 +350,44 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
 
     if self.negative_sampler is not None:
       negative_scores, negative_log_q, valid = self._append_sampled(
-          query, candidates[:num_queries], candidate_ids[:num_queries], positive_scores,
-          positive_log_q, scores, log_q, valid, seed, item_table)
+        query,
+        candidates[:num_queries],
+        candidate_ids[:num_queries],
+        positive_scores,
+        positive_log_q,
+        scores,
+        log_q,
+        valid,
+        seed,
+        item_table,
+      )
 
     if self._num_hard_negatives is not None:
       valid = self._keep_hardest(negative_scores, negative_log_q, valid)
 
-    out = self._softmax_loss(positive_scores, negative_scores,
-                             negative_log_q if corrected_q else None,
-                             positive_log_q if corrected_q else None, valid)
-    weight = (None if sample_weight is None
-              else tf.cast(tf.reshape(sample_weight, [-1]), tf.float32))
-    loss = retrieval_core.weighted_reduction(tf_ops(), out.loss, weight, self._reduction,
-                                             num_queries)
+    out = self._softmax_loss(
+      positive_scores,
+      negative_scores,
+      negative_log_q if corrected_q else None,
+      positive_log_q if corrected_q else None,
+      valid,
+    )
+    weight = None if sample_weight is None else tf.cast(tf.reshape(sample_weight, [-1]), tf.float32)
+    loss = retrieval_core.weighted_reduction(
+      tf_ops(), out.loss, weight, self._reduction, num_queries
+    )
 
     update_ops = [metric.update_state(loss) for metric in self._loss_metrics]
     if compute_metrics and not max_sim:
       for metric in self._factorized_metrics:
-        update_ops.append(metric.update_state(
-            query_embeddings, candidate_embeddings[:tf.shape(query_embeddings)[0]],
-            true_candidate_ids=candidate_ids, sample_weight=sample_weight))
+        update_ops.append(
+          metric.update_state(
+            query_embeddings,
+            candidate_embeddings[: tf.shape(query_embeddings)[0]],
+            true_candidate_ids=candidate_ids,
+            sample_weight=sample_weight,
+          )
+        )
     if compute_batch_metrics and self._batch_metrics:
       logits = self._logits(negative_scores, negative_log_q)
       labels = tf.eye(num_queries, tf.shape(logits)[1])
@@ -361,11 +403,12 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     if not self.check_scores:
       return scores
     return tf.debugging.assert_all_finite(
-        scores, f"{self.name}: scores <q, c> / temperature have NaN or inf (check_scores=True): "
-        "look for NaN or inf in the query or candidate embeddings")
+      scores,
+      f"{self.name}: scores <q, c> / temperature have NaN or inf (check_scores=True): "
+      "look for NaN or inf in the query or candidate embeddings",
+    )
 
-  def _candidate_log_q(self, probability, log_probability, candidate_ids, num_queries,
-                       training):
+  def _candidate_log_q(self, probability, log_probability, candidate_ids, num_queries, training):
     """log Q [C] from the arguments, or from the estimator (updated first when training)."""
     log_q = log_q_lib.resolve_log_q(probability, log_probability)
     if log_q is not None and log_q.shape.rank not in (None, 1):
@@ -387,47 +430,72 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
       return
     if training is None:
       raise ValueError(
-          f"{self.name} has a frequency_estimator updated on training calls "
-          "(update_frequency='training') but does not know whether this is one: pass "
-          "training=... (tfrs.Model.compute_loss receives it), or construct the task with "
-          "update_frequency='always' or 'never'")
+        f"{self.name} has a frequency_estimator updated on training calls "
+        "(update_frequency='training') but does not know whether this is one: pass "
+        "training=... (tfrs.Model.compute_loss receives it), or construct the task with "
+        "update_frequency='always' or 'never'"
+      )
     static = tf.get_static_value(training)
     if static is not None:
       if bool(static):
         self.frequency_estimator.update(positive_ids)
       return
-    tf.cond(tf.cast(training, tf.bool),
-            lambda: self._update_and_flag(positive_ids), lambda: tf.constant(False))
+    tf.cond(
+      tf.cast(training, tf.bool),
+      lambda: self._update_and_flag(positive_ids),
+      lambda: tf.constant(False),
+    )
 
   def _update_and_flag(self, positive_ids):
     self.frequency_estimator.update(positive_ids)
     return tf.constant(True)
 
-  def _append_sampled(self, query, positive_embeddings, positive_ids, positive_scores,
-                      positive_log_q, scores, log_q, valid, seed, item_table):
+  def _append_sampled(
+    self,
+    query,
+    positive_embeddings,
+    positive_ids,
+    positive_scores,
+    positive_log_q,
+    scores,
+    log_q,
+    valid,
+    seed,
+    item_table,
+  ):
     """Joins the in-batch block [A, C] and the sampler's block [A, N] (module docstring)."""
     from tfrs_logq.negatives import scoring  # pylint: disable=g-import-not-at-top
+
     extra = self.negative_sampler.score(
-        query, positive_ids, positive_embeddings,
-        temperature=1.0 if self._temperature is None else self._temperature, seed=seed,
-        sequence_ids=None, item_table=item_table)
+      query,
+      positive_ids,
+      positive_embeddings,
+      temperature=1.0 if self._temperature is None else self._temperature,
+      seed=seed,
+      sequence_ids=None,
+      item_table=item_table,
+    )
     extra_scores = self._maybe_check(tf.cast(extra.negative_scores, tf.float32))
     extra_log_q = tf.cast(extra.negative_log_q, tf.float32)
     if self.correction == "corrected" and self.q_prime == "exact":
       if extra.positive_log_q is None:
-        raise ValueError("correction='corrected' with q_prime='exact' needs the "
-                         "negative_sampler's positive_log_q (Q(p) under its proposal), got None")
+        raise ValueError(
+          "correction='corrected' with q_prime='exact' needs the "
+          "negative_sampler's positive_log_q (Q(p) under its proposal), got None"
+        )
       # The loss subtracts log(1 - Q_b(p)) from every column; the sampler block needs
       # log(1 - Q_s(p)) instead.
-      shift = (log_q_lib.log1mexp(tf.cast(extra.positive_log_q, tf.float32))
-               - log_q_lib.log1mexp(positive_log_q))
+      shift = log_q_lib.log1mexp(tf.cast(extra.positive_log_q, tf.float32)) - log_q_lib.log1mexp(
+        positive_log_q
+      )
       extra_log_q = extra_log_q - shift[:, tf.newaxis]
     if log_q is None:  # correction "none": log Q is not used, the blocks still need one.
       log_q = tf.zeros(tf.shape(scores)[1:], tf.float32)
       positive_log_q = tf.zeros_like(positive_scores)
     in_batch = scoring.ScoredCandidates(positive_scores, scores, log_q, valid, positive_log_q)
-    sampled = scoring.ScoredCandidates(positive_scores, extra_scores, extra_log_q,
-                                       tf.cast(extra.valid_mask, tf.bool), positive_log_q)
+    sampled = scoring.ScoredCandidates(
+      positive_scores, extra_scores, extra_log_q, tf.cast(extra.valid_mask, tf.bool), positive_log_q
+    )
     joined = scoring.ScoredCandidates.concat(in_batch, sampled)
     return joined.negative_scores, joined.negative_log_q, joined.valid_mask
 
@@ -451,21 +519,29 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     (NotImplementedError, as Keras expects)."""
     if self._factorized_metrics or self.negative_sampler is not None:
       raise NotImplementedError(
-          f"{self.name}: factorized metrics and negative samplers hold candidate towers and "
-          "cannot be serialised; save the model with tf.saved_model / checkpoints instead")
+        f"{self.name}: factorized metrics and negative samplers hold candidate towers and "
+        "cannot be serialised; save the model with tf.saved_model / checkpoints instead"
+      )
     config = super().get_config()
     config.update(
-        # `loss` only carries a reduction (a CategoricalCrossentropy(from_logits=True)).
-        loss_reduction=None if self._loss_object is None else self._loss_object.reduction,
-        batch_metrics=[tf.keras.metrics.serialize(m) for m in self._batch_metrics],
-        loss_metrics=[tf.keras.metrics.serialize(m) for m in self._loss_metrics],
-        temperature=self._temperature, num_hard_negatives=self._num_hard_negatives,
-        remove_accidental_hits=self._remove_accidental_hits, correction=self.correction,
-        q_prime=self.q_prime,
-        frequency_estimator=(None if self.frequency_estimator is None
-                             else tf.keras.layers.serialize(self.frequency_estimator)),
-        update_frequency=self.update_frequency, check_scores=self.check_scores,
-        ratio_floor=self.ratio_floor)
+      # `loss` only carries a reduction (a CategoricalCrossentropy(from_logits=True)).
+      loss_reduction=None if self._loss_object is None else self._loss_object.reduction,
+      batch_metrics=[tf.keras.metrics.serialize(m) for m in self._batch_metrics],
+      loss_metrics=[tf.keras.metrics.serialize(m) for m in self._loss_metrics],
+      temperature=self._temperature,
+      num_hard_negatives=self._num_hard_negatives,
+      remove_accidental_hits=self._remove_accidental_hits,
+      correction=self.correction,
+      q_prime=self.q_prime,
+      frequency_estimator=(
+        None
+        if self.frequency_estimator is None
+        else tf.keras.layers.serialize(self.frequency_estimator)
+      ),
+      update_frequency=self.update_frequency,
+      check_scores=self.check_scores,
+      ratio_floor=self.ratio_floor,
+    )
     return config
 
   @classmethod
@@ -473,8 +549,9 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     config = dict(config)
     reduction = config.pop("loss_reduction", None)
     if reduction is not None:
-      config["loss"] = tf.keras.losses.CategoricalCrossentropy(from_logits=True,
-                                                               reduction=reduction)
+      config["loss"] = tf.keras.losses.CategoricalCrossentropy(
+        from_logits=True, reduction=reduction
+      )
     for key in ("batch_metrics", "loss_metrics"):
       config[key] = [tf.keras.metrics.deserialize(m) for m in config.get(key) or []]
     if config.get("frequency_estimator") is not None:

@@ -71,48 +71,70 @@ def main(argv):
   host_memory.configure(cfg.host_allocator)
   if cfg.strategy == "parameter_server":
     from train import distribute  # pylint: disable=g-import-not-at-top
+
     with cli.bad_input():  # a malformed TF_CONFIG
       task = distribute.server_task()
     if task is not None:  # a worker or ps of the cluster: serve until killed
-      _say(f"{task[0]} {task[1]} of the parameter-server cluster: serving (stop it with a "
-           "signal once the chief is done)")
+      _say(
+        f"{task[0]} {task[1]} of the parameter-server cluster: serving (stop it with a "
+        "signal once the chief is done)"
+      )
       distribute.run_server()
       return
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   if cfg.cpu_replicas > 1:
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
-        cpu, [tf.config.LogicalDeviceConfiguration()] * cfg.cpu_replicas)
+      cpu, [tf.config.LogicalDeviceConfiguration()] * cfg.cpu_replicas
+    )
   from train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+
   with cli.bad_input():  # a missing or malformed data file, data that contradicts the flags
     data = cfg.data.load()
   os.makedirs(cfg.model_dir, exist_ok=True)
   try:
     result = trainer_lib.Trainer(cfg, data=data, report=_say).run()
   except trainer_lib.NonFiniteError as e:
-    cli.fail(f"{e} Rerunning the same command repeats these steps: change the settings (e.g. a "
-             "lower --learning_rate) and train in a new --model_dir.", cli.EXIT_ERROR, e)
+    cli.fail(
+      f"{e} Rerunning the same command repeats these steps: change the settings (e.g. a "
+      "lower --learning_rate) and train in a new --model_dir.",
+      cli.EXIT_ERROR,
+      e,
+    )
   except trainer_lib.ParameterServerLost as e:
     tasks = " and ".join(f"ps {i}" for i, _ in e.tasks) or "the lost ps"
-    cli.fail(f"{e} Restart {tasks} (the workers and other ps can stay up), then rerun this "
-             f"chief's command to resume: {cli.command_line()}", trainer_lib.EXIT_PS_LOST, e,
-             hard=True)
+    cli.fail(
+      f"{e} Restart {tasks} (the workers and other ps can stay up), then rerun this "
+      f"chief's command to resume: {cli.command_line()}",
+      trainer_lib.EXIT_PS_LOST,
+      e,
+      hard=True,
+    )
   except trainer_lib.TrainingInterrupted as e:
     if cli.verbosity() == "debug":
       import traceback  # pylint: disable=g-import-not-at-top
+
       traceback.print_exception(e)
     sys.stdout.flush()
-    print(f"\n{e}; to resume, rerun the same command:\n  {cli.command_line()}", file=sys.stderr,
-          flush=True)
+    print(
+      f"\n{e}; to resume, rerun the same command:\n  {cli.command_line()}",
+      file=sys.stderr,
+      flush=True,
+    )
     sys.exit(cli.EXIT_INTERRUPTED)
   if result.get("paused"):
-    print(f"paused: step {result['global_step']}, epoch {result['epochs_done']} (time budget "
-          f"{cfg.time_budget_minutes:g} min); rerun the same command to continue",
-          file=sys.stderr)
+    print(
+      f"paused: step {result['global_step']}, epoch {result['epochs_done']} (time budget "
+      f"{cfg.time_budget_minutes:g} min); rerun the same command to continue",
+      file=sys.stderr,
+    )
     sys.exit(trainer_lib.EXIT_PAUSED)
-  print(f"done: step {result['global_step']}, best epoch {result['best_epoch']}, "
-        f"val ndcg@10 {result['val']['ndcg@10']:.4f}, test ndcg@10 {result['test']['ndcg@10']:.4f}",
-        file=sys.stderr)
+  print(
+    f"done: step {result['global_step']}, best epoch {result['best_epoch']}, "
+    f"val ndcg@10 {result['val']['ndcg@10']:.4f}, test ndcg@10 {result['test']['ndcg@10']:.4f}",
+    file=sys.stderr,
+  )
 
 
 def run():

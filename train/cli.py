@@ -41,10 +41,24 @@ from absl import app
 from absl import flags
 from absl import logging as absl_logging  # noqa: F401  (defines --verbosity)
 
-__all__ = ["EXIT_BAD_INPUT", "EXIT_ERROR", "EXIT_INTERRUPTED", "VERBOSITIES", "bad_input",
-           "command_line", "declare_verbosity_flag", "fail", "one_line", "parse_flags",
-           "quiet_tensorflow", "run", "setup_logging", "started_as", "verbosity",
-           "verbosity_from_argv"]
+__all__ = [
+  "EXIT_BAD_INPUT",
+  "EXIT_ERROR",
+  "EXIT_INTERRUPTED",
+  "VERBOSITIES",
+  "bad_input",
+  "command_line",
+  "declare_verbosity_flag",
+  "fail",
+  "one_line",
+  "parse_flags",
+  "quiet_tensorflow",
+  "run",
+  "setup_logging",
+  "started_as",
+  "verbosity",
+  "verbosity_from_argv",
+]
 
 # The flags declared key here belong to the binary that calls declare_verbosity_flag.
 flags.disclaim_key_flags()
@@ -57,12 +71,14 @@ EXIT_INTERRUPTED = 130
 
 VERBOSITIES = ("quiet", "info", "debug")
 DEFAULT_VERBOSITY = "quiet"
-_ABSL_LEVEL = {"quiet": -1, "info": 0, "debug": 1}   # absl's -1 warning, 0 info, 1 debug
+_ABSL_LEVEL = {"quiet": -1, "info": 0, "debug": 1}  # absl's -1 warning, 0 info, 1 debug
 _TF_CPP_LEVEL = {"quiet": "3", "info": "1", "debug": "0"}
-_HELP = ("How much to say: quiet (progress and results only; the default), info (+ INFO logs "
-         "of absl, TensorFlow and the trainer; TensorFlow's C++ warnings), debug (+ DEBUG logs, "
-         "every C++ log, the traceback of an error). absl's integers work too (-1 quiet, 0 "
-         "info, 1 debug). TensorFlow's C++ logs follow it unless TF_CPP_MIN_LOG_LEVEL is set.")
+_HELP = (
+  "How much to say: quiet (progress and results only; the default), info (+ INFO logs "
+  "of absl, TensorFlow and the trainer; TensorFlow's C++ warnings), debug (+ DEBUG logs, "
+  "every C++ log, the traceback of an error). absl's integers work too (-1 quiet, 0 "
+  "info, 1 debug). TensorFlow's C++ logs follow it unless TF_CPP_MIN_LOG_LEVEL is set."
+)
 
 
 def _name_of(level: int) -> str:
@@ -79,8 +95,9 @@ def _parse_level(argument) -> int:
   try:
     return int(text)
   except ValueError:
-    raise ValueError(f"expected one of {', '.join(VERBOSITIES)} or an integer, got "
-                     f"{argument!r}") from None
+    raise ValueError(
+      f"expected one of {', '.join(VERBOSITIES)} or an integer, got {argument!r}"
+    ) from None
 
 
 class _VerbosityParser(flags.ArgumentParser):
@@ -108,7 +125,7 @@ def verbosity_from_argv(argv: Optional[Sequence[str]] = None) -> str:
       if arg == prefix and k + 1 < len(argv):
         value = argv[k + 1]
       elif arg.startswith(prefix + "="):
-        value = arg[len(prefix) + 1:]
+        value = arg[len(prefix) + 1 :]
     if value is not None:
       try:
         name = _name_of(_parse_level(value))
@@ -152,7 +169,7 @@ def setup_logging(flag_values: flags.FlagValues = FLAGS) -> str:
   quiet); returns the verbosity's name."""
   name = verbosity(flag_values)
   if not flag_values["verbosity"].present:
-    flag_values.verbosity = _ABSL_LEVEL[name]   # absl's setter sets the root logger's level
+    flag_values.verbosity = _ABSL_LEVEL[name]  # absl's setter sets the root logger's level
   # TensorFlow's Python warnings (e.g. SavedModel serialization notes) are noise at quiet.
   logging.getLogger("tensorflow").setLevel(logging.ERROR if name == "quiet" else logging.NOTSET)
   return name
@@ -169,8 +186,9 @@ def one_line(error: BaseException) -> str:
   return " ".join(text.split())
 
 
-def fail(message, status: int = EXIT_ERROR, error: Optional[BaseException] = None,
-         hard: bool = False):
+def fail(
+  message, status: int = EXIT_ERROR, error: Optional[BaseException] = None, hard: bool = False
+):
   """Ends the process: ``error: message`` on stderr (the traceback of ``error`` first at
   --verbosity=debug) and exit status ``status``. ``hard``: `os._exit`, skipping the interpreter's
   teardown (after the loss of a remote task, TensorFlow's teardown of its remote context would

@@ -29,15 +29,31 @@ from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 from absl import flags
 
-__all__ = ["Leaf", "coerce", "define_flags", "expose_in_help", "from_dict", "from_flags",
-           "leaves", "parse", "present_settings", "setting", "to_flags"]
+__all__ = [
+  "Leaf",
+  "coerce",
+  "define_flags",
+  "expose_in_help",
+  "from_dict",
+  "from_flags",
+  "leaves",
+  "parse",
+  "present_settings",
+  "setting",
+  "to_flags",
+]
 
 # The flags defined here belong to the module that calls define_flags (so --help lists them).
 flags.disclaim_key_flags()
 
 
-def setting(default, help: str, *, choices: Optional[Sequence[str]] = None,  # pylint: disable=redefined-builtin
-            flag: Optional[str] = None):
+def setting(
+  default,
+  help: str,
+  *,
+  choices: Optional[Sequence[str]] = None,  # pylint: disable=redefined-builtin
+  flag: Optional[str] = None,
+):
   """A dataclass field with its flag's help text, choices and (optionally) flag name."""
   if not isinstance(help, str) or not help:
     raise ValueError("every setting needs a help text")
@@ -54,11 +70,12 @@ def setting(default, help: str, *, choices: Optional[Sequence[str]] = None,  # p
 @dataclasses.dataclass(frozen=True)
 class Leaf:
   """One flag: where it lives in the configuration tree and how to parse it."""
-  path: Tuple[str, ...]      # attribute names from the root configuration
-  flag: str                  # the flag's name
-  kind: type                 # bool, int, float, str or tuple
-  item: Optional[type]       # element type of a tuple setting
-  optional: bool             # None is a valid value
+
+  path: Tuple[str, ...]  # attribute names from the root configuration
+  flag: str  # the flag's name
+  kind: type  # bool, int, float, str or tuple
+  item: Optional[type]  # element type of a tuple setting
+  optional: bool  # None is a valid value
   default: Any
   help: str
   choices: Optional[Tuple[str, ...]]
@@ -103,9 +120,16 @@ def leaves(cls, prefix: Tuple[str, ...] = ()) -> Iterator[Leaf]:
       kind = tp
     else:
       raise TypeError(f"{cls.__name__}.{field.name}: unsupported setting type {tp}")
-    yield Leaf(path=prefix + (field.name,), flag=field.metadata.get("flag", field.name),
-               kind=kind, item=item, optional=optional, default=_default_of(field),
-               help=field.metadata["help"], choices=field.metadata.get("choices"))
+    yield Leaf(
+      path=prefix + (field.name,),
+      flag=field.metadata.get("flag", field.name),
+      kind=kind,
+      item=item,
+      optional=optional,
+      default=_default_of(field),
+      help=field.metadata["help"],
+      choices=field.metadata.get("choices"),
+    )
 
 
 def _by_flag(cls) -> Dict[str, Leaf]:
@@ -117,9 +141,14 @@ def _by_flag(cls) -> Dict[str, Leaf]:
   return out
 
 
-def define_flags(cls, flag_values: flags.FlagValues = flags.FLAGS, *,
-                 exclude: Sequence[str] = (), defaults: Optional[Dict[str, Any]] = None,
-                 help_note: str = "") -> Tuple[str, ...]:
+def define_flags(
+  cls,
+  flag_values: flags.FlagValues = flags.FLAGS,
+  *,
+  exclude: Sequence[str] = (),
+  defaults: Optional[Dict[str, Any]] = None,
+  help_note: str = "",
+) -> Tuple[str, ...]:
   """Defines one absl flag per setting of ``cls``; returns the flag names defined.
 
   The flags are the key flags of the calling module (listed by its --help).
@@ -233,16 +262,20 @@ def _build(cls, tree: Dict[str, Any]):
   return cls(**kwargs)
 
 
-def from_flags(cls, flag_values: flags.FlagValues = flags.FLAGS, *, base=None,
-               only_present: bool = False):
+def from_flags(
+  cls, flag_values: flags.FlagValues = flags.FLAGS, *, base=None, only_present: bool = False
+):
   """The configuration from parsed flags (flags not defined keep ``base``'s or the defaults).
 
   With ``only_present``, only the flags given on the command line are taken.
   """
   if only_present:
     return from_dict(cls, present_settings(cls, flag_values), base=base)
-  values = {name: _from_flag_value(leaf, flag_values[name].value)
-            for name, leaf in _by_flag(cls).items() if name in flag_values}
+  values = {
+    name: _from_flag_value(leaf, flag_values[name].value)
+    for name, leaf in _by_flag(cls).items()
+    if name in flag_values
+  }
   return from_dict(cls, values, base=base)
 
 
@@ -320,8 +353,11 @@ def _coerce_value(name: str, tp, value):
       return bool(value)
     raise TypeError(f"{name} must be a bool, got {value!r}")
   if tp is int:
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool) and \
-        type(value).__name__ != "bool_":
+    if (
+      isinstance(value, numbers.Integral)
+      and not isinstance(value, bool)
+      and type(value).__name__ != "bool_"
+    ):
       return int(value)
     raise TypeError(f"{name} must be an integer, got {value!r}")
   if tp is float:

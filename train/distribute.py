@@ -59,10 +59,12 @@ def mirrored_strategy(devices=None) -> tf.distribute.MirroredStrategy:
   """
   if devices is None:
     devices = [d.name for d in tf.config.list_logical_devices("GPU")] or [
-        d.name for d in tf.config.list_logical_devices("CPU")]
+      d.name for d in tf.config.list_logical_devices("CPU")
+    ]
   if all("CPU" in d.upper() for d in devices):
     return tf.distribute.MirroredStrategy(
-        devices, cross_device_ops=tf.distribute.ReductionToOneDevice())
+      devices, cross_device_ops=tf.distribute.ReductionToOneDevice()
+    )
   return tf.distribute.MirroredStrategy(devices)
 
 
@@ -87,21 +89,24 @@ def run_server(cfg: dict | None = None) -> None:
   cfg = parse_tf_config() if cfg is None else cfg
   task = server_task(cfg)
   if task is None:
-    raise ValueError("run_server needs TF_CONFIG with a 'ps' job and a task of type "
-                     f"{' or '.join(SERVER_TASKS)}")
+    raise ValueError(
+      f"run_server needs TF_CONFIG with a 'ps' job and a task of type {' or '.join(SERVER_TASKS)}"
+    )
   cluster = tf.train.ClusterSpec(cfg["cluster"])
   config = None
   if task[0] == "worker":
     config = tf.compat.v1.ConfigProto()
     config.inter_op_parallelism_threads = max(2, len(cfg["cluster"].get("worker", [])) + 1)
-  server = tf.distribute.Server(cluster, job_name=task[0], task_index=task[1], protocol="grpc",
-                                config=config, start=True)
+  server = tf.distribute.Server(
+    cluster, job_name=task[0], task_index=task[1], protocol="grpc", config=config, start=True
+  )
   server.join()
 
 
 def free_ports(n: int) -> list:
   """``n`` TCP ports on 127.0.0.1 that were free a moment ago (for local clusters)."""
   import socket  # pylint: disable=g-import-not-at-top
+
   socks = [socket.socket() for _ in range(n)]
   for s in socks:
     s.bind(("127.0.0.1", 0))
@@ -116,17 +121,25 @@ def local_cluster(num_workers: int = 2, num_ps: int = 2):
   `tf.distribute.Server`s on 127.0.0.1); returns its cluster resolver (the caller is the chief).
   For tests and trying the strategy on one machine."""
   ports = free_ports(num_workers + num_ps)
-  spec = {"worker": [f"localhost:{p}" for p in ports[:num_workers]],
-          "ps": [f"localhost:{p}" for p in ports[num_workers:]]}
+  spec = {
+    "worker": [f"localhost:{p}" for p in ports[:num_workers]],
+    "ps": [f"localhost:{p}" for p in ports[num_workers:]],
+  }
   cluster = tf.train.ClusterSpec(spec)
   # In one process the workers share the executor: one inter-op thread each, plus one, or
   # scheduled functions deadlock.
   config = tf.compat.v1.ConfigProto()
   config.inter_op_parallelism_threads = num_workers + 1
-  servers = [tf.distribute.Server(cluster, job_name="worker", task_index=i, protocol="grpc",
-                                  config=config, start=True) for i in range(num_workers)]
-  servers += [tf.distribute.Server(cluster, job_name="ps", task_index=i, protocol="grpc",
-                                   start=True) for i in range(num_ps)]
+  servers = [
+    tf.distribute.Server(
+      cluster, job_name="worker", task_index=i, protocol="grpc", config=config, start=True
+    )
+    for i in range(num_workers)
+  ]
+  servers += [
+    tf.distribute.Server(cluster, job_name="ps", task_index=i, protocol="grpc", start=True)
+    for i in range(num_ps)
+  ]
   resolver = tf.distribute.cluster_resolver.SimpleClusterResolver(cluster, rpc_layer="grpc")
   resolver.servers = servers  # keep them alive as long as the resolver
   LOCAL_CLUSTERS.append(resolver)
@@ -139,23 +152,29 @@ def local_cluster(num_workers: int = 2, num_ps: int = 2):
 LOCAL_CLUSTERS: list = []
 
 
-def parameter_server_strategy(resolver=None, min_shard_bytes: int = PS_MIN_SHARD_BYTES
-                              ) -> tf.distribute.ParameterServerStrategy:
+def parameter_server_strategy(
+  resolver=None, min_shard_bytes: int = PS_MIN_SHARD_BYTES
+) -> tf.distribute.ParameterServerStrategy:
   """ParameterServerStrategy over ``resolver``'s cluster (default: TF_CONFIG's), variables of
   ``min_shard_bytes`` or more partitioned over the ps tasks (module docstring)."""
   if resolver is None:
     cfg = parse_tf_config()
     if not cfg or "ps" not in cfg["cluster"] or "worker" not in cfg["cluster"]:
-      raise ValueError("--strategy=parameter_server needs TF_CONFIG naming a cluster with "
-                       "'chief', 'worker' and 'ps' jobs (and this process's task)")
+      raise ValueError(
+        "--strategy=parameter_server needs TF_CONFIG naming a cluster with "
+        "'chief', 'worker' and 'ps' jobs (and this process's task)"
+      )
     if cfg["task"].get("type") != "chief":
-      raise ValueError(f"--strategy=parameter_server: TF_CONFIG task type "
-                       f"{cfg['task'].get('type')!r}: the coordinator must be the 'chief' "
-                       "(worker and ps processes run run_server)")
+      raise ValueError(
+        f"--strategy=parameter_server: TF_CONFIG task type "
+        f"{cfg['task'].get('type')!r}: the coordinator must be the 'chief' "
+        "(worker and ps processes run run_server)"
+      )
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
   num_ps = len(resolver.cluster_spec().as_dict().get("ps", []))
   partitioner = tf.distribute.experimental.partitioners.MinSizePartitioner(
-      min_shard_bytes=int(min_shard_bytes), max_shards=max(1, num_ps))
+    min_shard_bytes=int(min_shard_bytes), max_shards=max(1, num_ps)
+  )
   return tf.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
 
 
@@ -180,8 +199,9 @@ def lost_parameter_servers(error: BaseException):
     seen.add(id(error))
     text = str(error)
     unavailable = isinstance(error, (tf.errors.UnavailableError, tf.errors.AbortedError)) or (
-        isinstance(error, tf.errors.InvalidArgumentError)
-        and ("unknown device" in text.lower() or "relevant tensor remote_handle" in text))
+      isinstance(error, tf.errors.InvalidArgumentError)
+      and ("unknown device" in text.lower() or "relevant tensor remote_handle" in text)
+    )
     tasks = sorted({int(t) for t in _PS_TASK.findall(text)})
     if unavailable and tasks:
       return tasks
@@ -204,8 +224,9 @@ def is_parameter_server(strategy) -> bool:
   return isinstance(strategy, tf.distribute.ParameterServerStrategy)
 
 
-def make_strategy(name: str, tpu: str | None = None,
-                  ps_min_shard_bytes: int = PS_MIN_SHARD_BYTES) -> tf.distribute.Strategy:
+def make_strategy(
+  name: str, tpu: str | None = None, ps_min_shard_bytes: int = PS_MIN_SHARD_BYTES
+) -> tf.distribute.Strategy:
   """Creates the strategy named ``name`` (one of STRATEGIES)."""
   if name == "default":
     return tf.distribute.get_strategy()
@@ -214,12 +235,15 @@ def make_strategy(name: str, tpu: str | None = None,
   if name == "multi_worker":
     cfg = parse_tf_config()
     if not cfg:
-      raise ValueError("--strategy=multi_worker needs the TF_CONFIG environment variable "
-                       "(cluster.worker list and task.index of this process)")
+      raise ValueError(
+        "--strategy=multi_worker needs the TF_CONFIG environment variable "
+        "(cluster.worker list and task.index of this process)"
+      )
     return tf.distribute.MultiWorkerMirroredStrategy()
   if name == "tpu":
     resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
-        tpu="" if tpu in (None, "local") else tpu)
+      tpu="" if tpu in (None, "local") else tpu
+    )
     tf.config.experimental_connect_to_cluster(resolver)
     tf.tpu.experimental.initialize_tpu_system(resolver)
     return tf.distribute.TPUStrategy(resolver)

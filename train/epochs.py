@@ -40,8 +40,17 @@ import threading
 import time
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple, TypeVar
 
-__all__ = ["EpochLoop", "NonFiniteError", "Phases", "ShapeLog", "best_step", "epoch_record",
-           "prefetch", "report_line", "write_metrics"]
+__all__ = [
+  "EpochLoop",
+  "NonFiniteError",
+  "Phases",
+  "ShapeLog",
+  "best_step",
+  "epoch_record",
+  "prefetch",
+  "report_line",
+  "write_metrics",
+]
 
 T = TypeVar("T")
 
@@ -59,11 +68,18 @@ class NonFiniteError(FloatingPointError):
 
   @classmethod
   def at(cls, step: int, epoch: int, checkpoint) -> "NonFiniteError":
-    kept = ("no epoch had finished, nothing was saved" if checkpoint is None else
-            f"the checkpoint of epoch {checkpoint[0]} (step {checkpoint[1]}) in {checkpoint[2]} "
-            "is kept")
-    return cls(f"non-finite loss or gradient at step {step} (epoch {epoch}): training stopped; "
-               f"{kept}.", step=step, epoch=epoch, checkpoint=checkpoint)
+    kept = (
+      "no epoch had finished, nothing was saved"
+      if checkpoint is None
+      else f"the checkpoint of epoch {checkpoint[0]} (step {checkpoint[1]}) in {checkpoint[2]} "
+      "is kept"
+    )
+    return cls(
+      f"non-finite loss or gradient at step {step} (epoch {epoch}): training stopped; {kept}.",
+      step=step,
+      epoch=epoch,
+      checkpoint=checkpoint,
+    )
 
 
 class Phases:
@@ -144,8 +160,10 @@ class ShapeLog:
     self._keys.add(key)
     self.shapes.append(dict(step=step, shapes={k: list(v) for k, v in key}))
     if self.report is not None:
-      self.report(f"step {step}: new input shape #{len(self.shapes)} (a compiled program): "
-                  + ", ".join(f"{k} {list(v)}" for k, v in key))
+      self.report(
+        f"step {step}: new input shape #{len(self.shapes)} (a compiled program): "
+        + ", ".join(f"{k} {list(v)}" for k, v in key)
+      )
     return True
 
 
@@ -158,23 +176,38 @@ def best_step(history, best_epoch: int):
   return None
 
 
-def epoch_record(epoch: int, step: int, loss_sum: float, weight_sum: float, n: int,
-                 seconds: float, wall_seconds: float, metrics: Dict[str, float]) -> dict:
+def epoch_record(
+  epoch: int,
+  step: int,
+  loss_sum: float,
+  weight_sum: float,
+  n: int,
+  seconds: float,
+  wall_seconds: float,
+  metrics: Dict[str, float],
+) -> dict:
   """One epoch's history record: mean loss and weight, its training and wall seconds, and its
   metrics (``val_*``, test ones kept as ``test_*``)."""
-  return dict(epoch=epoch, step=step, loss=loss_sum / max(n, 1),
-              mean_weight=weight_sum / max(n, 1), seconds=seconds,
-              seconds_per_step=seconds / max(n, 1), wall_seconds=wall_seconds,
-              **{(k if k.startswith("test_") else f"val_{k}"): v for k, v in metrics.items()})
+  return dict(
+    epoch=epoch,
+    step=step,
+    loss=loss_sum / max(n, 1),
+    mean_weight=weight_sum / max(n, 1),
+    seconds=seconds,
+    seconds_per_step=seconds / max(n, 1),
+    wall_seconds=wall_seconds,
+    **{(k if k.startswith("test_") else f"val_{k}"): v for k, v in metrics.items()},
+  )
 
 
 def report_line(record: dict, improved: bool) -> str:
   """The line printed after each epoch."""
-  return (f"epoch {record['epoch']} step {record['step']} loss {record['loss']:.4f} w "
-          f"{record['mean_weight']:.4f} val R@10 {record['val_recall@10']:.4f} N@10 "
-          f"{record['val_ndcg@10']:.4f} R@20 {record['val_recall@20']:.4f} N@20 "
-          f"{record['val_ndcg@20']:.4f} ({record['seconds']:.1f}s)"
-          + (" *best*" if improved else ""))
+  return (
+    f"epoch {record['epoch']} step {record['step']} loss {record['loss']:.4f} w "
+    f"{record['mean_weight']:.4f} val R@10 {record['val_recall@10']:.4f} N@10 "
+    f"{record['val_ndcg@10']:.4f} R@20 {record['val_recall@20']:.4f} N@20 "
+    f"{record['val_ndcg@20']:.4f} ({record['seconds']:.1f}s)" + (" *best*" if improved else "")
+  )
 
 
 def write_metrics(result: dict, cfg) -> str:
@@ -204,8 +237,8 @@ class EpochLoop:
     self.trainer, self.phases = trainer, phases or Phases()
     self.read_every = max(1, int(read_every))
     self._first_step_done = False
-    self._saved_at = time.monotonic()   # of the last full checkpoint (or of the loop's start)
-    self._unsaved: Optional[tuple] = None   # (trainer, history) of an epoch not checkpointed
+    self._saved_at = time.monotonic()  # of the last full checkpoint (or of the loop's start)
+    self._unsaved: Optional[tuple] = None  # (trainer, history) of an epoch not checkpointed
 
   def checkpoint_due(self) -> bool:
     """Whether the epoch just finished is checkpointed (module docstring)."""
@@ -240,8 +273,11 @@ class EpochLoop:
       state = t.get_state()
       if self.done():
         return None
-      if (cfg.time_budget_minutes and last_wall is not None
-          and time.time() + last_wall > started + 60.0 * cfg.time_budget_minutes):
+      if (
+        cfg.time_budget_minutes
+        and last_wall is not None
+        and time.time() + last_wall > started + 60.0 * cfg.time_budget_minutes
+      ):
         self.flush()
         return t.pause(time.time() - started)
       epoch_start = time.time()
@@ -273,7 +309,7 @@ class EpochLoop:
     tick = time.perf_counter()
     for item in t.epoch_steps(e):
       pending.append(item)
-      if not self._first_step_done:   # the first step: tracing and compilation
+      if not self._first_step_done:  # the first step: tracing and compilation
         read()
         now = time.perf_counter()
         self.phases.add("first_step", now - tick)
@@ -292,7 +328,7 @@ class EpochLoop:
     loss_sum, weight_sum, n, seconds = self._steps(e, t)
     with self.phases("validation"):
       metrics = t.validate("val")
-    if cfg.test_curve:   # recorded only: selection stays on validation
+    if cfg.test_curve:  # recorded only: selection stays on validation
       with self.phases("test"):
         metrics.update({f"test_{k}": v for k, v in t.validate("test").items()})
     improved = metrics["ndcg@10"] > state["best_metric"]
@@ -303,10 +339,11 @@ class EpochLoop:
         t.save_best(e + 1)
     else:
       t.set_state(bad_epochs=state["bad_epochs"] + 1)
-    record = epoch_record(e + 1, step, loss_sum, weight_sum, n, seconds,
-                          time.time() - epoch_start, metrics)
+    record = epoch_record(
+      e + 1, step, loss_sum, weight_sum, n, seconds, time.time() - epoch_start, metrics
+    )
     history.append(record)
-    t.set_state(epoch=e + 1)   # from here on the state is the end of epoch e + 1
+    t.set_state(epoch=e + 1)  # from here on the state is the end of epoch e + 1
     t.summaries.epoch(step, metrics, record["loss"])
     self._unsaved = (t, history)
     if self.checkpoint_due():

@@ -17,19 +17,35 @@ def estimator_spec(cfg, num_items: int, item_counts) -> Tuple[str, Dict[str, Any
   sketch (its parameters are the --frequency_* / --hash_array_* / --count_min_* settings)."""
   n = int(num_items)
   if cfg.frequency == "exact":
-    return "ExactCounts", dict(num_items=n, counts=np.asarray(item_counts),
-                               min_count=cfg.frequency_min_count, name="frequency")
+    return "ExactCounts", dict(
+      num_items=n,
+      counts=np.asarray(item_counts),
+      min_count=cfg.frequency_min_count,
+      name="frequency",
+    )
   buckets = cfg.frequency_buckets or max(1024, 4 * n)
   if cfg.frequency == "hash_array":
     return "HashArrayEstimator", dict(
-        num_buckets=buckets, num_hashes=cfg.hash_array_hashes, alpha=cfg.hash_array_alpha,
-        warmup=cfg.hash_array_warmup, pending_gap=cfg.hash_array_pending_gap, seed=_hash_seed(cfg),
-        num_items=n, name="frequency")
+      num_buckets=buckets,
+      num_hashes=cfg.hash_array_hashes,
+      alpha=cfg.hash_array_alpha,
+      warmup=cfg.hash_array_warmup,
+      pending_gap=cfg.hash_array_pending_gap,
+      seed=_hash_seed(cfg),
+      num_items=n,
+      name="frequency",
+    )
   if cfg.frequency == "count_min":
     return "CountMinSketch", dict(
-        width=buckets, depth=cfg.count_min_depth, conservative=cfg.count_min_conservative,
-        half_life=cfg.count_min_half_life, min_count=cfg.frequency_min_count, seed=_hash_seed(cfg),
-        num_items=n, name="frequency")
+      width=buckets,
+      depth=cfg.count_min_depth,
+      conservative=cfg.count_min_conservative,
+      half_life=cfg.count_min_half_life,
+      min_count=cfg.frequency_min_count,
+      seed=_hash_seed(cfg),
+      num_items=n,
+      name="frequency",
+    )
   raise ValueError(f"unknown --frequency {cfg.frequency!r}")
 
 

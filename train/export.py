@@ -70,7 +70,7 @@ class QueryEncoder(tf.Module):
     # Under ParameterServerStrategy `model.variables` lists the shards of a partitioned table,
     # while the traced function reads the ShardedVariable itself: it must be tracked too.
     self.sharded_variables = _sharded_variables(model)
-    self._serving_queries = model.serving_queries   # a bound method: not tracked
+    self._serving_queries = model.serving_queries  # a bound method: not tracked
     self.max_len = int(max_len)
 
   @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int64, name="history")])
@@ -119,18 +119,27 @@ def export(model, export_dir: str, *, config, data) -> dict:
   os.makedirs(export_dir, exist_ok=True)
   table = np.asarray(tf.convert_to_tensor(model.all_item_embeddings()), np.float32)
   if table.shape[0] != data.num_items + 1:
-    raise ValueError(f"item table has {table.shape[0]} rows, expected num_items + 1 = "
-                     f"{data.num_items + 1}")
+    raise ValueError(
+      f"item table has {table.shape[0]} rows, expected num_items + 1 = {data.num_items + 1}"
+    )
   encoder = QueryEncoder(model, config.max_len)
-  tf.saved_model.save(encoder, os.path.join(export_dir, "query_encoder"),
-                      signatures={"serving_default": encoder.serve})
+  tf.saved_model.save(
+    encoder,
+    os.path.join(export_dir, "query_encoder"),
+    signatures={"serving_default": encoder.serve},
+  )
   items = ItemEmbeddings(table)
-  tf.saved_model.save(items, os.path.join(export_dir, "item_embeddings"),
-                      signatures={"serving_default": items.serve})
+  tf.saved_model.save(
+    items, os.path.join(export_dir, "item_embeddings"), signatures={"serving_default": items.serve}
+  )
   np.save(os.path.join(export_dir, "item_embeddings.npy"), table)
-  meta = dict(num_items=int(data.num_items), max_len=int(config.max_len),
-              embedding_dim=int(table.shape[1]), run_config=config.to_dict(),
-              data_fingerprint=data_lib.fingerprint(data))
+  meta = dict(
+    num_items=int(data.num_items),
+    max_len=int(config.max_len),
+    embedding_dim=int(table.shape[1]),
+    run_config=config.to_dict(),
+    data_fingerprint=data_lib.fingerprint(data),
+  )
   id_maps = write_id_maps(export_dir, data)
   if id_maps:
     meta["id_maps"] = id_maps

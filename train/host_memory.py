@@ -43,8 +43,12 @@ _M_TOP_PAD = -2
 _M_MMAP_THRESHOLD = -3
 _M_ARENA_MAX = -8
 
-RETAIN = {"mmap_threshold": 32 << 20, "trim_threshold": 1 << 30, "top_pad": 512 << 20,
-          "arena_max": 1}
+RETAIN = {
+  "mmap_threshold": 32 << 20,
+  "trim_threshold": 1 << 30,
+  "top_pad": 512 << 20,
+  "arena_max": 1,
+}
 """The ``retain`` settings (bytes, and a count of heaps; module docstring). 32 MiB is glibc's
 largest mmap threshold."""
 
@@ -83,8 +87,11 @@ def configure(host_allocator: str, *, one_heap: bool = True) -> bool:
   if libc is None:
     logging.info("host_allocator=retain: not glibc, the allocator is left alone")
     return False
-  settings = [(_M_MMAP_THRESHOLD, RETAIN["mmap_threshold"]),
-              (_M_TRIM_THRESHOLD, RETAIN["trim_threshold"]), (_M_TOP_PAD, RETAIN["top_pad"])]
+  settings = [
+    (_M_MMAP_THRESHOLD, RETAIN["mmap_threshold"]),
+    (_M_TRIM_THRESHOLD, RETAIN["trim_threshold"]),
+    (_M_TOP_PAD, RETAIN["top_pad"]),
+  ]
   if one_heap:
     settings.append((_M_ARENA_MAX, RETAIN["arena_max"]))
   for param, value in settings:

@@ -34,14 +34,18 @@ from train.choices import NEGATIVES  # noqa: F401  (defined there)
 def step_seeds(seed: int, step):
   """(shared negative seed, per-replica dropout seed), int64 [2] each, from (seed, step)."""
   # 32-bit seed components: XLA's stateless kernels read only those bits (compiled == not).
-  base = _static_shapes.stateless_seed(tf.stack([tf.constant(seed, tf.int64),
-                                                 tf.cast(step, tf.int64)]))
+  base = _static_shapes.stateless_seed(
+    tf.stack([tf.constant(seed, tf.int64), tf.cast(step, tf.int64)])
+  )
   shared = _static_shapes.stateless_seed(tf.random.experimental.stateless_fold_in(base, 1))
   dropout = _static_shapes.stateless_seed(tf.random.experimental.stateless_fold_in(base, 2))
   ctx = tf.distribute.get_replica_context()
   if ctx is not None and ctx.num_replicas_in_sync > 1:
-    dropout = _static_shapes.stateless_seed(tf.random.experimental.stateless_fold_in(
-        dropout, tf.cast(ctx.replica_id_in_sync_group, tf.int64)))
+    dropout = _static_shapes.stateless_seed(
+      tf.random.experimental.stateless_fold_in(
+        dropout, tf.cast(ctx.replica_id_in_sync_group, tf.int64)
+      )
+    )
   return shared, dropout
 
 
@@ -53,13 +57,17 @@ def global_sum(x):
   return ctx.all_reduce(tf.distribute.ReduceOp.SUM, x)
 
 
-def build_sampler(config, model, num_items: int, estimator=None, midx=None,
-                  static_shapes=None):
+def build_sampler(config, model, num_items: int, estimator=None, midx=None, static_shapes=None):
   """The library sampler the config asks for (None for the full softmax)."""
   k, c = config.num_negatives, config
   uniform = lambda n: neg_lib.UniformNegatives(  # noqa: E731
-      model.item_embeddings, n, id_range=(1, num_items + 1), per=c.uniform_negatives,
-      jit_compile=c.jit_compile, static_shapes=static_shapes)
+    model.item_embeddings,
+    n,
+    id_range=(1, num_items + 1),
+    per=c.uniform_negatives,
+    jit_compile=c.jit_compile,
+    static_shapes=static_shapes,
+  )
   if c.loss == "full_softmax":
     return None
   if c.loss in ("bce", "gbce") or c.negatives == "uniform":
@@ -70,8 +78,9 @@ def build_sampler(config, model, num_items: int, estimator=None, midx=None,
     midx.num_negatives = k if midx.num_negatives is None else midx.num_negatives
     return midx
   k_b = k if c.negatives == "in_batch" else k // 2
-  in_batch = neg_lib.InBatchNegatives(estimator, num_negatives=k_b,
-                                      convention=c.log_q_convention, static_shapes=static_shapes)
+  in_batch = neg_lib.InBatchNegatives(
+    estimator, num_negatives=k_b, convention=c.log_q_convention, static_shapes=static_shapes
+  )
   if c.negatives == "in_batch":
     return in_batch
   return neg_lib.MixedNegatives(in_batch, uniform(k - k_b), convention=c.log_q_convention)
@@ -92,19 +101,22 @@ class Objective:
       compiled by XLA.
   """
 
-  def __init__(self, config, model, num_items: int, estimator=None, midx=None,
-               static_shapes=None):
+  def __init__(self, config, model, num_items: int, estimator=None, midx=None, static_shapes=None):
     self.config, self.model, self.estimator = config, model, estimator
     self.static_shapes = None if static_shapes is None else bool(static_shapes)
     self.sampler = build_sampler(config, model, num_items, estimator, midx, self.static_shapes)
     if config.loss == "full_softmax":
       self.loss = losses.FullSoftmaxLoss(config.temperature, id_offset=1)
     elif config.loss == "sampled_softmax":
-      self.loss = losses.SampledSoftmaxLoss(config.logq, config.q_prime,
-                                            ratio_floor=config.ratio_floor)
+      self.loss = losses.SampledSoftmaxLoss(
+        config.logq, config.q_prime, ratio_floor=config.ratio_floor
+      )
     else:
-      beta = (losses.gbce_beta(config.num_negatives, num_items, config.gbce_t)
-              if config.loss == "gbce" else 1.0)
+      beta = (
+        losses.gbce_beta(config.num_negatives, num_items, config.gbce_t)
+        if config.loss == "gbce"
+        else 1.0
+      )
       self.loss = losses.GBCELoss(beta)
 
   def __call__(self, batch, step, training=True):
@@ -112,11 +124,15 @@ class Objective:
     c = self.config
     shared_seed, dropout_seed = step_seeds(c.seed, step)
     static = _static_shapes.use_static_shapes(self.static_shapes)
-    q, pos_ids, seq_ids = self.model.training_queries(batch, training=training, seed=dropout_seed,
-                                                      static_shapes=static)
-    valid = tf.not_equal(pos_ids, 0) if static else None          # padding positions
-    count = (tf.reduce_sum(tf.cast(valid, tf.float32)) if static
-             else tf.cast(tf.shape(pos_ids)[0], tf.float32))
+    q, pos_ids, seq_ids = self.model.training_queries(
+      batch, training=training, seed=dropout_seed, static_shapes=static
+    )
+    valid = tf.not_equal(pos_ids, 0) if static else None  # padding positions
+    count = (
+      tf.reduce_sum(tf.cast(valid, tf.float32))
+      if static
+      else tf.cast(tf.shape(pos_ids)[0], tf.float32)
+    )
     # Cross-replica collectives (this sum, the estimator's all-gather, the in-batch pool's
     # all-gather) must run in the same order on every replica: chain them by dependencies.
     total = global_sum(count)
@@ -133,8 +149,12 @@ class Objective:
       loss = tf.where(valid, loss, tf.zeros_like(loss))
       weight = tf.where(valid, weight, tf.zeros_like(weight))
     loss_sum = tf.reduce_sum(loss)
-    return dict(loss=loss_sum / tf.maximum(total, 1.0), loss_sum=loss_sum,
-                weight_sum=tf.reduce_sum(weight), count=count)
+    return dict(
+      loss=loss_sum / tf.maximum(total, 1.0),
+      loss_sum=loss_sum,
+      weight_sum=tf.reduce_sum(weight),
+      count=count,
+    )
 
   def per_query_loss(self, q, pos_ids, seq_ids, seed, valid=None) -> losses.LossOutput:
     """`LossOutput` of the A queries ``q`` with positives ``pos_ids`` (negatives from ``seed``);
@@ -143,10 +163,18 @@ class Objective:
     if self.sampler is None:
       ids = pos_ids if valid is None else tf.where(valid, pos_ids, tf.ones_like(pos_ids))
       return self.loss(q, ids, self.model.all_item_embeddings()[1:])
-    s = self.sampler.score(q, pos_ids, self.model.item_embeddings(pos_ids),
-                           temperature=self.config.temperature, seed=seed, sequence_ids=seq_ids,
-                           item_table=self.model.all_item_embeddings, valid=valid)
+    s = self.sampler.score(
+      q,
+      pos_ids,
+      self.model.item_embeddings(pos_ids),
+      temperature=self.config.temperature,
+      seed=seed,
+      sequence_ids=seq_ids,
+      item_table=self.model.all_item_embeddings,
+      valid=valid,
+    )
     if self.config.loss == "sampled_softmax":
-      return self.loss(s.positive_scores, s.negative_scores, s.negative_log_q, s.positive_log_q,
-                       s.valid_mask)
+      return self.loss(
+        s.positive_scores, s.negative_scores, s.negative_log_q, s.positive_log_q, s.valid_mask
+      )
     return self.loss(s.positive_scores, s.negative_scores, s.valid_mask)

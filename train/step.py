@@ -58,12 +58,16 @@ def replica_step(objective, model, optimizer, batch, step, *, dense_gradients: b
   if dense_gradients:
     grads = [None if g is None else tf.convert_to_tensor(g) for g in grads]
   optimizer.apply_gradients([(g, v) for g, v in zip(grads, variables) if g is not None])
-  finite = [tf.reduce_all(tf.math.is_finite(g.values if isinstance(g, tf.IndexedSlices) else g))
-            for g in grads if g is not None]
+  finite = [
+    tf.reduce_all(tf.math.is_finite(g.values if isinstance(g, tf.IndexedSlices) else g))
+    for g in grads
+    if g is not None
+  ]
   loss_sum = terms["loss_sum"]
   if finite:
-    loss_sum = tf.where(tf.reduce_all(tf.stack(finite)), loss_sum,
-                        tf.constant(float("nan"), loss_sum.dtype))
+    loss_sum = tf.where(
+      tf.reduce_all(tf.stack(finite)), loss_sum, tf.constant(float("nan"), loss_sum.dtype)
+    )
   return loss_sum, terms["weight_sum"], terms["count"]
 
 
@@ -74,15 +78,17 @@ def check_jit_supported(strategy) -> None:
   """
   if strategy is None or strategy.num_replicas_in_sync == 1:
     return
-  if isinstance(strategy, (tf.distribute.MirroredStrategy,
-                           tf.distribute.MultiWorkerMirroredStrategy)):
+  if isinstance(
+    strategy, (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
+  ):
     devices = strategy.extended.worker_devices
     if not all("GPU" in tf.DeviceSpec.from_string(d).device_type.upper() for d in devices):
       raise ValueError(
-          f"an XLA-compiled replica step under {type(strategy).__name__} needs GPU devices "
-          f"(got {list(devices)}): TensorFlow compiles it per replica only on GPUs. Run the "
-          "step uncompiled (its static-shape path is Objective(..., static_shapes=True)) or on "
-          "one device.")
+        f"an XLA-compiled replica step under {type(strategy).__name__} needs GPU devices "
+        f"(got {list(devices)}): TensorFlow compiles it per replica only on GPUs. Run the "
+        "step uncompiled (its static-shape path is Objective(..., static_shapes=True)) or on "
+        "one device."
+      )
 
 
 def make_replica_step(objective, model, optimizer, *, jit_compile: bool = False, strategy=None):

@@ -44,22 +44,35 @@ class SummaryWriter:
       from tensorboard.compat.proto import event_pb2, summary_pb2
       from tensorboard.summary.writer.event_file_writer import EventFileWriter
     except ImportError:
-      logging.warning("neither TensorFlow nor TensorBoard is importable: no TensorBoard "
-                      "summaries in %s", directory)
+      logging.warning(
+        "neither TensorFlow nor TensorBoard is importable: no TensorBoard summaries in %s",
+        directory,
+      )
       return
     os.makedirs(directory, exist_ok=True)
     self._protos = (event_pb2, summary_pb2)
     self._events = EventFileWriter(directory)
-    logging.info("TensorFlow is not importable: TensorBoard summaries in %s written by the "
-                 "tensorboard package", directory)
+    logging.info(
+      "TensorFlow is not importable: TensorBoard summaries in %s written by the "
+      "tensorboard package",
+      directory,
+    )
 
   def scalars(self, step: int, values: Mapping[str, float]) -> None:
     if self._events is not None:
       event_pb2, summary_pb2 = self._protos
-      self._events.add_event(event_pb2.Event(
-          wall_time=time.time(), step=int(step), summary=summary_pb2.Summary(value=[
+      self._events.add_event(
+        event_pb2.Event(
+          wall_time=time.time(),
+          step=int(step),
+          summary=summary_pb2.Summary(
+            value=[
               summary_pb2.Summary.Value(tag=tag, simple_value=float(value))
-              for tag, value in values.items()])))
+              for tag, value in values.items()
+            ]
+          ),
+        )
+      )
       return
     if self._writer is None:
       return
@@ -70,8 +83,11 @@ class SummaryWriter:
   def epoch(self, step: int, metrics: Mapping[str, float], epoch_loss: float) -> None:
     """An epoch's validation (and ``test_*``) metrics, without the query counts, and its mean
     loss, at the epoch's last global step."""
-    values = {(f"test/{k[5:]}" if k.startswith("test_") else f"val/{k}"): v
-              for k, v in metrics.items() if not k.endswith("num_queries")}
+    values = {
+      (f"test/{k[5:]}" if k.startswith("test_") else f"val/{k}"): v
+      for k, v in metrics.items()
+      if not k.endswith("num_queries")
+    }
     values["train/epoch_loss"] = epoch_loss
     self.scalars(step, values)
     self.flush()

@@ -84,8 +84,17 @@ from train.epochs import NonFiniteError, best_step
 from train import step as step_lib
 from train.objective import Objective
 
-__all__ = ["EXIT_PAUSED", "EXIT_PS_LOST", "NonFiniteError", "ParameterServerLost", "Trainer",
-           "TrainingInterrupted", "best_step", "build_estimator", "build_model"]
+__all__ = [
+  "EXIT_PAUSED",
+  "EXIT_PS_LOST",
+  "NonFiniteError",
+  "ParameterServerLost",
+  "Trainer",
+  "TrainingInterrupted",
+  "best_step",
+  "build_estimator",
+  "build_model",
+]
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -99,8 +108,10 @@ class TrainingInterrupted(KeyboardInterrupt):
     if checkpoint is None:
       where = "no epoch had finished, so nothing was saved (a rerun starts over)"
     else:
-      where = f"the checkpoint of epoch {checkpoint[0]} (step {checkpoint[1]}) is saved in " \
-              f"{checkpoint[2]}"
+      where = (
+        f"the checkpoint of epoch {checkpoint[0]} (step {checkpoint[1]}) is saved in "
+        f"{checkpoint[2]}"
+      )
     super().__init__(f"interrupted at step {step}: {where}")
     self.step, self.checkpoint = step, checkpoint
 
@@ -115,12 +126,15 @@ class ParameterServerLost(RuntimeError):
 
   def __init__(self, *, tasks, checkpoint):
     names = ", ".join(f"ps {i} ({address})" for i, address in tasks) or "a parameter server"
-    kept = ("no epoch had finished, nothing was saved (a rerun starts over)"
-            if checkpoint is None else
-            f"the checkpoint of epoch {checkpoint[0]} (step {checkpoint[1]}) in {checkpoint[2]} "
-            "is kept")
-    super().__init__(f"{names} was lost, and the variables it held with it: training stopped; "
-                     f"{kept}.")
+    kept = (
+      "no epoch had finished, nothing was saved (a rerun starts over)"
+      if checkpoint is None
+      else f"the checkpoint of epoch {checkpoint[0]} (step {checkpoint[1]}) in {checkpoint[2]} "
+      "is kept"
+    )
+    super().__init__(
+      f"{names} was lost, and the variables it held with it: training stopped; {kept}."
+    )
     self.tasks, self.checkpoint = list(tasks), checkpoint
 
 
@@ -141,7 +155,8 @@ def precision(cfg: RunConfig):
   float32 weights); the global policy is restored after."""
   previous = tf.keras.mixed_precision.global_policy()
   tf.keras.mixed_precision.set_global_policy(
-      "mixed_bfloat16" if cfg.mixed_precision == "bfloat16" else "float32")
+    "mixed_bfloat16" if cfg.mixed_precision == "bfloat16" else "float32"
+  )
   try:
     yield
   finally:
@@ -151,16 +166,32 @@ def precision(cfg: RunConfig):
 def build_model(cfg: RunConfig, data):
   """The query model of --model (the `models` query-model interface)."""
   if cfg.model == "sasrec":
-    return SASRec(data.num_items, max_len=cfg.max_len, embedding_dim=cfg.embedding_dim,
-                  num_blocks=cfg.num_blocks, num_heads=cfg.num_heads, dropout=cfg.dropout,
-                  temperature=cfg.temperature, jit_compile=cfg.jit_compile, seed=cfg.seed,
-                  block_style=cfg.sasrec_block, tie_embeddings=cfg.tie_embeddings,
-                  pack_tokens=cfg.sasrec_pack_tokens,
-                  attention_blocks=cfg.sasrec_attention_blocks)
-  return TwoTower(data.num_items, num_users=data.num_users, embedding_dim=cfg.embedding_dim,
-                  hidden_dims=cfg.hidden_dims, use_user_id=cfg.use_user_id,
-                  use_history=cfg.use_history, temperature=cfg.temperature,
-                  max_len=cfg.max_len, seed=cfg.seed)
+    return SASRec(
+      data.num_items,
+      max_len=cfg.max_len,
+      embedding_dim=cfg.embedding_dim,
+      num_blocks=cfg.num_blocks,
+      num_heads=cfg.num_heads,
+      dropout=cfg.dropout,
+      temperature=cfg.temperature,
+      jit_compile=cfg.jit_compile,
+      seed=cfg.seed,
+      block_style=cfg.sasrec_block,
+      tie_embeddings=cfg.tie_embeddings,
+      pack_tokens=cfg.sasrec_pack_tokens,
+      attention_blocks=cfg.sasrec_attention_blocks,
+    )
+  return TwoTower(
+    data.num_items,
+    num_users=data.num_users,
+    embedding_dim=cfg.embedding_dim,
+    hidden_dims=cfg.hidden_dims,
+    use_user_id=cfg.use_user_id,
+    use_history=cfg.use_history,
+    temperature=cfg.temperature,
+    max_len=cfg.max_len,
+    seed=cfg.seed,
+  )
 
 
 class Trainer:
@@ -172,34 +203,51 @@ class Trainer:
     self.cfg = cfg  # validated when it was built
     self.report = report or logging.info  # messages for the user (module docstring)
     self._saved = None  # (epoch, step) of the last checkpoint on disk
-    self.strategy = strategy or distribute.make_strategy(cfg.strategy, cfg.tpu,
-                                                         cfg.ps_min_shard_bytes)
+    self.strategy = strategy or distribute.make_strategy(
+      cfg.strategy, cfg.tpu, cfg.ps_min_shard_bytes
+    )
     self.chief = distribute.is_chief(self.strategy)
     # ParameterServerStrategy: this process is the coordinator; steps are scheduled on the
     # workers (module docstring, "Parameter-server training").
-    self.coordinator = (tf.distribute.coordinator.ClusterCoordinator(self.strategy)
-                        if distribute.is_parameter_server(self.strategy) else None)
+    self.coordinator = (
+      tf.distribute.coordinator.ClusterCoordinator(self.strategy)
+      if distribute.is_parameter_server(self.strategy)
+      else None
+    )
     self._worker_iterator = None
     self.data = data if data is not None else cfg.data.load()
     self.replicas = self.strategy.num_replicas_in_sync
     if cfg.batch_size % self.replicas:
-      raise ValueError(f"global batch_size {cfg.batch_size} is not divisible by the "
-                       f"{self.replicas} replicas")
+      raise ValueError(
+        f"global batch_size {cfg.batch_size} is not divisible by the {self.replicas} replicas"
+      )
     self.steps_per_epoch = cfg.steps_per_epoch or max(
-        1, len(self.data.train_sequences) // cfg.batch_size)
+      1, len(self.data.train_sequences) // cfg.batch_size
+    )
     with self.strategy.scope():
       with precision(cfg):
         self.model = build_model(cfg, self.data).build_all()
-      self.optimizer = (LazyAdam(cfg.learning_rate) if cfg.table_optimizer == "lazy_adam"
-                        else tf.keras.optimizers.Adam(cfg.learning_rate))
+      self.optimizer = (
+        LazyAdam(cfg.learning_rate)
+        if cfg.table_optimizer == "lazy_adam"
+        else tf.keras.optimizers.Adam(cfg.learning_rate)
+      )
       self.optimizer.build(self.model.trainable_variables)
       self.estimator = build_estimator(cfg, self.data)
       self.midx = None
       if cfg.loss == "sampled_softmax" and cfg.negatives == "midx":
         from tfrs_logq.negatives.midx import MIDXSampler  # pylint: disable=g-import-not-at-top
-        self.midx = MIDXSampler(cfg.midx_codewords, "pq", num_items=self.data.num_items,
-                                dim=cfg.embedding_dim, temperature=cfg.temperature,
-                                id_offset=1, seed=cfg.seed, name="midx")
+
+        self.midx = MIDXSampler(
+          cfg.midx_codewords,
+          "pq",
+          num_items=self.data.num_items,
+          dim=cfg.embedding_dim,
+          temperature=cfg.temperature,
+          id_offset=1,
+          seed=cfg.seed,
+          name="midx",
+        )
       self.step = tf.Variable(0, dtype=tf.int64, trainable=False, name="global_step")
       self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
       self.best_metric = tf.Variable(-1.0, dtype=tf.float64, trainable=False, name="best_ndcg10")
@@ -209,27 +257,43 @@ class Trainer:
     # The replica's step (objective, gradients, optimizer, estimator update); with
     # --jit_compile_step one static-shape XLA program (train/step.py).
     self._replica_step = step_lib.make_replica_step(
-        self.objective, self.model, self.optimizer, jit_compile=cfg.jit_compile_step,
-        strategy=self.strategy)
-    trackables = dict(model=self.model, optimizer=self.optimizer, estimator=self.estimator,
-                      step=self.step, epoch=self.epoch, best_metric=self.best_metric,
-                      best_epoch=self.best_epoch, bad_epochs=self.bad_epochs)
+      self.objective,
+      self.model,
+      self.optimizer,
+      jit_compile=cfg.jit_compile_step,
+      strategy=self.strategy,
+    )
+    trackables = dict(
+      model=self.model,
+      optimizer=self.optimizer,
+      estimator=self.estimator,
+      step=self.step,
+      epoch=self.epoch,
+      best_metric=self.best_metric,
+      best_epoch=self.best_epoch,
+      bad_epochs=self.bad_epochs,
+    )
     if self.midx is not None:
       trackables["midx"] = self.midx
     self.checkpoint = tf.train.Checkpoint(**trackables)
     self.model_dir = cfg.model_dir
     self.manager = tf.train.CheckpointManager(
-        self.checkpoint, os.path.join(distribute.worker_dir(cfg.model_dir, self.strategy), "ckpt"),
-        max_to_keep=cfg.max_checkpoints)
+      self.checkpoint,
+      os.path.join(distribute.worker_dir(cfg.model_dir, self.strategy), "ckpt"),
+      max_to_keep=cfg.max_checkpoints,
+    )
     self.best_checkpoint = tf.train.Checkpoint(model=self.model)
     self.best_manager = tf.train.CheckpointManager(
-        self.best_checkpoint,
-        os.path.join(distribute.worker_dir(cfg.model_dir, self.strategy), "best"), max_to_keep=1)
+      self.best_checkpoint,
+      os.path.join(distribute.worker_dir(cfg.model_dir, self.strategy), "best"),
+      max_to_keep=1,
+    )
     self._train_step = tf.function(self._train_step_fn)
     self._scheduled_step = tf.function(self._scheduled_step_fn)
     self.summaries = summaries.SummaryWriter(
-        os.path.join(cfg.model_dir, "tensorboard") if self.chief else None)
-    self.phases = epochs.Phases()   # wall-clock by phase, this process (metrics JSON "phases")
+      os.path.join(cfg.model_dir, "tensorboard") if self.chief else None
+    )
+    self.phases = epochs.Phases()  # wall-clock by phase, this process (metrics JSON "phases")
 
   # -------------------------------------------------------------------------------- data & step
   def epoch_dataset(self, epoch: int) -> tf.data.Dataset:
@@ -237,11 +301,13 @@ class Trainer:
     cfg = self.cfg
     seed = data_lib.epoch_seed(cfg.seed, epoch)
     if cfg.model == "sasrec":
-      ds = data_lib.sasrec_train_dataset(self.data, batch_size=cfg.batch_size,
-                                         max_len=cfg.max_len, seed=seed)
+      ds = data_lib.sasrec_train_dataset(
+        self.data, batch_size=cfg.batch_size, max_len=cfg.max_len, seed=seed
+      )
     else:
-      ds = data_lib.two_tower_train_dataset(self.data, batch_size=cfg.batch_size,
-                                            max_len=cfg.max_len, seed=seed)
+      ds = data_lib.two_tower_train_dataset(
+        self.data, batch_size=cfg.batch_size, max_len=cfg.max_len, seed=seed
+      )
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     return ds.take(self.steps_per_epoch).with_options(options)
@@ -270,10 +336,12 @@ class Trainer:
     cfg = self.cfg
     seed = tf.random.uniform([], 0, 2**62, dtype=tf.int64)  # unseeded op: differs per worker
     if cfg.model == "sasrec":
-      return data_lib.sasrec_train_dataset(self.data, batch_size=cfg.batch_size,
-                                           max_len=cfg.max_len, seed=seed)
-    return data_lib.two_tower_train_dataset(self.data, batch_size=cfg.batch_size,
-                                            max_len=cfg.max_len, seed=seed)
+      return data_lib.sasrec_train_dataset(
+        self.data, batch_size=cfg.batch_size, max_len=cfg.max_len, seed=seed
+      )
+    return data_lib.two_tower_train_dataset(
+      self.data, batch_size=cfg.batch_size, max_len=cfg.max_len, seed=seed
+    )
 
   def worker_iterator(self):
     """The per-worker iterator of `worker_dataset` (created once, on every worker)."""
@@ -286,7 +354,7 @@ class Trainer:
     """A step run by a worker: its next batch, the replica step (variables and estimator state
     on the ps), the global step incremented on the ps. Returns (loss_sum, weight_sum, count)."""
     batch = next(iterator)
-    step = self.step.assign_add(1) - 1      # the step's number seeds its negatives and dropout
+    step = self.step.assign_add(1) - 1  # the step's number seeds its negatives and dropout
     loss_sum, weight_sum, count = self.strategy.run(self._replica_step, args=(batch, step))
     total = lambda x: self.strategy.reduce(tf.distribute.ReduceOp.SUM, x, axis=None)
     return total(loss_sum), total(weight_sum), total(count)
@@ -294,8 +362,9 @@ class Trainer:
   def schedule_step(self, iterator=None):
     """Schedules one step on a free worker; returns its `RemoteValue` (loss_sum, weight_sum,
     count). ``iterator``: a per-worker iterator (default `worker_iterator`)."""
-    return self.coordinator.schedule(self._scheduled_step,
-                                     args=(iterator or self.worker_iterator(),))
+    return self.coordinator.schedule(
+      self._scheduled_step, args=(iterator or self.worker_iterator(),)
+    )
 
   def epoch_steps(self, epoch: int):
     """Yields (mean loss, mean weight, global step) of each step of epoch ``epoch``.
@@ -304,7 +373,7 @@ class Trainer:
     joined (every scheduled step is applied, a failed worker's steps are run again elsewhere),
     and their results are yielded afterwards, in the order they were scheduled.
     """
-    if self.coordinator is None:   # the values stay on the device until the loop reads them
+    if self.coordinator is None:  # the values stay on the device until the loop reads them
       first = int(self.step.numpy())
       for i, batch in enumerate(self.distributed_epoch(epoch)):
         loss, w = self.train_step(batch)
@@ -325,8 +394,10 @@ class Trainer:
       return False
     self.checkpoint.restore(latest).assert_existing_objects_matched()
     self._saved = (int(self.epoch.numpy()), int(self.step.numpy()))
-    self.report(f"resumed from {latest}: epoch {self._saved[0]}, step {self._saved[1]}, best "
-                f"NDCG@10 {float(self.best_metric.numpy()):.4f}")
+    self.report(
+      f"resumed from {latest}: epoch {self._saved[0]}, step {self._saved[1]}, best "
+      f"NDCG@10 {float(self.best_metric.numpy()):.4f}"
+    )
     return True
 
   def _checkpoint_info(self):
@@ -342,9 +413,13 @@ class Trainer:
 
   def validate(self, split_name="val") -> dict:
     """Exact Recall/NDCG@10,20 of the current model on a split (`train.validation`)."""
-    return validation.evaluate(self.model, getattr(self.data, split_name),
-                               max_len=self.cfg.max_len, batch_size=self.cfg.eval_batch_size,
-                               filter_rated=self.cfg.filter_rated)
+    return validation.evaluate(
+      self.model,
+      getattr(self.data, split_name),
+      max_len=self.cfg.max_len,
+      batch_size=self.cfg.eval_batch_size,
+      filter_rated=self.cfg.filter_rated,
+    )
 
   def run(self) -> dict:
     """Trains (resuming if possible), then evaluates the best model, exports, writes JSON;
@@ -367,16 +442,18 @@ class Trainer:
       if self._unsaved_epoch:  # the state is an epoch's end: save it as the loop would have
         self._save_history(history)
         self._save()
-      raise TrainingInterrupted(step=int(self.step.numpy()),
-                                checkpoint=self._checkpoint_info()) from e
+      raise TrainingInterrupted(
+        step=int(self.step.numpy()), checkpoint=self._checkpoint_info()
+      ) from e
     except Exception as e:  # pylint: disable=broad-except
-      lost = (distribute.lost_parameter_servers(e) if self.coordinator is not None else None)
+      lost = distribute.lost_parameter_servers(e) if self.coordinator is not None else None
       if lost is None:
         raise
       addresses = distribute.ps_addresses(self.strategy)
       raise ParameterServerLost(
-          tasks=[(i, addresses[i] if i < len(addresses) else "?") for i in lost],
-          checkpoint=self._checkpoint_info()) from e
+        tasks=[(i, addresses[i] if i < len(addresses) else "?") for i in lost],
+        checkpoint=self._checkpoint_info(),
+      ) from e
 
   def _run(self, history, started: float) -> dict:
     paused = epochs.EpochLoop(self, self.phases).run(history, started)
@@ -384,25 +461,30 @@ class Trainer:
 
   # ------------------------------------------- the epoch loop's interface (train.epochs)
   def get_state(self) -> dict:
-    return dict(epoch=int(self.epoch.numpy()), step=int(self.step.numpy()),
-                best_metric=float(self.best_metric.numpy()),
-                best_epoch=int(self.best_epoch.numpy()), bad_epochs=int(self.bad_epochs.numpy()))
+    return dict(
+      epoch=int(self.epoch.numpy()),
+      step=int(self.step.numpy()),
+      best_metric=float(self.best_metric.numpy()),
+      best_epoch=int(self.best_epoch.numpy()),
+      bad_epochs=int(self.bad_epochs.numpy()),
+    )
 
   def set_state(self, **values) -> None:
     for name, value in values.items():
       getattr(self, name).assign(value)
-    if "epoch" in values:   # the state is an epoch's end that is not checkpointed yet
+    if "epoch" in values:  # the state is an epoch's end that is not checkpointed yet
       self._unsaved_epoch = True
 
   def begin_epoch(self, epoch: int) -> None:
     del epoch
-    self._unsaved_epoch = False   # from here the state is no longer an epoch's end
+    self._unsaved_epoch = False  # from here the state is no longer an epoch's end
     if self.midx is not None:
       self.midx.refresh(tf.convert_to_tensor(self.model.all_item_embeddings())[1:])
 
   def progbar(self, steps: int):
-    return tf.keras.utils.Progbar(steps, verbose=1 if (self.cfg.progress and self.chief) else 0,
-                                  stateful_metrics=["loss", "w"])
+    return tf.keras.utils.Progbar(
+      steps, verbose=1 if (self.cfg.progress and self.chief) else 0, stateful_metrics=["loss", "w"]
+    )
 
   def after_first_epoch(self) -> None:
     if self.cfg.host_allocator == "retain":
@@ -423,12 +505,22 @@ class Trainer:
 
   def pause(self, seconds: float) -> dict:
     """The time budget's end: the last epoch is checkpointed; nothing is evaluated."""
-    result = dict(paused=True, global_step=int(self.step.numpy()),
-                  epochs_done=int(self.epoch.numpy()), best_epoch=int(self.best_epoch.numpy()),
-                  best_val_ndcg10=float(self.best_metric.numpy()), seconds=seconds)
-    logging.info("time budget of %.1f min reached after %.1f min: paused at epoch %d (step %d); "
-                 "rerun the same command to continue", self.cfg.time_budget_minutes,
-                 seconds / 60, result["epochs_done"], result["global_step"])
+    result = dict(
+      paused=True,
+      global_step=int(self.step.numpy()),
+      epochs_done=int(self.epoch.numpy()),
+      best_epoch=int(self.best_epoch.numpy()),
+      best_val_ndcg10=float(self.best_metric.numpy()),
+      seconds=seconds,
+    )
+    logging.info(
+      "time budget of %.1f min reached after %.1f min: paused at epoch %d (step %d); "
+      "rerun the same command to continue",
+      self.cfg.time_budget_minutes,
+      seconds / 60,
+      result["epochs_done"],
+      result["global_step"],
+    )
     return result
 
   def finish(self, history) -> dict:
@@ -436,16 +528,20 @@ class Trainer:
     best = tf.train.latest_checkpoint(os.path.join(self.model_dir, "best"))
     if best is not None:
       self.best_checkpoint.restore(best).assert_existing_objects_matched()
-    result = dict(config=cfg.to_dict(), data_fingerprint=data_lib.fingerprint(self.data),
-                  num_items=self.data.num_items, steps_per_epoch=self.steps_per_epoch,
-                  global_step=int(self.step.numpy()), epochs_done=int(self.epoch.numpy()),
-                  best_epoch=int(self.best_epoch.numpy()),
-                  best_step=best_step(history, int(self.best_epoch.numpy())),
-                  best_val_ndcg10=float(self.best_metric.numpy()),
-                  train_wall_seconds=float(sum(h.get("wall_seconds", h["seconds"])
-                                               for h in history)),
-                  stopped_early=int(self.bad_epochs.numpy()) >= cfg.early_stopping_patience,
-                  history=history)
+    result = dict(
+      config=cfg.to_dict(),
+      data_fingerprint=data_lib.fingerprint(self.data),
+      num_items=self.data.num_items,
+      steps_per_epoch=self.steps_per_epoch,
+      global_step=int(self.step.numpy()),
+      epochs_done=int(self.epoch.numpy()),
+      best_epoch=int(self.best_epoch.numpy()),
+      best_step=best_step(history, int(self.best_epoch.numpy())),
+      best_val_ndcg10=float(self.best_metric.numpy()),
+      train_wall_seconds=float(sum(h.get("wall_seconds", h["seconds"]) for h in history)),
+      stopped_early=int(self.bad_epochs.numpy()) >= cfg.early_stopping_patience,
+      history=history,
+    )
     with self.phases("validation"):
       result["val"] = self.validate("val")
     with self.phases("test"):
@@ -453,8 +549,9 @@ class Trainer:
     if self.chief:
       if cfg.export_dir:
         with self.phases("export"):
-          result["export"] = export_lib.export(self.model, cfg.export_dir, config=cfg,
-                                               data=self.data)
+          result["export"] = export_lib.export(
+            self.model, cfg.export_dir, config=cfg, data=self.data
+          )
       result["phases"] = self.phases.as_dict()
       path = epochs.write_metrics(result, cfg)
       logging.info("final: val %s test %s -> %s", result["val"], result["test"], path)

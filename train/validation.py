@@ -29,8 +29,14 @@ import numpy as np
 from tfrs_logq.core import ranking
 from train import data as data_lib
 
-__all__ = ["FILTER_RATED", "check_split", "evaluate", "evaluate_queries", "pad_batches",
-           "query_embeddings"]
+__all__ = [
+  "FILTER_RATED",
+  "check_split",
+  "evaluate",
+  "evaluate_queries",
+  "pad_batches",
+  "query_embeddings",
+]
 
 # Rated-item filtering: "all" removes every item of the query's input, the target included when
 # it occurs there (the paper's protocol, gSASRec's filter_rated); "except_target" never removes
@@ -44,7 +50,7 @@ def pad_batches(inputs: np.ndarray, batch_size: int):
   size = min(batch_size, inputs.shape[0])
   out = []
   for s in range(0, inputs.shape[0], size):
-    chunk = inputs[s:s + size]
+    chunk = inputs[s : s + size]
     rows = chunk.shape[0]
     if rows < size:
       chunk = np.concatenate([chunk, np.repeat(chunk[-1:], size - rows, axis=0)])
@@ -58,20 +64,22 @@ _ENCODERS = weakref.WeakKeyDictionary()
 
 def _compiled_encoder(model):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   fn = _ENCODERS.get(model)
   if fn is None:
     fn = _ENCODERS[model] = tf.function(
-        lambda history, user_ids: model.serving_queries(history, user_ids=user_ids))
+      lambda history, user_ids: model.serving_queries(history, user_ids=user_ids)
+    )
   return fn
 
 
-def query_embeddings(model, inputs: np.ndarray, user_ids=None,
-                     batch_size: int = 512) -> np.ndarray:
+def query_embeddings(model, inputs: np.ndarray, user_ids=None, batch_size: int = 512) -> np.ndarray:
   """float32 [Q, d]: ``model.serving_queries`` of left-padded histories int [Q, max_len] (and
   the queries' user ids, which a two-tower model with a user-id embedding uses), one compiled
   program (tf.function) over batches of one shape (`pad_batches`)."""
   import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   fn = _compiled_encoder(model)
   users = None if user_ids is None else pad_batches(np.asarray(user_ids), batch_size)
   out = []
@@ -81,16 +89,19 @@ def query_embeddings(model, inputs: np.ndarray, user_ids=None,
   return np.concatenate(out)
 
 
-def evaluate(model, split, *, max_len: int, ks=(10, 20), batch_size: int = 512,
-             filter_rated: str = "all") -> dict:
+def evaluate(
+  model, split, *, max_len: int, ks=(10, 20), batch_size: int = 512, filter_rated: str = "all"
+) -> dict:
   """{"recall@k", "ndcg@k", "num_queries"} over ``split`` (a `train.data.EvalSplit`)."""
   check_split(split, filter_rated)
   inputs = data_lib.left_pad(split.inputs, max_len)
   queries = query_embeddings(model, inputs, split.user_ids, batch_size)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top  (loaded by query_embeddings)
+
   table = np.asarray(tf.convert_to_tensor(model.all_item_embeddings()), np.float32)
-  return evaluate_queries(queries, table, split, ks=ks, batch_size=batch_size,
-                          filter_rated=filter_rated)
+  return evaluate_queries(
+    queries, table, split, ks=ks, batch_size=batch_size, filter_rated=filter_rated
+  )
 
 
 def check_split(split, filter_rated: str) -> None:
@@ -101,9 +112,16 @@ def check_split(split, filter_rated: str) -> None:
     raise ValueError("evaluation split has no queries")
 
 
-def evaluate_queries(queries: np.ndarray, table: np.ndarray, split, *, ks=(10, 20),
-                     batch_size: int = 512, filter_rated: str = "all",
-                     exact_top_k: Optional[Callable] = None) -> dict:
+def evaluate_queries(
+  queries: np.ndarray,
+  table: np.ndarray,
+  split,
+  *,
+  ks=(10, 20),
+  batch_size: int = 512,
+  filter_rated: str = "all",
+  exact_top_k: Optional[Callable] = None,
+) -> dict:
   """The metrics of `evaluate` from the split's query embeddings float [Q, d] and the item
   table float [num_items + 1, d] (row 0 padding), whatever framework computed them (the Keras 3
   binary, `train.keras3`, calls this with its own model's arrays). ``exact_top_k``: the search,
@@ -111,6 +129,7 @@ def evaluate_queries(queries: np.ndarray, table: np.ndarray, split, *, ks=(10, 2
   (`tfrs_logq.core.ranking.exact_top_k_np`)."""
   if exact_top_k is None:
     from tfrs_logq import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
+
     exact_top_k = metrics_lib.exact_top_k
   check_split(split, filter_rated)
   table = np.asarray(table, np.float32)
@@ -119,9 +138,13 @@ def evaluate_queries(queries: np.ndarray, table: np.ndarray, split, *, ks=(10, 2
     raise ValueError(f"k={k_max} exceeds the catalog size {table.shape[0] - 1}")
   targets = split.targets
   ids, _ = exact_top_k(
-      np.asarray(queries, np.float32), table, k_max, rated=split.inputs,
-      targets=targets if filter_rated == "except_target" else None,
-      chunk_size=batch_size)
+    np.asarray(queries, np.float32),
+    table,
+    k_max,
+    rated=split.inputs,
+    targets=targets if filter_rated == "except_target" else None,
+    chunk_size=batch_size,
+  )
   out = ranking.retrieval_metrics(ids, targets, ks)
   out["num_queries"] = int(split.num_queries)
   return out

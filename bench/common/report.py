@@ -32,7 +32,7 @@ def markdown_row(cells: Sequence[str]) -> str:
 
 def gib(kib: Optional[float]) -> str:
   """A kB count in GiB, 2 decimals ('-' for None)."""
-  return "-" if kib is None else f"{kib / 2 ** 20:.2f}"
+  return "-" if kib is None else f"{kib / 2**20:.2f}"
 
 
 def write_json(out_dir: str, name: str, obj, indent: int = 2) -> str:

@@ -23,8 +23,9 @@ def rotated(sides: Sequence, round_index: int) -> list:
   return sides[k:] + sides[:k]
 
 
-def time_interleaved(run: Callable[[Hashable, int], object], sides: Sequence[Hashable],
-                     rounds: int, calls: int = 1) -> Dict[Hashable, List[float]]:
+def time_interleaved(
+  run: Callable[[Hashable, int], object], sides: Sequence[Hashable], rounds: int, calls: int = 1
+) -> Dict[Hashable, List[float]]:
   """{side: [seconds per call in each round]}: in round r every side, in `rotated` order, runs
   ``run(side, r)`` (which makes ``calls`` calls and waits for their results) once."""
   times = {side: [] for side in sides}

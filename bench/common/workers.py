@@ -20,7 +20,7 @@ def reply_line(obj) -> str:
 def parse_reply(line: str) -> Optional[dict]:
   """The object of a reply line; None for any other line."""
   if line.startswith(REPLY + " "):
-    return json.loads(line[len(REPLY) + 1:])
+    return json.loads(line[len(REPLY) + 1 :])
   return None
 
 

@@ -26,8 +26,16 @@ import numpy as np
 from bench.common.timing import time_calls
 from bench.sasrec_step.configs import SideConfig
 
-__all__ = ["BACKEND_OF", "JaxProfiler", "JaxTrainStep", "check_jax_step", "keras3_trainer",
-           "matmul_peak_jax", "select_backend", "setup"]
+__all__ = [
+  "BACKEND_OF",
+  "JaxProfiler",
+  "JaxTrainStep",
+  "check_jax_step",
+  "keras3_trainer",
+  "matmul_peak_jax",
+  "select_backend",
+  "setup",
+]
 
 BACKEND_OF = {"keras3_jax": "jax", "keras3_tensorflow": "tensorflow"}
 
@@ -49,15 +57,29 @@ def keras3_trainer(spec: dict, cfg: SideConfig):
   from train.config import RunConfig  # pylint: disable=g-import-not-at-top
   from train.keras3 import settings  # pylint: disable=g-import-not-at-top
   from train.keras3.trainer import Trainer  # pylint: disable=g-import-not-at-top
+
   data = data_lib.load("ml1m", spec["data_path"])
   run_config = RunConfig.create(
-      dataset="ml1m", data_path=spec["data_path"], model="sasrec", loss="sampled_softmax",
-      negatives="mixed", num_negatives=256, uniform_negatives=cfg.uniform, logq=spec["logq"],
-      sasrec_block=cfg.block, frequency=cfg.estimator, batch_size=spec["batch_size"],
-      max_len=spec["max_len"], jit_compile=cfg.xla,
-      **({"sasrec_attention_blocks": cfg.attention_blocks} if cfg.attention_blocks else {}),
-      dropout=spec["dropout"], seed=spec["seed"], steps_per_epoch=1,
-      model_dir=tempfile.mkdtemp(prefix="train_speed_k3_"), progress=False)
+    dataset="ml1m",
+    data_path=spec["data_path"],
+    model="sasrec",
+    loss="sampled_softmax",
+    negatives="mixed",
+    num_negatives=256,
+    uniform_negatives=cfg.uniform,
+    logq=spec["logq"],
+    sasrec_block=cfg.block,
+    frequency=cfg.estimator,
+    batch_size=spec["batch_size"],
+    max_len=spec["max_len"],
+    jit_compile=cfg.xla,
+    **({"sasrec_attention_blocks": cfg.attention_blocks} if cfg.attention_blocks else {}),
+    dropout=spec["dropout"],
+    seed=spec["seed"],
+    steps_per_epoch=1,
+    model_dir=tempfile.mkdtemp(prefix="train_speed_k3_"),
+    progress=False,
+  )
   settings.check_supported(run_config)
   return Trainer(run_config, data=data), data
 
@@ -68,25 +90,30 @@ class JaxTrainStep:
 
   def __init__(self, model):
     import jax  # pylint: disable=g-import-not-at-top
+
     self.model, self.optimizer = model, model.optimizer
     copy = lambda variables: [jax.numpy.array(v.value, copy=True) for v in variables]  # noqa
     # copies: the step donates (frees) its input state; the variables keep their own values
-    self.state = (copy(model.trainable_variables), copy(model.non_trainable_variables),
-                  copy(self.optimizer.variables))
+    self.state = (
+      copy(model.trainable_variables),
+      copy(model.non_trainable_variables),
+      copy(self.optimizer.variables),
+    )
 
     def loss_and_updates(trainable, non_trainable, batch):
       y_pred, non_trainable = model.stateless_call(trainable, non_trainable, batch, training=True)
       return model.compute_loss(x=batch, y_pred=y_pred, training=True), non_trainable
 
-    self.loss_only = lambda t, n, b: loss_and_updates(t, n, b)[0]   # noqa: E731
+    self.loss_only = lambda t, n, b: loss_and_updates(t, n, b)[0]  # noqa: E731
 
     grad_fn = jax.value_and_grad(loss_and_updates, has_aux=True)
 
     def step(state, batch):
       trainable, non_trainable, optimizer_values = state
       (loss, non_trainable), grads = grad_fn(trainable, non_trainable, batch)
-      trainable, optimizer_values = self.optimizer.stateless_apply(optimizer_values, grads,
-                                                                   trainable)
+      trainable, optimizer_values = self.optimizer.stateless_apply(
+        optimizer_values, grads, trainable
+      )
       return loss, (trainable, non_trainable, optimizer_values)
 
     self._step = jax.jit(step, donate_argnums=0)
@@ -97,9 +124,11 @@ class JaxTrainStep:
 
   def sync(self) -> None:
     trainable, non_trainable, optimizer_values = self.state
-    for variables, values in ((self.model.trainable_variables, trainable),
-                              (self.model.non_trainable_variables, non_trainable),
-                              (self.optimizer.variables, optimizer_values)):
+    for variables, values in (
+      (self.model.trainable_variables, trainable),
+      (self.model.non_trainable_variables, non_trainable),
+      (self.optimizer.variables, optimizer_values),
+    ):
       for v, value in zip(variables, values):
         v.assign(value)
 
@@ -117,6 +146,7 @@ class JaxProfiler:
   def __init__(self, model, step: JaxTrainStep, batches):
     import jax  # pylint: disable=g-import-not-at-top
     import keras  # pylint: disable=g-import-not-at-top
+
     self.batches, self.cursor, self._jax = batches, 0, jax
     encoder, trainable = model.encoder, model.trainable_variables
     variables = list(trainable) + list(model.non_trainable_variables)
@@ -130,7 +160,7 @@ class JaxProfiler:
       with scope(vals):
         return encoder.training_queries(batch, training=True)
 
-    fixed = [queries(values, b) for b in batches]        # eager: the model's own queries
+    fixed = [queries(values, b) for b in batches]  # eager: the model's own queries
     noise = jax.random.normal(jax.random.key(5), fixed[0].queries.shape)
 
     def encoder_fwd(vals, batch):
@@ -141,8 +171,9 @@ class JaxProfiler:
 
     def loss_with_queries(q, train_vals, rest, batch, tq):
       with scope(list(train_vals) + list(rest)):
-        object.__setattr__(encoder, "training_queries", lambda b, training=True: tq._replace(
-            queries=q))
+        object.__setattr__(
+          encoder, "training_queries", lambda b, training=True: tq._replace(queries=q)
+        )
         try:
           y_pred = model(batch, training=True)
         finally:
@@ -158,21 +189,25 @@ class JaxProfiler:
     grads = [jax.grad(lambda t, b: step.loss_only(t, rest, b))(train, b) for b in batches]
     apply = jax.jit(lambda o, g, t: optimizer.stateless_apply(o, g, t))
     self.fns = dict(
-        step=lambda i: step(batches[i]),
-        encoder_fwd=lambda i: enc_fwd(values, batches[i]),
-        encoder_fwd_bwd=lambda i: enc_bwd(train, rest, batches[i]),
-        loss_fwd_bwd=lambda i: loss_bwd(fixed[i].queries, train, rest, batches[i], fixed[i]),
-        estimator=None,
-        optimizer=lambda i: apply(opt_values, grads[i], train))
+      step=lambda i: step(batches[i]),
+      encoder_fwd=lambda i: enc_fwd(values, batches[i]),
+      encoder_fwd_bwd=lambda i: enc_bwd(train, rest, batches[i]),
+      loss_fwd_bwd=lambda i: loss_bwd(fixed[i].queries, train, rest, batches[i], fixed[i]),
+      estimator=None,
+      optimizer=lambda i: apply(opt_values, grads[i], train),
+    )
     # the substitution is exact: the objective on the model's own (fixed) queries = its loss
     self.check = dict(
-        objective=float(step.loss_only(train, rest, batches[0])),
-        fixed_queries=float(jax.jit(loss_with_queries)(fixed[0].queries, train, rest,
-                                                       batches[0], fixed[0])))
-    self.round(len(batches))                                 # compiles every program
+      objective=float(step.loss_only(train, rest, batches[0])),
+      fixed_queries=float(
+        jax.jit(loss_with_queries)(fixed[0].queries, train, rest, batches[0], fixed[0])
+      ),
+    )
+    self.round(len(batches))  # compiles every program
 
   def round(self, n: int) -> dict:
     from bench.sasrec_step.profiler import time_pieces  # pylint: disable=g-import-not-at-top
+
     return time_pieces(self, n, self._jax.block_until_ready)
 
 
@@ -183,7 +218,7 @@ def check_jax_step(trainer, batch) -> dict:
   moments and seed states."""
   variables = list(trainer.model.variables) + list(trainer.model.optimizer.variables)
   saved = [np.array(v.value) for v in variables]
-  trainer.estimator_update(batch)   # what the trainer's step does first
+  trainer.estimator_update(batch)  # what the trainer's step does first
   trainer.model.reset_metrics()
   keras_loss = float(trainer.model.train_on_batch(batch, return_dict=True)["loss"])
   for v, value in zip(variables, saved):
@@ -194,11 +229,12 @@ def check_jax_step(trainer, batch) -> dict:
 def matmul_peak_jax(n: int, repeats: int = 5) -> float:
   """fp32 GFLOP/s of a jitted n x n JAX matmul, best of ``repeats`` after a warm-up."""
   import jax  # pylint: disable=g-import-not-at-top
+
   a = jax.random.normal(jax.random.key(1), (n, n), "float32")
   b = jax.random.normal(jax.random.key(2), (n, n), "float32")
   matmul = jax.jit(lambda x, y: x @ y)
   matmul(a, b).block_until_ready()
-  return 2 * n ** 3 / time_calls(lambda: matmul(a, b).block_until_ready(), repeats)[0] / 1e9
+  return 2 * n**3 / time_calls(lambda: matmul(a, b).block_until_ready(), repeats)[0] / 1e9
 
 
 def setup(spec: dict, cfg: SideConfig, inputs, targets):
@@ -207,18 +243,25 @@ def setup(spec: dict, cfg: SideConfig, inputs, targets):
   before `select_backend`."""
   trainer, _ = keras3_trainer(spec, cfg)
   import keras  # pylint: disable=g-import-not-at-top
+
   backend = keras.backend.backend()
   if backend != BACKEND_OF[cfg.framework]:
-    raise RuntimeError(f"keras runs on {backend}, the side needs {BACKEND_OF[cfg.framework]} "
-                       "(KERAS_BACKEND set after keras was imported?)")
-  numpy_batches = [dict(inputs=inputs[i].astype(np.int32), targets=targets[i].astype(np.int32))
-                   for i in range(len(inputs))]
-  if cfg.pack:   # the binary's batches (--sasrec_pack_tokens): with their token index
+    raise RuntimeError(
+      f"keras runs on {backend}, the side needs {BACKEND_OF[cfg.framework]} "
+      "(KERAS_BACKEND set after keras was imported?)"
+    )
+  numpy_batches = [
+    dict(inputs=inputs[i].astype(np.int32), targets=targets[i].astype(np.int32))
+    for i in range(len(inputs))
+  ]
+  if cfg.pack:  # the binary's batches (--sasrec_pack_tokens): with their token index
     from models.keras3 import sasrec_ops  # pylint: disable=g-import-not-at-top
+
     numpy_batches = [sasrec_ops.with_token_index(b) for b in numpy_batches]
   check = None
   if backend == "jax":
     import jax  # pylint: disable=g-import-not-at-top
+
     batches = [jax.device_put(b) for b in numpy_batches]
     if spec.get("check_step"):
       check = check_jax_step(trainer, batches[0])
@@ -230,6 +273,7 @@ def setup(spec: dict, cfg: SideConfig, inputs, targets):
   else:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     from bench.sasrec_step import worker  # pylint: disable=g-import-not-at-top
+
     batches = [{k: tf.constant(v) for k, v in b.items()} for b in numpy_batches]
     run = lambda i: trainer.train_step(batches[i])[:2]  # (loss, mean weight)  # noqa: E731
     peak = worker.matmul_peak_tf

@@ -17,9 +17,11 @@ def load_batches(args) -> tuple:
   """The first --num_batches batches of the training pipeline, as numpy, + the dataset
   (``args``: train_speed's data_path, batch_size, max_len, num_batches and seed)."""
   from train import data as data_lib  # pylint: disable=g-import-not-at-top
+
   data = data_lib.load("ml1m", args.data_path)
-  ds = data_lib.sasrec_train_dataset(data, batch_size=args.batch_size, max_len=args.max_len,
-                                     seed=args.seed)
+  ds = data_lib.sasrec_train_dataset(
+    data, batch_size=args.batch_size, max_len=args.max_len, seed=args.seed
+  )
   batches = [{k: v.numpy() for k, v in b.items()} for b in ds.take(args.num_batches)]
   inputs = np.stack([b["inputs"] for b in batches])
   targets = np.stack([b["targets"] for b in batches])
@@ -35,16 +37,32 @@ def our_trainer(spec: dict, cfg: SideConfig):
   from train import data as data_lib  # pylint: disable=g-import-not-at-top
   from train.config import RunConfig  # pylint: disable=g-import-not-at-top
   from train.trainer import Trainer  # pylint: disable=g-import-not-at-top
+
   data = data_lib.load("ml1m", spec["data_path"])
   run_config = RunConfig.create(
-      dataset="ml1m", data_path=spec["data_path"], model="sasrec", loss="sampled_softmax",
-      negatives="mixed", num_negatives=256, uniform_negatives=cfg.uniform, logq=spec["logq"],
-      sasrec_block=cfg.block, frequency=cfg.estimator, frequency_buckets=spec["buckets"],
-      batch_size=spec["batch_size"], max_len=spec["max_len"], jit_compile=cfg.xla,
-      jit_compile_step=cfg.step_xla, sasrec_pack_tokens=cfg.pack,
-      **({"sasrec_attention_blocks": cfg.attention_blocks} if cfg.attention_blocks else {}),
-      dropout=spec["dropout"], seed=spec["seed"], steps_per_epoch=1,
-      model_dir=tempfile.mkdtemp(prefix="train_speed_"), progress=False)
+    dataset="ml1m",
+    data_path=spec["data_path"],
+    model="sasrec",
+    loss="sampled_softmax",
+    negatives="mixed",
+    num_negatives=256,
+    uniform_negatives=cfg.uniform,
+    logq=spec["logq"],
+    sasrec_block=cfg.block,
+    frequency=cfg.estimator,
+    frequency_buckets=spec["buckets"],
+    batch_size=spec["batch_size"],
+    max_len=spec["max_len"],
+    jit_compile=cfg.xla,
+    jit_compile_step=cfg.step_xla,
+    sasrec_pack_tokens=cfg.pack,
+    **({"sasrec_attention_blocks": cfg.attention_blocks} if cfg.attention_blocks else {}),
+    dropout=spec["dropout"],
+    seed=spec["seed"],
+    steps_per_epoch=1,
+    model_dir=tempfile.mkdtemp(prefix="train_speed_"),
+    progress=False,
+  )
   return Trainer(run_config, data=data), data
 
 
@@ -54,15 +72,17 @@ def remove_scoring_and_loss(trainer) -> None:
   padding mask and Adam are the real step's."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tfrs_logq import losses  # pylint: disable=g-import-not-at-top
+
   objective = trainer.objective
 
   def per_query_loss(q, pos_ids, seq_ids, seed, valid=None):  # pylint: disable=unused-argument
     score = tf.reduce_sum(q * objective.model.item_embeddings(pos_ids), axis=-1)
     return losses.LossOutput(-score, tf.ones_like(score), tf.zeros_like(score, tf.int32))
+
   objective.per_query_loss = per_query_loss
 
 
-_PAD_ROWS = 3200          # ceil(B L / 8) for the ML-1M batch: the encoder's capacity step
+_PAD_ROWS = 3200  # ceil(B L / 8) for the ML-1M batch: the encoder's capacity step
 
 
 def compile_separately(trainer, part: str) -> None:
@@ -72,6 +92,7 @@ def compile_separately(trainer, part: str) -> None:
   objective's static-shape path, and sliced off)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tfrs_logq import losses  # pylint: disable=g-import-not-at-top
+
   objective = trainer.objective
 
   def pad(x, rows):
@@ -84,8 +105,9 @@ def compile_separately(trainer, part: str) -> None:
   if part == "objective":
     per_query_loss = objective.per_query_loss
     compiled = tf.function(
-        lambda q, p, s, seed: tuple(per_query_loss(q, p, s, seed, valid=tf.not_equal(p, 0))),
-        jit_compile=True)
+      lambda q, p, s, seed: tuple(per_query_loss(q, p, s, seed, valid=tf.not_equal(p, 0))),
+      jit_compile=True,
+    )
 
     def padded_objective(q, pos_ids, seq_ids, seed, valid=None):
       if valid is not None:
@@ -93,6 +115,7 @@ def compile_separately(trainer, part: str) -> None:
       a, c = rows_of(q)
       out = compiled(pad(q, c), pad(pos_ids, c), pad(seq_ids, c), seed)
       return losses.LossOutput(*(t[:a] for t in out))
+
     objective.per_query_loss = padded_objective
   elif part == "loss":
     loss_layer = objective.loss
@@ -103,7 +126,7 @@ def compile_separately(trainer, part: str) -> None:
       log_q = pad(log_q, c) if log_q.shape.rank == 2 else log_q
       out = compiled(pad(s_p, c), pad(s_n, c), log_q, pad(pos_log_q, c), pad(valid_mask, c))
       return losses.LossOutput(*(t[:a] for t in out))
+
     objective.loss = padded_loss
   else:
     raise ValueError(f"unknown part {part!r}")
-

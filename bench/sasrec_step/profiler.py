@@ -22,11 +22,12 @@ class Profiler:
 
   def __init__(self, trainer, batches):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
     self.tf, self.trainer, self.batches = tf, trainer, batches
     model, objective, step = trainer.model, trainer.objective, trainer.step
     variables = model.trainable_variables
     seed = tf.constant([1, 2], tf.int64)
-    queries = lambda out: out[0]                     # TrainingQueries(queries, ...) or a tuple
+    queries = lambda out: out[0]  # TrainingQueries(queries, ...) or a tuple
 
     @tf.function
     def encoder_fwd(batch):
@@ -49,12 +50,12 @@ class Profiler:
         terms = loss_objective(batch, step, training=True)
       grads = tape.gradient(terms["loss"], [frozen.last] + variables)
       return [tf.convert_to_tensor(g) for g in grads if g is not None]
+
     loss_fns = [tf.function(lambda b, i=i: loss_fwd_bwd_fn(b, i)) for i in range(len(batches))]
 
     estimator = trainer.estimator
     positives = [tf.boolean_mask(b["targets"], b["targets"] != 0) for b in batches]
-    self.has_estimator = (estimator is not None and
-                          type(estimator).__name__ != "ExactCounts")
+    self.has_estimator = estimator is not None and type(estimator).__name__ != "ExactCounts"
     estimator_update = tf.function(lambda i: estimator.update(positives[i]))
 
     @tf.function
@@ -62,24 +63,33 @@ class Profiler:
       with tf.GradientTape() as tape:
         terms = objective(batch, step, training=True)
       return tape.gradient(terms["loss"], variables)
+
     grads = [grads_of_step(b) for b in batches]
     shadow = [tf.Variable(v) for v in variables]
     optimizer = tf.keras.optimizers.Adam(1e-3)
     optimizer.build(shadow)
-    apply = tf.function(lambda g: optimizer.apply_gradients(
-        [(gi, v) for gi, v in zip(g, shadow) if gi is not None]))
-    self.fns = dict(step=lambda i: trainer.train_step(batches[i]),
-                    encoder_fwd=lambda i: encoder_fwd(batches[i]),
-                    encoder_fwd_bwd=lambda i: encoder_fwd_bwd(batches[i]),
-                    loss_fwd_bwd=lambda i: loss_fns[i](batches[i]),
-                    estimator=estimator_update if self.has_estimator else None,
-                    optimizer=lambda i: apply(grads[i]))
+    apply = tf.function(
+      lambda g: optimizer.apply_gradients([(gi, v) for gi, v in zip(g, shadow) if gi is not None])
+    )
+    self.fns = dict(
+      step=lambda i: trainer.train_step(batches[i]),
+      encoder_fwd=lambda i: encoder_fwd(batches[i]),
+      encoder_fwd_bwd=lambda i: encoder_fwd_bwd(batches[i]),
+      loss_fwd_bwd=lambda i: loss_fns[i](batches[i]),
+      estimator=estimator_update if self.has_estimator else None,
+      optimizer=lambda i: apply(grads[i]),
+    )
     self.cursor = 0
-    self.round(len(batches))                                 # tracing, one per batch shape
+    self.round(len(batches))  # tracing, one per batch shape
 
   def round(self, n: int) -> dict:
-    return time_pieces(self, n, lambda out: self.tf.nest.map_structure(
-        lambda t: t.numpy() if hasattr(t, "numpy") else t, out))
+    return time_pieces(
+      self,
+      n,
+      lambda out: self.tf.nest.map_structure(
+        lambda t: t.numpy() if hasattr(t, "numpy") else t, out
+      ),
+    )
 
 
 def time_pieces(owner, n: int, wait) -> dict:
@@ -112,14 +122,21 @@ class _FixedQueries:
   def __getattr__(self, name):
     return getattr(self._model, name)
 
-  def training_queries(self, batch, training=True, seed=None,  # pylint: disable=unused-argument
-                       **kwargs):
+  def training_queries(
+    self,
+    batch,
+    training=True,
+    seed=None,  # pylint: disable=unused-argument
+    **kwargs,
+  ):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
     key = (self.index, repr(sorted(kwargs.items())))
     if key not in self._cache:
       with tf.init_scope():
-        out = self._model.training_queries(self._batches[self.index], training=True,
-                                           seed=self._seed, **kwargs)
+        out = self._model.training_queries(
+          self._batches[self.index], training=True, seed=self._seed, **kwargs
+        )
         self._cache[key] = (tf.Variable(out[0]), out)
     self.last, out = self._cache[key]
     rest = tuple(out)[1:]

@@ -29,51 +29,64 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 def matmul_peak_tf(n: int, repeats: int = 5) -> float:
   """fp32 GFLOP/s of an n x n TensorFlow matmul, best of ``repeats`` after a warm-up."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   a = tf.random.stateless_normal([n, n], seed=[1, 2])
   b = tf.random.stateless_normal([n, n], seed=[3, 4])
-  return 2 * n ** 3 / time_calls(lambda: tf.matmul(a, b).numpy(), repeats)[0] / 1e9
+  return 2 * n**3 / time_calls(lambda: tf.matmul(a, b).numpy(), repeats)[0] / 1e9
 
 
 def matmul_peak_torch(n: int, repeats: int = 5) -> float:
   """The same in PyTorch."""
   import torch  # pylint: disable=g-import-not-at-top
+
   a, b = torch.randn(n, n), torch.randn(n, n)
-  return 2 * n ** 3 / time_calls(lambda: torch.matmul(a, b), repeats)[0] / 1e9
+  return 2 * n**3 / time_calls(lambda: torch.matmul(a, b), repeats)[0] / 1e9
 
 
 def serve(spec: dict) -> None:
   """Subprocess: sets up one side, then answers commands read from stdin (one JSON a line)."""
   proto = os.fdopen(os.dup(1), "w", buffering=1)
-  os.dup2(2, 1)                      # anything a library prints goes to stderr, not the protocol
+  os.dup2(2, 1)  # anything a library prints goes to stderr, not the protocol
   reply = lambda obj: proto.write(workers.reply_line(obj) + "\n")
   arrays = np.load(spec["batches"])
   inputs, targets, windows = arrays["inputs"], arrays["targets"], arrays["windows"]
   threads = spec["threads"]
   from train import host_memory  # pylint: disable=g-import-not-at-top
+
   if spec["side"] == "torch":
     host_memory.configure(spec["allocator"])
   else:
     host_memory.configure(spec["config"]["allocator"], one_heap=spec["config"]["one_heap"])
   if spec["side"] == "torch":
     import torch  # pylint: disable=g-import-not-at-top
+
     torch.set_num_threads(threads)
     rss_import = memory.status_kib("VmRSS")
     from bench import paper_code_torch  # pylint: disable=g-import-not-at-top
+
     step_fn = paper_code_torch.PaperCodeStep(
-        int(arrays["num_items"]), arrays["item_counts"], max_len=spec["max_len"],
-        dropout=spec["dropout"], threads=threads, seed=spec["seed"])
+      int(arrays["num_items"]),
+      arrays["item_counts"],
+      max_len=spec["max_len"],
+      dropout=spec["dropout"],
+      threads=threads,
+      seed=spec["seed"],
+    )
     run = lambda i: step_fn(windows[i])
     peak = matmul_peak_torch
     info = dict(threads=torch.get_num_threads(), framework=f"torch {torch.__version__}")
-  elif spec["config"]["framework"] != "tf_keras":   # a Keras 3 side (keras3_side)
+  elif spec["config"]["framework"] != "tf_keras":  # a Keras 3 side (keras3_side)
     from bench.sasrec_step import keras3_side  # pylint: disable=g-import-not-at-top
+
     cfg = SideConfig(**spec["config"])
-    backend = keras3_side.select_backend(cfg, threads)   # before keras is imported
+    backend = keras3_side.select_backend(cfg, threads)  # before keras is imported
     import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.get_logger().setLevel("ERROR")
     import keras  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+
     if backend == "jax":
       import jax  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
     rss_import = memory.status_kib("VmRSS")
@@ -82,6 +95,7 @@ def serve(spec: dict) -> None:
   else:
     import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.get_logger().setLevel("ERROR")
     rss_import = memory.status_kib("VmRSS")
@@ -91,12 +105,15 @@ def serve(spec: dict) -> None:
       remove_scoring_and_loss(trainer)
     if cfg.xla_part:
       compile_separately(trainer, cfg.xla_part)
-    batches = [dict(inputs=tf.constant(inputs[i]), targets=tf.constant(targets[i]))
-               for i in range(len(inputs))]
+    batches = [
+      dict(inputs=tf.constant(inputs[i]), targets=tf.constant(targets[i]))
+      for i in range(len(inputs))
+    ]
 
     def run(i):
       loss, w = trainer.train_step(batches[i])
       return float(loss), float(w)
+
     peak = matmul_peak_tf
     info = dict(threads=threads, framework=f"tensorflow {tf.__version__}")
   num_batches = len(windows)
@@ -114,7 +131,7 @@ def serve(spec: dict) -> None:
   for _ in range(spec["warmup"]):
     steps(1)
   cursor[0] = 0
-  host_memory.release_free_memory()      # the warm-up's garbage (tracing, XLA) is not the step's
+  host_memory.release_free_memory()  # the warm-up's garbage (tracing, XLA) is not the step's
   rss_ready = memory.status_kib("VmRSS")
   reset = memory.reset_peak_rss()
   reply(dict(ready=True, **info))
@@ -130,14 +147,22 @@ def serve(spec: dict) -> None:
       if spec["side"] != "ours" or spec["config"]["framework"] == "keras3_tensorflow":
         raise ValueError("--profile times the pieces of the tf-keras and Keras 3 JAX steps only")
       if profiler is None:
-        profiler = (make_profiler() if spec["config"]["framework"] == "keras3_jax"
-                    else Profiler(trainer, batches))
+        profiler = (
+          make_profiler()
+          if spec["config"]["framework"] == "keras3_jax"
+          else Profiler(trainer, batches)
+        )
       out = profiler.round(cmd["n"])
       reply(dict(out, check=profiler.check) if getattr(profiler, "check", None) else out)
     elif cmd["cmd"] == "quit":
-      reply(dict(peak_rss_kib=memory.peak_rss_kib(reset),
-                 lifetime_peak_rss_kib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                 rss_import_kib=rss_import, rss_ready_kib=rss_ready))
+      reply(
+        dict(
+          peak_rss_kib=memory.peak_rss_kib(reset),
+          lifetime_peak_rss_kib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+          rss_import_kib=rss_import,
+          rss_ready_kib=rss_ready,
+        )
+      )
       return
 
 
@@ -148,9 +173,15 @@ class Side:
     self.name, self.spec = name, spec
     self.log_path = os.path.join(log_dir, re.sub(r"[^a-z0-9]+", "_", name.lower()) + ".log")
     self.log = open(self.log_path, "w")
-    self.proc = subprocess.Popen(workers.worker_command("bench.sasrec_step.worker", spec, None),
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-                                 text=True, bufsize=1, cwd=str(ROOT))
+    self.proc = subprocess.Popen(
+      workers.worker_command("bench.sasrec_step.worker", spec, None),
+      stdin=subprocess.PIPE,
+      stdout=subprocess.PIPE,
+      stderr=self.log,
+      text=True,
+      bufsize=1,
+      cwd=str(ROOT),
+    )
     self.times, self.loss, self.w, self.info, self.memory = [], None, None, {}, {}
 
   def send(self, **cmd):

@@ -15,6 +15,7 @@ CHUNK = 1 << 18  # rows per generated chunk (the unit that can be regenerated)
 @dataclasses.dataclass
 class Geometry:
   """The small seeded part of a catalog: centres, cluster weights, rotation, spectrum."""
+
   num_items: int
   dim: int
   seed: int
@@ -35,8 +36,9 @@ class Geometry:
 
   def shaped_noise(self, rng, rows: int) -> np.ndarray:
     """rows × dim draws of N(0, R diag(λ) Rᵀ)."""
-    return ((rng.standard_normal((rows, self.dim), dtype=np.float32) * self.sqrt_lam)
-            @ self.rotation.T)
+    return (
+      rng.standard_normal((rows, self.dim), dtype=np.float32) * self.sqrt_lam
+    ) @ self.rotation.T
 
   def chunk(self, index: int) -> Tuple[np.ndarray, np.ndarray]:
     """Items of chunk ``index`` (ids 1 + index·CHUNK ...): (float32 [c, d], clusters int32 [c]);
@@ -47,8 +49,9 @@ class Geometry:
       raise ValueError(f"chunk {index} is past the catalog of {self.num_items} items")
     rng = np.random.default_rng([self.seed, 1, index])
     cluster = rng.choice(self.num_clusters, size=rows, p=self.weights).astype(np.int32)
-    x = self.centres[cluster] + (self.item_noise * self.spread[cluster, None]
-                                 * self.shaped_noise(rng, rows))
+    x = self.centres[cluster] + (
+      self.item_noise * self.spread[cluster, None] * self.shaped_noise(rng, rows)
+    )
     x *= rng.lognormal(0.0, 0.2, (rows, 1)).astype(np.float32)
     return x.astype(np.float32, copy=False), cluster
 
@@ -61,16 +64,17 @@ class Geometry:
     (row 0 = -1). With ``path``, the table is written to that .npy file and returned memory-mapped
     read-only (file-backed pages, which the kernel can reclaim, instead of anonymous memory)."""
     if path is not None:
-      table = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32,
-                                        shape=(self.num_items + 1, self.dim))
+      table = np.lib.format.open_memmap(
+        path, mode="w+", dtype=np.float32, shape=(self.num_items + 1, self.dim)
+      )
       table[0] = 0.0
     else:
       table = np.zeros((self.num_items + 1, self.dim), np.float32)
     cluster = np.full(self.num_items + 1, -1, np.int32)
     for c in range(self.num_chunks):
       x, cl = self.chunk(c)
-      table[1 + c * CHUNK:1 + c * CHUNK + len(x)] = x
-      cluster[1 + c * CHUNK:1 + c * CHUNK + len(x)] = cl
+      table[1 + c * CHUNK : 1 + c * CHUNK + len(x)] = x
+      cluster[1 + c * CHUNK : 1 + c * CHUNK + len(x)] = cl
     if path is not None:
       table.flush()
       del table
@@ -86,8 +90,10 @@ class Geometry:
 
 # --------------------------------------------------------------------------- exact top-k, recall
 
-def exact_top_k(queries: np.ndarray, table: np.ndarray, k: int,
-                chunk: int = 1 << 16) -> Tuple[np.ndarray, np.ndarray]:
+
+def exact_top_k(
+  queries: np.ndarray, table: np.ndarray, k: int, chunk: int = 1 << 16
+) -> Tuple[np.ndarray, np.ndarray]:
   """Exact top-k by dot product over rows 1..N of ``table``: (ids int64 [Q, k] in 1..N, scores
   float32 [Q, k]), best first. Chunked float32 matmul; after the first chunk only the scores
   above each query's running k-th best are kept as candidates (ties at the k-th score: any)."""
@@ -135,5 +141,3 @@ def recall_at_k(approx_ids: np.ndarray, exact_ids: np.ndarray, k: int) -> float:
     raise ValueError(f"need [Q, >= {k}] id lists of one shape, got {a.shape} and {e.shape}")
   hits = [np.intersect1d(ar[ar > 0], er).size for ar, er in zip(a, e)]
   return float(np.mean(hits) / k)
-
-

@@ -31,6 +31,7 @@ class ScannSide:
 
   def __init__(self, table, k, config):
     from eval import index as index_lib  # pylint: disable=g-import-not-at-top
+
     self.index = index_lib.ScannIndex(table, k, config)
     self.build_seconds = self.index.build_seconds
     self.config = self.index.config
@@ -61,13 +62,13 @@ class FaissSide:
 
   name = "faiss"
 
-  def __init__(self, geometry: Geometry, train_sample: np.ndarray, k: int, spec: str,
-               nlist: int):
+  def __init__(self, geometry: Geometry, train_sample: np.ndarray, k: int, spec: str, nlist: int):
     import faiss  # pylint: disable=g-import-not-at-top
+
     self.faiss, self.k, self.spec, self.nlist = faiss, k, spec, nlist
     self.index = faiss.index_factory(geometry.dim, spec, faiss.METRIC_INNER_PRODUCT)
     self.refine = faiss.downcast_index(self.index)  # IndexRefineFlat: k_factor
-    self.ivf = faiss.extract_index_ivf(self.index)   # nprobe
+    self.ivf = faiss.extract_index_ivf(self.index)  # nprobe
     quantizer = faiss.downcast_index(self.ivf.quantizer)
     self.hnsw = quantizer.hnsw if hasattr(quantizer, "hnsw") else None  # efSearch
     self.threads = faiss.omp_get_max_threads()
@@ -112,5 +113,3 @@ def choose(rows: Sequence[dict], target: float) -> dict:
   if ok:
     return dict(max(ok, key=lambda r: r["qps"]), meets_target=True)
   return dict(max(rows, key=lambda r: (r["recall"], r["qps"])), meets_target=False)
-
-

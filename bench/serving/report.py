@@ -13,34 +13,59 @@ from bench.common import report
 def _size(n: int) -> str:
   """1e7 for powers of ten, 25,000 otherwise."""
   e = int(round(np.log10(n)))
-  return f"1e{e}" if 10 ** e == n else f"{n:,}"
+  return f"1e{e}" if 10**e == n else f"{n:,}"
 
 
 def _params(name, p):
   if p[0] is None:
     return "brute force"
-  return (f"leaves {p[0]}, reorder {p[1]}" if name == "scann"
-          else f"nprobe {p[0]}, k_factor {p[1]:g}")
+  return (
+    f"leaves {p[0]}, reorder {p[1]}" if name == "scann" else f"nprobe {p[0]}, k_factor {p[1]:g}"
+  )
 
 
 def write_report(result: dict, out: str) -> str:
-  lines = ["# Serving at scale: ScaNN (eval.index) vs FAISS, and the serving SavedModel", "",
-           "```", result["command"], "```", ""]
+  lines = [
+    "# Serving at scale: ScaNN (eval.index) vs FAISS, and the serving SavedModel",
+    "",
+    "```",
+    result["command"],
+    "```",
+    "",
+  ]
   prev = result.get("previous")
   if prev:
-    lines += ["with the points marked (a) from an earlier run with the same settings "
-              f"(started {prev['started']}, {prev['total_seconds'] / 60:.1f} min):", "", "```",
-              prev["command"], "```", ""]
-  lines += [f"Machine: {result['machine']}. Run started {result['started']}, "
-           f"total {result['total_seconds'] / 60:.1f} min. Dim {result['dim']}, k = "
-           f"{result['k']}, target recall@{result['k']} = {result['target_recall']}; "
-           f"{result['tune_queries']} tuning and {result['eval_queries']} evaluation queries; "
-           f"{result['rounds']} interleaved rounds (batched: all evaluation queries in one call; "
-           f"single: {result['single_queries']} one-query calls). Catalog: clustered anisotropic "
-           f"Gaussian embeddings, queries near items (bench/serving_scale.py docstring).", ""]
-  cols = ["N", "index", "setting (chosen on tuning queries)", "recall@k (eval)",
-          "batched q/s best / median", "single q/s best / median", "build s",
-          "RSS growth GiB", "serialized GiB", "process peak GiB"]
+    lines += [
+      "with the points marked (a) from an earlier run with the same settings "
+      f"(started {prev['started']}, {prev['total_seconds'] / 60:.1f} min):",
+      "",
+      "```",
+      prev["command"],
+      "```",
+      "",
+    ]
+  lines += [
+    f"Machine: {result['machine']}. Run started {result['started']}, "
+    f"total {result['total_seconds'] / 60:.1f} min. Dim {result['dim']}, k = "
+    f"{result['k']}, target recall@{result['k']} = {result['target_recall']}; "
+    f"{result['tune_queries']} tuning and {result['eval_queries']} evaluation queries; "
+    f"{result['rounds']} interleaved rounds (batched: all evaluation queries in one call; "
+    f"single: {result['single_queries']} one-query calls). Catalog: clustered anisotropic "
+    f"Gaussian embeddings, queries near items (bench/serving_scale.py docstring).",
+    "",
+  ]
+  cols = [
+    "N",
+    "index",
+    "setting (chosen on tuning queries)",
+    "recall@k (eval)",
+    "batched q/s best / median",
+    "single q/s best / median",
+    "build s",
+    "RSS growth GiB",
+    "serialized GiB",
+    "process peak GiB",
+  ]
   lines += report.markdown_header(cols)
   for p in result["points"]:
     n = p["num_items"]
@@ -50,32 +75,45 @@ def write_report(result: dict, out: str) -> str:
       continue
     for name in ("scann", "faiss"):
       s = p[name]
-      lines.append(report.markdown_row([
-          label, name, _params(name, s["chosen"]["params"]),
-          f"{s['recall']:.4f}" + ("" if s["chosen"]["meets_target"] else " (target not met)"),
-          f"{s['batched_qps_best']:.0f} / {s['batched_qps_median']:.0f}",
-          f"{s['single_qps_best']:.0f} / {s['single_qps_median']:.0f}",
-          f"{s['build_seconds']:.1f}", report.gib(s["rss_growth_kib"]),
-          f"{s['serialized_bytes'] / 2 ** 30:.2f}", report.gib(p["peak_rss_kib"])]))
+      lines.append(
+        report.markdown_row(
+          [
+            label,
+            name,
+            _params(name, s["chosen"]["params"]),
+            f"{s['recall']:.4f}" + ("" if s["chosen"]["meets_target"] else " (target not met)"),
+            f"{s['batched_qps_best']:.0f} / {s['batched_qps_median']:.0f}",
+            f"{s['single_qps_best']:.0f} / {s['single_qps_median']:.0f}",
+            f"{s['build_seconds']:.1f}",
+            report.gib(s["rss_growth_kib"]),
+            f"{s['serialized_bytes'] / 2**30:.2f}",
+            report.gib(p["peak_rss_kib"]),
+          ]
+        )
+      )
   lines += ["", "Index configurations:", ""]
   for p in result["points"]:
     if "error" in p:
       continue
     c = p["scann"]["config"]
-    lines.append(f"* N = {_size(p['num_items'])}: ScaNN mode {c['mode']}, "
-                 f"leaves {c['num_leaves']}, training sample {c['training_sample_size']}, "
-                 f"AH {c['dimensions_per_block']} "
-                 f"dims/block η {c['anisotropic_quantization_threshold']}; FAISS "
-                 f"`{p['faiss']['factory']}` (train sample {p['faiss']['train_sample']}). "
-                 f"Catalog generated in {p['generate_seconds']:.0f}s, exact top-k of the "
-                 f"samples in {p['exact_seconds']:.0f}s.")
+    lines.append(
+      f"* N = {_size(p['num_items'])}: ScaNN mode {c['mode']}, "
+      f"leaves {c['num_leaves']}, training sample {c['training_sample_size']}, "
+      f"AH {c['dimensions_per_block']} "
+      f"dims/block η {c['anisotropic_quantization_threshold']}; FAISS "
+      f"`{p['faiss']['factory']}` (train sample {p['faiss']['train_sample']}). "
+      f"Catalog generated in {p['generate_seconds']:.0f}s, exact top-k of the "
+      f"samples in {p['exact_seconds']:.0f}s."
+    )
   lines += ["", "Sweeps on the tuning queries (recall@k, batched q/s of one call):", ""]
   for p in result["points"]:
     if "error" in p:
       continue
     for name in ("scann", "faiss"):
-      rows = ", ".join(f"{_params(name, r['params'])}: {r['recall']:.3f} @ {r['qps']:.0f}"
-                       for r in p[name]["sweep"])
+      rows = ", ".join(
+        f"{_params(name, r['params'])}: {r['recall']:.3f} @ {r['qps']:.0f}"
+        for r in p[name]["sweep"]
+      )
       lines.append(f"* N = {_size(p['num_items'])} {name}: {rows}")
   s = result.get("serving")
   lines += ["", "## Serving SavedModel (eval.serving) at the largest size", ""]
@@ -86,19 +124,21 @@ def write_report(result: dict, out: str) -> str:
   else:
     b, l = s["build"], s["load"]
     lines += [
-        f"N = {_size(s['num_items'])}, k = {result['k']}, {s['batch']} histories of length "
-        f"{s['history_len']} (history filtered), ScaNN at leaves "
-        f"{b['config']['num_leaves_to_search']}, reorder {b['config']['reorder_k']}.", "",
-        f"* build (ServingModule: index + state variables): {b['build_seconds']:.1f}s; in-process "
-        f"first call {b['first_call_seconds']:.2f}s (builds the searcher from the state), second "
-        f"{b['second_call_seconds'] * 1e3:.0f} ms; save {b['save_seconds']:.1f}s, "
-        f"{b['saved_bytes'] / 2 ** 30:.2f} GiB on disk; process peak RSS "
-        f"{report.gib(b['peak_rss_kib'])} GiB",
-        f"* fresh process: load_serving_model {l['load_seconds']:.1f}s, first call "
-        f"{l['first_call_seconds']:.2f}s, second {l['second_call_seconds'] * 1e3:.0f} ms; peak RSS "
-        f"{report.gib(l['peak_rss_kib'])} GiB",
-        f"* same top-{result['k']} ids as in process: **{l['same_ids']}** (fraction equal "
-        f"{l['ids_equal_fraction']:.4f}); max |score difference| {l['max_score_diff']:.2e}"]
+      f"N = {_size(s['num_items'])}, k = {result['k']}, {s['batch']} histories of length "
+      f"{s['history_len']} (history filtered), ScaNN at leaves "
+      f"{b['config']['num_leaves_to_search']}, reorder {b['config']['reorder_k']}.",
+      "",
+      f"* build (ServingModule: index + state variables): {b['build_seconds']:.1f}s; in-process "
+      f"first call {b['first_call_seconds']:.2f}s (builds the searcher from the state), second "
+      f"{b['second_call_seconds'] * 1e3:.0f} ms; save {b['save_seconds']:.1f}s, "
+      f"{b['saved_bytes'] / 2**30:.2f} GiB on disk; process peak RSS "
+      f"{report.gib(b['peak_rss_kib'])} GiB",
+      f"* fresh process: load_serving_model {l['load_seconds']:.1f}s, first call "
+      f"{l['first_call_seconds']:.2f}s, second {l['second_call_seconds'] * 1e3:.0f} ms; peak RSS "
+      f"{report.gib(l['peak_rss_kib'])} GiB",
+      f"* same top-{result['k']} ids as in process: **{l['same_ids']}** (fraction equal "
+      f"{l['ids_equal_fraction']:.4f}); max |score difference| {l['max_score_diff']:.2e}",
+    ]
   lines += ["", result["summary"], ""]
   path = os.path.join(out, "serving_scale.md")
   pathlib.Path(path).write_text("\n".join(lines))
@@ -107,8 +147,10 @@ def write_report(result: dict, out: str) -> str:
 
 def plot(result: dict, path: str):
   import matplotlib  # pylint: disable=g-import-not-at-top
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
   points = [p for p in result["points"] if "error" not in p]
   fig, axes = plt.subplots(1, len(points) + 1, figsize=(4.2 * (len(points) + 1), 3.8))
   axes = np.atleast_1d(axes)
@@ -116,10 +158,23 @@ def plot(result: dict, path: str):
   for ax, p in zip(axes, points):
     for name in ("scann", "faiss"):
       rows = p[name]["sweep"]
-      ax.scatter([r["recall"] for r in rows], [r["qps"] for r in rows], s=12, c=colors[name],
-                 alpha=0.6, label=f"{name} sweep")
-      ax.scatter([p[name]["recall"]], [p[name]["batched_qps_median"]], marker="*", s=150,
-                 c=colors[name], edgecolors="k", label=f"{name} chosen (eval)")
+      ax.scatter(
+        [r["recall"] for r in rows],
+        [r["qps"] for r in rows],
+        s=12,
+        c=colors[name],
+        alpha=0.6,
+        label=f"{name} sweep",
+      )
+      ax.scatter(
+        [p[name]["recall"]],
+        [p[name]["batched_qps_median"]],
+        marker="*",
+        s=150,
+        c=colors[name],
+        edgecolors="k",
+        label=f"{name} chosen (eval)",
+      )
     ax.axvline(result["target_recall"], color="r", ls=":", lw=1)
     ax.set_yscale("log")
     ax.set_xlabel(f"recall@{result['k']}")
@@ -129,10 +184,16 @@ def plot(result: dict, path: str):
   ax = axes[-1]
   ns = [p["num_items"] for p in points]
   for name in ("scann", "faiss"):
-    ax.plot(ns, [p[name]["build_seconds"] for p in points], "o-", c=colors[name],
-            label=f"{name} build s")
-    ax.plot(ns, [p[name]["single_ms_median"] for p in points], "s--", c=colors[name],
-            label=f"{name} single-query ms (median)")
+    ax.plot(
+      ns, [p[name]["build_seconds"] for p in points], "o-", c=colors[name], label=f"{name} build s"
+    )
+    ax.plot(
+      ns,
+      [p[name]["single_ms_median"] for p in points],
+      "s--",
+      c=colors[name],
+      label=f"{name} single-query ms (median)",
+    )
   ax.set_xscale("log")
   ax.set_yscale("log")
   ax.set_xlabel("catalog size N")
@@ -149,17 +210,22 @@ def summarize(result: dict) -> str:
     if "error" in p:
       parts.append(f"{_size(p['num_items'])}: failed")
       continue
-    parts.append(f"{_size(p['num_items'])}: " + ", ".join(
+    parts.append(
+      f"{_size(p['num_items'])}: "
+      + ", ".join(
         f"{n} recall {p[n]['recall']:.3f} {p[n]['batched_qps_median']:.0f} q/s batched "
         f"{p[n]['single_ms_median']:.2f} ms single build {p[n]['build_seconds']:.0f}s"
-        for n in ("scann", "faiss")))
+        for n in ("scann", "faiss")
+      )
+    )
   s = result.get("serving")
   if s and "error" not in s.get("load", {"error": 1}):
-    parts.append(f"serving SavedModel reload {s['load']['load_seconds']:.1f}s, same ids "
-                 f"{s['load']['same_ids']}")
+    parts.append(
+      f"serving SavedModel reload {s['load']['load_seconds']:.1f}s, same ids "
+      f"{s['load']['same_ids']}"
+    )
   elif s:
     parts.append("serving SavedModel: failed")
-  return report.summary_line(parts, head=f"serving_scale recall@{result['k']} target "
-                             f"{result['target_recall']}")
-
-
+  return report.summary_line(
+    parts, head=f"serving_scale recall@{result['k']} target {result['target_recall']}"
+  )

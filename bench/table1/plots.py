@@ -9,20 +9,25 @@ from typing import Dict, List, Sequence
 from bench.table1.rows import CURVES, ROWS
 from eval.paired_stats import mean_se
 
+
 def _pyplot():
   import matplotlib  # pylint: disable=g-import-not-at-top
+
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
   return plt
 
 
-def plot_popularity(results: Dict, setting: str, rows: Sequence[str],
-                    path: pathlib.Path) -> bool:
+def plot_popularity(results: Dict, setting: str, rows: Sequence[str], path: pathlib.Path) -> bool:
   """Recall@20 by the target's popularity decile: mean ± s.e. over seeds, one line per row."""
   series = []
   for row in rows:
-    curves = [r["popularity"]["recall@20"] for r in results.get(setting, {}).get(row, {}).values()
-              if (r.get("popularity") or {}).get("recall@20")]
+    curves = [
+      r["popularity"]["recall@20"]
+      for r in results.get(setting, {}).get(row, {}).values()
+      if (r.get("popularity") or {}).get("recall@20")
+    ]
     if curves:
       series.append((row, curves))
   if not series:
@@ -34,8 +39,15 @@ def plot_popularity(results: Dict, setting: str, rows: Sequence[str],
     bins = min(len(c) for c in curves)
     stats = [mean_se([c[b] for c in curves]) for b in range(bins)]
     x = [b + (i - (len(series) - 1) / 2) * width for b in range(bins)]
-    ax.errorbar(x, [st["mean"] for st in stats], yerr=[st["se"] or 0.0 for st in stats],
-                fmt="o-", ms=3, capsize=2, label=f"{ROWS[row][0]} (n={len(curves)})")
+    ax.errorbar(
+      x,
+      [st["mean"] for st in stats],
+      yerr=[st["se"] or 0.0 for st in stats],
+      fmt="o-",
+      ms=3,
+      capsize=2,
+      label=f"{ROWS[row][0]} (n={len(curves)})",
+    )
   ax.set_xlabel("target popularity decile (0 = most popular items)")
   ax.set_ylabel("Recall@20 (exact), mean ± s.e.")
   ax.set_title(f"{setting}: recall by popularity decile")
@@ -76,15 +88,18 @@ def plot_curves(results: Dict, setting: str, rows: Sequence[str], path: pathlib.
       mean = [p[1]["mean"] for p in points]
       se = [p[1]["se"] or 0.0 for p in points]
       (line,) = ax.plot(steps, mean, "-", label=f"{ROWS[row][0]} (n={n})")
-      ax.fill_between(steps, [m - e for m, e in zip(mean, se)],
-                      [m + e for m, e in zip(mean, se)], color=line.get_color(), alpha=0.2)
+      ax.fill_between(
+        steps,
+        [m - e for m, e in zip(mean, se)],
+        [m + e for m, e in zip(mean, se)],
+        color=line.get_color(),
+        alpha=0.2,
+      )
     ax.set_xlabel("training step")
-    ax.set_ylabel(f"validation {key[len('val_'):]}, mean ± s.e.")
-    ax.set_title(f"{setting}: {key[len('val_'):]}")
+    ax.set_ylabel(f"validation {key[len('val_') :]}, mean ± s.e.")
+    ax.set_title(f"{setting}: {key[len('val_') :]}")
     ax.legend(fontsize=7)
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)
   return True
-
-

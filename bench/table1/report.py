@@ -18,41 +18,57 @@ from eval.paired_stats import CONFIDENCE, mean_se, paired_difference
 # Practical margin of the paired verdicts, relative to the second row's mean (--equivalence_margin).
 EQUIVALENCE_MARGIN = 0.02
 
-def statistics(results: Dict, settings: Sequence[str], rows: Sequence[str],
-               margin: float = EQUIVALENCE_MARGIN) -> Dict:
+
+def statistics(
+  results: Dict, settings: Sequence[str], rows: Sequence[str], margin: float = EQUIVALENCE_MARGIN
+) -> Dict:
   """Per setting: every row's mean ± s.e. of each metric, and the paired differences."""
   stats = {}
   for setting in settings:
     by_row = results.get(setting, {})
-    metrics = [m for m in METRICS
-               if any(m in r["metrics"] for runs in by_row.values() for r in runs.values())]
+    metrics = [
+      m
+      for m in METRICS
+      if any(m in r["metrics"] for runs in by_row.values() for r in runs.values())
+    ]
     paper = PAPER.get(setting, {})
     row_stats = {}
     for row in rows:
       runs = by_row.get(row, {})
       row_stats[row] = dict(
-          label=ROWS[row][0], seeds=sorted(runs),
-          metrics={m: mean_se([r["metrics"][m] for r in runs.values() if m in r["metrics"]])
-                   for m in metrics},
-          train_minutes=mean_se([r["train_seconds"] / 60 for r in runs.values()
-                                 if r.get("train_seconds")])["mean"],
-          best_step=mean_se([r["best_step"] for r in runs.values()
-                             if r.get("best_step") is not None]),
-          steps=mean_se([r["global_step"] for r in runs.values()
-                         if r.get("global_step") is not None]),
-          paper=(dict(zip(("recall@20", "ndcg@20"), paper[row])) if row in paper else None))
+        label=ROWS[row][0],
+        seeds=sorted(runs),
+        metrics={
+          m: mean_se([r["metrics"][m] for r in runs.values() if m in r["metrics"]]) for m in metrics
+        },
+        train_minutes=mean_se(
+          [r["train_seconds"] / 60 for r in runs.values() if r.get("train_seconds")]
+        )["mean"],
+        best_step=mean_se(
+          [r["best_step"] for r in runs.values() if r.get("best_step") is not None]
+        ),
+        steps=mean_se(
+          [r["global_step"] for r in runs.values() if r.get("global_step") is not None]
+        ),
+        paper=(dict(zip(("recall@20", "ndcg@20"), paper[row])) if row in paper else None),
+      )
     pair_stats = []
     for first, second, label in paired_rows(rows):
       a, b = by_row.get(first, {}), by_row.get(second, {})
-      pair = dict(first=first, second=second, label=label,
-                  unpaired={first: sorted(set(a) - set(b)), second: sorted(set(b) - set(a))},
-                  metrics={})
+      pair = dict(
+        first=first,
+        second=second,
+        label=label,
+        unpaired={first: sorted(set(a) - set(b)), second: sorted(set(b) - set(a))},
+        metrics={},
+      )
       for m in metrics:
         av = {s: r["metrics"][m] for s, r in a.items() if m in r["metrics"]}
         bv = {s: r["metrics"][m] for s, r in b.items() if m in r["metrics"]}
         common = sorted(set(av) & set(bv))
-        absolute = (margin * abs(float(np.mean([bv[s] for s in common])))
-                    if margin > 0 and common else None)
+        absolute = (
+          margin * abs(float(np.mean([bv[s] for s in common]))) if margin > 0 and common else None
+        )
         pair["metrics"][m] = paired_difference(av, bv, margin=absolute)
       pair_stats.append(pair)
     stats[setting] = dict(metrics=metrics, rows=row_stats, pairs=pair_stats)
@@ -71,7 +87,7 @@ def command() -> str:
   """The command line of this invocation (as `python -m bench.reproduce`) and where it ran."""
   root = pathlib.Path(__file__).resolve().parents[2]
   cwd = pathlib.Path.cwd().resolve()
-  where = ("the repository root" if cwd == root else f"`{cwd}`")
+  where = "the repository root" if cwd == root else f"`{cwd}`"
   return f"`python -m bench.reproduce {shlex.join(sys.argv[1:])}` (run from {where})"
 
 
@@ -81,11 +97,22 @@ def _commit() -> Optional[str]:
   root = pathlib.Path(__file__).resolve().parents[2]
   env = dict(os.environ, GIT_OPTIONAL_LOCKS="0")
   try:
-    head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], env=env,
-                          capture_output=True, text=True, timeout=30, check=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain",
-                            "--untracked-files=no"], env=env, capture_output=True, text=True,
-                           timeout=30, check=True).stdout.strip()
+    head = subprocess.run(
+      ["git", "-C", str(root), "rev-parse", "--short", "HEAD"],
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=30,
+      check=True,
+    ).stdout.strip()
+    dirty = subprocess.run(
+      ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=30,
+      check=True,
+    ).stdout.strip()
   except (OSError, subprocess.SubprocessError):
     return None
   return head + (" (with uncommitted changes)" if dirty else "")
@@ -117,13 +144,26 @@ def _signed(v: float) -> str:
   return f"{v:+.4f}"
 
 
-def markdown(budget: str, stats: Dict, results: Dict, settings: Sequence[str], rows: Sequence[str],
-             missing: List[dict], failures: List[str], plots: Dict[str, List[str]],
-             margin: float = 0.0) -> str:
+def markdown(
+  budget: str,
+  stats: Dict,
+  results: Dict,
+  settings: Sequence[str],
+  rows: Sequence[str],
+  missing: List[dict],
+  failures: List[str],
+  plots: Dict[str, List[str]],
+  margin: float = 0.0,
+) -> str:
   commit = _commit()
-  lines = [f"# Table 1 reproduction (budget={budget})", "",
-           f"Written by {command()}" + (f" at commit {commit}" if commit else "") + ".", "",
-           HOW_TO_READ.format(margin=f"{margin:.0%}" if margin > 0 else "0 (off)"), ""]
+  lines = [
+    f"# Table 1 reproduction (budget={budget})",
+    "",
+    f"Written by {command()}" + (f" at commit {commit}" if commit else "") + ".",
+    "",
+    HOW_TO_READ.format(margin=f"{margin:.0%}" if margin > 0 else "0 (off)"),
+    "",
+  ]
   for setting in settings:
     s = stats[setting]
     metrics = s["metrics"]
@@ -132,25 +172,33 @@ def markdown(budget: str, stats: Dict, results: Dict, settings: Sequence[str], r
       lines += ["No finished run.", ""]
       continue
     names = [METRIC_NAMES[m] for m in metrics]
-    lines += ["| row | seeds | " + " | ".join(names) + " | paper R@20 | paper NDCG@20 | "
-              "train min/run | steps to best | steps run |",
-              "|---|---|" + "---|" * (len(names) + 5)]
+    lines += [
+      "| row | seeds | " + " | ".join(names) + " | paper R@20 | paper NDCG@20 | "
+      "train min/run | steps to best | steps run |",
+      "|---|---|" + "---|" * (len(names) + 5),
+    ]
     for row in rows:
       r = s["rows"][row]
       seeds = ",".join(str(x) for x in r["seeds"])
       cells = [f"{len(r['seeds'])} ({seeds})" if seeds else "0"]
       cells += [_fmt(r["metrics"][m]) for m in metrics]
       paper = r["paper"]
-      cells += [f"{paper['recall@20']:.4f}" if paper else "—",
-                f"{paper['ndcg@20']:.4f}" if paper else "—",
-                "—" if r["train_minutes"] is None else f"{r['train_minutes']:.1f}",
-                _steps(r["best_step"]), _steps(r["steps"])]
+      cells += [
+        f"{paper['recall@20']:.4f}" if paper else "—",
+        f"{paper['ndcg@20']:.4f}" if paper else "—",
+        "—" if r["train_minutes"] is None else f"{r['train_minutes']:.1f}",
+        _steps(r["best_step"]),
+        _steps(r["steps"]),
+      ]
       lines.append(f"| {r['label']} | " + " | ".join(cells) + " |")
     lines.append("")
     if s["pairs"]:
-      lines += [f"Paired differences (same seed), {CONFIDENCE:.0%} interval:", "",
-                "| difference | metric | seeds | mean ± s.e. | 95% CI | positive | verdict |",
-                "|---|---|---|---|---|---|---|"]
+      lines += [
+        f"Paired differences (same seed), {CONFIDENCE:.0%} interval:",
+        "",
+        "| difference | metric | seeds | mean ± s.e. | 95% CI | positive | verdict |",
+        "|---|---|---|---|---|---|---|",
+      ]
       notes = []
       for pair in s["pairs"]:
         for m in metrics:
@@ -160,24 +208,32 @@ def markdown(budget: str, stats: Dict, results: Dict, settings: Sequence[str], r
           else:
             mean = _signed(d["mean"]) + ("" if d["se"] is None else f" ± {d['se']:.4f}")
             ci = "—" if d["ci"] is None else f"[{_signed(d['ci'][0])}, {_signed(d['ci'][1])}]"
-          lines.append(f"| {pair['label']} | {METRIC_NAMES[m]} | {d['n']} | {mean} | {ci} | "
-                       f"{d['positive']}/{d['n']} | {d['verdict']} |")
+          lines.append(
+            f"| {pair['label']} | {METRIC_NAMES[m]} | {d['n']} | {mean} | {ci} | "
+            f"{d['positive']}/{d['n']} | {d['verdict']} |"
+          )
         for row, alone in pair["unpaired"].items():
           if alone:
             other = pair["second"] if row == pair["first"] else pair["first"]
-            notes.append(f"- {pair['label']}: seed(s) {', '.join(map(str, alone))} of {row} "
-                         f"have no run of {other}: left out of the pair.")
+            notes.append(
+              f"- {pair['label']}: seed(s) {', '.join(map(str, alone))} of {row} "
+              f"have no run of {other}: left out of the pair."
+            )
       lines.append("")
       if notes:
         lines += notes + [""]
-    flag_lists = [r.get("train_flags") for runs in results.get(setting, {}).values()
-                  for r in runs.values()]
+    flag_lists = [
+      r.get("train_flags") for runs in results.get(setting, {}).values() for r in runs.values()
+    ]
     if flag_lists and all(flag_lists):
       shared = " ".join(f for f in flag_lists[0] if all(f in other for other in flag_lists[1:]))
       binaries = _binaries(results.get(setting, {}))
-      lines += ["Training flags shared by every run above (from each run's train_metrics.json; "
-                "the row's loss, negatives, logq, seed and folders complete each command): "
-                + "; ".join(f"`{binary} {shared}`{who}" for binary, who in binaries), ""]
+      lines += [
+        "Training flags shared by every run above (from each run's train_metrics.json; "
+        "the row's loss, negatives, logq, seed and folders complete each command): "
+        + "; ".join(f"`{binary} {shared}`{who}" for binary, who in binaries),
+        "",
+      ]
     for name in plots.get(setting, []):
       lines += [f"![{name}]({name})", ""]
   if failures:
@@ -189,8 +245,6 @@ def markdown(budget: str, stats: Dict, results: Dict, settings: Sequence[str], r
   return "\n".join(lines)
 
 
-
-
 def _binaries(by_row: Dict) -> List:
   """(command, " (which rows)") per binary that trained the rows of one setting, tf-keras's
   first; only tf-keras rows: no list of rows."""
@@ -199,8 +253,10 @@ def _binaries(by_row: Dict) -> List:
     groups.setdefault(" ".join(["python", *train_binary(row)]), []).append(row)
   if list(groups) == ["python -m train"]:
     return [("python -m train", "")]
-  return [(command, f" ({', '.join(rows)})")
-          for command, rows in sorted(groups.items(), key=lambda g: g[0] != "python -m train")]
+  return [
+    (command, f" ({', '.join(rows)})")
+    for command, rows in sorted(groups.items(), key=lambda g: g[0] != "python -m train")
+  ]
 
 
 def summary(stats: Dict, results: Dict) -> str:
@@ -209,8 +265,10 @@ def summary(stats: Dict, results: Dict) -> str:
     by_row = results.get(setting, {})
     if not by_row:
       continue
-    best = max(by_row, key=lambda row: s["rows"][row]["metrics"].get(
-        "ndcg@20", {"mean": None})["mean"] or -1.0)
+    best = max(
+      by_row,
+      key=lambda row: s["rows"][row]["metrics"].get("ndcg@20", {"mean": None})["mean"] or -1.0,
+    )
     part = f"{setting}: best NDCG@20 {best}"
     for pair in s["pairs"]:
       d = pair["metrics"].get("recall@20")
@@ -219,5 +277,3 @@ def summary(stats: Dict, results: Dict) -> str:
         part += f", {pair['label']} R@20 {_signed(d['mean'])}{ci} n={d['n']} {d['verdict']}"
     parts.append(part)
   return "; ".join(parts) or "no finished run"
-
-

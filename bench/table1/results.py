@@ -1,5 +1,4 @@
-"""The finished runs of a Table 1 reproduction on disk (layout `run_dir`), read back as records.
-"""
+"""The finished runs of a Table 1 reproduction on disk (layout `run_dir`), read back as records."""
 
 from __future__ import annotations
 
@@ -10,21 +9,25 @@ from typing import Dict, List, Optional, Sequence
 from bench.table1.rows import CURVES
 from train.config import RunConfig
 
+
 def run_dir(out: pathlib.Path, budget: str, setting: str, row: str, seed: int) -> pathlib.Path:
   """Where one run lives: <out>/<budget>/<setting>/<row>/seed<seed>."""
   return out / budget / setting / row / f"seed{seed}"
 
 
-def seeds_found(out: pathlib.Path, budget: str, setting: str, row: str,
-                finished: bool = True) -> List[int]:
+def seeds_found(
+  out: pathlib.Path, budget: str, setting: str, row: str, finished: bool = True
+) -> List[int]:
   """Seeds with a finished run (eval/eval_results.json) of one row; with finished=False, every
   seed with a run folder (started, perhaps unfinished or failed)."""
   row_dir = out / budget / setting / row
   if not row_dir.is_dir():
     return []
-  return sorted(int(p.name[4:]) for p in row_dir.glob("seed*")
-                if p.name[4:].isdigit()
-                and (not finished or (p / "eval" / "eval_results.json").exists()))
+  return sorted(
+    int(p.name[4:])
+    for p in row_dir.glob("seed*")
+    if p.name[4:].isdigit() and (not finished or (p / "eval" / "eval_results.json").exists())
+  )
 
 
 def read_json(path: pathlib.Path):
@@ -45,13 +48,22 @@ def load_run(out: pathlib.Path, budget: str, setting: str, row: str, seed: int) 
     return None
   record = dict(setting=setting, row=row, seed=seed, run_dir=str(folder))
   record.update(read_json(folder / "timing.json") or {})
-  record.update(metrics=result["metrics"]["exact"], scann_metrics=result["metrics"].get("scann"),
-                popularity=result.get("popularity"))
+  record.update(
+    metrics=result["metrics"]["exact"],
+    scann_metrics=result["metrics"].get("scann"),
+    popularity=result.get("popularity"),
+  )
   train_metrics = read_json(folder / "train_metrics.json")
-  history = (read_json(folder / "model" / "history.json")   # python -m train; train.keras3:
-             or (train_metrics or {}).get("history") or [])  # in its metrics JSON only
-  record["curve"] = [{k: h[k] for k in ("step", *CURVES) if k in h} for h in history
-                     if isinstance(h, dict) and "step" in h]
+  history = (
+    read_json(folder / "model" / "history.json")  # python -m train; train.keras3:
+    or (train_metrics or {}).get("history")
+    or []
+  )  # in its metrics JSON only
+  record["curve"] = [
+    {k: h[k] for k in ("step", *CURVES) if k in h}
+    for h in history
+    if isinstance(h, dict) and "step" in h
+  ]
   if isinstance(train_metrics, dict):
     for key in ("best_step", "best_epoch", "global_step", "stopped_early", "train_wall_seconds"):
       if key in train_metrics:
@@ -59,14 +71,21 @@ def load_run(out: pathlib.Path, budget: str, setting: str, row: str, seed: int) 
   if isinstance(train_metrics, dict) and "config" in train_metrics:
     try:
       record["train_flags"] = RunConfig.from_dict(train_metrics["config"]).to_flags(
-          only_changed=True)
+        only_changed=True
+      )
     except (TypeError, ValueError, KeyError):
       pass  # a configuration of another version of the binary: the record goes without it
   return record
 
 
-def collect(out: pathlib.Path, budget: str, settings: Sequence[str], rows: Sequence[str],
-            seeds: Optional[Sequence[int]] = None, expected: Sequence[int] = ()):
+def collect(
+  out: pathlib.Path,
+  budget: str,
+  settings: Sequence[str],
+  rows: Sequence[str],
+  seeds: Optional[Sequence[int]] = None,
+  expected: Sequence[int] = (),
+):
   """The finished runs under `out`: {setting: {row: {seed: record}}}, and the missing runs.
 
   Every seed found is taken, or only `seeds` when given. A run is missing when its row lacks a
@@ -76,24 +95,34 @@ def collect(out: pathlib.Path, budget: str, settings: Sequence[str], rows: Seque
   results: Dict = {}
   missing = []
   for setting in settings:
-    found = {row: [s for s in seeds_found(out, budget, setting, row) if seeds is None or s in seeds]
-             for row in rows}
-    wanted = set(expected) | (set(seeds) if seeds is not None else
-                              {s for row in rows
-                               for s in seeds_found(out, budget, setting, row, finished=False)})
+    found = {
+      row: [s for s in seeds_found(out, budget, setting, row) if seeds is None or s in seeds]
+      for row in rows
+    }
+    wanted = set(expected) | (
+      set(seeds)
+      if seeds is not None
+      else {s for row in rows for s in seeds_found(out, budget, setting, row, finished=False)}
+    )
     for row in rows:
       for seed in sorted(wanted):
         record = load_run(out, budget, setting, row, seed) if seed in found[row] else None
         if record is None:
           folder = run_dir(out, budget, setting, row, seed)
-          missing.append(dict(setting=setting, row=row, seed=seed, run_dir=str(folder),
-                              reason=("no eval results yet (unfinished or failed)"
-                                      if folder.exists() else "not run")))
+          missing.append(
+            dict(
+              setting=setting,
+              row=row,
+              seed=seed,
+              run_dir=str(folder),
+              reason=(
+                "no eval results yet (unfinished or failed)" if folder.exists() else "not run"
+              ),
+            )
+          )
         else:
           results.setdefault(setting, {}).setdefault(row, {})[seed] = record
   return results, missing
-
-
 
 
 def write_binary_test_results(folder: pathlib.Path) -> dict:
@@ -105,17 +134,22 @@ def write_binary_test_results(folder: pathlib.Path) -> dict:
   if not isinstance(train_metrics, dict) or not isinstance(train_metrics.get("test"), dict):
     raise ValueError(f"{folder / 'train_metrics.json'} has no test metrics")
   test = {k: v for k, v in train_metrics["test"].items() if k != "num_queries"}
-  result = dict(num_queries=train_metrics["test"].get("num_queries"), metrics=dict(exact=test),
-                source="train_metrics.json test (the training binary's own evaluation)")
+  result = dict(
+    num_queries=train_metrics["test"].get("num_queries"),
+    metrics=dict(exact=test),
+    source="train_metrics.json test (the training binary's own evaluation)",
+  )
   (folder / "eval").mkdir(parents=True, exist_ok=True)
   (folder / "eval" / "eval_results.json").write_text(json.dumps(result, indent=2))
   return result
 
 
-if __name__ == "__main__":   # python -m bench.table1.results RUN_DIR
+if __name__ == "__main__":  # python -m bench.table1.results RUN_DIR
   import argparse  # pylint: disable=g-import-not-at-top
+
   _parser = argparse.ArgumentParser(
-      description="Writes RUN_DIR/eval/eval_results.json from RUN_DIR/train_metrics.json's test "
-                  "metrics (a run of python -m train.keras3; bench/reproduce.py runs this).")
+    description="Writes RUN_DIR/eval/eval_results.json from RUN_DIR/train_metrics.json's test "
+    "metrics (a run of python -m train.keras3; bench/reproduce.py runs this)."
+  )
   _parser.add_argument("run_dir", type=pathlib.Path)
   write_binary_test_results(_parser.parse_args().run_dir)

@@ -38,6 +38,7 @@ def _uniform16(inputs, seed_generator):
   if keras.backend.backend() == "jax":
     import jax  # pylint: disable=g-import-not-at-top
     import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
     n = math.prod(shape)
     words = jax.random.bits(seed_generator.next(), ((n + 1) // 2,), jnp.uint32)
     halves = jax.lax.bitcast_convert_type(words, jnp.uint16).reshape(-1)[:n]
@@ -52,8 +53,9 @@ class Dropout(keras.layers.Dropout):
 
   def __init__(self, rate, noise_shape=None, seed=None, **kwargs):
     if noise_shape is not None:
-      raise ValueError("models.keras3.dropout.Dropout does not take a noise_shape "
-                       "(use keras.layers.Dropout)")
+      raise ValueError(
+        "models.keras3.dropout.Dropout does not take a noise_shape (use keras.layers.Dropout)"
+      )
     super().__init__(rate, noise_shape=None, seed=seed, **kwargs)
 
   def call(self, inputs, training=False):

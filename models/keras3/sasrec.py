@@ -46,6 +46,7 @@ __all__ = ["BLOCK_STYLES", "SASRec", "TrainingQueries"]
 class TrainingQueries(NamedTuple):
   """All A = B L positions of a batch, row-major: queries [A, d], positive_ids int32 [A] (0 at
   padding), sequence_ids int32 [A] (the row of each position), valid bool [A]."""
+
   queries: object
   positive_ids: object
   sequence_ids: object
@@ -58,10 +59,21 @@ class SASRec(keras.Model):
   `models.sasrec.SASRec` (num_items, max_len, embedding_dim, num_blocks, num_heads, dropout,
   temperature, seed, block_style, tie_embeddings, attention_blocks)."""
 
-  def __init__(self, num_items: int, max_len: int = 200, embedding_dim: int = 128,
-               num_blocks: int = 2, num_heads: int = 1, dropout: float = 0.5,
-               temperature: float = 1.0, seed: int = 0, block_style: str = "pre_ln",
-               tie_embeddings: bool = False, attention_blocks: int = 1, **kwargs):
+  def __init__(
+    self,
+    num_items: int,
+    max_len: int = 200,
+    embedding_dim: int = 128,
+    num_blocks: int = 2,
+    num_heads: int = 1,
+    dropout: float = 0.5,
+    temperature: float = 1.0,
+    seed: int = 0,
+    block_style: str = "pre_ln",
+    tie_embeddings: bool = False,
+    attention_blocks: int = 1,
+    **kwargs,
+  ):
     super().__init__(**kwargs)
     if num_items < 1:
       raise ValueError(f"num_items must be >= 1, got {num_items}")
@@ -73,8 +85,11 @@ class SASRec(keras.Model):
       raise ValueError(f"temperature must be > 0, got {temperature}")
     if block_style not in BLOCK_STYLES:
       raise ValueError(f"block_style must be one of {BLOCK_STYLES}, got {block_style!r}")
-    if isinstance(attention_blocks, bool) or int(attention_blocks) != attention_blocks \
-        or attention_blocks < 1:
+    if (
+      isinstance(attention_blocks, bool)
+      or int(attention_blocks) != attention_blocks
+      or attention_blocks < 1
+    ):
       raise ValueError(f"attention_blocks must be an int >= 1, got {attention_blocks!r}")
     self.num_items, self.max_len, self.embedding_dim = int(num_items), int(max_len), embedding_dim
     self.num_blocks, self.num_heads, self.rate = num_blocks, num_heads, float(dropout)
@@ -82,20 +97,29 @@ class SASRec(keras.Model):
     self.block_style, self.tie_embeddings = block_style, bool(tie_embeddings)
     self.attention_blocks = int(attention_blocks)
     init = lambda i: keras.initializers.TruncatedNormal(  # noqa: E731
-        stddev=0.02, seed=self.seed * 100 + i)
+      stddev=0.02, seed=self.seed * 100 + i
+    )
     self.input_embedding = keras.layers.Embedding(
-        num_items + 1, embedding_dim, embeddings_initializer=init(1), name="input_item_embedding")
+      num_items + 1, embedding_dim, embeddings_initializer=init(1), name="input_item_embedding"
+    )
     self.position_embedding = keras.layers.Embedding(
-        max_len, embedding_dim, embeddings_initializer=init(2), name="position_embedding")
-    self.output_embedding = (self.input_embedding if self.tie_embeddings else
-                             keras.layers.Embedding(num_items + 1, embedding_dim,
-                                                    embeddings_initializer=init(3),
-                                                    name="output_item_embedding"))
+      max_len, embedding_dim, embeddings_initializer=init(2), name="position_embedding"
+    )
+    self.output_embedding = (
+      self.input_embedding
+      if self.tie_embeddings
+      else keras.layers.Embedding(
+        num_items + 1, embedding_dim, embeddings_initializer=init(3), name="output_item_embedding"
+      )
+    )
     block = TransformerBlock if block_style == "pre_ln" else ReferenceBlock
-    self.blocks = [block(embedding_dim, num_heads, dropout, self.seed * 100 + 10 * (i + 1),
-                         name=f"block_{i}") for i in range(num_blocks)]
+    self.blocks = [
+      block(embedding_dim, num_heads, dropout, self.seed * 100 + 10 * (i + 1), name=f"block_{i}")
+      for i in range(num_blocks)
+    ]
     self.final_norm = keras.layers.LayerNormalization(
-        epsilon=1e-6 if block_style == "pre_ln" else 1e-5, name="final_norm")
+      epsilon=1e-6 if block_style == "pre_ln" else 1e-5, name="final_norm"
+    )
     self.input_dropout = Dropout(dropout, seed=self.seed * 100 + 9, name="input_dropout")
     self.input_scale = math.sqrt(embedding_dim) if block_style == "pre_ln" else 1.0
     self.build((None, self.max_len))
@@ -146,14 +170,18 @@ class SASRec(keras.Model):
   def _encode_packed(self, ids, valid, tokens, training):
     """`encode` with the per-token layers on the packed rows (module docstring)."""
     length = ids.shape[1]
-    tokens = sasrec_ops.Tokens(ops.cast(ops.convert_to_tensor(tokens.rows), "int32"),
-                               ops.cast(ops.convert_to_tensor(tokens.slots), "int32"))
-    if None not in tuple(ids.shape) + tuple(tokens.slots.shape) and \
-        tuple(tokens.slots.shape) != tuple(ids.shape):
-      raise ValueError(f"token slots {tuple(tokens.slots.shape)} do not match the inputs "
-                       f"{tuple(ids.shape)}")
+    tokens = sasrec_ops.Tokens(
+      ops.cast(ops.convert_to_tensor(tokens.rows), "int32"),
+      ops.cast(ops.convert_to_tensor(tokens.slots), "int32"),
+    )
+    if None not in tuple(ids.shape) + tuple(tokens.slots.shape) and tuple(
+      tokens.slots.shape
+    ) != tuple(ids.shape):
+      raise ValueError(
+        f"token slots {tuple(tokens.slots.shape)} do not match the inputs {tuple(ids.shape)}"
+      )
     flat = ops.concatenate([ops.reshape(ids, (-1,)), ops.zeros((1,), "int32")], axis=0)
-    token_ids = ops.take(flat, tokens.rows, axis=0)                       # [C]; fillers: 0
+    token_ids = ops.take(flat, tokens.rows, axis=0)  # [C]; fillers: 0
     positions = tokens.rows % length + (self.max_len - length)
     x = self.input_embedding(token_ids) * self.input_scale + self.position_embedding(positions)
     x = self.input_dropout(x, training=training)
@@ -192,8 +220,9 @@ class SASRec(keras.Model):
     b, l = targets.shape
     rows = ops.repeat(ops.arange(b, dtype="int32"), l)
     pos = ops.reshape(targets, (-1,))
-    return TrainingQueries(ops.reshape(h, (-1, self.embedding_dim)), pos, rows,
-                           ops.not_equal(pos, 0))
+    return TrainingQueries(
+      ops.reshape(h, (-1, self.embedding_dim)), pos, rows, ops.not_equal(pos, 0)
+    )
 
   def call(self, inputs, training=False):
     """Scores of every item for every sequence's last position: [B, num_items + 1]."""
@@ -201,8 +230,17 @@ class SASRec(keras.Model):
     return ops.matmul(q, ops.transpose(self.all_item_embeddings())) / self.temperature
 
   def get_config(self):
-    return {**super().get_config(), "num_items": self.num_items, "max_len": self.max_len,
-            "embedding_dim": self.embedding_dim, "num_blocks": self.num_blocks,
-            "num_heads": self.num_heads, "dropout": self.rate, "temperature": self.temperature,
-            "seed": self.seed, "block_style": self.block_style,
-            "tie_embeddings": self.tie_embeddings, "attention_blocks": self.attention_blocks}
+    return {
+      **super().get_config(),
+      "num_items": self.num_items,
+      "max_len": self.max_len,
+      "embedding_dim": self.embedding_dim,
+      "num_blocks": self.num_blocks,
+      "num_heads": self.num_heads,
+      "dropout": self.rate,
+      "temperature": self.temperature,
+      "seed": self.seed,
+      "block_style": self.block_style,
+      "tie_embeddings": self.tie_embeddings,
+      "attention_blocks": self.attention_blocks,
+    }

@@ -48,8 +48,15 @@ class CausalSelfAttention(keras.layers.Layer):
   def core(self, qkv, biases, training=False):
     """Attention context [B, L, d] from the projected [B, L, 3d] queries / keys / values."""
     d = self.dim
-    return sasrec_ops.causal_attention(qkv[..., :d], qkv[..., d:2 * d], qkv[..., 2 * d:], biases,
-                                       self.num_heads, self.attention_dropout, training)
+    return sasrec_ops.causal_attention(
+      qkv[..., :d],
+      qkv[..., d : 2 * d],
+      qkv[..., 2 * d :],
+      biases,
+      self.num_heads,
+      self.attention_dropout,
+      training,
+    )
 
   def attend(self, x, biases, training=False, tokens=None):
     """x [B, L, d] (``tokens`` None) or packed [C, d] -> the same layout."""
@@ -57,8 +64,13 @@ class CausalSelfAttention(keras.layers.Layer):
     return self.out(sasrec_ops.from_grid(ctx, tokens))
 
   def get_config(self):
-    return {**super().get_config(), "dim": self.dim, "num_heads": self.num_heads,
-            "dropout": self.rate, "seed": self.seed}
+    return {
+      **super().get_config(),
+      "dim": self.dim,
+      "num_heads": self.num_heads,
+      "dropout": self.rate,
+      "seed": self.seed,
+    }
 
 
 @_REGISTER
@@ -72,8 +84,9 @@ class TransformerBlock(keras.layers.Layer):
     self.ln1 = keras.layers.LayerNormalization(epsilon=1e-6, name="ln_attention")
     self.attention = CausalSelfAttention(dim, num_heads, dropout, seed, name="attention")
     self.ln2 = keras.layers.LayerNormalization(epsilon=1e-6, name="ln_ffn")
-    self.ffn1 = keras.layers.Dense(dim, activation="relu", kernel_initializer=glorot(seed + 2),
-                                   name="ffn1")
+    self.ffn1 = keras.layers.Dense(
+      dim, activation="relu", kernel_initializer=glorot(seed + 2), name="ffn1"
+    )
     self.ffn2 = keras.layers.Dense(dim, kernel_initializer=glorot(seed + 3), name="ffn2")
     self.drop_attention = _dropout(dropout, seed + 6, "dropout_attention")
     self.drop_hidden = _dropout(dropout, seed + 7, "dropout_hidden")
@@ -95,8 +108,13 @@ class TransformerBlock(keras.layers.Layer):
     return x if mask is None else x * mask
 
   def get_config(self):
-    return {**super().get_config(), "dim": self.dim, "num_heads": self.num_heads,
-            "dropout": self.rate, "seed": self.seed}
+    return {
+      **super().get_config(),
+      "dim": self.dim,
+      "num_heads": self.num_heads,
+      "dropout": self.rate,
+      "seed": self.seed,
+    }
 
 
 @_REGISTER
@@ -118,8 +136,11 @@ class ReferenceBlock(keras.layers.Layer):
       raise ValueError(f"embedding dim {dim} is not divisible by num_heads {num_heads}")
     self.dim, self.num_heads, self.rate, self.seed = dim, num_heads, dropout, seed
     init = lambda i: keras.initializers.TruncatedNormal(stddev=0.02, seed=seed + i)  # noqa: E731
-    dense = lambda units, i, name: keras.layers.Dense(units, kernel_initializer=init(i),  # noqa: E731
-                                                      name=name)
+    dense = lambda units, i, name: keras.layers.Dense(
+      units,
+      kernel_initializer=init(i),  # noqa: E731
+      name=name,
+    )
     self.ln1 = keras.layers.LayerNormalization(epsilon=1e-5, name="ln_attention")
     self.ln2 = keras.layers.LayerNormalization(epsilon=1e-5, name="ln_ffn")
     self.query = dense(dim, 0, "query")
@@ -141,11 +162,12 @@ class ReferenceBlock(keras.layers.Layer):
     z = self.ln1(x)
     d = self.dim
     q, kv = self.query(z), self.kv(x)
-    if tokens is not None:   # one gather to the grid for the three
+    if tokens is not None:  # one gather to the grid for the three
       qkv = sasrec_ops.to_grid(ops.concatenate([q, kv], axis=-1), tokens)
       q, kv = qkv[..., :d], qkv[..., d:]
-    ctx = sasrec_ops.causal_attention(q, kv[..., :d], kv[..., d:], biases,
-                                      self.num_heads, self.attention_dropout, training)
+    ctx = sasrec_ops.causal_attention(
+      q, kv[..., :d], kv[..., d:], biases, self.num_heads, self.attention_dropout, training
+    )
     hidden = self.ln2(sasrec_ops.from_grid(ctx, tokens) + z)
     f = self.drop_hidden(ops.relu(self.ffn1(hidden)), training=training)
     f = self.drop_ffn(self.ffn2(f), training=training)
@@ -153,5 +175,10 @@ class ReferenceBlock(keras.layers.Layer):
     return out if mask is None else out * mask
 
   def get_config(self):
-    return {**super().get_config(), "dim": self.dim, "num_heads": self.num_heads,
-            "dropout": self.rate, "seed": self.seed}
+    return {
+      **super().get_config(),
+      "dim": self.dim,
+      "num_heads": self.num_heads,
+      "dropout": self.rate,
+      "seed": self.seed,
+    }

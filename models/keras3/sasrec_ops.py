@@ -29,12 +29,23 @@ from typing import List, NamedTuple, Optional, Tuple
 import numpy as np
 from keras import ops
 
-__all__ = ["NEG_INF", "TOKEN_BUCKETS", "Tokens", "attention_biases", "batch_tokens",
-           "block_bounds", "causal_attention", "from_grid", "likely_capacities", "to_grid",
-           "token_index", "with_token_index"]
+__all__ = [
+  "NEG_INF",
+  "TOKEN_BUCKETS",
+  "Tokens",
+  "attention_biases",
+  "batch_tokens",
+  "block_bounds",
+  "causal_attention",
+  "from_grid",
+  "likely_capacities",
+  "to_grid",
+  "token_index",
+  "with_token_index",
+]
 
 NEG_INF = -1e9
-TOKEN_BUCKETS = 8      # compiled token capacities per batch shape (module docstring)
+TOKEN_BUCKETS = 8  # compiled token capacities per batch shape (module docstring)
 
 
 def block_bounds(length: Optional[int], num_blocks: int) -> List[Tuple[int, Optional[int]]]:
@@ -59,7 +70,7 @@ def attention_biases(valid, num_blocks: int):
   out = []
   for a, b in block_bounds(length, num_blocks):
     end = length if b is None else b
-    causal = np.tril(np.ones((end, end), bool))[a:end]                    # [n, end]: j <= t
+    causal = np.tril(np.ones((end, end), bool))[a:end]  # [n, end]: j <= t
     keys = valid[:, :end]
     allowed = ops.logical_and(ops.convert_to_tensor(causal)[None], keys[:, None, :])
     out.append((a, b, ops.where(allowed, 0.0, NEG_INF)))
@@ -75,14 +86,15 @@ def causal_attention(q, k, v, biases, num_heads: int, dropout=None, training=Fal
   b_, l_, dim = q.shape[0], q.shape[1], q.shape[-1]
   h, dh = num_heads, dim // num_heads
   q = q * (1.0 / math.sqrt(dh))
-  if h > 1:                                                                # [B, H, L, dh]
+  if h > 1:  # [B, H, L, dh]
     q, k, v = (ops.transpose(ops.reshape(t, (-1, l_, h, dh)), (0, 2, 1, 3)) for t in (q, k, v))
   outs = []
   for a, b, bias in biases:
     qi, ki, vi = (q, k, v) if b is None else (q[..., a:b, :], k[..., :b, :], v[..., :b, :])
     # logits and softmax in float32 whatever the compute dtype (bfloat16: --mixed_precision)
     logits = ops.cast(ops.matmul(qi, ops.swapaxes(ki, -1, -2)), "float32") + ops.cast(
-        bias[:, None] if h > 1 else bias, "float32")
+      bias[:, None] if h > 1 else bias, "float32"
+    )
     attn = ops.softmax(logits, axis=-1)
     if dropout is not None:
       attn = dropout(attn, training=training)
@@ -99,6 +111,7 @@ class Tokens(NamedTuple):
   """The packed layout of a [B, L] batch (`token_index`): ``rows`` int32 [C], the row-major grid
   index of each packed row (B L for the C - T filler rows); ``slots`` int32 [B, L], the packed
   row of each grid position (C at padding)."""
+
   rows: object
   slots: object
 
@@ -126,8 +139,9 @@ def token_index(inputs, buckets: Optional[int] = TOKEN_BUCKETS) -> Tokens:
   return Tokens(rows, slots.reshape(valid.shape))
 
 
-def likely_capacities(lengths, batch_size: int, max_len: int,
-                      buckets: Optional[int] = TOKEN_BUCKETS, z: float = 6.0) -> list:
+def likely_capacities(
+  lengths, batch_size: int, max_len: int, buckets: Optional[int] = TOKEN_BUCKETS, z: float = 6.0
+) -> list:
   """The token capacities C (`token_index`) that batches of ``batch_size`` rows drawn without
   replacement from sequences of ``lengths`` (their training inputs, before the window) reach,
   except with a probability below the normal tail at ``z`` (z = 6: ~1e-9 a batch): the count
@@ -149,8 +163,10 @@ def likely_capacities(lengths, batch_size: int, max_len: int,
   if not buckets:
     return list(range(max(lo, 1), hi + 1))
   quantum = -(-grid // int(buckets))
-  caps = {min(max(-(-count // quantum), 1) * quantum, grid)
-          for count in range(lo, hi + 1, max(1, quantum // 2))}
+  caps = {
+    min(max(-(-count // quantum), 1) * quantum, grid)
+    for count in range(lo, hi + 1, max(1, quantum // 2))
+  }
   caps.update(min(max(-(-count // quantum), 1) * quantum, grid) for count in (lo, hi))
   return sorted(caps)
 
@@ -183,8 +199,10 @@ def _gather_pair(x, forward, backward):
     def grad(*args, upstream=None):
       dy = args[0] if upstream is None else upstream
       dy = ops.reshape(dy, (-1, dy.shape[-1]))
-      return ops.take(_with_zero_row(dy), backward, axis=0)       # x's shape [N, k]
+      return ops.take(_with_zero_row(dy), backward, axis=0)  # x's shape [N, k]
+
     return ops.take(_with_zero_row(x), forward, axis=0), grad
+
   return gather(x)
 
 

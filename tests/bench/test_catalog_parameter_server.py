@@ -35,8 +35,7 @@ def test_socket_bytes_counts_what_this_process_sends_and_receives_over_tcp():
 
 
 def test_memory_projection_is_the_line_through_the_two_largest_sizes():
-  kib, slope = catalog_ps.project_memory([(1e4, 500.0), (1e6, 1500.0), (1e5, 600.0)],
-                                         target=1e7)
+  kib, slope = catalog_ps.project_memory([(1e4, 500.0), (1e6, 1500.0), (1e5, 600.0)], target=1e7)
   assert slope == pytest.approx(900.0 / 9e5)
   assert kib == pytest.approx(1500.0 + slope * 9e6)
 
@@ -44,11 +43,26 @@ def test_memory_projection_is_the_line_through_the_two_largest_sizes():
 def test_bench_at_a_tiny_size_writes_both_sides(tmp_path):
   out = tmp_path / "out"
   proc = subprocess.run(
-      [sys.executable, "bench/catalog_size.py", "--parameter_server", "--sizes=2000",
-       "--num_users=200", "--buckets=4096", "--batch_size=16", "--num_negatives=16",
-       "--passes=1", "--steps=2", "--warmup=1", f"--out={out}"],
-      cwd=ROOT, capture_output=True, text=True, timeout=600,
-      env=dict(os.environ, CUDA_VISIBLE_DEVICES=""))
+    [
+      sys.executable,
+      "bench/catalog_size.py",
+      "--parameter_server",
+      "--sizes=2000",
+      "--num_users=200",
+      "--buckets=4096",
+      "--batch_size=16",
+      "--num_negatives=16",
+      "--passes=1",
+      "--steps=2",
+      "--warmup=1",
+      f"--out={out}",
+    ],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=600,
+    env=dict(os.environ, CUDA_VISIBLE_DEVICES=""),
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert proc.stdout.strip().splitlines()[-1].startswith("summary: parameter server vs one")
   md = (out / "catalog_size_ps.md").read_text()

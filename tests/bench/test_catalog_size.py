@@ -23,4 +23,4 @@ def test_full_softmax_projection_grows_with_batch_times_catalog():
   small = catalog_size.full_softmax_bytes(256, 10_000, 64)
   large = catalog_size.full_softmax_bytes(256, 10_000_000, 64)
   assert large / small > 900
-  assert large > 3 * 256 * 10_000_000 * 4    # the [B, |I|] logits, softmax and gradient
+  assert large > 3 * 256 * 10_000_000 * 4  # the [B, |I|] logits, softmax and gradient

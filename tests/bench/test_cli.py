@@ -13,14 +13,23 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SCRIPTS = sorted(p.stem for p in (ROOT / "bench").glob("*.py")
-                 if p.stem != "__init__" and "torch" not in p.stem)
+SCRIPTS = sorted(
+  p.stem for p in (ROOT / "bench").glob("*.py") if p.stem != "__init__" and "torch" not in p.stem
+)
 ABSL = ("keras3_trajectory", "paper_loop", "reproduce", "scann_index")
 
 
 def test_every_script_is_documented():
-  assert {"frequency", "gradient_bias", "loss_overhead", "midx", "negatives", "reproduce",
-          "scann_index", "train_speed"} <= set(SCRIPTS)
+  assert {
+    "frequency",
+    "gradient_bias",
+    "loss_overhead",
+    "midx",
+    "negatives",
+    "reproduce",
+    "scann_index",
+    "train_speed",
+  } <= set(SCRIPTS)
   readme = (ROOT / "bench" / "README.md").read_text()
   undocumented = [name for name in SCRIPTS if f"## {name}.py" not in readme]
   assert not undocumented, f"bench/README.md has no section for {undocumented}"
@@ -28,9 +37,17 @@ def test_every_script_is_documented():
 
 def test_absl_scripts_answer_help_as_scripts():
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-  procs = {name: subprocess.Popen([sys.executable, f"bench/{name}.py", "--help"], cwd=ROOT,
-                                  env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True) for name in ABSL}
+  procs = {
+    name: subprocess.Popen(
+      [sys.executable, f"bench/{name}.py", "--help"],
+      cwd=ROOT,
+      env=env,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+    )
+    for name in ABSL
+  }
   for name, proc in procs.items():
     out, err = proc.communicate(timeout=300)
     assert proc.returncode in (0, 1) and "Traceback" not in err, (name, err[-2000:])

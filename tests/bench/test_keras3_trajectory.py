@@ -12,11 +12,28 @@ import numpy as np
 def test_copied_start_follows_the_tf_keras_run_and_the_own_start_does_not(tmp_path):
   out = tmp_path / "out"
   proc = subprocess.run(
-      [sys.executable, "-m", "bench.keras3_trajectory", "--dataset=synthetic",
-       "--synthetic_users=300", "--synthetic_items=80", "--synthetic_min_len=5",
-       "--synthetic_max_len=20", "--max_len=20", "--embedding_dim=16", "--batch_size=32",
-       "--eval_batch_size=128", "--steps=5", "--steps_per_epoch=2", f"--out={out}"],
-      capture_output=True, text=True, timeout=1200, check=False)
+    [
+      sys.executable,
+      "-m",
+      "bench.keras3_trajectory",
+      "--dataset=synthetic",
+      "--synthetic_users=300",
+      "--synthetic_items=80",
+      "--synthetic_min_len=5",
+      "--synthetic_max_len=20",
+      "--max_len=20",
+      "--embedding_dim=16",
+      "--batch_size=32",
+      "--eval_batch_size=128",
+      "--steps=5",
+      "--steps_per_epoch=2",
+      f"--out={out}",
+    ],
+    capture_output=True,
+    text=True,
+    timeout=1200,
+    check=False,
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   result = json.loads((out / "trajectory.json").read_text())
   runs = result["runs"]

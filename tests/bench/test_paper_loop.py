@@ -22,12 +22,16 @@ def write_gsasrec_folder(root: pathlib.Path, seed: int = 0) -> pathlib.Path:
   """A gSASRec leave-one-out folder (../shared/data/README.md): NUM_USERS users of 5..15
   distinct items out of 1..NUM_ITEMS; the first NUM_VAL users (every 5th) are validation users."""
   rng = np.random.default_rng(seed)
-  seqs = [rng.choice(NUM_ITEMS, rng.integers(5, 16), replace=False) + 1
-          for _ in range(NUM_USERS)]
+  seqs = [rng.choice(NUM_ITEMS, rng.integers(5, 16), replace=False) + 1 for _ in range(NUM_USERS)]
   val_users = set(range(0, NUM_USERS, NUM_USERS // NUM_VAL))
   line = lambda items: " ".join(str(int(i)) for i in items) + "\n"
-  files = {"train/input.txt": "", "val/input.txt": "", "val/output.txt": "",
-           "test/input.txt": "", "test/output.txt": ""}
+  files = {
+    "train/input.txt": "",
+    "val/input.txt": "",
+    "val/output.txt": "",
+    "test/input.txt": "",
+    "test/output.txt": "",
+  }
   for u, s in enumerate(seqs):
     files["train/input.txt"] += line(s[:-3] if u in val_users else s[:-2])
     if u in val_users:
@@ -38,8 +42,11 @@ def write_gsasrec_folder(root: pathlib.Path, seed: int = 0) -> pathlib.Path:
   for name, text in files.items():
     (root / name).parent.mkdir(parents=True, exist_ok=True)
     (root / name).write_text(text)
-  (root / "dataset_stats.json").write_text(json.dumps(dict(
-      num_users=NUM_USERS, num_items=NUM_ITEMS, num_interactions=int(sum(map(len, seqs))))))
+  (root / "dataset_stats.json").write_text(
+    json.dumps(
+      dict(num_users=NUM_USERS, num_items=NUM_ITEMS, num_interactions=int(sum(map(len, seqs))))
+    )
+  )
   return root
 
 
@@ -50,33 +57,69 @@ def test_binary_writes_the_metrics_json(tmp_path):
   env = dict(os.environ, OMP_NUM_THREADS="1")
   start = time.perf_counter()
   proc = subprocess.run(
-      [sys.executable, "-m", "bench.paper_loop", "--dataset=gsasrec", f"--data_path={data}",
-       "--max_len=20", "--dim=16", "--num_blocks=1", "--max_epochs=3", "--patience=2",
-       "--threads=1", f"--metrics_json={out}"],
-      cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    [
+      sys.executable,
+      "-m",
+      "bench.paper_loop",
+      "--dataset=gsasrec",
+      f"--data_path={data}",
+      "--max_len=20",
+      "--dim=16",
+      "--num_blocks=1",
+      "--max_epochs=3",
+      "--patience=2",
+      "--threads=1",
+      f"--metrics_json={out}",
+    ],
+    cwd=ROOT,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=180,
+  )
   wall = time.perf_counter() - start
   assert proc.returncode == 0, proc.stderr[-3000:]
   m = json.loads(out.read_text())
 
-  for key in ("global_step", "epochs_done", "best_epoch", "best_step", "best_val_ndcg10",
-              "stopped_early", "val", "test", "history", "phases"):
+  for key in (
+    "global_step",
+    "epochs_done",
+    "best_epoch",
+    "best_step",
+    "best_val_ndcg10",
+    "stopped_early",
+    "val",
+    "test",
+    "history",
+    "phases",
+  ):
     assert key in m, key
   assert 1 <= m["epochs_done"] <= 3 and len(m["history"]) == m["epochs_done"]
-  assert m["steps_per_epoch"] == 1   # 60 users, batches of 128
+  assert m["steps_per_epoch"] == 1  # 60 users, batches of 128
   assert m["global_step"] == m["epochs_done"]
-  assert m["stopped_early"] == (m["epochs_done"] - m["best_epoch"] >= 2)   # patience 2
+  assert m["stopped_early"] == (m["epochs_done"] - m["best_epoch"] >= 2)  # patience 2
   assert 1 <= m["best_epoch"] <= m["epochs_done"] and m["best_step"] == m["best_epoch"]
   best = max(h["val_ndcg@10"] for h in m["history"])
   assert m["best_val_ndcg10"] == pytest.approx(best)
-  assert m["val"]["ndcg@10"] == pytest.approx(best, abs=1e-6)   # the best weights, restored
+  assert m["val"]["ndcg@10"] == pytest.approx(best, abs=1e-6)  # the best weights, restored
   for e, h in enumerate(m["history"], 1):
-    for key in ("epoch", "step", "loss", "mean_weight", "seconds", "seconds_per_step",
-                "wall_seconds", "val_recall@10", "val_ndcg@10", "val_recall@20",
-                "val_ndcg@20"):
+    for key in (
+      "epoch",
+      "step",
+      "loss",
+      "mean_weight",
+      "seconds",
+      "seconds_per_step",
+      "wall_seconds",
+      "val_recall@10",
+      "val_ndcg@10",
+      "val_recall@20",
+      "val_ndcg@20",
+    ):
       assert key in h, (e, key)
     assert h["epoch"] == e and h["step"] == e and math.isfinite(h["loss"])
     assert 0 <= h["seconds"] <= h["wall_seconds"]
-  assert len(proc.stdout.strip().splitlines()) == m["epochs_done"] + 1   # epochs + summary
+  assert len(proc.stdout.strip().splitlines()) == m["epochs_done"] + 1  # epochs + summary
 
   phases = m["phases"]
   assert set(phases) == {"first_step", "steps", "validation", "checkpoints", "test", "export"}
@@ -100,8 +143,9 @@ def brute_force(scores, inputs, targets, k):
   for row, history, t in zip(scores, inputs, targets):
     if t in set(history):
       continue
-    rank = sum(1 for i in range(1, len(row))
-               if i not in set(history) and i != t and row[i] > row[t])
+    rank = sum(
+      1 for i in range(1, len(row)) if i not in set(history) and i != t and row[i] > row[t]
+    )
     if rank < k:
       recall += 1.0
       ndcg += 1.0 / math.log2(rank + 2)
@@ -114,23 +158,29 @@ def test_metrics_match_the_definition():
 
   # By hand: 5 items; user 0 has target 3 at rank 1 (item 2 above it; item 4 is filtered),
   # user 1's target 1 is in its input (a miss), user 2's target 5 is first.
-  scores = torch.tensor([[9.0, 0.5, 0.9, 0.7, 0.95, 0.1],
-                         [9.0, 0.9, 0.1, 0.2, 0.3, 0.4],
-                         [9.0, 0.1, 0.2, 0.3, 0.4, 0.5]])
+  scores = torch.tensor(
+    [
+      [9.0, 0.5, 0.9, 0.7, 0.95, 0.1],
+      [9.0, 0.9, 0.1, 0.2, 0.3, 0.4],
+      [9.0, 0.1, 0.2, 0.3, 0.4, 0.5],
+    ]
+  )
   inputs = [np.array([4]), np.array([1, 2]), np.array([], np.int64)]
   targets = np.array([3, 1, 5])
   ids, finite = paper_loop.filtered_top_k(scores.clone(), inputs, 4)
   assert ids[0].tolist() == [2, 3, 1, 5] and ids[2].tolist() == [5, 4, 3, 2]
-  assert finite.tolist() == [[True] * 4, [True] * 3 + [False], [True] * 4]   # 3 left for user 1
+  assert finite.tolist() == [[True] * 4, [True] * 3 + [False], [True] * 4]  # 3 left for user 1
   sums = paper_loop.metric_sums(ids, finite, targets, ks=(1, 2))
-  assert sums == pytest.approx({"recall@1": 1.0, "ndcg@1": 1.0,
-                                "recall@2": 2.0, "ndcg@2": 1.0 + 1.0 / math.log2(3)})
+  assert sums == pytest.approx(
+    {"recall@1": 1.0, "ndcg@1": 1.0, "recall@2": 2.0, "ndcg@2": 1.0 + 1.0 / math.log2(3)}
+  )
 
   # Random: ties impossible (distinct scores), some targets in their input, few items left.
   rng = np.random.default_rng(1)
   num_items, q = 30, 40
-  scores = torch.from_numpy(rng.permutation(q * (num_items + 1)).reshape(q, num_items + 1)
-                            .astype(np.float32))
+  scores = torch.from_numpy(
+    rng.permutation(q * (num_items + 1)).reshape(q, num_items + 1).astype(np.float32)
+  )
   inputs = [rng.choice(num_items, rng.integers(0, 25), replace=False) + 1 for _ in range(q)]
   targets = rng.integers(1, num_items + 1, q)
   ids, finite = paper_loop.filtered_top_k(scores.clone(), inputs, 20)
@@ -143,5 +193,6 @@ def test_metrics_match_the_definition():
 
 def test_collate_keeps_the_last_items_left_padded():
   from bench import paper_loop  # pylint: disable=g-import-not-at-top
+
   windows = paper_loop.collate(3)([np.array([1, 2, 3, 4, 5]), np.array([7, 8])])
   assert windows.tolist() == [[2, 3, 4, 5], [0, 0, 7, 8]]

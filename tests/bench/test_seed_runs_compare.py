@@ -17,9 +17,17 @@ def _arm(root, name, recalls, best_epoch=5):
     d = root / name / f"seed{seed}"
     d.mkdir(parents=True)
     test = {"recall@20": r, "ndcg@20": r / 2, "recall@10": r * 0.6, "ndcg@10": r / 3}
-    (d / "metrics.json").write_text(json.dumps(dict(
-        test=test, best_epoch=best_epoch, epochs_done=best_epoch + 5, best_step=48 * best_epoch,
-        train_wall_seconds=100.0 + seed)))
+    (d / "metrics.json").write_text(
+      json.dumps(
+        dict(
+          test=test,
+          best_epoch=best_epoch,
+          epochs_done=best_epoch + 5,
+          best_step=48 * best_epoch,
+          train_wall_seconds=100.0 + seed,
+        )
+      )
+    )
   return str(root / name)
 
 
@@ -29,15 +37,15 @@ def _row(lines, metric):
 
 def test_interval_and_verdicts_match_numpy(tmp_path):
   b = [0.300, 0.310, 0.305]
-  near = _arm(tmp_path, "near", [0.301, 0.3105, 0.3052])       # differences 1e-3, 5e-4, 2e-4
-  far = _arm(tmp_path, "far", [0.330, 0.342, 0.333])            # clearly ahead
+  near = _arm(tmp_path, "near", [0.301, 0.3105, 0.3052])  # differences 1e-3, 5e-4, 2e-4
+  far = _arm(tmp_path, "far", [0.330, 0.342, 0.333])  # clearly ahead
   ref = _arm(tmp_path, "ref", b)
   lines = src.compare(src.load_arm(near), src.load_arm(ref), ["x", "y"], margin=0.02)
   d = np.array([0.301, 0.3105, 0.3052]) - np.array(b)
   half = T_975_2 * d.std(ddof=1) / np.sqrt(3)
   row = _row(lines, "recall@20")
   assert f"| {d.mean():+.4f} [{d.mean() - half:+.4f}, {d.mean() + half:+.4f}] |" in row
-  assert row.endswith("| 3/3 | equivalent |")     # inside ± 2 % of 0.305 = ± 0.0061
+  assert row.endswith("| 3/3 | equivalent |")  # inside ± 2 % of 0.305 = ± 0.0061
   lines = src.compare(src.load_arm(far), src.load_arm(ref), ["x", "y"], margin=0.02)
   assert _row(lines, "recall@20").endswith("| 3/3 | ahead |")
   # a margin too small for the same interval (it contains 0): within noise

@@ -11,16 +11,30 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
-FLAGS = ("--dataset=synthetic --synthetic_users=40 --synthetic_items=30 --synthetic_min_len=4 "
-         "--synthetic_max_len=10 --max_len=10 --embedding_dim=8 --num_blocks=1 "
-         "--num_negatives=4 --batch_size=8 --eval_batch_size=40 --steps_per_epoch=2 --epochs=2 "
-         "--shuffle_rng=numpy --frequency=hash_array --logq=corrected")
+FLAGS = (
+  "--dataset=synthetic --synthetic_users=40 --synthetic_items=30 --synthetic_min_len=4 "
+  "--synthetic_max_len=10 --max_len=10 --embedding_dim=8 --num_blocks=1 "
+  "--num_negatives=4 --batch_size=8 --eval_batch_size=40 --steps_per_epoch=2 --epochs=2 "
+  "--shuffle_rng=numpy --frequency=hash_array --logq=corrected"
+)
 
 
 def test_three_arrangements_same_models(tmp_path):
-  proc = subprocess.run([sys.executable, "-m", "bench.seeds_program", "--seeds=0,1",
-                         "--repeats=1", f"--flags={FLAGS}", f"--out={tmp_path}"],
-                        cwd=ROOT, capture_output=True, text=True, timeout=900)
+  proc = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "bench.seeds_program",
+      "--seeds=0,1",
+      "--repeats=1",
+      f"--flags={FLAGS}",
+      f"--out={tmp_path}",
+    ],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=900,
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert proc.stdout.strip().splitlines()[-1].startswith("summary: seeds_program: parallel/")
   result = json.loads((tmp_path / "seeds_program.json").read_text())

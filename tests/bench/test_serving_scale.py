@@ -35,17 +35,18 @@ def test_exact_top_k_matches_the_full_sort(monkeypatch):
     expected = _oracle_top_k(queries, table, 50)
     np.testing.assert_array_equal(np.sort(ids, 1), np.sort(expected, 1))  # float32 vs 64 order
     assert np.all(np.diff(scores, axis=1) <= 0)  # best first
-    np.testing.assert_allclose(scores, np.sum(queries[:, None, :] * table[ids], -1), rtol=1e-5,
-                               atol=1e-4)
+    np.testing.assert_allclose(
+      scores, np.sum(queries[:, None, :] * table[ids], -1), rtol=1e-5, atol=1e-4
+    )
 
 
 def test_recall_at_k_is_the_mean_overlap_fraction():
   rng = np.random.default_rng(0)
   exact = np.stack([rng.permutation(50)[:10] + 1 for _ in range(20)])
   approx = exact.copy()
-  approx[:, 7:] = rng.integers(51, 60, (20, 3))     # 3 misses in every row
-  approx[::2, 0] = -1                                # an empty slot in half the rows
-  approx[1] = exact[1][::-1]                         # order does not matter
+  approx[:, 7:] = rng.integers(51, 60, (20, 3))  # 3 misses in every row
+  approx[::2, 0] = -1  # an empty slot in half the rows
+  approx[1] = exact[1][::-1]  # order does not matter
   got = serving_scale.recall_at_k(approx, exact, 10)
   np.testing.assert_allclose(got, _oracle_recall(approx, exact, 10), rtol=1e-12)
   np.testing.assert_allclose(got, (10 * 0.6 + 9 * 0.7 + 1.0) / 20)  # even / odd rows / row 1
@@ -59,18 +60,30 @@ def test_chunks_regenerate_identically(monkeypatch):
   again = serving_scale.Geometry(2000, 8, seed=1)
   for c in range(geo.num_chunks):
     x, _ = again.chunk(c)
-    np.testing.assert_array_equal(x, table[1 + 700 * c:1 + 700 * c + len(x)])
+    np.testing.assert_array_equal(x, table[1 + 700 * c : 1 + 700 * c + len(x)])
   assert not np.array_equal(serving_scale.Geometry(2000, 8, seed=2).items()[0], table)
 
 
 def test_bench_end_to_end(tmp_path, capsys):
   n, k, num_eval = 25_000, 100, 40
   out = tmp_path / "out"
-  serving_scale.main([f"--sizes={n}", "--tune_queries=30", f"--eval_queries={num_eval}",
-                      "--single_queries=3", "--rounds=2", "--fractions=0.02,0.1",
-                      "--reorders=200", "--history_len=8", "--serving_batch=4", "--save_ids",
-                      "--mmap_from=20000",  # the memory-mapped catalog of the 1e7 run
-                      "--machine=test box", f"--out={out}"])
+  serving_scale.main(
+    [
+      f"--sizes={n}",
+      "--tune_queries=30",
+      f"--eval_queries={num_eval}",
+      "--single_queries=3",
+      "--rounds=2",
+      "--fractions=0.02,0.1",
+      "--reorders=200",
+      "--history_len=8",
+      "--serving_batch=4",
+      "--save_ids",
+      "--mmap_from=20000",  # the memory-mapped catalog of the 1e7 run
+      "--machine=test box",
+      f"--out={out}",
+    ]
+  )
   summary = capsys.readouterr().out.strip().splitlines()[-1]
   assert summary.startswith("summary: serving_scale") and "same ids True" in summary
   result = json.loads((out / "serving_scale.json").read_text())
@@ -85,12 +98,14 @@ def test_bench_end_to_end(tmp_path, capsys):
   geo = serving_scale.Geometry(n, 64, seed=0)
   table, _ = geo.items()
   eval_q = geo.queries(table, num_eval, stream=1)
-  np.testing.assert_array_equal(np.sort(saved["exact"], 1),
-                                np.sort(_oracle_top_k(eval_q, table, k), 1))
+  np.testing.assert_array_equal(
+    np.sort(saved["exact"], 1), np.sort(_oracle_top_k(eval_q, table, k), 1)
+  )
   for name in ("scann", "faiss"):
     s = point[name]
-    np.testing.assert_allclose(s["recall"], _oracle_recall(saved[name], saved["exact"], k),
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+      s["recall"], _oracle_recall(saved[name], saved["exact"], k), rtol=1e-12
+    )
     assert 0.5 < s["recall"] <= 1.0
     assert s["batched_qps_median"] > 0 and s["single_qps_median"] > 0
     assert s["build_seconds"] > 0 and s["serialized_bytes"] > n * 64 * 4  # float data re-scored

@@ -9,9 +9,22 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 def test_same_tree_twice_reports_ratios(tmp_path):
   proc = subprocess.run(
-      [sys.executable, "bench/step_ab.py", f"--before={ROOT}", f"--after={ROOT}", "--rounds=2",
-       "--steps=1", "--dataset=synthetic", "--no_jit_compile", f"--out={tmp_path}"],
-      cwd=ROOT, capture_output=True, text=True, timeout=600)
+    [
+      sys.executable,
+      "bench/step_ab.py",
+      f"--before={ROOT}",
+      f"--after={ROOT}",
+      "--rounds=2",
+      "--steps=1",
+      "--dataset=synthetic",
+      "--no_jit_compile",
+      f"--out={tmp_path}",
+    ],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
   assert proc.returncode == 0, proc.stderr[-2000:]
   lines = proc.stdout.strip().splitlines()
   assert "speed before/after: min" in lines[-2]
@@ -23,20 +36,42 @@ def test_keras3_binary_with_settings(tmp_path):
   """--binary=keras3_jax with one setting changed on the after side (bfloat16): both workers
   start, the line names the binary and the settings."""
   proc = subprocess.run(
-      [sys.executable, "bench/step_ab.py", f"--before={ROOT}", f"--after={ROOT}", "--rounds=2",
-       "--steps=1", "--dataset=synthetic", "--binary=keras3_jax",
-       '--settings_after={"mixed_precision": "bfloat16"}', f"--out={tmp_path}"],
-      cwd=ROOT, capture_output=True, text=True, timeout=600)
+    [
+      sys.executable,
+      "bench/step_ab.py",
+      f"--before={ROOT}",
+      f"--after={ROOT}",
+      "--rounds=2",
+      "--steps=1",
+      "--dataset=synthetic",
+      "--binary=keras3_jax",
+      '--settings_after={"mixed_precision": "bfloat16"}',
+      f"--out={tmp_path}",
+    ],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
   assert proc.returncode == 0, proc.stderr[-2000:]
   lines = proc.stdout.strip().splitlines()
-  assert "keras3_jax training step (before {}, after {\"mixed_precision\": \"bfloat16\"})" \
-      in lines[-2]
+  assert 'keras3_jax training step (before {}, after {"mixed_precision": "bfloat16"})' in lines[-2]
   assert "speed before/after: min" in lines[-2]
 
 
 def test_malformed_settings_fail_before_any_worker():
   proc = subprocess.run(
-      [sys.executable, "bench/step_ab.py", f"--before={ROOT}", f"--after={ROOT}",
-       "--settings_after={mixed", "--dataset=synthetic"],
-      cwd=ROOT, capture_output=True, text=True, timeout=120)
+    [
+      sys.executable,
+      "bench/step_ab.py",
+      f"--before={ROOT}",
+      f"--after={ROOT}",
+      "--settings_after={mixed",
+      "--dataset=synthetic",
+    ],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
   assert proc.returncode != 0 and "JSON" in proc.stderr

@@ -8,6 +8,7 @@ from bench import step_trace
 
 def _xspace(events):
   from tensorflow.tsl.profiler.protobuf import xplane_pb2
+
   xs = xplane_pb2.XSpace()
   plane = xs.planes.add(name="/host:CPU")
   lines = {}
@@ -20,20 +21,22 @@ def _xspace(events):
 
 
 def test_events_are_sorted_into_their_category_per_step():
-  xs = _xspace([
-      ("tf_numa_-1_Eigen/1", "ThunkExecutor::Execute", 100.0),      # container: skipped
-      ("tf_numa_-1_Eigen/1", "call.12", 50.0),                      # container: skipped
+  xs = _xspace(
+    [
+      ("tf_numa_-1_Eigen/1", "ThunkExecutor::Execute", 100.0),  # container: skipped
+      ("tf_numa_-1_Eigen/1", "call.12", 50.0),  # container: skipped
       ("tf_numa_-1_Eigen/1", "dot.1522", 10.0),
       ("tf_numa_-1_Eigen/2", "dot.7.clone", 6.0),
       ("tf_numa_-1_Eigen/2", "add_gather_fusion.2.clone", 4.0),
       ("tf_numa_-1_Eigen/2", "reduce-window", 2.0),
-      ("tf_numa_-1_Eigen/2", "ParallelFor", 8.0),                   # a kernel's worker share
+      ("tf_numa_-1_Eigen/2", "ParallelFor", 8.0),  # a kernel's worker share
       ("tf_Compute/5", "MatMul_1:BatchMatMulV2", 12.0),
       ("tf_Compute/5", "Adam/UnsortedSegmentSum:UnsortedSegmentSum", 3.0),
-      ("tf_Compute/5", "ExecutorState::Process", 200.0),            # framework: skipped
-      ("tf_Compute/5", "ParallelFor", 5.0),                         # on the caller: in the op
+      ("tf_Compute/5", "ExecutorState::Process", 200.0),  # framework: skipped
+      ("tf_Compute/5", "ParallelFor", 5.0),  # on the caller: in the op
       ("python", "_train_step_fn", 400.0),
-  ])
+    ]
+  )
   out = step_trace.summarize_xspace(xs, num_steps=2)
   assert out["xla_dot"] == pytest.approx(8e-3)
   assert out["xla_other"] == pytest.approx(3e-3)
@@ -44,8 +47,19 @@ def test_events_are_sorted_into_their_category_per_step():
 
 
 def test_report_puts_the_rest_of_the_cpu_time_in_other():
-  r = dict(config="c", wall=0.5, user=0.9, system=0.1, cores=2, xla_dot=0.2, xla_other=0.2,
-           tf_ops=0.3, tf_matmul=0.1, workers=0.1, tf_top=[])
+  r = dict(
+    config="c",
+    wall=0.5,
+    user=0.9,
+    system=0.1,
+    cores=2,
+    xla_dot=0.2,
+    xla_other=0.2,
+    tf_ops=0.3,
+    tf_matmul=0.1,
+    workers=0.1,
+    tf_top=[],
+  )
   text = step_trace.report(r)
   assert "other CPU                 0.200 s (20.0 % of CPU)" in text
   assert "matmul floor 0.150 s/step = 30 % of the step" in text

@@ -12,35 +12,41 @@ def _matmul_flops(block, b, l, d, f, blocks, a, n):
   tokens = b * l
   per_block = []
   if block == "reference":
-    per_block += [(tokens, d, d)] * 3               # W_q on LN(x); W_k, W_v on x
+    per_block += [(tokens, d, d)] * 3  # W_q on LN(x); W_k, W_v on x
   else:
-    per_block += [(tokens, d, 3 * d), (tokens, d, d)]   # fused W_qkv, output map
-  per_block += [(l, d, l)] * b                      # Q K^T per sequence
-  per_block += [(l, l, d)] * b                      # attn V per sequence
-  per_block += [(tokens, d, f), (tokens, f, d)]     # FFN
-  scores = [(1, d, 1 + n)] * a                      # each query against its 1 + N candidates
+    per_block += [(tokens, d, 3 * d), (tokens, d, d)]  # fused W_qkv, output map
+  per_block += [(l, d, l)] * b  # Q K^T per sequence
+  per_block += [(l, l, d)] * b  # attn V per sequence
+  per_block += [(tokens, d, f), (tokens, f, d)]  # FFN
+  scores = [(1, d, 1 + n)] * a  # each query against its 1 + N candidates
   forward = sum(2 * m * k * p for m, k, p in per_block * blocks + scores)
   return 3 * forward
 
 
 @pytest.mark.parametrize("block", ["reference", "pre_ln"])
 def test_step_flops_counts_every_matmul_forward_and_backward(block):
-  got = train_speed.step_flops(7, batch=3, length=5, dim=4, num_blocks=2, block=block,
-                               num_negatives=9, ffn_dim=6)
+  got = train_speed.step_flops(
+    7, batch=3, length=5, dim=4, num_blocks=2, block=block, num_negatives=9, ffn_dim=6
+  )
   assert got == _matmul_flops(block, b=3, l=5, d=4, f=6, blocks=2, a=7, n=9)
 
 
 def test_step_flops_of_the_ml1m_batch_is_about_44_gflop():
   # The rough count: ~40 GFLOP for the transformer, forward + backward.
-  got = train_speed.step_flops(14_000, batch=128, length=200, dim=128, num_blocks=2,
-                               block="reference", num_negatives=256)
+  got = train_speed.step_flops(
+    14_000, batch=128, length=200, dim=128, num_blocks=2, block="reference", num_negatives=256
+  )
   assert 40e9 < got < 48e9
 
 
 def test_named_configs_and_aliases():
   paper = train_speed.parse_config("paper")
   assert (paper.uniform, paper.xla, paper.block, paper.estimator) == (
-      "query", True, "reference", "exact")
+    "query",
+    True,
+    "reference",
+    "exact",
+  )
   fast = train_speed.parse_config("fastest")
   assert (fast.uniform, fast.xla, fast.block) == ("batch", True, "pre_ln")
   alias = train_speed.parse_config("per_position+count_min")
@@ -65,6 +71,7 @@ def test_step_token_compiles_the_whole_step():
 
 def test_allocator_token_defaults_to_the_binary_setting():
   from train.config import RunConfig
+
   assert train_speed.parse_config("paper").allocator == RunConfig().host_allocator == "retain"
   cfg = train_speed.parse_config("sequence+reference+xla+malloc_default")
   assert (cfg.uniform, cfg.block, cfg.allocator) == ("sequence", "reference", "default")
@@ -83,6 +90,7 @@ def test_noloss_bound_scores_only_the_positive():
   import types
   import numpy as np
   import tensorflow as tf
+
   rng = np.random.default_rng(0)
   table = rng.normal(size=(10, 4)).astype(np.float32)
   q = rng.normal(size=(6, 4)).astype(np.float32)
@@ -90,9 +98,10 @@ def test_noloss_bound_scores_only_the_positive():
 
   def never(*args, **kwargs):
     raise AssertionError("the bound must not sample or score negatives")
+
   objective = types.SimpleNamespace(
-      model=types.SimpleNamespace(item_embeddings=lambda i: tf.gather(table, i)),
-      per_query_loss=never)
+    model=types.SimpleNamespace(item_embeddings=lambda i: tf.gather(table, i)), per_query_loss=never
+  )
   ours.remove_scoring_and_loss(types.SimpleNamespace(objective=objective))
   out = objective.per_query_loss(tf.constant(q), tf.constant(ids), None, None)
   np.testing.assert_allclose(out.loss.numpy(), -(q * table[ids]).sum(-1), rtol=1e-6)
@@ -108,17 +117,33 @@ def test_separately_compiled_experiments_train_like_the_default_step(part, tmp_p
   from train import data as data_lib
   from train.config import RunConfig
   from train.trainer import Trainer
+
   tiny = data_lib.load("synthetic", num_users=40, num_items=30, min_len=4, max_len=8)
   results = []
   for patched in (False, True):
-    cfg = RunConfig.create(model="sasrec", max_len=8, embedding_dim=8, num_blocks=1, dropout=0.0,
-                           batch_size=8, num_negatives=8, negatives="mixed",
-                           uniform_negatives="sequence", logq="corrected", steps_per_epoch=3,
-                           epochs=1, progress=False, model_dir=str(tmp_path / f"{part}{patched}"))
+    cfg = RunConfig.create(
+      model="sasrec",
+      max_len=8,
+      embedding_dim=8,
+      num_blocks=1,
+      dropout=0.0,
+      batch_size=8,
+      num_negatives=8,
+      negatives="mixed",
+      uniform_negatives="sequence",
+      logq="corrected",
+      steps_per_epoch=3,
+      epochs=1,
+      progress=False,
+      model_dir=str(tmp_path / f"{part}{patched}"),
+    )
     trainer = Trainer(cfg, data=tiny, strategy=tf.distribute.get_strategy())
     if patched:
       ours.compile_separately(trainer, part)
-    results.append(np.array([[float(x) for x in trainer.train_step(batch)]
-                             for batch in trainer.distributed_epoch(0)]))
+    results.append(
+      np.array(
+        [[float(x) for x in trainer.train_step(batch)] for batch in trainer.distributed_epoch(0)]
+      )
+    )
   assert results[0].shape == (3, 2) and np.all(np.isfinite(results[0]))
   np.testing.assert_allclose(results[1], results[0], rtol=2e-4, atol=1e-5)

@@ -24,12 +24,20 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 def test_framework_tokens():
   jax = parse_config("paper+jax")
-  assert (jax.framework, jax.uniform, jax.block, jax.xla) == ("keras3_jax", "query",
-                                                              "reference", True)
+  assert (jax.framework, jax.uniform, jax.block, jax.xla) == (
+    "keras3_jax",
+    "query",
+    "reference",
+    True,
+  )
   assert jax.keras3 and jax.peak_framework == "jax" and "Keras 3 JAX" in jax.label
   tf = parse_config("defaults+keras3_tf")
-  assert (tf.framework, tf.uniform, tf.block, tf.xla) == ("keras3_tensorflow", "sequence",
-                                                          "reference", False)
+  assert (tf.framework, tf.uniform, tf.block, tf.xla) == (
+    "keras3_tensorflow",
+    "sequence",
+    "reference",
+    False,
+  )
   assert tf.peak_framework == "tensorflow" and "Keras 3 TF" in tf.label
   ours = parse_config("defaults")
   assert not ours.keras3 and ours.framework == "tf_keras"
@@ -40,8 +48,16 @@ def test_framework_tokens():
   assert not padded.pack and "no pack" in padded.label and padded.framework == "keras3_jax"
 
 
-@pytest.mark.parametrize("name", ["paper+jax+step", "sequence+keras3_tf+hash_array",
-                                  "batch+jax+noloss", "jax+keras3_tf", "jax+xla_loss"])
+@pytest.mark.parametrize(
+  "name",
+  [
+    "paper+jax+step",
+    "sequence+keras3_tf+hash_array",
+    "batch+jax+noloss",
+    "jax+keras3_tf",
+    "jax+xla_loss",
+  ],
+)
 def test_tf_keras_only_tokens_are_rejected_on_keras3_sides(name):
   with pytest.raises(ValueError, match="--configs"):
     parse_config(name)
@@ -49,8 +65,12 @@ def test_tf_keras_only_tokens_are_rejected_on_keras3_sides(name):
 
 def test_keras3_ratio_pairs_the_same_configuration():
   configs = [parse_config(n) for n in ("paper", "paper+jax", "defaults+keras3_tf", "fastest")]
-  results = {"paper": (2.0, 3.0), "paper+jax": (1.0, 1.5), "defaults+keras3_tf": (4.0, 4.0),
-             "fastest": (1.0, 1.0)}
+  results = {
+    "paper": (2.0, 3.0),
+    "paper+jax": (1.0, 1.5),
+    "defaults+keras3_tf": (4.0, 4.0),
+    "fastest": (1.0, 1.0),
+  }
   got = report.keras3_ratios(configs, results)
   assert got == {"paper+jax": dict(tf_keras="paper", x_min=2.0, x_median=2.0)}
   assert dataclasses.replace(configs[1], name="paper", framework="tf_keras") == configs[0]
@@ -59,10 +79,25 @@ def test_keras3_ratio_pairs_the_same_configuration():
 def test_keras3_sides_run_one_step_on_a_tiny_batch(tmp_path):
   env = {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS", "KERAS_BACKEND")}
   env.update(PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
-  cmd = ["nice", "-n", "10", sys.executable, "-m", "bench.train_speed",
-         "--configs=defaults+jax,query+reference+keras3_tf", "--no_yardstick", "--rounds=1",
-         "--steps=1", "--warmup=1", "--num_batches=1", "--batch_size=4", "--max_len=20",
-         "--matmul_n=128", "--check_keras3_step", f"--out={tmp_path}"]
+  cmd = [
+    "nice",
+    "-n",
+    "10",
+    sys.executable,
+    "-m",
+    "bench.train_speed",
+    "--configs=defaults+jax,query+reference+keras3_tf",
+    "--no_yardstick",
+    "--rounds=1",
+    "--steps=1",
+    "--warmup=1",
+    "--num_batches=1",
+    "--batch_size=4",
+    "--max_len=20",
+    "--matmul_n=128",
+    "--check_keras3_step",
+    f"--out={tmp_path}",
+  ]
   proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
   out = proc.stdout
@@ -87,22 +122,41 @@ def test_profile_times_the_pieces_of_the_jax_step(tmp_path):
   on the model's own queries, held fixed, = its loss)."""
   env = {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS", "KERAS_BACKEND")}
   env.update(PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
-  cmd = ["nice", "-n", "10", sys.executable, "-m", "bench.train_speed", "--profile",
-         "--configs=defaults,defaults+jax", "--rounds=1", "--steps=1", "--warmup=1",
-         "--num_batches=1", "--batch_size=4", "--max_len=20", f"--out={tmp_path}"]
+  cmd = [
+    "nice",
+    "-n",
+    "10",
+    sys.executable,
+    "-m",
+    "bench.train_speed",
+    "--profile",
+    "--configs=defaults,defaults+jax",
+    "--rounds=1",
+    "--steps=1",
+    "--warmup=1",
+    "--num_batches=1",
+    "--batch_size=4",
+    "--max_len=20",
+    f"--out={tmp_path}",
+  ]
   proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-  check = re.search(r"defaults\+jax: the loss piece's fixed queries, one loss two ways: (\{.*\})",
-                    proc.stdout)
+  check = re.search(
+    r"defaults\+jax: the loss piece's fixed queries, one loss two ways: (\{.*\})", proc.stdout
+  )
   assert check, proc.stdout[-3000:]
   losses = json.loads(check.group(1).replace("'", '"'))
   assert math.isfinite(losses["objective"])
   assert losses["fixed_queries"] == pytest.approx(losses["objective"], rel=1e-5)
-  rows = {line.split("  ")[0]: line for line in proc.stdout.splitlines()
-          if line.startswith(("ours:", "Keras 3 JAX:"))}
+  rows = {
+    line.split("  ")[0]: line
+    for line in proc.stdout.splitlines()
+    if line.startswith(("ours:", "Keras 3 JAX:"))
+  }
   jax_row = rows["Keras 3 JAX: sequence uniform, reference, jit"]
   assert len(re.findall(r"\d+\.\d+ \(", jax_row)) == 5 and jax_row.rstrip().count(" - ") <= 1
   assert "defaults+jax: encoder" in proc.stdout.splitlines()[-1]
   from bench import train_speed  # pylint: disable=g-import-not-at-top
-  with pytest.raises(ValueError, match="keras3_tf"):      # before any data is read
+
+  with pytest.raises(ValueError, match="keras3_tf"):  # before any data is read
     train_speed.main(["--profile", "--configs=defaults,defaults+keras3_tf"])

@@ -28,12 +28,12 @@ class _QueryEncoder(tf.Module):
   def serve(self, history):
     mask = tf.cast(history > 0, tf.float32)[:, :, None]
     pooled = tf.reduce_sum(tf.gather(self.table, history) * mask, 1) / tf.maximum(
-        tf.reduce_sum(mask, 1), 1.0)
+      tf.reduce_sum(mask, 1), 1.0
+    )
     return {"embedding": tf.tanh(tf.matmul(pooled, self.w)) * 3.0}
 
 
 class _ItemTower(tf.Module):
-
   def __init__(self, items):
     super().__init__()
     self.items = tf.Variable(items)
@@ -51,12 +51,12 @@ def make_export(path, seed=0, write_npy=True, num_items=NUM_ITEMS):
   qe = _QueryEncoder(seed, num_items)
   tf.saved_model.save(qe, str(path / "query_encoder"), signatures={"serving_default": qe.serve})
   it = _ItemTower(items)
-  tf.saved_model.save(it, str(path / "item_embeddings"),
-                      signatures={"serving_default": it.serve})
+  tf.saved_model.save(it, str(path / "item_embeddings"), signatures={"serving_default": it.serve})
   if write_npy:
     np.save(path / "item_embeddings.npy", items)
-  (path / "export_meta.json").write_text(json.dumps(
-      {"num_items": num_items, "max_len": MAX_LEN, "model": "test", "dataset": "test"}))
+  (path / "export_meta.json").write_text(
+    json.dumps({"num_items": num_items, "max_len": MAX_LEN, "model": "test", "dataset": "test"})
+  )
   return qe, items
 
 
@@ -69,7 +69,7 @@ def make_eval_npz(path, num_queries=120, seed=0):
   pop /= pop.sum()
   for q in range(num_queries):
     n = rng.integers(1, width + 1)
-    inputs[q, width - n:] = rng.choice(NUM_ITEMS, size=n, p=pop) + 1
+    inputs[q, width - n :] = rng.choice(NUM_ITEMS, size=n, p=pop) + 1
   targets = rng.choice(NUM_ITEMS, size=num_queries, p=pop) + 1
   targets[::7] = inputs[::7, -1]  # some targets also occur in the history
   counts = np.concatenate([[0], rng.multinomial(5000, pop)])

@@ -27,8 +27,10 @@ def test_true_probabilities_are_softmax_of_tau_x_v_plus_zipf_bias():
   x = np.random.default_rng(0).normal(size=(5, 3))
   p = sw.true_probabilities(world, x)
   for u in range(5):
-    logits = [2.5 * sum(x[u, j] * world.item_vectors[d, j] for j in range(3))
-              - 1.3 * math.log(d + 1) for d in range(7)]
+    logits = [
+      2.5 * sum(x[u, j] * world.item_vectors[d, j] for j in range(3)) - 1.3 * math.log(d + 1)
+      for d in range(7)
+    ]
     z = sum(math.exp(t) for t in logits)
     np.testing.assert_allclose(p[u], [math.exp(t) / z for t in logits], rtol=1e-12)
 
@@ -37,7 +39,7 @@ def test_without_preferences_the_next_item_follows_zipf_in_the_item_id():
   world = sw.make_world(num_items=50, feature_dim=4, zipf=1.1, tau=0.0)
   p = sw.true_probabilities(world, np.ones((2, 4)))
   ranks = np.arange(1, 51, dtype=np.float64)
-  np.testing.assert_allclose(p[1], ranks ** -1.1 / np.sum(ranks ** -1.1), rtol=1e-12)
+  np.testing.assert_allclose(p[1], ranks**-1.1 / np.sum(ranks**-1.1), rtol=1e-12)
 
 
 def test_training_stream_draws_each_rows_item_from_its_users_distribution():
@@ -71,16 +73,22 @@ def test_metrics_match_plain_python_oracles():
   num_users, num_items, k, num_bins = 6, 12, 3, 3
   p = rng.dirichlet(np.full(num_items, 0.5), size=num_users)
   logits = rng.normal(size=(num_users, num_items))
-  log_p_hat = np.array([[t - math.log(sum(math.exp(v) for v in row)) for t in row]
-                        for row in logits])
+  log_p_hat = np.array(
+    [[t - math.log(sum(math.exp(v) for v in row)) for t in row] for row in logits]
+  )
   bins = np.arange(num_items) % num_bins
   head = np.arange(num_items) < 2
   got = demo.evaluate_model(p, log_p_hat, bins, k, num_bins, head=head)
 
-  kl = np.mean([sum(p[u, d] * (math.log(p[u, d]) - log_p_hat[u, d])
-                    for d in range(num_items) if p[u, d] > 0) for u in range(num_users)])
-  recall = np.mean([len(set(_top(log_p_hat[u], k)) & set(_top(p[u], k))) / k
-                    for u in range(num_users)])
+  kl = np.mean(
+    [
+      sum(p[u, d] * (math.log(p[u, d]) - log_p_hat[u, d]) for d in range(num_items) if p[u, d] > 0)
+      for u in range(num_users)
+    ]
+  )
+  recall = np.mean(
+    [len(set(_top(log_p_hat[u], k)) & set(_top(p[u], k))) / k for u in range(num_users)]
+  )
   hit = np.mean([sum(p[u, d] for d in _top(log_p_hat[u], k)) for u in range(num_users)])
   hit_bin, cal_bin = [], []
   for j in range(num_bins):
@@ -89,11 +97,13 @@ def test_metrics_match_plain_python_oracles():
     hit_bin.append(sum(p[u, d] for u, d in cell if d in _top(log_p_hat[u], k)) / mass)
     cal_bin.append(sum(p[u, d] * (log_p_hat[u, d] - math.log(p[u, d])) for u, d in cell) / mass)
   top = [(u, d) for u in range(num_users) for d in range(2)]
-  cal_head = (sum(p[u, d] * (log_p_hat[u, d] - math.log(p[u, d])) for u, d in top)
-              / sum(p[u, d] for u, d in top))
+  cal_head = sum(p[u, d] * (log_p_hat[u, d] - math.log(p[u, d])) for u, d in top) / sum(
+    p[u, d] for u, d in top
+  )
   tail = [(u, d) for u in range(num_users) for d in range(num_items) if bins[d] != 0]
-  hit_tail = (sum(p[u, d] for u, d in tail if d in _top(log_p_hat[u], k))
-              / sum(p[u, d] for u, d in tail))
+  hit_tail = sum(p[u, d] for u, d in tail if d in _top(log_p_hat[u], k)) / sum(
+    p[u, d] for u, d in tail
+  )
 
   assert got["kl"] == pytest.approx(kl, rel=1e-10)
   assert got["recall_vs_oracle"] == pytest.approx(recall)
@@ -127,7 +137,8 @@ def test_mean_se_and_paired_difference_use_the_t_interval():
   mean, half = demo.paired_difference(a, b)
   np.testing.assert_allclose(mean, (a - b).mean(axis=0), rtol=1e-12)
   np.testing.assert_allclose(
-      half, stats.t.ppf(0.975, 39) * (a - b).std(axis=0, ddof=1) / math.sqrt(40), rtol=1e-9)
+    half, stats.t.ppf(0.975, 39) * (a - b).std(axis=0, ddof=1) / math.sqrt(40), rtol=1e-9
+  )
   # one seed: summary.json marks the missing spread with nan, in the mean's shape
   mean, se = demo.mean_and_se([[1.0, 2.0, 3.0]])
   assert np.isnan(se).all() and np.shape(se) == (3,)
@@ -137,9 +148,13 @@ def test_mean_se_and_paired_difference_use_the_t_interval():
 def test_parse_row_names_what_is_wrong():
   assert demo.parse_row("full") == demo.RowSpec("full")
   assert demo.parse_row("in_batch:corrected") == demo.RowSpec("in_batch", "corrected")
-  for text, word in (("in_batch", "NEGATIVES:CORRECTION"), ("bogus:none", "negatives"),
-                     ("in_batch:bogus", "correction"), ("in_batch:standard:bogus", "convention"),
-                     ("uniform:corrected:mixture", "uniform")):
+  for text, word in (
+    ("in_batch", "NEGATIVES:CORRECTION"),
+    ("bogus:none", "negatives"),
+    ("in_batch:bogus", "correction"),
+    ("in_batch:standard:bogus", "convention"),
+    ("uniform:corrected:mixture", "uniform"),
+  ):
     with pytest.raises(ValueError, match=word):
       demo.parse_row(text)
 
@@ -177,14 +192,30 @@ def _oracle_loss(row, s, ids, log_q, batch):
 
 def test_each_rows_loss_is_its_formula_on_the_first_batch():
   from tfrs_logq import negatives  # pylint: disable=g-import-not-at-top
-  rows = [demo.parse_row(r) for r in ("full", "in_batch:none", "in_batch:standard",
-                                      "in_batch:corrected")]
+
+  rows = [
+    demo.parse_row(r) for r in ("full", "in_batch:none", "in_batch:standard", "in_batch:corrected")
+  ]
   if "expected_count" in negatives.CONVENTIONS:
-    rows += [demo.parse_row("in_batch:standard:expected_count"),
-             demo.parse_row("in_batch:corrected:expected_count")]
-  cfg = demo.validate_config(demo.DemoConfig(
-      rows=tuple(rows), seeds=(5,), steps=2, batch_size=24, num_negatives=64, embedding_dim=4,
-      num_items=30, feature_dim=4, train_users=10, eval_users=10, curve_points=0))
+    rows += [
+      demo.parse_row("in_batch:standard:expected_count"),
+      demo.parse_row("in_batch:corrected:expected_count"),
+    ]
+  cfg = demo.validate_config(
+    demo.DemoConfig(
+      rows=tuple(rows),
+      seeds=(5,),
+      steps=2,
+      batch_size=24,
+      num_negatives=64,
+      embedding_dim=4,
+      num_items=30,
+      feature_dim=4,
+      train_users=10,
+      eval_users=10,
+      curve_points=0,
+    )
+  )
   world = sw.make_world(cfg.num_items, cfg.feature_dim, 1.1, 3.0, 0)
   stream = sw.training_stream(world, cfg.train_users, cfg.steps, cfg.batch_size, 5)
   trainer = demo.Trainer(cfg, [stream])
@@ -197,8 +228,9 @@ def test_each_rows_loss_is_its_formula_on_the_first_batch():
   for (r, _, user_var, item_var, _), value in zip(trainer.models, got):
     q = np.concatenate([x @ user_var.numpy(), np.ones((len(ids), 1))], axis=1)
     s = q @ item_var.numpy().T
-    assert value == pytest.approx(_oracle_loss(rows[r], s, ids, log_q, len(ids)), rel=2e-5), (
-        rows[r].name)
+    assert value == pytest.approx(_oracle_loss(rows[r], s, ids, log_q, len(ids)), rel=2e-5), rows[
+      r
+    ].name
   # paired: every row starts from the same weights
   first = [m[3].numpy() for m in trainer.models]
   assert all(np.array_equal(first[0], w) for w in first)
@@ -209,8 +241,14 @@ def test_each_rows_loss_is_its_formula_on_the_first_batch():
 
 def _run(args):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-  return subprocess.run([sys.executable, "-m", "eval.demo", *args], cwd=ROOT,
-                        capture_output=True, text=True, env=env, timeout=600)
+  return subprocess.run(
+    [sys.executable, "-m", "eval.demo", *args],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    env=env,
+    timeout=600,
+  )
 
 
 def test_help_lists_the_flags():
@@ -220,14 +258,31 @@ def test_help_lists_the_flags():
 
 
 def test_cli_writes_summary_table_and_plots(tmp_path):
-  out = _run([f"--output_dir={tmp_path}", "--rows=in_batch:standard,in_batch:corrected",
-              "--seeds=0,1", "--steps=6", "--batch_size=16", "--num_negatives=16",
-              "--num_items=40", "--train_users=20", "--eval_users=15", "--curve_users=5",
-              "--curve_points=2", "--k=3"])
+  out = _run(
+    [
+      f"--output_dir={tmp_path}",
+      "--rows=in_batch:standard,in_batch:corrected",
+      "--seeds=0,1",
+      "--steps=6",
+      "--batch_size=16",
+      "--num_negatives=16",
+      "--num_items=40",
+      "--train_users=20",
+      "--eval_users=15",
+      "--curve_users=5",
+      "--curve_points=2",
+      "--k=3",
+    ]
+  )
   assert out.returncode == 0, out.stderr[-3000:]
   assert "in-batch, standard" in out.stdout and "in-batch, corrected" in out.stdout
-  for name in ("summary.json", "summary.md", "calibration.png", "recall_by_decile.png",
-               "learning_curve.png"):
+  for name in (
+    "summary.json",
+    "summary.md",
+    "calibration.png",
+    "recall_by_decile.png",
+    "learning_curve.png",
+  ):
     assert (tmp_path / name).stat().st_size > 0, name
   summary = json.loads((tmp_path / "summary.json").read_text())
   assert set(summary["rows"]) == {"in_batch:standard", "in_batch:corrected"}
@@ -254,18 +309,31 @@ def test_demo_binary_speaks_plainly(tmp_path):
   root = pathlib.Path(__file__).resolve().parents[2]
   env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
   env.pop("TF_CPP_MIN_LOG_LEVEL", None)
-  run = lambda *a: subprocess.run([sys.executable, "-m", "eval.demo", *a], cwd=root, env=env,  # noqa: E731
-                                  capture_output=True, text=True, timeout=300)
+  run = lambda *a: subprocess.run(
+    [sys.executable, "-m", "eval.demo", *a],
+    cwd=root,
+    env=env,  # noqa: E731
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
   bad = run("--nosuch_flag=1")
   assert bad.returncode == 2, bad.stderr
   assert [l for l in bad.stderr.splitlines() if l.strip()] == [
-      "error: Unknown command line flag 'nosuch_flag' (see --help)"]
+    "error: Unknown command line flag 'nosuch_flag' (see --help)"
+  ]
   bad_value = run("--rows=nonsense", f"--output_dir={tmp_path}/x")
-  assert (bad_value.returncode == 2
-          and bad_value.stderr.strip().startswith("error: ")), bad_value.stderr
+  assert bad_value.returncode == 2 and bad_value.stderr.strip().startswith("error: "), (
+    bad_value.stderr
+  )
   assert len(bad_value.stderr.strip().splitlines()) == 1, bad_value.stderr
-  ok = run("--steps=4", "--seeds=0", "--rows=in_batch:corrected", "--noplot",
-           f"--output_dir={tmp_path}/demo")
+  ok = run(
+    "--steps=4",
+    "--seeds=0",
+    "--rows=in_batch:corrected",
+    "--noplot",
+    f"--output_dir={tmp_path}/demo",
+  )
   assert ok.returncode == 0, ok.stderr
   for noise in ("cuda", "oneDNN", "cpu_feature_guard", "absl::InitializeLog"):
     assert noise not in ok.stderr + ok.stdout, (noise, ok.stderr)

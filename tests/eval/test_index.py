@@ -17,7 +17,8 @@ def _catalog(num_items, dim, seed, clusters=None):
   else:
     centres = rng.normal(size=(clusters, dim)) * 3
     items = centres[rng.integers(0, clusters, num_items + 1)] + rng.normal(
-        size=(num_items + 1, dim))
+      size=(num_items + 1, dim)
+    )
     items = items.astype(np.float32)
   items[0] = 0.0
   return items
@@ -54,8 +55,9 @@ def test_brute_force_mode_is_exact(backend):
 def test_tree_mode_agrees_with_exact_on_clustered_catalog():
   items = _catalog(6000, 16, 6, clusters=40)
   q = items[np.random.default_rng(7).integers(1, 6001, 100)] + 0.1
-  cfg = index_lib.IndexConfig(mode="tree_ah", num_leaves=40, num_leaves_to_search=20,
-                              reorder_k=400, dimensions_per_block=2)
+  cfg = index_lib.IndexConfig(
+    mode="tree_ah", num_leaves=40, num_leaves_to_search=20, reorder_k=400, dimensions_per_block=2
+  )
   idx = index_lib.ScannIndex(items, 10, cfg)
   assert idx.config.mode == "tree_ah" and idx.config.training_sample_size == 6000
   ids, _ = idx.search(q, 10)

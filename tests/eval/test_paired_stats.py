@@ -39,20 +39,25 @@ def test_t_quantile_matches_scipy_and_the_integral_of_the_density():
 def test_t_critical_is_the_two_sided_quantile_for_every_df():
   for confidence in (0.9, 0.95, 0.99):
     for df in (1, 2, 5, 30, 39, 100):
-      np.testing.assert_allclose(ps.t_critical(confidence, df),
-                                 stats.t.ppf(1 - (1 - confidence) / 2, df), rtol=1e-9)
+      np.testing.assert_allclose(
+        ps.t_critical(confidence, df), stats.t.ppf(1 - (1 - confidence) / 2, df), rtol=1e-9
+      )
   # beyond any table: t_{0.975, 39} is 2.02, not the normal 1.96
   assert ps.t_critical(0.95, 39) == pytest.approx(2.0227, abs=1e-4)
 
 
 def test_bad_arguments_raise_errors_naming_them():
-  for call, word in ((lambda: ps.t_quantile(1.0, 3), "p"), (lambda: ps.t_quantile(0.5, 0), "df"),
-                     (lambda: ps.t_cdf(1.0, -1), "df"), (lambda: ps.t_cdf(1.0, math.inf), "df"),
-                     (lambda: ps.t_critical(95, 3), "confidence"),
-                     (lambda: ps.paired_difference([1.0, 2.0], [1.0]), "same number of seeds"),
-                     (lambda: ps.paired_difference([[1.0, 2.0]], [[1.0]]), "one shape"),
-                     (lambda: ps.mean_se([[1.0, 2.0], [3.0]]), "values"),
-                     (lambda: ps.mean_se(3.0), "seed axis")):
+  for call, word in (
+    (lambda: ps.t_quantile(1.0, 3), "p"),
+    (lambda: ps.t_quantile(0.5, 0), "df"),
+    (lambda: ps.t_cdf(1.0, -1), "df"),
+    (lambda: ps.t_cdf(1.0, math.inf), "df"),
+    (lambda: ps.t_critical(95, 3), "confidence"),
+    (lambda: ps.paired_difference([1.0, 2.0], [1.0]), "same number of seeds"),
+    (lambda: ps.paired_difference([[1.0, 2.0]], [[1.0]]), "one shape"),
+    (lambda: ps.mean_se([[1.0, 2.0], [3.0]]), "values"),
+    (lambda: ps.mean_se(3.0), "seed axis"),
+  ):
     with pytest.raises(ValueError, match=word):
       call()
   with pytest.raises(TypeError, match="df"):
@@ -125,8 +130,7 @@ def test_paired_difference_uses_only_the_seeds_present_in_both():
         assert got["verdict"] == verdict
       else:  # noise only: the verdict follows the oracle's interval
         low, high = mean - half, mean + half
-        assert got["verdict"] == ("ahead" if low > 0 else "behind" if high < 0 else
-                                  "within noise")
+        assert got["verdict"] == ("ahead" if low > 0 else "behind" if high < 0 else "within noise")
 
 
 def test_paired_difference_of_arrays_is_element_wise_along_the_seed_axis():
@@ -155,25 +159,34 @@ def test_equivalent_when_the_interval_holds_zero_inside_the_margin():
   changes ahead / behind); margins broadcast element-wise; bad margins raise."""
   rng = np.random.default_rng(3)
   b = rng.uniform(0.2, 0.3, size=6)
-  tight = b + rng.normal(0, 0.0005, size=6)           # interval ~ +-0.0005 around ~0
-  loose = b + rng.normal(0, 0.01, size=6)             # interval ~ +-0.01
-  ahead = b + 0.02 + rng.normal(0, 0.0005, size=6)    # interval inside (0.0, 0.05): ahead
-  for first, margin in ((tight, 0.005), (loose, 0.005), (ahead, 0.05), (tight, 0.0),
-                        (tight, None)):
+  tight = b + rng.normal(0, 0.0005, size=6)  # interval ~ +-0.0005 around ~0
+  loose = b + rng.normal(0, 0.01, size=6)  # interval ~ +-0.01
+  ahead = b + 0.02 + rng.normal(0, 0.0005, size=6)  # interval inside (0.0, 0.05): ahead
+  for first, margin in ((tight, 0.005), (loose, 0.005), (ahead, 0.05), (tight, 0.0), (tight, None)):
     got = ps.paired_difference(first.tolist(), b.tolist(), margin=margin)
     _, _, mean, _, half = _oracle_pair(dict(enumerate(first)), dict(enumerate(b)), 0.95)
     low, high = mean - half, mean + half
     m = -1.0 if margin is None else margin
-    want = ("ahead" if low > 0 else "behind" if high < 0 else
-            "equivalent" if (-m < low and high < m) else "within noise")
+    want = (
+      "ahead"
+      if low > 0
+      else "behind"
+      if high < 0
+      else "equivalent"
+      if (-m < low and high < m)
+      else "within noise"
+    )
     assert got["verdict"] == want and got["margin"] == margin
   assert ps.paired_difference(tight.tolist(), b.tolist(), margin=0.005)["verdict"] == (
-      ps.EQUIVALENT)
+    ps.EQUIVALENT
+  )
   assert ps.paired_difference(loose.tolist(), b.tolist(), margin=0.005)["verdict"] == (
-      ps.WITHIN_NOISE)
+    ps.WITHIN_NOISE
+  )
   assert ps.paired_difference(ahead.tolist(), b.tolist(), margin=0.05)["verdict"] == ps.AHEAD
-  arrays = ps.paired_difference(np.stack([tight, loose], 1), np.stack([b, b], 1),
-                                margin=[0.005, 0.5])
+  arrays = ps.paired_difference(
+    np.stack([tight, loose], 1), np.stack([b, b], 1), margin=[0.005, 0.5]
+  )
   assert list(arrays["verdict"]) == [ps.EQUIVALENT, ps.EQUIVALENT]
   np.testing.assert_array_equal(arrays["margin"], [0.005, 0.5])
   for bad in (-0.1, np.nan, np.inf, [0.1, 0.2, 0.3]):
@@ -193,4 +206,8 @@ def test_one_common_seed_gives_no_interval_and_none_no_statistic():
   assert list(arrays["verdict"]) == [ps.ONE_SEED] * 2
   none = ps.paired_difference({0: 1.0}, {1: 1.0})
   assert (none["n"], none["mean"], none["positive"], none["verdict"]) == (
-      0, None, 0, ps.NO_COMMON_SEED)
+    0,
+    None,
+    0,
+    ps.NO_COMMON_SEED,
+  )

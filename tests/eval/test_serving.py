@@ -29,8 +29,9 @@ print("RESULT " + json.dumps({{k: v.numpy().tolist() for k, v in out.items()}}))
 
 def _run(code):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-  return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                        timeout=240)
+  return subprocess.run(
+    [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=240
+  )
 
 
 def _histories(num_q, width, num_items, seed):
@@ -38,7 +39,7 @@ def _histories(num_q, width, num_items, seed):
   h = np.zeros((num_q, width), np.int64)
   for q in range(num_q):
     n = rng.integers(1, width + 1)
-    h[q, width - n:] = rng.integers(1, num_items + 1, size=n)
+    h[q, width - n :] = rng.integers(1, num_items + 1, size=n)
   return h
 
 
@@ -46,10 +47,10 @@ def _histories(num_q, width, num_items, seed):
 def served(tiny_export, tmp_path_factory):
   export_dir, qe, items = tiny_export
   out = tmp_path_factory.mktemp("serving") / "model"
-  cfg = index_lib.IndexConfig(mode="tree_ah", num_leaves=12, num_leaves_to_search=6,
-                              reorder_k=100)
-  module = serving.ServingModule(tf.saved_model.load(str(export_dir / "query_encoder")), items,
-                                 k=10, index_config=cfg)
+  cfg = index_lib.IndexConfig(mode="tree_ah", num_leaves=12, num_leaves_to_search=6, reorder_k=100)
+  module = serving.ServingModule(
+    tf.saved_model.load(str(export_dir / "query_encoder")), items, k=10, index_config=cfg
+  )
   hist = _histories(16, 9, items.shape[0] - 1, 0)  # width 9 > encoder max_len 6
   in_process = {k: v.numpy() for k, v in module.recommend(tf.constant(hist)).items()}
   serving.save_serving_module(module, out)
@@ -60,8 +61,7 @@ def served(tiny_export, tmp_path_factory):
 
 def test_fresh_process_serves_same_ids_as_in_process_index(served):
   out, hist, hist_path, qe, items, in_process = served
-  proc = _run(_LOAD_AND_SERVE.format(path=str(out), hist=str(hist_path),
-                                     import_scann=True))
+  proc = _run(_LOAD_AND_SERVE.format(path=str(out), hist=str(hist_path), import_scann=True))
   assert proc.returncode == 0, proc.stderr[-3000:]
   got = json.loads(proc.stdout.split("RESULT ", 1)[1])
   ids, scores = np.array(got["item_ids"]), np.array(got["scores"], np.float32)
@@ -76,8 +76,7 @@ def test_fresh_process_serves_same_ids_as_in_process_index(served):
   for row, h in zip(ids, hist):
     assert not np.isin(row, h[h > 0]).any()
   q = qe.serve(tf.constant(hist[:, -6:]))["embedding"].numpy()  # the encoder's last 6 columns
-  np.testing.assert_allclose(scores, np.take_along_axis(q @ items.T, ids, 1), rtol=1e-4,
-                             atol=1e-4)
+  np.testing.assert_allclose(scores, np.take_along_axis(q @ items.T, ids, 1), rtol=1e-4, atol=1e-4)
   # Tree search over 6 of 12 leaves with reordering: most of the exact filtered top-10.
   ex, _ = metrics.exact_top_k(q, items, 10, rated=list(hist))
   assert index_lib.agreement_at_k(ids, ex, 10) >= 0.5
@@ -96,8 +95,7 @@ def test_in_process_load_matches_and_validates(served):
 
 def test_missing_scann_ops_gives_clear_message(served):
   out, _, hist_path, _, _, _ = served
-  proc = _run(_LOAD_AND_SERVE.format(path=str(out), hist=str(hist_path),
-                                     import_scann=False))
+  proc = _run(_LOAD_AND_SERVE.format(path=str(out), hist=str(hist_path), import_scann=False))
   assert proc.returncode != 0
   assert "ScannOpsMissingError" in proc.stderr
   assert "import scann" in proc.stderr
@@ -106,8 +104,9 @@ def test_missing_scann_ops_gives_clear_message(served):
 @pytest.mark.parametrize("filter_history", [True, False])
 def test_brute_force_serving_is_exact(tiny_export, tmp_path, filter_history):
   export_dir, qe, items = tiny_export
-  out = serving.export_from_training_export(export_dir, tmp_path / "m", k=5,
-                                            filter_history=filter_history)
+  out = serving.export_from_training_export(
+    export_dir, tmp_path / "m", k=5, filter_history=filter_history
+  )
   model = serving.load_serving_model(out)
   hist = np.array([[0, 0, 3, 4, 5, 6], [9, 8, 7, 6, 5, 4]], np.int64)
   ids = model.recommend(tf.constant(hist))["item_ids"].numpy()

@@ -14,8 +14,9 @@ from models.sasrec import SASRec
 
 
 def _model(**kw):
-  args = dict(num_items=30, max_len=12, embedding_dim=16, num_blocks=2, num_heads=2, dropout=0.0,
-              seed=1)
+  args = dict(
+    num_items=30, max_len=12, embedding_dim=16, num_blocks=2, num_heads=2, dropout=0.0, seed=1
+  )
   args.update(kw)
   return SASRec(**args).build_all()
 
@@ -24,7 +25,7 @@ def _batch(rng, b=4, l=12, n=30):
   x = rng.integers(1, n + 1, size=(b, l))
   lengths = rng.integers(2, l + 1, size=b)
   for i, m in enumerate(lengths):
-    x[i, :l - m] = 0
+    x[i, : l - m] = 0
   return x.astype(np.int64)
 
 
@@ -36,8 +37,9 @@ def test_shapes_and_separate_output_table():
   assert m(x).shape == (4, 31)
   assert m.all_item_embeddings().shape == (31, 16)
   assert m.input_embedding.embeddings is not m.output_embedding.embeddings
-  assert not np.allclose(m.input_embedding.embeddings.numpy(),
-                         m.output_embedding.embeddings.numpy())
+  assert not np.allclose(
+    m.input_embedding.embeddings.numpy(), m.output_embedding.embeddings.numpy()
+  )
 
 
 def test_defaults_are_the_papers_academic_setup():
@@ -48,10 +50,10 @@ def test_defaults_are_the_papers_academic_setup():
 def test_causality_future_items_do_not_change_earlier_outputs():
   m = _model()
   x = _batch(np.random.default_rng(1))
-  x[:, 3:] = np.maximum(x[:, 3:], 1)   # positions 3.. are real items
+  x[:, 3:] = np.maximum(x[:, 3:], 1)  # positions 3.. are real items
   h = m.encode(x).numpy()
   y = x.copy()
-  y[:, 8:] = (y[:, 8:] % 30) + 1        # change only positions >= 8
+  y[:, 8:] = (y[:, 8:] % 30) + 1  # change only positions >= 8
   h2 = m.encode(y).numpy()
   np.testing.assert_allclose(h[:, :8], h2[:, :8], atol=1e-5)
   assert not np.allclose(h[:, 8:], h2[:, 8:], atol=1e-3)
@@ -62,7 +64,7 @@ def test_padding_is_zero_and_extra_left_padding_changes_nothing():
   seq = np.array([[0, 0, 0, 5, 7, 9, 11, 2]], np.int64)
   h = m.encode(seq).numpy()
   np.testing.assert_array_equal(h[0, :3], 0.0)
-  longer = np.concatenate([np.zeros((1, 8), np.int64), seq], axis=1)   # L = 16
+  longer = np.concatenate([np.zeros((1, 8), np.int64), seq], axis=1)  # L = 16
   h_long = m.encode(longer).numpy()
   np.testing.assert_allclose(h_long[0, 8:], h[0], atol=1e-5)
   # Padding items' embeddings do not leak: changing the padding row changes nothing.
@@ -81,7 +83,7 @@ def test_training_queries_gather_non_padding_targets():
   assert q.shape[0] == int((t > 0).sum()) == pos.shape[0] == seq.shape[0]
   assert pos.dtype == tf.int64 and seq.dtype == tf.int64
   np.testing.assert_array_equal(pos.numpy(), t[t > 0])
-  np.testing.assert_array_equal(seq.numpy(), np.nonzero(t > 0)[0])   # the row of each position
+  np.testing.assert_array_equal(seq.numpy(), np.nonzero(t > 0)[0])  # the row of each position
   h = m.encode(x).numpy()
   np.testing.assert_allclose(q.numpy(), h[t > 0], atol=1e-6)
 
@@ -92,8 +94,9 @@ def test_serving_queries_are_the_last_position_and_ignore_user_ids():
   last = m.encode(x).numpy()[:, -1]
   np.testing.assert_allclose(m.serving_queries(x).numpy(), last, atol=1e-6)
   np.testing.assert_allclose(m.serving_queries(x, user_ids=np.arange(4)).numpy(), last, atol=1e-6)
-  np.testing.assert_allclose(m.query_embeddings({"history": x, "user_id": np.zeros(4)}).numpy(),
-                             last, atol=1e-6)
+  np.testing.assert_allclose(
+    m.query_embeddings({"history": x, "user_id": np.zeros(4)}).numpy(), last, atol=1e-6
+  )
 
 
 def test_stateless_dropout_is_seeded_and_xla_matches():
@@ -163,11 +166,13 @@ def test_static_shape_training_queries_keep_every_position(pack_tokens):
   q_dyn, _, _ = m.training_queries(batch, training=False)
   np.testing.assert_allclose(q.numpy()[t.reshape(-1) > 0], q_dyn.numpy(), atol=1e-5)
   np.testing.assert_array_equal(q.numpy()[x.reshape(-1) == 0], 0.0)
-  compiled = tf.function(lambda b: m.training_queries(b, training=False, static_shapes=True)[0],
-                         jit_compile=True)(batch)
+  compiled = tf.function(
+    lambda b: m.training_queries(b, training=False, static_shapes=True)[0], jit_compile=True
+  )(batch)
   np.testing.assert_allclose(compiled.numpy(), q.numpy(), atol=1e-5)
-  np.testing.assert_allclose(tf.function(m.encode, jit_compile=True)(x).numpy(),
-                             m.encode(x).numpy(), atol=1e-5)
+  np.testing.assert_allclose(
+    tf.function(m.encode, jit_compile=True)(x).numpy(), m.encode(x).numpy(), atol=1e-5
+  )
 
 
 def _np_layer_norm(x, ln):
@@ -198,7 +203,7 @@ def _np_reference_encoder(m, x):
   l = x.shape[1]
   emb = m.input_embedding.embeddings.numpy().astype(np.float64)
   pos_table = m.position_embedding.embeddings.numpy().astype(np.float64)
-  hidden = (emb[x] + pos_table[m.max_len - l:][None]) * keep
+  hidden = (emb[x] + pos_table[m.max_len - l :][None]) * keep
 
   def dense(layer, v):
     return v @ layer.kernel.numpy() + layer.bias.numpy()
@@ -215,7 +220,7 @@ def _np_reference_encoder(m, x):
         for hd in range(heads):
           cols = slice(hd * dh, (hd + 1) * dh)
           if not allowed:
-            continue                                   # padding query: zeroed below
+            continue  # padding query: zeroed below
           logits = np.array([queries[b, t, cols] @ keys[b, j, cols] for j in allowed]) / np.sqrt(dh)
           weights = np.exp(logits - logits.max())
           weights /= weights.sum()
@@ -226,12 +231,14 @@ def _np_reference_encoder(m, x):
   return _np_layer_norm(hidden, m.final_norm) * keep
 
 
-@pytest.mark.parametrize("heads,pack_tokens,blocks", [(1, True, 3), (2, True, 1), (2, False, 4),
-                                                     (1, False, 1)])
+@pytest.mark.parametrize(
+  "heads,pack_tokens,blocks", [(1, True, 3), (2, True, 1), (2, False, 4), (1, False, 1)]
+)
 def test_reference_block_matches_numpy(heads, pack_tokens, blocks):
-  m = _model(block_style="reference", num_heads=heads, pack_tokens=pack_tokens,
-             attention_blocks=blocks)
-  for v in m.trainable_variables:   # move off the init (zero biases, unit LayerNorm gains)
+  m = _model(
+    block_style="reference", num_heads=heads, pack_tokens=pack_tokens, attention_blocks=blocks
+  )
+  for v in m.trainable_variables:  # move off the init (zero biases, unit LayerNorm gains)
     v.assign(v + tf.random.stateless_normal(v.shape, [3, len(v.name)], stddev=0.1))
   x = _batch(np.random.default_rng(5))
   np.testing.assert_allclose(m.encode(x).numpy(), _np_reference_encoder(m, x), atol=2e-4)
@@ -258,8 +265,9 @@ def test_tied_embeddings_score_with_the_input_table():
   assert m.all_item_embeddings() is m.input_embedding.embeddings
   x = _batch(np.random.default_rng(7))
   q = m.query_embeddings(x).numpy()
-  np.testing.assert_allclose(m(x).numpy(), q @ m.input_embedding.embeddings.numpy().T,
-                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(
+    m(x).numpy(), q @ m.input_embedding.embeddings.numpy().T, rtol=1e-5, atol=1e-5
+  )
   assert len(m.trainable_variables) == len(_model().trainable_variables) - 1
   assert SASRec.from_config(m.get_config()).tie_embeddings
 
@@ -279,8 +287,9 @@ def _outputs_and_grads(m, x, weights):
   with tf.GradientTape() as tape:
     h = m.encode(x)
     loss = tf.reduce_sum(h * weights)
-  grads = tape.gradient(loss, m.trainable_variables,
-                        unconnected_gradients=tf.UnconnectedGradients.ZERO)   # E_out: unused
+  grads = tape.gradient(
+    loss, m.trainable_variables, unconnected_gradients=tf.UnconnectedGradients.ZERO
+  )  # E_out: unused
   return h.numpy(), [tf.convert_to_tensor(g).numpy() for g in grads]
 
 
@@ -299,10 +308,15 @@ def test_every_execution_path_equals_the_padded_full_grid_path(block_style, jit_
   expected = [_outputs_and_grads(plain, x, w) for x, w in zip(batches, weights)]
   for pack_tokens in (False, True):
     for blocks in (1, 3) if jit_compile else (1, 3, 20):
-      if not (pack_tokens or blocks > 1):     # XLA on the padded full grid: tested above
+      if not (pack_tokens or blocks > 1):  # XLA on the padded full grid: tested above
         continue
-      m = _model(block_style=block_style, max_len=l, pack_tokens=pack_tokens,
-                 attention_blocks=blocks, jit_compile=jit_compile)
+      m = _model(
+        block_style=block_style,
+        max_len=l,
+        pack_tokens=pack_tokens,
+        attention_blocks=blocks,
+        jit_compile=jit_compile,
+      )
       m.set_weights(plain.get_weights())
       for x, w, (h0, g0) in zip(batches, weights, expected):
         h, g = _outputs_and_grads(m, x, w)
@@ -347,8 +361,13 @@ def test_training_dropout_is_deterministic_on_every_path(block_style):
   s1, s2 = tf.constant([3, 4], tf.int64), tf.constant([3, 5], tf.int64)
   out = {}
   for pack_tokens, jit_compile in [(False, False), (True, False), (True, True)]:
-    m = _model(block_style=block_style, dropout=0.5, pack_tokens=pack_tokens,
-               jit_compile=jit_compile, attention_blocks=3)
+    m = _model(
+      block_style=block_style,
+      dropout=0.5,
+      pack_tokens=pack_tokens,
+      jit_compile=jit_compile,
+      attention_blocks=3,
+    )
     a = m.encode(x, training=True, seed=s1).numpy()
     np.testing.assert_array_equal(m.encode(x, training=True, seed=s1).numpy(), a)
     assert not np.allclose(m.encode(x, training=True, seed=s2).numpy(), a, atol=1e-3)
@@ -386,12 +405,13 @@ def test_encoder_inside_an_xla_step_does_not_nest_its_jit_function(pack):
   model = _model(jit_compile=True)
   model.set_execution(pack_tokens=pack)
   x = tf.constant(_batch(np.random.default_rng(3)))
-  expected = model.encode(x).numpy()                       # builds the nested jit function
+  expected = model.encode(x).numpy()  # builds the nested jit function
 
   def nested(*args, **kwargs):
     raise AssertionError("nested jit function called")
+
   model._encode_xla = nested
-  with pytest.raises(AssertionError, match="nested"):    # outside XLA it is used
+  with pytest.raises(AssertionError, match="nested"):  # outside XLA it is used
     model.encode(x)
   out = tf.function(model.encode, jit_compile=True)(x)
   np.testing.assert_allclose(out.numpy(), expected, rtol=1e-5, atol=1e-5)

@@ -40,7 +40,7 @@ def test_token_index_capacity_buckets():
     rows, slots, count = (v.numpy() for v in token_index(tf.constant(valid.reshape(4, 12)), 8))
     c = len(rows)
     capacities.add(c)
-    assert count == t and c == max(6, -(-t // 6) * 6)           # ceil(48 / 8) = 6
+    assert count == t and c == max(6, -(-t // 6) * 6)  # ceil(48 / 8) = 6
     np.testing.assert_array_equal(rows[:t], np.nonzero(valid)[0])
     np.testing.assert_array_equal(rows[t:], 0)
     expected = np.full(48, c)

@@ -5,13 +5,21 @@ import pathlib
 import subprocess
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PARTS = ["ttc_ml1m", "bf16_step", "seeds_program", "table1_mixed_corrected",
-         "table1_mixed_standard", "table1_mixed_none", "table1_full_softmax"]
+PARTS = [
+  "ttc_ml1m",
+  "bf16_step",
+  "seeds_program",
+  "table1_mixed_corrected",
+  "table1_mixed_standard",
+  "table1_mixed_none",
+  "table1_full_softmax",
+]
 
 
 def _run(*args):
-  return subprocess.run(["bash", "scripts/gpu_session.sh", *args], cwd=ROOT,
-                        capture_output=True, text=True, timeout=60)
+  return subprocess.run(
+    ["bash", "scripts/gpu_session.sh", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
+  )
 
 
 def test_no_time_left_starts_nothing(tmp_path):

@@ -90,14 +90,20 @@ def tf_score_gradients(s, log_q, positive, ids, correction):
   with tf.GradientTape() as tape:
     tape.watch([pos_scores, neg_scores])
     out = losses.sampled_softmax_loss(
-        pos_scores, neg_scores, tf.constant(log_q[ids], tf.float32),
-        correction=correction,
-        positive_log_q=tf.constant(np.full(num_draws, log_q[positive]), tf.float32),
-        valid_mask=tf.constant(ids != positive))
+      pos_scores,
+      neg_scores,
+      tf.constant(log_q[ids], tf.float32),
+      correction=correction,
+      positive_log_q=tf.constant(np.full(num_draws, log_q[positive]), tf.float32),
+      valid_mask=tf.constant(ids != positive),
+    )
     total = tf.reduce_sum(out.loss)
   d_pos, d_neg = tape.gradient(total, [pos_scores, neg_scores])
-  return (d_pos.numpy().astype(np.float64), d_neg.numpy().astype(np.float64),
-          out.weight.numpy().astype(np.float64))
+  return (
+    d_pos.numpy().astype(np.float64),
+    d_neg.numpy().astype(np.float64),
+    out.weight.numpy().astype(np.float64),
+  )
 
 
 def scatter_mean(d_pos, d_neg, ids, positive, num_items, num_batches=NUM_BATCHES):
@@ -157,7 +163,8 @@ def test_tf_score_gradients_match_numpy(correction):
   dense = np.zeros((ids.shape[0], 50))
   for a in range(ids.shape[0]):
     ref_pos, ref_neg = numpy_row_gradients(
-        s[positive], s[ids[a]], log_q[ids[a]], log_q[positive], ids[a] != positive, correction)
+      s[positive], s[ids[a]], log_q[ids[a]], log_q[positive], ids[a] != positive, correction
+    )
     np.testing.assert_allclose(d_pos[a], ref_pos, atol=1e-5)
     np.testing.assert_allclose(d_neg[a], ref_neg, atol=1e-5)
     dense[a, positive] += ref_pos
@@ -186,9 +193,13 @@ def _bias(positive, n, correction, seed, without_weight=False):
 @pytest.fixture(scope="module")
 def corrected_by_n():
   """Rank-1 positive; the same seed per n (one draw set per n shared by both formulas)."""
-  return {n: (_bias(0, n, "corrected", seed=100 + n),
-              _bias(0, n, "corrected", seed=100 + n, without_weight=True))
-          for n in (16, 64, 256, 1024)}
+  return {
+    n: (
+      _bias(0, n, "corrected", seed=100 + n),
+      _bias(0, n, "corrected", seed=100 + n, without_weight=True),
+    )
+    for n in (16, 64, 256, 1024)
+  }
 
 
 def test_corrected_bias_decreases_with_n(corrected_by_n):
@@ -225,4 +236,6 @@ def test_popular_positive_corrected_beats_standard_variants(positive):
   # Dropping w loses the claim: no better than the standard variants, far above corrected.
   assert unweighted[0] > 2 * corrected, (unweighted, bias)
   assert unweighted[0] > 0.7 * min(bias["standard"][0], bias["standard_no_positive"][0]), (
-      unweighted, bias)
+    unweighted,
+    bias,
+  )

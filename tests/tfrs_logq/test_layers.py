@@ -27,8 +27,9 @@ def test_log_q_correction_matches_tfrs_above_the_clip_and_not_below():
   np.testing.assert_allclose(from_log, ours, rtol=1e-6)
 
 
-@pytest.mark.parametrize("bad", [[0.5, 0.0, 0.1], [0.5, -0.1, 0.1], [0.5, np.nan, 0.1],
-                                 [0.5, 1.5, 0.1]])
+@pytest.mark.parametrize(
+  "bad", [[0.5, 0.0, 0.1], [0.5, -0.1, 0.1], [0.5, np.nan, 0.1], [0.5, 1.5, 0.1]]
+)
 def test_log_q_correction_rejects_bad_probabilities(bad):
   with pytest.raises(tf.errors.InvalidArgumentError):
     logq_correction.LogQCorrection()(tf.ones([2, 3]), tf.constant(bad, tf.float32))
@@ -54,11 +55,13 @@ def test_accidental_hit_mask_shared_and_per_row():
   want = np.array([[0, 1, 1, 0], [1, 1, 1, 1], [1, 0, 1, 1]], bool)
   np.testing.assert_array_equal(accidental_hits.accidental_hit_mask(pos, shared).numpy(), want)
   per_row = tf.constant([[1, 2], [2, 2], [4, 3]], tf.int64)
-  np.testing.assert_array_equal(accidental_hits.accidental_hit_mask(pos, per_row).numpy(),
-                                [[0, 1], [0, 0], [1, 0]])
   np.testing.assert_array_equal(
-      accidental_hits.accidental_hit_mask(tf.constant(["a", "b"]), tf.constant(["b", "c"])),
-      [[1, 1], [0, 1]])
+    accidental_hits.accidental_hit_mask(pos, per_row).numpy(), [[0, 1], [0, 0], [1, 0]]
+  )
+  np.testing.assert_array_equal(
+    accidental_hits.accidental_hit_mask(tf.constant(["a", "b"]), tf.constant(["b", "c"])),
+    [[1, 1], [0, 1]],
+  )
   with pytest.raises(TypeError, match="same dtype"):
     accidental_hits.accidental_hit_mask(tf.constant(["a"]), tf.constant([1]))
   with pytest.raises(TypeError, match="integer or string"):
@@ -86,11 +89,15 @@ def test_remove_accidental_hits_matches_tfrs_and_is_finite_in_low_precision(dtyp
 def test_log1mexp_and_log_q_prime():
   x = np.array([-1e-9, -1e-6, -0.1, -0.69, -0.7, -5.0, -40.0])
   np.testing.assert_allclose(
-      log_q.log1mexp(tf.constant(x, tf.float64), min_one_minus_p=0.0).numpy(),
-      np.log(-np.expm1(x)), rtol=1e-9, atol=1e-15)
-  floored = np.log(np.maximum(-np.expm1(x), log_q.MIN_ONE_MINUS_Q))   # 1 − Q(p) >= 1e-6
-  np.testing.assert_allclose(log_q.log1mexp(tf.constant(x, tf.float64)).numpy(), floored,
-                             rtol=1e-8, atol=1e-15)
+    log_q.log1mexp(tf.constant(x, tf.float64), min_one_minus_p=0.0).numpy(),
+    np.log(-np.expm1(x)),
+    rtol=1e-9,
+    atol=1e-15,
+  )
+  floored = np.log(np.maximum(-np.expm1(x), log_q.MIN_ONE_MINUS_Q))  # 1 − Q(p) >= 1e-6
+  np.testing.assert_allclose(
+    log_q.log1mexp(tf.constant(x, tf.float64)).numpy(), floored, rtol=1e-8, atol=1e-15
+  )
   assert np.isfinite(log_q.log1mexp(tf.constant([0.0])).numpy()).all()
   neg = np.log(np.array([0.1, 0.2, 0.3]))
   pos = np.log(np.array([0.25, 0.5]))
@@ -103,58 +110,85 @@ def _run_python(code, env_update):
   env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
   env.update(env_update)
   env["TF_CPP_MIN_LOG_LEVEL"] = "3"
-  return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                        timeout=120)
+  return subprocess.run(
+    [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+  )
 
 
 def test_import_sets_legacy_keras_and_fails_clearly_when_too_late():
-  ok = _run_python("import tfrs_logq, os, tensorflow as tf; "
-                   "print(os.environ['TF_USE_LEGACY_KERAS'], tf.keras.Model.__module__)",
-                   {"PYTHONPATH": os.getcwd()})
+  ok = _run_python(
+    "import tfrs_logq, os, tensorflow as tf; "
+    "print(os.environ['TF_USE_LEGACY_KERAS'], tf.keras.Model.__module__)",
+    {"PYTHONPATH": os.getcwd()},
+  )
   assert ok.returncode == 0, ok.stderr
   assert ok.stdout.split()[0] == "1" and ok.stdout.split()[1].startswith("tf_keras")
-  late = _run_python("import tensorflow as tf; tf.keras.Model; import tfrs_logq",
-                     {"PYTHONPATH": os.getcwd()})
+  late = _run_python(
+    "import tensorflow as tf; tf.keras.Model; import tfrs_logq", {"PYTHONPATH": os.getcwd()}
+  )
   assert late.returncode != 0
   assert "TF_USE_LEGACY_KERAS=1" in late.stderr and "ImportError" in late.stderr
 
 
 def test_package_exposes_its_modules():
   """The README's `import tfrs_logq; tfrs_logq.tasks.Retrieval(...)` works without more imports."""
-  code = ("import tfrs_logq; tfrs_logq.tasks.Retrieval(correction='corrected'); "
-          "tfrs_logq.frequency.ExactCounts; tfrs_logq.negatives.MixedNegatives; "
-          "tfrs_logq.logq_correction.LogQCorrection; tfrs_logq.metrics.recall_at_k; print('ok')")
+  code = (
+    "import tfrs_logq; tfrs_logq.tasks.Retrieval(correction='corrected'); "
+    "tfrs_logq.frequency.ExactCounts; tfrs_logq.negatives.MixedNegatives; "
+    "tfrs_logq.logq_correction.LogQCorrection; tfrs_logq.metrics.recall_at_k; print('ok')"
+  )
   out = _run_python(code, {"PYTHONPATH": os.getcwd()})
   assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
 # ---- configuration round trips and the public API ---------------------------------------------
 
+
 def _config_cases():
   from tfrs_logq import frequency, tasks  # pylint: disable=g-import-not-at-top
+
   return {
-      "LogQCorrection": lambda: logq_correction.LogQCorrection(from_log=True, name="lq"),
-      "RemoveAccidentalHits": lambda: accidental_hits.RemoveAccidentalHits(name="hits"),
-      "ExactCounts": lambda: frequency.ExactCounts(7, counts=[1, 2, 3, 4, 5, 6, 7],
-                                                   accumulate=True, min_count=0.5),
-      "HashArrayEstimator": lambda: frequency.HashArrayEstimator(
-          num_buckets=64, num_hashes=3, alpha=0.05, warmup=False, pending_gap=False, seed=4,
-          num_items=7),
-      "CountMinSketch": lambda: frequency.CountMinSketch(
-          width=31, depth=3, conservative=True, half_life=4.0, min_count=2.0, seed=1),
-      "Retrieval": lambda: tasks.Retrieval(
-          loss=tf.keras.losses.CategoricalCrossentropy(
-              from_logits=True, reduction=tf.keras.losses.Reduction.NONE),
-          batch_metrics=[tf.keras.metrics.AUC(from_logits=True, name="auc")],
-          loss_metrics=[tf.keras.metrics.Mean(name="mean_loss")], temperature=0.5,
-          num_hard_negatives=3, remove_accidental_hits=True, correction="standard_no_positive",
-          q_prime="proxy", frequency_estimator=frequency.HashArrayEstimator(num_buckets=32),
-          update_frequency="always", check_scores=True, name="task"),
+    "LogQCorrection": lambda: logq_correction.LogQCorrection(from_log=True, name="lq"),
+    "RemoveAccidentalHits": lambda: accidental_hits.RemoveAccidentalHits(name="hits"),
+    "ExactCounts": lambda: frequency.ExactCounts(
+      7, counts=[1, 2, 3, 4, 5, 6, 7], accumulate=True, min_count=0.5
+    ),
+    "HashArrayEstimator": lambda: frequency.HashArrayEstimator(
+      num_buckets=64, num_hashes=3, alpha=0.05, warmup=False, pending_gap=False, seed=4, num_items=7
+    ),
+    "CountMinSketch": lambda: frequency.CountMinSketch(
+      width=31, depth=3, conservative=True, half_life=4.0, min_count=2.0, seed=1
+    ),
+    "Retrieval": lambda: tasks.Retrieval(
+      loss=tf.keras.losses.CategoricalCrossentropy(
+        from_logits=True, reduction=tf.keras.losses.Reduction.NONE
+      ),
+      batch_metrics=[tf.keras.metrics.AUC(from_logits=True, name="auc")],
+      loss_metrics=[tf.keras.metrics.Mean(name="mean_loss")],
+      temperature=0.5,
+      num_hard_negatives=3,
+      remove_accidental_hits=True,
+      correction="standard_no_positive",
+      q_prime="proxy",
+      frequency_estimator=frequency.HashArrayEstimator(num_buckets=32),
+      update_frequency="always",
+      check_scores=True,
+      name="task",
+    ),
   }
 
 
-@pytest.mark.parametrize("name", ["LogQCorrection", "RemoveAccidentalHits", "ExactCounts",
-                                  "HashArrayEstimator", "CountMinSketch", "Retrieval"])
+@pytest.mark.parametrize(
+  "name",
+  [
+    "LogQCorrection",
+    "RemoveAccidentalHits",
+    "ExactCounts",
+    "HashArrayEstimator",
+    "CountMinSketch",
+    "Retrieval",
+  ],
+)
 def test_get_config_round_trips(name):
   """from_config(get_config()) rebuilds the same configuration, and so does Keras
   serialisation (tf.keras.layers.serialize / deserialize, no custom_objects needed)."""
@@ -177,22 +211,35 @@ def test_rebuilt_estimator_with_copied_state_gives_the_same_log_q(name):
 
 
 def test_retrieval_with_factorized_metrics_is_not_serialisable():
-  task = tfrs_logq.tasks.Retrieval(metrics=tfrs.metrics.FactorizedTopK(
-      candidates=tf.data.Dataset.from_tensor_slices(np.ones((4, 3), np.float32)).batch(2)))
+  task = tfrs_logq.tasks.Retrieval(
+    metrics=tfrs.metrics.FactorizedTopK(
+      candidates=tf.data.Dataset.from_tensor_slices(np.ones((4, 3), np.float32)).batch(2)
+    )
+  )
   with pytest.raises(NotImplementedError, match="cannot be serialised"):
     task.get_config()
 
 
-@pytest.mark.parametrize("module", [
-    "tfrs_logq.tasks", "tfrs_logq.logq_correction", "tfrs_logq.accidental_hits",
-    "tfrs_logq.frequency", "tfrs_logq.frequency.base", "tfrs_logq.frequency.exact",
-    "tfrs_logq.frequency.hash_array", "tfrs_logq.frequency.count_min",
-    "tfrs_logq.frequency.hashing"])
+@pytest.mark.parametrize(
+  "module",
+  [
+    "tfrs_logq.tasks",
+    "tfrs_logq.logq_correction",
+    "tfrs_logq.accidental_hits",
+    "tfrs_logq.frequency",
+    "tfrs_logq.frequency.base",
+    "tfrs_logq.frequency.exact",
+    "tfrs_logq.frequency.hash_array",
+    "tfrs_logq.frequency.count_min",
+    "tfrs_logq.frequency.hashing",
+  ],
+)
 def test_public_modules_declare_all(module):
   """Every public module lists its API in __all__; every other top-level name is _private
   (or an imported module / typing helper)."""
   import importlib  # pylint: disable=g-import-not-at-top
   import inspect  # pylint: disable=g-import-not-at-top
+
   mod = importlib.import_module(module)
   assert mod.__all__ and all(hasattr(mod, n) for n in mod.__all__)
   for attr, value in vars(mod).items():

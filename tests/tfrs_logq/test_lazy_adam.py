@@ -36,8 +36,8 @@ def _oracle(table, steps, adaptive=False):
 def _steps(rng, rows=9, d=3, n=6, count=7):
   out = []
   for _ in range(count):
-    idx = rng.integers(0, rows - 2, size=n)   # the last two rows are never named
-    idx[1] = idx[0]                            # a duplicate index: its rows are summed
+    idx = rng.integers(0, rows - 2, size=n)  # the last two rows are never named
+    idx[1] = idx[0]  # a duplicate index: its rows are summed
     out.append((idx, rng.normal(size=(n, d)).astype(np.float32)))
   return out
 
@@ -54,8 +54,9 @@ def test_sparse_updates_match_the_oracle(adaptive):
   theta, m, v, k = _oracle(table, steps, adaptive)
   np.testing.assert_allclose(var.numpy(), theta, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(opt._momentums[0].numpy(), m, rtol=1e-5, atol=1e-7)
-  np.testing.assert_allclose(opt._velocities[0].numpy(), v,
-                             rtol=5e-5, atol=1e-9)  # 1 - beta_2 in float32
+  np.testing.assert_allclose(
+    opt._velocities[0].numpy(), v, rtol=5e-5, atol=1e-9
+  )  # 1 - beta_2 in float32
   np.testing.assert_array_equal(opt._row_counts[0].numpy(), k)
   # Rows never named are untouched: parameters, moments and counters.
   np.testing.assert_array_equal(var.numpy()[-2:], table[-2:])
@@ -126,8 +127,10 @@ def test_mirrored_replicas_match_one_device(mirrored_strategy):
     opt.apply_gradients(zip(grads, [var]))
 
   dist = mirrored_strategy.experimental_distribute_values_from_function(
-      lambda ctx: tf.constant(idx[2 * ctx.replica_id_in_sync_group:
-                                  2 * ctx.replica_id_in_sync_group + 2]))
+    lambda ctx: tf.constant(
+      idx[2 * ctx.replica_id_in_sync_group : 2 * ctx.replica_id_in_sync_group + 2]
+    )
+  )
   tf.function(lambda x: mirrored_strategy.run(step, args=(x,)))(dist)
   # The replicas' gradients are summed: the same as one device seeing all four ids.
   grads = [(idx, 2 * table[idx])]

@@ -33,7 +33,7 @@ def _random_case(seed, num_q=40, num_items=60, max_len=12):
   targets = rng.integers(1, num_items + 1, size=num_q)
   for q in range(num_q):
     n = rng.integers(0, max_len + 1)
-    history[q, max_len - n:] = rng.integers(1, num_items + 1, size=n)  # left padded, dups ok
+    history[q, max_len - n :] = rng.integers(1, num_items + 1, size=n)  # left padded, dups ok
     if q % 5 == 0 and n > 0:
       history[q, -1] = targets[q]  # target also in history: must never be filtered
   return scores, history, targets
@@ -73,7 +73,7 @@ def test_filtering_changes_rank_and_keeps_target():
 def test_filter_rated_over_fetch_equals_exact():
   scores, history, targets = _random_case(3)
   k, max_len = 10, history.shape[1]
-  order = np.argsort(-scores[:, 1:], axis=1, kind="stable")[:, :k + max_len] + 1
+  order = np.argsort(-scores[:, 1:], axis=1, kind="stable")[:, : k + max_len] + 1
   over_scores = np.take_along_axis(scores, order, axis=1)
   ids, sc = metrics.filter_rated(order, over_scores, history, k, targets=targets)
   ref_ids, ref_sc = metrics.filtered_top_k_from_scores(scores, history, k, targets=targets)
@@ -88,10 +88,12 @@ def test_tf_versions_match_numpy():
   np.testing.assert_array_equal(tf_ids.numpy(), ids)
   np.testing.assert_allclose(tf_sc.numpy(), sc)
   for k in (3, 15):
-    np.testing.assert_allclose(metrics.recall_at_k_tf(ids, targets, k).numpy(),
-                               metrics.recall_at_k(ids, targets, k))
-    np.testing.assert_allclose(metrics.ndcg_at_k_tf(ids, targets, k).numpy(),
-                               metrics.ndcg_at_k(ids, targets, k), rtol=1e-6)
+    np.testing.assert_allclose(
+      metrics.recall_at_k_tf(ids, targets, k).numpy(), metrics.recall_at_k(ids, targets, k)
+    )
+    np.testing.assert_allclose(
+      metrics.ndcg_at_k_tf(ids, targets, k).numpy(), metrics.ndcg_at_k(ids, targets, k), rtol=1e-6
+    )
 
 
 def test_multi_target_recall():
@@ -138,8 +140,9 @@ def _ref_top_k(scores, history, target, k, keep_target):
   banned = set(int(h) for h in history)
   if keep_target:
     banned.discard(int(target))
-  items = sorted((d for d in range(1, len(scores)) if d not in banned),
-                 key=lambda d: (-float(scores[d]), d))[:k]
+  items = sorted(
+    (d for d in range(1, len(scores)) if d not in banned), key=lambda d: (-float(scores[d]), d)
+  )[:k]
   return items + [-1] * (k - len(items))
 
 
@@ -152,14 +155,14 @@ def test_exact_top_k_matches_plain_python_under_both_protocols(keep_target):
   hist = [rng.integers(1, 41, size=rng.integers(0, 38)) for _ in range(23)]
   hist[5] = np.arange(1, 41)  # everything rated: only empty slots (or the kept target) remain
   targets = np.array([h[0] if h.size and i % 2 else 7 for i, h in enumerate(hist)])
-  ids, scores = metrics.exact_top_k(q, items, 12, rated=hist,
-                                    targets=targets if keep_target else None, chunk_size=5)
+  ids, scores = metrics.exact_top_k(
+    q, items, 12, rated=hist, targets=targets if keep_target else None, chunk_size=5
+  )
   full = q.astype(np.float64) @ items.astype(np.float64).T
   for row in range(23):
     assert ids[row].tolist() == _ref_top_k(full[row], hist[row], targets[row], 12, keep_target)
     found = ids[row] > 0
-    np.testing.assert_allclose(scores[row][found], full[row][ids[row][found]], rtol=1e-5,
-                               atol=1e-5)
+    np.testing.assert_allclose(scores[row][found], full[row][ids[row][found]], rtol=1e-5, atol=1e-5)
   raw_ids, _ = metrics.exact_top_k(q, items, 12)  # no filtering: padding row 0 never returned
   for row in range(23):
     assert raw_ids[row].tolist() == _ref_top_k(full[row], [], 0, 12, False)

@@ -25,21 +25,25 @@ def _split_div(value, num_shards):
 
 def _sharded(value, num_shards=2):
   return sharded_variable.ShardedVariable(
-      [tf.Variable(part) for part in _split_div(np.asarray(value), num_shards)])
+    [tf.Variable(part) for part in _split_div(np.asarray(value), num_shards)]
+  )
 
 
 def _sharding_creator(num_shards):
   """Variable creator: variables of >= 4 rows become ShardedVariables (as a partitioner would)."""
+
   def creator(next_creator, **kwargs):
     init = kwargs["initial_value"]
     init = tf.convert_to_tensor(init() if callable(init) else init)
     if init.shape.rank == 0 or init.shape[0] < 4:
       return next_creator(**kwargs)
     name = kwargs.get("name") or "v"
-    parts = [next_creator(**dict(kwargs, initial_value=part, shape=None,
-                                 name=f"{name}/part_{i}"))
-             for i, part in enumerate(_split_div(init.numpy(), num_shards))]
+    parts = [
+      next_creator(**dict(kwargs, initial_value=part, shape=None, name=f"{name}/part_{i}"))
+      for i, part in enumerate(_split_div(init.numpy(), num_shards))
+    ]
     return sharded_variable.ShardedVariable(parts, name=name)
+
   return creator
 
 
@@ -48,7 +52,7 @@ def test_gather_rows_is_table_at_indices_for_any_index_shape(shape):
   table = np.arange(11 * 3, dtype=np.float32).reshape(11, 3)
   rng = np.random.default_rng(1)
   idx = rng.integers(0, 11, size=shape)
-  idx.flat[:3] = [9, 1, 10]                         # rows of both shards, out of shard order
+  idx.flat[:3] = [9, 1, 10]  # rows of both shards, out of shard order
   want = table[idx]
   var = _sharded(table, 3)
   assert sharded.is_sharded(var) and not sharded.is_sharded(tf.Variable(table))
@@ -58,13 +62,18 @@ def test_gather_rows_is_table_at_indices_for_any_index_shape(shape):
   np.testing.assert_array_equal(sharded.gather_rows(tf.constant(table), idx).numpy(), want)
 
 
-@pytest.mark.parametrize("make", [
+@pytest.mark.parametrize(
+  "make",
+  [
     lambda: frequency.HashArrayEstimator(num_buckets=64, num_items=100),
     lambda: frequency.CountMinSketch(width=50, depth=3, num_items=100),
-    lambda: frequency.CountMinSketch(width=50, depth=3, conservative=True, half_life=5.0,
-                                     num_items=100),
+    lambda: frequency.CountMinSketch(
+      width=50, depth=3, conservative=True, half_life=5.0, num_items=100
+    ),
     lambda: frequency.ExactCounts(100),
-], ids=["hash_array", "count_min", "count_min_conservative_decay", "exact"])
+  ],
+  ids=["hash_array", "count_min", "count_min_conservative_decay", "exact"],
+)
 def test_estimator_with_partitioned_state_equals_whole_state(make):
   whole = make()
   with tf.variable_creator_scope(_sharding_creator(2)):
@@ -78,8 +87,9 @@ def test_estimator_with_partitioned_state_equals_whole_state(make):
     update(ids)
   q = tf.constant(rng.integers(0, 100, size=(7, 5)), tf.int64)
   np.testing.assert_array_equal(parted.log_q(q).numpy(), whole.log_q(q).numpy())
-  np.testing.assert_array_equal(parted.log_q_prime(q, q[:, :1]).numpy(),
-                                whole.log_q_prime(q, q[:, :1]).numpy())
+  np.testing.assert_array_equal(
+    parted.log_q_prime(q, q[:, :1]).numpy(), whole.log_q_prime(q, q[:, :1]).numpy()
+  )
 
 
 def test_per_query_scores_from_a_partitioned_item_table():

@@ -26,18 +26,18 @@ def np_first_occurrence(keys, valid):
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_first_occurrence_matches_reference(seed):
   rng = np.random.default_rng(seed)
-  keys = rng.integers(-3, 9, size=50) * (2**40 if seed == 2 else 1)   # int64 keys beyond 2^32
+  keys = rng.integers(-3, 9, size=50) * (2**40 if seed == 2 else 1)  # int64 keys beyond 2^32
   valid = rng.random(50) < 0.6
-  first, segment, u = _static_shapes.first_occurrence(tf.constant(keys, tf.int64),
-                                                      tf.constant(valid))
+  first, segment, u = _static_shapes.first_occurrence(
+    tf.constant(keys, tf.int64), tf.constant(valid)
+  )
   ref_first, ref_segment, ref_u = np_first_occurrence(keys.tolist(), valid)
   np.testing.assert_array_equal(first.numpy(), ref_first)
-  known = ref_segment >= 0                      # rows whose key has a valid row
+  known = ref_segment >= 0  # rows whose key has a valid row
   np.testing.assert_array_equal(segment.numpy()[known], ref_segment[known])
   assert int(u) == ref_u
   # Compacting the static answer gives tf.unique over the valid rows.
-  np.testing.assert_array_equal(keys[first.numpy()],
-                                tf.unique(tf.constant(keys[valid])).y.numpy())
+  np.testing.assert_array_equal(keys[first.numpy()], tf.unique(tf.constant(keys[valid])).y.numpy())
 
 
 def test_first_occurrence_without_mask_and_empty():
@@ -63,17 +63,22 @@ def test_run_totals_are_per_key_sums_and_maxima():
 
 def test_valid_rank_counts_valid_rows_before():
   np.testing.assert_array_equal(
-      _static_shapes.valid_rank(tf.constant([True, False, True, True, False])).numpy(),
-      [0, 1, 1, 2, 3])
+    _static_shapes.valid_rank(tf.constant([True, False, True, True, False])).numpy(),
+    [0, 1, 1, 2, 3],
+  )
 
 
 @pytest.mark.parametrize("seed", [[5, 7], [-2124193061, 1], [2**40 + 5, -3]])
 def test_stateless_seed_draws_the_same_compiled_or_not(seed):
   """XLA reads the low 32 bits of each seed component: the reduced seed draws identically."""
+
   def draw(s):
     s = _static_shapes.stateless_seed(s)
-    return (tf.random.stateless_uniform([9], s, 1, 100, dtype=tf.int64),
-            tf.random.stateless_uniform([9], s, minval=None, maxval=None, dtype=tf.int32))
+    return (
+      tf.random.stateless_uniform([9], s, 1, 100, dtype=tf.int64),
+      tf.random.stateless_uniform([9], s, minval=None, maxval=None, dtype=tf.int32),
+    )
+
   seed = tf.constant(seed, tf.int64)
   for eager, compiled in zip(draw(seed), tf.function(draw, jit_compile=True)(seed)):
     np.testing.assert_array_equal(eager.numpy(), compiled.numpy())
@@ -85,8 +90,13 @@ def test_xla_context_is_detected_while_compiling():
   seen = []
 
   def probe(x):
-    seen.append((_static_shapes.in_xla_context(), _static_shapes.use_static_shapes(None),
-                 _static_shapes.use_static_shapes(False)))
+    seen.append(
+      (
+        _static_shapes.in_xla_context(),
+        _static_shapes.use_static_shapes(None),
+        _static_shapes.use_static_shapes(False),
+      )
+    )
     return x
 
   tf.function(probe, jit_compile=True)(tf.constant(1.0))

@@ -23,12 +23,25 @@ from train import cli
 from train.data import DataFormatError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TINY = ["--dataset=synthetic", "--synthetic_users=60", "--synthetic_items=50",
-        "--synthetic_min_len=5", "--synthetic_max_len=20", "--max_len=20", "--embedding_dim=16",
-        "--num_blocks=1", "--num_negatives=8", "--batch_size=16", "--eval_batch_size=60"]
+TINY = [
+  "--dataset=synthetic",
+  "--synthetic_users=60",
+  "--synthetic_items=50",
+  "--synthetic_min_len=5",
+  "--synthetic_max_len=20",
+  "--max_len=20",
+  "--embedding_dim=16",
+  "--num_blocks=1",
+  "--num_negatives=8",
+  "--batch_size=16",
+  "--eval_batch_size=60",
+]
 # TensorFlow's C++ log lines, absl's Python log lines, Python's tensorflow logger, the saver's.
-NOISE = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] |[IWEF]\d{4} "
-                   r"|(INFO|WARNING):tensorflow:)|Sharding callback", re.M)
+NOISE = re.compile(
+  r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] |[IWEF]\d{4} "
+  r"|(INFO|WARNING):tensorflow:)|Sharding callback",
+  re.M,
+)
 # A gradient that is NaN from the third step on (global step 2), with a finite loss.
 NAN_GRADIENT = """
 import runpy
@@ -55,14 +68,20 @@ runpy.run_module("train", run_name="__main__", alter_sys=True)
 def _env(**extra):
   env = dict(os.environ, CUDA_VISIBLE_DEVICES="", **extra)
   if "TF_CPP_MIN_LOG_LEVEL" not in extra:
-    env.pop("TF_CPP_MIN_LOG_LEVEL", None)   # the binary's own default
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # the binary's own default
   return env
 
 
 def _train(args, *, code=None, env=None, timeout=240):
   head = ["-m", "train"] if code is None else ["-c", code]
-  return subprocess.run([sys.executable, *head, *args], cwd=ROOT, env=env or _env(),
-                        capture_output=True, text=True, timeout=timeout)
+  return subprocess.run(
+    [sys.executable, *head, *args],
+    cwd=ROOT,
+    env=env or _env(),
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+  )
 
 
 def _lines(text):
@@ -79,7 +98,7 @@ def test_verbosity_is_read_from_the_command_line_before_flags_are_parsed():
   assert cli.verbosity_from_argv(["prog", "-v", "1"]) == "debug"
   assert cli.verbosity_from_argv(["prog", "-v=0"]) == "info"
   assert cli.verbosity_from_argv(["prog", "--verbosity=info", "--verbosity=quiet"]) == "quiet"
-  assert cli.verbosity_from_argv(["prog", "--verbosity=loud"]) == "quiet"   # the parser says
+  assert cli.verbosity_from_argv(["prog", "--verbosity=loud"]) == "quiet"  # the parser says
   assert cli.verbosity_from_argv(["prog", "--", "--verbosity=debug"]) == "quiet"
 
 
@@ -96,9 +115,13 @@ def test_quiet_tensorflow_leaves_a_level_the_user_set(monkeypatch):
 
 
 def test_verbosity_flag_takes_names_and_absl_integers():
-  for argv, name, level in ((["p"], "quiet", None), (["p", "--verbosity=info"], "info", 0),
-                            (["p", "--verbosity=debug"], "debug", 1),
-                            (["p", "--verbosity=-1"], "quiet", -1), (["p", "-v", "2"], "debug", 2)):
+  for argv, name, level in (
+    (["p"], "quiet", None),
+    (["p", "--verbosity=info"], "info", 0),
+    (["p", "--verbosity=debug"], "debug", 1),
+    (["p", "--verbosity=-1"], "quiet", -1),
+    (["p", "-v", "2"], "debug", 2),
+  ):
     values = flags.FlagValues()
     flags.DEFINE_integer("verbosity", -1, "absl's", short_name="v", flag_values=values)
     cli.declare_verbosity_flag(values)
@@ -112,8 +135,10 @@ def test_verbosity_flag_takes_names_and_absl_integers():
 
 def test_errors_are_one_line():
   assert cli.one_line(DataFormatError("f.txt", 3, "bad\n  thing")) == "f.txt, line 3: bad thing"
-  assert cli.one_line(FileNotFoundError(2, "No such file or directory", "/x")) == \
-      "/x: No such file or directory"
+  assert (
+    cli.one_line(FileNotFoundError(2, "No such file or directory", "/x"))
+    == "/x: No such file or directory"
+  )
   assert cli.one_line(ValueError()) == "ValueError"
 
 
@@ -121,11 +146,18 @@ def test_errors_are_one_line():
 
 
 def test_default_output_is_progress_and_one_line_per_epoch(tmp_path):
-  out = _train(TINY + ["--epochs=2", "--steps_per_epoch=2", f"--model_dir={tmp_path / 'run'}",
-                       f"--export_dir={tmp_path / 'export'}"])
+  out = _train(
+    TINY
+    + [
+      "--epochs=2",
+      "--steps_per_epoch=2",
+      f"--model_dir={tmp_path / 'run'}",
+      f"--export_dir={tmp_path / 'export'}",
+    ]
+  )
   assert out.returncode == 0, out.stderr[-3000:]
   assert re.findall(r"^epoch (\d+) step (\d+) loss", out.stdout, re.M) == [("1", "2"), ("2", "4")]
-  assert "2/2 [" in out.stdout                                        # the progress bar
+  assert "2/2 [" in out.stdout  # the progress bar
   assert not NOISE.search(out.stderr) and "tensorflow" not in out.stderr.lower(), out.stderr
   assert _lines(out.stderr)[-1].startswith("done: step 4, best epoch"), out.stderr
   assert (tmp_path / "export" / "export_meta.json").exists()
@@ -137,14 +169,21 @@ def test_bad_data_file_is_one_line_and_status_2(tmp_path):
   args = ["--dataset=sequences", f"--data_path={bad}", f"--model_dir={tmp_path / 'run'}"]
   out = _train(args)
   assert out.returncode == cli.EXIT_BAD_INPUT, out.stderr[-3000:]
-  assert _lines(out.stderr) == [f"error: {bad}, line 3: user 'u1' already has a line (line 1): "
-                                "a sequence file holds one line per user"], out.stderr
+  assert _lines(out.stderr) == [
+    f"error: {bad}, line 3: user 'u1' already has a line (line 1): "
+    "a sequence file holds one line per user"
+  ], out.stderr
   debug = _train(args + ["--verbosity=debug"])
   assert debug.returncode == cli.EXIT_BAD_INPUT
   assert "Traceback (most recent call last)" in debug.stderr and "DataFormatError" in debug.stderr
   assert _lines(debug.stderr)[-1] == _lines(out.stderr)[0]
-  missing = _train(["--dataset=sequences", f"--data_path={tmp_path / 'none.txt'}",
-                    f"--model_dir={tmp_path / 'run'}"])
+  missing = _train(
+    [
+      "--dataset=sequences",
+      f"--data_path={tmp_path / 'none.txt'}",
+      f"--model_dir={tmp_path / 'run'}",
+    ]
+  )
   assert missing.returncode == cli.EXIT_BAD_INPUT
   assert _lines(missing.stderr) == [f"error: data file not found: {tmp_path / 'none.txt'}"]
   assert not (tmp_path / "run").exists()
@@ -152,9 +191,11 @@ def test_bad_data_file_is_one_line_and_status_2(tmp_path):
 
 def test_non_finite_gradient_stops_at_its_step_and_keeps_the_last_checkpoint(tmp_path):
   model_dir = tmp_path / "run"
-  out = _train(TINY + ["--epochs=3", "--steps_per_epoch=2", "--noprogress",
-                       f"--model_dir={model_dir}"], code=NAN_GRADIENT,
-               env=_env(TF_CPP_MIN_LOG_LEVEL="3"))
+  out = _train(
+    TINY + ["--epochs=3", "--steps_per_epoch=2", "--noprogress", f"--model_dir={model_dir}"],
+    code=NAN_GRADIENT,
+    env=_env(TF_CPP_MIN_LOG_LEVEL="3"),
+  )
   assert out.returncode == cli.EXIT_ERROR, out.stderr[-3000:]
   assert "Traceback" not in out.stderr
   last = _lines(out.stderr)[-1]
@@ -178,19 +219,29 @@ def test_non_finite_gradient_stops_at_its_step_and_keeps_the_last_checkpoint(tmp
 def test_ctrl_c_keeps_the_last_epoch_and_prints_the_command_that_resumes(tmp_path):
   model_dir = tmp_path / "run"
   steps = 200
-  args = TINY + ["--epochs=50", f"--steps_per_epoch={steps}", "--noprogress",
-                 f"--model_dir={model_dir}"]
+  args = TINY + [
+    "--epochs=50",
+    f"--steps_per_epoch={steps}",
+    "--noprogress",
+    f"--model_dir={model_dir}",
+  ]
   # A shell that starts jobs in the background ignores SIGINT in them: restore the default.
-  proc = subprocess.Popen([sys.executable, "-m", "train", *args], cwd=ROOT, env=_env(),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+  proc = subprocess.Popen(
+    [sys.executable, "-m", "train", *args],
+    cwd=ROOT,
+    env=_env(),
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+    preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+  )
   try:
     deadline = time.time() + 200
-    while not (model_dir / "ckpt" / "checkpoint").exists():   # epoch 1 is checkpointed
+    while not (model_dir / "ckpt" / "checkpoint").exists():  # epoch 1 is checkpointed
       assert proc.poll() is None, proc.stderr.read()[-3000:]
       assert time.time() < deadline, "no checkpoint within 200 s"
       time.sleep(0.05)
-    time.sleep(0.2)                                            # inside epoch 2
+    time.sleep(0.2)  # inside epoch 2
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=120)
   finally:
@@ -202,9 +253,10 @@ def test_ctrl_c_keeps_the_last_epoch_and_prints_the_command_that_resumes(tmp_pat
   latest = tf.train.latest_checkpoint(str(model_dir / "ckpt"))
   step = int(latest.rsplit("-", 1)[1])
   epochs = len(json.loads((model_dir / "history.json").read_text()))
-  assert step == epochs * steps and epochs >= 1            # an epoch's end, never mid-epoch
-  assert f"the checkpoint of epoch {epochs} (step {step}) is saved in {model_dir / 'ckpt'}" \
-      in stderr, stderr
+  assert step == epochs * steps and epochs >= 1  # an epoch's end, never mid-epoch
+  assert (
+    f"the checkpoint of epoch {epochs} (step {step}) is saved in {model_dir / 'ckpt'}" in stderr
+  ), stderr
   assert "to resume, rerun the same command:" in stderr
   command = _lines(stderr)[-1]
   assert "-m train" in command and f"--model_dir={model_dir}" in command

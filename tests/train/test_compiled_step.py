@@ -25,23 +25,38 @@ LR = 0.5
 # "streaming_exact": any frequency value but "exact" makes the objective update the estimator
 # every step; ExactCounts without a table accumulates the stream's counts.
 ESTIMATORS = {
-    "streaming_exact": lambda: frequency.ExactCounts(N_ITEMS + 1),
-    "hash_array": lambda: frequency.HashArrayEstimator(num_buckets=16, num_hashes=2, alpha=0.2,
-                                                       num_items=N_ITEMS + 1),
-    "count_min": lambda: frequency.CountMinSketch(width=16, depth=2, conservative=True,
-                                                  half_life=20.0, num_items=N_ITEMS + 1),
+  "streaming_exact": lambda: frequency.ExactCounts(N_ITEMS + 1),
+  "hash_array": lambda: frequency.HashArrayEstimator(
+    num_buckets=16, num_hashes=2, alpha=0.2, num_items=N_ITEMS + 1
+  ),
+  "count_min": lambda: frequency.CountMinSketch(
+    width=16, depth=2, conservative=True, half_life=20.0, num_items=N_ITEMS + 1
+  ),
 }
 
 # Ops whose output shape depends on values (what XLA on TPU cannot compile statically).
-DYNAMIC_OPS = re.compile(r"^(Unique\w*|Where|ListDiff|DynamicPartition|DynamicStitch|"
-                         r"SparseToDense|DenseToSparse\w*|Ragged\w*)$")
+DYNAMIC_OPS = re.compile(
+  r"^(Unique\w*|Where|ListDiff|DynamicPartition|DynamicStitch|"
+  r"SparseToDense|DenseToSparse\w*|Ragged\w*)$"
+)
 
 
 def _config(**kw):
-  fields = dict(loss="sampled_softmax", negatives="mixed", num_negatives=K,
-                uniform_negatives="query", logq="corrected", q_prime="exact",
-                log_q_convention="unigram", ratio_floor=0.0, temperature=1.0, gbce_t=0.75,
-                seed=3, jit_compile=False, frequency="count_min")
+  fields = dict(
+    loss="sampled_softmax",
+    negatives="mixed",
+    num_negatives=K,
+    uniform_negatives="query",
+    logq="corrected",
+    q_prime="exact",
+    log_q_convention="unigram",
+    ratio_floor=0.0,
+    temperature=1.0,
+    gbce_t=0.75,
+    seed=3,
+    jit_compile=False,
+    frequency="count_min",
+  )
   fields.update(kw)
   return types.SimpleNamespace(**fields)
 
@@ -63,10 +78,16 @@ def _batches(steps=3, seed=0):
 def _build(config, estimator, *, dropout=0.3, optimizer="sgd", static_shapes=None):
   # The packed encoder (the default) draws dropout per non-padding token, its static form per
   # position: dropout masks are compared on the padded encoder, the packed one runs without.
-  model = SASRec(N_ITEMS, max_len=L, embedding_dim=8, num_blocks=1, dropout=dropout, seed=1,
-                 pack_tokens=dropout == 0.0).build_all()
-  opt = (tf.keras.optimizers.SGD(LR) if optimizer == "sgd"
-         else tf.keras.optimizers.Adam(0.01))
+  model = SASRec(
+    N_ITEMS,
+    max_len=L,
+    embedding_dim=8,
+    num_blocks=1,
+    dropout=dropout,
+    seed=1,
+    pack_tokens=dropout == 0.0,
+  ).build_all()
+  opt = tf.keras.optimizers.SGD(LR) if optimizer == "sgd" else tf.keras.optimizers.Adam(0.01)
   opt.build(model.trainable_variables)
   est = ESTIMATORS[estimator]()
   obj = objective_lib.Objective(config, model, N_ITEMS, est, static_shapes=static_shapes)
@@ -88,11 +109,11 @@ def _run(fn, model, est, batches):
 def _assert_same_steps(got, want, update_rtol=1e-4, update_atol=1e-6):
   for (terms_g, update_g, est_g), (terms_w, update_w, est_w) in zip(got, want):
     np.testing.assert_allclose(terms_g, terms_w, rtol=1e-5)
-    for a, b in zip(update_g, update_w):          # SGD: the update is LR x the gradient
+    for a, b in zip(update_g, update_w):  # SGD: the update is LR x the gradient
       np.testing.assert_allclose(a, b, rtol=update_rtol, atol=update_atol)
     for a, b in zip(est_g, est_w):
       np.testing.assert_allclose(a, b, rtol=1e-6)
-  assert any(np.abs(u).max() > 1e-3 for u in want[0][1])    # the step does train
+  assert any(np.abs(u).max() > 1e-3 for u in want[0][1])  # the step does train
 
 
 def _op_types(concrete):
@@ -110,25 +131,34 @@ def _compiled_run(estimator, per, dropout):
   """Per-step results of the compiled single-device step (each configuration compiled once)."""
   key = (estimator, per, dropout)
   if key not in _COMPILED:
-    model, opt, est, obj = _build(_config(uniform_negatives=per, frequency=estimator), estimator,
-                                  dropout=dropout)
-    _COMPILED[key] = _run(step_lib.make_replica_step(obj, model, opt, jit_compile=True), model,
-                          est, _batches())
+    model, opt, est, obj = _build(
+      _config(uniform_negatives=per, frequency=estimator), estimator, dropout=dropout
+    )
+    _COMPILED[key] = _run(
+      step_lib.make_replica_step(obj, model, opt, jit_compile=True), model, est, _batches()
+    )
   return _COMPILED[key]
 
 
-@pytest.mark.parametrize("estimator, per, dropout", [
-    ("streaming_exact", "query", 0.3), ("hash_array", "batch", 0.0), ("count_min", "query", 0.3),
-    ("count_min", "batch", 0.0)])
+@pytest.mark.parametrize(
+  "estimator, per, dropout",
+  [
+    ("streaming_exact", "query", 0.3),
+    ("hash_array", "batch", 0.0),
+    ("count_min", "query", 0.3),
+    ("count_min", "batch", 0.0),
+  ],
+)
 def test_compiled_step_equals_uncompiled_dynamic_step(estimator, per, dropout):
   """tf.function(replica step, jit_compile=True) (static shapes: padded positions masked, sort-
   based dedup, top_k subsample, static estimator update) == the default dynamic-shape step
   (eager), dropout masks included."""
-  model, opt, est, obj = _build(_config(uniform_negatives=per, frequency=estimator), estimator,
-                                dropout=dropout)
+  model, opt, est, obj = _build(
+    _config(uniform_negatives=per, frequency=estimator), estimator, dropout=dropout
+  )
   eager = _run(step_lib.make_replica_step(obj, model, opt), model, est, _batches())
   _assert_same_steps(_compiled_run(estimator, per, dropout), eager)
-  assert eager[0][0][2] == 25.0                      # count = the non-padding positions
+  assert eager[0][0][2] == 25.0  # count = the non-padding positions
 
 
 def test_compiled_adam_step_equals_uncompiled_and_has_no_dynamic_shape_op():
@@ -150,16 +180,22 @@ def test_compiled_adam_step_equals_uncompiled_and_has_no_dynamic_shape_op():
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=2e-5)
 
   step = tf.constant(0, tf.int64)
-  found = {t for t in _op_types(fn.get_concrete_function(batches[0], step))
-           if DYNAMIC_OPS.match(t)}
+  found = {t for t in _op_types(fn.get_concrete_function(batches[0], step)) if DYNAMIC_OPS.match(t)}
   assert not found, f"dynamic-shape ops in the compiled step: {sorted(found)}"
   hlo = fn.experimental_get_compiler_ir(batches[0], step)(stage="hlo")
   assert "ENTRY" in hlo and not re.search(r"\[[^\]]*<=", hlo), "bounded-dynamic shapes in HLO"
-  dynamic = tf.function(step_lib.make_replica_step(
-      objective_lib.Objective(config, model, N_ITEMS, ESTIMATORS["count_min"](),
-                              static_shapes=False), model, opt))
-  assert {"Unique", "Where"} <= {t for t in _op_types(dynamic.get_concrete_function(batches[0],
-                                                                                    step))}
+  dynamic = tf.function(
+    step_lib.make_replica_step(
+      objective_lib.Objective(
+        config, model, N_ITEMS, ESTIMATORS["count_min"](), static_shapes=False
+      ),
+      model,
+      opt,
+    )
+  )
+  assert {"Unique", "Where"} <= {
+    t for t in _op_types(dynamic.get_concrete_function(batches[0], step))
+  }
 
 
 def _mirrored_run(strategy, config, estimator, batches, static_shapes):
@@ -168,17 +204,20 @@ def _mirrored_run(strategy, config, estimator, batches, static_shapes):
     model, opt, est, obj = _build(config, estimator, dropout=0.0, static_shapes=static_shapes)
   fn = step_lib.make_replica_step(obj, model, opt, strategy=strategy)
 
-  def run(per_replica, step):                 # eager: no tracing of the two replicas (fast)
+  def run(per_replica, step):  # eager: no tracing of the two replicas (fast)
     out = strategy.run(fn, args=(per_replica, step))
     return [strategy.reduce(tf.distribute.ReduceOp.SUM, x, axis=None) for x in out]
 
   def distributed(batch):
     return strategy.experimental_distribute_values_from_function(
-        lambda ctx: {k: v[2 * ctx.replica_id_in_sync_group:2 * ctx.replica_id_in_sync_group + 2]
-                     for k, v in batch.items()})
+      lambda ctx: {
+        k: v[2 * ctx.replica_id_in_sync_group : 2 * ctx.replica_id_in_sync_group + 2]
+        for k, v in batch.items()
+      }
+    )
 
   out = _run(lambda b, s: run(distributed(b), s), model, est, batches)
-  for v in est.weights:                     # every replica holds the same estimator state
+  for v in est.weights:  # every replica holds the same estimator state
     copies = strategy.experimental_local_results(v)
     np.testing.assert_array_equal(copies[0].numpy(), copies[1].numpy())
   return out
@@ -206,4 +245,4 @@ def test_mirrored_static_per_query_draws_equal_dynamic(mirrored_strategy):
 def test_jit_under_mirrored_cpu_strategy_raises(mirrored_strategy):
   with pytest.raises(ValueError, match="GPU"):
     step_lib.make_replica_step(None, None, None, jit_compile=True, strategy=mirrored_strategy)
-  step_lib.check_jit_supported(tf.distribute.get_strategy())    # one device: supported
+  step_lib.check_jit_supported(tf.distribute.get_strategy())  # one device: supported

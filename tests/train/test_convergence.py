@@ -19,10 +19,21 @@ def tiny():
 
 
 def _run(tiny, tmp_path, name, **settings):
-  cfg = RunConfig.create(model="sasrec", max_len=10, embedding_dim=8, num_blocks=1,
-                         batch_size=16, num_negatives=8, steps_per_epoch=2, epochs=6,
-                         early_stopping_patience=2, learning_rate=0.01, progress=False,
-                         model_dir=str(tmp_path / name), **settings)
+  cfg = RunConfig.create(
+    model="sasrec",
+    max_len=10,
+    embedding_dim=8,
+    num_blocks=1,
+    batch_size=16,
+    num_negatives=8,
+    steps_per_epoch=2,
+    epochs=6,
+    early_stopping_patience=2,
+    learning_rate=0.01,
+    progress=False,
+    model_dir=str(tmp_path / name),
+    **settings,
+  )
   return Trainer(cfg, data=tiny, strategy=tf.distribute.get_strategy()).run()
 
 
@@ -30,8 +41,9 @@ def test_best_checkpoint_is_evaluated_and_the_test_curve_changes_nothing(tiny, t
   plain = _run(tiny, tmp_path, "plain")
   curve = _run(tiny, tmp_path, "curve", test_curve=True)
   # Recording the test curve leaves training and selection unchanged.
-  assert ([h["val_ndcg@10"] for h in plain["history"]]
-          == [h["val_ndcg@10"] for h in curve["history"]])
+  assert [h["val_ndcg@10"] for h in plain["history"]] == [
+    h["val_ndcg@10"] for h in curve["history"]
+  ]
   assert "test_ndcg@10" not in plain["history"][0]
   assert (plain["best_epoch"], plain["best_step"]) == (curve["best_epoch"], curve["best_step"])
   # Selection: the first maximum of the validation curve; training stops after `patience`
@@ -51,9 +63,19 @@ def test_best_checkpoint_is_evaluated_and_the_test_curve_changes_nothing(tiny, t
 
 def test_table_optimizer_lazy_adam_reaches_the_trainer(tiny, tmp_path):
   from tfrs_logq.lazy_adam import LazyAdam  # pylint: disable=g-import-not-at-top
-  cfg = RunConfig.create(model="two_tower", embedding_dim=8, max_len=10, batch_size=16,
-                         num_negatives=8, steps_per_epoch=2, epochs=1, progress=False,
-                         table_optimizer="lazy_adam", model_dir=str(tmp_path / "lazy"))
+
+  cfg = RunConfig.create(
+    model="two_tower",
+    embedding_dim=8,
+    max_len=10,
+    batch_size=16,
+    num_negatives=8,
+    steps_per_epoch=2,
+    epochs=1,
+    progress=False,
+    table_optimizer="lazy_adam",
+    model_dir=str(tmp_path / "lazy"),
+  )
   trainer = Trainer(cfg, data=tiny, strategy=tf.distribute.get_strategy())
   assert isinstance(trainer.optimizer, LazyAdam)
   result = trainer.run()

@@ -13,17 +13,24 @@ from train import epochs
 class FakeTrainer:
   """Scripted losses per epoch and validation NDCG@10 per epoch; records the calls."""
 
-  def __init__(self, losses, ndcgs, patience=2, max_epochs=10, budget=0.0, steps=4,
-               checkpoint_every=0.0):
-    self.cfg = types.SimpleNamespace(epochs=max_epochs, early_stopping_patience=patience,
-                                     time_budget_minutes=budget, test_curve=False, progress=False,
-                                     checkpoint_every_seconds=checkpoint_every)
+  def __init__(
+    self, losses, ndcgs, patience=2, max_epochs=10, budget=0.0, steps=4, checkpoint_every=0.0
+  ):
+    self.cfg = types.SimpleNamespace(
+      epochs=max_epochs,
+      early_stopping_patience=patience,
+      time_budget_minutes=budget,
+      test_curve=False,
+      progress=False,
+      checkpoint_every_seconds=checkpoint_every,
+    )
     self.steps_per_epoch = steps
     self.losses, self.ndcgs = losses, ndcgs
     self.state = dict(epoch=0, step=0, best_metric=-1.0, best_epoch=0, bad_epochs=0)
     self.calls, self.reported, self.read = [], [], []
     self.summaries = types.SimpleNamespace(
-        scalars=lambda step, values: self.read.append(step), epoch=lambda *a: None)
+      scalars=lambda step, values: self.read.append(step), epoch=lambda *a: None
+    )
 
   def get_state(self):
     return dict(self.state)
@@ -45,8 +52,13 @@ class FakeTrainer:
 
   def validate(self, split):
     e = self.state["epoch"]
-    return {"recall@10": 0.1, "recall@20": 0.2, "ndcg@10": self.ndcgs[e], "ndcg@20": 0.1,
-            "num_queries": 5}
+    return {
+      "recall@10": 0.1,
+      "recall@20": 0.2,
+      "ndcg@10": self.ndcgs[e],
+      "ndcg@20": 0.1,
+      "num_queries": 5,
+    }
 
   def save_best(self, epoch):
     self.calls.append(("best", epoch))
@@ -68,12 +80,12 @@ def test_early_stopping_history_and_best():
   t = FakeTrainer([[1.0] * 4] * 10, [0.1, 0.3, 0.2, 0.25, 0.29], patience=3)
   history = []
   assert epochs.EpochLoop(t, read_every=3).run(history, started=0.0) is None
-  assert [h["epoch"] for h in history] == [1, 2, 3, 4, 5]      # stops 3 epochs after epoch 2
+  assert [h["epoch"] for h in history] == [1, 2, 3, 4, 5]  # stops 3 epochs after epoch 2
   assert t.state["best_epoch"] == 2 and t.state["bad_epochs"] == 3
   assert [c for c in t.calls if c[0] == "best"] == [("best", 1), ("best", 2)]
   assert history[1]["step"] == 8 and history[1]["val_ndcg@10"] == 0.3
   assert "*best*" in t.reported[1] and "*best*" not in t.reported[2]
-  assert t.read == list(range(1, 21))                           # every step read, in order
+  assert t.read == list(range(1, 21))  # every step read, in order
   assert epochs.best_step(history, 2) == 8 and epochs.best_step(history, 9) is None
 
 
@@ -88,11 +100,25 @@ def test_values_are_read_every_k_steps_not_after_each():
     for item in steps(e):
       order.append(("run", item[2]))
       yield item
+
   t.epoch_steps = logged
   epochs.EpochLoop(t, read_every=3).run([], started=0.0)
-  assert order == [("run", 1), ("read", 1),                     # the first step alone
-                   ("run", 2), ("run", 3), ("run", 4), ("read", 2), ("read", 3), ("read", 4),
-                   ("run", 5), ("run", 6), ("run", 7), ("read", 5), ("read", 6), ("read", 7)]
+  assert order == [
+    ("run", 1),
+    ("read", 1),  # the first step alone
+    ("run", 2),
+    ("run", 3),
+    ("run", 4),
+    ("read", 2),
+    ("read", 3),
+    ("read", 4),
+    ("run", 5),
+    ("run", 6),
+    ("run", 7),
+    ("read", 5),
+    ("read", 6),
+    ("read", 7),
+  ]
 
 
 def test_non_finite_names_the_first_failing_step_and_saves_nothing():
@@ -109,7 +135,7 @@ def test_non_finite_names_the_first_failing_step_and_saves_nothing():
 def test_time_budget_pauses_before_an_epoch_that_would_not_fit():
   t = FakeTrainer([[1.0] * 4] * 10, [0.1 * i for i in range(1, 11)], budget=1e-9)
   out = epochs.EpochLoop(t).run([], started=0.0)
-  assert out == dict(paused=True, epochs_done=1)   # the first epoch always runs
+  assert out == dict(paused=True, epochs_done=1)  # the first epoch always runs
 
 
 class Clock:
@@ -122,6 +148,7 @@ class Clock:
     def ticking(e):
       self.now += per_epoch
       begin(e)
+
     t.begin_epoch = ticking
 
   def __call__(self):
@@ -131,14 +158,22 @@ class Clock:
 def test_checkpoint_every_seconds_skips_epochs_and_saves_the_last(monkeypatch):
   """Epochs of 10 s, a checkpoint at most every 25 s: epochs 3, 6 and 9 (30 s after the last),
   then the last epoch (the early stop, 10 s later); the best weights at every improvement."""
-  t = FakeTrainer([[1.0] * 4] * 10, [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.5, 0.5, 0.5],
-                  patience=3, checkpoint_every=25.0)
+  t = FakeTrainer(
+    [[1.0] * 4] * 10,
+    [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.5, 0.5, 0.5],
+    patience=3,
+    checkpoint_every=25.0,
+  )
   monkeypatch.setattr(epochs.time, "monotonic", Clock(t, 10.0))
   history = []
   assert epochs.EpochLoop(t).run(history, started=0.0) is None
   assert len(history) == 10
-  assert [c for c in t.calls if c[0] == "ckpt"] == [("ckpt", 3), ("ckpt", 6), ("ckpt", 9),
-                                                         ("ckpt", 10)]
+  assert [c for c in t.calls if c[0] == "ckpt"] == [
+    ("ckpt", 3),
+    ("ckpt", 6),
+    ("ckpt", 9),
+    ("ckpt", 10),
+  ]
   assert [c[1] for c in t.calls if c[0] == "best"] == [1, 2, 3, 4, 5, 6, 7]
 
 
@@ -152,8 +187,9 @@ def test_checkpoint_every_seconds_zero_saves_every_epoch(monkeypatch):
 def test_a_pause_writes_the_skipped_checkpoint_first(monkeypatch):
   """Epochs of 10 s, a budget of 1 min: the loop pauses after epoch 6, whose checkpoint the
   interval skipped; it is written before the pause, so the rerun continues from epoch 6."""
-  t = FakeTrainer([[1.0] * 4] * 10, [0.1 * i for i in range(1, 11)], budget=1.0,
-                  checkpoint_every=1e9)
+  t = FakeTrainer(
+    [[1.0] * 4] * 10, [0.1 * i for i in range(1, 11)], budget=1.0, checkpoint_every=1e9
+  )
   clock = Clock(t, 10.0)
   monkeypatch.setattr(epochs.time, "monotonic", clock)
   monkeypatch.setattr(epochs.time, "time", clock)
@@ -176,11 +212,12 @@ def test_phases_are_recorded():
 def test_both_binaries_use_the_one_loop():
   import ast  # pylint: disable=g-import-not-at-top
   import pathlib  # pylint: disable=g-import-not-at-top
+
   root = pathlib.Path(__file__).resolve().parents[2]
   for path in ("train/trainer.py", "train/keras3/trainer.py"):
     tree = ast.parse((root / path).read_text())
     classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
-    assert "NonFiniteError" not in classes, path          # defined once, in train.epochs
+    assert "NonFiniteError" not in classes, path  # defined once, in train.epochs
     source = (root / path).read_text()
     assert "epochs.EpochLoop(self" in source, path
     assert "def _train_epoch" not in source, path
@@ -192,6 +229,7 @@ def test_prefetch_keeps_the_items_and_raises_the_producers_error():
   def failing():
     yield 1
     raise ValueError("bad batch")
+
   got = []
   with pytest.raises(ValueError, match="bad batch"):
     for x in epochs.prefetch(failing()):
@@ -199,11 +237,12 @@ def test_prefetch_keeps_the_items_and_raises_the_producers_error():
   assert got == [1]
   it = epochs.prefetch(iter(range(10**6)), depth=2)
   assert next(it) == 0
-  it.close()                                   # the producer stops; nothing hangs
+  it.close()  # the producer stops; nothing hangs
 
 
 def test_shape_log_counts_each_new_shape_once():
   import numpy as np  # pylint: disable=g-import-not-at-top
+
   lines = []
   log = epochs.ShapeLog(lines.append)
   a = dict(inputs=np.zeros((4, 5)), token_rows=np.zeros(7))

@@ -17,9 +17,14 @@ class _Data:
   item_counts: np.ndarray = dataclasses.field(default_factory=lambda: np.arange(10.0))
 
 
-@pytest.mark.parametrize("name,cls", [("exact", frequency.ExactCounts),
-                                      ("hash_array", frequency.HashArrayEstimator),
-                                      ("count_min", frequency.CountMinSketch)])
+@pytest.mark.parametrize(
+  "name,cls",
+  [
+    ("exact", frequency.ExactCounts),
+    ("hash_array", frequency.HashArrayEstimator),
+    ("count_min", frequency.CountMinSketch),
+  ],
+)
 def test_each_setting_builds_its_estimator_with_the_run_settings(name, cls):
   cfg = dataclasses.replace(RunConfig(), frequency=name, frequency_buckets=0, seed=3)
   est = estimator_spec.build(frequency, cfg, _Data())
@@ -35,5 +40,6 @@ def test_unknown_setting_is_refused():
   with pytest.raises(ValueError, match="frequency"):  # RunConfig refuses it first
     dataclasses.replace(RunConfig(), frequency="nope")
   with pytest.raises(ValueError, match="unknown --frequency"):  # a config built otherwise
-    estimator_spec.estimator_spec(type("Cfg", (), {"frequency": "nope", "frequency_buckets": 0})(),
-                                  10, None)
+    estimator_spec.estimator_spec(
+      type("Cfg", (), {"frequency": "nope", "frequency_buckets": 0})(), 10, None
+    )

@@ -40,9 +40,9 @@ def _rss_drop_after_free(setting, release=False):
 @pytest.mark.skipif(host_memory._glibc() is None, reason="mallopt is glibc's (not this libc)")
 def test_retain_keeps_a_freed_16_mib_buffer_mapped_default_unmaps_it():
   applied, drop = _rss_drop_after_free("default")
-  assert not applied and drop > 12 * 1024           # unmapped: the pages left the process
+  assert not applied and drop > 12 * 1024  # unmapped: the pages left the process
   applied, drop = _rss_drop_after_free("retain")
-  assert applied and drop < 1024                     # kept for the next allocation
+  assert applied and drop < 1024  # kept for the next allocation
 
 
 # A child process applies a setting, lets 4 threads malloc 1 MiB each (glibc gives a new thread a
@@ -72,22 +72,26 @@ _HEAPS_CHILD = textwrap.dedent("""
 
 
 def _heaps(setting, one_heap):
-  out = subprocess.run([sys.executable, "-c", _HEAPS_CHILD, setting, "1" if one_heap else "0"],
-                       capture_output=True, text=True, check=True).stdout
+  out = subprocess.run(
+    [sys.executable, "-c", _HEAPS_CHILD, setting, "1" if one_heap else "0"],
+    capture_output=True,
+    text=True,
+    check=True,
+  ).stdout
   return int(out.split()[-1])
 
 
 @pytest.mark.skipif(host_memory._glibc() is None, reason="mallopt is glibc's (not this libc)")
 def test_retain_gives_all_threads_one_heap():
   assert _heaps("retain", one_heap=True) == 1
-  assert _heaps("retain", one_heap=False) >= 2      # glibc's per-thread heaps, as by default
+  assert _heaps("retain", one_heap=False) >= 2  # glibc's per-thread heaps, as by default
   assert _heaps("default", one_heap=True) >= 2
 
 
 @pytest.mark.skipif(host_memory._glibc() is None, reason="malloc_trim is glibc's (not this libc)")
 def test_release_free_memory_returns_what_retain_kept():
   applied, drop = _rss_drop_after_free("retain", release=True)
-  assert applied and drop > 12 * 1024               # the kept 16 MiB left after malloc_trim
+  assert applied and drop > 12 * 1024  # the kept 16 MiB left after malloc_trim
 
 
 def test_unknown_setting_is_refused():
@@ -101,6 +105,7 @@ def test_default_does_nothing():
 
 def test_binary_flag_offers_both_settings():
   from train.config import RunConfig
+
   assert RunConfig().host_allocator == "retain"
   with pytest.raises(ValueError):
     RunConfig.create(host_allocator="jemalloc")

@@ -25,15 +25,31 @@ from train import distribute
 from train.config import RunConfig
 from train.trainer import Trainer
 
-MIN_SHARD_BYTES = 512   # tables of 41 x 8 float32 (1312 bytes) split in 2; small weights do not
+MIN_SHARD_BYTES = 512  # tables of 41 x 8 float32 (1312 bytes) split in 2; small weights do not
 
 
 def _cfg(tmp, **kw):
-  args = dict(dataset="synthetic", model="sasrec", loss="sampled_softmax", negatives="mixed",
-              num_negatives=16, logq="corrected", frequency="count_min", batch_size=8,
-              uniform_negatives="batch", max_len=10, embedding_dim=8, num_blocks=1,
-              dropout=0.0, steps_per_epoch=3, epochs=1, model_dir=str(tmp), progress=False,
-              seed=5, ps_min_shard_bytes=MIN_SHARD_BYTES)
+  args = dict(
+    dataset="synthetic",
+    model="sasrec",
+    loss="sampled_softmax",
+    negatives="mixed",
+    num_negatives=16,
+    logq="corrected",
+    frequency="count_min",
+    batch_size=8,
+    uniform_negatives="batch",
+    max_len=10,
+    embedding_dim=8,
+    num_blocks=1,
+    dropout=0.0,
+    steps_per_epoch=3,
+    epochs=1,
+    model_dir=str(tmp),
+    progress=False,
+    seed=5,
+    ps_min_shard_bytes=MIN_SHARD_BYTES,
+  )
   args.update(kw)
   return RunConfig.create(**args)
 
@@ -83,6 +99,7 @@ def _grads_fn(trainer):
       terms = trainer.objective(batch, step, training=True)
     grads = tape.gradient(terms["loss"], trainer.model.trainable_variables)
     return terms["loss"], [tf.convert_to_tensor(g) for g in grads]
+
   return replica
 
 
@@ -90,24 +107,30 @@ def _ps_devices(variable):
   return {tf.DeviceSpec.from_string(v.device).task for v in variable.variables}
 
 
-def test_tables_are_sharded_over_both_ps_and_small_state_is_not(tmp_path, tiny_data,
-                                                                 ps_strategy):
+def test_tables_are_sharded_over_both_ps_and_small_state_is_not(tmp_path, tiny_data, ps_strategy):
   trainer = Trainer(_cfg(tmp_path), data=tiny_data, strategy=ps_strategy)
   assert trainer.coordinator is not None
-  assert distribute.ps_addresses(ps_strategy) == ps_strategy._cluster_resolver.cluster_spec(  # pylint: disable=protected-access
-      ).as_dict()["ps"] and len(distribute.ps_addresses(ps_strategy)) == 2
-  for table in (trainer.model.input_embedding.embeddings,
-                trainer.model.output_embedding.embeddings, trainer.estimator.table):
+  assert (
+    distribute.ps_addresses(ps_strategy)
+    == ps_strategy._cluster_resolver.cluster_spec(  # pylint: disable=protected-access
+    ).as_dict()["ps"]
+    and len(distribute.ps_addresses(ps_strategy)) == 2
+  )
+  for table in (
+    trainer.model.input_embedding.embeddings,
+    trainer.model.output_embedding.embeddings,
+    trainer.estimator.table,
+  ):
     assert sharded.is_sharded(table), table
     assert len(table.variables) == 2 and _ps_devices(table) == {0, 1}
     assert all("/job:ps/" in v.device for v in table.variables)
-  for small in (trainer.model.position_embedding.embeddings, trainer.estimator.total,
-                trainer.step):
+  for small in (trainer.model.position_embedding.embeddings, trainer.estimator.total, trainer.step):
     assert not sharded.is_sharded(small) and "/job:ps/" in small.device
 
 
-def test_one_step_loss_and_gradients_equal_the_single_process_step(tmp_path, tiny_data,
-                                                                   ps_strategy):
+def test_one_step_loss_and_gradients_equal_the_single_process_step(
+  tmp_path, tiny_data, ps_strategy
+):
   single = Trainer(_cfg(tmp_path / "one"), data=tiny_data)
   ps = Trainer(_cfg(tmp_path / "ps"), data=tiny_data, strategy=ps_strategy)
   _copy_weights(single.model, ps.model)
@@ -137,12 +160,12 @@ def test_one_step_loss_and_gradients_equal_the_single_process_step(tmp_path, tin
     np.testing.assert_array_equal(_value(b), _value(a), err_msg=name)
 
 
-def test_estimator_state_after_scheduled_steps_equals_single_process(tmp_path, tiny_data,
-                                                                     ps_strategy):
+def test_estimator_state_after_scheduled_steps_equals_single_process(
+  tmp_path, tiny_data, ps_strategy
+):
   cfg = _cfg(tmp_path, steps_per_epoch=8)
   single = Trainer(cfg, data=tiny_data)
-  ps = Trainer(cfg.replace(model_dir=str(tmp_path / "ps")), data=tiny_data,
-               strategy=ps_strategy)
+  ps = Trainer(cfg.replace(model_dir=str(tmp_path / "ps")), data=tiny_data, strategy=ps_strategy)
   batches = list(single.epoch_dataset(0))
   assert len(batches) == 8
   for batch in batches:
@@ -165,8 +188,13 @@ def test_estimator_state_after_scheduled_steps_equals_single_process(tmp_path, t
 
 def test_trainer_run_checkpoints_exports_and_resumes(tmp_path, tiny_data, ps_strategy):
   lines = []
-  cfg = _cfg(tmp_path / "run", steps_per_epoch=4, epochs=2, strategy="parameter_server",
-             export_dir=str(tmp_path / "run" / "export"))
+  cfg = _cfg(
+    tmp_path / "run",
+    steps_per_epoch=4,
+    epochs=2,
+    strategy="parameter_server",
+    export_dir=str(tmp_path / "run" / "export"),
+  )
   first = Trainer(cfg, data=tiny_data, strategy=ps_strategy, report=lines.append).run()
   assert first["global_step"] == 8 and first["epochs_done"] == 2
   assert all(np.isfinite(h["loss"]) for h in first["history"])
@@ -174,22 +202,26 @@ def test_trainer_run_checkpoints_exports_and_resumes(tmp_path, tiny_data, ps_str
   ckpt = tf.train.latest_checkpoint(str(tmp_path / "run" / "ckpt"))
   assert ckpt and ckpt.endswith("ckpt-8")
   shapes = tf.train.load_checkpoint(ckpt).get_variable_to_shape_map()
-  tables = [n for n in shapes if "output_embedding/embeddings" in n and "OPTIMIZER" not in n
-            and n.endswith("VARIABLE_VALUE")]
-  assert tables and all(shapes[n] == [41, 8] for n in tables)   # saved whole, not per shard
+  tables = [
+    n
+    for n in shapes
+    if "output_embedding/embeddings" in n and "OPTIMIZER" not in n and n.endswith("VARIABLE_VALUE")
+  ]
+  assert tables and all(shapes[n] == [41, 8] for n in tables)  # saved whole, not per shard
   table = np.load(tmp_path / "run" / "export" / "item_embeddings.npy")
   assert table.shape == (41, 8) and np.isfinite(table).all()
   meta = json.loads((tmp_path / "run" / "export" / "export_meta.json").read_text())
   assert meta["run_config"]["strategy"] == "parameter_server"
   assert not any(l.startswith("resumed") for l in lines)
   # Rerun with more epochs: restores epoch 2 (model, optimizer, estimator, step) and goes on.
-  resumed = Trainer(cfg.replace(epochs=3), data=tiny_data, strategy=ps_strategy,
-                    report=lines.append)
+  resumed = Trainer(
+    cfg.replace(epochs=3), data=tiny_data, strategy=ps_strategy, report=lines.append
+  )
   result = resumed.run()
   assert any(l.startswith("resumed from") and "epoch 2, step 8" in l for l in lines)
   assert result["global_step"] == 12 and result["epochs_done"] == 3
   assert [h["epoch"] for h in result["history"]] == [1, 2, 3]
-  assert int(resumed.estimator.step.numpy()) == 12    # 8 restored + 4 new steps
+  assert int(resumed.estimator.step.numpy()) == 12  # 8 restored + 4 new steps
   assert tf.train.latest_checkpoint(str(tmp_path / "run" / "ckpt")).endswith("ckpt-12")
 
 
@@ -203,8 +235,9 @@ def _optimizer_state(trainer):
     kinds = dict(m=opt._momentums, v=opt._velocities)  # pylint: disable=protected-access
     if hasattr(opt, "_row_counts"):
       kinds["row_count"] = opt._row_counts  # pylint: disable=protected-access
-    state[name] = dict(value=_value(parts), **{
-        k: _value([kind[i] for i in slots]) for k, kind in kinds.items()})
+    state[name] = dict(
+      value=_value(parts), **{k: _value([kind[i] for i in slots]) for k, kind in kinds.items()}
+    )
   return state, int(opt.iterations.numpy())
 
 
@@ -214,28 +247,34 @@ def _assert_same_state(single, ps, rtol=1e-5):
   for name in one:
     assert one[name].keys() == two[name].keys()
     for kind in one[name]:
-      np.testing.assert_allclose(two[name][kind], one[name][kind], rtol=rtol, atol=1e-7,
-                                 err_msg=f"{name} {kind}")
+      np.testing.assert_allclose(
+        two[name][kind], one[name][kind], rtol=rtol, atol=1e-7, err_msg=f"{name} {kind}"
+      )
   for (name, a), (_, b) in zip(_whole(single.estimator.weights), _whole(ps.estimator.weights)):
     np.testing.assert_array_equal(_value(b), _value(a), err_msg=name)
 
 
-def test_lazy_adam_and_hash_array_steps_equal_the_single_process_steps(tmp_path, tiny_data,
-                                                                        ps_strategy):
+def test_lazy_adam_and_hash_array_steps_equal_the_single_process_steps(
+  tmp_path, tiny_data, ps_strategy
+):
   """--table_optimizer=lazy_adam, --frequency=hash_array: one scheduled step updates the sharded
   tables, every slot (m, v, the per-row counts k_r) and the estimator exactly as the
   single-process step on the same batch and weights; so do 2 more steps scheduled one after
   the other (join between them: the hash array reads then writes its cells, so only sequential
   steps are comparable), whichever worker runs them."""
-  cfg = _cfg(tmp_path, table_optimizer="lazy_adam", frequency="hash_array",
-             frequency_buckets=256, steps_per_epoch=3)
+  cfg = _cfg(
+    tmp_path,
+    table_optimizer="lazy_adam",
+    frequency="hash_array",
+    frequency_buckets=256,
+    steps_per_epoch=3,
+  )
   single = Trainer(cfg, data=tiny_data)
-  ps = Trainer(cfg.replace(model_dir=str(tmp_path / "ps")), data=tiny_data,
-               strategy=ps_strategy)
+  ps = Trainer(cfg.replace(model_dir=str(tmp_path / "ps")), data=tiny_data, strategy=ps_strategy)
   opt = ps.optimizer
   table = ps.model.output_embedding.embeddings
   assert sharded.is_sharded(table) and sharded.is_sharded(ps.estimator.gap)
-  for part in table.variables:   # LazyAdam's slots live beside their shard, whole
+  for part in table.variables:  # LazyAdam's slots live beside their shard, whole
     slot = opt._row_counts[opt._index_dict[opt._var_key(part)]]  # pylint: disable=protected-access
     assert not sharded.is_sharded(slot) and slot.device == part.device
     assert slot.shape == part.shape[:1]
@@ -253,7 +292,7 @@ def test_lazy_adam_and_hash_array_steps_equal_the_single_process_steps(tmp_path,
     if i == 0:
       _assert_same_state(single, ps)
       counts = _optimizer_state(ps)[0]["output_item_embedding/embeddings"]["row_count"]
-      assert 0 < (counts == 1).sum() < counts.size   # a sparse update: only the batch's rows
+      assert 0 < (counts == 1).sum() < counts.size  # a sparse update: only the batch's rows
   _assert_same_state(single, ps, rtol=1e-4)
   assert int(ps.estimator.step.numpy()) == len(batches) == 3
 
@@ -261,9 +300,17 @@ def test_lazy_adam_and_hash_array_steps_equal_the_single_process_steps(tmp_path,
 def test_two_tower_trains_under_the_strategy(tmp_path, tiny_data, ps_strategy):
   """--model=two_tower (mixed negatives, hash array, LazyAdam): its item table is sharded over
   both ps, a Trainer run trains, validates and checkpoints."""
-  cfg = _cfg(tmp_path, model="two_tower", use_user_id=True, table_optimizer="lazy_adam",
-             frequency="hash_array", frequency_buckets=256, steps_per_epoch=6, epochs=2,
-             strategy="parameter_server")
+  cfg = _cfg(
+    tmp_path,
+    model="two_tower",
+    use_user_id=True,
+    table_optimizer="lazy_adam",
+    frequency="hash_array",
+    frequency_buckets=256,
+    steps_per_epoch=6,
+    epochs=2,
+    strategy="parameter_server",
+  )
   trainer = Trainer(cfg, data=tiny_data, strategy=ps_strategy)
   table = trainer.model.candidate_tower.item_embedding.embeddings
   assert sharded.is_sharded(table) and _ps_devices(table) == {0, 1}
@@ -279,22 +326,35 @@ def test_two_tower_trains_under_the_strategy(tmp_path, tiny_data, ps_strategy):
 def test_lost_parameter_servers_reads_the_ps_task_from_the_error():
   def unavailable(text):
     return tf.errors.UnavailableError(None, None, text)
-  assert distribute.lost_parameter_servers(unavailable(
+
+  assert distribute.lost_parameter_servers(
+    unavailable(
       "Socket closed ... remote target /job:ps/replica:0/task:1/device:CPU:0 while calling "
-      "RunComponentFunction")) == [1]
+      "RunComponentFunction"
+    )
+  ) == [1]
   wrapped = RuntimeError("closure failed")
-  wrapped.original_exception = unavailable("from /job:ps/replica:0/task:0 and "
-                                           "/job:ps/replica:0/task:2")
+  wrapped.original_exception = unavailable(
+    "from /job:ps/replica:0/task:0 and /job:ps/replica:0/task:2"
+  )
   assert distribute.lost_parameter_servers(wrapped) == [0, 2]
   restarted = tf.errors.InvalidArgumentError(
-      None, None, "Unable to find the relevant tensor remote_handle: Op ID: 7 on "
-      "/job:ps/replica:0/task:0")
+    None,
+    None,
+    "Unable to find the relevant tensor remote_handle: Op ID: 7 on /job:ps/replica:0/task:0",
+  )
   assert distribute.lost_parameter_servers(restarted) == [0]
   # A worker's failure, or an error that only mentions a ps, is not the loss of a ps.
-  assert distribute.lost_parameter_servers(unavailable(
-      "Socket closed: /job:worker/replica:0/task:1")) is None
-  assert distribute.lost_parameter_servers(tf.errors.InvalidArgumentError(
-      None, None, "bad shape for /job:ps/replica:0/task:0")) is None
+  assert (
+    distribute.lost_parameter_servers(unavailable("Socket closed: /job:worker/replica:0/task:1"))
+    is None
+  )
+  assert (
+    distribute.lost_parameter_servers(
+      tf.errors.InvalidArgumentError(None, None, "bad shape for /job:ps/replica:0/task:0")
+    )
+    is None
+  )
   assert distribute.lost_parameter_servers(ValueError("x")) is None
 
 
@@ -304,10 +364,13 @@ class _ProcessCluster:
 
   def __init__(self, run, logs, args, workers=2, ps=1):
     import os  # pylint: disable=g-import-not-at-top
+
     ports = distribute.free_ports(1 + workers + ps)
-    self.cluster = {"chief": [f"127.0.0.1:{ports[0]}"],
-                    "worker": [f"127.0.0.1:{p}" for p in ports[1:1 + workers]],
-                    "ps": [f"127.0.0.1:{p}" for p in ports[1 + workers:]]}
+    self.cluster = {
+      "chief": [f"127.0.0.1:{ports[0]}"],
+      "worker": [f"127.0.0.1:{p}" for p in ports[1 : 1 + workers]],
+      "ps": [f"127.0.0.1:{p}" for p in ports[1 + workers :]],
+    }
     self.args = ["--strategy=parameter_server", f"--model_dir={run}", *args]
     self.logs, self.procs, self.count = logs, {}, 0
     logs.mkdir(parents=True, exist_ok=True)
@@ -318,19 +381,30 @@ class _ProcessCluster:
     import os  # pylint: disable=g-import-not-at-top
     import subprocess  # pylint: disable=g-import-not-at-top
     import sys  # pylint: disable=g-import-not-at-top
+
     self.count += 1
     log = self.logs / f"{self.count}_{task}{index}.log"
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="",
-               TF_CONFIG=json.dumps({"cluster": self.cluster,
-                                     "task": {"type": task, "index": index}}))
+    env = dict(
+      os.environ,
+      TF_CPP_MIN_LOG_LEVEL="2",
+      CUDA_VISIBLE_DEVICES="",
+      TF_CONFIG=json.dumps({"cluster": self.cluster, "task": {"type": task, "index": index}}),
+    )
     with open(log, "w") as out:
-      proc = subprocess.Popen([sys.executable, "-m", "train", *self.args], cwd=self.root,
-                              env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+      proc = subprocess.Popen(
+        [sys.executable, "-m", "train", *self.args],
+        cwd=self.root,
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        text=True,
+      )
     self.procs[(task, index, self.count)] = proc
     return proc, log
 
   def kill(self, proc):
     import signal  # pylint: disable=g-import-not-at-top
+
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     assert proc.returncode == -signal.SIGKILL
@@ -345,6 +419,7 @@ class _ProcessCluster:
 def _wait_for_line(proc, log, needle, seconds=150):
   """Waits until ``needle`` is in the log of the (running) process; returns the log's text."""
   import time  # pylint: disable=g-import-not-at-top
+
   deadline = time.time() + seconds
   while True:
     text = log.read_text()
@@ -375,27 +450,43 @@ def test_binary_cluster_recovers_from_killed_chief_worker_and_ps(tmp_path):
      epoch 3 and finishes epoch 4 (worker 0 kept all along).
   """
   from train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+
   run = tmp_path / "run"
-  cluster = _ProcessCluster(run, tmp_path / "logs", [
-      "--dataset=synthetic", "--synthetic_users=80", "--synthetic_items=40",
-      "--synthetic_min_len=6", "--synthetic_max_len=14", "--max_len=10", "--embedding_dim=8",
-      "--num_blocks=1", "--num_negatives=16", "--batch_size=8", "--steps_per_epoch=200",
-      "--epochs=4", "--frequency=count_min", "--progress=false",
-      f"--ps_min_shard_bytes={MIN_SHARD_BYTES}"])
+  cluster = _ProcessCluster(
+    run,
+    tmp_path / "logs",
+    [
+      "--dataset=synthetic",
+      "--synthetic_users=80",
+      "--synthetic_items=40",
+      "--synthetic_min_len=6",
+      "--synthetic_max_len=14",
+      "--max_len=10",
+      "--embedding_dim=8",
+      "--num_blocks=1",
+      "--num_negatives=16",
+      "--batch_size=8",
+      "--steps_per_epoch=200",
+      "--epochs=4",
+      "--frequency=count_min",
+      "--progress=false",
+      f"--ps_min_shard_bytes={MIN_SHARD_BYTES}",
+    ],
+  )
   try:
     ps, _ = cluster.start("ps")
     cluster.start("worker", 0)
     worker_1, _ = cluster.start("worker", 1)
     chief, log = cluster.start("chief")
     _wait_for_line(chief, log, "epoch 1 step 200 ")
-    cluster.kill(chief)                                           # 1. the chief
+    cluster.kill(chief)  # 1. the chief
     chief, log = cluster.start("chief")
     text = _wait_for_line(chief, log, "epoch 2 step ")
     assert re.search(r"resumed from \S+/ckpt/ckpt-200: epoch 1, step 200,", text), text
     assert _steps(text, r"epoch 2 step (\d+) ") == [400]
-    cluster.kill(worker_1)                                        # 2. a worker
+    cluster.kill(worker_1)  # 2. a worker
     _wait_for_line(chief, log, "epoch 3 step ")
-    cluster.kill(ps)                                              # 3. the ps
+    cluster.kill(ps)  # 3. the ps
     chief.wait(timeout=150)
     text = log.read_text()
     assert chief.returncode == trainer_lib.EXIT_PS_LOST, text[-3000:]
@@ -403,8 +494,11 @@ def test_binary_cluster_recovers_from_killed_chief_worker_and_ps(tmp_path):
     step_3 = _steps(text, r"epoch 3 step (\d+) ")[0]
     assert step_3 >= 600
     assert last.startswith(f"error: ps 0 ({cluster.cluster['ps'][0]}) was lost"), last
-    assert (f"the checkpoint of epoch 3 (step {step_3}) in {run / 'ckpt'} is kept" in last
-            and "rerun this chief's command to resume: " in last and "-m train" in last), last
+    assert (
+      f"the checkpoint of epoch 3 (step {step_3}) in {run / 'ckpt'} is kept" in last
+      and "rerun this chief's command to resume: " in last
+      and "-m train" in last
+    ), last
     cluster.start("ps")
     cluster.start("worker", 1)
     chief, log = cluster.start("chief")

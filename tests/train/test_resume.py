@@ -15,17 +15,35 @@ import tfrs_logq  # noqa: F401
 import tensorflow as tf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ARGS = ["--dataset=synthetic", "--synthetic_users=100", "--synthetic_items=50",
-        "--synthetic_min_len=6", "--synthetic_max_len=14", "--max_len=10", "--embedding_dim=8",
-        "--num_blocks=1", "--num_negatives=16", "--batch_size=16", "--steps_per_epoch=60",
-        "--epochs=3", "--frequency=count_min", "--negatives=mixed", "--progress=false"]
+ARGS = [
+  "--dataset=synthetic",
+  "--synthetic_users=100",
+  "--synthetic_items=50",
+  "--synthetic_min_len=6",
+  "--synthetic_max_len=14",
+  "--max_len=10",
+  "--embedding_dim=8",
+  "--num_blocks=1",
+  "--num_negatives=16",
+  "--batch_size=16",
+  "--steps_per_epoch=60",
+  "--epochs=3",
+  "--frequency=count_min",
+  "--negatives=mixed",
+  "--progress=false",
+]
 
 
 def _start(model_dir):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-  return subprocess.Popen([sys.executable, "-m", "train", *ARGS, f"--model_dir={model_dir}"],
-                          cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          text=True)
+  return subprocess.Popen(
+    [sys.executable, "-m", "train", *ARGS, f"--model_dir={model_dir}"],
+    cwd=ROOT,
+    env=env,
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.PIPE,
+    text=True,
+  )
 
 
 def _finish(proc, timeout=240):
@@ -40,8 +58,11 @@ def _finish(proc, timeout=240):
 
 def _variables(model_dir):
   reader = tf.train.load_checkpoint(tf.train.latest_checkpoint(str(model_dir / "ckpt")))
-  return {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map()
-          if not n.startswith("_CHECKPOINTABLE")}
+  return {
+    n: reader.get_tensor(n)
+    for n in reader.get_variable_to_shape_map()
+    if not n.startswith("_CHECKPOINTABLE")
+  }
 
 
 def test_sigkill_mid_epoch_then_rerun_resumes_exactly(tmp_path):
@@ -51,23 +72,23 @@ def test_sigkill_mid_epoch_then_rerun_resumes_exactly(tmp_path):
   try:
     deadline = time.time() + 200
     index = killed / "ckpt" / "checkpoint"
-    while not index.exists():                      # end of epoch 1 is checkpointed
+    while not index.exists():  # end of epoch 1 is checkpointed
       assert victim.poll() is None, victim.stderr.read()[-3000:]
       assert time.time() < deadline, "no checkpoint within 200 s"
       time.sleep(0.05)
-    time.sleep(0.1)                                # inside epoch 2 (60 steps)
+    time.sleep(0.1)  # inside epoch 2 (60 steps)
     assert victim.poll() is None, "the run finished before it could be killed"
     victim.send_signal(signal.SIGKILL)
     victim.wait(timeout=30)
     assert victim.returncode == -signal.SIGKILL
     saved = json.loads((killed / "history.json").read_text())
-    assert len(saved) < 3                          # killed before the run finished
+    assert len(saved) < 3  # killed before the run finished
     assert len(list((killed / "ckpt").glob("ckpt-*.index"))) == len(saved)
   finally:
     if victim.poll() is None:
       victim.kill()
       victim.wait(timeout=30)
-  _finish(_start(killed))                          # the same command again
+  _finish(_start(killed))  # the same command again
   _finish(reference)
   a, b = _variables(full), _variables(killed)
   assert set(a) == set(b)
@@ -76,15 +97,16 @@ def test_sigkill_mid_epoch_then_rerun_resumes_exactly(tmp_path):
   estimator = [n for n in a if n.startswith("estimator")]
   optimizer = [n for n in a if "OPTIMIZER_SLOT" in n or n.startswith("optimizer")]
   assert estimator and optimizer
-  for n in estimator:                              # counts: nothing lost or double counted
+  for n in estimator:  # counts: nothing lost or double counted
     np.testing.assert_array_equal(a[n], b[n], err_msg=n)
   for n in a:
     np.testing.assert_allclose(a[n], b[n], rtol=1e-5, atol=1e-6, err_msg=n)
   ma = json.loads((full / "metrics.json").read_text())
   mb = json.loads((killed / "metrics.json").read_text())
   assert [h["epoch"] for h in mb["history"]] == [1, 2, 3]
-  np.testing.assert_allclose([h["loss"] for h in ma["history"]],
-                             [h["loss"] for h in mb["history"]], rtol=1e-5)
+  np.testing.assert_allclose(
+    [h["loss"] for h in ma["history"]], [h["loss"] for h in mb["history"]], rtol=1e-5
+  )
 
 
 def test_time_budget_pauses_between_epochs_and_chunks_end_where_one_run_ends(tmp_path):
@@ -93,15 +115,30 @@ def test_time_budget_pauses_between_epochs_and_chunks_end_where_one_run_ends(tmp
   command one chunk at a time (each does at least one epoch) ends bit-for-bit where one
   uninterrupted run ends."""
   from train.trainer import EXIT_PAUSED  # pylint: disable=g-import-not-at-top
+
   full, chunked = tmp_path / "full", tmp_path / "chunked"
   reference = _start(full)
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-  command = [sys.executable, "-m", "train", *ARGS, f"--model_dir={chunked}",
-             "--time_budget_minutes=0.0001"]                 # 6 ms: one epoch per process
+  command = [
+    sys.executable,
+    "-m",
+    "train",
+    *ARGS,
+    f"--model_dir={chunked}",
+    "--time_budget_minutes=0.0001",
+  ]  # 6 ms: one epoch per process
   codes, epochs = [], []
   for _ in range(4):
-    proc = subprocess.run(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True, timeout=240, check=False)
+    proc = subprocess.run(
+      command,
+      cwd=ROOT,
+      env=env,
+      stdout=subprocess.DEVNULL,
+      stderr=subprocess.PIPE,
+      text=True,
+      timeout=240,
+      check=False,
+    )
     codes.append(proc.returncode)
     epochs.append(len(json.loads((chunked / "history.json").read_text())))
     if proc.returncode == EXIT_PAUSED:
@@ -119,7 +156,8 @@ def test_time_budget_pauses_between_epochs_and_chunks_end_where_one_run_ends(tmp
   ma = json.loads((full / "metrics.json").read_text())
   mb = json.loads((chunked / "metrics.json").read_text())
   assert mb["global_step"] == ma["global_step"] == 180
-  np.testing.assert_allclose([h["loss"] for h in ma["history"]],
-                             [h["loss"] for h in mb["history"]], rtol=1e-5)
+  np.testing.assert_allclose(
+    [h["loss"] for h in ma["history"]], [h["loss"] for h in mb["history"]], rtol=1e-5
+  )
   for k in ma["test"]:
     np.testing.assert_allclose(mb["test"][k], ma["test"][k], rtol=1e-6, err_msg=k)

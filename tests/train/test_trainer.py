@@ -21,24 +21,55 @@ def test_estimator_settings_reach_the_estimator(tiny):
   exact = build_estimator(RunConfig.create(frequency="exact", frequency_min_count=0.5), tiny)
   assert isinstance(exact, frequency.ExactCounts) and exact.min_count == 0.5
   np.testing.assert_array_equal(exact.counts.numpy()[:31], tiny.item_counts)
-  hashed = build_estimator(RunConfig.create(
-      frequency="hash_array", frequency_buckets=512, hash_array_hashes=3, hash_array_alpha=0.05,
-      hash_array_warmup=False, hash_array_pending_gap=False, seed=7), tiny)
+  hashed = build_estimator(
+    RunConfig.create(
+      frequency="hash_array",
+      frequency_buckets=512,
+      hash_array_hashes=3,
+      hash_array_alpha=0.05,
+      hash_array_warmup=False,
+      hash_array_pending_gap=False,
+      seed=7,
+    ),
+    tiny,
+  )
   assert isinstance(hashed, frequency.HashArrayEstimator)
   got = hashed.get_config()
-  assert (got["num_buckets"], got["num_hashes"], got["alpha"], got["warmup"],
-          got["pending_gap"], got["seed"]) == (512, 3, 0.05, False, False, 7)
-  sketch = build_estimator(RunConfig.create(
-      frequency="count_min", count_min_depth=3, count_min_conservative=True,
-      count_min_half_life=100.0, frequency_min_count=2.0), tiny)
+  assert (
+    got["num_buckets"],
+    got["num_hashes"],
+    got["alpha"],
+    got["warmup"],
+    got["pending_gap"],
+    got["seed"],
+  ) == (512, 3, 0.05, False, False, 7)
+  sketch = build_estimator(
+    RunConfig.create(
+      frequency="count_min",
+      count_min_depth=3,
+      count_min_conservative=True,
+      count_min_half_life=100.0,
+      frequency_min_count=2.0,
+    ),
+    tiny,
+  )
   assert isinstance(sketch, frequency.CountMinSketch)
-  assert (sketch.width, sketch.depth, sketch.conservative, sketch.half_life,
-          sketch.min_count) == (1024, 3, True, 100.0, 2.0)  # width: max(1024, 4 (N + 1))
+  assert (sketch.width, sketch.depth, sketch.conservative, sketch.half_life, sketch.min_count) == (
+    1024,
+    3,
+    True,
+    100.0,
+    2.0,
+  )  # width: max(1024, 4 (N + 1))
 
 
 def test_two_tower_tower_settings_reach_the_model(tiny):
-  model = build_model(RunConfig.create(model="two_tower", hidden_dims=(12, 6), use_user_id=True,
-                                       use_history=False, embedding_dim=6), tiny).build_all()
+  model = build_model(
+    RunConfig.create(
+      model="two_tower", hidden_dims=(12, 6), use_user_id=True, use_history=False, embedding_dim=6
+    ),
+    tiny,
+  ).build_all()
   tower = model.query_tower
   assert [layer.units for layer in tower.mlp] == [12, 6]
   assert tower.use_user_id and not tower.use_history
@@ -50,14 +81,29 @@ def test_sasrec_settings_reach_the_model(tiny):
   """Block style, tying, token packing and attention blocks reach the SASRec built; the flags'
   defaults are the model's own (one definition)."""
   from models import sasrec  # pylint: disable=g-import-not-at-top
+
   default = build_model(RunConfig.create(max_len=8, embedding_dim=8), tiny)
-  assert (default.pack_tokens, default.attention_blocks) == (sasrec.DEFAULT_PACK_TOKENS,
-                                                             sasrec.DEFAULT_ATTENTION_BLOCKS)
-  model = build_model(RunConfig.create(
-      max_len=8, embedding_dim=8, sasrec_block="pre_ln", tie_embeddings=True,
-      sasrec_pack_tokens=False, sasrec_attention_blocks=4), tiny)
-  assert (model.block_style, model.tie_embeddings, model.pack_tokens,
-          model.attention_blocks) == ("pre_ln", True, False, 4)
+  assert (default.pack_tokens, default.attention_blocks) == (
+    sasrec.DEFAULT_PACK_TOKENS,
+    sasrec.DEFAULT_ATTENTION_BLOCKS,
+  )
+  model = build_model(
+    RunConfig.create(
+      max_len=8,
+      embedding_dim=8,
+      sasrec_block="pre_ln",
+      tie_embeddings=True,
+      sasrec_pack_tokens=False,
+      sasrec_attention_blocks=4,
+    ),
+    tiny,
+  )
+  assert (model.block_style, model.tie_embeddings, model.pack_tokens, model.attention_blocks) == (
+    "pre_ln",
+    True,
+    False,
+    4,
+  )
   with pytest.raises(ValueError, match="sasrec_attention_blocks"):
     RunConfig.create(sasrec_attention_blocks=0)
 
@@ -67,16 +113,30 @@ def test_jit_compile_step_trains_like_the_uncompiled_step(tiny, tmp_path):
   losses, weights and estimator state as the uncompiled step (dropout 0, streaming estimator)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from train.trainer import Trainer  # pylint: disable=g-import-not-at-top
+
   results = []
   for jit in (False, True):
     cfg = RunConfig.create(
-        model="sasrec", max_len=8, embedding_dim=8, num_blocks=1, dropout=0.0, batch_size=8,
-        num_negatives=8, uniform_negatives="query", frequency="count_min", logq="corrected",
-        steps_per_epoch=3, epochs=1, jit_compile_step=jit, progress=False,
-        model_dir=str(tmp_path / f"jit{int(jit)}"))
+      model="sasrec",
+      max_len=8,
+      embedding_dim=8,
+      num_blocks=1,
+      dropout=0.0,
+      batch_size=8,
+      num_negatives=8,
+      uniform_negatives="query",
+      frequency="count_min",
+      logq="corrected",
+      steps_per_epoch=3,
+      epochs=1,
+      jit_compile_step=jit,
+      progress=False,
+      model_dir=str(tmp_path / f"jit{int(jit)}"),
+    )
     trainer = Trainer(cfg, data=tiny, strategy=tf.distribute.get_strategy())
-    losses = [tuple(float(x) for x in trainer.train_step(batch))
-              for batch in trainer.distributed_epoch(0)]
+    losses = [
+      tuple(float(x) for x in trainer.train_step(batch)) for batch in trainer.distributed_epoch(0)
+    ]
     results.append((np.array(losses), trainer.estimator.weights[0].numpy()))
   assert results[0][0].shape == (3, 2) and np.all(np.isfinite(results[0][0]))
   np.testing.assert_allclose(results[1][0], results[0][0], rtol=2e-4, atol=1e-5)
@@ -90,15 +150,24 @@ def test_same_seed_pairs_rows_same_initial_model_and_batches(tiny, tmp_path):
   from train.trainer import Trainer  # pylint: disable=g-import-not-at-top
 
   def state(logq, seed):
-    cfg = RunConfig.create(model="sasrec", max_len=8, embedding_dim=8, num_blocks=1,
-                           batch_size=8, num_negatives=8, logq=logq, seed=seed,
-                           steps_per_epoch=2, epochs=1, progress=False,
-                           model_dir=str(tmp_path / f"{logq}{seed}"))
+    cfg = RunConfig.create(
+      model="sasrec",
+      max_len=8,
+      embedding_dim=8,
+      num_blocks=1,
+      batch_size=8,
+      num_negatives=8,
+      logq=logq,
+      seed=seed,
+      steps_per_epoch=2,
+      epochs=1,
+      progress=False,
+      model_dir=str(tmp_path / f"{logq}{seed}"),
+    )
     trainer = Trainer(cfg, data=tiny, strategy=tf.distribute.get_strategy())
     trainer.model.build_all()
     weights = [w.numpy() for w in trainer.model.weights]
-    batches = [{k: v.numpy() for k, v in b.items()}
-               for b in trainer.epoch_dataset(1).take(2)]
+    batches = [{k: v.numpy() for k, v in b.items()} for b in trainer.epoch_dataset(1).take(2)]
     return weights, batches
 
   runs = {logq: state(logq, 3) for logq in ("none", "standard_no_positive", "corrected")}
@@ -118,17 +187,28 @@ def test_same_seed_pairs_rows_same_initial_model_and_batches(tiny, tmp_path):
 
 
 @pytest.mark.parametrize("allocator,calls", [("retain", 1), ("default", 0)])
-def test_free_heap_is_returned_once_after_the_first_epoch_under_retain(tiny, tmp_path,
-                                                                        monkeypatch, allocator,
-                                                                        calls):
+def test_free_heap_is_returned_once_after_the_first_epoch_under_retain(
+  tiny, tmp_path, monkeypatch, allocator, calls
+):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from train import host_memory  # pylint: disable=g-import-not-at-top
   from train.trainer import Trainer  # pylint: disable=g-import-not-at-top
+
   seen = []
   monkeypatch.setattr(host_memory, "release_free_memory", lambda: seen.append(1) or True)
-  cfg = RunConfig.create(model="sasrec", max_len=8, embedding_dim=8, num_blocks=1, batch_size=8,
-                         num_negatives=8, steps_per_epoch=1, epochs=3, progress=False,
-                         host_allocator=allocator, model_dir=str(tmp_path / allocator))
+  cfg = RunConfig.create(
+    model="sasrec",
+    max_len=8,
+    embedding_dim=8,
+    num_blocks=1,
+    batch_size=8,
+    num_negatives=8,
+    steps_per_epoch=1,
+    epochs=3,
+    progress=False,
+    host_allocator=allocator,
+    model_dir=str(tmp_path / allocator),
+  )
   Trainer(cfg, data=tiny, strategy=tf.distribute.get_strategy()).run()
   assert len(seen) == calls
 
@@ -136,9 +216,19 @@ def test_free_heap_is_returned_once_after_the_first_epoch_under_retain(tiny, tmp
 def _small_trainer(tiny, model_dir, report=None, **overrides):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from train.trainer import Trainer  # pylint: disable=g-import-not-at-top
-  settings = dict(model="sasrec", max_len=8, embedding_dim=8, num_blocks=1, batch_size=8,
-                  num_negatives=8, steps_per_epoch=2, epochs=2, progress=False,
-                  model_dir=str(model_dir))
+
+  settings = dict(
+    model="sasrec",
+    max_len=8,
+    embedding_dim=8,
+    num_blocks=1,
+    batch_size=8,
+    num_negatives=8,
+    steps_per_epoch=2,
+    epochs=2,
+    progress=False,
+    model_dir=str(model_dir),
+  )
   cfg = RunConfig.create(**{**settings, **overrides})
   return Trainer(cfg, data=tiny, strategy=tf.distribute.get_strategy(), report=report)
 
@@ -148,6 +238,7 @@ def test_interrupt_mid_epoch_saves_nothing_newer_than_the_last_epoch(tiny, tmp_p
   (a mid-epoch state is never saved: resuming replays epoch 2 exactly)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from train.trainer import TrainingInterrupted  # pylint: disable=g-import-not-at-top
+
   lines = []
   trainer = _small_trainer(tiny, tmp_path / "run", lines.append)
   real, calls = trainer.train_step, []
@@ -173,6 +264,7 @@ def test_interrupt_between_an_epochs_end_and_its_save_saves_it_and_resumes(tiny,
   (the state is an epoch's end), and a new Trainer on the same folder resumes from it."""
   import json  # pylint: disable=g-import-not-at-top
   from train.trainer import TrainingInterrupted  # pylint: disable=g-import-not-at-top
+
   trainer = _small_trainer(tiny, tmp_path / "run")
   real, calls = trainer._save_history, []  # pylint: disable=protected-access
 
@@ -189,8 +281,9 @@ def test_interrupt_between_an_epochs_end_and_its_save_saves_it_and_resumes(tiny,
   assert [h["epoch"] for h in json.loads((tmp_path / "run" / "history.json").read_text())] == [1]
   lines = []
   result = _small_trainer(tiny, tmp_path / "run", lines.append).run()
-  assert lines[0].startswith(f"resumed from {tmp_path / 'run' / 'ckpt' / 'ckpt-2'}: epoch 1, "
-                             "step 2")
+  assert lines[0].startswith(
+    f"resumed from {tmp_path / 'run' / 'ckpt' / 'ckpt-2'}: epoch 1, step 2"
+  )
   assert result["global_step"] == 4 and [h["epoch"] for h in result["history"]] == [1, 2]
 
 
@@ -200,13 +293,14 @@ def test_checkpoint_every_seconds_writes_the_last_epoch_and_no_mid_epoch_state(t
   trains from the start and its last epoch (the run's end) is the one checkpoint on disk."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from train.trainer import TrainingInterrupted  # pylint: disable=g-import-not-at-top
+
   run_dir = tmp_path / "run"
   trainer = _small_trainer(tiny, run_dir, epochs=3, checkpoint_every_seconds=1e9)
   real, calls = trainer.train_step, []
 
   def step(batch):
     calls.append(1)
-    if len(calls) == 6:   # epoch 3 has taken one step
+    if len(calls) == 6:  # epoch 3 has taken one step
       raise KeyboardInterrupt
     return real(batch)
 
@@ -233,17 +327,32 @@ def test_mixed_precision_bfloat16(tiny, tmp_path, jit_compile):
   to float32's and not equal to them (bfloat16 is used); eager and XLA encoders."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from train.trainer import Trainer  # pylint: disable=g-import-not-at-top
+
   runs = {}
   for precision in ("float32", "bfloat16"):
     cfg = RunConfig.create(
-        model="sasrec", max_len=8, embedding_dim=8, num_blocks=1, dropout=0.0, batch_size=8,
-        num_negatives=8, logq="corrected", steps_per_epoch=3, epochs=1, progress=False,
-        jit_compile=jit_compile, mixed_precision=precision,
-        model_dir=str(tmp_path / precision))
+      model="sasrec",
+      max_len=8,
+      embedding_dim=8,
+      num_blocks=1,
+      dropout=0.0,
+      batch_size=8,
+      num_negatives=8,
+      logq="corrected",
+      steps_per_epoch=3,
+      epochs=1,
+      progress=False,
+      jit_compile=jit_compile,
+      mixed_precision=precision,
+      model_dir=str(tmp_path / precision),
+    )
     trainer = Trainer(cfg, data=tiny, strategy=tf.distribute.get_strategy())
     assert tf.keras.mixed_precision.global_policy().name == "float32"
-    layers = [layer for layer in trainer.model._flatten_layers()  # pylint: disable=protected-access
-              if isinstance(layer, tf.keras.layers.Dense)]
+    layers = [
+      layer
+      for layer in trainer.model._flatten_layers()  # pylint: disable=protected-access
+      if isinstance(layer, tf.keras.layers.Dense)
+    ]
     assert layers
     assert {layer.compute_dtype for layer in layers} == {precision}
     assert {layer.kernel.dtype for layer in layers} == {tf.float32}
@@ -270,5 +379,6 @@ def test_frequency_seed_is_the_hash_seed(tiny):
   """--frequency_seed sets the streaming estimators' hash seed; by default it is --seed."""
   for kind in ("hash_array", "count_min"):
     assert build_estimator(RunConfig.create(frequency=kind, seed=3), tiny).seed == 3
-    assert build_estimator(RunConfig.create(frequency=kind, seed=3, frequency_seed=9),
-                           tiny).seed == 9
+    assert (
+      build_estimator(RunConfig.create(frequency=kind, seed=3, frequency_seed=9), tiny).seed == 9
+    )

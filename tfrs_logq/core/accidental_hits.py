@@ -4,12 +4,18 @@ r"""Accidental hits: negatives whose id equals the row's positive id, and their 
     duplicate    = (id_c == p_a) and label[a, c] = 0  (RemoveAccidentalHits)
     out[a, c]    = lowest(dtype) where duplicate, logits[a, c] otherwise
     lowest(dtype) = dtype.min / 100 (float16: -6e4): finite with room to spare, e^lowest = 0
+
+(the formulas of `hit_mask`, `remove_hits` and `lowest_logit`).
 """
 
 __all__ = ["lowest_logit", "hit_mask", "remove_hits"]
 
-_LOWEST = {"float16": -6.0e4, "bfloat16": -3.3895313892515355e36,
-           "float32": -3.4028234663852886e36, "float64": -1.7976931348623157e306}
+_LOWEST = {
+  "float16": -6.0e4,
+  "bfloat16": -3.3895313892515355e36,
+  "float32": -3.4028234663852886e36,
+  "float64": -1.7976931348623157e306,
+}
 
 
 def lowest_logit(dtype_name: str) -> float:
@@ -28,6 +34,7 @@ def hit_mask(ops, positive_ids, negative_ids):
 def remove_hits(ops, logits, labels, candidate_ids, positive_ids, lowest):
   """``lowest`` (a tensor of the logits' dtype) where a candidate shares the positive's id and
   is not the labelled positive, the logits elsewhere (ids broadcast against the labels)."""
-  duplicate = ops.logical_and(ops.equal(candidate_ids, positive_ids),
-                              ops.logical_not(ops.cast(labels, "bool")))
+  duplicate = ops.logical_and(
+    ops.equal(candidate_ids, positive_ids), ops.logical_not(ops.cast(labels, "bool"))
+  )
   return ops.where(duplicate, lowest, logits)

@@ -11,10 +11,25 @@ import numbers
 
 import numpy as np
 
-__all__ = ["LOSSES", "CORRECTIONS", "Q_PRIME_MODES", "MIXED_CONVENTIONS", "LOG_Q_CONVENTIONS",
-           "UNIFORM_PER", "LOG_Q_SLACK", "check_correction", "check_num_items_given",
-           "check_counts_table", "check_hash_array", "check_catalog", "check_retrieval_inputs",
-           "check_estimator_inputs", "check_full_softmax", "resolve_log_q", "needs_log_q"]
+__all__ = [
+  "LOSSES",
+  "CORRECTIONS",
+  "Q_PRIME_MODES",
+  "MIXED_CONVENTIONS",
+  "LOG_Q_CONVENTIONS",
+  "UNIFORM_PER",
+  "LOG_Q_SLACK",
+  "check_correction",
+  "check_num_items_given",
+  "check_counts_table",
+  "check_hash_array",
+  "check_catalog",
+  "check_retrieval_inputs",
+  "check_estimator_inputs",
+  "check_full_softmax",
+  "resolve_log_q",
+  "needs_log_q",
+]
 
 LOSSES = ("sampled_softmax", "full_softmax", "bce", "gbce")
 """Training losses of the binaries (sampled softmax with a correction, or the references)."""
@@ -30,20 +45,24 @@ LOG_Q_SLACK = 1e-5
 total); anything above is a caller error (Q > 1)."""
 
 
-def check_correction(correction: str, q_prime: str,
-                     ratio_floor: float = 0.0) -> float:
+def check_correction(correction: str, q_prime: str, ratio_floor: float = 0.0) -> float:
   """Raises ValueError naming the argument for an unknown correction / q_prime / ratio_floor;
   returns ratio_floor as a float."""
   if correction not in CORRECTIONS:
     raise ValueError(f"correction must be one of {CORRECTIONS}, got {correction!r}")
   if q_prime not in Q_PRIME_MODES:
     raise ValueError(f"q_prime must be one of {Q_PRIME_MODES}, got {q_prime!r}")
-  if (isinstance(ratio_floor, bool) or not isinstance(ratio_floor, numbers.Real)
-      or not 0.0 <= float(ratio_floor) < 1.0):
+  if (
+    isinstance(ratio_floor, bool)
+    or not isinstance(ratio_floor, numbers.Real)
+    or not 0.0 <= float(ratio_floor) < 1.0
+  ):
     raise ValueError(f"ratio_floor must be a float in [0, 1) (0 = off), got {ratio_floor!r}")
   if ratio_floor > 0 and correction != "corrected":
-    raise ValueError("ratio_floor applies to correction='corrected' only (the clamp of the "
-                     f"paper's corrected script), got correction={correction!r}")
+    raise ValueError(
+      "ratio_floor applies to correction='corrected' only (the clamp of the "
+      f"paper's corrected script), got correction={correction!r}"
+    )
   return float(ratio_floor)
 
 
@@ -76,8 +95,9 @@ def check_counts_table(num_items: int, min_count: float, counts=None):
   return float(min_count), initial
 
 
-def check_hash_array(num_buckets: int, num_hashes: int, alpha: float,
-                     max_log2_warmup_hits: int) -> int:
+def check_hash_array(
+  num_buckets: int, num_hashes: int, alpha: float, max_log2_warmup_hits: int
+) -> int:
   """HashArrayEstimator's checks: num_buckets * num_hashes < 2**31 (the sizes are positive ints,
   checked by the caller), 0 < alpha <= 1 and floor(1 / alpha) < 2**max_log2_warmup_hits (31 on
   the tf-keras path, 24 on the Keras 3 path); ValueError otherwise.
@@ -90,8 +110,7 @@ def check_hash_array(num_buckets: int, num_hashes: int, alpha: float,
   if not 0.0 < alpha <= 1.0:
     raise ValueError(f"alpha must be in (0, 1], got {alpha}")
   if math.floor(1.0 / alpha) >= 2**max_log2_warmup_hits:
-    raise ValueError(
-        f"alpha={alpha} is too small (1/alpha must be < 2**{max_log2_warmup_hits})")
+    raise ValueError(f"alpha={alpha} is too small (1/alpha must be < 2**{max_log2_warmup_hits})")
   return int(math.floor(1.0 / float(alpha)))
 
 
@@ -109,7 +128,8 @@ def check_catalog(id_range=None, candidate_ids=None):
   """
   if id_range is not None:
     if len(id_range) != 2 or not all(
-        isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in id_range):
+      isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in id_range
+    ):
       raise ValueError(f"id_range must be (lo, hi) ints, got {id_range!r}")
     lo, hi = int(id_range[0]), int(id_range[1])
     if hi <= lo:
@@ -121,14 +141,19 @@ def check_catalog(id_range=None, candidate_ids=None):
   if not np.issubdtype(table.dtype, np.integer):
     raise TypeError(f"candidate_ids must be integer ids, got dtype {table.dtype}")
   if np.unique(table).size != table.size:
-    raise ValueError("candidate_ids has duplicate ids: uniform over rows would not be "
-                     "uniform over items")
+    raise ValueError(
+      "candidate_ids has duplicate ids: uniform over rows would not be uniform over items"
+    )
   return None, table
 
 
-def check_retrieval_inputs(correction: str, has_log_q: bool, remove_accidental_hits: bool,
-                           has_candidate_ids: bool,
-                           log_q_sources: str = "candidate_log_sampling_probability") -> bool:
+def check_retrieval_inputs(
+  correction: str,
+  has_log_q: bool,
+  remove_accidental_hits: bool,
+  has_candidate_ids: bool,
+  log_q_sources: str = "candidate_log_sampling_probability",
+) -> bool:
   """A Retrieval call's checks: a correction other than ``none`` needs log Q, and masking
   accidental hits (``remove_accidental_hits``, or ``corrected``, which masks negatives equal to
   the positive) needs candidate ids; ValueError otherwise. ``log_q_sources``: the other ways to
@@ -139,14 +164,19 @@ def check_retrieval_inputs(correction: str, has_log_q: bool, remove_accidental_h
   """
   if correction != "none" and not has_log_q:
     raise ValueError(
-        f"correction={correction!r} needs candidate_sampling_probability (or {log_q_sources}); "
-        "use correction='none' for no correction")
+      f"correction={correction!r} needs candidate_sampling_probability (or {log_q_sources}); "
+      "use correction='none' for no correction"
+    )
   mask_hits = remove_accidental_hits or correction == "corrected"
   if mask_hits and not has_candidate_ids:
     raise ValueError(
-        "candidate_ids are needed: " +
-        ("accidental-hit removal is enabled" if remove_accidental_hits else
-         "correction='corrected' masks negatives equal to the positive"))
+      "candidate_ids are needed: "
+      + (
+        "accidental-hit removal is enabled"
+        if remove_accidental_hits
+        else "correction='corrected' masks negatives equal to the positive"
+      )
+    )
   return mask_hits
 
 
@@ -154,11 +184,15 @@ def check_estimator_inputs(has_log_q: bool, has_candidate_ids: bool) -> None:
   """A Retrieval call with a frequency_estimator: no candidate sampling probabilities (log Q
   comes from the estimator) and candidate ids (it is updated with and read for them)."""
   if has_log_q:
-    raise ValueError("pass either a frequency_estimator (to the constructor) or "
-                     "candidate_(log_)sampling_probability, not both")
+    raise ValueError(
+      "pass either a frequency_estimator (to the constructor) or "
+      "candidate_(log_)sampling_probability, not both"
+    )
   if not has_candidate_ids:
-    raise ValueError("candidate_ids are needed with a frequency_estimator (it is updated "
-                     "with and read for the candidates' ids)")
+    raise ValueError(
+      "candidate_ids are needed with a frequency_estimator (it is updated "
+      "with and read for the candidates' ids)"
+    )
 
 
 def check_full_softmax(temperature: float, id_offset: int):
@@ -170,14 +204,16 @@ def check_full_softmax(temperature: float, id_offset: int):
   """
   if not temperature > 0:
     raise ValueError(f"temperature must be > 0, got {temperature!r}")
-  if (isinstance(id_offset, (bool, np.bool_))
-      or not isinstance(id_offset, (numbers.Integral, np.integer)) or id_offset < 0):
+  if (
+    isinstance(id_offset, (bool, np.bool_))
+    or not isinstance(id_offset, (numbers.Integral, np.integer))
+    or id_offset < 0
+  ):
     raise ValueError(f"id_offset must be an int >= 0, got {id_offset!r}")
   return float(temperature), int(id_offset)
 
 
-def resolve_log_q(probability, log_probability, name: str, from_probability,
-                  from_log_probability):
+def resolve_log_q(probability, log_probability, name: str, from_probability, from_log_probability):
   """log Q from exactly one of probability / log_probability (None if neither; ValueError for
   both), converted by the path's ``from_probability(probability, name)`` or
   ``from_log_probability(log_probability, "log " + name)``."""
@@ -192,5 +228,7 @@ def resolve_log_q(probability, log_probability, name: str, from_probability,
 
 def needs_log_q(correction: str, q_prime: str):
   """(needs negative log Q, needs positive log Q) of a correction."""
-  return (correction != "none",
-          correction == "standard" or (correction == "corrected" and q_prime == "exact"))
+  return (
+    correction != "none",
+    correction == "standard" or (correction == "corrected" and q_prime == "exact"),
+  )

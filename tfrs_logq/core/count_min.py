@@ -25,9 +25,21 @@ import numbers
 
 import numpy as np
 
-__all__ = ["DEFAULT_EPSILON", "DEFAULT_DELTA", "sketch_shape", "guarantees", "cells",
-           "check_sketch", "decay",
-           "decayed", "estimate", "standard_cells", "conservative_cells", "updated_total", "log_q"]
+__all__ = [
+  "DEFAULT_EPSILON",
+  "DEFAULT_DELTA",
+  "sketch_shape",
+  "guarantees",
+  "cells",
+  "check_sketch",
+  "decay",
+  "decayed",
+  "estimate",
+  "standard_cells",
+  "conservative_cells",
+  "updated_total",
+  "log_q",
+]
 
 DEFAULT_EPSILON = 1e-4
 DEFAULT_DELTA = 0.01
@@ -62,8 +74,15 @@ def _integer(value, name: str, positive: bool) -> int:
   return int(value)
 
 
-def check_sketch(epsilon=None, delta=None, width=None, depth=None, half_life=None,
-                 min_count: float = 1.0, seed: int = 0):
+def check_sketch(
+  epsilon=None,
+  delta=None,
+  width=None,
+  depth=None,
+  half_life=None,
+  min_count: float = 1.0,
+  seed: int = 0,
+):
   """CountMinSketch's checks (ValueError naming the argument).
 
   Returns:
@@ -85,8 +104,13 @@ def check_sketch(epsilon=None, delta=None, width=None, depth=None, half_life=Non
     raise ValueError(f"half_life must be > 0 steps, got {half_life}")
   if not min_count > 0:
     raise ValueError(f"min_count must be > 0, got {min_count}")
-  return (width, depth, None if half_life is None else float(half_life), float(min_count),
-          _integer(seed, "seed", positive=False))
+  return (
+    width,
+    depth,
+    None if half_life is None else float(half_life),
+    float(min_count),
+    _integer(seed, "seed", positive=False),
+  )
 
 
 def decay(half_life) -> float:
@@ -123,5 +147,6 @@ def updated_total(total, num_ids, gamma: float):
 
 def log_q(ops, estimate, total, min_count: float):
   """log Q(d) = min(log max(est, m) - log max(N, m), 0)."""
-  return ops.minimum(ops.log(ops.maximum(estimate, min_count))
-                     - ops.log(ops.maximum(total, min_count)), 0.0)
+  return ops.minimum(
+    ops.log(ops.maximum(estimate, min_count)) - ops.log(ops.maximum(total, min_count)), 0.0
+  )

@@ -33,12 +33,29 @@ import math
 
 from tfrs_logq.core import log_q as log_q_lib
 
-__all__ = ["DEFAULTS", "exact_log_q", "exact_log_one_minus_q", "prior_hits", "gap_weight",
-           "updated_gap", "updated_hits", "updated_ids_per_step", "read_steps_per_hit",
-           "hash_array_log_q"]
+__all__ = [
+  "DEFAULTS",
+  "exact_log_q",
+  "exact_log_one_minus_q",
+  "prior_hits",
+  "gap_weight",
+  "updated_gap",
+  "updated_hits",
+  "updated_ids_per_step",
+  "read_steps_per_hit",
+  "hash_array_log_q",
+]
 
-DEFAULTS = dict(min_count=1.0, num_buckets=2**22, num_hashes=2, alpha=1e-3, warmup=True,
-                pending_gap=True, conservative=False, half_life=None)
+DEFAULTS = dict(
+  min_count=1.0,
+  num_buckets=2**22,
+  num_hashes=2,
+  alpha=1e-3,
+  warmup=True,
+  pending_gap=True,
+  conservative=False,
+  half_life=None,
+)
 """The estimators' constructor defaults, on both fronts, and `python -m train`'s flag defaults:
 m (exact counts and count-min), the hash array's H, its number of hash functions, alpha, warm-up
 and pending gap, and count-min's conservative update and half-life (None: no decay)."""
@@ -71,9 +88,9 @@ def prior_hits(ops, hits, warmup: bool, warmup_hits: int):
 def gap_weight(ops, k, c, alpha: float, warmup_hits: int):
   """w = prod_{j=k+1}^{k+c} (1 - max(alpha, 1/j)) in closed form, float32 (k, c >= 0, integer
   or float tensors of one dtype)."""
-  running = (ops.cast(k, "float32")
-             / ops.cast(ops.maximum(ops.maximum(k, ops.minimum(k + c, warmup_hits)), 1),
-                        "float32"))
+  running = ops.cast(k, "float32") / ops.cast(
+    ops.maximum(ops.maximum(k, ops.minimum(k + c, warmup_hits)), 1), "float32"
+  )
   ema_hits = ops.maximum(k + c - ops.maximum(k, warmup_hits), 0)
   return running * ops.power(1.0 - alpha, ops.cast(ema_hits, "float32"))
 
@@ -97,8 +114,7 @@ def updated_ids_per_step(ops, ids_per_step, num_ids, step, alpha: float):
   return (1.0 - rate) * ids_per_step + rate * num_ids
 
 
-def read_steps_per_hit(ops, gap, last, step, k, alpha: float, warmup_hits: int,
-                       pending_gap: bool):
+def read_steps_per_hit(ops, gap, last, step, k, alpha: float, warmup_hits: int, pending_gap: bool):
   """B̂ = max over hash functions (axis 0) of B as read at step t (pending gap, A = 0 floor).
 
   Args:

@@ -19,9 +19,8 @@ __all__ = ["nearest_centroid", "lloyd_update", "largest_keys", "initial_centroid
 
 def nearest_centroid(ops, points, centroids):
   """(a(x) int32 [n], ||x - c_a(x)||^2 float [n]) of points [n, d] and centroids [K, d]."""
-  c_sq = ops.sum(ops.square(centroids), axis=1)                                 # [K]
-  partial = (ops.expand_dims(c_sq, 0)
-             - 2.0 * ops.matmul(points, ops.transpose(centroids)))              # [n, K]
+  c_sq = ops.sum(ops.square(centroids), axis=1)  # [K]
+  partial = ops.expand_dims(c_sq, 0) - 2.0 * ops.matmul(points, ops.transpose(centroids))  # [n, K]
   assign = ops.cast(ops.argmin(partial, axis=1), "int32")
   x_sq = ops.sum(ops.square(points), axis=1)
   best = ops.squeeze(ops.take_along_axis(partial, ops.expand_dims(assign, 1), axis=-1), 1)
@@ -31,8 +30,9 @@ def nearest_centroid(ops, points, centroids):
 def lloyd_update(ops, points, assign, centroids, num_clusters: int):
   """c_k = mean of the points assigned to k; an empty cluster keeps its centroid. [K, d]."""
   sums = ops.segment_sum(points, assign, num_segments=num_clusters)
-  counts = ops.segment_sum(ops.ones_like(ops.cast(assign, points.dtype)), assign,
-                           num_segments=num_clusters)
+  counts = ops.segment_sum(
+    ops.ones_like(ops.cast(assign, points.dtype)), assign, num_segments=num_clusters
+  )
   updated = sums / ops.expand_dims(ops.maximum(counts, 1.0), 1)
   return ops.where(ops.expand_dims(counts > 0.0, 1), updated, centroids)
 
@@ -47,6 +47,7 @@ def initial_centroids(ops, points, keys, num_clusters: int, num_taken):
   """c_k = points[pi(k mod m)]: pi the m = ``num_taken`` = min(n, K) points with the largest
   ``keys`` [n]. [K, d]."""
   chosen = largest_keys(ops, keys, num_taken)
-  rows = ops.take(chosen, ops.mod(ops.arange(num_clusters, dtype="int32"),
-                                  ops.cast(num_taken, "int32")))
+  rows = ops.take(
+    chosen, ops.mod(ops.arange(num_clusters, dtype="int32"), ops.cast(num_taken, "int32"))
+  )
   return ops.take(points, rows, axis=0)

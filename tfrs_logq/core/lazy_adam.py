@@ -37,8 +37,9 @@ def nonzero_rows(ops, g):
   return ops.not_equal(ops.max(flat, axis=1), 0)
 
 
-def update_rows(ops, m, v, k, g, learning_rate, beta_1, beta_2, epsilon,
-                adaptive_epsilon: bool = False, rows=None):
+def update_rows(
+  ops, m, v, k, g, learning_rate, beta_1, beta_2, epsilon, adaptive_epsilon: bool = False, rows=None
+):
   """(m', v', k', δ) of the module docstring (θ' = θ − δ); ``rows`` (bool [n] or None = all):
   the rows updated, the others keep m, v, k and get δ = 0. learning_rate, beta_1, beta_2 and
   epsilon: scalars of the table's dtype (or Python floats)."""
@@ -54,5 +55,9 @@ def update_rows(ops, m, v, k, g, learning_rate, beta_1, beta_2, epsilon,
   if rows is None:
     return m_new, v_new, k_new, delta
   rows_b = _expand_to(ops, rows, rank)
-  return (ops.where(rows_b, m_new, m), ops.where(rows_b, v_new, v),
-          ops.where(rows, k_new, k), ops.where(rows_b, delta, ops.zeros_like(delta)))
+  return (
+    ops.where(rows_b, m_new, m),
+    ops.where(rows_b, v_new, v),
+    ops.where(rows, k_new, k),
+    ops.where(rows_b, delta, ops.zeros_like(delta)),
+  )

@@ -17,8 +17,13 @@ sees only its own range, so neither the value nor the gradient of the unused bra
 
 import math
 
-__all__ = ["MIN_ONE_MINUS_Q", "log1mexp", "log_q_prime", "log_inclusion_probability",
-           "log_q_from_probability"]
+__all__ = [
+  "MIN_ONE_MINUS_Q",
+  "log1mexp",
+  "log_q_prime",
+  "log_inclusion_probability",
+  "log_q_from_probability",
+]
 
 MIN_ONE_MINUS_Q = 1e-6
 """Floor of 1 - Q(p) in log(1 - Q(p)): Q(p) = 1 (a one-item catalog, a positive that holds the
@@ -37,8 +42,7 @@ def log1mexp(ops, x, min_one_minus_p: float = MIN_ONE_MINUS_Q):
   return ops.where(near_one, ops.log(-ops.expm1(hi)), ops.log1p(-ops.exp(lo)))
 
 
-def log_q_prime(ops, negative_log_q, positive_log_q,
-                min_one_minus_p: float = MIN_ONE_MINUS_Q):
+def log_q_prime(ops, negative_log_q, positive_log_q, min_one_minus_p: float = MIN_ONE_MINUS_Q):
   """log Q'(d) = log Q(d) - log(1 - Q(p)): [N] or [A, N] against [A] -> [A, N]."""
   return negative_log_q - ops.expand_dims(log1mexp(ops, positive_log_q, min_one_minus_p), -1)
 
@@ -50,7 +54,7 @@ def log_inclusion_probability(ops, log_q, num_draws):
   B Q >> 1; where Q < 1e-13 (1 - Q rounds to 1 in float32) the first-order value log B + log Q
   is used (relative error B Q / 2).
   """
-  log_1mq = log1mexp(ops, ops.minimum(log_q, 0.0), min_one_minus_p=0.0)     # log(1 - Q) <= 0
+  log_1mq = log1mexp(ops, ops.minimum(log_q, 0.0), min_one_minus_p=0.0)  # log(1 - Q) <= 0
   exact = log1mexp(ops, num_draws * log_1mq, min_one_minus_p=0.0)
   return ops.where(log_q < -30.0, ops.log(num_draws) + log_q, exact)
 

@@ -25,10 +25,23 @@ the argument checks (plain Python) are shared too.
 
 import numbers
 
-__all__ = ["QUANTIZERS", "NOT_REFRESHED", "check_int", "check_sampler_args", "check_index_shape",
-           "split_dims", "split_query", "index_from_codes", "codeword_scores",
-           "cell_log_weights", "cell_logits", "proposal", "code_log_q", "cell_codes",
-           "items_in_cells"]
+__all__ = [
+  "QUANTIZERS",
+  "NOT_REFRESHED",
+  "check_int",
+  "check_sampler_args",
+  "check_index_shape",
+  "split_dims",
+  "split_query",
+  "index_from_codes",
+  "codeword_scores",
+  "cell_log_weights",
+  "cell_logits",
+  "proposal",
+  "code_log_q",
+  "cell_codes",
+  "items_in_cells",
+]
 
 QUANTIZERS = ("pq", "rq")
 NOT_REFRESHED = "MIDXSampler: call refresh(item_embeddings) before sampling (the index is empty)"
@@ -43,8 +56,17 @@ def check_int(value, name: str, minimum: int) -> int:
   return int(value)
 
 
-def check_sampler_args(num_codewords, quantizer, temperature, id_offset, kmeans_iterations,
-                       kmeans_max_points, num_negatives, num_items, dim):
+def check_sampler_args(
+  num_codewords,
+  quantizer,
+  temperature,
+  id_offset,
+  kmeans_iterations,
+  kmeans_max_points,
+  num_negatives,
+  num_items,
+  dim,
+):
   """The MIDX sampler's constructor checks (same errors on both fronts).
 
   Returns:
@@ -61,8 +83,11 @@ def check_sampler_args(num_codewords, quantizer, temperature, id_offset, kmeans_
   if kmeans_max_points is not None and kmeans_max_points < 1:
     raise ValueError(f"kmeans_max_points must be >= 1 or None, got {kmeans_max_points}")
   if num_negatives is not None:
-    if isinstance(num_negatives, bool) or not isinstance(num_negatives, numbers.Integral) \
-        or num_negatives < 1:
+    if (
+      isinstance(num_negatives, bool)
+      or not isinstance(num_negatives, numbers.Integral)
+      or num_negatives < 1
+    ):
       raise ValueError(f"num_negatives must be None or an int >= 1, got {num_negatives!r}")
     num_negatives = int(num_negatives)
   if (num_items is None) != (dim is None):
@@ -73,10 +98,16 @@ def check_sampler_args(num_codewords, quantizer, temperature, id_offset, kmeans_
 def check_index_shape(quantizer: str, num_items, dim):
   """(num_items, dim) as Python ints: num_items >= 1, dim >= 2 for pq (>= 1 for rq)."""
   num_items = check_int(num_items, "num_items", 1)
-  if (isinstance(dim, bool) or not isinstance(dim, numbers.Integral) or dim < 1
-      or (quantizer == "pq" and dim < 2)):
-    raise ValueError(f"dim must be an int >= {2 if quantizer == 'pq' else 1} for quantizer="
-                     f"{quantizer!r}, got {dim!r}")
+  if (
+    isinstance(dim, bool)
+    or not isinstance(dim, numbers.Integral)
+    or dim < 1
+    or (quantizer == "pq" and dim < 2)
+  ):
+    raise ValueError(
+      f"dim must be an int >= {2 if quantizer == 'pq' else 1} for quantizer="
+      f"{quantizer!r}, got {dim!r}"
+    )
   return num_items, int(dim)
 
 
@@ -149,8 +180,11 @@ def proposal(ops, z, codebook_1, codebook_2, cell_counts, quantizer: str, temper
 
 def code_log_q(ops, s1, s2, log_z, k1, k2):
   """log Q(i|z) = s^1_{k1} + s^2_{k2} - log Z of items with codes k1, k2 (int [A, M]). [A, M]."""
-  return (ops.take_along_axis(s1, ops.cast(k1, "int32"), axis=-1)
-          + ops.take_along_axis(s2, ops.cast(k2, "int32"), axis=-1) - log_z)
+  return (
+    ops.take_along_axis(s1, ops.cast(k1, "int32"), axis=-1)
+    + ops.take_along_axis(s2, ops.cast(k2, "int32"), axis=-1)
+    - log_z
+  )
 
 
 def cell_codes(cells, num_codewords: int):

@@ -37,8 +37,15 @@ import math
 
 from tfrs_logq.core import log_q as log_q_lib
 
-__all__ = ["uniform_log_q", "expected_count_log_q", "expected_count_per_draw_log_q",
-           "two_block_log_q", "mixture_log_q", "unigram_log_q", "subsample_first_occurrences"]
+__all__ = [
+  "uniform_log_q",
+  "expected_count_log_q",
+  "expected_count_per_draw_log_q",
+  "two_block_log_q",
+  "mixture_log_q",
+  "unigram_log_q",
+  "subsample_first_occurrences",
+]
 
 
 def uniform_log_q(catalog_size: int) -> float:
@@ -48,34 +55,38 @@ def uniform_log_q(catalog_size: int) -> float:
 
 def expected_count_log_q(ops, log_q_unigram, num_draws, num_distinct, num_kept):
   """log pi(d) + log n_b - log max(U, 1) (-inf for an empty pool)."""
-  return (log_q_lib.log_inclusion_probability(ops, log_q_unigram, num_draws)
-          + ops.log(num_kept) - ops.log(ops.maximum(num_distinct, 1.0)))
+  return (
+    log_q_lib.log_inclusion_probability(ops, log_q_unigram, num_draws)
+    + ops.log(num_kept)
+    - ops.log(ops.maximum(num_distinct, 1.0))
+  )
 
 
 def expected_count_per_draw_log_q(ops, log_q_unigram, num_draws, num_distinct, num_kept):
   """log E_b(d) - log max(n_b, 1): the in-batch ``expected_count`` log Q of one slot."""
-  return (expected_count_log_q(ops, log_q_unigram, num_draws, num_distinct, num_kept)
-          - ops.log(ops.maximum(num_kept, 1.0)))
+  return expected_count_log_q(ops, log_q_unigram, num_draws, num_distinct, num_kept) - ops.log(
+    ops.maximum(num_kept, 1.0)
+  )
 
 
 def two_block_log_q(ops, log_in_batch_part, num_in_batch, num_uniform: int, catalog_size: int):
   """log((e^{log_in_batch_part} + k_u / |D|) / (n_b + k_u))."""
-  uniform = ops.full_like(log_in_batch_part,
-                          math.log(num_uniform) - math.log(catalog_size))
-  return (ops.logaddexp(log_in_batch_part, uniform)
-          - ops.log(num_in_batch + float(num_uniform)))
+  uniform = ops.full_like(log_in_batch_part, math.log(num_uniform) - math.log(catalog_size))
+  return ops.logaddexp(log_in_batch_part, uniform) - ops.log(num_in_batch + float(num_uniform))
 
 
 def mixture_log_q(ops, log_q_unigram, num_in_batch, num_uniform: int, catalog_size: int):
   """log((n_b q_uni(d) + k_u / |D|) / (n_b + k_u)); log q_uni = -inf or n_b = 0 is fine."""
-  return two_block_log_q(ops, ops.log(num_in_batch) + log_q_unigram, num_in_batch, num_uniform,
-                         catalog_size)
+  return two_block_log_q(
+    ops, ops.log(num_in_batch) + log_q_unigram, num_in_batch, num_uniform, catalog_size
+  )
 
 
 def unigram_log_q(ops, log_q_unigram, num_in_batch, num_uniform: int, catalog_size: int):
   """log q_uni(d), or log(k_u / ((n_b + k_u) |D|)) where q_uni(d) = 0 (log q_uni not finite)."""
-  unseen = (math.log(num_uniform) - math.log(catalog_size)
-            - ops.log(num_in_batch + float(num_uniform)))
+  unseen = (
+    math.log(num_uniform) - math.log(catalog_size) - ops.log(num_in_batch + float(num_uniform))
+  )
   return ops.where(ops.isfinite(log_q_unigram), log_q_unigram, unseen)
 
 

@@ -24,13 +24,54 @@ import types
 
 __all__ = ["OPS_NAMES", "tf_ops"]
 
-OPS_NAMES = ("where", "max", "min", "sum", "exp", "log", "log1p", "expm1", "sigmoid",
-             "softplus", "stop_gradient", "minimum", "maximum", "logical_and", "logical_not",
-             "equal", "not_equal", "squeeze", "expand_dims", "cast", "zeros_like", "ones_like",
-             "logaddexp", "isfinite", "power", "full_like", "top_k", "matmul", "transpose",
-             "reshape", "square", "take", "take_along_axis", "logsumexp", "argmin", "argsort",
-             "cumsum", "segment_sum", "stack", "arange", "mod", "sort", "sqrt", "concatenate",
-             "logical_or", "scatter")
+OPS_NAMES = (
+  "where",
+  "max",
+  "min",
+  "sum",
+  "exp",
+  "log",
+  "log1p",
+  "expm1",
+  "sigmoid",
+  "softplus",
+  "stop_gradient",
+  "minimum",
+  "maximum",
+  "logical_and",
+  "logical_not",
+  "equal",
+  "not_equal",
+  "squeeze",
+  "expand_dims",
+  "cast",
+  "zeros_like",
+  "ones_like",
+  "logaddexp",
+  "isfinite",
+  "power",
+  "full_like",
+  "top_k",
+  "matmul",
+  "transpose",
+  "reshape",
+  "square",
+  "take",
+  "take_along_axis",
+  "logsumexp",
+  "argmin",
+  "argsort",
+  "cumsum",
+  "segment_sum",
+  "stack",
+  "arange",
+  "mod",
+  "sort",
+  "sqrt",
+  "concatenate",
+  "logical_or",
+  "scatter",
+)
 
 
 @functools.lru_cache(maxsize=None)
@@ -44,8 +85,9 @@ def tf_ops() -> types.SimpleNamespace:
   def _logaddexp(a, b):
     m = tf.maximum(a, b)
     safe = tf.where(tf.math.is_finite(m), m, tf.zeros_like(m))
-    return tf.where(tf.math.is_finite(m),
-                    safe + tf.math.log(tf.exp(a - safe) + tf.exp(b - safe)), m)
+    return tf.where(
+      tf.math.is_finite(m), safe + tf.math.log(tf.exp(a - safe) + tf.exp(b - safe)), m
+    )
 
   def _full_like(x, value):
     return tf.fill(tf.shape(x), tf.cast(value, x.dtype))
@@ -92,15 +134,50 @@ def tf_ops() -> types.SimpleNamespace:
     return tf.scatter_nd(indices, values, shape)
 
   return types.SimpleNamespace(
-      where=tf.where, max=tf.reduce_max, min=tf.reduce_min, sum=tf.reduce_sum, exp=tf.exp,
-      log=tf.math.log, log1p=tf.math.log1p, expm1=tf.math.expm1, sigmoid=tf.sigmoid,
-      softplus=tf.math.softplus, stop_gradient=tf.stop_gradient, minimum=tf.minimum,
-      maximum=tf.maximum, logical_and=tf.logical_and, logical_not=tf.logical_not,
-      equal=tf.equal, not_equal=tf.not_equal, squeeze=tf.squeeze, expand_dims=tf.expand_dims,
-      cast=_cast, zeros_like=tf.zeros_like, ones_like=tf.ones_like, logaddexp=_logaddexp,
-      isfinite=tf.math.is_finite, power=tf.pow, full_like=_full_like, top_k=_top_k,
-      matmul=tf.matmul, transpose=_transpose, reshape=tf.reshape, square=tf.square, take=_take,
-      take_along_axis=_take_along_axis, logsumexp=_logsumexp, argmin=_argmin, argsort=_argsort,
-      cumsum=tf.cumsum, segment_sum=_segment_sum, stack=tf.stack, arange=_arange,
-      mod=tf.math.floormod, sort=tf.sort, sqrt=tf.sqrt, concatenate=_concatenate,
-      logical_or=tf.logical_or, scatter=_scatter)
+    where=tf.where,
+    max=tf.reduce_max,
+    min=tf.reduce_min,
+    sum=tf.reduce_sum,
+    exp=tf.exp,
+    log=tf.math.log,
+    log1p=tf.math.log1p,
+    expm1=tf.math.expm1,
+    sigmoid=tf.sigmoid,
+    softplus=tf.math.softplus,
+    stop_gradient=tf.stop_gradient,
+    minimum=tf.minimum,
+    maximum=tf.maximum,
+    logical_and=tf.logical_and,
+    logical_not=tf.logical_not,
+    equal=tf.equal,
+    not_equal=tf.not_equal,
+    squeeze=tf.squeeze,
+    expand_dims=tf.expand_dims,
+    cast=_cast,
+    zeros_like=tf.zeros_like,
+    ones_like=tf.ones_like,
+    logaddexp=_logaddexp,
+    isfinite=tf.math.is_finite,
+    power=tf.pow,
+    full_like=_full_like,
+    top_k=_top_k,
+    matmul=tf.matmul,
+    transpose=_transpose,
+    reshape=tf.reshape,
+    square=tf.square,
+    take=_take,
+    take_along_axis=_take_along_axis,
+    logsumexp=_logsumexp,
+    argmin=_argmin,
+    argsort=_argsort,
+    cumsum=tf.cumsum,
+    segment_sum=_segment_sum,
+    stack=tf.stack,
+    arange=_arange,
+    mod=tf.math.floormod,
+    sort=tf.sort,
+    sqrt=tf.sqrt,
+    concatenate=_concatenate,
+    logical_or=tf.logical_or,
+    scatter=_scatter,
+  )

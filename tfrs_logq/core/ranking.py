@@ -26,10 +26,23 @@ from typing import Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-__all__ = ["EMPTY_SLOT", "PAD_ID", "as_item_table", "as_queries", "check_top_k_args",
-           "exact_top_k_np", "filter_rated", "filtered_top_k_from_scores", "mean_by_group",
-           "multi_target_recall_at_k", "ndcg_at_k", "popularity_deciles", "recall_at_k",
-           "retrieval_metrics", "target_ranks"]
+__all__ = [
+  "EMPTY_SLOT",
+  "PAD_ID",
+  "as_item_table",
+  "as_queries",
+  "check_top_k_args",
+  "exact_top_k_np",
+  "filter_rated",
+  "filtered_top_k_from_scores",
+  "mean_by_group",
+  "multi_target_recall_at_k",
+  "ndcg_at_k",
+  "popularity_deciles",
+  "recall_at_k",
+  "retrieval_metrics",
+  "target_ranks",
+]
 
 PAD_ID = 0
 EMPTY_SLOT = -1
@@ -52,8 +65,9 @@ def _check_lists(ranked_ids, targets) -> Tuple[np.ndarray, np.ndarray]:
   if ranked_ids.shape[0] == 0:
     raise ValueError("empty batch: ranked_ids has no rows")
   if ranked_ids.shape[0] != targets.shape[0]:
-    raise ValueError(f"ranked_ids has {ranked_ids.shape[0]} rows but targets has "
-                     f"{targets.shape[0]}")
+    raise ValueError(
+      f"ranked_ids has {ranked_ids.shape[0]} rows but targets has {targets.shape[0]}"
+    )
   if np.any(targets <= PAD_ID):
     raise ValueError("targets must be item ids >= 1 (0 is padding)")
   return ranked_ids, targets
@@ -141,8 +155,9 @@ def _history_rows(history: History, num_queries: int):
   return [_as_int_array(r, "history row", 1) for r in rows]
 
 
-def filter_rated(ranked_ids, ranked_scores, history: History, k: int,
-                 targets=None) -> Tuple[np.ndarray, np.ndarray]:
+def filter_rated(
+  ranked_ids, ranked_scores, history: History, k: int, targets=None
+) -> Tuple[np.ndarray, np.ndarray]:
   """Removes rated items (and padding id 0) from over-fetched ranked lists, keeps the top k.
 
   An approximate index cannot exclude items per query, so it retrieves K >= k + |H_u|
@@ -163,8 +178,9 @@ def filter_rated(ranked_ids, ranked_scores, history: History, k: int,
   ranked_ids = _as_int_array(ranked_ids, "ranked_ids", 2)
   ranked_scores = np.asarray(ranked_scores, np.float32)
   if ranked_scores.shape != ranked_ids.shape:
-    raise ValueError(f"ranked_scores shape {ranked_scores.shape} != ranked_ids shape "
-                     f"{ranked_ids.shape}")
+    raise ValueError(
+      f"ranked_scores shape {ranked_scores.shape} != ranked_ids shape {ranked_ids.shape}"
+    )
   num_q = ranked_ids.shape[0]
   if num_q == 0:
     raise ValueError("empty batch: ranked_ids has no rows")
@@ -183,13 +199,14 @@ def filter_rated(ranked_ids, ranked_scores, history: History, k: int,
       removed = removed[removed != targets[q]]
     keep = ~np.isin(ranked_ids[q], removed) & (ranked_ids[q] > PAD_ID)
     ids, scores = ranked_ids[q][keep][:k], ranked_scores[q][keep][:k]
-    out_ids[q, :ids.size] = ids
-    out_scores[q, :ids.size] = scores
+    out_ids[q, : ids.size] = ids
+    out_scores[q, : ids.size] = scores
   return out_ids, out_scores
 
 
-def filtered_top_k_from_scores(scores, history: History, k: int,
-                               targets=None) -> Tuple[np.ndarray, np.ndarray]:
+def filtered_top_k_from_scores(
+  scores, history: History, k: int, targets=None
+) -> Tuple[np.ndarray, np.ndarray]:
   """Exact filtered top-k from a full score matrix (numpy reference).
 
   scores[u, d] is s(u, d) for item id d (column 0 = padding, never returned). Items in
@@ -220,18 +237,18 @@ def filtered_top_k_from_scores(scores, history: History, k: int,
   for q in range(num_q):
     cand = np.flatnonzero(allowed[q])
     order = cand[np.lexsort((cand, -scores[q, cand]))][:k]
-    ids[q, :order.size] = order
-    out[q, :order.size] = scores[q, order]
+    ids[q, : order.size] = order
+    out[q, : order.size] = scores[q, order]
   return ids, out
-
 
 
 def as_item_table(item_embeddings) -> np.ndarray:
   """Checks an item table float [num_items + 1, d] (row 0 = padding); float32, contiguous."""
   emb = np.asarray(item_embeddings)
   if emb.ndim != 2 or emb.shape[0] < 2:
-    raise ValueError(f"item_embeddings must be [num_items + 1 >= 2, d] with row 0 = padding, "
-                     f"got shape {emb.shape}")
+    raise ValueError(
+      f"item_embeddings must be [num_items + 1 >= 2, d] with row 0 = padding, got shape {emb.shape}"
+    )
   if emb.dtype.kind != "f":
     raise ValueError(f"item_embeddings must be floating point, got {emb.dtype}")
   emb = np.ascontiguousarray(emb, dtype=np.float32)
@@ -296,9 +313,15 @@ def mean_by_group(values, groups, num_groups: int) -> Tuple[np.ndarray, np.ndarr
   return means, counts.astype(np.int64)
 
 
-def check_top_k_args(queries, item_embeddings, k: int, rated: Optional[History] = None,
-                     targets=None, chunk_size: Optional[int] = None,
-                     max_chunk_scores: int = 1 << 25):
+def check_top_k_args(
+  queries,
+  item_embeddings,
+  k: int,
+  rated: Optional[History] = None,
+  targets=None,
+  chunk_size: Optional[int] = None,
+  max_chunk_scores: int = 1 << 25,
+):
   """The argument checks of an exact top-k (`exact_top_k_np`, `tfrs_logq.metrics.exact_top_k`):
   returns (item table float32 [N + 1, d], queries float32 [Q, d], rated rows or None, targets
   int64 [Q] or None, chunk_size)."""
@@ -324,15 +347,22 @@ def check_top_k_args(queries, item_embeddings, k: int, rated: Optional[History] 
   return emb, q, rows, targets, chunk_size
 
 
-def exact_top_k_np(queries, item_embeddings, k: int, rated: Optional[History] = None,
-                   targets=None, chunk_size: Optional[int] = None,
-                   max_chunk_scores: int = 1 << 25) -> Tuple[np.ndarray, np.ndarray]:
+def exact_top_k_np(
+  queries,
+  item_embeddings,
+  k: int,
+  rated: Optional[History] = None,
+  targets=None,
+  chunk_size: Optional[int] = None,
+  max_chunk_scores: int = 1 << 25,
+) -> Tuple[np.ndarray, np.ndarray]:
   """`tfrs_logq.metrics.exact_top_k` in numpy: the k best items 1..N by s(u, d) = <q_u, c_d>,
   the rated items (all but t_u with ``targets``) and padding removed, ties lower id first;
   (ids int64 [Q, k], scores float32 [Q, k]), -1 and float32 min for slots left empty. Same
   arguments and checks."""
   emb, q, rows, targets, chunk_size = check_top_k_args(
-      queries, item_embeddings, k, rated, targets, chunk_size, max_chunk_scores)
+    queries, item_embeddings, k, rated, targets, chunk_size, max_chunk_scores
+  )
   low = np.finfo(np.float32).min
   out_ids, out_scores = [], []
   for start in range(0, q.shape[0], chunk_size):

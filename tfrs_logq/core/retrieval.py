@@ -26,8 +26,9 @@ def weighted_reduction(ops, per_example, sample_weight, reduction: str, num_quer
   """Per-example losses [A] times float32 ``sample_weight`` [A] (None: 1), reduced."""
   if sample_weight is not None:
     # A zero-weight row contributes exactly 0, even when its loss is +inf (0 * inf = NaN).
-    per_example = ops.where(ops.equal(sample_weight, 0.0), ops.zeros_like(per_example),
-                            per_example * sample_weight)
+    per_example = ops.where(
+      ops.equal(sample_weight, 0.0), ops.zeros_like(per_example), per_example * sample_weight
+    )
   if reduction == "sum":
     return ops.sum(per_example)
   if reduction == "mean":

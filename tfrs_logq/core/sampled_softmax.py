@@ -44,8 +44,13 @@ import math
 from tfrs_logq.core import checks
 from tfrs_logq.core import log_q as log_q_lib
 
-__all__ = ["MASKED_LOGIT", "masked_logsumexp", "softmax_with_positive", "corrected",
-           "sampled_softmax"]
+__all__ = [
+  "MASKED_LOGIT",
+  "masked_logsumexp",
+  "softmax_with_positive",
+  "corrected",
+  "sampled_softmax",
+]
 
 MASKED_LOGIT = -1e30
 """Stands for an excluded entry inside the LSE (finite: never inf - inf)."""
@@ -80,8 +85,9 @@ def softmax_with_positive(ops, positive_logit, logits, valid, has_negatives):
   return ops.where(has_negatives, loss, ops.zeros_like(loss))
 
 
-def corrected(ops, s_p, s_n, negative_log_q, positive_log_q, valid, num_valid,
-              ratio_floor: float = 0.0):
+def corrected(
+  ops, s_p, s_n, negative_log_q, positive_log_q, valid, num_valid, ratio_floor: float = 0.0
+):
   """(L [A], w [A]) of ``corrected`` (module docstring); ``positive_log_q`` None = ``proxy``.
 
   Q' is a per-row shift of the LSE: Z = LSE_i(s_i - log Q(d_i)) + log(1 - Q(p)).
@@ -102,13 +108,23 @@ def corrected(ops, s_p, s_n, negative_log_q, positive_log_q, valid, num_valid,
   # w = 0 (n = 0, or s_p = +inf where term = +inf) contributes exactly 0, never 0 * inf; a NaN
   # weight (s_p and a negative both +inf: no limit) propagates.
   active = ops.logical_and(has_negatives, ops.not_equal(weight, 0.0))
-  loss = ops.where(active, -weight * ops.where(active, term, ops.zeros_like(term)),
-                   ops.zeros_like(term))
+  loss = ops.where(
+    active, -weight * ops.where(active, term, ops.zeros_like(term)), ops.zeros_like(term)
+  )
   return loss, weight
 
 
-def sampled_softmax(ops, s_p, s_n, negative_log_q, positive_log_q, valid, correction: str,
-                    q_prime: str = "exact", ratio_floor: float = 0.0):
+def sampled_softmax(
+  ops,
+  s_p,
+  s_n,
+  negative_log_q,
+  positive_log_q,
+  valid,
+  correction: str,
+  q_prime: str = "exact",
+  ratio_floor: float = 0.0,
+):
   """Per-row loss, weight and n of the four corrections (module docstring).
 
   Args:
@@ -126,9 +142,16 @@ def sampled_softmax(ops, s_p, s_n, negative_log_q, positive_log_q, valid, correc
   num_valid = ops.sum(ops.cast(valid, "int32"), axis=1)
   has_negatives = num_valid > 0
   if correction == "corrected":
-    loss, weight = corrected(ops, s_p, s_n, negative_log_q,
-                             positive_log_q if q_prime == "exact" else None, valid, num_valid,
-                             ratio_floor)
+    loss, weight = corrected(
+      ops,
+      s_p,
+      s_n,
+      negative_log_q,
+      positive_log_q if q_prime == "exact" else None,
+      valid,
+      num_valid,
+      ratio_floor,
+    )
     return loss, weight, num_valid
   if correction == "none":
     logits, pos_logit = s_n, s_p

@@ -39,17 +39,23 @@ LOW = float(np.finfo(np.float32).min)
 
 class TopKLayout(NamedTuple):
   """The static-shape arguments of `filtered_top_k` for a whole query set."""
-  queries: np.ndarray      # float32 [Qp, d], Qp a multiple of chunk_size (padding rows zero)
-  table: np.ndarray        # float32 [V, d], V = N + 1 or a multiple of item_chunk
-  rated: np.ndarray        # int32 [Qp, H], 0 = padding
-  num_queries: int         # Q, the real queries (rows 0..Q-1)
-  num_items: int           # N
-  chunk_size: int          # B, queries per call
-  item_chunk: int          # C_i, items per chunk
+
+  queries: np.ndarray  # float32 [Qp, d], Qp a multiple of chunk_size (padding rows zero)
+  table: np.ndarray  # float32 [V, d], V = N + 1 or a multiple of item_chunk
+  rated: np.ndarray  # int32 [Qp, H], 0 = padding
+  num_queries: int  # Q, the real queries (rows 0..Q-1)
+  num_items: int  # N
+  chunk_size: int  # B, queries per call
+  item_chunk: int  # C_i, items per chunk
 
 
-def item_chunk_size(num_rows: int, k: int, chunk_size: int,
-                    item_chunk: Optional[int] = None, max_chunk_scores: int = 1 << 25) -> int:
+def item_chunk_size(
+  num_rows: int,
+  k: int,
+  chunk_size: int,
+  item_chunk: Optional[int] = None,
+  max_chunk_scores: int = 1 << 25,
+) -> int:
   """C_i: ``item_chunk`` if given, else the most items with chunk_size * C_i <= max_chunk_scores
   (128 MB of float32 by default), never below k nor above the table's rows."""
   if item_chunk is None:
@@ -60,13 +66,21 @@ def item_chunk_size(num_rows: int, k: int, chunk_size: int,
   return min(item_chunk, num_rows)
 
 
-def layout(queries, item_embeddings, k: int, rated: Optional[ranking.History] = None,
-           targets=None, chunk_size: Optional[int] = None, item_chunk: Optional[int] = None,
-           max_chunk_scores: int = 1 << 25) -> TopKLayout:
+def layout(
+  queries,
+  item_embeddings,
+  k: int,
+  rated: Optional[ranking.History] = None,
+  targets=None,
+  chunk_size: Optional[int] = None,
+  item_chunk: Optional[int] = None,
+  max_chunk_scores: int = 1 << 25,
+) -> TopKLayout:
   """Checks the arguments of an exact top-k (those of ``ranking.exact_top_k_np``, plus
   ``item_chunk``) and returns their `TopKLayout`. With ``targets``, t_u is left out of R_u."""
   emb, q, rows, targets, chunk_size = ranking.check_top_k_args(
-      queries, item_embeddings, k, rated, targets, chunk_size, max_chunk_scores)
+    queries, item_embeddings, k, rated, targets, chunk_size, max_chunk_scores
+  )
   num_q, num_items = q.shape[0], emb.shape[0] - 1
   chunk_size = min(chunk_size, num_q)
   c_i = item_chunk_size(emb.shape[0], k, chunk_size, item_chunk, max_chunk_scores)
@@ -81,12 +95,11 @@ def layout(queries, item_embeddings, k: int, rated: Optional[ranking.History] = 
     for j, r in enumerate(rows):
       if targets is not None:
         r = np.where(r == targets[j], 0, r)
-      mat[j, :r.size] = r
+      mat[j, : r.size] = r
   return TopKLayout(q, emb, mat, num_q, num_items, chunk_size, c_i)
 
 
-def filtered_top_k(ops: Any, queries, table, rated, *, k: int, num_items: int,
-                   item_chunk: int):
+def filtered_top_k(ops: Any, queries, table, rated, *, k: int, num_items: int, item_chunk: int):
   """(ids int32 [B, k], scores [B, k]) of the module's formula for one query chunk.
 
   Args:
@@ -104,7 +117,7 @@ def filtered_top_k(ops: Any, queries, table, rated, *, k: int, num_items: int,
   best_scores = best_ids = None
   for start in range(0, num_rows, item_chunk):
     width = min(item_chunk, num_rows - start)
-    scores = ops.matmul(queries, ops.transpose(table[start:start + width]))
+    scores = ops.matmul(queries, ops.transpose(table[start : start + width]))
     local = flat_rated - start
     inside = ops.logical_and(local >= 0, local < width)
     col = ops.where(inside, local, width)
@@ -122,7 +135,7 @@ def filtered_top_k(ops: Any, queries, table, rated, *, k: int, num_items: int,
       merged_ids = ops.concatenate([best_ids, top_ids], axis=1)
       best_scores, pos = ops.top_k(merged, k, sorted=True)
       best_ids = ops.take_along_axis(merged_ids, ops.cast(pos, "int32"), axis=-1)
-  if best_scores is None:   # unreachable: the layout has at least one item chunk
+  if best_scores is None:  # unreachable: the layout has at least one item chunk
     raise ValueError("filtered_top_k needs at least one item chunk")
   best_ids = ops.where(best_scores > LOW, best_ids, ranking.EMPTY_SLOT)
   return best_ids, best_scores
@@ -132,8 +145,10 @@ def run_layout(lay: TopKLayout, call, to_numpy) -> tuple:
   """(ids int64 [Q, k], scores float32 [Q, k]): ``call(queries, rated)`` (a front's compiled
   `filtered_top_k` with the table bound) on each query chunk of ``lay``; every call is issued
   before the first result is read (``to_numpy``), so an asynchronous backend pipelines them."""
-  outs = [call(lay.queries[s:s + lay.chunk_size], lay.rated[s:s + lay.chunk_size])
-          for s in range(0, lay.queries.shape[0], lay.chunk_size)]
-  ids = np.concatenate([np.asarray(to_numpy(i)) for i, _ in outs])[:lay.num_queries]
-  scores = np.concatenate([np.asarray(to_numpy(s)) for _, s in outs])[:lay.num_queries]
+  outs = [
+    call(lay.queries[s : s + lay.chunk_size], lay.rated[s : s + lay.chunk_size])
+    for s in range(0, lay.queries.shape[0], lay.chunk_size)
+  ]
+  ids = np.concatenate([np.asarray(to_numpy(i)) for i, _ in outs])[: lay.num_queries]
+  scores = np.concatenate([np.asarray(to_numpy(s)) for _, s in outs])[: lay.num_queries]
   return ids.astype(np.int64), scores.astype(np.float32)

@@ -15,5 +15,11 @@ from tfrs_logq.frequency.count_min import CountMinSketch, sketch_shape
 from tfrs_logq.frequency.exact import ExactCounts
 from tfrs_logq.frequency.hash_array import HashArrayEstimator
 
-__all__ = ["FrequencyEstimator", "ExactCounts", "HashArrayEstimator", "CountMinSketch",
-           "sketch_shape", "MIN_ONE_MINUS_Q"]
+__all__ = [
+  "FrequencyEstimator",
+  "ExactCounts",
+  "HashArrayEstimator",
+  "CountMinSketch",
+  "sketch_shape",
+  "MIN_ONE_MINUS_Q",
+]

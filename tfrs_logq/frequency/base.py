@@ -114,10 +114,14 @@ class FrequencyEstimator(tf.keras.layers.Layer):
   # ---- state helpers -------------------------------------------------------------------------
   def _state(self, name, shape, dtype, initial=0):
     return self.add_weight(
-        name=name, shape=shape, dtype=dtype, trainable=False,
-        initializer=tf.keras.initializers.Constant(initial),
-        synchronization=tf.VariableSynchronization.ON_WRITE,
-        aggregation=tf.VariableAggregation.NONE)
+      name=name,
+      shape=shape,
+      dtype=dtype,
+      trainable=False,
+      initializer=tf.keras.initializers.Constant(initial),
+      synchronization=tf.VariableSynchronization.ON_WRITE,
+      aggregation=tf.VariableAggregation.NONE,
+    )
 
   # ---- id handling ---------------------------------------------------------------------------
   def _keys(self, ids, *, flatten: bool) -> tf.Tensor:
@@ -129,26 +133,35 @@ class FrequencyEstimator(tf.keras.layers.Layer):
   def _keys_and_checks(self, ids, *, flatten: bool):
     """int64 keys and the list of assertion ops that must pass before they are used."""
     if isinstance(ids, (tf.RaggedTensor, tf.SparseTensor)):
-      raise TypeError(f"{self.name}: ids must be a dense tensor; pass ragged.flat_values / "
-                      "sparse.values")
+      raise TypeError(
+        f"{self.name}: ids must be a dense tensor; pass ragged.flat_values / sparse.values"
+      )
     ids = tf.convert_to_tensor(ids)
     if ids.dtype == tf.string and not self.supports_strings:
-      raise TypeError(f"{type(self).__name__} indexes a counts table and needs integer ids in "
-                      "[0, num_items); map strings to integers first (e.g. "
-                      "tf.keras.layers.StringLookup)")
+      raise TypeError(
+        f"{type(self).__name__} indexes a counts table and needs integer ids in "
+        "[0, num_items); map strings to integers first (e.g. "
+        "tf.keras.layers.StringLookup)"
+      )
     keys = hashing.ids_to_keys(ids)
     checks = []
     if ids.dtype != tf.string and self.validate_ids:
-      checks.append(tf.debugging.assert_non_negative(
-          keys, message=f"{self.name}: item ids must be >= 0"))
+      checks.append(
+        tf.debugging.assert_non_negative(keys, message=f"{self.name}: item ids must be >= 0")
+      )
       if self.num_items is not None:
-        checks.append(tf.debugging.assert_less(
-            keys, tf.constant(self.num_items, tf.int64),
-            message=f"{self.name}: item ids must be < num_items={self.num_items}"))
+        checks.append(
+          tf.debugging.assert_less(
+            keys,
+            tf.constant(self.num_items, tf.int64),
+            message=f"{self.name}: item ids must be < num_items={self.num_items}",
+          )
+        )
     if flatten:
       if keys.shape.rank is None or keys.shape.rank == 0:
-        raise ValueError(f"{self.name}.update expects ids of known rank >= 1, got shape "
-                         f"{keys.shape}")
+        raise ValueError(
+          f"{self.name}.update expects ids of known rank >= 1, got shape {keys.shape}"
+        )
       keys = tf.reshape(keys, [-1])
     return keys, [c for c in checks if c is not None]
 
@@ -168,11 +181,13 @@ class FrequencyEstimator(tf.keras.layers.Layer):
         raise TypeError(f"{self.name}.update: valid must be bool, got {valid.dtype.name}")
       ids_shape = tf.convert_to_tensor(ids).shape
       if not valid.shape.is_compatible_with(ids_shape):
-        raise ValueError(f"{self.name}.update: valid {valid.shape} does not match ids "
-                         f"{ids_shape}")
+        raise ValueError(f"{self.name}.update: valid {valid.shape} does not match ids {ids_shape}")
       valid = tf.reshape(valid, [-1])
-      checks.append(tf.debugging.assert_equal(tf.size(valid), tf.size(keys),
-                                              message="valid must have the shape of ids"))
+      checks.append(
+        tf.debugging.assert_equal(
+          tf.size(valid), tf.size(keys), message="valid must have the shape of ids"
+        )
+      )
     # Every op of the update (not only those fed by `keys`, whose size may be constant-folded)
     # waits for the input checks, so a failed check leaves the state untouched.
     with tf.control_dependencies(checks):
@@ -245,8 +260,9 @@ def _group(indices: tf.Tensor, valid=None):
     distinct, _, counts = tf.unique_with_counts(indices, out_idx=tf.int32)
     return distinct, counts
   runs = _static_shapes.sorted_runs(indices)
-  weights = (tf.ones_like(runs.run) if valid is None
-             else tf.cast(tf.gather(valid, runs.order), tf.int32))
+  weights = (
+    tf.ones_like(runs.run) if valid is None else tf.cast(tf.gather(valid, runs.order), tf.int32)
+  )
   return runs.keys, _static_shapes.run_total(runs, weights)
 
 
@@ -269,7 +285,8 @@ def _group_slots(keys: tf.Tensor, slots_fn, valid=None):
     return slots_u, counts
   slots = slots_fn(keys)
   m = tf.shape(slots)[0]
-  weights = (tf.ones([tf.size(slots)], tf.int32) if valid is None
-             else tf.tile(tf.cast(valid, tf.int32), [m]))
+  weights = (
+    tf.ones([tf.size(slots)], tf.int32) if valid is None else tf.tile(tf.cast(valid, tf.int32), [m])
+  )
   runs = _static_shapes.sorted_runs(tf.reshape(slots, [-1]))
   return runs.keys, _static_shapes.run_total(runs, tf.gather(weights, runs.order))

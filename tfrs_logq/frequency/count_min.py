@@ -75,15 +75,25 @@ class CountMinSketch(base.FrequencyEstimator):
     validate_ids: check ids >= 0 (and < num_items) at run time.
   """
 
-  def __init__(self, epsilon: Optional[float] = None, delta: Optional[float] = None, *,
-               width: Optional[int] = None, depth: Optional[int] = None,
-               conservative: bool = frequency_core.DEFAULTS["conservative"],
-               half_life: Optional[float] = frequency_core.DEFAULTS["half_life"],
-               min_count: float = frequency_core.DEFAULTS["min_count"], seed: int = 0,
-               num_items=None, validate_ids: bool = True, **kwargs):
+  def __init__(
+    self,
+    epsilon: Optional[float] = None,
+    delta: Optional[float] = None,
+    *,
+    width: Optional[int] = None,
+    depth: Optional[int] = None,
+    conservative: bool = frequency_core.DEFAULTS["conservative"],
+    half_life: Optional[float] = frequency_core.DEFAULTS["half_life"],
+    min_count: float = frequency_core.DEFAULTS["min_count"],
+    seed: int = 0,
+    num_items=None,
+    validate_ids: bool = True,
+    **kwargs,
+  ):
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
     width, depth, half_life, min_count, seed = count_min_core.check_sketch(
-        epsilon, delta, width, depth, half_life, min_count, seed)
+      epsilon, delta, width, depth, half_life, min_count, seed
+    )
     self.width, self.depth = width, depth
     self.epsilon, self.delta = count_min_core.guarantees(width, depth)
     self.conservative = bool(conservative)
@@ -92,8 +102,9 @@ class CountMinSketch(base.FrequencyEstimator):
     self.seed = seed
     size = self.width * self.depth
     self.table = self._state("table", [size], tf.float32, 0.0)
-    self.last_write = (self._state("last_write", [size], tf.int32, 0)
-                       if self.half_life is not None else None)
+    self.last_write = (
+      self._state("last_write", [size], tf.int32, 0) if self.half_life is not None else None
+    )
     self.total = self._state("total", [], tf.float32, 0.0)
     self.step = self._state("step", [], tf.int64, 0)
 
@@ -134,26 +145,28 @@ class CountMinSketch(base.FrequencyEstimator):
     hit = None
     if self.conservative and not base._static(valid):
       ids, counts = base._group(keys)
-      id_cells = self._cells(ids)                                   # [depth, u]
+      id_cells = self._cells(ids)  # [depth, u]
       estimate = count_min_core.estimate(_OPS, self._read(id_cells, t_new))
-      wanted = tf.reshape(estimate + tf.cast(counts, tf.float32)[None, :]
-                          + tf.zeros_like(id_cells, tf.float32), [-1])
+      wanted = tf.reshape(
+        estimate + tf.cast(counts, tf.float32)[None, :] + tf.zeros_like(id_cells, tf.float32), [-1]
+      )
       cells, segment = tf.unique(tf.reshape(id_cells, [-1]))
       wanted = tf.math.unsorted_segment_max(wanted, segment, tf.size(cells))
       new_values = count_min_core.conservative_cells(_OPS, self._read(cells, t_new), wanted)
     elif self.conservative:
       # Static shapes: every entry (copies of an id carry the same count c_x and estimate), its
       # depth cells sorted; each cell takes the max over its entries of est(x) + c_x.
-      ids, counts = base._group(keys, valid)                        # [n] sorted, c_x per entry
-      id_cells = self._cells(ids)                                   # [depth, n]
+      ids, counts = base._group(keys, valid)  # [n] sorted, c_x per entry
+      id_cells = self._cells(ids)  # [depth, n]
       estimate = count_min_core.estimate(_OPS, self._read(id_cells, t_new))
       wanted = estimate + tf.cast(counts, tf.float32)
       runs = _static_shapes.sorted_runs(tf.reshape(id_cells, [-1]))
       per_cell = lambda x: tf.gather(  # noqa: E731
-          tf.reshape(tf.broadcast_to(x, tf.shape(id_cells)), [-1]), runs.order)
+        tf.reshape(tf.broadcast_to(x, tf.shape(id_cells)), [-1]), runs.order
+      )
       counted = per_cell(counts) > 0
       wanted = tf.where(counted, per_cell(wanted), tf.zeros_like(per_cell(wanted)))
-      wanted = _static_shapes.run_total(runs, wanted, "max")      # est + c >= 1 where counted
+      wanted = _static_shapes.run_total(runs, wanted, "max")  # est + c >= 1 where counted
       hit = _static_shapes.run_total(runs, tf.cast(counted, tf.int32), "max") > 0
       cells = runs.keys
       new_values = count_min_core.conservative_cells(_OPS, self._read(cells, t_new), wanted)
@@ -179,7 +192,8 @@ class CountMinSketch(base.FrequencyEstimator):
   def estimate(self, ids) -> tf.Tensor:
     """est(d) = min_j C[j, h_j(d)] (decayed to the current step), float32, unfloored."""
     return count_min_core.estimate(
-        _OPS, self._read(self._cells(self._keys(ids, flatten=False)), self.step))
+      _OPS, self._read(self._cells(self._keys(ids, flatten=False)), self.step)
+    )
 
   def _log_q_keys(self, keys):
     est = count_min_core.estimate(_OPS, self._read(self._cells(keys), self.step))
@@ -187,6 +201,12 @@ class CountMinSketch(base.FrequencyEstimator):
 
   def get_config(self):
     config = super().get_config()
-    config.update(width=self.width, depth=self.depth, conservative=self.conservative,
-                  half_life=self.half_life, min_count=self.min_count, seed=self.seed)
+    config.update(
+      width=self.width,
+      depth=self.depth,
+      conservative=self.conservative,
+      half_life=self.half_life,
+      min_count=self.min_count,
+      seed=self.seed,
+    )
     return config

@@ -50,9 +50,15 @@ class ExactCounts(base.FrequencyEstimator):
 
   supports_strings = False
 
-  def __init__(self, num_items: int, counts=None, accumulate: Optional[bool] = None,
-               min_count: float = frequency_core.DEFAULTS["min_count"],
-               validate_ids: bool = True, **kwargs):
+  def __init__(
+    self,
+    num_items: int,
+    counts=None,
+    accumulate: Optional[bool] = None,
+    min_count: float = frequency_core.DEFAULTS["min_count"],
+    validate_ids: bool = True,
+    **kwargs,
+  ):
     core_checks.check_num_items_given(num_items)
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
     self.min_count, initial = core_checks.check_counts_table(self.num_items, min_count, counts)
@@ -70,21 +76,26 @@ class ExactCounts(base.FrequencyEstimator):
 
   def _counts_and_total(self, keys):
     """#d and N in float64 (exact for counts below 2**53)."""
-    return (tf.cast(sharded.gather_rows(self.counts, keys), tf.float64),
-            tf.cast(self.total, tf.float64))
+    return (
+      tf.cast(sharded.gather_rows(self.counts, keys), tf.float64),
+      tf.cast(self.total, tf.float64),
+    )
 
   def _log_q_keys(self, keys):
     count, total = self._counts_and_total(keys)
-    return tf.cast(frequency_core.exact_log_q(_OPS, count, total, self.min_count,
-                                              self.num_items), tf.float32)
+    return tf.cast(
+      frequency_core.exact_log_q(_OPS, count, total, self.min_count, self.num_items), tf.float32
+    )
 
   def log_one_minus_q(self, ids):
     """log(1 − Q(p)) = log((N − #p) / N) in float64 (with #p floored at min_count as in Q),
     N − #p floored at min_count ("as if one other item had been counted") so it stays finite;
     with N = 0, 1 − 1/num_items floored at MIN_ONE_MINUS_Q."""
     count, total = self._counts_and_total(self._keys(ids, flatten=False))
-    return tf.cast(frequency_core.exact_log_one_minus_q(_OPS, count, total, self.min_count,
-                                                        self.num_items), tf.float32)
+    return tf.cast(
+      frequency_core.exact_log_one_minus_q(_OPS, count, total, self.min_count, self.num_items),
+      tf.float32,
+    )
 
   def get_config(self):
     config = super().get_config()

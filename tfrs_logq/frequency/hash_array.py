@@ -88,12 +88,18 @@ class HashArrayEstimator(base.FrequencyEstimator):
     validate_ids: check ids >= 0 (and < num_items) at run time.
   """
 
-  def __init__(self, num_buckets: int = frequency_core.DEFAULTS["num_buckets"],
-               num_hashes: int = frequency_core.DEFAULTS["num_hashes"],
-               alpha: float = frequency_core.DEFAULTS["alpha"],
-               warmup: bool = frequency_core.DEFAULTS["warmup"],
-               pending_gap: bool = frequency_core.DEFAULTS["pending_gap"], seed: int = 0,
-               num_items=None, validate_ids: bool = True, **kwargs):
+  def __init__(
+    self,
+    num_buckets: int = frequency_core.DEFAULTS["num_buckets"],
+    num_hashes: int = frequency_core.DEFAULTS["num_hashes"],
+    alpha: float = frequency_core.DEFAULTS["alpha"],
+    warmup: bool = frequency_core.DEFAULTS["warmup"],
+    pending_gap: bool = frequency_core.DEFAULTS["pending_gap"],
+    seed: int = 0,
+    num_items=None,
+    validate_ids: bool = True,
+    **kwargs,
+  ):
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
     num_buckets = base._positive_int(num_buckets, "num_buckets")
     num_hashes = base._positive_int(num_hashes, "num_hashes")
@@ -104,31 +110,34 @@ class HashArrayEstimator(base.FrequencyEstimator):
     self.warmup = bool(warmup)
     self.pending_gap = bool(pending_gap)
     self.seed = base._int(seed, "seed")
-    self.warmup_hits = warmup_hits   # J
+    self.warmup_hits = warmup_hits  # J
     size = num_buckets * num_hashes
-    self.last_step = self._state("last_step", [size], tf.int32, 0)     # A
-    self.gap = self._state("gap", [size], tf.float32, 0.0)             # B
-    self.hits = self._state("hits", [size], tf.int32, 0)               # K (capped at J)
-    self.step = self._state("step", [], tf.int64, 0)                   # t
+    self.last_step = self._state("last_step", [size], tf.int32, 0)  # A
+    self.gap = self._state("gap", [size], tf.float32, 0.0)  # B
+    self.hits = self._state("hits", [size], tf.int32, 0)  # K (capped at J)
+    self.step = self._state("step", [], tf.int64, 0)  # t
     self.ids_per_step = self._state("ids_per_step", [], tf.float32, 0.0)  # n̄
 
   def _slots(self, keys):
     """Flat slots i·H + h_i(key) of every hash, shape [m] + keys.shape."""
-    return tf.stack([hashing.bucket(keys, self.seed + i, self.num_buckets)
-                     + i * self.num_buckets for i in range(self.num_hashes)])
+    return tf.stack(
+      [
+        hashing.bucket(keys, self.seed + i, self.num_buckets) + i * self.num_buckets
+        for i in range(self.num_hashes)
+      ]
+    )
 
   def _prior_hits(self, hits):
     """k as int64 (k + c stays exact up to J < 2**31): gap samples so far (0 before the second
     sighting; J after it without warm-up)."""
-    return tf.cast(frequency_core.prior_hits(_OPS, hits, self.warmup, self.warmup_hits),
-                   tf.int64)
+    return tf.cast(frequency_core.prior_hits(_OPS, hits, self.warmup, self.warmup_hits), tf.int64)
 
   def _update_keys(self, keys, valid=None):
     n = base._num_counted(keys, valid)
     nonempty = n > 0
     t_new = self.step + tf.cast(nonempty, tf.int64)
     slots, counts = base._group_slots(keys, self._slots, valid)
-    hit = counts > 0               # False only on the static path, for slots of padding entries
+    hit = counts > 0  # False only on the static path, for slots of padding entries
     last = sharded.gather_rows(self.last_step, slots)
     old_gap = sharded.gather_rows(self.gap, slots)
     old_hits = sharded.gather_rows(self.hits, slots)
@@ -139,11 +148,13 @@ class HashArrayEstimator(base.FrequencyEstimator):
     new_hits = frequency_core.updated_hits(_OPS, k, c, last, self.warmup_hits)
     new_last = tf.fill(tf.shape(slots), tf.cast(t_new, tf.int32))
     self.gap.scatter_update(tf.IndexedSlices(tf.where(hit, new_gap, old_gap), slots))
-    self.hits.scatter_update(tf.IndexedSlices(
-        tf.where(hit, tf.cast(new_hits, tf.int32), old_hits), slots))
+    self.hits.scatter_update(
+      tf.IndexedSlices(tf.where(hit, tf.cast(new_hits, tf.int32), old_hits), slots)
+    )
     self.last_step.scatter_update(tf.IndexedSlices(tf.where(hit, new_last, last), slots))
-    n_bar = frequency_core.updated_ids_per_step(_OPS, self.ids_per_step, tf.cast(n, tf.float32),
-                                                t_new, self.alpha)
+    n_bar = frequency_core.updated_ids_per_step(
+      _OPS, self.ids_per_step, tf.cast(n, tf.float32), t_new, self.alpha
+    )
     self.ids_per_step.assign(tf.where(nonempty, n_bar, self.ids_per_step))
     self.step.assign(t_new)
 
@@ -155,15 +166,27 @@ class HashArrayEstimator(base.FrequencyEstimator):
     slots = self._slots(keys)
     k = self._prior_hits(sharded.gather_rows(self.hits, slots)) if self.pending_gap else None
     return frequency_core.read_steps_per_hit(
-        _OPS, sharded.gather_rows(self.gap, slots), sharded.gather_rows(self.last_step, slots),
-        tf.cast(self.step, tf.float32), k, self.alpha, self.warmup_hits, self.pending_gap)
+      _OPS,
+      sharded.gather_rows(self.gap, slots),
+      sharded.gather_rows(self.last_step, slots),
+      tf.cast(self.step, tf.float32),
+      k,
+      self.alpha,
+      self.warmup_hits,
+      self.pending_gap,
+    )
 
   def _log_q_keys(self, keys):
-    return frequency_core.hash_array_log_q(_OPS, self._steps_per_hit_keys(keys),
-                                           self.ids_per_step)
+    return frequency_core.hash_array_log_q(_OPS, self._steps_per_hit_keys(keys), self.ids_per_step)
 
   def get_config(self):
     config = super().get_config()
-    config.update(num_buckets=self.num_buckets, num_hashes=self.num_hashes, alpha=self.alpha,
-                  warmup=self.warmup, pending_gap=self.pending_gap, seed=self.seed)
+    config.update(
+      num_buckets=self.num_buckets,
+      num_hashes=self.num_hashes,
+      alpha=self.alpha,
+      warmup=self.warmup,
+      pending_gap=self.pending_gap,
+      seed=self.seed,
+    )
     return config

@@ -35,12 +35,33 @@ from tfrs_logq.keras3.lazy_adam import LazyAdam
 from tfrs_logq.keras3.gbce import GBCELoss, bce_loss, gbce_beta, gbce_loss
 from tfrs_logq.keras3.log_q import log_q_prime
 from tfrs_logq.keras3.logq_correction import SamplingProbabilityCorrection
-from tfrs_logq.keras3.losses import (CORRECTIONS, Q_PRIME_MODES, LossOutput, SampledSoftmaxLoss,
-                                     sampled_softmax_loss)
+from tfrs_logq.keras3.losses import (
+  CORRECTIONS,
+  Q_PRIME_MODES,
+  LossOutput,
+  SampledSoftmaxLoss,
+  sampled_softmax_loss,
+)
 from tfrs_logq.keras3.retrieval import Retrieval
 
-__all__ = ["SamplingProbabilityCorrection", "RemoveAccidentalHits", "accidental_hit_mask",
-           "log_q_prime", "sampled_softmax_loss", "SampledSoftmaxLoss", "LossOutput",
-           "CORRECTIONS", "Q_PRIME_MODES", "Retrieval", "frequency", "negatives",
-           "full_softmax_loss", "FullSoftmaxLoss", "bce_loss", "gbce_loss", "gbce_beta",
-           "GBCELoss", "LazyAdam"]
+__all__ = [
+  "SamplingProbabilityCorrection",
+  "RemoveAccidentalHits",
+  "accidental_hit_mask",
+  "log_q_prime",
+  "sampled_softmax_loss",
+  "SampledSoftmaxLoss",
+  "LossOutput",
+  "CORRECTIONS",
+  "Q_PRIME_MODES",
+  "Retrieval",
+  "frequency",
+  "negatives",
+  "full_softmax_loss",
+  "FullSoftmaxLoss",
+  "bce_loss",
+  "gbce_loss",
+  "gbce_beta",
+  "GBCELoss",
+  "LazyAdam",
+]

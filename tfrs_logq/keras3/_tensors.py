@@ -30,8 +30,9 @@ def as_float32(x, name: str):
 def as_ids(x, name: str):
   """Integer ids as a tensor (dtype kept); TypeError for anything else (strings included)."""
   if isinstance(x, (str, bytes)) or (isinstance(x, np.ndarray) and x.dtype.kind in "OSU"):
-    raise TypeError(f"{name} must be integer ids; map strings to integers first "
-                    "(keras.layers.StringLookup)")
+    raise TypeError(
+      f"{name} must be integer ids; map strings to integers first (keras.layers.StringLookup)"
+    )
   x = ops.convert_to_tensor(x)
   if dtype_of(x) not in INT_DTYPES:
     raise TypeError(f"{name} must be integer ids, got dtype {dtype_of(x)}")
@@ -41,15 +42,17 @@ def as_ids(x, name: str):
 def check_rank(x, ranks, name: str) -> None:
   ranks = (ranks,) if isinstance(ranks, int) else tuple(ranks)
   if len(x.shape) not in ranks:
-    raise ValueError(f"{name} must have rank {' or '.join(map(str, ranks))}, got shape "
-                     f"{tuple(x.shape)}")
+    raise ValueError(
+      f"{name} must have rank {' or '.join(map(str, ranks))}, got shape {tuple(x.shape)}"
+    )
 
 
 def check_same_dim(a, a_axis: int, b, b_axis: int, what: str) -> None:
   da, db = a.shape[a_axis], b.shape[b_axis]
   if da is not None and db is not None and da != db:
-    raise ValueError(f"{what}: sizes differ ({da} vs {db}); shapes {tuple(a.shape)} and "
-                     f"{tuple(b.shape)}")
+    raise ValueError(
+      f"{what}: sizes differ ({da} vs {db}); shapes {tuple(a.shape)} and {tuple(b.shape)}"
+    )
 
 
 def concrete(x):
@@ -79,7 +82,8 @@ def check_probability(q, name: str, slack: float) -> None:
   if not np.all(np.isfinite(value)):
     raise ValueError(f"{name} has NaN or inf")
   if np.any(value <= 0):
-    raise ValueError(f"{name} must be > 0 (no clipping: Q = 0 is not a proposal that sampled "
-                     "the item)")
+    raise ValueError(
+      f"{name} must be > 0 (no clipping: Q = 0 is not a proposal that sampled the item)"
+    )
   if np.any(value > 1.0 + slack):
     raise ValueError(f"{name} must be <= 1")

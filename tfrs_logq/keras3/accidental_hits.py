@@ -60,12 +60,15 @@ class RemoveAccidentalHits(keras.layers.Layer):
     labels = ops.convert_to_tensor(labels)
     candidate_ids = _tensors.as_ids(candidate_ids, "candidate_ids")
     if tuple(labels.shape) != tuple(logits.shape):
-      raise ValueError(f"labels {tuple(labels.shape)} and logits {tuple(logits.shape)} must have "
-                       "the same shape")
+      raise ValueError(
+        f"labels {tuple(labels.shape)} and logits {tuple(logits.shape)} must have the same shape"
+      )
     rank, id_rank = len(labels.shape), len(candidate_ids.shape)
-    if id_rank > rank or tuple(candidate_ids.shape) != tuple(labels.shape[rank - id_rank:]):
-      raise ValueError(f"candidate_ids {tuple(candidate_ids.shape)} must match the last "
-                       f"dimensions of labels {tuple(labels.shape)}")
+    if id_rank > rank or tuple(candidate_ids.shape) != tuple(labels.shape[rank - id_rank :]):
+      raise ValueError(
+        f"candidate_ids {tuple(candidate_ids.shape)} must match the last "
+        f"dimensions of labels {tuple(labels.shape)}"
+      )
     ids = ops.broadcast_to(candidate_ids, ops.shape(labels))
     positive = ops.expand_dims(ops.argmax(labels, axis=-1), -1)
     positive_ids = ops.take_along_axis(ids, positive, axis=-1)

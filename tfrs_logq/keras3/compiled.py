@@ -27,9 +27,11 @@ def compile_function(fn: Callable) -> Callable:
   backend = keras.backend.backend()
   if backend == "jax":
     import jax  # pylint: disable=g-import-not-at-top
+
     return jax.jit(fn)
   if backend == "tensorflow":
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
     return tf.function(fn)
   if backend == "torch":
     import torch  # pylint: disable=g-import-not-at-top
@@ -37,6 +39,7 @@ def compile_function(fn: Callable) -> Callable:
     def run(*args):
       with torch.no_grad():
         return fn(*args)
+
     return run
   return fn
 
@@ -46,13 +49,16 @@ def compile_with_state(fn: Callable, variables: Sequence) -> Callable:
   if keras.backend.backend() != "jax":
     return compile_function(fn)
   import jax  # pylint: disable=g-import-not-at-top
+
   variables = list(variables)
 
   def pure(values, *args):
     with keras.StatelessScope(state_mapping=list(zip(variables, values))):
       return fn(*args)
+
   jitted = jax.jit(pure)
 
   def run(*args):
     return jitted([v.value for v in variables], *args)
+
   return run

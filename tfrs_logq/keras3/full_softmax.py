@@ -37,9 +37,15 @@ def _check_ids(cols, num_rows: int, id_offset: int) -> None:
     raise ValueError(f"positive ids must be < id_offset + V = {id_offset + num_rows}")
 
 
-def full_softmax_loss(query_embeddings, positive_ids, candidate_embeddings, *,
-                      temperature: float = 1.0, id_offset: int = 0,
-                      check_scores: bool = False) -> losses_lib.LossOutput:
+def full_softmax_loss(
+  query_embeddings,
+  positive_ids,
+  candidate_embeddings,
+  *,
+  temperature: float = 1.0,
+  id_offset: int = 0,
+  check_scores: bool = False,
+) -> losses_lib.LossOutput:
   """L = softplus(LSE_{d != p} s_d - s_p) = -s_p + log sum_d exp(s_d) over every candidate row.
 
   Args:
@@ -64,16 +70,22 @@ def full_softmax_loss(query_embeddings, positive_ids, candidate_embeddings, *,
   if isinstance(positive_ids, (str, bytes)):
     raise TypeError(f"positive_ids must be integer, got {type(positive_ids).__name__}")
   ids = ops.convert_to_tensor(positive_ids)
-  if not (_tensors.dtype_of(q) in _tensors.FLOAT_DTYPES
-          and _tensors.dtype_of(table) in _tensors.FLOAT_DTYPES):
-    raise TypeError("query_embeddings and candidate_embeddings must be floating, got "
-                    f"{_tensors.dtype_of(q)} and {_tensors.dtype_of(table)}")
+  if not (
+    _tensors.dtype_of(q) in _tensors.FLOAT_DTYPES
+    and _tensors.dtype_of(table) in _tensors.FLOAT_DTYPES
+  ):
+    raise TypeError(
+      "query_embeddings and candidate_embeddings must be floating, got "
+      f"{_tensors.dtype_of(q)} and {_tensors.dtype_of(table)}"
+    )
   if _tensors.dtype_of(ids) not in _tensors.INT_DTYPES:
     raise TypeError(f"positive_ids must be integer, got {_tensors.dtype_of(ids)}")
   if len(q.shape) != 2 or len(table.shape) != 2 or len(ids.shape) != 1:
-    raise ValueError(f"expected query_embeddings [A, d], candidate_embeddings [V, d], "
-                     f"positive_ids [A]; got {tuple(q.shape)}, {tuple(table.shape)}, "
-                     f"{tuple(ids.shape)}")
+    raise ValueError(
+      f"expected query_embeddings [A, d], candidate_embeddings [V, d], "
+      f"positive_ids [A]; got {tuple(q.shape)}, {tuple(table.shape)}, "
+      f"{tuple(ids.shape)}"
+    )
   if ids.shape[0] == 0:
     raise ValueError("empty batch: no queries")
   _tensors.check_same_dim(q, 0, ids, 0, "query_embeddings vs positive_ids")
@@ -81,13 +93,14 @@ def full_softmax_loss(query_embeddings, positive_ids, candidate_embeddings, *,
   q, table = ops.cast(q, "float32"), ops.cast(table, "float32")
   cols = ops.cast(ids, "int32") - id_offset
   _check_ids(cols, table.shape[0], id_offset)
-  logits = ops.matmul(q, ops.transpose(table)) * (1.0 / temperature)           # [A, V]
+  logits = ops.matmul(q, ops.transpose(table)) * (1.0 / temperature)  # [A, V]
   s_p = ops.squeeze(ops.take_along_axis(logits, ops.expand_dims(cols, 1), axis=1), 1)
   if check_scores:
     losses_lib.check_finite_scores(s_p, logits, names=("positive scores", "scores"))
   num_rows = ops.shape(table)[0]
-  valid = ops.not_equal(ops.expand_dims(ops.arange(num_rows, dtype="int32"), 0),
-                        ops.expand_dims(cols, 1))
+  valid = ops.not_equal(
+    ops.expand_dims(ops.arange(num_rows, dtype="int32"), 0), ops.expand_dims(cols, 1)
+  )
   num_valid = ops.full(ops.shape(s_p), num_rows - 1, "int32")
   loss = sampled_softmax_core.softmax_with_positive(ops, s_p, logits, valid, num_valid > 0)
   return losses_lib.LossOutput(loss=loss, weight=ops.ones_like(loss), num_valid=num_valid)
@@ -106,8 +119,9 @@ class FullSoftmaxLoss(keras.layers.Layer):
     check_scores: raise ValueError on non-finite concrete scores (eager only).
   """
 
-  def __init__(self, temperature: float = 1.0, id_offset: int = 0, check_scores: bool = False,
-               **kwargs):
+  def __init__(
+    self, temperature: float = 1.0, id_offset: int = 0, check_scores: bool = False, **kwargs
+  ):
     kwargs["dtype"] = "float32"
     super().__init__(**kwargs)
     self.temperature, self.id_offset = core_checks.check_full_softmax(temperature, id_offset)
@@ -115,17 +129,27 @@ class FullSoftmaxLoss(keras.layers.Layer):
     self.built = True
 
   def call(self, query_embeddings, positive_ids, candidate_embeddings):
-    return full_softmax_loss(query_embeddings, positive_ids, candidate_embeddings,
-                             temperature=self.temperature, id_offset=self.id_offset,
-                             check_scores=self.check_scores)
+    return full_softmax_loss(
+      query_embeddings,
+      positive_ids,
+      candidate_embeddings,
+      temperature=self.temperature,
+      id_offset=self.id_offset,
+      check_scores=self.check_scores,
+    )
 
   def compute_output_spec(self, query_embeddings, *args, **kwargs):
     rows = query_embeddings.shape[:1]
-    return losses_lib.LossOutput(keras.KerasTensor(rows, "float32"),
-                                 keras.KerasTensor(rows, "float32"),
-                                 keras.KerasTensor(rows, "int32"))
+    return losses_lib.LossOutput(
+      keras.KerasTensor(rows, "float32"),
+      keras.KerasTensor(rows, "float32"),
+      keras.KerasTensor(rows, "int32"),
+    )
 
   def get_config(self):
-    return {**super().get_config(), "temperature": self.temperature, "id_offset": self.id_offset,
-            "check_scores": self.check_scores}
-
+    return {
+      **super().get_config(),
+      "temperature": self.temperature,
+      "id_offset": self.id_offset,
+      "check_scores": self.check_scores,
+    }

@@ -42,8 +42,9 @@ def gbce_beta(num_negatives: int, num_items: int, t: float) -> float:
   return bce_core.gbce_beta(num_negatives, num_items, t)
 
 
-def gbce_loss(positive_scores, negative_scores, *, beta: float, valid_mask=None,
-              check_scores: bool = False) -> losses_lib.LossOutput:
+def gbce_loss(
+  positive_scores, negative_scores, *, beta: float, valid_mask=None, check_scores: bool = False
+) -> losses_lib.LossOutput:
   """L = beta * softplus(-s_p) + sum_{i valid} softplus(s_i)  (gBCE, module docstring).
 
   Args:
@@ -69,11 +70,13 @@ def gbce_loss(positive_scores, negative_scores, *, beta: float, valid_mask=None,
   return losses_lib.LossOutput(loss=loss, weight=ops.ones_like(loss), num_valid=num_valid)
 
 
-def bce_loss(positive_scores, negative_scores, valid_mask=None, *,
-             check_scores: bool = False) -> losses_lib.LossOutput:
+def bce_loss(
+  positive_scores, negative_scores, valid_mask=None, *, check_scores: bool = False
+) -> losses_lib.LossOutput:
   """BCE: L = softplus(-s_p) + sum_{i valid} softplus(s_i) (:func:`gbce_loss` with beta = 1)."""
-  return gbce_loss(positive_scores, negative_scores, beta=1.0, valid_mask=valid_mask,
-                   check_scores=check_scores)
+  return gbce_loss(
+    positive_scores, negative_scores, beta=1.0, valid_mask=valid_mask, check_scores=check_scores
+  )
 
 
 @keras.saving.register_keras_serializable(package="tfrs_logq")
@@ -96,14 +99,21 @@ class GBCELoss(keras.layers.Layer):
     self.built = True
 
   def call(self, positive_scores, negative_scores, valid_mask=None):
-    return gbce_loss(positive_scores, negative_scores, beta=self.beta, valid_mask=valid_mask,
-                     check_scores=self.check_scores)
+    return gbce_loss(
+      positive_scores,
+      negative_scores,
+      beta=self.beta,
+      valid_mask=valid_mask,
+      check_scores=self.check_scores,
+    )
 
   def compute_output_spec(self, positive_scores, *args, **kwargs):
     rows = positive_scores.shape[:1]
-    return losses_lib.LossOutput(keras.KerasTensor(rows, "float32"),
-                                 keras.KerasTensor(rows, "float32"),
-                                 keras.KerasTensor(rows, "int32"))
+    return losses_lib.LossOutput(
+      keras.KerasTensor(rows, "float32"),
+      keras.KerasTensor(rows, "float32"),
+      keras.KerasTensor(rows, "int32"),
+    )
 
   def get_config(self):
     return {**super().get_config(), "beta": self.beta, "check_scores": self.check_scores}

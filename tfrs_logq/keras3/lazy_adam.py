@@ -57,19 +57,33 @@ class LazyAdam(keras.optimizers.Adam):
     **kwargs: the other arguments of ``keras.optimizers.Adam`` (``amsgrad=True`` is refused).
   """
 
-  def __init__(self, learning_rate=0.001, beta_1=0.9, beta_2=0.999, epsilon=1e-7,
-               table_pattern: str = DEFAULT_TABLE_PATTERN, name="lazy_adam", **kwargs):
+  def __init__(
+    self,
+    learning_rate=0.001,
+    beta_1=0.9,
+    beta_2=0.999,
+    epsilon=1e-7,
+    table_pattern: str = DEFAULT_TABLE_PATTERN,
+    name="lazy_adam",
+    **kwargs,
+  ):
     if kwargs.pop("amsgrad", False):
       raise ValueError("LazyAdam does not support amsgrad (its max over all rows is dense)")
     re.compile(table_pattern)
-    super().__init__(learning_rate=learning_rate, beta_1=beta_1, beta_2=beta_2,
-                     epsilon=epsilon, amsgrad=False, name=name, **kwargs)
+    super().__init__(
+      learning_rate=learning_rate,
+      beta_1=beta_1,
+      beta_2=beta_2,
+      epsilon=epsilon,
+      amsgrad=False,
+      name=name,
+      **kwargs,
+    )
     self.table_pattern = table_pattern
 
   def is_table(self, variable) -> bool:
     """Whether ``variable`` gets the lazy update (module docstring)."""
-    return (len(variable.shape) >= 1
-            and re.search(self.table_pattern, variable.path) is not None)
+    return len(variable.shape) >= 1 and re.search(self.table_pattern, variable.path) is not None
 
   def build(self, var_list):
     if self.built:
@@ -78,9 +92,15 @@ class LazyAdam(keras.optimizers.Adam):
     self._row_counts = []
     for var in var_list:
       self._row_counts.append(
-          self.add_variable((var.shape[0],), initializer="zeros", dtype=var.dtype,
-                            name=f"{var.path.replace('/', '_')}_row_count")
-          if self.is_table(var) else None)
+        self.add_variable(
+          (var.shape[0],),
+          initializer="zeros",
+          dtype=var.dtype,
+          name=f"{var.path.replace('/', '_')}_row_count",
+        )
+        if self.is_table(var)
+        else None
+      )
 
   def row_counts(self, variable):
     """The counts k [rows] of a table (None for a variable updated by Adam)."""
@@ -92,12 +112,20 @@ class LazyAdam(keras.optimizers.Adam):
     if count is None:
       return super().update_step(gradient, variable, learning_rate)
     dtype = variable.dtype
-    g = ops.cast(ops.convert_to_tensor(gradient), dtype)   # IndexedSlices (tensorflow): dense
+    g = ops.cast(ops.convert_to_tensor(gradient), dtype)  # IndexedSlices (tensorflow): dense
     m, v = self._momentums[index], self._velocities[index]
     m_new, v_new, k_new, delta = core_lazy_adam.update_rows(
-        ops, m.value, v.value, count.value, g, ops.cast(learning_rate, dtype),
-        ops.cast(self.beta_1, dtype), ops.cast(self.beta_2, dtype),
-        ops.cast(self.epsilon, dtype), rows=core_lazy_adam.nonzero_rows(ops, g))
+      ops,
+      m.value,
+      v.value,
+      count.value,
+      g,
+      ops.cast(learning_rate, dtype),
+      ops.cast(self.beta_1, dtype),
+      ops.cast(self.beta_2, dtype),
+      ops.cast(self.epsilon, dtype),
+      rows=core_lazy_adam.nonzero_rows(ops, g),
+    )
     self.assign(m, m_new)
     self.assign(v, v_new)
     self.assign(count, k_new)

@@ -19,8 +19,14 @@ from tfrs_logq.keras3 import _tensors
 
 MIN_ONE_MINUS_Q = log_q_core.MIN_ONE_MINUS_Q
 
-__all__ = ["MIN_ONE_MINUS_Q", "log1mexp", "validate_log_q", "probability_to_log_q",
-           "resolve_log_q", "log_q_prime"]
+__all__ = [
+  "MIN_ONE_MINUS_Q",
+  "log1mexp",
+  "validate_log_q",
+  "probability_to_log_q",
+  "resolve_log_q",
+  "log_q_prime",
+]
 
 
 def log1mexp(x, min_one_minus_p: float = MIN_ONE_MINUS_Q):
@@ -42,14 +48,19 @@ def probability_to_log_q(probability, name: str = "sampling probability"):
   return log_q_core.log_q_from_probability(ops, probability)
 
 
-def resolve_log_q(probability=None, log_probability=None,
-                  name: str = "candidate_sampling_probability") -> Optional[object]:
+def resolve_log_q(
+  probability=None, log_probability=None, name: str = "candidate_sampling_probability"
+) -> Optional[object]:
   """float32 log Q from exactly one of probability / log_probability (None if neither)."""
-  return core_checks.resolve_log_q(probability, log_probability, name, probability_to_log_q,
-                                   validate_log_q)
+  return core_checks.resolve_log_q(
+    probability, log_probability, name, probability_to_log_q, validate_log_q
+  )
 
 
 def log_q_prime(negative_log_q, positive_log_q):
   """log Q'(d) = log Q(d) - log(1 - Q(p)): [N] or [A, N] against [A] -> [A, N] float32."""
-  return log_q_core.log_q_prime(ops, _tensors.as_float32(negative_log_q, "negative_log_q"),
-                                _tensors.as_float32(positive_log_q, "positive_log_q"))
+  return log_q_core.log_q_prime(
+    ops,
+    _tensors.as_float32(negative_log_q, "negative_log_q"),
+    _tensors.as_float32(positive_log_q, "positive_log_q"),
+  )

@@ -51,18 +51,25 @@ class SamplingProbabilityCorrection(keras.layers.Layer):
   def call(self, logits, candidate_sampling_probability):
     logits = ops.convert_to_tensor(logits)
     if self.from_log:
-      log_q = log_q_lib.validate_log_q(candidate_sampling_probability,
-                                       "log candidate_sampling_probability")
+      log_q = log_q_lib.validate_log_q(
+        candidate_sampling_probability, "log candidate_sampling_probability"
+      )
     elif self.epsilon is not None:
       q = _tensors.as_float32(candidate_sampling_probability, "candidate_sampling_probability")
       log_q = ops.log(ops.clip(q, self.epsilon, 1.0))
     else:
-      log_q = log_q_lib.probability_to_log_q(candidate_sampling_probability,
-                                             "candidate_sampling_probability")
-    if log_q.shape and logits.shape and log_q.shape[-1] not in (None, 1) and (
-        logits.shape[-1] not in (None, log_q.shape[-1])):
-      raise ValueError(f"sampling probabilities {tuple(log_q.shape)} do not match logits "
-                       f"{tuple(logits.shape)}")
+      log_q = log_q_lib.probability_to_log_q(
+        candidate_sampling_probability, "candidate_sampling_probability"
+      )
+    if (
+      log_q.shape
+      and logits.shape
+      and log_q.shape[-1] not in (None, 1)
+      and (logits.shape[-1] not in (None, log_q.shape[-1]))
+    ):
+      raise ValueError(
+        f"sampling probabilities {tuple(log_q.shape)} do not match logits {tuple(logits.shape)}"
+      )
     out = _tensors.as_float32(logits, "logits") - log_q
     return ops.cast(out, logits.dtype)
 

@@ -25,8 +25,14 @@ from tfrs_logq.core import sampled_softmax as sampled_softmax_core
 from tfrs_logq.keras3 import _tensors
 from tfrs_logq.keras3 import log_q as log_q_lib
 
-__all__ = ["CORRECTIONS", "Q_PRIME_MODES", "LossOutput", "sampled_softmax_loss",
-           "masked_logsumexp", "SampledSoftmaxLoss"]
+__all__ = [
+  "CORRECTIONS",
+  "Q_PRIME_MODES",
+  "LossOutput",
+  "sampled_softmax_loss",
+  "masked_logsumexp",
+  "SampledSoftmaxLoss",
+]
 
 CORRECTIONS = core_checks.CORRECTIONS
 Q_PRIME_MODES = core_checks.Q_PRIME_MODES
@@ -34,6 +40,7 @@ Q_PRIME_MODES = core_checks.Q_PRIME_MODES
 
 class LossOutput(NamedTuple):
   """loss [A] float32, weight [A] float32 (w; 1 except under ``corrected``), num_valid [A]."""
+
   loss: object
   weight: object
   num_valid: object
@@ -41,28 +48,33 @@ class LossOutput(NamedTuple):
 
 def masked_logsumexp(x, valid):
   """LSE over the valid entries of each row of x [A, N] (about -1e30 for an empty row)."""
-  return sampled_softmax_core.masked_logsumexp(ops, _tensors.as_float32(x, "x"),
-                                               ops.cast(valid, "bool"))
+  return sampled_softmax_core.masked_logsumexp(
+    ops, _tensors.as_float32(x, "x"), ops.cast(valid, "bool")
+  )
 
 
 def check_shapes(positive_scores, negative_scores, negative_log_q, positive_log_q, valid_mask):
   _tensors.check_rank(positive_scores, 1, "positive_scores")
   _tensors.check_rank(negative_scores, 2, "negative_scores")
-  _tensors.check_same_dim(positive_scores, 0, negative_scores, 0,
-                          "positive_scores vs negative_scores rows")
+  _tensors.check_same_dim(
+    positive_scores, 0, negative_scores, 0, "positive_scores vs negative_scores rows"
+  )
   if positive_scores.shape[0] == 0:
     raise ValueError("empty batch: there are no queries (positive_scores is empty)")
   if negative_log_q is not None:
     _tensors.check_rank(negative_log_q, (1, 2), "negative_log_q")
-    _tensors.check_same_dim(negative_log_q, -1, negative_scores, -1,
-                            "negative_log_q vs negative_scores columns")
+    _tensors.check_same_dim(
+      negative_log_q, -1, negative_scores, -1, "negative_log_q vs negative_scores columns"
+    )
     if len(negative_log_q.shape) == 2:
-      _tensors.check_same_dim(negative_log_q, 0, negative_scores, 0,
-                              "negative_log_q vs negative_scores rows")
+      _tensors.check_same_dim(
+        negative_log_q, 0, negative_scores, 0, "negative_log_q vs negative_scores rows"
+      )
   if positive_log_q is not None:
     _tensors.check_rank(positive_log_q, 1, "positive_log_q")
-    _tensors.check_same_dim(positive_log_q, 0, positive_scores, 0,
-                            "positive_log_q vs positive_scores")
+    _tensors.check_same_dim(
+      positive_log_q, 0, positive_scores, 0, "positive_log_q vs positive_scores"
+    )
   if valid_mask is not None:
     if _tensors.dtype_of(valid_mask) != "bool":
       raise TypeError(f"valid_mask must be boolean, got {_tensors.dtype_of(valid_mask)}")
@@ -79,16 +91,18 @@ def check_finite_scores(*named_scores, names=("positive_scores", "negative_score
       raise ValueError(f"{name} has NaN or inf")
 
 
-def sampled_softmax_loss(positive_scores,
-                         negative_scores,
-                         negative_log_q=None,
-                         *,
-                         correction: str,
-                         positive_log_q=None,
-                         valid_mask=None,
-                         q_prime: str = "exact",
-                         check_scores: bool = False,
-                         ratio_floor: float = 0.0) -> LossOutput:
+def sampled_softmax_loss(
+  positive_scores,
+  negative_scores,
+  negative_log_q=None,
+  *,
+  correction: str,
+  positive_log_q=None,
+  valid_mask=None,
+  q_prime: str = "exact",
+  check_scores: bool = False,
+  ratio_floor: float = 0.0,
+) -> LossOutput:
   """Per-example sampled-softmax loss with the chosen logQ correction (module docstring).
 
   Arguments, shapes and results are those of ``tfrs_logq.losses.sampled_softmax_loss``:
@@ -122,9 +136,16 @@ def sampled_softmax_loss(positive_scores,
   if valid_mask is None:
     valid_mask = ops.ones_like(s_n, dtype="bool")
   loss, weight, num_valid = sampled_softmax_core.sampled_softmax(
-      ops, s_p, s_n, negative_log_q if needs_negative_q else None,
-      positive_log_q if needs_positive_q else None, valid_mask, correction, q_prime,
-      ratio_floor)
+    ops,
+    s_p,
+    s_n,
+    negative_log_q if needs_negative_q else None,
+    positive_log_q if needs_positive_q else None,
+    valid_mask,
+    correction,
+    q_prime,
+    ratio_floor,
+  )
   return LossOutput(loss=loss, weight=weight, num_valid=num_valid)
 
 
@@ -138,8 +159,14 @@ class SampledSoftmaxLoss(keras.layers.Layer):
   .SampledSoftmaxLoss`` (``check_scores``: ValueError on non-finite concrete scores).
   """
 
-  def __init__(self, correction: str = "corrected", q_prime: str = "exact",
-               ratio_floor: float = 0.0, check_scores: bool = False, **kwargs):
+  def __init__(
+    self,
+    correction: str = "corrected",
+    q_prime: str = "exact",
+    ratio_floor: float = 0.0,
+    check_scores: bool = False,
+    **kwargs,
+  ):
     kwargs["dtype"] = "float32"
     super().__init__(**kwargs)
     self.ratio_floor = core_checks.check_correction(correction, q_prime, ratio_floor)
@@ -148,18 +175,39 @@ class SampledSoftmaxLoss(keras.layers.Layer):
     self.check_scores = bool(check_scores)
     self.built = True
 
-  def call(self, positive_scores, negative_scores, negative_log_q=None, positive_log_q=None,
-           valid_mask=None):
-    return sampled_softmax_loss(positive_scores, negative_scores, negative_log_q,
-                                correction=self.correction, positive_log_q=positive_log_q,
-                                valid_mask=valid_mask, q_prime=self.q_prime,
-                                check_scores=self.check_scores, ratio_floor=self.ratio_floor)
+  def call(
+    self,
+    positive_scores,
+    negative_scores,
+    negative_log_q=None,
+    positive_log_q=None,
+    valid_mask=None,
+  ):
+    return sampled_softmax_loss(
+      positive_scores,
+      negative_scores,
+      negative_log_q,
+      correction=self.correction,
+      positive_log_q=positive_log_q,
+      valid_mask=valid_mask,
+      q_prime=self.q_prime,
+      check_scores=self.check_scores,
+      ratio_floor=self.ratio_floor,
+    )
 
   def compute_output_spec(self, positive_scores, negative_scores, *args, **kwargs):
     rows = positive_scores.shape[:1]
-    return LossOutput(keras.KerasTensor(rows, "float32"), keras.KerasTensor(rows, "float32"),
-                      keras.KerasTensor(rows, "int32"))
+    return LossOutput(
+      keras.KerasTensor(rows, "float32"),
+      keras.KerasTensor(rows, "float32"),
+      keras.KerasTensor(rows, "int32"),
+    )
 
   def get_config(self):
-    return {**super().get_config(), "correction": self.correction, "q_prime": self.q_prime,
-            "ratio_floor": self.ratio_floor, "check_scores": self.check_scores}
+    return {
+      **super().get_config(),
+      "correction": self.correction,
+      "q_prime": self.q_prime,
+      "ratio_floor": self.ratio_floor,
+      "check_scores": self.check_scores,
+    }

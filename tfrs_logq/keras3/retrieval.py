@@ -68,22 +68,35 @@ class Retrieval(keras.layers.Layer):
     ratio_floor: the clamp of the paper's script for ``corrected`` (0 = off).
   """
 
-  def __init__(self, correction: str = "corrected", q_prime: str = "exact",
-               temperature: Optional[float] = None, num_hard_negatives: Optional[int] = None,
-               remove_accidental_hits: bool = False, reduction: str = "sum",
-               frequency_estimator=None, update_frequency: str = "training",
-               check_scores: bool = False, ratio_floor: float = 0.0, **kwargs):
+  def __init__(
+    self,
+    correction: str = "corrected",
+    q_prime: str = "exact",
+    temperature: Optional[float] = None,
+    num_hard_negatives: Optional[int] = None,
+    remove_accidental_hits: bool = False,
+    reduction: str = "sum",
+    frequency_estimator=None,
+    update_frequency: str = "training",
+    check_scores: bool = False,
+    ratio_floor: float = 0.0,
+    **kwargs,
+  ):
     kwargs["dtype"] = "float32"
     super().__init__(**kwargs)
     self.ratio_floor = core_checks.check_correction(correction, q_prime, ratio_floor)
     if update_frequency not in UPDATE_FREQUENCY_MODES:
-      raise ValueError(f"update_frequency must be one of {UPDATE_FREQUENCY_MODES}, got "
-                       f"{update_frequency!r}")
-    if frequency_estimator is not None and not (hasattr(frequency_estimator, "log_q")
-                                                and hasattr(frequency_estimator, "update")):
-      raise TypeError("frequency_estimator must have update(ids) and log_q(ids) (a "
-                      "tfrs_logq.keras3.frequency estimator), got "
-                      f"{type(frequency_estimator).__name__}")
+      raise ValueError(
+        f"update_frequency must be one of {UPDATE_FREQUENCY_MODES}, got {update_frequency!r}"
+      )
+    if frequency_estimator is not None and not (
+      hasattr(frequency_estimator, "log_q") and hasattr(frequency_estimator, "update")
+    ):
+      raise TypeError(
+        "frequency_estimator must have update(ids) and log_q(ids) (a "
+        "tfrs_logq.keras3.frequency estimator), got "
+        f"{type(frequency_estimator).__name__}"
+      )
     if reduction not in REDUCTIONS:
       raise ValueError(f"reduction must be one of {REDUCTIONS}, got {reduction!r}")
     if temperature is not None and not temperature > 0:
@@ -101,9 +114,17 @@ class Retrieval(keras.layers.Layer):
     self.check_scores = bool(check_scores)
     self.built = True
 
-  def call(self, query_embeddings, candidate_embeddings, sample_weight=None,
-           candidate_sampling_probability=None, candidate_ids=None, score_mask=None,
-           candidate_log_sampling_probability=None, training=None):
+  def call(
+    self,
+    query_embeddings,
+    candidate_embeddings,
+    sample_weight=None,
+    candidate_sampling_probability=None,
+    candidate_ids=None,
+    score_mask=None,
+    candidate_log_sampling_probability=None,
+    training=None,
+  ):
     """The reduced loss (a scalar; [A] with reduction ``none``).
 
     Args:
@@ -129,33 +150,39 @@ class Retrieval(keras.layers.Layer):
     if num_queries == 0:
       raise ValueError("empty batch: no queries")
     if num_queries is not None and num_candidates is not None and num_candidates < num_queries:
-      raise ValueError("candidate_embeddings needs at least one row (the positive) per query: "
-                       f"{num_candidates} candidates for {num_queries} queries")
+      raise ValueError(
+        "candidate_embeddings needs at least one row (the positive) per query: "
+        f"{num_candidates} candidates for {num_queries} queries"
+      )
     if self.temperature is not None:
       scores = scores / self.temperature
 
     if self.check_scores:
       value = _tensors.concrete(scores)
       if value is not None and not bool((abs(value) < float("inf")).all()):
-        raise ValueError(f"{self.name}: scores <q, c> / temperature have NaN or inf "
-                         "(check_scores=True): look for NaN or inf in the embeddings")
-    log_q = log_q_lib.resolve_log_q(candidate_sampling_probability,
-                                    candidate_log_sampling_probability)
+        raise ValueError(
+          f"{self.name}: scores <q, c> / temperature have NaN or inf "
+          "(check_scores=True): look for NaN or inf in the embeddings"
+        )
+    log_q = log_q_lib.resolve_log_q(
+      candidate_sampling_probability, candidate_log_sampling_probability
+    )
     if log_q is not None:
       _tensors.check_rank(log_q, 1, "candidate sampling probabilities")
     if self.frequency_estimator is not None:
       log_q = self._estimator_log_q(log_q, candidate_ids, rows, training)
     mask_hits = core_checks.check_retrieval_inputs(
-        self.correction, log_q is not None, self.remove_accidental_hits,
-        candidate_ids is not None)
+      self.correction, log_q is not None, self.remove_accidental_hits, candidate_ids is not None
+    )
 
     if mask_hits:
       # Row a's own column has the positive's id, so this also leaves the positive out.
       candidate_ids = _tensors.as_ids(candidate_ids, "candidate_ids")
       valid = accidental_hits.accidental_hit_mask(candidate_ids[:rows], candidate_ids)
     else:
-      valid = ops.not_equal(ops.expand_dims(ops.arange(rows), 1),
-                            ops.expand_dims(ops.arange(ops.shape(scores)[1]), 0))
+      valid = ops.not_equal(
+        ops.expand_dims(ops.arange(rows), 1), ops.expand_dims(ops.arange(ops.shape(scores)[1]), 0)
+      )
     if score_mask is not None:
       valid = ops.logical_and(valid, ops.cast(score_mask, "bool"))
     if self.num_hard_negatives is not None:
@@ -163,11 +190,20 @@ class Retrieval(keras.layers.Layer):
 
     use_q = self.correction != "none"
     out = losses_lib.sampled_softmax_loss(
-        ops.diagonal(scores), scores, log_q if use_q else None, correction=self.correction,
-        positive_log_q=log_q[:rows] if use_q else None, valid_mask=valid, q_prime=self.q_prime,
-        ratio_floor=self.ratio_floor)
-    weight = (None if sample_weight is None else
-              ops.reshape(_tensors.as_float32(sample_weight, "sample_weight"), (-1,)))
+      ops.diagonal(scores),
+      scores,
+      log_q if use_q else None,
+      correction=self.correction,
+      positive_log_q=log_q[:rows] if use_q else None,
+      valid_mask=valid,
+      q_prime=self.q_prime,
+      ratio_floor=self.ratio_floor,
+    )
+    weight = (
+      None
+      if sample_weight is None
+      else ops.reshape(_tensors.as_float32(sample_weight, "sample_weight"), (-1,))
+    )
     return retrieval_core.weighted_reduction(ops, out.loss, weight, self.reduction, rows)
 
   def _estimator_log_q(self, log_q, candidate_ids, num_queries, training):
@@ -189,18 +225,29 @@ class Retrieval(keras.layers.Layer):
     return retrieval_core.keep_hardest(ops, logits, valid, k)
 
   def get_config(self):
-    return {**super().get_config(), "correction": self.correction, "q_prime": self.q_prime,
-            "temperature": self.temperature, "num_hard_negatives": self.num_hard_negatives,
-            "remove_accidental_hits": self.remove_accidental_hits, "reduction": self.reduction,
-            "frequency_estimator": (None if self.frequency_estimator is None else
-                                    keras.saving.serialize_keras_object(self.frequency_estimator)),
-            "update_frequency": self.update_frequency, "check_scores": self.check_scores,
-            "ratio_floor": self.ratio_floor}
+    return {
+      **super().get_config(),
+      "correction": self.correction,
+      "q_prime": self.q_prime,
+      "temperature": self.temperature,
+      "num_hard_negatives": self.num_hard_negatives,
+      "remove_accidental_hits": self.remove_accidental_hits,
+      "reduction": self.reduction,
+      "frequency_estimator": (
+        None
+        if self.frequency_estimator is None
+        else keras.saving.serialize_keras_object(self.frequency_estimator)
+      ),
+      "update_frequency": self.update_frequency,
+      "check_scores": self.check_scores,
+      "ratio_floor": self.ratio_floor,
+    }
 
   @classmethod
   def from_config(cls, config):
     config = dict(config)
     if config.get("frequency_estimator") is not None:
       config["frequency_estimator"] = keras.saving.deserialize_keras_object(
-          config["frequency_estimator"])
+        config["frequency_estimator"]
+      )
     return cls(**config)

@@ -23,20 +23,29 @@ from tfrs_logq.keras3 import compiled
 __all__ = ["exact_top_k"]
 
 
-def exact_top_k(queries, item_embeddings, k: int, rated: Optional[ranking.History] = None,
-                targets=None, chunk_size: Optional[int] = None,
-                max_chunk_scores: int = 1 << 25,
-                item_chunk: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
+def exact_top_k(
+  queries,
+  item_embeddings,
+  k: int,
+  rated: Optional[ranking.History] = None,
+  targets=None,
+  chunk_size: Optional[int] = None,
+  max_chunk_scores: int = 1 << 25,
+  item_chunk: Optional[int] = None,
+) -> Tuple[np.ndarray, np.ndarray]:
   """(ids int64 [Q, k], scores float32 [Q, k]): the k best items 1..N by <q_u, c_d>, rated
   items (all but t_u with ``targets``) and padding removed, ties lower id first, -1 for empty
   slots. Arguments as ``tfrs_logq.metrics.exact_top_k`` (``item_chunk``: items per chunk)."""
-  lay = top_k_lib.layout(queries, item_embeddings, k, rated, targets, chunk_size, item_chunk,
-                         max_chunk_scores)
+  lay = top_k_lib.layout(
+    queries, item_embeddings, k, rated, targets, chunk_size, item_chunk, max_chunk_scores
+  )
   table = ops.convert_to_tensor(lay.table)
   fn = _compiled(keras.backend.backend(), k, lay.num_items, lay.item_chunk)
   return top_k_lib.run_layout(
-      lay, lambda q, r: fn(ops.convert_to_tensor(q), table, ops.convert_to_tensor(r)),
-      ops.convert_to_numpy)
+    lay,
+    lambda q, r: fn(ops.convert_to_tensor(q), table, ops.convert_to_tensor(r)),
+    ops.convert_to_numpy,
+  )
 
 
 class _TorchOps:
@@ -52,6 +61,7 @@ class _TorchOps:
   @staticmethod
   def top_k(x, k, sorted=True):  # pylint: disable=redefined-builtin
     import torch  # pylint: disable=g-import-not-at-top
+
     del sorted
     x = ops.convert_to_tensor(x)
     values, idx = torch.topk(x, k, dim=-1)
@@ -70,6 +80,7 @@ class _TorchOps:
   @staticmethod
   def scatter(indices, values, shape):
     import torch  # pylint: disable=g-import-not-at-top
+
     indices = ops.convert_to_tensor(indices).long()
     values = ops.convert_to_tensor(values)
     out = torch.zeros(tuple(shape), dtype=values.dtype, device=values.device)
@@ -79,5 +90,8 @@ class _TorchOps:
 @functools.lru_cache(maxsize=None)
 def _compiled(backend: str, k: int, num_items: int, item_chunk: int):
   namespace = _TorchOps() if backend == "torch" else ops
-  return compiled.compile_function(functools.partial(
-      top_k_lib.filtered_top_k, namespace, k=k, num_items=num_items, item_chunk=item_chunk))
+  return compiled.compile_function(
+    functools.partial(
+      top_k_lib.filtered_top_k, namespace, k=k, num_items=num_items, item_chunk=item_chunk
+    )
+  )

@@ -32,27 +32,59 @@ import importlib.util as _importlib_util
 
 from tfrs_logq.negatives.base import NegativeSampler, Negatives, validate_negatives
 from tfrs_logq.negatives.cross_replica import all_gather_rows, num_replicas
-from tfrs_logq.negatives.in_batch import (CONVENTIONS, InBatchNegatives, InBatchPool,
-                                          dedup_first_occurrence, expected_count_log_q,
-                                          first_occurrence_mask, subsample_indices)
+from tfrs_logq.negatives.in_batch import (
+  CONVENTIONS,
+  InBatchNegatives,
+  InBatchPool,
+  dedup_first_occurrence,
+  expected_count_log_q,
+  first_occurrence_mask,
+  subsample_indices,
+)
 from tfrs_logq.negatives.mixed import MixedNegatives, mixture_log_q
-from tfrs_logq.negatives.scoring import (MATMUL_GATHER_RATIO, ScoredCandidates, embed_ids,
-                                         per_query_scores, per_segment_scores, score_negatives,
-                                         task_candidates)
+from tfrs_logq.negatives.scoring import (
+  MATMUL_GATHER_RATIO,
+  ScoredCandidates,
+  embed_ids,
+  per_query_scores,
+  per_segment_scores,
+  score_negatives,
+  task_candidates,
+)
 from tfrs_logq.negatives.uniform import UNIFORM_PER, UniformNegatives
 
-__all__ = ["NegativeSampler", "Negatives", "validate_negatives", "ScoredCandidates",
-           "score_negatives", "task_candidates", "per_query_scores", "per_segment_scores",
-           "embed_ids", "MATMUL_GATHER_RATIO", "UniformNegatives", "UNIFORM_PER",
-           "InBatchNegatives", "InBatchPool", "dedup_first_occurrence", "first_occurrence_mask",
-           "subsample_indices",
-           "expected_count_log_q", "MixedNegatives", "mixture_log_q", "CONVENTIONS",
-           "all_gather_rows", "num_replicas", "MIDXSampler"]
+__all__ = [
+  "NegativeSampler",
+  "Negatives",
+  "validate_negatives",
+  "ScoredCandidates",
+  "score_negatives",
+  "task_candidates",
+  "per_query_scores",
+  "per_segment_scores",
+  "embed_ids",
+  "MATMUL_GATHER_RATIO",
+  "UniformNegatives",
+  "UNIFORM_PER",
+  "InBatchNegatives",
+  "InBatchPool",
+  "dedup_first_occurrence",
+  "first_occurrence_mask",
+  "subsample_indices",
+  "expected_count_log_q",
+  "MixedNegatives",
+  "mixture_log_q",
+  "CONVENTIONS",
+  "all_gather_rows",
+  "num_replicas",
+  "MIDXSampler",
+]
 
 
 def __getattr__(name):
   """Lazy export of `MIDXSampler` from `tfrs_logq.negatives.midx` (imported on first use)."""
   if name == "MIDXSampler" and _importlib_util.find_spec("tfrs_logq.negatives.midx") is not None:
     from tfrs_logq.negatives.midx import MIDXSampler  # pylint: disable=g-import-not-at-top
+
     return MIDXSampler
   raise AttributeError(f"module 'tfrs_logq.negatives' has no attribute {name!r}")

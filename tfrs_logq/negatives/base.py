@@ -51,6 +51,7 @@ class Negatives(NamedTuple):
     positive_log_q: [A] log Q(p_a) of each query's positive under the same proposal, or None.
     valid: bool, shape of ``ids``: False for padding slots of a static-shape pool; None = all.
   """
+
   ids: tf.Tensor
   embeddings: tf.Tensor
   log_q: tf.Tensor
@@ -78,14 +79,32 @@ class NegativeSampler:
   ``cls(**config)``.
   """
 
-  def sample_negatives(self, query_embeddings, positive_ids, positive_embeddings, *, seed=None,
-                       sequence_ids=None, item_table=None, valid=None) -> Negatives:
+  def sample_negatives(
+    self,
+    query_embeddings,
+    positive_ids,
+    positive_embeddings,
+    *,
+    seed=None,
+    sequence_ids=None,
+    item_table=None,
+    valid=None,
+  ) -> Negatives:
     """The negatives of one step (`Negatives`); arguments as in `score`."""
     raise NotImplementedError(f"{type(self).__name__} must implement sample_negatives")
 
-  def score(self, query_embeddings, positive_ids, positive_embeddings, *,
-            temperature: float = 1.0, seed=None, sequence_ids=None, item_table=None,
-            valid=None):
+  def score(
+    self,
+    query_embeddings,
+    positive_ids,
+    positive_embeddings,
+    *,
+    temperature: float = 1.0,
+    seed=None,
+    sequence_ids=None,
+    item_table=None,
+    valid=None,
+  ):
     """Draws the step's negatives and scores the queries against them.
 
     Args:
@@ -109,11 +128,19 @@ class NegativeSampler:
       [A, N], valid_mask bool [A, N], positive_log_q [A] or None)``.
     """
     from tfrs_logq.negatives import scoring  # pylint: disable=g-import-not-at-top
-    negatives = self.sample_negatives(query_embeddings, positive_ids, positive_embeddings,
-                                      seed=seed, sequence_ids=sequence_ids,
-                                      item_table=item_table, valid=valid)
-    return scoring.score_negatives(query_embeddings, positive_ids, positive_embeddings,
-                                   negatives, temperature=temperature)
+
+    negatives = self.sample_negatives(
+      query_embeddings,
+      positive_ids,
+      positive_embeddings,
+      seed=seed,
+      sequence_ids=sequence_ids,
+      item_table=item_table,
+      valid=valid,
+    )
+    return scoring.score_negatives(
+      query_embeddings, positive_ids, positive_embeddings, negatives, temperature=temperature
+    )
 
   def get_config(self) -> dict:
     """Constructor arguments of this sampler (round trip: ``cls.from_config(config)``)."""
@@ -145,8 +172,7 @@ def check_rank(x: tf.Tensor, ranks, name: str) -> None:
   """Raises ValueError when the static rank of ``x`` is known and not in ``ranks``."""
   ranks = (ranks,) if isinstance(ranks, int) else tuple(ranks)
   if x.shape.rank is not None and x.shape.rank not in ranks:
-    raise ValueError(f"{name} must have rank {' or '.join(map(str, ranks))}, "
-                     f"got shape {x.shape}")
+    raise ValueError(f"{name} must have rank {' or '.join(map(str, ranks))}, got shape {x.shape}")
 
 
 def check_same_dim(a: tf.Tensor, a_axis: int, b: tf.Tensor, b_axis: int, what: str):
@@ -154,8 +180,11 @@ def check_same_dim(a: tf.Tensor, a_axis: int, b: tf.Tensor, b_axis: int, what: s
   da, db = a.shape[a_axis], b.shape[b_axis]
   if da is not None and db is not None and da != db:
     raise ValueError(f"{what}: sizes differ ({da} vs {db}); shapes {a.shape} and {b.shape}")
-  return [tf.debugging.assert_equal(tf.shape(a)[a_axis], tf.shape(b)[b_axis],
-                                    message=f"{what}: sizes differ")]
+  return [
+    tf.debugging.assert_equal(
+      tf.shape(a)[a_axis], tf.shape(b)[b_axis], message=f"{what}: sizes differ"
+    )
+  ]
 
 
 def check_not_empty(x: tf.Tensor, name: str):

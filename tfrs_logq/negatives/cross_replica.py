@@ -44,8 +44,7 @@ def num_replicas() -> int:
 def in_replica_context_with_peers() -> bool:
   """True inside ``strategy.run`` of a strategy with more than one replica."""
   ctx = tf.distribute.get_replica_context()
-  return (ctx is not None and tf.distribute.has_strategy()
-          and ctx.num_replicas_in_sync > 1)
+  return ctx is not None and tf.distribute.has_strategy() and ctx.num_replicas_in_sync > 1
 
 
 def all_gather_rows(tensors: Sequence[tf.Tensor], method: str = "auto") -> list:
@@ -78,21 +77,26 @@ def all_gather_rows(tensors: Sequence[tf.Tensor], method: str = "auto") -> list:
   if ctx is None:
     if num_replicas() > 1:
       raise RuntimeError(
-          "cross-replica in-batch negatives must be computed inside strategy.run (replica "
-          "context); got a cross-replica context")
+        "cross-replica in-batch negatives must be computed inside strategy.run (replica "
+        "context); got a cross-replica context"
+      )
     return list(tensors)
   if ctx.num_replicas_in_sync == 1:
     return list(tensors)
   if method == "all_reduce" or (method == "auto" and _static_shapes.in_xla_context()):
-    return [_static_shapes.all_gather_by_all_reduce(
-        ctx, _dense_gradient(t) if t.dtype.is_floating else tf.stop_gradient(t)) for t in tensors]
+    return [
+      _static_shapes.all_gather_by_all_reduce(
+        ctx, _dense_gradient(t) if t.dtype.is_floating else tf.stop_gradient(t)
+      )
+      for t in tensors
+    ]
   # One all-gather per tensor: the gradient of a nested all-gather packs the gradients of all
   # members into one concat, which fails for a mix of integer ids and float rows.
   out = []
   for t in tensors:
     if t.dtype.is_floating:
       out.append(_dense_gradient(ctx.all_gather(t, axis=0)))
-    elif t.dtype == tf.bool:                                 # collectives take numbers
+    elif t.dtype == tf.bool:  # collectives take numbers
       out.append(tf.cast(ctx.all_gather(tf.cast(t, tf.int64), axis=0), tf.bool))
     else:
       out.append(tf.stop_gradient(ctx.all_gather(t, axis=0)))
@@ -103,6 +107,8 @@ def all_gather_rows(tensors: Sequence[tf.Tensor], method: str = "auto") -> list:
 def _dense_gradient(x):
   """Identity whose gradient is made dense: the all-gather gradient (an all-reduce of the
   incoming gradient) does not accept the IndexedSlices that a later ``tf.gather`` produces."""
+
   def grad(dy):
     return tf.convert_to_tensor(dy)
+
   return tf.identity(x), grad

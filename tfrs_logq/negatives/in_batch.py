@@ -58,12 +58,26 @@ from tfrs_logq.core import checks as core_checks
 from tfrs_logq.core import negatives as negatives_core
 from tfrs_logq.core.ops import tf_ops
 from tfrs_logq.negatives import cross_replica
-from tfrs_logq.negatives.base import (NegativeSampler, Negatives, as_float, as_ids,
-                                       check_not_empty, check_positive_int, check_rank,
-                                       check_same_dim)
+from tfrs_logq.negatives.base import (
+  NegativeSampler,
+  Negatives,
+  as_float,
+  as_ids,
+  check_not_empty,
+  check_positive_int,
+  check_rank,
+  check_same_dim,
+)
 
-__all__ = ["InBatchNegatives", "InBatchPool", "CONVENTIONS", "dedup_first_occurrence",
-           "first_occurrence_mask", "subsample_indices", "expected_count_log_q"]
+__all__ = [
+  "InBatchNegatives",
+  "InBatchPool",
+  "CONVENTIONS",
+  "dedup_first_occurrence",
+  "first_occurrence_mask",
+  "subsample_indices",
+  "expected_count_log_q",
+]
 
 CONVENTIONS = core_checks.LOG_Q_CONVENTIONS
 
@@ -114,9 +128,13 @@ def _random_keys(n, seed) -> tf.Tensor:
   """
   if seed is None:
     seed = tf.random.uniform([2], minval=0, maxval=2**32, dtype=tf.int64)
-  return tf.random.stateless_uniform(tf.reshape(tf.cast(n, tf.int32), [1]),
-                                     seed=_static_shapes.stateless_seed(seed), minval=None,
-                                     maxval=None, dtype=tf.int32)
+  return tf.random.stateless_uniform(
+    tf.reshape(tf.cast(n, tf.int32), [1]),
+    seed=_static_shapes.stateless_seed(seed),
+    minval=None,
+    maxval=None,
+    dtype=tf.int32,
+  )
 
 
 def subsample_indices(n, k: int, seed=None) -> tf.Tensor:
@@ -146,6 +164,7 @@ class InBatchPool(NamedTuple):
     num_draws: B, int32 scalar: pool rows (valid rows of the global batch) before dedup.
     num_distinct: U, int32 scalar: distinct ids of the pool (before the k_b subsample).
   """
+
   negatives: Negatives
   num_draws: tf.Tensor
   num_distinct: tf.Tensor
@@ -165,8 +184,12 @@ def expected_count_log_q(log_q_unigram, pool: InBatchPool) -> tf.Tensor:
   pool.
   """
   return negatives_core.expected_count_log_q(
-      tf_ops(), tf.cast(log_q_unigram, tf.float32), tf.cast(pool.num_draws, tf.float32),
-      tf.cast(pool.num_distinct, tf.float32), tf.cast(pool.num_kept, tf.float32))
+    tf_ops(),
+    tf.cast(log_q_unigram, tf.float32),
+    tf.cast(pool.num_draws, tf.float32),
+    tf.cast(pool.num_distinct, tf.float32),
+    tf.cast(pool.num_kept, tf.float32),
+  )
 
 
 class InBatchNegatives(NegativeSampler):
@@ -195,13 +218,22 @@ class InBatchNegatives(NegativeSampler):
       None (default) = only while compiled by XLA.
   """
 
-  def __init__(self, frequency_estimator=None, *, num_negatives: Optional[int] = None,
-               cross_replica: bool = True, convention: str = "unigram",
-               static_shapes: Optional[bool] = None):
+  def __init__(
+    self,
+    frequency_estimator=None,
+    *,
+    num_negatives: Optional[int] = None,
+    cross_replica: bool = True,
+    convention: str = "unigram",
+    static_shapes: Optional[bool] = None,
+  ):
     if frequency_estimator is not None and not callable(
-        getattr(frequency_estimator, "log_q", None)):
-      raise TypeError("frequency_estimator must have a log_q(ids) method, got "
-                      f"{type(frequency_estimator).__name__}")
+      getattr(frequency_estimator, "log_q", None)
+    ):
+      raise TypeError(
+        "frequency_estimator must have a log_q(ids) method, got "
+        f"{type(frequency_estimator).__name__}"
+      )
     if num_negatives is not None:
       num_negatives = check_positive_int(num_negatives, "num_negatives")
     if convention not in CONVENTIONS:
@@ -214,15 +246,21 @@ class InBatchNegatives(NegativeSampler):
 
   def get_config(self) -> dict:
     """Constructor arguments; ``frequency_estimator`` is returned as the object itself."""
-    return dict(frequency_estimator=self.frequency_estimator, num_negatives=self.num_negatives,
-                cross_replica=self.cross_replica, convention=self.convention,
-                static_shapes=self.static_shapes)
+    return dict(
+      frequency_estimator=self.frequency_estimator,
+      num_negatives=self.num_negatives,
+      cross_replica=self.cross_replica,
+      convention=self.convention,
+      static_shapes=self.static_shapes,
+    )
 
   def unigram_log_q(self, ids) -> tf.Tensor:
     """log q_uni(d) of any ids from the estimator, float32."""
     if self.frequency_estimator is None:
-      raise ValueError("InBatchNegatives has no frequency_estimator: pass candidate_log_q to "
-                       "the call, or give an estimator to compute log Q of arbitrary ids")
+      raise ValueError(
+        "InBatchNegatives has no frequency_estimator: pass candidate_log_q to "
+        "the call, or give an estimator to compute log Q of arbitrary ids"
+      )
     ids = as_ids(ids, "ids")
     return tf.cast(self.frequency_estimator.log_q(ids), tf.float32)
 
@@ -239,11 +277,16 @@ class InBatchNegatives(NegativeSampler):
     if pool is None:
       raise ValueError("convention='expected_count' needs the step's InBatchPool (B, U, n_b)")
     return negatives_core.expected_count_per_draw_log_q(
-        tf_ops(), tf.cast(log_q_unigram, tf.float32), tf.cast(pool.num_draws, tf.float32),
-        tf.cast(pool.num_distinct, tf.float32), tf.cast(pool.num_kept, tf.float32))
+      tf_ops(),
+      tf.cast(log_q_unigram, tf.float32),
+      tf.cast(pool.num_draws, tf.float32),
+      tf.cast(pool.num_distinct, tf.float32),
+      tf.cast(pool.num_kept, tf.float32),
+    )
 
-  def pool(self, positive_ids, positive_embeddings, *, candidate_log_q=None, valid=None,
-           seed=None) -> InBatchPool:
+  def pool(
+    self, positive_ids, positive_embeddings, *, candidate_log_q=None, valid=None, seed=None
+  ) -> InBatchPool:
     """The deduplicated, subsampled negatives with per-draw log q_uni and (B, U).
 
     Args: as `__call__`.
@@ -278,7 +321,8 @@ class InBatchNegatives(NegativeSampler):
       pool_log_q = tf.boolean_mask(pool_log_q, valid)
     if self.cross_replica:
       pool_ids, pool_emb, pool_log_q = cross_replica.all_gather_rows(
-          [pool_ids, pool_emb, pool_log_q])
+        [pool_ids, pool_emb, pool_log_q]
+      )
     unique_ids, first_index, _ = dedup_first_occurrence(pool_ids)
     num_distinct = tf.shape(unique_ids)[0]
     if self.num_negatives is not None:
@@ -286,9 +330,12 @@ class InBatchNegatives(NegativeSampler):
       _, chosen = tf.math.top_k(keys, k=tf.minimum(num_distinct, self.num_negatives))
       first_index = tf.gather(first_index, tf.sort(chosen))
       unique_ids = tf.gather(pool_ids, first_index)
-    negatives = Negatives(ids=unique_ids, embeddings=tf.gather(pool_emb, first_index),
-                          log_q=tf.gather(pool_log_q, first_index),
-                          positive_log_q=positive_log_q)
+    negatives = Negatives(
+      ids=unique_ids,
+      embeddings=tf.gather(pool_emb, first_index),
+      log_q=tf.gather(pool_log_q, first_index),
+      positive_log_q=positive_log_q,
+    )
     return InBatchPool(negatives, tf.shape(pool_ids)[0], num_distinct)
 
   def _static_pool(self, ids, emb, log_q, valid, seed) -> InBatchPool:
@@ -299,7 +346,8 @@ class InBatchNegatives(NegativeSampler):
     pool_ids, pool_emb, pool_log_q = ids, emb, log_q
     if self.cross_replica:
       pool_ids, pool_emb, pool_log_q, pool_valid = cross_replica.all_gather_rows(
-          [pool_ids, pool_emb, pool_log_q, pool_valid])
+        [pool_ids, pool_emb, pool_log_q, pool_valid]
+      )
     first, _, num_distinct = _static_shapes.first_occurrence(pool_ids, pool_valid)
     num_draws = tf.reduce_sum(tf.cast(pool_valid, tf.int32))
     if self.num_negatives is None:
@@ -308,22 +356,29 @@ class InBatchNegatives(NegativeSampler):
       k = self.num_negatives
       n = tf.shape(pool_ids)[0]
       # Row r's key is z[rank(r)]: the key the dynamic path gives the same row.
-      keys = tf.gather(_random_keys(n, seed),
-                       tf.minimum(_static_shapes.valid_rank(pool_valid), n - 1))
+      keys = tf.gather(
+        _random_keys(n, seed), tf.minimum(_static_shapes.valid_rank(pool_valid), n - 1)
+      )
       lowest = tf.int64.min
       padded_keys = tf.concat([tf.cast(keys, tf.int64), tf.fill([k], lowest)], 0)  # >= k slots
       padded_first = tf.concat([first, tf.zeros([k], tf.bool)], 0)
       chosen, kept = negatives_core.subsample_first_occurrences(
-          tf_ops(), padded_first, padded_keys, k, lowest)
+        tf_ops(), padded_first, padded_keys, k, lowest
+      )
       rows = tf.minimum(chosen, n - 1)
     take = (lambda x: x) if rows is None else (lambda x: tf.gather(x, rows))  # noqa: E731
-    negatives = Negatives(ids=take(pool_ids), embeddings=take(pool_emb),
-                          log_q=tf.where(kept, take(pool_log_q), tf.zeros_like(take(pool_log_q))),
-                          positive_log_q=positive_log_q, valid=kept)
+    negatives = Negatives(
+      ids=take(pool_ids),
+      embeddings=take(pool_emb),
+      log_q=tf.where(kept, take(pool_log_q), tf.zeros_like(take(pool_log_q))),
+      positive_log_q=positive_log_q,
+      valid=kept,
+    )
     return InBatchPool(negatives, num_draws, num_distinct)
 
-  def __call__(self, positive_ids, positive_embeddings, *, candidate_log_q=None, valid=None,
-               seed=None) -> Negatives:
+  def __call__(
+    self, positive_ids, positive_embeddings, *, candidate_log_q=None, valid=None, seed=None
+  ) -> Negatives:
     """Builds the in-batch negatives of one step from the batch's positives.
 
     Args:
@@ -343,14 +398,26 @@ class InBatchNegatives(NegativeSampler):
     Raises:
       TypeError / ValueError: wrong dtypes, ranks, mismatched sizes or an empty batch.
     """
-    pool = self.pool(positive_ids, positive_embeddings, candidate_log_q=candidate_log_q,
-                     valid=valid, seed=seed)
+    pool = self.pool(
+      positive_ids, positive_embeddings, candidate_log_q=candidate_log_q, valid=valid, seed=seed
+    )
     neg = pool.negatives
-    return neg._replace(log_q=self._convention_log_q(neg.log_q, pool),
-                        positive_log_q=self._convention_log_q(neg.positive_log_q, pool))
+    return neg._replace(
+      log_q=self._convention_log_q(neg.log_q, pool),
+      positive_log_q=self._convention_log_q(neg.positive_log_q, pool),
+    )
 
-  def sample_negatives(self, query_embeddings, positive_ids, positive_embeddings, *, seed=None,
-                       sequence_ids=None, item_table=None, valid=None) -> Negatives:
+  def sample_negatives(
+    self,
+    query_embeddings,
+    positive_ids,
+    positive_embeddings,
+    *,
+    seed=None,
+    sequence_ids=None,
+    item_table=None,
+    valid=None,
+  ) -> Negatives:
     """`__call__` on the queries' positives (the in-batch pool; ``valid`` leaves padding out)."""
     del query_embeddings, sequence_ids, item_table
     return self(positive_ids, positive_embeddings, seed=seed, valid=valid)

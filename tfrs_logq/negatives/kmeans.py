@@ -62,9 +62,13 @@ def nearest_centroid(points, centroids, chunk_size: int = 16384):
     return kmeans_core.nearest_centroid(tf_ops(), block, centroids)
 
   idx, dist = tf.map_fn(
-      assign_block, blocks,
-      fn_output_signature=(tf.TensorSpec([chunk_size], tf.int32),
-                           tf.TensorSpec([chunk_size], tf.float32)))
+    assign_block,
+    blocks,
+    fn_output_signature=(
+      tf.TensorSpec([chunk_size], tf.int32),
+      tf.TensorSpec([chunk_size], tf.float32),
+    ),
+  )
   return tf.reshape(idx, [-1])[:n], tf.reshape(dist, [-1])[:n]
 
 
@@ -73,8 +77,14 @@ def _random_subset(n, size, seed):
   return kmeans_core.largest_keys(tf_ops(), tf.random.stateless_uniform([n], seed=seed), size)
 
 
-def kmeans(points, num_clusters: int, num_iterations: int = 10, seed=(0, 0),
-           max_points: int | None = None, chunk_size: int = 16384):
+def kmeans(
+  points,
+  num_clusters: int,
+  num_iterations: int = 10,
+  seed=(0, 0),
+  max_points: int | None = None,
+  chunk_size: int = 16384,
+):
   """Lloyd's k-means with a stateless random initialisation.
 
   Codebook learning: init c_k = x_{pi(k)} for K distinct random points pi(k), then
@@ -107,20 +117,28 @@ def kmeans(points, num_clusters: int, num_iterations: int = 10, seed=(0, 0),
     if max_points < 1:
       raise ValueError(f"max_points must be >= 1, got {max_points}")
     points = tf.cond(
-        n > max_points,
-        lambda: tf.gather(points, _random_subset(n, max_points, subset_seed)),
-        lambda: points)
+      n > max_points,
+      lambda: tf.gather(points, _random_subset(n, max_points, subset_seed)),
+      lambda: points,
+    )
     n = tf.shape(points)[0]
   # K distinct random points; with n < K take all n (random order) and repeat them.
-  init = kmeans_core.initial_centroids(tf_ops(), points,
-                                      tf.random.stateless_uniform([n], seed=init_seed),
-                                      num_clusters, tf.minimum(n, num_clusters))
+  init = kmeans_core.initial_centroids(
+    tf_ops(),
+    points,
+    tf.random.stateless_uniform([n], seed=init_seed),
+    num_clusters,
+    tf.minimum(n, num_clusters),
+  )
 
   def lloyd_step(i, centroids):
     assign, _ = nearest_centroid(points, centroids, chunk_size)
     return i + 1, kmeans_core.lloyd_update(tf_ops(), points, assign, centroids, num_clusters)
 
   _, centroids = tf.while_loop(
-      lambda i, _: i < num_iterations, lloyd_step, (tf.constant(0), init),
-      shape_invariants=(tf.TensorShape([]), init.shape))
+    lambda i, _: i < num_iterations,
+    lloyd_step,
+    (tf.constant(0), init),
+    shape_invariants=(tf.TensorShape([]), init.shape),
+  )
   return centroids

@@ -70,13 +70,24 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
   to restore a checkpoint into a fresh sampler before the first refresh).
   """
 
-  def __init__(self, num_codewords: int = 64, quantizer: str = "pq", *,
-               num_items: Optional[int] = None, dim: Optional[int] = None,
-               temperature: float = 1.0, id_offset: int = 0, seed: int = 0,
-               kmeans_iterations: int = 10, kmeans_max_points: Optional[int] = 262144,
-               chunk_size: int = 16384, num_negatives: Optional[int] = None,
-               candidate_embedder: Optional[Callable] = None, jit_compile: bool = False,
-               **kwargs):
+  def __init__(
+    self,
+    num_codewords: int = 64,
+    quantizer: str = "pq",
+    *,
+    num_items: Optional[int] = None,
+    dim: Optional[int] = None,
+    temperature: float = 1.0,
+    id_offset: int = 0,
+    seed: int = 0,
+    kmeans_iterations: int = 10,
+    kmeans_max_points: Optional[int] = 262144,
+    chunk_size: int = 16384,
+    num_negatives: Optional[int] = None,
+    candidate_embedder: Optional[Callable] = None,
+    jit_compile: bool = False,
+    **kwargs,
+  ):
     """Configures the sampler.
 
     Args:
@@ -101,8 +112,16 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     kwargs.setdefault("trainable", False)
     super().__init__(**kwargs)
     num_codewords, id_offset, num_negatives = midx_core.check_sampler_args(
-        num_codewords, quantizer, temperature, id_offset, kmeans_iterations, kmeans_max_points,
-        num_negatives, num_items, dim)
+      num_codewords,
+      quantizer,
+      temperature,
+      id_offset,
+      kmeans_iterations,
+      kmeans_max_points,
+      num_negatives,
+      num_items,
+      dim,
+    )
     if candidate_embedder is not None and not callable(candidate_embedder):
       raise TypeError("candidate_embedder must be callable (ids -> embeddings) or None")
     self.num_negatives = num_negatives
@@ -128,8 +147,10 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     """Creates the codebooks, the inverted index and the counters for N items of dimension d."""
     if self._index_built:
       if (num_items, dim) != (self.num_items, self.dim):
-        raise ValueError(f"MIDXSampler index is built for num_items={self.num_items}, "
-                         f"dim={self.dim}; got num_items={num_items}, dim={dim}")
+        raise ValueError(
+          f"MIDXSampler index is built for num_items={self.num_items}, "
+          f"dim={self.dim}; got num_items={num_items}, dim={dim}"
+        )
       return
     num_items, dim = midx_core.check_index_shape(self.quantizer, num_items, dim)
     k = self.num_codewords
@@ -137,16 +158,17 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     once = tf.VariableAggregation.ONLY_FIRST_REPLICA
 
     def weight(name, shape, dtype):
-      return self.add_weight(name=name, shape=shape, dtype=dtype, initializer="zeros",
-                             trainable=False, aggregation=once)
+      return self.add_weight(
+        name=name, shape=shape, dtype=dtype, initializer="zeros", trainable=False, aggregation=once
+      )
 
     self.codebook_1 = weight("codebook_1", [k, d1], tf.float32)
     self.codebook_2 = weight("codebook_2", [k, d2], tf.float32)
-    self.item_codes = weight("item_codes", [num_items, 2], tf.int32)   # (k1(i), k2(i))
+    self.item_codes = weight("item_codes", [num_items, 2], tf.int32)  # (k1(i), k2(i))
     self.sorted_items = weight("sorted_items", [num_items], tf.int64)  # item rows sorted by cell
-    self.cell_offsets = weight("cell_offsets", [k * k], tf.int64)      # start of cell c in
-                                                                       # sorted_items
-    self.cell_counts = weight("cell_counts", [k * k], tf.int64)        # |Omega_c|
+    self.cell_offsets = weight("cell_offsets", [k * k], tf.int64)  # start of cell c in
+    # sorted_items
+    self.cell_counts = weight("cell_counts", [k * k], tf.int64)  # |Omega_c|
     self.num_refreshes = weight("num_refreshes", [], tf.int64)
     self.num_draws = weight("num_draws", [], tf.int64)
     self.num_items, self.dim = num_items, dim
@@ -169,8 +191,9 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     if not emb.dtype.is_floating:
       raise TypeError(f"item_embeddings must be floating point, got {emb.dtype.name}")
     if emb.shape.rank != 2 or emb.shape[0] is None or emb.shape[1] is None:
-      raise ValueError("item_embeddings must have a static shape [num_items, dim], "
-                       f"got {emb.shape}")
+      raise ValueError(
+        f"item_embeddings must have a static shape [num_items, dim], got {emb.shape}"
+      )
     if emb.shape[0] == 0:
       raise ValueError("item_embeddings is empty (num_items = 0)")
     self.build_index(int(emb.shape[0]), int(emb.shape[1]))
@@ -181,8 +204,14 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
   def _refresh_impl(self, emb):
     seed = tf.stack([tf.constant(self.seed, tf.int64), self.num_refreshes * 2])
     index = midx_index.build_index(
-        emb, self.num_codewords, self.quantizer, seed, num_iterations=self.kmeans_iterations,
-        max_points=self.kmeans_max_points, chunk_size=self.chunk_size)
+      emb,
+      self.num_codewords,
+      self.quantizer,
+      seed,
+      num_iterations=self.kmeans_iterations,
+      max_points=self.kmeans_max_points,
+      chunk_size=self.chunk_size,
+    )
     self.codebook_1.assign(index.codebook_1)
     self.codebook_2.assign(index.codebook_2)
     self.item_codes.assign(index.item_codes)
@@ -208,17 +237,24 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
       raise ValueError("query_embeddings is an empty batch (A = 0)")
     z = tf.cast(z, tf.float32)  # no gradient flows into the proposal (core.midx.proposal)
     deps = [
-        tf.debugging.assert_positive(self.num_refreshes, message=_NOT_REFRESHED),
-        tf.debugging.assert_positive(tf.shape(z)[0], message="query_embeddings is an empty batch"),
-        tf.debugging.assert_all_finite(z, "query_embeddings contain NaN or inf"),
+      tf.debugging.assert_positive(self.num_refreshes, message=_NOT_REFRESHED),
+      tf.debugging.assert_positive(tf.shape(z)[0], message="query_embeddings is an empty batch"),
+      tf.debugging.assert_all_finite(z, "query_embeddings contain NaN or inf"),
     ]
     with tf.control_dependencies(deps):
       return tf.identity(z)
 
   def _cell_logits(self, z):
     """(s1, s2, joint [A, K*K] = s^1_{k1} + s^2_{k2} + log|Omega_{k1,k2}|, log Z [A, 1])."""
-    return midx_core.proposal(tf_ops(), z, self.codebook_1, self.codebook_2, self.cell_counts,
-                              self.quantizer, self.temperature)
+    return midx_core.proposal(
+      tf_ops(),
+      z,
+      self.codebook_1,
+      self.codebook_2,
+      self.cell_counts,
+      self.quantizer,
+      self.temperature,
+    )
 
   def sample(self, query_embeddings, num_samples: int, seed=None):
     """Draws S iid items per query from Q(.|z) and returns their exact log Q(i|z).
@@ -250,14 +286,20 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     cells = tf.random.stateless_categorical(joint, num_samples, seed=cell_seed, dtype=tf.int64)
     k1, k2 = midx_core.cell_codes(cells, self.num_codewords)
     log_q = midx_core.code_log_q(tf_ops(), s1, s2, log_z, k1, k2)
-    bits = tf.random.stateless_uniform(tf.shape(cells), seed=item_seed, minval=None, maxval=None,
-                                       dtype=tf.int64)
-    ids = midx_core.items_in_cells(tf_ops(), cells, bits, self.cell_counts, self.cell_offsets,
-                                   self.sorted_items) + self.id_offset
+    bits = tf.random.stateless_uniform(
+      tf.shape(cells), seed=item_seed, minval=None, maxval=None, dtype=tf.int64
+    )
+    ids = (
+      midx_core.items_in_cells(
+        tf_ops(), cells, bits, self.cell_counts, self.cell_offsets, self.sorted_items
+      )
+      + self.id_offset
+    )
     return ids, log_q
 
-  def negatives(self, query_embeddings, num_samples: int, candidate_embedder, positive_ids=None,
-                seed=None) -> Negatives:
+  def negatives(
+    self, query_embeddings, num_samples: int, candidate_embedder, positive_ids=None, seed=None
+  ) -> Negatives:
     """Samples S negatives per query and embeds them: the `Negatives` record of the step.
 
     Args:
@@ -315,12 +357,16 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
       raise ValueError(f"ids has {ids.shape[0]} rows, query_embeddings has {z.shape[0]}")
     rows = tf.cast(ids, tf.int64) - self.id_offset
     checks = [
-        tf.debugging.assert_equal(
-            tf.reduce_all((rows >= 0) & (rows < self.num_items)), True,
-            message=f"ids out of range [{self.id_offset}, {self.id_offset + self.num_items})"),
-        tf.debugging.assert_equal(
-            tf.shape(ids)[0], tf.shape(z)[0],
-            message="ids and query_embeddings differ in their number of rows"),
+      tf.debugging.assert_equal(
+        tf.reduce_all((rows >= 0) & (rows < self.num_items)),
+        True,
+        message=f"ids out of range [{self.id_offset}, {self.id_offset + self.num_items})",
+      ),
+      tf.debugging.assert_equal(
+        tf.shape(ids)[0],
+        tf.shape(z)[0],
+        message="ids and query_embeddings differ in their number of rows",
+      ),
     ]
     with tf.control_dependencies(checks):
       rows = tf.identity(rows)
@@ -343,36 +389,67 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
 
   def get_config(self):
     config = super().get_config()
-    config.update(num_codewords=self.num_codewords, quantizer=self.quantizer,
-                  num_items=self.num_items, dim=self.dim, temperature=self.temperature,
-                  id_offset=self.id_offset, seed=self.seed,
-                  kmeans_iterations=self.kmeans_iterations,
-                  kmeans_max_points=self.kmeans_max_points, chunk_size=self.chunk_size,
-                  num_negatives=self.num_negatives, jit_compile=self.jit_compile)
+    config.update(
+      num_codewords=self.num_codewords,
+      quantizer=self.quantizer,
+      num_items=self.num_items,
+      dim=self.dim,
+      temperature=self.temperature,
+      id_offset=self.id_offset,
+      seed=self.seed,
+      kmeans_iterations=self.kmeans_iterations,
+      kmeans_max_points=self.kmeans_max_points,
+      chunk_size=self.chunk_size,
+      num_negatives=self.num_negatives,
+      jit_compile=self.jit_compile,
+    )
     return config
 
   # ------------------------------------------------------------------------- NegativeSampler API
   def _num_negatives(self) -> int:
     if self.num_negatives is None:
-      raise ValueError("MIDXSampler.score / sample_negatives need num_negatives (constructor "
-                       "argument or attribute)")
+      raise ValueError(
+        "MIDXSampler.score / sample_negatives need num_negatives (constructor "
+        "argument or attribute)"
+      )
     return self.num_negatives
 
-  def sample_negatives(self, query_embeddings, positive_ids, positive_embeddings, *, seed=None,
-                       sequence_ids=None, item_table=None, valid=None) -> Negatives:
+  def sample_negatives(
+    self,
+    query_embeddings,
+    positive_ids,
+    positive_embeddings,
+    *,
+    seed=None,
+    sequence_ids=None,
+    item_table=None,
+    valid=None,
+  ) -> Negatives:
     """`negatives` with ``num_negatives`` per query, embedded by ``candidate_embedder`` or the
     rows of ``item_table``; ``positive_log_q = log Q(p|z)`` (``valid`` is not needed: every
     query draws from its own proposal)."""
     del positive_embeddings, sequence_ids, valid
     ids, log_q = self.sample(query_embeddings, self._num_negatives(), seed=seed)
-    emb = scoring.embed_ids(ids, candidate_embedder=self.candidate_embedder,
-                            item_table=item_table)
-    return Negatives(ids=ids, embeddings=emb, log_q=log_q,
-                     positive_log_q=self.log_prob(query_embeddings, positive_ids))
+    emb = scoring.embed_ids(ids, candidate_embedder=self.candidate_embedder, item_table=item_table)
+    return Negatives(
+      ids=ids,
+      embeddings=emb,
+      log_q=log_q,
+      positive_log_q=self.log_prob(query_embeddings, positive_ids),
+    )
 
-  def score(self, query_embeddings, positive_ids, positive_embeddings, *,
-            temperature: float = 1.0, seed=None, sequence_ids=None, item_table=None,
-            valid=None):
+  def score(
+    self,
+    query_embeddings,
+    positive_ids,
+    positive_embeddings,
+    *,
+    temperature: float = 1.0,
+    seed=None,
+    sequence_ids=None,
+    item_table=None,
+    valid=None,
+  ):
     """`NegativeSampler.score` for S = ``num_negatives`` per-query MIDX negatives.
 
     The [A, S] negatives are scored by `scoring.per_query_scores` (one [A, V] matmul + gather when
@@ -384,15 +461,28 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     if not temperature > 0:
       raise ValueError(f"temperature must be > 0, got {temperature!r}")
     inv_t = 1.0 / float(temperature)
-    query, pos_ids, pos_emb = scoring.check_queries(query_embeddings, positive_ids,
-                                                    positive_embeddings)
+    query, pos_ids, pos_emb = scoring.check_queries(
+      query_embeddings, positive_ids, positive_embeddings
+    )
     ids, log_q = self.sample(query, self._num_negatives(), seed=seed)
-    scores = scoring.per_query_scores(
-        query, ids, item_table=item_table, candidate_embedder=self.candidate_embedder,
-        num_rows=self.num_items + self.id_offset, jit_compile=self.jit_compile) * inv_t
+    scores = (
+      scoring.per_query_scores(
+        query,
+        ids,
+        item_table=item_table,
+        candidate_embedder=self.candidate_embedder,
+        num_rows=self.num_items + self.id_offset,
+        jit_compile=self.jit_compile,
+      )
+      * inv_t
+    )
     return scoring.ScoredCandidates(
-        tf.reduce_sum(query * pos_emb, axis=-1) * inv_t, scores, log_q,
-        accidental_hits.accidental_hit_mask(pos_ids, ids), self.log_prob(query, pos_ids))
+      tf.reduce_sum(query * pos_emb, axis=-1) * inv_t,
+      scores,
+      log_q,
+      accidental_hits.accidental_hit_mask(pos_ids, ids),
+      self.log_prob(query, pos_ids),
+    )
 
 
 # The refresh hooks live in midx_refresh.py; re-exported here (the public path is midx).

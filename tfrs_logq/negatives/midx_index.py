@@ -27,16 +27,24 @@ __all__ = ["QUANTIZERS", "MultiIndex", "build_index", "split_dims", "split_query
 
 
 class MultiIndex(NamedTuple):
-  codebook_1: tf.Tensor    # float32 [K, d1]
-  codebook_2: tf.Tensor    # float32 [K, d2]
-  item_codes: tf.Tensor    # int32 [N, 2]: (k1(i), k2(i))
+  codebook_1: tf.Tensor  # float32 [K, d1]
+  codebook_2: tf.Tensor  # float32 [K, d2]
+  item_codes: tf.Tensor  # int32 [N, 2]: (k1(i), k2(i))
   sorted_items: tf.Tensor  # int64 [N]: item rows sorted by cell
-  cell_counts: tf.Tensor   # int64 [K*K]: |Omega_c|
+  cell_counts: tf.Tensor  # int64 [K*K]: |Omega_c|
   cell_offsets: tf.Tensor  # int64 [K*K]: start of cell c in sorted_items
 
 
-def build_index(emb, num_codewords: int, quantizer: str, seed, *, num_iterations: int,
-                max_points: Optional[int], chunk_size: int) -> MultiIndex:
+def build_index(
+  emb,
+  num_codewords: int,
+  quantizer: str,
+  seed,
+  *,
+  num_iterations: int,
+  max_points: Optional[int],
+  chunk_size: int,
+) -> MultiIndex:
   """Both codebooks (k-means with seeds split from ``seed`` [2]) and the inverted multi-index of
   ``emb`` float32 [N, d]; every item lands in exactly one cell."""
   k = num_codewords
@@ -55,5 +63,11 @@ def build_index(emb, num_codewords: int, quantizer: str, seed, *, num_iterations
     c2 = kmeans_lib.kmeans(residual, k, seed=seed_2, **opts)
     k2, _ = kmeans_lib.nearest_centroid(residual, c2, chunk_size)
   codes, sorted_items, counts, offsets = midx_core.index_from_codes(tf_ops(), k1, k2, k, "int64")
-  return MultiIndex(codebook_1=c1, codebook_2=c2, item_codes=codes, sorted_items=sorted_items,
-                    cell_counts=counts, cell_offsets=offsets)
+  return MultiIndex(
+    codebook_1=c1,
+    codebook_2=c2,
+    item_codes=codes,
+    sorted_items=sorted_items,
+    cell_counts=counts,
+    cell_offsets=offsets,
+  )

@@ -45,8 +45,12 @@ from tfrs_logq.core import negatives as negatives_core
 from tfrs_logq.core.ops import tf_ops
 from tfrs_logq.negatives import scoring
 from tfrs_logq.negatives.base import NegativeSampler, Negatives, as_float
-from tfrs_logq.negatives.in_batch import (CONVENTIONS, InBatchNegatives, InBatchPool,
-                                          expected_count_log_q)
+from tfrs_logq.negatives.in_batch import (
+  CONVENTIONS,
+  InBatchNegatives,
+  InBatchPool,
+  expected_count_log_q,
+)
 from tfrs_logq.negatives.uniform import UniformNegatives
 
 __all__ = ["MixedNegatives", "CONVENTIONS", "mixture_log_q"]
@@ -61,9 +65,13 @@ def mixture_log_q(log_q_unigram, num_in_batch, num_uniform, catalog_size) -> tf.
     num_uniform: ``k_u`` > 0.
     catalog_size: ``|D|`` > 0.
   """
-  return negatives_core.mixture_log_q(tf_ops(), as_float(log_q_unigram, "log_q_unigram"),
-                                      tf.cast(num_in_batch, tf.float32), num_uniform,
-                                      catalog_size)
+  return negatives_core.mixture_log_q(
+    tf_ops(),
+    as_float(log_q_unigram, "log_q_unigram"),
+    tf.cast(num_in_batch, tf.float32),
+    num_uniform,
+    catalog_size,
+  )
 
 
 class MixedNegatives(NegativeSampler):
@@ -80,15 +88,18 @@ class MixedNegatives(NegativeSampler):
     convention: ``"unigram"``, ``"mixture"`` or ``"expected_count"``.
   """
 
-  def __init__(self, in_batch: InBatchNegatives, uniform: UniformNegatives, *,
-               convention: str = "unigram"):
+  def __init__(
+    self, in_batch: InBatchNegatives, uniform: UniformNegatives, *, convention: str = "unigram"
+  ):
     if not isinstance(in_batch, InBatchNegatives):
       raise TypeError(f"in_batch must be an InBatchNegatives, got {type(in_batch).__name__}")
     if not isinstance(uniform, UniformNegatives):
       raise TypeError(f"uniform must be a UniformNegatives, got {type(uniform).__name__}")
     if in_batch.frequency_estimator is None:
-      raise ValueError("mixed negatives need in_batch.frequency_estimator: log q_uni of the "
-                       "uniform draws is part of every convention")
+      raise ValueError(
+        "mixed negatives need in_batch.frequency_estimator: log q_uni of the "
+        "uniform draws is part of every convention"
+      )
     if convention not in CONVENTIONS:
       raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
     self.in_batch = in_batch
@@ -97,8 +108,11 @@ class MixedNegatives(NegativeSampler):
 
   def get_config(self) -> dict:
     """Nested configs of both blocks and the convention."""
-    return dict(in_batch=self.in_batch.get_config(), uniform=self.uniform.get_config(),
-                convention=self.convention)
+    return dict(
+      in_batch=self.in_batch.get_config(),
+      uniform=self.uniform.get_config(),
+      convention=self.convention,
+    )
 
   @classmethod
   def from_config(cls, config: dict):
@@ -118,8 +132,9 @@ class MixedNegatives(NegativeSampler):
     if self.convention == "mixture":
       return mixture_log_q(log_q_uni, n_b, k_u, size)
     if self.convention == "expected_count":
-      return negatives_core.two_block_log_q(tf_ops(), expected_count_log_q(log_q_uni, pool), n_b,
-                                            k_u, size)
+      return negatives_core.two_block_log_q(
+        tf_ops(), expected_count_log_q(log_q_uni, pool), n_b, k_u, size
+      )
     return negatives_core.unigram_log_q(tf_ops(), log_q_uni, n_b, k_u, size)
 
   def _in_batch_pool(self, positive_ids, positive_embeddings, seed, valid=None):
@@ -127,12 +142,21 @@ class MixedNegatives(NegativeSampler):
     seed_b = seed_u = None
     if seed is not None:
       seed_b, seed_u = tf.unstack(
-          tf.random.experimental.stateless_split(_static_shapes.stateless_seed(seed), 2))
+        tf.random.experimental.stateless_split(_static_shapes.stateless_seed(seed), 2)
+      )
     pool = self.in_batch.pool(positive_ids, positive_embeddings, valid=valid, seed=seed_b)
     return pool, seed_u
 
-  def __call__(self, positive_ids, positive_embeddings, *, valid=None, seed=None,
-               sequence_ids=None, item_table=None) -> Negatives:
+  def __call__(
+    self,
+    positive_ids,
+    positive_embeddings,
+    *,
+    valid=None,
+    seed=None,
+    sequence_ids=None,
+    item_table=None,
+  ) -> Negatives:
     """Mixed negatives of one step: in-batch rows first, then the ``k_u`` uniform rows.
 
     Args:
@@ -152,8 +176,9 @@ class MixedNegatives(NegativeSampler):
     """
     pool, seed_u = self._in_batch_pool(positive_ids, positive_embeddings, seed, valid)
     batch = pool.negatives
-    uni = self.uniform(positive_ids, seed=seed_u, sequence_ids=sequence_ids,
-                       item_table=item_table, valid=valid)
+    uni = self.uniform(
+      positive_ids, seed=seed_u, sequence_ids=sequence_ids, item_table=item_table, valid=valid
+    )
     batch_valid = batch.valid
     if uni.shared:
       ids = tf.concat([batch.ids, uni.ids], axis=0)
@@ -164,25 +189,62 @@ class MixedNegatives(NegativeSampler):
       rows = tf.shape(uni.ids)[0]
       n_b = tf.shape(batch.ids)[0]
       ids = tf.concat([tf.broadcast_to(batch.ids, tf.stack([rows, n_b])), uni.ids], axis=1)
-      emb = tf.concat([tf.broadcast_to(batch.embeddings[tf.newaxis],
-                                       tf.concat([[rows], tf.shape(batch.embeddings)], 0)),
-                       uni.embeddings], axis=1)
+      emb = tf.concat(
+        [
+          tf.broadcast_to(
+            batch.embeddings[tf.newaxis], tf.concat([[rows], tf.shape(batch.embeddings)], 0)
+          ),
+          uni.embeddings,
+        ],
+        axis=1,
+      )
       if batch_valid is not None:
-        batch_valid = tf.concat([tf.broadcast_to(batch_valid, tf.stack([rows, n_b])),
-                                 tf.ones_like(uni.ids, tf.bool)], axis=1)
-    return Negatives(ids=ids, embeddings=emb, log_q=self.log_q(ids, pool),
-                     positive_log_q=self.log_q(positive_ids, pool), valid=batch_valid)
+        batch_valid = tf.concat(
+          [tf.broadcast_to(batch_valid, tf.stack([rows, n_b])), tf.ones_like(uni.ids, tf.bool)],
+          axis=1,
+        )
+    return Negatives(
+      ids=ids,
+      embeddings=emb,
+      log_q=self.log_q(ids, pool),
+      positive_log_q=self.log_q(positive_ids, pool),
+      valid=batch_valid,
+    )
 
-  def sample_negatives(self, query_embeddings, positive_ids, positive_embeddings, *, seed=None,
-                       sequence_ids=None, item_table=None, valid=None) -> Negatives:
+  def sample_negatives(
+    self,
+    query_embeddings,
+    positive_ids,
+    positive_embeddings,
+    *,
+    seed=None,
+    sequence_ids=None,
+    item_table=None,
+    valid=None,
+  ) -> Negatives:
     """`__call__` on the queries' positives (per-query layouts materialise [A, N, d])."""
     del query_embeddings
-    return self(positive_ids, positive_embeddings, seed=seed, sequence_ids=sequence_ids,
-                item_table=item_table, valid=valid)
+    return self(
+      positive_ids,
+      positive_embeddings,
+      seed=seed,
+      sequence_ids=sequence_ids,
+      item_table=item_table,
+      valid=valid,
+    )
 
-  def score(self, query_embeddings, positive_ids, positive_embeddings, *,
-            temperature: float = 1.0, seed=None, sequence_ids=None, item_table=None,
-            valid=None):
+  def score(
+    self,
+    query_embeddings,
+    positive_ids,
+    positive_embeddings,
+    *,
+    temperature: float = 1.0,
+    seed=None,
+    sequence_ids=None,
+    item_table=None,
+    valid=None,
+  ):
     """Scores of the shared in-batch block (one matmul) joined with the uniform block's (its own
     cheapest path), log Q under the convention.
 
@@ -194,11 +256,21 @@ class MixedNegatives(NegativeSampler):
     log_q_fn = lambda ids: self.log_q(ids, pool)  # noqa: E731
     batch = pool.negatives
     in_batch = scoring.score_negatives(
-        query_embeddings, positive_ids, positive_embeddings,
-        batch._replace(log_q=log_q_fn(batch.ids), positive_log_q=None), temperature=temperature)
+      query_embeddings,
+      positive_ids,
+      positive_embeddings,
+      batch._replace(log_q=log_q_fn(batch.ids), positive_log_q=None),
+      temperature=temperature,
+    )
     uniform = self.uniform._score_with_log_q(  # pylint: disable=protected-access
-        query_embeddings, positive_ids, positive_embeddings, temperature=temperature,
-        seed=seed_u, sequence_ids=sequence_ids, item_table=item_table, log_q_fn=log_q_fn,
-        valid=valid)
-    return scoring.ScoredCandidates.concat(in_batch, uniform,
-                                           positive_log_q=uniform.positive_log_q)
+      query_embeddings,
+      positive_ids,
+      positive_embeddings,
+      temperature=temperature,
+      seed=seed_u,
+      sequence_ids=sequence_ids,
+      item_table=item_table,
+      log_q_fn=log_q_fn,
+      valid=valid,
+    )
+    return scoring.ScoredCandidates.concat(in_batch, uniform, positive_log_q=uniform.positive_log_q)

@@ -42,11 +42,24 @@ from tfrs_logq import _static_shapes
 from tfrs_logq import accidental_hits
 from tfrs_logq import log_q as log_q_lib
 from tfrs_logq import sharded
-from tfrs_logq.negatives.base import (Negatives, as_float, as_ids, check_rank, check_same_dim,
-                                       validate_negatives)
+from tfrs_logq.negatives.base import (
+  Negatives,
+  as_float,
+  as_ids,
+  check_rank,
+  check_same_dim,
+  validate_negatives,
+)
 
-__all__ = ["ScoredCandidates", "score_negatives", "task_candidates", "per_query_scores",
-           "per_segment_scores", "embed_ids", "MATMUL_GATHER_RATIO"]
+__all__ = [
+  "ScoredCandidates",
+  "score_negatives",
+  "task_candidates",
+  "per_query_scores",
+  "per_segment_scores",
+  "embed_ids",
+  "MATMUL_GATHER_RATIO",
+]
 
 MATMUL_GATHER_RATIO = 0.4
 """Per-query negatives are scored by [A, V] matmul + gather when V <= this * k * d."""
@@ -64,6 +77,7 @@ class ScoredCandidates(NamedTuple):
     valid_mask: bool [A, N], False where d_i == p_a (accidental hit) or otherwise masked.
     positive_log_q: [A] log Q(p_a) under the same proposal, or None.
   """
+
   positive_scores: tf.Tensor
   negative_scores: tf.Tensor
   negative_log_q: tf.Tensor
@@ -72,9 +86,13 @@ class ScoredCandidates(NamedTuple):
 
   def loss_kwargs(self) -> dict:
     """``sampled_softmax_loss(**scored.loss_kwargs(), correction=...)`` arguments."""
-    return dict(positive_scores=self.positive_scores, negative_scores=self.negative_scores,
-                negative_log_q=self.negative_log_q, positive_log_q=self.positive_log_q,
-                valid_mask=self.valid_mask)
+    return dict(
+      positive_scores=self.positive_scores,
+      negative_scores=self.negative_scores,
+      negative_log_q=self.negative_log_q,
+      positive_log_q=self.positive_log_q,
+      valid_mask=self.valid_mask,
+    )
 
   @staticmethod
   def concat(*blocks: "ScoredCandidates", positive_log_q=_KEEP) -> "ScoredCandidates":
@@ -93,8 +111,7 @@ class ScoredCandidates(NamedTuple):
       raise ValueError("ScoredCandidates.concat needs at least one block")
     for b in blocks:
       if not isinstance(b, ScoredCandidates):
-        raise ValueError(f"ScoredCandidates.concat takes ScoredCandidates, got "
-                         f"{type(b).__name__}")
+        raise ValueError(f"ScoredCandidates.concat takes ScoredCandidates, got {type(b).__name__}")
     first = blocks[0]
     pos_log_q = first.positive_log_q if positive_log_q is _KEEP else positive_log_q
     if len(blocks) == 1:
@@ -106,10 +123,12 @@ class ScoredCandidates(NamedTuple):
       log_q = tf.concat(log_qs, axis=1)
     else:
       log_q = tf.concat(log_qs, axis=0)
-    valid = [tf.broadcast_to(tf.cast(b.valid_mask, tf.bool), tf.shape(s))
-             for b, s in zip(blocks, scores)]
-    return ScoredCandidates(first.positive_scores, tf.concat(scores, axis=1), log_q,
-                            tf.concat(valid, axis=1), pos_log_q)
+    valid = [
+      tf.broadcast_to(tf.cast(b.valid_mask, tf.bool), tf.shape(s)) for b, s in zip(blocks, scores)
+    ]
+    return ScoredCandidates(
+      first.positive_scores, tf.concat(scores, axis=1), log_q, tf.concat(valid, axis=1), pos_log_q
+    )
 
 
 def check_queries(query_embeddings, positive_ids, positive_embeddings):
@@ -140,8 +159,13 @@ def _check_temperature(temperature) -> float:
 def positive_scores(query, positive_embeddings, temperature: float = 1.0) -> tf.Tensor:
   """<q_a, c_{p_a}> / temperature, [A] float32."""
   inv_t = _check_temperature(temperature)
-  return tf.reduce_sum(as_float(query, "query_embeddings")
-                       * as_float(positive_embeddings, "positive_embeddings"), axis=-1) * inv_t
+  return (
+    tf.reduce_sum(
+      as_float(query, "query_embeddings") * as_float(positive_embeddings, "positive_embeddings"),
+      axis=-1,
+    )
+    * inv_t
+  )
 
 
 def call_embedder(candidate_embedder: Callable, ids: tf.Tensor) -> tf.Tensor:
@@ -196,8 +220,7 @@ def _gather_then_dot(query, table, ids):
   return tf.einsum("ad,akd->ak", query, tf.cast(sharded.gather_rows(table, ids), query.dtype))
 
 
-_matmul_then_gather_xla = tf.function(_matmul_then_gather, jit_compile=True,
-                                      reduce_retracing=True)
+_matmul_then_gather_xla = tf.function(_matmul_then_gather, jit_compile=True, reduce_retracing=True)
 _gather_then_dot_xla = tf.function(_gather_then_dot, jit_compile=True, reduce_retracing=True)
 
 
@@ -209,9 +232,15 @@ def _num_rows(item_table, num_rows):
   return num_rows
 
 
-def per_query_scores(query_embeddings, ids, *, item_table=None,
-                     candidate_embedder: Optional[Callable] = None,
-                     num_rows: Optional[int] = None, jit_compile: bool = False) -> tf.Tensor:
+def per_query_scores(
+  query_embeddings,
+  ids,
+  *,
+  item_table=None,
+  candidate_embedder: Optional[Callable] = None,
+  num_rows: Optional[int] = None,
+  jit_compile: bool = False,
+) -> tf.Tensor:
   """<q_a, c_{ids[a, j]}> for per-query negative ids ``[A, k]`` -> ``[A, k]`` float32.
 
   Path (module docstring): with ``item_table`` and ``V <= MATMUL_GATHER_RATIO * k * d`` one
@@ -279,15 +308,23 @@ def per_segment_scores(query_embeddings, segment_ids, embeddings) -> tf.Tensor:
   sorted_seg = tf.gather(seg, order)
   rank_sorted = tf.range(a, dtype=tf.int32) - tf.gather(starts, sorted_seg)
   rank = tf.scatter_nd(order[:, tf.newaxis], rank_sorted, tf.shape(seg))
-  index = tf.stack([seg, rank], axis=1)                                           # [A, 2]
+  index = tf.stack([seg, rank], axis=1)  # [A, 2]
   block_shape = tf.stack([num_segments, tf.reduce_max(counts), tf.shape(query)[1]])
-  block = tf.scatter_nd(index, query, block_shape)                                # [U, L, d]
-  return tf.gather_nd(tf.matmul(block, emb, transpose_b=True), index)             # [A, k]
+  block = tf.scatter_nd(index, query, block_shape)  # [U, L, d]
+  return tf.gather_nd(tf.matmul(block, emb, transpose_b=True), index)  # [A, k]
 
 
-def score_negatives(query_embeddings, positive_ids, positive_embeddings, negatives: Negatives, *,
-                    temperature: float = 1.0, positive_log_q=None, apply_q_prime: bool = False,
-                    remove_accidental_hits: bool = True) -> ScoredCandidates:
+def score_negatives(
+  query_embeddings,
+  positive_ids,
+  positive_embeddings,
+  negatives: Negatives,
+  *,
+  temperature: float = 1.0,
+  positive_log_q=None,
+  apply_q_prime: bool = False,
+  remove_accidental_hits: bool = True,
+) -> ScoredCandidates:
   """Positive / negative scores, log Q (or log Q') and the accidental-hit mask of A queries.
 
   Args:
@@ -312,8 +349,7 @@ def score_negatives(query_embeddings, positive_ids, positive_embeddings, negativ
   inv_t = _check_temperature(temperature)
   negatives = validate_negatives(negatives)
   query, pos_ids, pos_emb = check_queries(query_embeddings, positive_ids, positive_embeddings)
-  deps = check_same_dim(query, 1, negatives.embeddings, -1,
-                        "query vs negative embedding dimension")
+  deps = check_same_dim(query, 1, negatives.embeddings, -1, "query vs negative embedding dimension")
   if not negatives.shared:
     deps += check_same_dim(query, 0, negatives.ids, 0, "query_embeddings vs per-query negatives")
   if positive_log_q is None:
@@ -335,13 +371,12 @@ def score_negatives(query_embeddings, positive_ids, positive_embeddings, negativ
     valid = tf.broadcast_to(valid, tf.shape(negative_scores))
   else:
     valid = tf.ones_like(negative_scores, dtype=tf.bool)
-  if negatives.valid is not None:                    # padding slots of a static-shape pool
+  if negatives.valid is not None:  # padding slots of a static-shape pool
     valid = tf.logical_and(valid, negatives.valid)
   negative_log_q = negatives.log_q
   if apply_q_prime:
     if positive_log_q is None:
-      raise ValueError("apply_q_prime needs positive_log_q (argument or "
-                       "Negatives.positive_log_q)")
+      raise ValueError("apply_q_prime needs positive_log_q (argument or Negatives.positive_log_q)")
     negative_log_q = log_q_lib.log_q_prime(negative_log_q, positive_log_q)
   return ScoredCandidates(pos_scores, negative_scores, negative_log_q, valid, positive_log_q)
 
@@ -363,11 +398,15 @@ def task_candidates(positive_ids, positive_embeddings, positive_log_q, negatives
   """
   negatives = validate_negatives(negatives)
   if not negatives.shared or negatives.log_q.shape.rank != 1:
-    raise ValueError("task_candidates needs shared negatives (ids [N], log_q [N]); use "
-                     "score_negatives for per-query negatives")
+    raise ValueError(
+      "task_candidates needs shared negatives (ids [N], log_q [N]); use "
+      "score_negatives for per-query negatives"
+    )
   if negatives.valid is not None:
-    raise ValueError("task_candidates takes negatives without padding slots (Negatives.valid is "
-                     "set, a static-shape pool); use score_negatives, which masks them")
+    raise ValueError(
+      "task_candidates takes negatives without padding slots (Negatives.valid is "
+      "set, a static-shape pool); use score_negatives, which masks them"
+    )
   pos_ids = as_ids(positive_ids, "positive_ids")
   pos_emb = as_float(positive_embeddings, "positive_embeddings")
   pos_log_q = as_float(positive_log_q, "positive_log_q")
@@ -379,6 +418,8 @@ def task_candidates(positive_ids, positive_embeddings, positive_log_q, negatives
   deps += check_same_dim(pos_emb, 1, negatives.embeddings, 1, "embedding dimension")
   with tf.control_dependencies(deps):
     pos_ids = tf.identity(pos_ids)
-  return (tf.concat([pos_ids, negatives.ids], 0),
-          tf.concat([pos_emb, negatives.embeddings], 0),
-          tf.concat([pos_log_q, negatives.log_q], 0))
+  return (
+    tf.concat([pos_ids, negatives.ids], 0),
+    tf.concat([pos_emb, negatives.embeddings], 0),
+    tf.concat([pos_log_q, negatives.log_q], 0),
+  )

@@ -45,8 +45,13 @@ from tfrs_logq import accidental_hits
 from tfrs_logq.core import checks as core_checks
 from tfrs_logq.core import negatives as negatives_core
 from tfrs_logq.negatives import scoring
-from tfrs_logq.negatives.base import (NegativeSampler, Negatives, as_ids, check_positive_int,
-                                       check_rank)
+from tfrs_logq.negatives.base import (
+  NegativeSampler,
+  Negatives,
+  as_ids,
+  check_positive_int,
+  check_rank,
+)
 
 __all__ = ["UniformNegatives", "UNIFORM_PER"]
 
@@ -56,6 +61,7 @@ UNIFORM_PER = core_checks.UNIFORM_PER
 class _Draw(NamedTuple):
   """ids [k] (batch), [A, k] (query) or [R, k] sets with segment [A] int32 in [0, R), the set of
   each query; ``grouped``: score the queries of a segment together (`per_segment_scores`)."""
+
   ids: tf.Tensor
   segment: Optional[tf.Tensor] = None
   grouped: bool = False
@@ -71,7 +77,8 @@ def _replica_seed(seed):
   if ctx is None or ctx.num_replicas_in_sync == 1:
     return seed
   return tf.random.experimental.stateless_fold_in(
-      _static_shapes.stateless_seed(seed), tf.cast(ctx.replica_id_in_sync_group, tf.int64))
+    _static_shapes.stateless_seed(seed), tf.cast(ctx.replica_id_in_sync_group, tf.int64)
+  )
 
 
 class UniformNegatives(NegativeSampler):
@@ -92,10 +99,17 @@ class UniformNegatives(NegativeSampler):
       while compiled by XLA.
   """
 
-  def __init__(self, candidate_embedder: Optional[Callable], num_negatives: int, *,
-               id_range: Optional[Tuple[int, int]] = None,
-               candidate_ids: Optional[Sequence[int]] = None, per: str = "batch",
-               jit_compile: bool = False, static_shapes: Optional[bool] = None):
+  def __init__(
+    self,
+    candidate_embedder: Optional[Callable],
+    num_negatives: int,
+    *,
+    id_range: Optional[Tuple[int, int]] = None,
+    candidate_ids: Optional[Sequence[int]] = None,
+    per: str = "batch",
+    jit_compile: bool = False,
+    static_shapes: Optional[bool] = None,
+  ):
     if candidate_embedder is not None and not callable(candidate_embedder):
       raise TypeError("candidate_embedder must be callable (ids -> embeddings) or None")
     self.num_negatives = check_positive_int(num_negatives, "num_negatives")
@@ -122,11 +136,15 @@ class UniformNegatives(NegativeSampler):
   # -- configuration ----------------------------------------------------------------------------
   def get_config(self) -> dict:
     """Constructor arguments; ``candidate_embedder`` is returned as the object itself."""
-    return dict(candidate_embedder=self.candidate_embedder, num_negatives=self.num_negatives,
-                id_range=self.id_range,
-                candidate_ids=(None if self.candidate_ids is None
-                               else self.candidate_ids.numpy().tolist()),
-                per=self.per, jit_compile=self.jit_compile, static_shapes=self.static_shapes)
+    return dict(
+      candidate_embedder=self.candidate_embedder,
+      num_negatives=self.num_negatives,
+      id_range=self.id_range,
+      candidate_ids=(None if self.candidate_ids is None else self.candidate_ids.numpy().tolist()),
+      per=self.per,
+      jit_compile=self.jit_compile,
+      static_shapes=self.static_shapes,
+    )
 
   # -- sampling ---------------------------------------------------------------------------------
   def log_q(self, ids) -> tf.Tensor:
@@ -142,8 +160,11 @@ class UniformNegatives(NegativeSampler):
         count, as under XLA); None uses the stateful global RNG.
       num_rows: None for one shared set, else the number of independent sets (scalar).
     """
-    shape = [self.num_negatives] if num_rows is None else tf.stack(
-        [tf.cast(num_rows, tf.int32), self.num_negatives])
+    shape = (
+      [self.num_negatives]
+      if num_rows is None
+      else tf.stack([tf.cast(num_rows, tf.int32), self.num_negatives])
+    )
     if self.id_range is not None:
       lo, hi = self.id_range
     else:
@@ -151,8 +172,9 @@ class UniformNegatives(NegativeSampler):
     if seed is None:
       draws = tf.random.uniform(shape, lo, hi, dtype=tf.int64)
     else:
-      draws = tf.random.stateless_uniform(shape, _static_shapes.stateless_seed(seed), lo, hi,
-                                          dtype=tf.int64)
+      draws = tf.random.stateless_uniform(
+        shape, _static_shapes.stateless_seed(seed), lo, hi, dtype=tf.int64
+      )
     return draws if self.id_range is not None else tf.gather(self.candidate_ids, draws)
 
   def _draw(self, positive_ids, sequence_ids, seed, valid=None) -> _Draw:
@@ -170,24 +192,27 @@ class UniformNegatives(NegativeSampler):
     if self.per == "sequence" and sequence_ids is not None:
       seq = as_ids(sequence_ids, "sequence_ids")
       check_rank(seq, 1, "sequence_ids")
-      with tf.control_dependencies([tf.debugging.assert_equal(
-          tf.shape(seq)[0], a, message="sequence_ids must have one entry per query")]):
+      with tf.control_dependencies(
+        [
+          tf.debugging.assert_equal(
+            tf.shape(seq)[0], a, message="sequence_ids must have one entry per query"
+          )
+        ]
+      ):
         seq = tf.identity(seq)
       if valid is None and not static:
         distinct, segment = tf.unique(seq, out_idx=tf.int32)
         return _Draw(self.sample_ids(seed, tf.shape(distinct)[0]), segment, grouped=True)
       _, segment, num_distinct = _static_shapes.first_occurrence(seq, valid)
       rows = a if static else tf.maximum(num_distinct, 1)
-      return _Draw(self.sample_ids(seed, rows), tf.minimum(segment, rows - 1),
-                   grouped=not static)
+      return _Draw(self.sample_ids(seed, rows), tf.minimum(segment, rows - 1), grouped=not static)
     if valid is None:
       return _Draw(self.sample_ids(seed, a))
     rank = tf.minimum(_static_shapes.valid_rank(valid), tf.maximum(a - 1, 0))
     return _Draw(self.sample_ids(seed, a), rank)
 
   def _embed(self, ids, item_table):
-    return scoring.embed_ids(ids, candidate_embedder=self.candidate_embedder,
-                             item_table=item_table)
+    return scoring.embed_ids(ids, candidate_embedder=self.candidate_embedder, item_table=item_table)
 
   def _raw_scores(self, query, draw: _Draw, item_table):
     """<q_a, c_{d}> (no temperature) of each query's negatives, [A, k]."""
@@ -195,12 +220,18 @@ class UniformNegatives(NegativeSampler):
       return tf.matmul(query, self._embed(draw.ids, item_table), transpose_b=True)
     if draw.grouped:
       return scoring.per_segment_scores(query, draw.segment, self._embed(draw.ids, item_table))
-    return scoring.per_query_scores(query, draw.row_ids(), item_table=item_table,
-                                    candidate_embedder=self.candidate_embedder,
-                                    num_rows=self._id_bound, jit_compile=self.jit_compile)
+    return scoring.per_query_scores(
+      query,
+      draw.row_ids(),
+      item_table=item_table,
+      candidate_embedder=self.candidate_embedder,
+      num_rows=self._id_bound,
+      jit_compile=self.jit_compile,
+    )
 
-  def __call__(self, positive_ids=None, *, seed=None, sequence_ids=None,
-               item_table=None, valid=None) -> Negatives:
+  def __call__(
+    self, positive_ids=None, *, seed=None, sequence_ids=None, item_table=None, valid=None
+  ) -> Negatives:
     """Draws the negatives and embeds them (``[k, d]``, or ``[A, k, d]`` unless per="batch").
 
     Args:
@@ -228,45 +259,82 @@ class UniformNegatives(NegativeSampler):
     log_q = tf.fill([self.num_negatives], tf.constant(self._log_q_value, tf.float32))
     return Negatives(ids=ids, embeddings=emb, log_q=log_q, positive_log_q=positive_log_q)
 
-  def sample_negatives(self, query_embeddings, positive_ids, positive_embeddings, *, seed=None,
-                       sequence_ids=None, item_table=None, valid=None) -> Negatives:
+  def sample_negatives(
+    self,
+    query_embeddings,
+    positive_ids,
+    positive_embeddings,
+    *,
+    seed=None,
+    sequence_ids=None,
+    item_table=None,
+    valid=None,
+  ) -> Negatives:
     """`Negatives` of one step (see `__call__`; per-query layouts materialise [A, k, d])."""
     del query_embeddings, positive_embeddings
-    return self(positive_ids, seed=seed, sequence_ids=sequence_ids, item_table=item_table,
-                valid=valid)
+    return self(
+      positive_ids, seed=seed, sequence_ids=sequence_ids, item_table=item_table, valid=valid
+    )
 
-  def score(self, query_embeddings, positive_ids, positive_embeddings, *,
-            temperature: float = 1.0, seed=None, sequence_ids=None, item_table=None,
-            valid=None):
+  def score(
+    self,
+    query_embeddings,
+    positive_ids,
+    positive_embeddings,
+    *,
+    temperature: float = 1.0,
+    seed=None,
+    sequence_ids=None,
+    item_table=None,
+    valid=None,
+  ):
     """`NegativeSampler.score` with the cheapest exact path of the layout (module docstring).
 
     Returns:
       ``ScoredCandidates(positive_scores [A], negative_scores [A, k], negative_log_q [k]
       (= -log |D|), valid_mask [A, k], positive_log_q [A] (= -log |D|))``.
     """
-    return self._score_with_log_q(query_embeddings, positive_ids, positive_embeddings,
-                                  temperature=temperature, seed=seed, sequence_ids=sequence_ids,
-                                  item_table=item_table, valid=valid)
+    return self._score_with_log_q(
+      query_embeddings,
+      positive_ids,
+      positive_embeddings,
+      temperature=temperature,
+      seed=seed,
+      sequence_ids=sequence_ids,
+      item_table=item_table,
+      valid=valid,
+    )
 
-  def _score_with_log_q(self, query_embeddings, positive_ids, positive_embeddings, *,
-                       temperature: float = 1.0, seed=None, sequence_ids=None, item_table=None,
-                       log_q_fn: Optional[Callable] = None, valid=None):
+  def _score_with_log_q(
+    self,
+    query_embeddings,
+    positive_ids,
+    positive_embeddings,
+    *,
+    temperature: float = 1.0,
+    seed=None,
+    sequence_ids=None,
+    item_table=None,
+    log_q_fn: Optional[Callable] = None,
+    valid=None,
+  ):
     """`score`, with log Q of the drawn ids and of the positives from ``log_q_fn(ids)`` instead
     of -log |D| (a mixed sampler's convention); ``log_q_fn`` gets ``[k]`` or ``[A, k]`` ids."""
     if not temperature > 0:
       raise ValueError(f"temperature must be > 0, got {temperature!r}")
     inv_t = 1.0 / float(temperature)
-    query, pos_ids, pos_emb = scoring.check_queries(query_embeddings, positive_ids,
-                                                    positive_embeddings)
+    query, pos_ids, pos_emb = scoring.check_queries(
+      query_embeddings, positive_ids, positive_embeddings
+    )
     draw = self._draw(pos_ids, sequence_ids, seed, valid)
     row_ids = draw.row_ids()
     scores = self._raw_scores(query, draw, item_table) * inv_t
-    valid = tf.broadcast_to(accidental_hits.accidental_hit_mask(pos_ids, row_ids),
-                            tf.shape(scores))
+    valid = tf.broadcast_to(accidental_hits.accidental_hit_mask(pos_ids, row_ids), tf.shape(scores))
     if log_q_fn is None:
       log_q = tf.fill([self.num_negatives], tf.constant(self._log_q_value, tf.float32))
       pos_log_q = self.log_q(pos_ids)
     else:
       log_q, pos_log_q = log_q_fn(row_ids), log_q_fn(pos_ids)
-    return scoring.ScoredCandidates(tf.reduce_sum(query * pos_emb, axis=-1) * inv_t, scores,
-                                    log_q, valid, pos_log_q)
+    return scoring.ScoredCandidates(
+      tf.reduce_sum(query * pos_emb, axis=-1) * inv_t, scores, log_q, valid, pos_log_q
+    )

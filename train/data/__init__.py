@@ -46,12 +46,33 @@ from train.data.synthetic import SyntheticConfig
 from train.data.synthetic import load_synthetic
 
 __all__ = [
-    "DATASETS", "DataConfig", "DataFormatError", "EvalSplit", "SPLITS", "SequenceData",
-    "SyntheticCatalog", "SyntheticConfig", "build_sequence_data", "count_items",
-    "default_data_root", "epoch_seed", "eval_arrays", "eval_dataset", "fingerprint", "fit_length",
-    "k_core_mask", "left_pad", "load", "load_gsasrec", "load_movielens_raw", "load_synthetic",
-    "rated_mask", "sasrec_train_dataset", "summary", "synthetic_catalog",
-    "two_tower_train_dataset",
+  "DATASETS",
+  "DataConfig",
+  "DataFormatError",
+  "EvalSplit",
+  "SPLITS",
+  "SequenceData",
+  "SyntheticCatalog",
+  "SyntheticConfig",
+  "build_sequence_data",
+  "count_items",
+  "default_data_root",
+  "epoch_seed",
+  "eval_arrays",
+  "eval_dataset",
+  "fingerprint",
+  "fit_length",
+  "k_core_mask",
+  "left_pad",
+  "load",
+  "load_gsasrec",
+  "load_movielens_raw",
+  "load_synthetic",
+  "rated_mask",
+  "sasrec_train_dataset",
+  "summary",
+  "synthetic_catalog",
+  "two_tower_train_dataset",
 ]
 
 
@@ -63,13 +84,19 @@ def synthetic_catalog(data: SequenceData) -> SyntheticCatalog:
   return catalog
 
 
-_PIPELINES = ("eval_arrays", "eval_dataset", "rated_mask", "sasrec_train_dataset",
-              "two_tower_train_dataset")
+_PIPELINES = (
+  "eval_arrays",
+  "eval_dataset",
+  "rated_mask",
+  "sasrec_train_dataset",
+  "two_tower_train_dataset",
+)
 
 
 def __getattr__(name):
   """Loads `train.data.pipelines` (TensorFlow) on first use of one of its names."""
   if name in _PIPELINES:
     import importlib  # pylint: disable=g-import-not-at-top
+
     return getattr(importlib.import_module("train.data.pipelines"), name)
   raise AttributeError(f"module 'train.data' has no attribute {name!r}")

@@ -23,8 +23,16 @@ import numpy as np
 
 from train.data.records import SequenceData
 
-__all__ = ["SHUFFLE_RNGS", "check_positive", "check_shuffle_rng", "flatten", "permutation",
-           "sasrec_batches", "sasrec_sequences", "tensorflow_installed"]
+__all__ = [
+  "SHUFFLE_RNGS",
+  "check_positive",
+  "check_shuffle_rng",
+  "flatten",
+  "permutation",
+  "sasrec_batches",
+  "sasrec_sequences",
+  "tensorflow_installed",
+]
 
 SHUFFLE_RNGS = ("tensorflow", "numpy")
 
@@ -48,8 +56,7 @@ def flatten(sequences) -> tuple:
   lengths = np.array([s.size for s in sequences], np.int64)
   ends = np.cumsum(lengths)
   starts = ends - lengths
-  flat = (np.concatenate(sequences).astype(np.int64) if lengths.sum()
-          else np.zeros(0, np.int64))
+  flat = np.concatenate(sequences).astype(np.int64) if lengths.sum() else np.zeros(0, np.int64)
   return flat, starts, ends
 
 
@@ -78,11 +85,13 @@ def permutation(n: int, seed: int, stream_epoch: int, rng: str) -> np.ndarray:
     import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
   except ImportError as e:
-    raise ImportError("the 'tensorflow' shuffle (python -m train's batch order) needs "
-                      "TensorFlow; without it use --shuffle_rng=numpy") from e
+    raise ImportError(
+      "the 'tensorflow' shuffle (python -m train's batch order) needs "
+      "TensorFlow; without it use --shuffle_rng=numpy"
+    ) from e
   return tf.random.experimental.stateless_shuffle(
-      tf.range(n, dtype=tf.int64),
-      seed=tf.constant([int(seed), 2 * int(stream_epoch)], tf.int64)).numpy()
+    tf.range(n, dtype=tf.int64), seed=tf.constant([int(seed), 2 * int(stream_epoch)], tf.int64)
+  ).numpy()
 
 
 def _windows(flat: np.ndarray, first: np.ndarray, end: np.ndarray, length: int) -> np.ndarray:
@@ -91,8 +100,15 @@ def _windows(flat: np.ndarray, first: np.ndarray, end: np.ndarray, length: int) 
   return np.where(idx >= first[:, None], flat[np.maximum(idx, 0)], 0).astype(np.int64)
 
 
-def sasrec_batches(data: SequenceData, *, batch_size: int, max_len: int, seed: int,
-                   num_batches: int, rng: str = "tensorflow") -> Iterator[Dict[str, np.ndarray]]:
+def sasrec_batches(
+  data: SequenceData,
+  *,
+  batch_size: int,
+  max_len: int,
+  seed: int,
+  num_batches: int,
+  rng: str = "tensorflow",
+) -> Iterator[Dict[str, np.ndarray]]:
   """The first ``num_batches`` full batches {"inputs", "targets"} int64 [B, max_len] of the
   stream of ``seed`` (`sasrec_train_dataset(..., seed=seed)`'s batches with ``rng`` =
   "tensorflow")."""
@@ -105,5 +121,7 @@ def sasrec_batches(data: SequenceData, *, batch_size: int, max_len: int, seed: i
       stream_epoch += 1
     idx, pending = pending[:batch_size], pending[batch_size:]
     first, end = starts[idx], ends[idx]
-    yield {"inputs": _windows(flat, first, end - 1, max_len),
-           "targets": _windows(flat, first + 1, end, max_len)}
+    yield {
+      "inputs": _windows(flat, first, end - 1, max_len),
+      "targets": _windows(flat, first + 1, end, max_len),
+    }

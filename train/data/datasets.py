@@ -36,8 +36,9 @@ def default_data_root() -> pathlib.Path:
   return pathlib.Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
-def load(name: str, data_path=None, *, split: str = "leave_one_out", seed: int = 0,
-         **kwargs) -> SequenceData:
+def load(
+  name: str, data_path=None, *, split: str = "leave_one_out", seed: int = 0, **kwargs
+) -> SequenceData:
   """Loads a dataset by name.
 
   Args:
@@ -67,8 +68,10 @@ def load(name: str, data_path=None, *, split: str = "leave_one_out", seed: int =
     return load_synthetic(split=split, seed=seed, **kwargs)
   if name in ("gsasrec", "ml1m"):
     if split != "leave_one_out":
-      raise ValueError(f"{name} (gSASRec files) has no timestamps, only split='leave_one_out'; "
-                       "use load('movielens_raw', '<dir>/ratings.dat', split='temporal')")
+      raise ValueError(
+        f"{name} (gSASRec files) has no timestamps, only split='leave_one_out'; "
+        "use load('movielens_raw', '<dir>/ratings.dat', split='temporal')"
+      )
     if kwargs:
       raise TypeError(f"unexpected arguments for {name}: {sorted(kwargs)}")
     if name == "ml1m":
@@ -77,10 +80,10 @@ def load(name: str, data_path=None, *, split: str = "leave_one_out", seed: int =
       raise ValueError("the gsasrec dataset needs data_path (a folder in the gSASRec layout)")
     return load_gsasrec(data_path)
   if name == "movielens_raw":
-    return load_movielens_raw(data_path or default_data_root() / "ml-100k", split=split,
-                              **kwargs)
+    return load_movielens_raw(data_path or default_data_root() / "ml-100k", split=split, **kwargs)
   if name == "tfds":
     from train.data.tfds import load_tfds  # pylint: disable=g-import-not-at-top
+
     if data_path is not None:
       if "data_dir" in kwargs:
         raise ValueError("pass data_dir or data_path, not both")

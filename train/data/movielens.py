@@ -30,9 +30,16 @@ def resolve_ratings_file(data_path) -> pathlib.Path:
   return path
 
 
-def load_movielens_raw(data_path, *, split: str = "leave_one_out", name: str = "movielens_raw",
-                       min_count: int = 5, iterate_core: bool = True,
-                       temporal_fraction: float = 0.1, **split_kwargs) -> SequenceData:
+def load_movielens_raw(
+  data_path,
+  *,
+  split: str = "leave_one_out",
+  name: str = "movielens_raw",
+  min_count: int = 5,
+  iterate_core: bool = True,
+  temporal_fraction: float = 0.1,
+  **split_kwargs,
+) -> SequenceData:
   """Loads raw MovieLens ratings and splits them (see module docstring).
 
   split_kwargs: `num_val_users`, `val_seed` (leave-one-out), `drop_unseen_targets`,
@@ -41,6 +48,14 @@ def load_movielens_raw(data_path, *, split: str = "leave_one_out", name: str = "
   path = resolve_ratings_file(data_path)
   r = read_ratings(path)
   return build_sequence_data(
-      name, r["user"], r["item"], r["timestamp"], split=split, min_count=min_count,
-      iterate_core=iterate_core, temporal_fraction=temporal_fraction,
-      metadata=dict(source=str(path), format="movielens_raw"), **split_kwargs)
+    name,
+    r["user"],
+    r["item"],
+    r["timestamp"],
+    split=split,
+    min_count=min_count,
+    iterate_core=iterate_core,
+    temporal_fraction=temporal_fraction,
+    metadata=dict(source=str(path), format="movielens_raw"),
+    **split_kwargs,
+  )

@@ -38,7 +38,7 @@ def left_pad(histories: Sequence, max_len: Optional[int] = None) -> np.ndarray:
     raise ValueError(f"max_len must be a positive integer, got {max_len!r}")
   ends = np.cumsum(lengths)
   starts = ends - lengths
-  flat = (np.concatenate(rows).astype(np.int64) if lengths.sum() else np.zeros(1, np.int64))
+  flat = np.concatenate(rows).astype(np.int64) if lengths.sum() else np.zeros(1, np.int64)
   idx = ends[:, None] - int(max_len) + np.arange(int(max_len))[None, :]
   return np.where(idx >= starts[:, None], flat[np.maximum(idx, 0)], 0).astype(np.int64)
 
@@ -48,8 +48,9 @@ def fit_length(history, max_len: int):
   doc)."""
   import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
   history = tf.convert_to_tensor(history)
   width = tf.shape(history)[1]
-  history = history[:, tf.maximum(width - max_len, 0):]
+  history = history[:, tf.maximum(width - max_len, 0) :]
   history = tf.pad(history, [[0, 0], [max_len - tf.shape(history)[1], 0]])
   return tf.ensure_shape(history, [None, max_len])

@@ -36,8 +36,7 @@ from train.data.padding import left_pad
 from train.data.records import EvalSplit, SequenceData
 
 
-def _index_stream(num_examples: int, *, seed: int, shuffle: bool, repeat: bool
-                  ) -> tf.data.Dataset:
+def _index_stream(num_examples: int, *, seed: int, shuffle: bool, repeat: bool) -> tf.data.Dataset:
   """Example indices 0..n-1, a fresh stateless permutation per epoch when shuffling (``seed``:
   an int, or an int64 scalar tensor such as a parameter-server worker's own random seed)."""
   epochs = tf.data.Dataset.range(2**62 if repeat else 1)
@@ -47,15 +46,19 @@ def _index_stream(num_examples: int, *, seed: int, shuffle: bool, repeat: bool
     idx = tf.range(n, dtype=tf.int64)
     if shuffle:
       idx = tf.random.experimental.stateless_shuffle(
-          idx, seed=tf.stack([tf.cast(tf.convert_to_tensor(seed, dtype_hint=tf.int64), tf.int64),
-                              2 * epoch]))
+        idx,
+        seed=tf.stack(
+          [tf.cast(tf.convert_to_tensor(seed, dtype_hint=tf.int64), tf.int64), 2 * epoch]
+        ),
+      )
     return tf.data.Dataset.from_tensor_slices(idx)
 
   return epochs.flat_map(one_epoch)
 
 
-def _left_padded_windows(flat: tf.Tensor, first: tf.Tensor, end: tf.Tensor, length: int
-                         ) -> tf.Tensor:
+def _left_padded_windows(
+  flat: tf.Tensor, first: tf.Tensor, end: tf.Tensor, length: int
+) -> tf.Tensor:
   """[B, length]: flat[max(first, end-length) : end] right-aligned, 0 elsewhere."""
   idx = end[:, None] - length + tf.range(length, dtype=tf.int64)[None, :]
   valid = idx >= first[:, None]
@@ -68,9 +71,16 @@ def _finish(ds: tf.data.Dataset) -> tf.data.Dataset:
   return ds.prefetch(tf.data.AUTOTUNE).with_options(options)
 
 
-def sasrec_train_dataset(data: SequenceData, *, batch_size: int, max_len: int = 200,
-                         seed: int = 0, shuffle: bool = True, repeat: bool = True,
-                         drop_remainder: Optional[bool] = None) -> tf.data.Dataset:
+def sasrec_train_dataset(
+  data: SequenceData,
+  *,
+  batch_size: int,
+  max_len: int = 200,
+  seed: int = 0,
+  shuffle: bool = True,
+  repeat: bool = True,
+  drop_remainder: Optional[bool] = None,
+) -> tf.data.Dataset:
   """SASRec training batches (see module docstring for the window formula).
 
   Yields dicts:
@@ -90,8 +100,10 @@ def sasrec_train_dataset(data: SequenceData, *, batch_size: int, max_len: int = 
 
   def make_batch(step, idx):  # pylint: disable=unused-argument
     first, end = tf.gather(starts, idx), tf.gather(ends, idx)
-    return {"inputs": _left_padded_windows(flat, first, end - 1, max_len),
-            "targets": _left_padded_windows(flat, first + 1, end, max_len)}
+    return {
+      "inputs": _left_padded_windows(flat, first, end - 1, max_len),
+      "targets": _left_padded_windows(flat, first + 1, end, max_len),
+    }
 
   ds = _index_stream(len(starts_np), seed=seed, shuffle=shuffle, repeat=repeat)
   ds = ds.batch(batch_size, drop_remainder=drop).enumerate()
@@ -99,10 +111,17 @@ def sasrec_train_dataset(data: SequenceData, *, batch_size: int, max_len: int = 
   return _finish(ds)
 
 
-def two_tower_train_dataset(data: SequenceData, *, batch_size: int, max_len: int = 200,
-                            seed: int = 0, shuffle: bool = True, repeat: bool = True,
-                            min_history: int = 1,
-                            drop_remainder: Optional[bool] = None) -> tf.data.Dataset:
+def two_tower_train_dataset(
+  data: SequenceData,
+  *,
+  batch_size: int,
+  max_len: int = 200,
+  seed: int = 0,
+  shuffle: bool = True,
+  repeat: bool = True,
+  min_history: int = 1,
+  drop_remainder: Optional[bool] = None,
+) -> tf.data.Dataset:
   """Two-tower training pairs, one per training interaction (see module docstring).
 
   Yields dicts: "user_id" int64 [B]; "history" int64 [B, max_len] left-padded with 0;
@@ -118,17 +137,18 @@ def two_tower_train_dataset(data: SequenceData, *, batch_size: int, max_len: int
   flat_user_np = np.repeat(data.user_ids, lengths)
   positions_np = np.flatnonzero(np.arange(flat_np.size) - flat_start_np >= min_history)
   if positions_np.size == 0:
-    raise ValueError(f"{data.name}: no training interaction with >= {min_history} earlier "
-                     "items")
+    raise ValueError(f"{data.name}: no training interaction with >= {min_history} earlier items")
   flat, flat_start = tf.constant(flat_np), tf.constant(flat_start_np)
   flat_user, positions = tf.constant(flat_user_np), tf.constant(positions_np.astype(np.int64))
   drop = repeat if drop_remainder is None else drop_remainder
 
   def make_batch(step, idx):  # pylint: disable=unused-argument
     pos = tf.gather(positions, idx)
-    return {"user_id": tf.gather(flat_user, pos),
-            "history": _left_padded_windows(flat, tf.gather(flat_start, pos), pos, max_len),
-            "item_id": tf.gather(flat, pos)}
+    return {
+      "user_id": tf.gather(flat_user, pos),
+      "history": _left_padded_windows(flat, tf.gather(flat_start, pos), pos, max_len),
+      "item_id": tf.gather(flat, pos),
+    }
 
   ds = _index_stream(int(positions_np.size), seed=seed, shuffle=shuffle, repeat=repeat)
   ds = ds.batch(batch_size, drop_remainder=drop).enumerate()
@@ -150,10 +170,14 @@ def eval_arrays(split: EvalSplit, max_len: int = 200) -> dict:
   """
   _check_positive(max_len=max_len)
   flat, starts, ends = _flatten(split.inputs)
-  out = dict(inputs=left_pad(split.inputs, max_len), targets=split.targets.copy(),
-             user_ids=split.user_ids.copy(),
-             history_lengths=(ends - starts).astype(np.int64), rated_values=flat,
-             rated_row_splits=np.concatenate([[0], ends]).astype(np.int64))
+  out = dict(
+    inputs=left_pad(split.inputs, max_len),
+    targets=split.targets.copy(),
+    user_ids=split.user_ids.copy(),
+    history_lengths=(ends - starts).astype(np.int64),
+    rated_values=flat,
+    rated_row_splits=np.concatenate([[0], ends]).astype(np.int64),
+  )
   if split.timestamps is not None:
     out["timestamps"] = split.timestamps.copy()
   return out
@@ -177,7 +201,11 @@ def eval_dataset(split: EvalSplit, *, batch_size: int, max_len: int = 200) -> tf
   _check_positive(batch_size=batch_size)
   arrays = eval_arrays(split, max_len)
   ds = tf.data.Dataset.from_tensor_slices(
-      {"inputs": arrays["inputs"], "targets": arrays["targets"],
-       "user_ids": arrays["user_ids"],
-       "query_index": np.arange(split.num_queries, dtype=np.int64)})
+    {
+      "inputs": arrays["inputs"],
+      "targets": arrays["targets"],
+      "user_ids": arrays["user_ids"],
+      "query_index": np.arange(split.num_queries, dtype=np.int64),
+    }
+  )
   return _finish(ds.batch(batch_size))

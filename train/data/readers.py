@@ -63,8 +63,7 @@ def read_id_lines(path, *, num_items: Optional[int] = None, allow_empty: bool = 
     bad = np.flatnonzero((flat < 1) | (flat > num_items))
     if bad.size:
       line = int(np.searchsorted(np.cumsum(lens), bad[0], side="right"))
-      raise DataFormatError(path, line + 1,
-                            f"item id {flat[bad[0]]} outside 1..{num_items}")
+      raise DataFormatError(path, line + 1, f"item id {flat[bad[0]]} outside 1..{num_items}")
   return out
 
 
@@ -80,7 +79,7 @@ def read_single_ids(path, *, num_items: Optional[int] = None) -> np.ndarray:
 def _is_int(token: str) -> bool:
   """True when `token` is a decimal integer that fits in int64."""
   try:
-    return -2**63 <= int(token) < 2**63
+    return -(2**63) <= int(token) < 2**63
   except ValueError:
     return False
 
@@ -93,8 +92,9 @@ def _is_float(token: str) -> bool:
     return False
 
 
-_RATING_DTYPE = np.dtype([("user", np.int64), ("item", np.int64), ("rating", np.float64),
-                          ("timestamp", np.int64)])
+_RATING_DTYPE = np.dtype(
+  [("user", np.int64), ("item", np.int64), ("rating", np.float64), ("timestamp", np.int64)]
+)
 
 
 def read_ratings(path) -> dict:
@@ -135,8 +135,10 @@ def _raise_first_bad_rating_line(path, text: str) -> None:
       continue
     if len(fields) != 4:
       raise DataFormatError(
-          path, k + 1, f"expected 4 fields (user, item, rating, timestamp), found "
-          f"{len(fields)}: {line.strip()!r}")
+        path,
+        k + 1,
+        f"expected 4 fields (user, item, rating, timestamp), found {len(fields)}: {line.strip()!r}",
+      )
     for name, tok in zip(("user", "item", "timestamp"), (fields[0], fields[1], fields[3])):
       if not _is_int(tok):
         raise DataFormatError(path, k + 1, f"{name} {tok!r} is not an integer")

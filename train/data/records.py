@@ -58,6 +58,7 @@ class EvalSplit:
     user_ids: int64 [num_queries], the user of each query (1-based; for grouping).
     timestamps: optional int64 [num_queries], the time of each target interaction.
   """
+
   inputs: list
   targets: np.ndarray
   user_ids: np.ndarray
@@ -69,8 +70,10 @@ class EvalSplit:
     self.user_ids = np.asarray(self.user_ids, dtype=np.int64).reshape(-1)
     n = len(self.inputs)
     if self.targets.shape[0] != n or self.user_ids.shape[0] != n:
-      raise ValueError(f"EvalSplit: {n} inputs, {self.targets.shape[0]} targets and "
-                       f"{self.user_ids.shape[0]} user_ids must be equal in number")
+      raise ValueError(
+        f"EvalSplit: {n} inputs, {self.targets.shape[0]} targets and "
+        f"{self.user_ids.shape[0]} user_ids must be equal in number"
+      )
     if self.timestamps is not None:
       self.timestamps = np.asarray(self.timestamps, dtype=np.int64).reshape(-1)
       if self.timestamps.shape[0] != n:
@@ -109,6 +112,7 @@ class SequenceData:
     user_ids: int64 [len(train_sequences)], the user id of each training sequence (1-based);
       defaults to 1..len(train_sequences).
   """
+
   name: str
   num_items: int
   train_sequences: list
@@ -128,16 +132,20 @@ class SequenceData:
       self.user_ids = np.arange(1, len(self.train_sequences) + 1, dtype=np.int64)
     self.user_ids = np.asarray(self.user_ids, dtype=np.int64).reshape(-1)
     if self.user_ids.shape[0] != len(self.train_sequences):
-      raise ValueError(f"{self.user_ids.shape[0]} user_ids for "
-                       f"{len(self.train_sequences)} training sequences")
+      raise ValueError(
+        f"{self.user_ids.shape[0]} user_ids for {len(self.train_sequences)} training sequences"
+      )
     self.item_counts = np.asarray(self.item_counts, dtype=np.int64).reshape(-1)
     if self.item_counts.shape[0] != self.num_items + 1:
-      raise ValueError(f"item_counts has shape {self.item_counts.shape}, expected "
-                       f"[{self.num_items + 1}] (index 0 = padding)")
+      raise ValueError(
+        f"item_counts has shape {self.item_counts.shape}, expected "
+        f"[{self.num_items + 1}] (index 0 = padding)"
+      )
     if self.timestamps is not None:
       self.timestamps = [np.asarray(t, dtype=np.int64) for t in self.timestamps]
       if len(self.timestamps) != len(self.train_sequences) or any(
-          t.shape != s.shape for t, s in zip(self.timestamps, self.train_sequences)):
+        t.shape != s.shape for t, s in zip(self.timestamps, self.train_sequences)
+      ):
         raise ValueError("timestamps must parallel train_sequences (same count and lengths)")
 
   @property
@@ -177,17 +185,26 @@ def count_items(sequences, num_items: int) -> np.ndarray:
 
 def summary(data: SequenceData) -> dict[str, Any]:
   """Size facts of a dataset, for logs."""
-  return dict(name=data.name, num_items=data.num_items, num_users=data.num_users,
-              train_sequences=len(data.train_sequences),
-              train_interactions=data.num_train_interactions,
-              val_queries=data.val.num_queries, test_queries=data.test.num_queries)
+  return dict(
+    name=data.name,
+    num_items=data.num_items,
+    num_users=data.num_users,
+    train_sequences=len(data.train_sequences),
+    train_interactions=data.num_train_interactions,
+    val_queries=data.val.num_queries,
+    test_queries=data.test.num_queries,
+  )
 
 
 def fingerprint(data: SequenceData) -> dict[str, Any]:
   """What identifies a dataset's content: its sizes and a SHA-256 digest of the item counts and
   the validation / test targets. Recorded in exports, so that evaluation can refuse other data."""
   digest = hashlib.sha256()
-  for array in (data.item_counts, data.val.targets, data.test.targets,
-                np.array([sum(s.size for s in data.test.inputs)], np.int64)):
+  for array in (
+    data.item_counts,
+    data.val.targets,
+    data.test.targets,
+    np.array([sum(s.size for s in data.test.inputs)], np.int64),
+  ):
     digest.update(np.ascontiguousarray(array, np.int64).tobytes())
   return dict(summary(data), digest=digest.hexdigest())

@@ -23,8 +23,9 @@ import numpy as np
 from train.data.records import EvalSplit, SequenceData, count_items
 
 
-def k_core_mask(users: np.ndarray, items: np.ndarray, *, min_count: int = 5,
-                iterate: bool = True) -> np.ndarray:
+def k_core_mask(
+  users: np.ndarray, items: np.ndarray, *, min_count: int = 5, iterate: bool = True
+) -> np.ndarray:
   """Boolean mask of the interactions kept by the k-core filter (see module docstring).
 
   One pass keeps row r iff  #interactions(users[r]) >= k  and  #interactions(items[r]) >= k,
@@ -62,8 +63,14 @@ def _group_by_user(values_sorted_list, uid_sorted):
   return users, out
 
 
-def leave_one_out(uid: np.ndarray, iid: np.ndarray, ts: np.ndarray, *,
-                  num_val_users: Optional[int] = None, val_seed: int = 42) -> dict:
+def leave_one_out(
+  uid: np.ndarray,
+  iid: np.ndarray,
+  ts: np.ndarray,
+  *,
+  num_val_users: Optional[int] = None,
+  val_seed: int = 42,
+) -> dict:
   """Per user, time-ordered (stable tie-break by input order): last item = test target,
   second to last = validation target.
 
@@ -109,16 +116,29 @@ def leave_one_out(uid: np.ndarray, iid: np.ndarray, ts: np.ndarray, *,
     train.append(s[:cut])
     train_ts.append(t[:cut])
     train_users.append(u)
-  return dict(train=train, train_ts=train_ts, train_users=np.array(train_users, np.int64),
-              val=EvalSplit(val_in, np.array(val_t, np.int64), np.array(val_u, np.int64),
-                            np.array(val_ts, np.int64)),
-              test=EvalSplit(test_in, np.array(test_t, np.int64), np.array(test_u, np.int64),
-                             np.array(test_ts, np.int64)))
+  return dict(
+    train=train,
+    train_ts=train_ts,
+    train_users=np.array(train_users, np.int64),
+    val=EvalSplit(
+      val_in, np.array(val_t, np.int64), np.array(val_u, np.int64), np.array(val_ts, np.int64)
+    ),
+    test=EvalSplit(
+      test_in, np.array(test_t, np.int64), np.array(test_u, np.int64), np.array(test_ts, np.int64)
+    ),
+  )
 
 
-def temporal_split(uid: np.ndarray, iid: np.ndarray, ts: np.ndarray, *, fraction: float = 0.1,
-                   num_items: Optional[int] = None, drop_unseen_targets: bool = True,
-                   drop_empty_history: bool = True) -> dict:
+def temporal_split(
+  uid: np.ndarray,
+  iid: np.ndarray,
+  ts: np.ndarray,
+  *,
+  fraction: float = 0.1,
+  num_items: Optional[int] = None,
+  drop_unseen_targets: bool = True,
+  drop_empty_history: bool = True,
+) -> dict:
   """Global temporal split.
 
   All N interactions are sorted by (timestamp, input order). With n = round(fraction * N):
@@ -146,15 +166,17 @@ def temporal_split(uid: np.ndarray, iid: np.ndarray, ts: np.ndarray, *, fraction
   n_total = uid.size
   n_eval = int(round(fraction * n_total))
   if n_eval < 1 or n_total - 2 * n_eval < 1:
-    raise ValueError(f"temporal split of {n_total} interactions with fraction {fraction} "
-                     "leaves an empty period")
+    raise ValueError(
+      f"temporal split of {n_total} interactions with fraction {fraction} leaves an empty period"
+    )
   gorder = np.lexsort((np.arange(n_total), ts))
   pos = np.empty(n_total, np.int64)
   pos[gorder] = np.arange(n_total)
   period = np.where(pos < n_total - 2 * n_eval, 0, np.where(pos < n_total - n_eval, 1, 2))
   order = np.lexsort((pos, uid))  # per user, global order
   users, (seqs, tss, periods, poss) = _group_by_user(
-      [iid[order], ts[order], period[order], pos[order]], uid[order])
+    [iid[order], ts[order], period[order], pos[order]], uid[order]
+  )
   if num_items is None:
     num_items = int(iid.max())
   train, train_ts, train_users = [], [], []
@@ -165,8 +187,9 @@ def temporal_split(uid: np.ndarray, iid: np.ndarray, ts: np.ndarray, *, fraction
       train_ts.append(t[:k])
       train_users.append(u)
   counts = count_items(train, num_items)
-  dropped = dict(val_unseen_target=0, val_empty_history=0, test_unseen_target=0,
-                 test_empty_history=0)
+  dropped = dict(
+    val_unseen_target=0, val_empty_history=0, test_unseen_target=0, test_empty_history=0
+  )
   queries = {1: [], 2: []}
   for u, s, t, p, q in zip(users, seqs, tss, periods, poss):
     for j in np.flatnonzero(p > 0):
@@ -181,24 +204,49 @@ def temporal_split(uid: np.ndarray, iid: np.ndarray, ts: np.ndarray, *, fraction
   splits = {}
   for p, name in ((1, "val"), (2, "test")):
     rows = sorted(queries[p], key=lambda r: r[0])
-    splits[name] = EvalSplit([r[2] for r in rows], np.array([r[3] for r in rows], np.int64),
-                             np.array([r[1] for r in rows], np.int64),
-                             np.array([r[4] for r in rows], np.int64))
+    splits[name] = EvalSplit(
+      [r[2] for r in rows],
+      np.array([r[3] for r in rows], np.int64),
+      np.array([r[1] for r in rows], np.int64),
+      np.array([r[4] for r in rows], np.int64),
+    )
   ts_sorted = ts[gorder]
-  boundaries = dict(train_end_timestamp=int(ts_sorted[n_total - 2 * n_eval - 1]),
-                    val_end_timestamp=int(ts_sorted[n_total - n_eval - 1]),
-                    num_train=n_total - 2 * n_eval, num_val=n_eval, num_test=n_eval)
-  return dict(train=train, train_ts=train_ts, train_users=np.array(train_users, np.int64),
-              val=splits["val"], test=splits["test"], dropped=dropped, boundaries=boundaries)
+  boundaries = dict(
+    train_end_timestamp=int(ts_sorted[n_total - 2 * n_eval - 1]),
+    val_end_timestamp=int(ts_sorted[n_total - n_eval - 1]),
+    num_train=n_total - 2 * n_eval,
+    num_val=n_eval,
+    num_test=n_eval,
+  )
+  return dict(
+    train=train,
+    train_ts=train_ts,
+    train_users=np.array(train_users, np.int64),
+    val=splits["val"],
+    test=splits["test"],
+    dropped=dropped,
+    boundaries=boundaries,
+  )
 
 
-def build_sequence_data(name: str, users, items, timestamps, *, split: str = "leave_one_out",
-                        min_count: int = 5, iterate_core: bool = True,
-                        temporal_fraction: float = 0.1, num_val_users: Optional[int] = None,
-                        val_seed: int = 42, drop_unseen_targets: bool = True,
-                        drop_empty_history: bool = True, renumber_ids: bool = True,
-                        num_items: Optional[int] = None, metadata: Optional[dict] = None
-                        ) -> SequenceData:
+def build_sequence_data(
+  name: str,
+  users,
+  items,
+  timestamps,
+  *,
+  split: str = "leave_one_out",
+  min_count: int = 5,
+  iterate_core: bool = True,
+  temporal_fraction: float = 0.1,
+  num_val_users: Optional[int] = None,
+  val_seed: int = 42,
+  drop_unseen_targets: bool = True,
+  drop_empty_history: bool = True,
+  renumber_ids: bool = True,
+  num_items: Optional[int] = None,
+  metadata: Optional[dict] = None,
+) -> SequenceData:
   """k-core filter, renumber, split. See `k_core_mask`, `leave_one_out`, `temporal_split`.
 
   With `renumber_ids=False` the item ids must already be 1..num_items (the synthetic data).
@@ -207,11 +255,17 @@ def build_sequence_data(name: str, users, items, timestamps, *, split: str = "le
   items = np.asarray(items, np.int64).reshape(-1)
   timestamps = np.asarray(timestamps, np.int64).reshape(-1)
   if not users.shape == items.shape == timestamps.shape:
-    raise ValueError(f"users {users.shape}, items {items.shape} and timestamps "
-                     f"{timestamps.shape} must have equal lengths")
+    raise ValueError(
+      f"users {users.shape}, items {items.shape} and timestamps "
+      f"{timestamps.shape} must have equal lengths"
+    )
   meta = dict(metadata or {})
-  meta.update(num_raw_interactions=int(users.size), min_count=min_count,
-              iterate_core=iterate_core, split=split)
+  meta.update(
+    num_raw_interactions=int(users.size),
+    min_count=min_count,
+    iterate_core=iterate_core,
+    split=split,
+  )
   keep = k_core_mask(users, items, min_count=min_count, iterate=iterate_core)
   users, items, timestamps = users[keep], items[keep], timestamps[keep]
   if users.size == 0:
@@ -227,17 +281,29 @@ def build_sequence_data(name: str, users, items, timestamps, *, split: str = "le
   if split == "leave_one_out":
     parts = leave_one_out(uid, iid, timestamps, num_val_users=num_val_users, val_seed=val_seed)
   elif split == "temporal":
-    parts = temporal_split(uid, iid, timestamps, fraction=temporal_fraction,
-                           num_items=num_items, drop_unseen_targets=drop_unseen_targets,
-                           drop_empty_history=drop_empty_history)
+    parts = temporal_split(
+      uid,
+      iid,
+      timestamps,
+      fraction=temporal_fraction,
+      num_items=num_items,
+      drop_unseen_targets=drop_unseen_targets,
+      drop_empty_history=drop_empty_history,
+    )
     meta["dropped_queries"] = parts["dropped"]
     meta["boundaries"] = parts["boundaries"]
     meta["temporal_fraction"] = temporal_fraction
   else:
     raise ValueError(f"unknown split {split!r}: expected 'leave_one_out' or 'temporal'")
-  data = SequenceData(name=name, num_items=num_items, train_sequences=parts["train"],
-                      val=parts["val"], test=parts["test"],
-                      item_counts=count_items(parts["train"], num_items),
-                      timestamps=parts["train_ts"], metadata=meta,
-                      user_ids=parts["train_users"])
+  data = SequenceData(
+    name=name,
+    num_items=num_items,
+    train_sequences=parts["train"],
+    val=parts["val"],
+    test=parts["test"],
+    item_counts=count_items(parts["train"], num_items),
+    timestamps=parts["train_ts"],
+    metadata=meta,
+    user_ids=parts["train_users"],
+  )
   return data

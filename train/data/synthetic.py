@@ -37,6 +37,7 @@ from train.data.records import SequenceData
 @dataclasses.dataclass(frozen=True)
 class SyntheticConfig:
   """Parameters of the generator (see module docstring)."""
+
   num_users: int = 2000
   num_items: int = 1000
   min_len: int = 30
@@ -53,13 +54,16 @@ class SyntheticConfig:
 
   def validate(self) -> None:
     if self.num_users < 1 or self.num_items < 2:
-      raise ValueError(f"need num_users >= 1 and num_items >= 2, got {self.num_users}, "
-                       f"{self.num_items}")
+      raise ValueError(
+        f"need num_users >= 1 and num_items >= 2, got {self.num_users}, {self.num_items}"
+      )
     if not 1 <= self.min_len <= self.max_len:
       raise ValueError(f"need 1 <= min_len <= max_len, got {self.min_len}, {self.max_len}")
     if not self.allow_repeats and self.max_len > self.num_items:
-      raise ValueError(f"max_len={self.max_len} > num_items={self.num_items} is impossible "
-                       "without repeats (set allow_repeats=True)")
+      raise ValueError(
+        f"max_len={self.max_len} > num_items={self.num_items} is impossible "
+        "without repeats (set allow_repeats=True)"
+      )
     if self.temperature <= 0 or self.dim < 1 or self.zipf_exponent < 0:
       raise ValueError("need temperature > 0, dim >= 1 and zipf_exponent >= 0")
 
@@ -78,7 +82,7 @@ class SyntheticCatalog:
     weights[1:] = self.ranks[1:].astype(np.float64) ** (-config.zipf_exponent)
     #: Zipf popularity prior pi, float64 [I+1], pi[0] = 0, sums to 1.
     self.popularity = weights / weights.sum()
-    scale = d ** -0.25
+    scale = d**-0.25
     #: x_u, float64 [U+1, d] (row 0 unused).
     self.user_factors = np.zeros((config.num_users + 1, d))
     self.user_factors[1:] = rng.normal(0.0, scale, (config.num_users, d))
@@ -102,8 +106,11 @@ class SyntheticCatalog:
     z = self.user_factors[user_ids] @ y.T
     if previous_items is not None and self.config.transition_weight:
       prev = np.asarray(previous_items, np.int64).reshape(-1)
-      if prev.shape != user_ids.shape or prev.min(initial=0) < 0 or prev.max(
-          initial=0) > self.num_items:
+      if (
+        prev.shape != user_ids.shape
+        or prev.min(initial=0) < 0
+        or prev.max(initial=0) > self.num_items
+      ):
         raise ValueError("previous_items must be [n] ids in 0..num_items (0 = none)")
       z = z + self.config.transition_weight * (self.item_factors[prev] @ y.T)
     return z / self.config.temperature + np.log(self.popularity[1:])[None, :]
@@ -142,14 +149,14 @@ class SyntheticCatalog:
     out = [None] * user_ids.size
     chunk = max(1, 4_000_000 // self.num_items)
     for start in range(0, user_ids.size, chunk):
-      users = user_ids[start:start + chunk]
-      lens = lengths[start:start + chunk]
+      users = user_ids[start : start + chunk]
+      lens = lengths[start : start + chunk]
       n, t_max = users.size, int(lens.max(initial=0))
       base = self.logits(users)
       if not self.config.transition_weight:
         seqs = self._sample_static(base, t_max, rng)
         for k in range(n):
-          out[start + k] = seqs[k, :lens[k]]
+          out[start + k] = seqs[k, : lens[k]]
         continue
       seqs = np.zeros((n, t_max), np.int64)
       used = np.zeros((n, self.num_items), bool)
@@ -173,7 +180,7 @@ class SyntheticCatalog:
         prev = draw + 1
         seqs[:, t] = prev
       for k in range(n):
-        out[start + k] = seqs[k, :lens[k]]
+        out[start + k] = seqs[k, : lens[k]]
     return out
 
   def _sample_static(self, z: np.ndarray, t_max: int, rng: np.random.Generator) -> np.ndarray:
@@ -216,8 +223,13 @@ def generate(config: SyntheticConfig) -> tuple:
   return catalog, seqs, times
 
 
-def load_synthetic(*, split: str = "leave_one_out", seed: int = 0,
-                   catalog_config: Optional[SyntheticConfig] = None, **kwargs) -> SequenceData:
+def load_synthetic(
+  *,
+  split: str = "leave_one_out",
+  seed: int = 0,
+  catalog_config: Optional[SyntheticConfig] = None,
+  **kwargs,
+) -> SequenceData:
   """Generates the synthetic dataset and splits it (no k-core filtering, ids kept as drawn).
 
   kwargs: any `SyntheticConfig` field (num_users, num_items, min_len, max_len, zipf_exponent,
@@ -238,14 +250,28 @@ def load_synthetic(*, split: str = "leave_one_out", seed: int = 0,
   lengths = np.array([s.size for s in seqs])
   users = np.repeat(np.arange(1, config.num_users + 1, dtype=np.int64), lengths)
   items = np.concatenate(seqs)
-  ts = np.concatenate(times) if times is not None else np.concatenate(
-      [np.arange(n, dtype=np.int64) for n in lengths])
+  ts = (
+    np.concatenate(times)
+    if times is not None
+    else np.concatenate([np.arange(n, dtype=np.int64) for n in lengths])
+  )
   data = build_sequence_data(
-      "synthetic", users, items, ts, split=split, min_count=0, renumber_ids=False,
-      num_items=config.num_items,
-      metadata=dict(format="synthetic", config=dataclasses.asdict(config), catalog=catalog,
-                    true_popularity=catalog.popularity),
-      **split_kwargs)
+    "synthetic",
+    users,
+    items,
+    ts,
+    split=split,
+    min_count=0,
+    renumber_ids=False,
+    num_items=config.num_items,
+    metadata=dict(
+      format="synthetic",
+      config=dataclasses.asdict(config),
+      catalog=catalog,
+      true_popularity=catalog.popularity,
+    ),
+    **split_kwargs,
+  )
   if times is None:
     data.timestamps = None
     data.val.timestamps = None

@@ -26,10 +26,17 @@ def _ids_to_int(values: np.ndarray) -> np.ndarray:
     return inverse.astype(np.int64) + 1
 
 
-def load_tfds(*, tfds_name: str = "movielens/100k-ratings", data_dir=None,
-              download: bool = False, split: str = "leave_one_out", min_count: int = 5,
-              iterate_core: bool = True, temporal_fraction: float = 0.1,
-              **split_kwargs) -> SequenceData:
+def load_tfds(
+  *,
+  tfds_name: str = "movielens/100k-ratings",
+  data_dir=None,
+  download: bool = False,
+  split: str = "leave_one_out",
+  min_count: int = 5,
+  iterate_core: bool = True,
+  temporal_fraction: float = 0.1,
+  **split_kwargs,
+) -> SequenceData:
   """Loads a TFDS MovieLens ratings dataset (features user_id, movie_id, timestamp)."""
   import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
 
@@ -39,8 +46,9 @@ def load_tfds(*, tfds_name: str = "movielens/100k-ratings", data_dir=None,
     ds = tfds.load(tfds_name, split="train", data_dir=data_dir, download=download)
   except Exception as e:  # tfds raises assorted errors for a missing preparation
     raise FileNotFoundError(
-        f"TFDS dataset {tfds_name!r} not available in data_dir={data_dir!r} ({e}); prepare it "
-        "with `tfds build` or pass download=True") from e
+      f"TFDS dataset {tfds_name!r} not available in data_dir={data_dir!r} ({e}); prepare it "
+      "with `tfds build` or pass download=True"
+    ) from e
   users, items, times = [], [], []
   ds = ds.map(lambda x: (x["user_id"], x["movie_id"], x["timestamp"])).batch(65536)
   for u, i, t in tfds.as_numpy(ds):
@@ -50,8 +58,14 @@ def load_tfds(*, tfds_name: str = "movielens/100k-ratings", data_dir=None,
   if not users:
     raise ValueError(f"TFDS dataset {tfds_name!r} is empty")
   return build_sequence_data(
-      "tfds", _ids_to_int(np.concatenate(users)), _ids_to_int(np.concatenate(items)),
-      np.concatenate(times).astype(np.int64), split=split, min_count=min_count,
-      iterate_core=iterate_core, temporal_fraction=temporal_fraction,
-      metadata=dict(source=f"tfds:{tfds_name}", format="tfds", data_dir=str(data_dir)),
-      **split_kwargs)
+    "tfds",
+    _ids_to_int(np.concatenate(users)),
+    _ids_to_int(np.concatenate(items)),
+    np.concatenate(times).astype(np.int64),
+    split=split,
+    min_count=min_count,
+    iterate_core=iterate_core,
+    temporal_fraction=temporal_fraction,
+    metadata=dict(source=f"tfds:{tfds_name}", format="tfds", data_dir=str(data_dir)),
+    **split_kwargs,
+  )

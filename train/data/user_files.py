@@ -40,16 +40,26 @@ from train.data.splits import build_sequence_data
 __all__ = ["load_interactions", "load_sequences", "read_interactions", "read_sequences"]
 
 _USER_NAMES = {"user", "user_id", "userid", "uid", "users", "customer", "customer_id"}
-_ITEM_NAMES = {"item", "item_id", "itemid", "iid", "items", "movie", "movie_id", "movieid",
-               "product", "product_id", "asin"}
+_ITEM_NAMES = {
+  "item",
+  "item_id",
+  "itemid",
+  "iid",
+  "items",
+  "movie",
+  "movie_id",
+  "movieid",
+  "product",
+  "product_id",
+  "asin",
+}
 
 
 def _codes(tokens: list) -> tuple:
   """(codes int64 [n], originals list) with originals sorted numerically when every token is an
   integer, else as strings; codes index originals."""
   if all(_is_int(t) for t in set(tokens)):
-    originals, codes = np.unique(np.array([int(t) for t in tokens], np.int64),
-                                 return_inverse=True)
+    originals, codes = np.unique(np.array([int(t) for t in tokens], np.int64), return_inverse=True)
     return codes.astype(np.int64), [int(v) for v in originals]
   originals, codes = np.unique(np.array(tokens, dtype=object).astype(str), return_inverse=True)
   return codes.astype(np.int64), [str(v) for v in originals]
@@ -72,8 +82,12 @@ def read_sequences(path) -> dict:
       continue
     user = tokens[0]
     if user in seen:
-      raise DataFormatError(path, k + 1, f"user {user!r} already has a line (line "
-                            f"{seen[user]}): a sequence file holds one line per user")
+      raise DataFormatError(
+        path,
+        k + 1,
+        f"user {user!r} already has a line (line "
+        f"{seen[user]}): a sequence file holds one line per user",
+      )
     seen[user] = k + 1
     if len(tokens) == 1:
       skipped["users_without_items"] += 1
@@ -116,9 +130,11 @@ def read_interactions(path) -> dict:
   split = (lambda l: l.split(sep)) if sep else (lambda l: l.split())
   width = len(split(first))
   if width not in (2, 3):
-    raise DataFormatError(path, lines.index(first) + 1,
-                          f"expected 2 or 3 fields (user, item[, timestamp]), found {width}: "
-                          f"{first.strip()!r}")
+    raise DataFormatError(
+      path,
+      lines.index(first) + 1,
+      f"expected 2 or 3 fields (user, item[, timestamp]), found {width}: {first.strip()!r}",
+    )
   header = _is_header(split(first))
   users, items, stamps = [], [], []
   skipped = dict(blank_lines=0)
@@ -131,8 +147,11 @@ def read_interactions(path) -> dict:
       continue
     fields = [f.strip() for f in split(line)]
     if len(fields) != width:
-      raise DataFormatError(path, k + 1, f"expected {width} fields like the first line, found "
-                            f"{len(fields)}: {line.strip()!r}")
+      raise DataFormatError(
+        path,
+        k + 1,
+        f"expected {width} fields like the first line, found {len(fields)}: {line.strip()!r}",
+      )
     for name, value in zip(("user", "item", "timestamp"), fields):
       if not value:
         raise DataFormatError(path, k + 1, f"empty {name} field: {line.strip()!r}")
@@ -144,45 +163,95 @@ def read_interactions(path) -> dict:
       stamps.append(int(fields[2]))
   if not users:
     raise DataFormatError(path, None, "no interaction found (only a header)")
-  return dict(user=users, item=items, header=header, skipped=skipped,
-              timestamp=np.array(stamps, np.int64) if width == 3 else None)
+  return dict(
+    user=users,
+    item=items,
+    header=header,
+    skipped=skipped,
+    timestamp=np.array(stamps, np.int64) if width == 3 else None,
+  )
 
 
-def _build(name: str, path, users: list, items: list, timestamps: np.ndarray, *,
-           fmt: str, skipped: dict, split: str, min_count: int, **split_kwargs) -> SequenceData:
+def _build(
+  name: str,
+  path,
+  users: list,
+  items: list,
+  timestamps: np.ndarray,
+  *,
+  fmt: str,
+  skipped: dict,
+  split: str,
+  min_count: int,
+  **split_kwargs,
+) -> SequenceData:
   ucodes, uoriginals = _codes(users)
   icodes, ioriginals = _codes(items)
   data = build_sequence_data(
-      name, ucodes, icodes, timestamps, split=split, min_count=min_count,
-      metadata=dict(source=str(path), format=fmt, skipped=skipped), **split_kwargs)
+    name,
+    ucodes,
+    icodes,
+    timestamps,
+    split=split,
+    min_count=min_count,
+    metadata=dict(source=str(path), format=fmt, skipped=skipped),
+    **split_kwargs,
+  )
   # build_sequence_data renumbered the codes that survived the k-core filter in code order:
   # map its originals (codes) back to the file's ids.
   meta = data.metadata
   meta["user_original_ids"] = [uoriginals[c] for c in meta["user_original_ids"]]
   meta["item_original_ids"] = [ioriginals[c] for c in meta["item_original_ids"]]
   if any(skipped.values()):
-    logging.warning("%s: skipped %s", path, ", ".join(f"{v} {k.replace('_', ' ')}"
-                                                      for k, v in skipped.items() if v))
+    logging.warning(
+      "%s: skipped %s",
+      path,
+      ", ".join(f"{v} {k.replace('_', ' ')}" for k, v in skipped.items() if v),
+    )
   return data
 
 
-def load_sequences(data_path, *, split: str = "leave_one_out", name: str = "sequences",
-                   min_count: int = 1, **split_kwargs) -> SequenceData:
+def load_sequences(
+  data_path,
+  *,
+  split: str = "leave_one_out",
+  name: str = "sequences",
+  min_count: int = 1,
+  **split_kwargs,
+) -> SequenceData:
   """A sequence file as `SequenceData` (module docstring). The order within a line is time
   order, so only ``split="leave_one_out"`` is possible (a global time split needs timestamps).
 
   split_kwargs: ``num_val_users``, ``val_seed`` (`train.data.splits.leave_one_out`).
   """
   if split != "leave_one_out":
-    raise ValueError(f"a sequence file has no timestamps: only split='leave_one_out', got "
-                     f"{split!r} (use an interactions table with a timestamp column)")
+    raise ValueError(
+      f"a sequence file has no timestamps: only split='leave_one_out', got "
+      f"{split!r} (use an interactions table with a timestamp column)"
+    )
   r = read_sequences(data_path)
-  return _build(name, data_path, r["user"], r["item"], r["position"], fmt="sequences",
-                skipped=r["skipped"], split=split, min_count=min_count, **split_kwargs)
+  return _build(
+    name,
+    data_path,
+    r["user"],
+    r["item"],
+    r["position"],
+    fmt="sequences",
+    skipped=r["skipped"],
+    split=split,
+    min_count=min_count,
+    **split_kwargs,
+  )
 
 
-def load_interactions(data_path, *, split: str = "leave_one_out", name: str = "interactions",
-                      min_count: int = 1, **split_kwargs) -> SequenceData:
+def load_interactions(
+  data_path,
+  *,
+  split: str = "leave_one_out",
+  name: str = "interactions",
+  min_count: int = 1,
+  **split_kwargs,
+) -> SequenceData:
   """An interactions table as `SequenceData` (module docstring).
 
   split_kwargs: ``num_val_users``, ``val_seed`` (leave-one-out), ``temporal_fraction``,
@@ -191,10 +260,21 @@ def load_interactions(data_path, *, split: str = "leave_one_out", name: str = "i
   r = read_interactions(data_path)
   if r["timestamp"] is None:
     if split == "temporal":
-      raise DataFormatError(data_path, None, "the temporal split needs a timestamp column "
-                            "(user,item,timestamp)")
+      raise DataFormatError(
+        data_path, None, "the temporal split needs a timestamp column (user,item,timestamp)"
+      )
     timestamps = np.zeros(len(r["user"]), np.int64)  # file order breaks the ties
   else:
     timestamps = r["timestamp"]
-  return _build(name, data_path, r["user"], r["item"], timestamps, fmt="interactions",
-                skipped=r["skipped"], split=split, min_count=min_count, **split_kwargs)
+  return _build(
+    name,
+    data_path,
+    r["user"],
+    r["item"],
+    timestamps,
+    fmt="interactions",
+    skipped=r["skipped"],
+    split=split,
+    min_count=min_count,
+    **split_kwargs,
+  )

@@ -43,8 +43,8 @@ import sys
 from train import cli
 from train.keras3 import settings
 
-cli.quiet_tensorflow()             # before TensorFlow is imported (it logs while it loads)
-settings.select_backend()          # before keras is imported (it reads KERAS_BACKEND once)
+cli.quiet_tensorflow()  # before TensorFlow is imported (it logs while it loads)
+settings.select_backend()  # before keras is imported (it reads KERAS_BACKEND once)
 
 from absl import flags  # noqa: E402
 
@@ -54,16 +54,28 @@ from train.data import batches  # noqa: E402
 
 FLAGS = flags.FLAGS
 config_flags.define_flags(RunConfig)
-flags.DEFINE_enum("backend", settings.DEFAULT_BACKEND, list(settings.BACKENDS),
-                  "Keras 3 backend (sets KERAS_BACKEND before keras is imported).")
-flags.DEFINE_enum("shuffle_rng", batches.SHUFFLE_RNGS[0], list(batches.SHUFFLE_RNGS),
-                  "Generator of each epoch's permutation of the training sequences: tensorflow "
-                  "= tf.data's stateless shuffle, python -m train's batches for the same --seed "
-                  "(needs TensorFlow installed); numpy = numpy's generator keyed by the seed "
-                  "(another order; no TensorFlow needed).")
-flags.DEFINE_list("seeds", [], "Train these seeds as one compiled jax program "
-                  "(train.keras3.seeds): one run per seed in <model_dir>/seed<s>, as separate "
-                  "runs with --seed=s and --nosasrec_pack_tokens write; --seed is ignored.")
+flags.DEFINE_enum(
+  "backend",
+  settings.DEFAULT_BACKEND,
+  list(settings.BACKENDS),
+  "Keras 3 backend (sets KERAS_BACKEND before keras is imported).",
+)
+flags.DEFINE_enum(
+  "shuffle_rng",
+  batches.SHUFFLE_RNGS[0],
+  list(batches.SHUFFLE_RNGS),
+  "Generator of each epoch's permutation of the training sequences: tensorflow "
+  "= tf.data's stateless shuffle, python -m train's batches for the same --seed "
+  "(needs TensorFlow installed); numpy = numpy's generator keyed by the seed "
+  "(another order; no TensorFlow needed).",
+)
+flags.DEFINE_list(
+  "seeds",
+  [],
+  "Train these seeds as one compiled jax program "
+  "(train.keras3.seeds): one run per seed in <model_dir>/seed<s>, as separate "
+  "runs with --seed=s and --nosasrec_pack_tokens write; --seed is ignored.",
+)
 cli.declare_verbosity_flag()
 
 
@@ -77,61 +89,94 @@ def main(argv):
     cfg = config_flags.from_flags(RunConfig)
     settings.check_supported(cfg, FLAGS.backend)
     if FLAGS.shuffle_rng == "tensorflow" and not batches.tensorflow_installed():
-      raise ValueError("--shuffle_rng=tensorflow (python -m train's batch order) needs "
-                       "TensorFlow, which is not installed here; use --shuffle_rng=numpy")
+      raise ValueError(
+        "--shuffle_rng=tensorflow (python -m train's batch order) needs "
+        "TensorFlow, which is not installed here; use --shuffle_rng=numpy"
+      )
   import keras  # pylint: disable=g-import-not-at-top
+
   if keras.backend.backend() != FLAGS.backend:
-    cli.fail(f"keras was imported with backend {keras.backend.backend()} before --backend="
-             f"{FLAGS.backend} could be set", cli.EXIT_BAD_INPUT)
+    cli.fail(
+      f"keras was imported with backend {keras.backend.backend()} before --backend="
+      f"{FLAGS.backend} could be set",
+      cli.EXIT_BAD_INPUT,
+    )
   from train.keras3 import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+
   with cli.bad_input():  # a missing or malformed data file, data that contradicts the flags
     data = cfg.data.load()
   os.makedirs(cfg.model_dir, exist_ok=True)
   if FLAGS.seeds:
     _run_seeds(cfg, data, trainer_lib)
     return
-  with cli.bad_input():   # e.g. a checkpoint of another configuration in --model_dir
+  with cli.bad_input():  # e.g. a checkpoint of another configuration in --model_dir
     trainer = trainer_lib.Trainer(cfg, data=data, report=_say, shuffle_rng=FLAGS.shuffle_rng)
     trainer.restore()
   try:
     result = trainer.run(restore=False)
   except trainer_lib.NonFiniteError as e:
-    cli.fail(f"{e} Rerunning the same command repeats these steps: change the settings (e.g. a "
-             "lower --learning_rate) and train in a new --model_dir.", cli.EXIT_ERROR, e)
+    cli.fail(
+      f"{e} Rerunning the same command repeats these steps: change the settings (e.g. a "
+      "lower --learning_rate) and train in a new --model_dir.",
+      cli.EXIT_ERROR,
+      e,
+    )
   except KeyboardInterrupt:
     sys.stdout.flush()
-    print(f"\ninterrupted at step {trainer.step}: the checkpoint of the last finished epoch "
-          f"({trainer.epoch}) is kept; to resume, rerun the same command:\n  "
-          f"{cli.command_line()}", file=sys.stderr, flush=True)
+    print(
+      f"\ninterrupted at step {trainer.step}: the checkpoint of the last finished epoch "
+      f"({trainer.epoch}) is kept; to resume, rerun the same command:\n  "
+      f"{cli.command_line()}",
+      file=sys.stderr,
+      flush=True,
+    )
     sys.exit(cli.EXIT_INTERRUPTED)
   if result.get("paused"):
-    print(f"paused: step {result['global_step']}, epoch {result['epochs_done']} (time budget "
-          f"{cfg.time_budget_minutes:g} min); rerun the same command to continue",
-          file=sys.stderr)
+    print(
+      f"paused: step {result['global_step']}, epoch {result['epochs_done']} (time budget "
+      f"{cfg.time_budget_minutes:g} min); rerun the same command to continue",
+      file=sys.stderr,
+    )
     sys.exit(trainer_lib.EXIT_PAUSED)
-  print(f"done: {FLAGS.backend}, step {result['global_step']}, best epoch "
-        f"{result['best_epoch']}, val ndcg@10 {result['val']['ndcg@10']:.4f}, test ndcg@10 "
-        f"{result['test']['ndcg@10']:.4f}", file=sys.stderr)
+  print(
+    f"done: {FLAGS.backend}, step {result['global_step']}, best epoch "
+    f"{result['best_epoch']}, val ndcg@10 {result['val']['ndcg@10']:.4f}, test ndcg@10 "
+    f"{result['test']['ndcg@10']:.4f}",
+    file=sys.stderr,
+  )
 
 
 def _run_seeds(cfg, data, trainer_lib) -> None:
   """--seeds: the runs as one program (`train.keras3.seeds`); a line per finished run."""
   from train.keras3 import seeds as seeds_lib  # pylint: disable=g-import-not-at-top
+
   with cli.bad_input():
     seeds = seeds_lib.check_seeds(cfg, [int(s) for s in FLAGS.seeds], FLAGS.backend)
     runs = seeds_lib.SeedRuns(
-        cfg, data, seeds, report=_say,
-        make_trainer=lambda c, d, r: trainer_lib.Trainer(c, data=d, report=r,
-                                                         shuffle_rng=FLAGS.shuffle_rng))
+      cfg,
+      data,
+      seeds,
+      report=_say,
+      make_trainer=lambda c, d, r: trainer_lib.Trainer(
+        c, data=d, report=r, shuffle_rng=FLAGS.shuffle_rng
+      ),
+    )
   try:
     results = runs.run()
   except trainer_lib.NonFiniteError as e:
-    cli.fail(f"{e} (in the stack of seeds {','.join(map(str, seeds))}; every run keeps its "
-             "last checkpoint)", cli.EXIT_ERROR, e)
+    cli.fail(
+      f"{e} (in the stack of seeds {','.join(map(str, seeds))}; every run keeps its "
+      "last checkpoint)",
+      cli.EXIT_ERROR,
+      e,
+    )
   for seed, result in zip(seeds, results):
-    print(f"done: seed {seed}, step {result['global_step']}, best epoch {result['best_epoch']}, "
-          f"val ndcg@10 {result['val']['ndcg@10']:.4f}, test ndcg@10 "
-          f"{result['test']['ndcg@10']:.4f}", file=sys.stderr)
+    print(
+      f"done: seed {seed}, step {result['global_step']}, best epoch {result['best_epoch']}, "
+      f"val ndcg@10 {result['val']['ndcg@10']:.4f}, test ndcg@10 "
+      f"{result['test']['ndcg@10']:.4f}",
+      file=sys.stderr,
+    )
 
 
 def run():

@@ -51,14 +51,18 @@ def restore_values(path: str, variables: Sequence) -> dict:
   with np.load(path, allow_pickle=False) as f:
     paths = json.loads(str(f["paths"]))
     if len(paths) != len(variables):  # (paths may differ by Keras's auto-numbered names)
-      raise ValueError(f"{path} was written by another model or configuration ({len(paths)} "
-                       f"variables, this one has {len(variables)}); use a new --model_dir")
+      raise ValueError(
+        f"{path} was written by another model or configuration ({len(paths)} "
+        f"variables, this one has {len(variables)}); use a new --model_dir"
+      )
     values = [f[f"v{i}"] for i in range(len(variables))]
     state = json.loads(str(f["state"]))
   for v, value in zip(variables, values):
     if tuple(v.shape) != value.shape:
-      raise ValueError(f"{path}: {v.path} has shape {value.shape}, the model {tuple(v.shape)}; "
-                       "use a new --model_dir")
+      raise ValueError(
+        f"{path}: {v.path} has shape {value.shape}, the model {tuple(v.shape)}; "
+        "use a new --model_dir"
+      )
   for v, value in zip(variables, values):
     v.assign(value)
   return state

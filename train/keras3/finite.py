@@ -39,8 +39,9 @@ class _GradientCheck:
     if self.built:
       return
     super().build(variables)
-    self.nonfinite_steps = self.add_variable((), initializer="zeros", dtype="int32",
-                                             name="nonfinite_steps")
+    self.nonfinite_steps = self.add_variable(
+      (), initializer="zeros", dtype="int32", name="nonfinite_steps"
+    )
 
   def apply(self, grads, trainable_variables=None):
     if self.built and len(grads):

@@ -61,17 +61,19 @@ class JaxStep:
     self._compiled = jax.jit(self._step, donate_argnums=(0, 1, 2))
     self._programs: Dict[Tuple, concurrent.futures.Future] = {}
     self._pool = None
-    self.late = 0   # programs compiled when their shape first came (not precompiled)
+    self.late = 0  # programs compiled when their shape first came (not precompiled)
 
   # ------------------------------------------------------------------------------- state
   def load(self) -> None:
     """Takes the state from the Keras variables (after a restore or a sync)."""
     m = self.model
     outside = set(self._outside)
-    copy = lambda v: jnp.copy(v.value)   # the step donates its inputs; the variables keep theirs
-    self._state = ([copy(v) for v in m.trainable_variables],
-                   [copy(v) for i, v in enumerate(self._non_trainable) if i not in outside],
-                   [copy(v) for v in m.optimizer.variables])
+    copy = lambda v: jnp.copy(v.value)  # the step donates its inputs; the variables keep theirs
+    self._state = (
+      [copy(v) for v in m.trainable_variables],
+      [copy(v) for i, v in enumerate(self._non_trainable) if i not in outside],
+      [copy(v) for v in m.optimizer.variables],
+    )
 
   def sync(self) -> None:
     """Writes the carried state into the Keras variables and drops it: the next step (or
@@ -83,8 +85,9 @@ class JaxStep:
     for v, value in zip(m.trainable_variables, trainable):
       v.assign(value)
     outside = set(self._outside)
-    for v, value in zip([v for i, v in enumerate(self._non_trainable) if i not in outside],
-                        non_trainable):
+    for v, value in zip(
+      [v for i, v in enumerate(self._non_trainable) if i not in outside], non_trainable
+    ):
       v.assign(value)
     for v, value in zip(m.optimizer.variables, optimizer):
       v.assign(value)
@@ -128,13 +131,11 @@ class JaxStep:
   def _step(self, trainable, carried, optimizer, outside, metrics, batch):
     non_trainable = self._merge(carried, outside)
     before = optimizer[self._counter] if self._counter is not None else None
-    logs, state = self.model.train_step((trainable, non_trainable, optimizer, metrics),
-                                        (batch,))
+    logs, state = self.model.train_step((trainable, non_trainable, optimizer, metrics), (batch,))
     trainable, non_trainable, optimizer, _ = state
     places = set(self._outside)
     carried = [v for i, v in enumerate(non_trainable) if i not in places]
-    finite = (jnp.asarray(True) if before is None
-              else jnp.equal(optimizer[self._counter], before))
+    finite = jnp.asarray(True) if before is None else jnp.equal(optimizer[self._counter], before)
     logs = dict(logs, finite=finite)
     return logs, (list(trainable), carried, list(optimizer))
 

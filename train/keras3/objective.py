@@ -71,14 +71,22 @@ from tfrs_logq.keras3.negatives import mixed as mixed_lib
 from models.keras3 import SASRec
 from train import estimator_spec
 
-__all__ = ["Candidates", "RetrievalModel", "build_encoder", "build_estimator", "build_midx",
-           "negatives_split", "update_estimator"]
+__all__ = [
+  "Candidates",
+  "RetrievalModel",
+  "build_encoder",
+  "build_estimator",
+  "build_midx",
+  "negatives_split",
+  "update_estimator",
+]
 
 
 class Candidates(NamedTuple):
   """The negatives of a step: ``negatives`` (ids [N] or [A, N], log_q, valid, positive_log_q;
   embeddings None) and ``blocks``, their embeddings block by block in slot order: (layout,
   embeddings) with layout ``shared`` [n, d], ``sequence`` [B, n, d] or ``query`` [A, n, d]."""
+
   negatives: neg_lib.Negatives
   blocks: Tuple[Tuple[str, Any], ...]
 
@@ -87,14 +95,24 @@ def build_encoder(cfg, num_items: int) -> SASRec:
   """The Keras 3 SASRec of the run's settings; with --mixed_precision=bfloat16 its layers
   compute in bfloat16 ("mixed_bfloat16": float32 weights, H cast to float32)."""
   previous = keras.config.dtype_policy()
-  keras.config.set_dtype_policy("mixed_bfloat16" if cfg.mixed_precision == "bfloat16"
-                                else "float32")
+  keras.config.set_dtype_policy(
+    "mixed_bfloat16" if cfg.mixed_precision == "bfloat16" else "float32"
+  )
   try:
-    return SASRec(num_items, max_len=cfg.max_len, embedding_dim=cfg.embedding_dim,
-                  num_blocks=cfg.num_blocks, num_heads=cfg.num_heads, dropout=cfg.dropout,
-                  temperature=cfg.temperature, seed=cfg.seed, block_style=cfg.sasrec_block,
-                  tie_embeddings=cfg.tie_embeddings,
-                  attention_blocks=cfg.sasrec_attention_blocks, name="sasrec")
+    return SASRec(
+      num_items,
+      max_len=cfg.max_len,
+      embedding_dim=cfg.embedding_dim,
+      num_blocks=cfg.num_blocks,
+      num_heads=cfg.num_heads,
+      dropout=cfg.dropout,
+      temperature=cfg.temperature,
+      seed=cfg.seed,
+      block_style=cfg.sasrec_block,
+      tie_embeddings=cfg.tie_embeddings,
+      attention_blocks=cfg.sasrec_attention_blocks,
+      name="sasrec",
+    )
   finally:
     keras.config.set_dtype_policy(previous)
 
@@ -108,9 +126,17 @@ def build_midx(cfg, num_items: int):
   """The library's Keras 3 ``MIDXSampler`` of --negatives=midx (the tf-keras trainer's settings:
   --midx_codewords, pq, temperature, ``id_offset=1``, --seed; k = --num_negatives per query),
   its index state created for |I| items of --embedding_dim (checkpointable before a refresh)."""
-  return neg_lib.MIDXSampler(cfg.midx_codewords, "pq", num_items=num_items,
-                             dim=cfg.embedding_dim, temperature=cfg.temperature, id_offset=1,
-                             seed=cfg.seed, num_negatives=cfg.num_negatives, name="midx")
+  return neg_lib.MIDXSampler(
+    cfg.midx_codewords,
+    "pq",
+    num_items=num_items,
+    dim=cfg.embedding_dim,
+    temperature=cfg.temperature,
+    id_offset=1,
+    seed=cfg.seed,
+    num_negatives=cfg.num_negatives,
+    name="midx",
+  )
 
 
 def negatives_split(cfg):
@@ -160,30 +186,36 @@ class RetrievalModel(keras.Model):
     self.cross_replica = cfg.strategy == "mirrored"
     self.uniform = self.mixed = self.midx = self.in_batch_seed_generator = None
     if cfg.loss == "full_softmax":
-      pass   # every other item is a negative: no sampler
+      pass  # every other item is a negative: no sampler
     elif cfg.loss in ("bce", "gbce") or cfg.negatives == "uniform":
-      self.uniform = neg_lib.UniformNegatives(num_uniform, id_range=catalog, seed=cfg.seed,
-                                              per=cfg.uniform_negatives, name="uniform")
+      self.uniform = neg_lib.UniformNegatives(
+        num_uniform, id_range=catalog, seed=cfg.seed, per=cfg.uniform_negatives, name="uniform"
+      )
     elif cfg.negatives == "midx":
       self.midx = build_midx(cfg, num_items)
     elif cfg.negatives == "mixed":
-      self.mixed = neg_lib.MixedNegatives(num_uniform, id_range=catalog,
-                                          convention=cfg.log_q_convention, seed=cfg.seed,
-                                          per=cfg.uniform_negatives,
-                                          cross_replica=self.cross_replica,
-                                          num_in_batch=self.num_in_batch, name="mixed")
-    else:   # in_batch: the k_b subsample's keys, as MixedNegatives draws them
+      self.mixed = neg_lib.MixedNegatives(
+        num_uniform,
+        id_range=catalog,
+        convention=cfg.log_q_convention,
+        seed=cfg.seed,
+        per=cfg.uniform_negatives,
+        cross_replica=self.cross_replica,
+        num_in_batch=self.num_in_batch,
+        name="mixed",
+      )
+    else:  # in_batch: the k_b subsample's keys, as MixedNegatives draws them
       self.in_batch_seed_generator = keras.random.SeedGenerator(
-          mixed_lib.in_batch_seed(cfg.seed), name="in_batch_seed")
+        mixed_lib.in_batch_seed(cfg.seed), name="in_batch_seed"
+      )
     if cfg.loss == "full_softmax":
       self.loss_layer = tlk.FullSoftmaxLoss(cfg.temperature, id_offset=1, name="full_softmax")
     elif cfg.loss == "sampled_softmax":
-      self.loss_layer = tlk.SampledSoftmaxLoss(cfg.logq, cfg.q_prime,
-                                               ratio_floor=cfg.ratio_floor,
-                                               name="sampled_softmax")
-    else:   # bce (beta = 1) / gbce (gSASRec's beta of k uniform negatives, |I| items, t)
-      beta = (tlk.gbce_beta(cfg.num_negatives, num_items, cfg.gbce_t) if cfg.loss == "gbce"
-              else 1.0)
+      self.loss_layer = tlk.SampledSoftmaxLoss(
+        cfg.logq, cfg.q_prime, ratio_floor=cfg.ratio_floor, name="sampled_softmax"
+      )
+    else:  # bce (beta = 1) / gbce (gSASRec's beta of k uniform negatives, |I| items, t)
+      beta = tlk.gbce_beta(cfg.num_negatives, num_items, cfg.gbce_t) if cfg.loss == "gbce" else 1.0
       self.loss_layer = tlk.GBCELoss(beta, name=cfg.loss)
     self.mean_weight = keras.metrics.Mean(name="mean_weight")
 
@@ -202,9 +234,14 @@ class RetrievalModel(keras.Model):
     embed = self.encoder.item_embeddings
     if self.mixed is not None:
       negatives, blocks = self.mixed.blocks(
-          pos, positive_embeddings, candidate_embedder=embed,
-          log_q_unigram=self.estimator.log_q, valid=valid, sequence_ids=rows,
-          num_sequences=batch_size)
+        pos,
+        positive_embeddings,
+        candidate_embedder=embed,
+        log_q_unigram=self.estimator.log_q,
+        valid=valid,
+        sequence_ids=rows,
+        num_sequences=batch_size,
+      )
       return Candidates(negatives, blocks)
     if self.uniform is not None:
       u = self.uniform
@@ -212,35 +249,50 @@ class RetrievalModel(keras.Model):
       negatives = neg_lib.Negatives(ids, None, u.log_q(ids), positive_log_q=u.log_q(pos))
       return Candidates(negatives, (u.block(ids, embed, num_sequences=batch_size),))
     negatives = neg_lib.in_batch_negatives(
-        pos, positive_embeddings, self.estimator.log_q(pos), valid,
-        convention=cfg.log_q_convention, cross_replica=self.cross_replica,
-        num_negatives=self.num_in_batch,
-        seed=self.in_batch_seed_generator)
-    return Candidates(negatives._replace(embeddings=None),
-                      (("shared", negatives.embeddings),))
+      pos,
+      positive_embeddings,
+      self.estimator.log_q(pos),
+      valid,
+      convention=cfg.log_q_convention,
+      cross_replica=self.cross_replica,
+      num_negatives=self.num_in_batch,
+      seed=self.in_batch_seed_generator,
+    )
+    return Candidates(negatives._replace(embeddings=None), (("shared", negatives.embeddings),))
 
-  def score(self, queries, positive_ids, positive_embeddings,
-            candidates: Candidates) -> neg_lib.ScoredCandidates:
+  def score(
+    self, queries, positive_ids, positive_embeddings, candidates: Candidates
+  ) -> neg_lib.ScoredCandidates:
     """`tfrs_logq.keras3.negatives.score_blocks` of the step's blocks (the [A, N, d]
     negatives' embeddings are never formed, except per-query draws' own [A, k_u, d])."""
-    return neg_lib.score_blocks(queries, positive_ids, positive_embeddings,
-                                candidates.negatives, candidates.blocks,
-                                temperature=self.cfg.temperature)
+    return neg_lib.score_blocks(
+      queries,
+      positive_ids,
+      positive_embeddings,
+      candidates.negatives,
+      candidates.blocks,
+      temperature=self.cfg.temperature,
+    )
 
   def call(self, batch, training=False):
     """(per-position loss float [B L], weight w float [B L], valid bool [B L]) of a
     {"inputs", "targets"} batch: the forward pass that Keras's train step differentiates
     through `compute_loss`."""
     tq = self.encoder.training_queries(batch, training=training)
-    if self.cfg.loss == "full_softmax":   # padding rows: any real id, their loss is dropped
+    if self.cfg.loss == "full_softmax":  # padding rows: any real id, their loss is dropped
       ids = ops.where(tq.valid, tq.positive_ids, ops.ones_like(tq.positive_ids))
       out = self.loss_layer(tq.queries, ids, self.encoder.all_item_embeddings()[1:])
       return out.loss, out.weight, tq.valid
     pos_emb = self.encoder.item_embeddings(tq.positive_ids)
-    if self.midx is not None:    # padding rows: any real id, their loss is dropped
+    if self.midx is not None:  # padding rows: any real id, their loss is dropped
       ids = ops.where(tq.valid, tq.positive_ids, ops.ones_like(tq.positive_ids))
-      scored = self.midx.score(tq.queries, ids, pos_emb, temperature=self.cfg.temperature,
-                               candidate_embedder=self.encoder.item_embeddings)
+      scored = self.midx.score(
+        tq.queries,
+        ids,
+        pos_emb,
+        temperature=self.cfg.temperature,
+        candidate_embedder=self.encoder.item_embeddings,
+      )
     else:
       candidates = self.candidates(tq, pos_emb, batch_size=batch["targets"].shape[0])
       scored = self.score(tq.queries, tq.positive_ids, pos_emb, candidates)

@@ -34,18 +34,24 @@ def distribution(cfg):
   if cfg.strategy != "mirrored":
     return None
   if keras.backend.backend() != "jax":
-    raise ValueError("--strategy=mirrored: data parallelism (keras.distribution.DataParallel) "
-                     f"needs --backend=jax, got {keras.backend.backend()}")
+    raise ValueError(
+      "--strategy=mirrored: data parallelism (keras.distribution.DataParallel) "
+      f"needs --backend=jax, got {keras.backend.backend()}"
+    )
   if cfg.cpu_replicas:
     devices = keras.distribution.list_devices("cpu")
     if len(devices) < cfg.cpu_replicas:
-      raise ValueError(f"--cpu_replicas={cfg.cpu_replicas}: JAX has {len(devices)} CPU "
-                       "device(s); XLA_FLAGS=--xla_force_host_platform_device_count must be set "
-                       "before jax is imported (python -m train.keras3 does it)")
-    devices = devices[:cfg.cpu_replicas]
+      raise ValueError(
+        f"--cpu_replicas={cfg.cpu_replicas}: JAX has {len(devices)} CPU "
+        "device(s); XLA_FLAGS=--xla_force_host_platform_device_count must be set "
+        "before jax is imported (python -m train.keras3 does it)"
+      )
+    devices = devices[: cfg.cpu_replicas]
   else:
     devices = keras.distribution.list_devices()
   if cfg.batch_size % len(devices):
-    raise ValueError(f"--batch_size={cfg.batch_size} must be a multiple of the {len(devices)} "
-                     "data-parallel devices (the global batch is split evenly)")
+    raise ValueError(
+      f"--batch_size={cfg.batch_size} must be a multiple of the {len(devices)} "
+      "data-parallel devices (the global batch is split evenly)"
+    )
   return keras.distribution.DataParallel(devices=devices)

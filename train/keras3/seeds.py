@@ -47,15 +47,20 @@ def seed_config(cfg, seed: int):
   (--frequency_seed, default the flags' --seed: the hash functions are constants of the
   compiled step, so the runs of one program share them)."""
   sub = lambda path: None if not path else os.path.join(path, f"seed{seed}")  # noqa: E731
-  return cfg.replace(seed=int(seed), model_dir=sub(cfg.model_dir),
-                     export_dir=sub(cfg.export_dir),
-                     metrics_json=(None if not cfg.metrics_json else
-                                   os.path.join(os.path.dirname(cfg.metrics_json),
-                                                f"seed{seed}", os.path.basename(
-                                                    cfg.metrics_json))),
-                     sasrec_pack_tokens=False,
-                     frequency_seed=(cfg.seed if cfg.frequency_seed is None
-                                     else cfg.frequency_seed))
+  return cfg.replace(
+    seed=int(seed),
+    model_dir=sub(cfg.model_dir),
+    export_dir=sub(cfg.export_dir),
+    metrics_json=(
+      None
+      if not cfg.metrics_json
+      else os.path.join(
+        os.path.dirname(cfg.metrics_json), f"seed{seed}", os.path.basename(cfg.metrics_json)
+      )
+    ),
+    sasrec_pack_tokens=False,
+    frequency_seed=(cfg.seed if cfg.frequency_seed is None else cfg.frequency_seed),
+  )
 
 
 def check_seeds(cfg, seeds: Sequence[int], backend: str) -> List[int]:
@@ -64,18 +69,22 @@ def check_seeds(cfg, seeds: Sequence[int], backend: str) -> List[int]:
   if len(set(seeds)) != len(seeds) or not seeds:
     raise ValueError(f"--seeds needs distinct seeds, got {seeds}")
   if backend != "jax":
-    raise ValueError(f"--seeds trains the runs as one jax program: needs --backend=jax, got "
-                     f"--backend={backend}")
+    raise ValueError(
+      f"--seeds trains the runs as one jax program: needs --backend=jax, got --backend={backend}"
+    )
   for name, value, why in (
-      ("strategy", "mirrored", "data parallelism and the seeds' stack are not combined"),
-      ("negatives", "midx", "the MIDX index is refreshed per run outside the step")):
+    ("strategy", "mirrored", "data parallelism and the seeds' stack are not combined"),
+    ("negatives", "midx", "the MIDX index is refreshed per run outside the step"),
+  ):
     if getattr(cfg, name) == value:
       raise ValueError(f"--seeds: --{name}={value} is not supported ({why})")
   if cfg.cpu_replicas:
     raise ValueError("--seeds: --cpu_replicas is not supported (one device holds the stack)")
   if cfg.time_budget_minutes:
-    raise ValueError("--seeds: --time_budget_minutes is not supported; rerunning the command "
-                     "resumes every run from its checkpoint")
+    raise ValueError(
+      "--seeds: --time_budget_minutes is not supported; rerunning the command "
+      "resumes every run from its checkpoint"
+    )
   return seeds
 
 
@@ -90,7 +99,7 @@ class _Replay:
     return getattr(self._trainer, name)
 
   def begin_epoch(self, epoch: int) -> None:
-    del epoch   # done before the stacked steps
+    del epoch  # done before the stacked steps
 
   def epoch_steps(self, epoch: int):
     del epoch
@@ -121,7 +130,7 @@ class SeedRuns:
         raise ValueError("--seeds needs the jax step (--backend=jax, one device)")
       self.trainers.append(t)
     self.loops = [epochs.EpochLoop(t, t.phases) for t in self.trainers]
-    self._stacked = None   # (seeds, jitted vmap step) of the current stack
+    self._stacked = None  # (seeds, jitted vmap step) of the current stack
 
   # ------------------------------------------------------------------------------- steps
   def _program(self, members: Sequence[int]):
@@ -156,7 +165,7 @@ class SeedRuns:
       loss = jnp.where(logs["finite"], logs["loss"], jnp.nan)
       for j, t in enumerate(runs):
         items[j].append((loss[j], logs["mean_weight"][j], t.step))
-      if first_step:   # compilation: the first stacked step is waited for and counted apart
+      if first_step:  # compilation: the first stacked step is waited for and counted apart
         float(loss[0])
         seconds = time.perf_counter() - tick
         for t in runs:
@@ -187,10 +196,11 @@ class SeedRuns:
       for i, run_items in zip(members, items):
         t = self.trainers[i]
         self.loops[i].epoch(_Replay(t, run_items), t.history)
-        record = t.history[-1]   # the stack's training time, not the replay's
+        record = t.history[-1]  # the stack's training time, not the replay's
         record["wall_seconds"] += seconds - record["seconds"]
         record["seconds"] = seconds
         record["seconds_per_step"] = seconds / max(len(run_items), 1)
-      self.report(f"epoch {epoch + 1}: {len(members)} runs in the stack, "
-                  f"{time.time() - started:.1f}s so far")
+      self.report(
+        f"epoch {epoch + 1}: {len(members)} runs in the stack, {time.time() - started:.1f}s so far"
+      )
     return [t.finish() for t in self.trainers]

@@ -17,21 +17,32 @@ import os
 import sys
 from typing import Optional, Sequence
 
-__all__ = ["BACKENDS", "DEFAULT_BACKEND", "backend_from_argv", "check_supported",
-           "flag_from_argv", "host_device_flags", "select_backend"]
+__all__ = [
+  "BACKENDS",
+  "DEFAULT_BACKEND",
+  "backend_from_argv",
+  "check_supported",
+  "flag_from_argv",
+  "host_device_flags",
+  "select_backend",
+]
 
 BACKENDS = ("jax", "tensorflow", "torch")
 DEFAULT_BACKEND = "jax"
 
 # setting -> (the values the Keras 3 path supports, why the others are not there)
 _SUPPORTED = {
-    "model": (("sasrec",), "the Keras 3 path trains SASRec (models.keras3)"),
-    "loss": (("sampled_softmax", "full_softmax", "bce", "gbce"),
-             "the Keras 3 binary trains these losses"),
-    "table_optimizer": (("adam", "lazy_adam"), "the Keras 3 binary has Adam and LazyAdam"),
-    "strategy": (("default", "mirrored"),
-                 "the other tf.distribute strategies are for python -m train; mirrored is "
-                 "keras.distribution.DataParallel on --backend=jax"),
+  "model": (("sasrec",), "the Keras 3 path trains SASRec (models.keras3)"),
+  "loss": (
+    ("sampled_softmax", "full_softmax", "bce", "gbce"),
+    "the Keras 3 binary trains these losses",
+  ),
+  "table_optimizer": (("adam", "lazy_adam"), "the Keras 3 binary has Adam and LazyAdam"),
+  "strategy": (
+    ("default", "mirrored"),
+    "the other tf.distribute strategies are for python -m train; mirrored is "
+    "keras.distribution.DataParallel on --backend=jax",
+  ),
 }
 _HOST_DEVICES = "--xla_force_host_platform_device_count"
 
@@ -81,12 +92,17 @@ def check_supported(cfg, backend: str = DEFAULT_BACKEND) -> None:
   """Raises ValueError for a setting the Keras 3 path does not have (on ``backend``)."""
   for name, (values, why) in _SUPPORTED.items():
     if getattr(cfg, name) not in values:
-      raise ValueError(f"--{name}={getattr(cfg, name)} is not available in python -m "
-                       f"train.keras3 ({why}); use one of {', '.join(values)}")
+      raise ValueError(
+        f"--{name}={getattr(cfg, name)} is not available in python -m "
+        f"train.keras3 ({why}); use one of {', '.join(values)}"
+      )
   if backend != "jax" and (cfg.strategy == "mirrored" or cfg.cpu_replicas):
     setting = "--strategy=mirrored" if cfg.strategy == "mirrored" else "--cpu_replicas"
-    raise ValueError(f"{setting}: data parallelism (keras.distribution.DataParallel) needs "
-                     f"--backend=jax, got --backend={backend}")
+    raise ValueError(
+      f"{setting}: data parallelism (keras.distribution.DataParallel) needs "
+      f"--backend=jax, got --backend={backend}"
+    )
   if cfg.tpu is not None:
-    raise ValueError("--tpu is not available in python -m train.keras3 (TPUStrategy is for "
-                     "python -m train)")
+    raise ValueError(
+      "--tpu is not available in python -m train.keras3 (TPUStrategy is for python -m train)"
+    )

@@ -82,10 +82,13 @@ def query_embeddings(encoder, inputs: np.ndarray, batch_size: int, encode=None) 
   issued before the first is read, so an asynchronous backend pipelines them."""
   if encode is None:
     encode = compiled.compile_with_state(encoder.serving_queries, encoder.variables)
-  outs = [(encode(ops.convert_to_tensor(chunk.astype(np.int32))), rows)
-          for chunk, rows in validation.pad_batches(inputs, batch_size)]
-  return np.concatenate([np.asarray(ops.convert_to_numpy(q), np.float32)[:rows]
-                         for q, rows in outs])
+  outs = [
+    (encode(ops.convert_to_tensor(chunk.astype(np.int32))), rows)
+    for chunk, rows in validation.pad_batches(inputs, batch_size)
+  ]
+  return np.concatenate(
+    [np.asarray(ops.convert_to_numpy(q), np.float32)[:rows] for q, rows in outs]
+  )
 
 
 # --table_optimizer=lazy_adam: the item tables of SASRec (input and output, one when tied).
@@ -109,46 +112,55 @@ class Trainer:
     self.shuffle_rng = batches_lib.check_shuffle_rng(shuffle_rng)
     self.report = report or logging.info
     self.steps_per_epoch = cfg.steps_per_epoch or max(
-        1, len(data.train_sequences) // cfg.batch_size)
+      1, len(data.train_sequences) // cfg.batch_size
+    )
     # --strategy=mirrored: DataParallel (train.keras3.parallel), set before any variable exists.
     self.distribution = parallel.distribution(cfg)
     if self.distribution is not None:
       keras.distribution.set_distribution(self.distribution)
     self.encoder = objective_lib.build_encoder(cfg, data.num_items)
     self.estimator = objective_lib.build_estimator(cfg, data)
-    self.model = objective_lib.RetrievalModel(cfg, self.encoder, self.estimator,
-                                              name="retrieval")
+    self.model = objective_lib.RetrievalModel(cfg, self.encoder, self.estimator, name="retrieval")
     self.model.built = True
-    jit = True if keras.backend.backend() == "jax" else (
-        bool(cfg.jit_compile) if keras.backend.backend() == "tensorflow" else False)
+    jit = (
+      True
+      if keras.backend.backend() == "jax"
+      else (bool(cfg.jit_compile) if keras.backend.backend() == "tensorflow" else False)
+    )
     self.model.compile(optimizer=build_optimizer(cfg), jit_compile=jit)
     self.model.optimizer.build(self.model.trainable_variables)
     if self.distribution is not None:
-      self.report(f"data parallel (keras.distribution.DataParallel) over {self.devices()} "
-                  f"devices, {cfg.batch_size // self.devices()} sequences each")
+      self.report(
+        f"data parallel (keras.distribution.DataParallel) over {self.devices()} "
+        f"devices, {cfg.batch_size // self.devices()} sequences each"
+      )
       if cfg.sasrec_pack_tokens:
-        self.report("--sasrec_pack_tokens: off under --strategy=mirrored (the token index is "
-                    "the whole batch's, the batch is split by rows): the padded encoder")
+        self.report(
+          "--sasrec_pack_tokens: off under --strategy=mirrored (the token index is "
+          "the whole batch's, the batch is split by rows): the padded encoder"
+        )
     self.pack_tokens = bool(cfg.sasrec_pack_tokens) and self.distribution is None
-    self.jax_step = None   # train.keras3.jax_step on jax without data parallelism
+    self.jax_step = None  # train.keras3.jax_step on jax without data parallelism
     if keras.backend.backend() == "jax" and self.distribution is None:
       from train.keras3 import jax_step  # pylint: disable=g-import-not-at-top
-      self.jax_step = jax_step.JaxStep(self.model, outside=self.estimator.variables,
-                                       counter=self.model.optimizer.nonfinite_steps)
+
+      self.jax_step = jax_step.JaxStep(
+        self.model, outside=self.estimator.variables, counter=self.model.optimizer.nonfinite_steps
+      )
     # Every likely step shape compiled at the start, in the background, on an accelerator (the
     # host's cores are free while the device trains); on a CPU the compilations would take the
     # training's cores, for shapes that may never come: there each compiles when it first comes.
     self.precompile_shapes = self.jax_step is not None and jax_step.on_accelerator()
     self.epoch = self.step = self.best_epoch = self.bad_epochs = 0
-    self._saved = None   # (epoch, step) of the last checkpoint on disk
+    self._saved = None  # (epoch, step) of the last checkpoint on disk
     self.best_metric = -1.0
     self.history = []
     self.ckpt_dir = os.path.join(cfg.model_dir, "ckpt")
     self.best_path = os.path.join(cfg.model_dir, "best", "weights.npz")
     self.summaries = summaries.SummaryWriter(os.path.join(cfg.model_dir, "tensorboard"))
-    self._encode = None   # the compiled serving queries (validate)
-    self.phases = epochs.Phases()   # wall-clock by phase, this process (metrics.json "phases")
-    self.shape_log = epochs.ShapeLog(self.report)   # the step's compiled input shapes
+    self._encode = None  # the compiled serving queries (validate)
+    self.phases = epochs.Phases()  # wall-clock by phase, this process (metrics.json "phases")
+    self.shape_log = epochs.ShapeLog(self.report)  # the step's compiled input shapes
 
   def devices(self) -> int:
     """The number of devices the weights live on (N data-parallel devices, else 1)."""
@@ -166,8 +178,14 @@ class Trainer:
     return list(self.model.variables) + list(self.model.optimizer.variables)
 
   def _state(self) -> dict:
-    return dict(epoch=self.epoch, step=self.step, best_metric=self.best_metric,
-                best_epoch=self.best_epoch, bad_epochs=self.bad_epochs, history=self.history)
+    return dict(
+      epoch=self.epoch,
+      step=self.step,
+      best_metric=self.best_metric,
+      best_epoch=self.best_epoch,
+      bad_epochs=self.bad_epochs,
+      history=self.history,
+    )
 
   def restore(self) -> bool:
     """Restores the latest checkpoint of ``model_dir/ckpt``; True when there was one."""
@@ -179,8 +197,10 @@ class Trainer:
     self.best_metric, self.best_epoch = float(state["best_metric"]), int(state["best_epoch"])
     self.bad_epochs, self.history = int(state["bad_epochs"]), list(state["history"])
     self._saved = (self.epoch, self.step)
-    self.report(f"resumed from {path}: epoch {self.epoch}, step {self.step}, best NDCG@10 "
-                f"{self.best_metric:.4f}")
+    self.report(
+      f"resumed from {path}: epoch {self.epoch}, step {self.step}, best NDCG@10 "
+      f"{self.best_metric:.4f}"
+    )
     return True
 
   def epoch_batches(self, epoch: int):
@@ -188,9 +208,13 @@ class Trainer:
     their token index when packing (module docstring)."""
     cfg = self.cfg
     for batch in batches_lib.sasrec_batches(
-        self.data, batch_size=cfg.batch_size, max_len=cfg.max_len,
-        seed=data_lib.epoch_seed(cfg.seed, epoch), num_batches=self.steps_per_epoch,
-        rng=self.shuffle_rng):
+      self.data,
+      batch_size=cfg.batch_size,
+      max_len=cfg.max_len,
+      seed=data_lib.epoch_seed(cfg.seed, epoch),
+      num_batches=self.steps_per_epoch,
+      rng=self.shuffle_rng,
+    ):
       batch = {k: v.astype(np.int32) for k, v in batch.items()}
       yield sasrec_ops.with_token_index(batch) if self.pack_tokens else batch
 
@@ -225,20 +249,35 @@ class Trainer:
     cfg = self.cfg
     split = getattr(self.data, split_name)
     validation.check_split(split, cfg.filter_rated)
-    if self._encode is None:   # compiled once: the weights are passed in at every call
-      self._encode = compiled.compile_with_state(self.encoder.serving_queries,
-                                                 self.encoder.variables)
-    queries = query_embeddings(self.encoder, data_lib.left_pad(split.inputs, cfg.max_len),
-                               cfg.eval_batch_size, encode=self._encode)
+    if self._encode is None:  # compiled once: the weights are passed in at every call
+      self._encode = compiled.compile_with_state(
+        self.encoder.serving_queries, self.encoder.variables
+      )
+    queries = query_embeddings(
+      self.encoder,
+      data_lib.left_pad(split.inputs, cfg.max_len),
+      cfg.eval_batch_size,
+      encode=self._encode,
+    )
     table = np.asarray(ops.convert_to_numpy(self.encoder.all_item_embeddings()), np.float32)
-    return validation.evaluate_queries(queries, table, split, batch_size=cfg.eval_batch_size,
-                                       filter_rated=cfg.filter_rated,
-                                       exact_top_k=top_k.exact_top_k)
+    return validation.evaluate_queries(
+      queries,
+      table,
+      split,
+      batch_size=cfg.eval_batch_size,
+      filter_rated=cfg.filter_rated,
+      exact_top_k=top_k.exact_top_k,
+    )
 
   # ------------------------------------------- the epoch loop's interface (train.epochs)
   def get_state(self) -> dict:
-    return dict(epoch=self.epoch, step=self.step, best_metric=self.best_metric,
-                best_epoch=self.best_epoch, bad_epochs=self.bad_epochs)
+    return dict(
+      epoch=self.epoch,
+      step=self.step,
+      best_metric=self.best_metric,
+      best_epoch=self.best_epoch,
+      bad_epochs=self.bad_epochs,
+    )
 
   def set_state(self, **values) -> None:
     for name, value in values.items():
@@ -246,7 +285,7 @@ class Trainer:
 
   def begin_epoch(self, epoch: int) -> None:
     del epoch
-    self.model.refresh_index()   # --negatives=midx: the index of this epoch's start
+    self.model.refresh_index()  # --negatives=midx: the index of this epoch's start
 
   def epoch_steps(self, epoch: int):
     """(loss, mean weight, global step) of each step of the epoch; a step whose gradients were
@@ -254,7 +293,7 @@ class Trainer:
     background thread (`train.epochs.prefetch`); each new input shape is logged (`ShapeLog`:
     with --sasrec_pack_tokens at most 8 packed sizes per batch shape, each compiled once)."""
     if self.jax_step is not None:
-      self.jax_step.load()   # the variables as restored / refreshed (begin_epoch)
+      self.jax_step.load()  # the variables as restored / refreshed (begin_epoch)
     for batch in epochs.prefetch(self.epoch_batches(epoch), depth=2):
       if self.jax_step is not None and self.precompile_shapes and not self.jax_step.programs:
         self.precompile(batch)
@@ -262,7 +301,7 @@ class Trainer:
       loss, w, finite_grads = self.train_step(batch)
       if self.jax_step is None:
         yield (loss if finite_grads else float("nan")), w, self.step
-      else:   # device scalars: NaN where a gradient was not finite, read every k steps
+      else:  # device scalars: NaN where a gradient was not finite, read every k steps
         yield ops.where(finite_grads, loss, float("nan")), w, self.step
     self.sync_state()
 
@@ -274,28 +313,34 @@ class Trainer:
     examples = [batch]
     if self.pack_tokens:
       _, starts, ends = batches_lib.sasrec_sequences(self.data)
-      capacities = sasrec_ops.likely_capacities(ends - starts - 1, self.cfg.batch_size,
-                                                self.cfg.max_len)
+      capacities = sasrec_ops.likely_capacities(
+        ends - starts - 1, self.cfg.batch_size, self.cfg.max_len
+      )
       first = batch["token_rows"].shape[0]
-      examples += [dict(batch, token_rows=np.zeros((c,), np.int32))
-                   for c in capacities if c != first]
-      self.report(f"compiling the step for {len(examples)} token capacities "
-                  f"{sorted({first, *capacities})} at the start (in the background)")
+      examples += [
+        dict(batch, token_rows=np.zeros((c,), np.int32)) for c in capacities if c != first
+      ]
+      self.report(
+        f"compiling the step for {len(examples)} token capacities "
+        f"{sorted({first, *capacities})} at the start (in the background)"
+      )
     self.jax_step.precompile(examples)
 
   def progbar(self, steps: int):
-    return keras.utils.Progbar(steps, verbose=1 if self.cfg.progress else 0,
-                               stateful_metrics=["loss", "w"])
+    return keras.utils.Progbar(
+      steps, verbose=1 if self.cfg.progress else 0, stateful_metrics=["loss", "w"]
+    )
 
   def save_best(self, epoch: int) -> None:
     self.sync_state()
     checkpoints.save_values(self.best_path, self.encoder.variables, dict(epoch=epoch))
 
   def save_checkpoint(self, history) -> None:
-    self.sync_state()   # a loop that left the epoch early (budget, NaN) did not sync
+    self.sync_state()  # a loop that left the epoch early (budget, NaN) did not sync
     self.history = history
-    checkpoints.save(self.ckpt_dir, self.step, self.state_variables(), self._state(),
-                     keep=self.cfg.max_checkpoints)
+    checkpoints.save(
+      self.ckpt_dir, self.step, self.state_variables(), self._state(), keep=self.cfg.max_checkpoints
+    )
     self._saved = (self.epoch, self.step)
 
   def checkpoint_info(self):
@@ -303,8 +348,13 @@ class Trainer:
 
   def pause(self, seconds: float) -> dict:
     del seconds
-    return dict(paused=True, global_step=self.step, epochs_done=self.epoch,
-                best_epoch=self.best_epoch, best_val_ndcg10=self.best_metric)
+    return dict(
+      paused=True,
+      global_step=self.step,
+      epochs_done=self.epoch,
+      best_epoch=self.best_epoch,
+      best_val_ndcg10=self.best_metric,
+    )
 
   # --------------------------------------------------------------------------------- the loop
   def run(self, restore: bool = True) -> dict:
@@ -326,23 +376,31 @@ class Trainer:
       val = self.validate("val")
     with self.phases("test"):
       test = self.validate("test")
-    result = dict(config=cfg.to_dict(), backend=keras.backend.backend(),
-                  shuffle_rng=self.shuffle_rng,
-                  data_fingerprint=data_lib.fingerprint(self.data),
-                  num_items=self.data.num_items, steps_per_epoch=self.steps_per_epoch,
-                  devices=self.devices(),
-                  global_step=self.step, epochs_done=self.epoch, best_epoch=self.best_epoch,
-                  best_step=epochs.best_step(self.history, self.best_epoch),
-                  best_val_ndcg10=self.best_metric,
-                  train_wall_seconds=float(sum(h["wall_seconds"] for h in self.history)),
-                  stopped_early=self.bad_epochs >= cfg.early_stopping_patience,
-                  val=val, test=test, history=self.history)
+    result = dict(
+      config=cfg.to_dict(),
+      backend=keras.backend.backend(),
+      shuffle_rng=self.shuffle_rng,
+      data_fingerprint=data_lib.fingerprint(self.data),
+      num_items=self.data.num_items,
+      steps_per_epoch=self.steps_per_epoch,
+      devices=self.devices(),
+      global_step=self.step,
+      epochs_done=self.epoch,
+      best_epoch=self.best_epoch,
+      best_step=epochs.best_step(self.history, self.best_epoch),
+      best_val_ndcg10=self.best_metric,
+      train_wall_seconds=float(sum(h["wall_seconds"] for h in self.history)),
+      stopped_early=self.bad_epochs >= cfg.early_stopping_patience,
+      val=val,
+      test=test,
+      history=self.history,
+    )
     if cfg.export_dir:
       with self.phases("export"):
         result["export"] = export(self.encoder, cfg.export_dir, cfg, self.data, self.report)
     result["phases"] = self.phases.as_dict()
     result["step_shapes"] = self.shape_log.shapes
-    if self.jax_step is not None:   # compiled step programs: all, and those not precompiled
+    if self.jax_step is not None:  # compiled step programs: all, and those not precompiled
       result["step_programs"] = dict(compiled=self.jax_step.programs, late=self.jax_step.late)
     epochs.write_metrics(result, cfg)
     return result
@@ -362,18 +420,24 @@ def export(encoder, export_dir: str, cfg, data, report=None) -> dict:
   os.makedirs(export_dir, exist_ok=True)
   path = os.path.join(export_dir, "query_encoder.keras")
   encoder.save(path)
-  meta = dict(run_config=cfg.to_dict(), backend=keras.backend.backend(),
-              num_items=data.num_items, max_len=cfg.max_len,
-              data_fingerprint=data_lib.fingerprint(data))
+  meta = dict(
+    run_config=cfg.to_dict(),
+    backend=keras.backend.backend(),
+    num_items=data.num_items,
+    max_len=cfg.max_len,
+    data_fingerprint=data_lib.fingerprint(data),
+  )
   with open(os.path.join(export_dir, "metadata.json"), "w") as f:
     json.dump(meta, f, indent=2)
   written = dict(query_encoder=path)
   if keras.backend.backend() == "tensorflow":
     from train import export as export_lib  # pylint: disable=g-import-not-at-top
+
     export_lib.export(encoder, export_dir, config=cfg, data=data)
     written["saved_model"] = os.path.join(export_dir, "query_encoder")
   else:
     (report or logging.info)(
-        f"export: the serving SavedModel (query_encoder/, item_embeddings/ for python -m "
-        f"eval.evaluate) needs --backend=tensorflow; wrote {path} only")
+      f"export: the serving SavedModel (query_encoder/, item_embeddings/ for python -m "
+      f"eval.evaluate) needs --backend=tensorflow; wrote {path} only"
+    )
   return written

@@ -9,6 +9,7 @@ import numpy as np
 def main(out_path):
   import keras  # pylint: disable=g-import-not-at-top
   from models.keras3.dropout import Dropout  # pylint: disable=g-import-not-at-top
+
   out = {"backend": np.array(keras.backend.backend())}
   x = np.full((64, 100, 32), 2.0, np.float32)
   for rate in (0.5, 0.3):
@@ -21,8 +22,9 @@ def main(out_path):
     clone = Dropout.from_config(layer.get_config())
     out[f"{rate}/config"] = np.array(repr(sorted(clone.get_config().items())))
     out[f"{rate}/config_want"] = np.array(repr(sorted(layer.get_config().items())))
-  restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(
-      Dropout(0.5, seed=1)))
+  restored = keras.saving.deserialize_keras_object(
+    keras.saving.serialize_keras_object(Dropout(0.5, seed=1))
+  )
   out["deserialized_class"] = np.array(type(restored).__module__ + "." + type(restored).__name__)
   out["rate0"] = keras.ops.convert_to_numpy(Dropout(0.0, seed=1)(x, training=True))
   try:

@@ -29,12 +29,25 @@ def _results(tmp_path_factory):
   if not _RESULTS:
     directory = tmp_path_factory.mktemp("keras3_dropout")
     env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
-    env.update(TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu",
-               CUDA_VISIBLE_DEVICES="")
-    procs = {b: subprocess.Popen(
-        ["nice", "-n", "10", sys.executable, str(HERE / "dropout_worker.py"),
-         str(directory / f"{b}.npz")],
-        env=dict(env, KERAS_BACKEND=b), stderr=subprocess.PIPE, text=True) for b in BACKENDS}
+    env.update(
+      TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES=""
+    )
+    procs = {
+      b: subprocess.Popen(
+        [
+          "nice",
+          "-n",
+          "10",
+          sys.executable,
+          str(HERE / "dropout_worker.py"),
+          str(directory / f"{b}.npz"),
+        ],
+        env=dict(env, KERAS_BACKEND=b),
+        stderr=subprocess.PIPE,
+        text=True,
+      )
+      for b in BACKENDS
+    }
     for backend, proc in procs.items():
       _, stderr = proc.communicate(timeout=600)
       assert proc.returncode == 0, f"worker failed on {backend}:\n{stderr[-4000:]}"
@@ -56,7 +69,7 @@ def test_keep_probability_and_scale(backend, rate, tmp_path_factory):
     n = out.size
     sd = np.sqrt(keep * (1 - keep) / n)
     assert abs(kept.mean() - keep) < 5 * sd, (kept.mean(), keep)
-    assert abs(out.mean() - X) < 5 * X / keep * sd                  # E[dropout(x)] = x
+    assert abs(out.mean() - X) < 5 * X / keep * sd  # E[dropout(x)] = x
     # neighbours (two halves of one random word on jax) are independent: correlation ~ 0
     flat = kept.reshape(-1).astype(np.float64)
     corr = np.corrcoef(flat[0::2], flat[1::2])[0, 1]
@@ -69,8 +82,8 @@ def test_fresh_mask_each_call_same_for_same_seed(backend, rate, tmp_path_factory
   got = _results(tmp_path_factory)[backend]
   first, second = got[f"{rate}/first"] != 0, got[f"{rate}/second"] != 0
   keep = _keep_probability(rate)
-  agree = (first == second).mean()                     # independent masks: p'^2 + (1 - p')^2
-  assert abs(agree - (keep ** 2 + (1 - keep) ** 2)) < 0.01, agree
+  agree = (first == second).mean()  # independent masks: p'^2 + (1 - p')^2
+  assert abs(agree - (keep**2 + (1 - keep) ** 2)) < 0.01, agree
   np.testing.assert_array_equal(got[f"{rate}/same_seed"], got[f"{rate}/first"])
   np.testing.assert_array_equal(got[f"{rate}/inference"], np.full_like(first, X, np.float32))
 

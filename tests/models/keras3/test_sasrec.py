@@ -23,13 +23,21 @@ HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 
 BACKENDS = ["tensorflow", "jax"]
-BASE = dict(num_items=30, max_len=12, embedding_dim=16, num_blocks=2, num_heads=1,
-            dropout=0.3, temperature=0.5, seed=3)
+BASE = dict(
+  num_items=30,
+  max_len=12,
+  embedding_dim=16,
+  num_blocks=2,
+  num_heads=1,
+  dropout=0.3,
+  temperature=0.5,
+  seed=3,
+)
 CONFIGS = {
-    "reference": dict(block_style="reference"),
-    "reference_2heads_tied": dict(block_style="reference", num_heads=2, tie_embeddings=True),
-    "pre_ln": dict(block_style="pre_ln", attention_blocks=1),
-    "pre_ln_2heads_blocked": dict(block_style="pre_ln", num_heads=2, attention_blocks=3),
+  "reference": dict(block_style="reference"),
+  "reference_2heads_tied": dict(block_style="reference", num_heads=2, tie_embeddings=True),
+  "pre_ln": dict(block_style="pre_ln", attention_blocks=1),
+  "pre_ln_2heads_blocked": dict(block_style="pre_ln", num_heads=2, attention_blocks=3),
 }
 
 
@@ -37,7 +45,7 @@ def _inputs(seed, b=5, l=12, n=30):
   rng = np.random.default_rng(seed)
   x = rng.integers(1, n + 1, size=(b, l))
   for i, m in enumerate([l, 1, 4, 7, 11][:b]):
-    x[i, :l - m] = 0                                   # left padding, one full row
+    x[i, : l - m] = 0  # left padding, one full row
   return x.astype(np.int64)
 
 
@@ -54,8 +62,12 @@ def _cases():
       out[f"{name}/w/{sub}/count"] = np.array(len(weights))
       for i, w in enumerate(weights):
         out[f"{name}/w/{sub}/{i}"] = w
-    expected[name] = dict(hidden=model.encode(x).numpy(), queries=model.query_embeddings(x).numpy(),
-                          scores=model(x).numpy(), config=config)
+    expected[name] = dict(
+      hidden=model.encode(x).numpy(),
+      queries=model.query_embeddings(x).numpy(),
+      scores=model(x).numpy(),
+      config=config,
+    )
   out["names"] = np.array(json.dumps(sorted(CONFIGS)))
   return out, expected
 
@@ -69,12 +81,26 @@ def _results(tmp_path_factory):
     cases, expected = _cases()
     np.savez(directory / "cases.npz", **cases)
     env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
-    env.update(TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu",
-               CUDA_VISIBLE_DEVICES="")
-    procs = {b: subprocess.Popen(
-        ["nice", "-n", "10", sys.executable, str(HERE / "sasrec_worker.py"),
-         str(directory / "cases.npz"), str(directory / f"{b}.npz")],
-        env=dict(env, KERAS_BACKEND=b), stderr=subprocess.PIPE, text=True) for b in BACKENDS}
+    env.update(
+      TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES=""
+    )
+    procs = {
+      b: subprocess.Popen(
+        [
+          "nice",
+          "-n",
+          "10",
+          sys.executable,
+          str(HERE / "sasrec_worker.py"),
+          str(directory / "cases.npz"),
+          str(directory / f"{b}.npz"),
+        ],
+        env=dict(env, KERAS_BACKEND=b),
+        stderr=subprocess.PIPE,
+        text=True,
+      )
+      for b in BACKENDS
+    }
     for backend, proc in procs.items():
       _, stderr = proc.communicate(timeout=600)
       assert proc.returncode == 0, f"worker failed on {backend}:\n{stderr[-4000:]}"
@@ -93,16 +119,18 @@ def test_same_weights_same_embeddings_as_tf_keras(backend, name, tmp_path_factor
   np.testing.assert_allclose(got[f"{name}/queries"], want["queries"], rtol=1e-4, atol=1e-5)
   np.testing.assert_allclose(got[f"{name}/scores"], want["scores"], rtol=1e-4, atol=1e-5)
   # the training queries are the hidden states of all B L positions, row-major
-  np.testing.assert_allclose(got[f"{name}/train_queries"], want["hidden"].reshape(-1, 16),
-                             rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(
+    got[f"{name}/train_queries"], want["hidden"].reshape(-1, 16), rtol=1e-4, atol=1e-5
+  )
   # dropout is active in training mode (dropout = 0.3)
   assert bool(got[f"{name}/dropout_differs"])
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(CONFIGS))
-def test_packed_encoder_is_the_padded_function_with_the_same_gradients(backend, name,
-                                                                       tmp_path_factory):
+def test_packed_encoder_is_the_padded_function_with_the_same_gradients(
+  backend, name, tmp_path_factory
+):
   """Token packing (the batch's token_rows / token_slots): the tf-keras model's hidden states,
   with filler rows (C = 40 for the 35 tokens of the 5 x 12 cases) and without (C = T), and the
   gradients of sum(H * R) over every weight equal to the padded encoder's."""
@@ -111,10 +139,11 @@ def test_packed_encoder_is_the_padded_function_with_the_same_gradients(backend, 
   assert int(got[f"{name}/packed_capacity"]) == 40
   for key in ("packed_hidden", "packed_exact_hidden"):
     np.testing.assert_allclose(got[f"{name}/{key}"], want["hidden"], rtol=1e-4, atol=1e-5)
-  np.testing.assert_allclose(got[f"{name}/packed_train_queries"], want["hidden"].reshape(-1, 16),
-                             rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(
+    got[f"{name}/packed_train_queries"], want["hidden"].reshape(-1, 16), rtol=1e-4, atol=1e-5
+  )
   padded, packed = got[f"{name}/grads_padded"], got[f"{name}/grads_packed"]
-  assert np.abs(padded).max() > 1e-3                   # the gradients are not all zero
+  assert np.abs(padded).max() > 1e-3  # the gradients are not all zero
   np.testing.assert_allclose(packed, padded, rtol=1e-3, atol=1e-5)
   assert bool(got[f"{name}/packed_dropout_differs"])
 
@@ -123,6 +152,7 @@ def test_token_index_against_a_loop():
   """Each non-padding position (row-major) gets the next packed row; padding positions the
   capacity C; C = T rounded up to a multiple of ceil(B L / 8) (at most B L); filler rows B L."""
   from models.keras3 import sasrec_ops  # pylint: disable=g-import-not-at-top
+
   for seed, (b, l) in enumerate([(5, 12), (3, 7), (1, 1), (4, 200)]):
     x = np.random.default_rng(seed).integers(0, 3, size=(b, l))
     x[0] = 0 if seed == 2 else x[0]
@@ -131,7 +161,7 @@ def test_token_index_against_a_loop():
     quantum = -(-(b * l) // 8)
     capacity = min(b * l, quantum * max(1, -(-len(real) // quantum)))
     assert len(rows) == capacity and rows.dtype == np.int32 and slots.shape == (b, l)
-    assert list(rows[:len(real)]) == real and set(rows[len(real):]) <= {b * l}
+    assert list(rows[: len(real)]) == real and set(rows[len(real) :]) <= {b * l}
     for k, flat in enumerate(real):
       assert slots[flat // l, flat % l] == k
     assert all(slots[i, j] == capacity for i in range(b) for j in range(l) if x[i, j] == 0)

@@ -45,11 +45,13 @@ LQ_P = np.log(np.array([0.25, 0.05], np.float32))
 
 def _marked(fn, index=None):
   """fn with MARK added to its result (to element ``index`` of a tuple result)."""
+
   def spy(*args, **kwargs):
     out = fn(*args, **kwargs)
     if index is None:
       return out + MARK
     return tuple(o + MARK if i == index else o for i, o in enumerate(out))
+
   return spy
 
 
@@ -62,12 +64,14 @@ def _tf_cases():
 
   def midx_log_prob():
     from tfrs_logq.negatives.midx import MIDXSampler  # pylint: disable=g-import-not-at-top
+
     sampler = MIDXSampler(num_codewords=2, seed=1, id_offset=1)
     sampler.refresh(MIDX_EMB)
     return sampler.log_prob(MIDX_EMB[:2], [1, 3]).numpy()
 
   def kmeans_distances():
     from tfrs_logq.negatives import kmeans  # pylint: disable=g-import-not-at-top
+
     return kmeans.nearest_centroid(MIDX_EMB, MIDX_EMB[:3], chunk_size=4)[1].numpy()
 
   def exact():
@@ -81,22 +85,40 @@ def _tf_cases():
     return est.log_q(tf.constant([2, 3], tf.int64)).numpy()
 
   return [
-      (core_sampled_softmax, "sampled_softmax", 0,
-       lambda: losses.sampled_softmax_loss(S_P, S_N, LQ_N, correction="corrected",
-                                           positive_log_q=LQ_P).loss.numpy()),
-      (core_sampled_softmax, "masked_logsumexp", None,
-       lambda: losses.masked_logsumexp(S_N, tf.ones(S_N.shape, tf.bool)).numpy()),
-      (core_sampled_softmax, "softmax_with_positive", None,
-       lambda: losses.full_softmax_loss(np.eye(2, 3, dtype=np.float32), [0, 1],
-                                        np.eye(3, 3, dtype=np.float32)).loss.numpy()),
-      (core_bce, "gbce", 0, lambda: losses.gbce_loss(S_P, S_N, beta=0.5).loss.numpy()),
-      (core_log_q, "log1mexp", None, lambda: log_q.log1mexp(tf.constant(LQ_P)).numpy()),
-      (core_frequency, "exact_log_q", None, exact),
-      (core_frequency, "hash_array_log_q", None, hash_array),
-      (core_negatives, "mixture_log_q", None,
-       lambda: negatives.mixture_log_q(tf.constant(LQ_N), 3, 2, 10).numpy()),
-      (core_midx, "code_log_q", None, midx_log_prob),
-      (core_kmeans, "nearest_centroid", 1, kmeans_distances),
+    (
+      core_sampled_softmax,
+      "sampled_softmax",
+      0,
+      lambda: losses.sampled_softmax_loss(
+        S_P, S_N, LQ_N, correction="corrected", positive_log_q=LQ_P
+      ).loss.numpy(),
+    ),
+    (
+      core_sampled_softmax,
+      "masked_logsumexp",
+      None,
+      lambda: losses.masked_logsumexp(S_N, tf.ones(S_N.shape, tf.bool)).numpy(),
+    ),
+    (
+      core_sampled_softmax,
+      "softmax_with_positive",
+      None,
+      lambda: losses.full_softmax_loss(
+        np.eye(2, 3, dtype=np.float32), [0, 1], np.eye(3, 3, dtype=np.float32)
+      ).loss.numpy(),
+    ),
+    (core_bce, "gbce", 0, lambda: losses.gbce_loss(S_P, S_N, beta=0.5).loss.numpy()),
+    (core_log_q, "log1mexp", None, lambda: log_q.log1mexp(tf.constant(LQ_P)).numpy()),
+    (core_frequency, "exact_log_q", None, exact),
+    (core_frequency, "hash_array_log_q", None, hash_array),
+    (
+      core_negatives,
+      "mixture_log_q",
+      None,
+      lambda: negatives.mixture_log_q(tf.constant(LQ_N), 3, 2, 10).numpy(),
+    ),
+    (core_midx, "code_log_q", None, midx_log_prob),
+    (core_kmeans, "nearest_centroid", 1, kmeans_distances),
   ]
 
 
@@ -169,9 +191,15 @@ def test_keras3_front_returns_the_core_result():
   env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
   env["KERAS_BACKEND"] = "numpy"
   arrays = json.dumps([a.tolist() for a in (S_P, S_N, LQ_N, LQ_P)])
-  proc = subprocess.run([sys.executable, "-c", _KERAS3_SCRIPT, arrays], capture_output=True,
-                        text=True, timeout=300, check=False, env=env,
-                        cwd=str(PACKAGE.parent))
+  proc = subprocess.run(
+    [sys.executable, "-c", _KERAS3_SCRIPT, arrays],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    check=False,
+    env=env,
+    cwd=str(PACKAGE.parent),
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   out = json.loads(proc.stdout.strip().splitlines()[-1])
   assert out.pop("tf_keras_loaded") is False
@@ -181,15 +209,35 @@ def test_keras3_front_returns_the_core_result():
 
 
 # Modules of the two fronts that have a twin in the other front (formulas must come from core).
-FRONT_MODULES = (
-    ["losses.py", "log_q.py", "accidental_hits.py", "logq_correction.py", "tasks.py",
-     "frequency/base.py", "frequency/exact.py", "frequency/hash_array.py",
-     "frequency/count_min.py",
-     "negatives/in_batch.py", "negatives/mixed.py", "negatives/uniform.py",
-     "negatives/midx.py", "negatives/midx_index.py", "negatives/kmeans.py"]
-    + sorted(str(p.relative_to(PACKAGE)) for p in (PACKAGE / "keras3").rglob("*.py")))
-BUILDING_BLOCKS = {"logsumexp", "reduce_logsumexp", "log1p", "expm1", "softplus", "sigmoid",
-                   "stop_gradient", "logaddexp", "pow", "power"}
+FRONT_MODULES = [
+  "losses.py",
+  "log_q.py",
+  "accidental_hits.py",
+  "logq_correction.py",
+  "tasks.py",
+  "frequency/base.py",
+  "frequency/exact.py",
+  "frequency/hash_array.py",
+  "frequency/count_min.py",
+  "negatives/in_batch.py",
+  "negatives/mixed.py",
+  "negatives/uniform.py",
+  "negatives/midx.py",
+  "negatives/midx_index.py",
+  "negatives/kmeans.py",
+] + sorted(str(p.relative_to(PACKAGE)) for p in (PACKAGE / "keras3").rglob("*.py"))
+BUILDING_BLOCKS = {
+  "logsumexp",
+  "reduce_logsumexp",
+  "log1p",
+  "expm1",
+  "softplus",
+  "sigmoid",
+  "stop_gradient",
+  "logaddexp",
+  "pow",
+  "power",
+}
 
 
 @pytest.mark.parametrize("path", FRONT_MODULES)

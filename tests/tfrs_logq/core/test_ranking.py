@@ -13,8 +13,11 @@ def _oracle(q, emb, k, rated, targets):
   out = []
   for u in range(q.shape[0]):
     removed = set(int(x) for x in rated[u]) - ({int(targets[u])} if targets is not None else set())
-    cand = [(-float(np.dot(q[u].astype(np.float64), emb[d].astype(np.float64))), d)
-            for d in range(1, emb.shape[0]) if d not in removed]
+    cand = [
+      (-float(np.dot(q[u].astype(np.float64), emb[d].astype(np.float64))), d)
+      for d in range(1, emb.shape[0])
+      if d not in removed
+    ]
     best = [d for _, d in sorted(cand)[:k]]
     out.append(best + [-1] * (k - len(best)))
   return np.array(out)
@@ -26,7 +29,7 @@ def _problem(seed=0, num_q=13, num_items=25, dim=4):
   emb = rng.normal(size=(num_items + 1, dim)).astype(np.float32)
   rated = [rng.integers(0, num_items + 1, size=rng.integers(0, 8)) for _ in range(num_q)]
   targets = rng.integers(1, num_items + 1, size=num_q)
-  rated[0] = np.append(rated[0], targets[0])   # a target that is also rated
+  rated[0] = np.append(rated[0], targets[0])  # a target that is also rated
   return q, emb, rated, targets
 
 
@@ -56,6 +59,7 @@ def test_ties_lower_id_first_and_empty_slots():
 
 def test_same_as_the_tensorflow_search():
   from tfrs_logq import metrics  # pylint: disable=g-import-not-at-top
+
   q, emb, rated, targets = _problem(seed=3, num_q=40, num_items=60, dim=8)
   for t in (None, targets):
     a = ranking.exact_top_k_np(q, emb, 10, rated=rated, targets=t, chunk_size=16)
@@ -64,9 +68,16 @@ def test_same_as_the_tensorflow_search():
     np.testing.assert_allclose(a[1], b[1], rtol=1e-5)
 
 
-@pytest.mark.parametrize("kwargs,match", [
-    (dict(k=0), "k must be"), (dict(k=26), "k must be"), (dict(chunk_size=0), "chunk_size"),
-    (dict(rated=[np.array([99])] * 13), "outside"), (dict(targets=np.ones(3, int)), "targets")])
+@pytest.mark.parametrize(
+  "kwargs,match",
+  [
+    (dict(k=0), "k must be"),
+    (dict(k=26), "k must be"),
+    (dict(chunk_size=0), "chunk_size"),
+    (dict(rated=[np.array([99])] * 13), "outside"),
+    (dict(targets=np.ones(3, int)), "targets"),
+  ],
+)
 def test_bad_arguments_raise(kwargs, match):
   q, emb, _, _ = _problem()
   args = dict(k=3)

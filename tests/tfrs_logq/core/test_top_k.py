@@ -75,8 +75,9 @@ def test_keras3_front_equals_numpy(oracle, backend, tmp_path):
   out = tmp_path / "top_k.npz"
   env = dict(os.environ, KERAS_BACKEND=backend)
   env.pop("TF_USE_LEGACY_KERAS", None)
-  subprocess.run([sys.executable, str(HERE / "top_k_worker.py"), str(out)], env=env, check=True,
-                 timeout=600)
+  subprocess.run(
+    [sys.executable, str(HERE / "top_k_worker.py"), str(out)], env=env, check=True, timeout=600
+  )
   got = np.load(out)
   for name, (ids, scores) in oracle.items():
     _assert_same(got[f"{name}/ids"], got[f"{name}/scores"], ids, scores, f"{backend} {name}")
@@ -85,12 +86,18 @@ def test_keras3_front_equals_numpy(oracle, backend, tmp_path):
 
 def test_layout_pads_to_static_shapes():
   rng = np.random.default_rng(0)
-  lay = top_k_lib.layout(rng.normal(size=(10, 3)), rng.normal(size=(101, 3)), 5,
-                         rated=[np.array([3, 4, 7])] * 10, targets=np.full(10, 4),
-                         chunk_size=4, item_chunk=30)
+  lay = top_k_lib.layout(
+    rng.normal(size=(10, 3)),
+    rng.normal(size=(101, 3)),
+    5,
+    rated=[np.array([3, 4, 7])] * 10,
+    targets=np.full(10, 4),
+    chunk_size=4,
+    item_chunk=30,
+  )
   assert lay.queries.shape == (12, 3) and lay.num_queries == 10
   assert lay.table.shape == (120, 3) and not lay.table[101:].any()
-  assert lay.rated.shape == (12, 3) and lay.rated[0].tolist() == [3, 0, 7]   # target left out
+  assert lay.rated.shape == (12, 3) and lay.rated[0].tolist() == [3, 0, 7]  # target left out
   assert not lay.rated[10:].any()
 
 

@@ -8,19 +8,30 @@ import numpy as np
 
 # (name, num_items, dim, queries, k, chunk_size, item_chunk, rated, except_target, integer)
 CASES = [
-    ("plain", 300, 6, 23, 20, None, None, False, False, True),
-    ("rated", 300, 6, 23, 20, None, None, True, False, True),
-    ("except_target", 300, 6, 23, 20, None, None, True, True, True),
-    ("chunks_divide", 255, 6, 32, 16, 8, 64, True, False, True),
-    ("chunks_ragged", 300, 6, 23, 20, 5, 37, True, True, True),
-    ("chunk_equals_k", 300, 4, 17, 25, 4, 25, True, False, True),
-    ("few_allowed", 12, 4, 9, 10, 4, 10, True, False, True),
-    ("floats", 1000, 16, 40, 50, 16, 128, True, False, False),
+  ("plain", 300, 6, 23, 20, None, None, False, False, True),
+  ("rated", 300, 6, 23, 20, None, None, True, False, True),
+  ("except_target", 300, 6, 23, 20, None, None, True, True, True),
+  ("chunks_divide", 255, 6, 32, 16, 8, 64, True, False, True),
+  ("chunks_ragged", 300, 6, 23, 20, 5, 37, True, True, True),
+  ("chunk_equals_k", 300, 4, 17, 25, 4, 25, True, False, True),
+  ("few_allowed", 12, 4, 9, 10, 4, 10, True, False, True),
+  ("floats", 1000, 16, 40, 50, 16, 128, True, False, False),
 ]
 
 
-def make_case(name, num_items, dim, num_queries, k, chunk_size, item_chunk, rated, except_target,
-              integer, seed=0):
+def make_case(
+  name,
+  num_items,
+  dim,
+  num_queries,
+  k,
+  chunk_size,
+  item_chunk,
+  rated,
+  except_target,
+  integer,
+  seed=0,
+):
   """The arrays of one case: queries [Q, d], table [N + 1, d], rated rows (list), targets."""
   del chunk_size, item_chunk, except_target
   rng = np.random.default_rng(seed + sum(map(ord, name)))
@@ -37,7 +48,7 @@ def make_case(name, num_items, dim, num_queries, k, chunk_size, item_chunk, rate
     rows = [rng.integers(0, num_items + 1, size=rng.integers(0, top)) for _ in range(num_queries)]
     if name == "few_allowed":
       rows = [np.arange(1, num_items - 2) for _ in range(num_queries)]
-    for j in range(0, num_queries, 3):       # every third query has its target in its history
+    for j in range(0, num_queries, 3):  # every third query has its target in its history
       rows[j] = np.append(rows[j], targets[j])
   return queries, table, rows, targets
 
@@ -49,8 +60,13 @@ def run_cases(exact_top_k, item_chunks=True):
   for case in CASES:
     name, _, _, _, k, chunk_size, item_chunk, _, except_target, _ = case
     queries, table, rows, targets = make_case(*case)
-    out[name] = exact_top_k(queries, table, k, rated=rows,
-                            targets=targets if except_target else None,
-                            chunk_size=chunk_size,
-                            **(dict(item_chunk=item_chunk) if item_chunks else {}))
+    out[name] = exact_top_k(
+      queries,
+      table,
+      k,
+      rated=rows,
+      targets=targets if except_target else None,
+      chunk_size=chunk_size,
+      **(dict(item_chunk=item_chunk) if item_chunks else {}),
+    )
   return out

@@ -40,7 +40,7 @@ class NumpyCountMin:
       return
     est = self.table[np.arange(self.d)[:, None], cells].min(axis=0)
     new = self.table.copy()
-    for x in range(ids.size):                 # cell = max(old, max_x est(x) + c_x)
+    for x in range(ids.size):  # cell = max(old, max_x est(x) + c_x)
       for j in range(self.d):
         new[j, cells[j, x]] = max(new[j, cells[j, x]], est[x] + counts[x])
     self.table = new
@@ -74,7 +74,7 @@ def test_documented_signature_defaults_and_numpy_sizes():
   default = CountMinSketch()
   assert (default.depth, default.width) == (math.ceil(math.log(100)), math.ceil(math.e / 1e-4))
   with pytest.raises(TypeError):
-    CountMinSketch(1e-3, 0.05, 100)          # width is keyword-only
+    CountMinSketch(1e-3, 0.05, 100)  # width is keyword-only
   sized = CountMinSketch(width=np.int64(64), depth=np.int32(3), seed=np.int64(2))
   assert (sized.width, sized.depth, sized.seed) == (64, 3, 2)
   for bad in (64.5, "64", 0):
@@ -82,8 +82,9 @@ def test_documented_signature_defaults_and_numpy_sizes():
       CountMinSketch(width=bad, depth=2)
 
 
-@pytest.mark.parametrize("conservative,half_life", [
-    (False, None), (True, None), (False, 3.0), (True, 2.5)])
+@pytest.mark.parametrize(
+  "conservative,half_life", [(False, None), (True, None), (False, 3.0), (True, 2.5)]
+)
 def test_matches_numpy_reference(conservative, half_life):
   rng = np.random.default_rng(2)
   cms = CountMinSketch(width=13, depth=3, conservative=conservative, half_life=half_life, seed=5)

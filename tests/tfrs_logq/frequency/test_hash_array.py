@@ -22,15 +22,16 @@ class NumpyHashArray:
     size = num_buckets * num_hashes
     self.a = np.zeros(size, np.int64)
     self.b = np.zeros(size, np.float64)
-    self.k = np.zeros(size, np.int64)      # hits so far (uncapped)
+    self.k = np.zeros(size, np.int64)  # hits so far (uncapped)
     self.t = 0
     self.n_bar = 0.0
 
   def slots(self, keys):
     """Slots i·H + h_i(key); h_i is checked bit-for-bit against numpy in test_hashing.py."""
     keys = tf.constant(np.asarray(keys, np.int64))
-    return np.stack([hashing.bucket(keys, self.seed + i, self.h).numpy() + i * self.h
-                     for i in range(self.m)])
+    return np.stack(
+      [hashing.bucket(keys, self.seed + i, self.h).numpy() + i * self.h for i in range(self.m)]
+    )
 
   def rate(self, j, first_gap_step):
     if self.warmup or first_gap_step:
@@ -44,7 +45,7 @@ class NumpyHashArray:
     self.t += 1
     slots, counts = np.unique(self.slots(keys).ravel(), return_counts=True)
     for s, c in zip(slots, counts):
-      if self.a[s] == 0:                 # first sighting: provisional t / c, not a gap sample
+      if self.a[s] == 0:  # first sighting: provisional t / c, not a gap sample
         self.b[s] = self.t / c
       else:
         g = (self.t - self.a[s]) / c
@@ -78,18 +79,21 @@ class NumpyHashArray:
 def _stream(rng, steps, vocab, batch):
   out = []
   for t in range(steps):
-    n = 0 if t == 5 else int(rng.integers(1, batch))       # step 5 is empty: a no-op
+    n = 0 if t == 5 else int(rng.integers(1, batch))  # step 5 is empty: a no-op
     p = np.arange(1, vocab + 1) ** -1.2
     out.append(rng.choice(vocab, size=n, p=p / p.sum()).astype(np.int64))
   return out
 
 
-@pytest.mark.parametrize("warmup,pending,alpha,hashes", [
-    (True, True, 0.2, 2), (False, True, 0.3, 3), (True, False, 0.05, 1), (False, False, 1.0, 2)])
+@pytest.mark.parametrize(
+  "warmup,pending,alpha,hashes",
+  [(True, True, 0.2, 2), (False, True, 0.3, 3), (True, False, 0.05, 1), (False, False, 1.0, 2)],
+)
 def test_matches_per_hit_numpy_reference(warmup, pending, alpha, hashes):
   rng = np.random.default_rng(1)
-  est = HashArrayEstimator(num_buckets=16, num_hashes=hashes, alpha=alpha, warmup=warmup,
-                           pending_gap=pending, seed=3)
+  est = HashArrayEstimator(
+    num_buckets=16, num_hashes=hashes, alpha=alpha, warmup=warmup, pending_gap=pending, seed=3
+  )
   ref = NumpyHashArray(16, hashes, alpha, warmup, pending, seed=3)
   update = tf.function(est.update, input_signature=[tf.TensorSpec([None], tf.int64)])
   log_q = tf.function(est.log_q)
@@ -112,7 +116,7 @@ def test_matches_per_hit_numpy_reference(warmup, pending, alpha, hashes):
 def test_multi_hit_steps_do_not_saturate():
   """An id drawn c times per step reads c hits per step: Q = c / batch, not 1 / batch."""
   est = HashArrayEstimator(num_buckets=1024, num_hashes=2, alpha=0.1)
-  batch = np.array([7] * 300 + [8] * 100 + list(range(100, 124)), np.int64)   # 424 ids
+  batch = np.array([7] * 300 + [8] * 100 + list(range(100, 124)), np.int64)  # 424 ids
   for _ in range(30):
     est.update(tf.constant(batch))
   q = np.exp(est.log_q(tf.constant([7, 8, 100], tf.int64)).numpy())
@@ -123,17 +127,19 @@ def test_first_sighting_floor():
   """Never seen: B = max(t, 1); first seen at step t with c hits: B = t / c; the second sighting
   g steps later with c' hits replaces it by g / c'. Always finite."""
   est = HashArrayEstimator(num_buckets=2**12, num_hashes=2, alpha=0.01, pending_gap=False)
-  assert est.log_q(tf.constant([5], tf.int64)).numpy()[0] == 0.0   # no data: Q = 1
+  assert est.log_q(tf.constant([5], tf.int64)).numpy()[0] == 0.0  # no data: Q = 1
   for _ in range(9):
     est.update(tf.constant([1, 2, 3, 4], tf.int64))
-  est.update(tf.constant([1, 2, 3, 5, 5], tf.int64))                 # step 10: id 5 twice
-  np.testing.assert_allclose(est.steps_per_hit(tf.constant([5, 6], tf.int64)).numpy(),
-                             [10 / 2, 10.0], rtol=1e-6)
+  est.update(tf.constant([1, 2, 3, 5, 5], tf.int64))  # step 10: id 5 twice
+  np.testing.assert_allclose(
+    est.steps_per_hit(tf.constant([5, 6], tf.int64)).numpy(), [10 / 2, 10.0], rtol=1e-6
+  )
   for _ in range(3):
     est.update(tf.constant([1, 2], tf.int64))
-  est.update(tf.constant([5, 5, 5, 1], tf.int64))                    # step 14: gap 4, 3 hits
-  np.testing.assert_allclose(est.steps_per_hit(tf.constant([5], tf.int64)).numpy(), [4 / 3],
-                             rtol=1e-6)
+  est.update(tf.constant([5, 5, 5, 1], tf.int64))  # step 14: gap 4, 3 hits
+  np.testing.assert_allclose(
+    est.steps_per_hit(tf.constant([5], tf.int64)).numpy(), [4 / 3], rtol=1e-6
+  )
   assert np.all(np.isfinite(est.log_q(tf.range(1000, dtype=tf.int64)).numpy()))
 
 
@@ -142,7 +148,7 @@ def _zipf_head_relative_error(est, vocab=100_000, batch=4096, steps=600, head=10
   p = np.arange(1, vocab + 1, dtype=np.float64) ** -1.05
   p /= p.sum()
   rng = np.random.default_rng(0)
-  u = np.sort(rng.random((steps, batch)), axis=1)          # order within a step is irrelevant
+  u = np.sort(rng.random((steps, batch)), axis=1)  # order within a step is irrelevant
   stream = np.minimum(np.searchsorted(np.cumsum(p), u), vocab - 1).astype(np.int64)
 
   @tf.function
@@ -167,8 +173,9 @@ def test_default_alpha_meets_the_zipf_head_accuracy_claim():
 
 
 def test_numpy_integer_sizes_are_accepted_and_non_integers_rejected():
-  est = HashArrayEstimator(num_buckets=np.int64(64), num_hashes=np.int32(2), seed=np.int64(1),
-                           num_items=np.int64(100))
+  est = HashArrayEstimator(
+    num_buckets=np.int64(64), num_hashes=np.int32(2), seed=np.int64(1), num_items=np.int64(100)
+  )
   assert (est.num_buckets, est.num_hashes, est.seed, est.num_items) == (64, 2, 1, 100)
   assert type(est.num_buckets) is int and est.get_config()["num_buckets"] == 64
   for bad in (64.0, "64", True, 0, np.int64(-1)):

@@ -33,8 +33,9 @@ def test_mix64_is_splitmix64():
 
 def test_bucket_matches_numpy_reference():
   rng = np.random.default_rng(0)
-  keys = np.concatenate([rng.integers(0, 2**62, 1000), np.arange(50),
-                         [2**63 - 1, 2**63 - 2, 12345678901234]]).astype(np.int64)
+  keys = np.concatenate(
+    [rng.integers(0, 2**62, 1000), np.arange(50), [2**63 - 1, 2**63 - 2, 12345678901234]]
+  ).astype(np.int64)
   for seed in (0, 1, 7):
     for num_buckets in (1, 7, 1000, 2**20, 2**31 - 1):
       got = hashing.bucket(tf.constant(keys), seed, num_buckets).numpy()
@@ -48,7 +49,7 @@ def test_seeds_give_different_hashes_and_spread():
   h1 = hashing.bucket(keys, 1, 1024).numpy()
   assert np.mean(h0 == h1) < 0.01
   counts = np.bincount(h0, minlength=1024)
-  assert counts.min() > 50 and counts.max() < 150   # mean 97.7, uniform spread
+  assert counts.min() > 50 and counts.max() < 150  # mean 97.7, uniform spread
 
 
 def test_string_keys_are_stable_fingerprints():
@@ -56,8 +57,7 @@ def test_string_keys_are_stable_fingerprints():
   keys = hashing.ids_to_keys(s).numpy()
   assert keys[0] == keys[2] and keys[0] != keys[1]
   assert np.all(keys >= 0)
-  np.testing.assert_array_equal(
-      keys, tf.strings.to_hash_bucket_fast(s, 2**63 - 1).numpy())
+  np.testing.assert_array_equal(keys, tf.strings.to_hash_bucket_fast(s, 2**63 - 1).numpy())
 
 
 def test_ids_to_keys_dtypes():

@@ -7,13 +7,18 @@ import pytest
 import tfrs_logq  # noqa: F401
 import tensorflow as tf
 
-from tfrs_logq.frequency import (CountMinSketch, ExactCounts, HashArrayEstimator, hashing,
-                                 MIN_ONE_MINUS_Q)
+from tfrs_logq.frequency import (
+  CountMinSketch,
+  ExactCounts,
+  HashArrayEstimator,
+  hashing,
+  MIN_ONE_MINUS_Q,
+)
 
 FACTORIES = {
-    "exact": lambda: ExactCounts(50),
-    "hash": lambda: HashArrayEstimator(num_buckets=32, num_hashes=2, alpha=0.2),
-    "cms": lambda: CountMinSketch(width=17, depth=3, conservative=True, half_life=5.0),
+  "exact": lambda: ExactCounts(50),
+  "hash": lambda: HashArrayEstimator(num_buckets=32, num_hashes=2, alpha=0.2),
+  "cms": lambda: CountMinSketch(width=17, depth=3, conservative=True, half_life=5.0),
 }
 
 
@@ -50,7 +55,7 @@ def test_log_one_minus_q_is_stable_and_floored(kind):
   ref = np.log(np.maximum(-np.expm1(lq), MIN_ONE_MINUS_Q))
   got = est.log_one_minus_q(ids).numpy()
   np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-7)
-  assert np.all(np.isfinite(got)) and lq[0] > -1e-6           # Q(7) = 1
+  assert np.all(np.isfinite(got)) and lq[0] > -1e-6  # Q(7) = 1
 
 
 @pytest.mark.parametrize("kind", sorted(FACTORIES))
@@ -62,12 +67,11 @@ def test_log_q_prime_broadcasts_and_matches_formula(kind):
   pos = np.array([[0], [5], [40]], np.int64)
   lq = est.log_q(ids).numpy().astype(np.float64)
   lp = est.log_q(pos).numpy().astype(np.float64)
-  ref = lq - np.log1p(-np.exp(lp))                          # log Q(d) − log(1 − Q(p))
+  ref = lq - np.log1p(-np.exp(lp))  # log Q(d) − log(1 − Q(p))
   np.testing.assert_allclose(est.log_q_prime(ids, pos).numpy(), ref, rtol=1e-5, atol=1e-5)
-  shared = est.log_q_prime(ids[0], pos).numpy()              # [N] against [A, 1] -> [A, N]
+  shared = est.log_q_prime(ids[0], pos).numpy()  # [N] against [A, 1] -> [A, N]
   assert shared.shape == (3, 10)
-  np.testing.assert_allclose(shared, lq[0][None, :] - np.log1p(-np.exp(lp)), rtol=1e-5,
-                             atol=1e-5)
+  np.testing.assert_allclose(shared, lq[0][None, :] - np.log1p(-np.exp(lp)), rtol=1e-5, atol=1e-5)
   q = np.exp(est.log_q(tf.range(50)).numpy())
   assert np.all(np.isfinite(est.log_q(tf.range(50)).numpy())) and np.all(q <= 1.0)
   assert est(tf.constant([1, 2])).dtype == tf.float32
@@ -82,8 +86,9 @@ def test_string_ids_equal_their_fingerprint_keys(kind):
     by_key.update(hashing.ids_to_keys(strings))
   _assert_same_state(by_string, by_key)
   probe = tf.constant(["3", "17", "never-seen"])
-  np.testing.assert_array_equal(by_string.log_q(probe).numpy(),
-                                by_key.log_q(hashing.ids_to_keys(probe)).numpy())
+  np.testing.assert_array_equal(
+    by_string.log_q(probe).numpy(), by_key.log_q(hashing.ids_to_keys(probe)).numpy()
+  )
 
 
 @pytest.mark.parametrize("kind", sorted(FACTORIES))
@@ -100,15 +105,18 @@ def test_bad_input_errors_leave_state_untouched(kind):
     est.update(tf.constant([1.0, 2.0]))
   with pytest.raises(ValueError, match="rank"):
     est.update(tf.constant(3, tf.int64))
-  est.update(tf.constant([], tf.int64))                     # empty batch: documented no-op
+  est.update(tf.constant([], tf.int64))  # empty batch: documented no-op
   update(tf.zeros([0], tf.int64))
   for x, y in zip(before, _state(est)):
     np.testing.assert_array_equal(x, y)
 
 
 def test_declared_range_is_checked():
-  for est in (ExactCounts(10), HashArrayEstimator(num_buckets=8, num_items=10),
-              CountMinSketch(width=8, depth=2, num_items=10)):
+  for est in (
+    ExactCounts(10),
+    HashArrayEstimator(num_buckets=8, num_items=10),
+    CountMinSketch(width=8, depth=2, num_items=10),
+  ):
     before = _state(est)
     with pytest.raises(tf.errors.InvalidArgumentError, match="num_items=10"):
       est.update(tf.constant([1, 10]))
@@ -148,7 +156,7 @@ def test_saved_model_round_trip(kind, tmp_path):
   probe = tf.range(50, dtype=tf.int64)
   np.testing.assert_array_equal(loaded.log_q(probe).numpy(), est.log_q(probe).numpy())
   nxt = tf.constant(_batches(seed=9)[0])
-  loaded.update(nxt)                                       # the state keeps updating after load
+  loaded.update(nxt)  # the state keeps updating after load
   est.update(nxt)
   np.testing.assert_array_equal(loaded.log_q(probe).numpy(), est.log_q(probe).numpy())
 
@@ -167,8 +175,9 @@ class _Model(tf.keras.Model):
     with tf.GradientTape() as tape:
       pred = self.dense(tf.expand_dims(tf.stop_gradient(self.estimator(ids)), -1))
       loss = tf.reduce_mean(tf.square(pred[:, 0] - y))
-    self.optimizer.apply_gradients(zip(tape.gradient(loss, self.trainable_variables),
-                                       self.trainable_variables))
+    self.optimizer.apply_gradients(
+      zip(tape.gradient(loss, self.trainable_variables), self.trainable_variables)
+    )
     return {"loss": loss}
 
 
@@ -189,12 +198,14 @@ def test_mirrored_strategy_equals_single_device(kind, strategy):
   for ids in batches:
     parts = [ids[:17], ids[17:]]
     values = strategy.experimental_distribute_values_from_function(
-        lambda ctx, parts=parts: tf.constant(parts[ctx.replica_id_in_sync_group]))
+      lambda ctx, parts=parts: tf.constant(parts[ctx.replica_id_in_sync_group])
+    )
     out = step(values)
     single.update(tf.constant(ids))
     for replica_out in strategy.experimental_local_results(out):
-      np.testing.assert_array_equal(replica_out.numpy(),
-                                    single.log_q(tf.range(50, dtype=tf.int64)).numpy())
+      np.testing.assert_array_equal(
+        replica_out.numpy(), single.log_q(tf.range(50, dtype=tf.int64)).numpy()
+      )
   for dv, sv in zip(dist.weights, single.weights):
     for copy in strategy.experimental_local_results(dv):
       np.testing.assert_array_equal(copy.numpy(), sv.numpy())
@@ -206,7 +217,8 @@ def test_model_fit_under_mirrored_strategy(strategy):
     model = _Model(HashArrayEstimator(num_buckets=32, alpha=0.2))
     model.compile(optimizer=tf.keras.optimizers.SGD(0.01))
   data = tf.data.Dataset.from_tensor_slices(
-      (np.concatenate(batches), np.ones(160, np.float32))).batch(32)
+    (np.concatenate(batches), np.ones(160, np.float32))
+  ).batch(32)
   model.fit(data, epochs=1, verbose=0)
   single = HashArrayEstimator(num_buckets=32, alpha=0.2)
   for ids in batches:

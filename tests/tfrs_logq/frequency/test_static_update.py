@@ -14,13 +14,13 @@ import tensorflow as tf
 from tfrs_logq.frequency import CountMinSketch, ExactCounts, HashArrayEstimator
 
 FACTORIES = {
-    "exact": lambda: ExactCounts(40),
-    "hash": lambda: HashArrayEstimator(num_buckets=8, num_hashes=2, alpha=0.2),
-    "hash_no_warmup": lambda: HashArrayEstimator(num_buckets=8, num_hashes=3, alpha=0.3,
-                                                 warmup=False, pending_gap=False, seed=4),
-    "cms": lambda: CountMinSketch(width=7, depth=3, half_life=3.0),
-    "cms_conservative": lambda: CountMinSketch(width=7, depth=3, conservative=True,
-                                               half_life=4.0),
+  "exact": lambda: ExactCounts(40),
+  "hash": lambda: HashArrayEstimator(num_buckets=8, num_hashes=2, alpha=0.2),
+  "hash_no_warmup": lambda: HashArrayEstimator(
+    num_buckets=8, num_hashes=3, alpha=0.3, warmup=False, pending_gap=False, seed=4
+  ),
+  "cms": lambda: CountMinSketch(width=7, depth=3, half_life=3.0),
+  "cms_conservative": lambda: CountMinSketch(width=7, depth=3, conservative=True, half_life=4.0),
 }
 
 
@@ -28,8 +28,10 @@ def _stream(steps=6, size=24, seed=0):
   """Zipf-like ids (many collisions in the small tables) and ~70 % valid masks."""
   rng = np.random.default_rng(seed)
   p = np.arange(1, 41) ** -1.2
-  return [(rng.choice(40, size=size, p=p / p.sum()).astype(np.int64), rng.random(size) < 0.7)
-          for _ in range(steps)]
+  return [
+    (rng.choice(40, size=size, p=p / p.sum()).astype(np.int64), rng.random(size) < 0.7)
+    for _ in range(steps)
+  ]
 
 
 def _state(est):
@@ -41,9 +43,9 @@ def test_masked_and_compiled_updates_equal_the_update_of_the_valid_ids(kind):
   dynamic, masked, compiled = FACTORIES[kind](), FACTORIES[kind](), FACTORIES[kind]()
   update = tf.function(lambda ids, valid: compiled.update(ids, valid=valid), jit_compile=True)
   for ids, valid in _stream():
-    dynamic.update(tf.constant(ids[valid]))               # tf.unique grouping
-    masked.update(tf.constant(ids), valid=tf.constant(valid))   # sort grouping, eager
-    update(tf.constant(ids), tf.constant(valid))           # sort grouping, XLA
+    dynamic.update(tf.constant(ids[valid]))  # tf.unique grouping
+    masked.update(tf.constant(ids), valid=tf.constant(valid))  # sort grouping, eager
+    update(tf.constant(ids), tf.constant(valid))  # sort grouping, XLA
   for d, m, c in zip(_state(dynamic), _state(masked), _state(compiled)):
     np.testing.assert_array_equal(m, d)
     np.testing.assert_allclose(c, d, rtol=1e-6)
@@ -95,9 +97,13 @@ def test_masked_update_under_mirrored_strategy_equals_single_device(kind, mirror
     strategy.run(lambda i, v: dist.update(i, valid=v), args=(ids, valid))
 
   for ids, valid in _stream(4, size=20, seed=2):
-    parts = lambda x: strategy.experimental_distribute_values_from_function(  # noqa: E731
-        lambda ctx: tf.constant(x[10 * ctx.replica_id_in_sync_group:
-                                  10 * ctx.replica_id_in_sync_group + 10]))
+    parts = (
+      lambda x: strategy.experimental_distribute_values_from_function(  # noqa: E731
+        lambda ctx: tf.constant(
+          x[10 * ctx.replica_id_in_sync_group : 10 * ctx.replica_id_in_sync_group + 10]
+        )
+      )
+    )
     step(parts(ids), parts(valid))
     single.update(tf.constant(ids[valid]))
   for dv, sv in zip(dist.weights, single.weights):

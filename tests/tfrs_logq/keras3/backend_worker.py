@@ -33,10 +33,13 @@ def grads(fn, *arrays):
   """Gradients of sum(fn(*arrays)) with respect to each array (numpy in, numpy out)."""
   if BACKEND == "jax":
     import jax  # pylint: disable=g-import-not-at-top
+
     g = jax.grad(lambda *a: ops.sum(fn(*a)), argnums=tuple(range(len(arrays))))(
-        *[jax.numpy.asarray(a) for a in arrays])
+      *[jax.numpy.asarray(a) for a in arrays]
+    )
   elif BACKEND == "tensorflow":
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
     xs = [tf.constant(a) for a in arrays]
     with tf.GradientTape() as tape:
       tape.watch(xs)
@@ -44,6 +47,7 @@ def grads(fn, *arrays):
     g = tape.gradient(total, xs)
   elif BACKEND == "torch":
     import torch  # pylint: disable=g-import-not-at-top
+
     xs = [torch.tensor(a, requires_grad=True) for a in arrays]
     ops.sum(fn(*xs)).backward()
     g = [x.grad for x in xs]
@@ -54,7 +58,7 @@ def grads(fn, *arrays):
 
 def run_losses(cases, out):
   for key in sorted(k for k in cases if k.startswith("loss/") and k.endswith("/s_p")):
-    base = key[:-len("/s_p")]
+    base = key[: -len("/s_p")]
     s_p, s_n = cases[base + "/s_p"], cases[base + "/s_n"]
     lq_n, lq_p, valid = cases[base + "/lq_n"], cases[base + "/lq_p"], cases[base + "/valid"]
     dtype = str(cases[base + "/dtype"])
@@ -64,12 +68,24 @@ def run_losses(cases, out):
 
         def fn(sp, sn, correction=correction, q_prime=q_prime):
           return tlk.sampled_softmax_loss(
-              sp, sn, lq_n, correction=correction, positive_log_q=lq_p, valid_mask=valid,
-              q_prime=q_prime).loss
+            sp,
+            sn,
+            lq_n,
+            correction=correction,
+            positive_log_q=lq_p,
+            valid_mask=valid,
+            q_prime=q_prime,
+          ).loss
 
-        res = tlk.sampled_softmax_loss(s_p.astype(dtype), s_n.astype(dtype), lq_n,
-                                       correction=correction, positive_log_q=lq_p,
-                                       valid_mask=valid, q_prime=q_prime)
+        res = tlk.sampled_softmax_loss(
+          s_p.astype(dtype),
+          s_n.astype(dtype),
+          lq_n,
+          correction=correction,
+          positive_log_q=lq_p,
+          valid_mask=valid,
+          q_prime=q_prime,
+        )
         out[tag + "/loss"], out[tag + "/weight"] = _np(res.loss), _np(res.weight)
         out[tag + "/num_valid"] = _np(res.num_valid)
         out[tag + "/loss_dtype"] = np.array(keras.backend.standardize_dtype(res.loss.dtype))
@@ -77,15 +93,21 @@ def run_losses(cases, out):
           out[tag + "/grad_pos"], out[tag + "/grad_neg"] = grads(fn, s_p, s_n)
   # ratio floor (corrected only)
   c = "loss/0"
-  res = tlk.sampled_softmax_loss(cases[c + "/s_p"], cases[c + "/s_n"], cases[c + "/lq_n"],
-                                 correction="corrected", positive_log_q=cases[c + "/lq_p"],
-                                 valid_mask=cases[c + "/valid"], ratio_floor=0.3)
+  res = tlk.sampled_softmax_loss(
+    cases[c + "/s_p"],
+    cases[c + "/s_n"],
+    cases[c + "/lq_n"],
+    correction="corrected",
+    positive_log_q=cases[c + "/lq_p"],
+    valid_mask=cases[c + "/valid"],
+    ratio_floor=0.3,
+  )
   out["ratio_floor/loss"] = _np(res.loss)
 
 
 def run_retrieval(cases, out):
   for key in sorted(k for k in cases if k.startswith("task/") and k.endswith("/query")):
-    base = key[:-len("/query")]
+    base = key[: -len("/query")]
     kwargs = dict(eval(str(cases[base + "/kwargs"])))  # pylint: disable=eval-used
     call = dict(eval(str(cases[base + "/call"])))  # pylint: disable=eval-used
     inputs = {name: cases[f"{base}/{name}"] for name in call.values()}
@@ -96,7 +118,8 @@ def run_retrieval(cases, out):
 
     out[base + "/loss"] = _np(fn(cases[base + "/query"], cases[base + "/cand"]))
     out[base + "/grad_query"], out[base + "/grad_cand"] = grads(
-        fn, cases[base + "/query"], cases[base + "/cand"])
+      fn, cases[base + "/query"], cases[base + "/cand"]
+    )
 
 
 def run_layers(cases, out):
@@ -106,11 +129,11 @@ def run_layers(cases, out):
   out["spc/log"] = _np(tlk.SamplingProbabilityCorrection(from_log=True)(logits, np.log(q)))
   out["spc/rows"] = _np(spc(logits, np.broadcast_to(q, logits.shape).copy()))
   out["spc/float16"] = _np(spc(logits.astype("float16"), q))
-  out["spc/float16_dtype"] = np.array(keras.backend.standardize_dtype(
-      spc(logits.astype("float16"), q).dtype))
+  out["spc/float16_dtype"] = np.array(
+    keras.backend.standardize_dtype(spc(logits.astype("float16"), q).dtype)
+  )
   out["spc/clip"] = _np(tlk.SamplingProbabilityCorrection(epsilon=1e-3)(logits, q * 1e-4))
-  for name, bad in (("zero", np.where(np.arange(q.size) == 1, 0.0, q)),
-                    ("above_one", q * 100.0)):
+  for name, bad in (("zero", np.where(np.arange(q.size) == 1, 0.0, q)), ("above_one", q * 100.0)):
     try:
       spc(logits, bad.astype("float32"))
       out[f"spc/raises_{name}"] = np.array(False)
@@ -124,8 +147,9 @@ def run_layers(cases, out):
     out[f"rah/{dtype}_dtype"] = np.array(keras.backend.standardize_dtype(res.dtype))
   out["rah/rows"] = _np(rah(logits, labels, np.broadcast_to(ids, logits.shape).copy()))
   out["mask"] = _np(accidental_hits.accidental_hit_mask(cases["mask/pos"], cases["mask/neg"]))
-  out["mask_rows"] = _np(accidental_hits.accidental_hit_mask(cases["mask/pos"],
-                                                             cases["mask/neg_rows"]))
+  out["mask_rows"] = _np(
+    accidental_hits.accidental_hit_mask(cases["mask/pos"], cases["mask/neg_rows"])
+  )
   out["log_q_prime"] = _np(tlk.log_q_prime(cases["lqp/neg"], cases["lqp/pos"]))
 
 
@@ -133,8 +157,9 @@ def run_estimators(cases, out):
   keys = cases["hash/keys"]
   for seed in (0, 1, 7):
     for num_buckets in (1, 7, 1000, 2**20, 2**31 - 1):
-      out[f"hash/{seed}/{num_buckets}"] = _np(hashing.bucket(ops.convert_to_tensor(keys), seed,
-                                                             num_buckets))
+      out[f"hash/{seed}/{num_buckets}"] = _np(
+        hashing.bucket(ops.convert_to_tensor(keys), seed, num_buckets)
+      )
   stream = [cases[f"stream/{i}"] for i in range(int(cases["stream/n"]))]
   probe = cases["stream/probe"]
   exact = frequency.ExactCounts(int(cases["stream/vocab"]))
@@ -175,25 +200,29 @@ def run_negatives(cases, out):
   out["neg/first"] = _np(negatives.first_occurrence_mask(pos_ids, pos_valid))
   pos_emb = emb_table[pos_ids]
   for convention in negatives.CONVENTIONS:
-    mixed = negatives.MixedNegatives(int(cases["neg/k_u"]), id_range=(1, emb_table.shape[0]),
-                                     convention=convention, seed=3)
-    negs = mixed(pos_ids, pos_emb, candidate_embedder=embed, log_q_unigram=est.log_q,
-                 valid=pos_valid)
+    mixed = negatives.MixedNegatives(
+      int(cases["neg/k_u"]), id_range=(1, emb_table.shape[0]), convention=convention, seed=3
+    )
+    negs = mixed(
+      pos_ids, pos_emb, candidate_embedder=embed, log_q_unigram=est.log_q, valid=pos_valid
+    )
     scored = negatives.score_negatives(query, pos_ids, pos_emb, negs, temperature=0.5)
     loss = losses.sampled_softmax_loss(**scored.loss_kwargs(), correction="corrected")
     for name in ("ids", "log_q", "valid", "positive_log_q"):
       out[f"neg/{convention}/{name}"] = _np(getattr(negs, name))
     out[f"neg/{convention}/loss"] = _np(loss.loss)
-  uniform = negatives.UniformNegatives(5, candidate_ids=cases["neg/table_ids"], per_query=True,
-                                       seed=4)
+  uniform = negatives.UniformNegatives(
+    5, candidate_ids=cases["neg/table_ids"], per_query=True, seed=4
+  )
   ids = uniform(num_queries=query.shape[0])
   negs = negatives.Negatives(ids, embed(ids), uniform.log_q(ids))
   scored = negatives.score_negatives(query, pos_ids, pos_emb, negs)
   out["per_query/ids"] = _np(ids)
   out["per_query/log_q"] = _np(negs.log_q)
   scored = scored._replace(positive_log_q=uniform.log_q(pos_ids))
-  out["per_query/loss"] = _np(losses.sampled_softmax_loss(**scored.loss_kwargs(),
-                                                          correction="corrected").loss)
+  out["per_query/loss"] = _np(
+    losses.sampled_softmax_loss(**scored.loss_kwargs(), correction="corrected").loss
+  )
 
 
 class _TwoTower(keras.Model):
@@ -213,11 +242,13 @@ class _TwoTower(keras.Model):
   def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
     query, positive = y_pred
     self.estimator.update(x["item"])
-    negs = self.mixed(x["item"], positive, candidate_embedder=self.items,
-                      log_q_unigram=self.estimator.log_q)
+    negs = self.mixed(
+      x["item"], positive, candidate_embedder=self.items, log_q_unigram=self.estimator.log_q
+    )
     scored = negatives.score_negatives(query, x["item"], positive, negs)
-    return ops.mean(losses.sampled_softmax_loss(**scored.loss_kwargs(),
-                                                correction="corrected").loss)
+    return ops.mean(
+      losses.sampled_softmax_loss(**scored.loss_kwargs(), correction="corrected").loss
+    )
 
 
 class _AddLoss(keras.Model):
@@ -227,8 +258,9 @@ class _AddLoss(keras.Model):
     super().__init__(**kwargs)
     self.users = keras.layers.Embedding(8, 4)
     self.items = keras.layers.Embedding(12, 4)
-    self.task = tlk.Retrieval(correction="corrected", reduction="mean",
-                              frequency_estimator=frequency.ExactCounts(12))
+    self.task = tlk.Retrieval(
+      correction="corrected", reduction="mean", frequency_estimator=frequency.ExactCounts(12)
+    )
 
   def call(self, inputs, training=False):
     u, i = self.users(inputs["user"]), self.items(inputs["item"])
@@ -238,8 +270,10 @@ class _AddLoss(keras.Model):
 
 def run_training(out):
   rng = np.random.default_rng(0)
-  x = {"user": rng.integers(0, 8, 64).astype("int32"),
-       "item": rng.integers(0, 12, 64).astype("int32")}
+  x = {
+    "user": rng.integers(0, 8, 64).astype("int32"),
+    "item": rng.integers(0, 12, 64).astype("int32"),
+  }
   model = _TwoTower(12, name="two_tower")
   model.compile(optimizer=keras.optimizers.Adam(0.05))
   hist = model.fit(x, epochs=2, batch_size=16, verbose=0, shuffle=False)
@@ -306,25 +340,39 @@ def run_serialisation(cases, out):
   task_q, task_c = cases["task/0/query"], cases["task/0/cand"]
   task_ids, task_p = cases["task/0/ids"], cases["task/0/prob"]
   layers = {
-      "SampledSoftmaxLoss": (losses.SampledSoftmaxLoss("corrected", "proxy", ratio_floor=0.01),
-                             lambda l: l(s_p, s_n, lq_n, lq_p, valid)),
-      "SamplingProbabilityCorrection": (tlk.SamplingProbabilityCorrection(from_log=True),
-                                        lambda l: l(logits, np.log(q))),
-      "RemoveAccidentalHits": (tlk.RemoveAccidentalHits(), lambda l: l(logits, labels, ids)),
-      "Retrieval": (tlk.Retrieval("standard", temperature=0.5, num_hard_negatives=5,
-                                  remove_accidental_hits=True, reduction="mean"),
-                    lambda l: l(task_q, task_c, candidate_sampling_probability=task_p,
-                                candidate_ids=task_ids)),
-      "RetrievalWithEstimator": (tlk.Retrieval("corrected", frequency_estimator=exact,
-                                               update_frequency="never"),
-                                 lambda l: l(task_q, task_c, candidate_ids=task_ids)),
-      "ExactCounts": (exact, lambda l: l.log_q(probe)),
-      "HashArrayEstimator": (hash_est, lambda l: l.log_q(probe)),
-      "UniformNegatives": (negatives.UniformNegatives(4, id_range=(3, 9), seed=2),
-                           lambda l: l.log_q(ops.arange(4))),
-      "MixedNegatives": (negatives.MixedNegatives(4, candidate_ids=[2, 4, 6, 8, 10],
-                                                  convention="mixture", seed=2),
-                         lambda l: l.log_q(ops.convert_to_tensor([-1.0, -2.0]), 3.0)),
+    "SampledSoftmaxLoss": (
+      losses.SampledSoftmaxLoss("corrected", "proxy", ratio_floor=0.01),
+      lambda l: l(s_p, s_n, lq_n, lq_p, valid),
+    ),
+    "SamplingProbabilityCorrection": (
+      tlk.SamplingProbabilityCorrection(from_log=True),
+      lambda l: l(logits, np.log(q)),
+    ),
+    "RemoveAccidentalHits": (tlk.RemoveAccidentalHits(), lambda l: l(logits, labels, ids)),
+    "Retrieval": (
+      tlk.Retrieval(
+        "standard",
+        temperature=0.5,
+        num_hard_negatives=5,
+        remove_accidental_hits=True,
+        reduction="mean",
+      ),
+      lambda l: l(task_q, task_c, candidate_sampling_probability=task_p, candidate_ids=task_ids),
+    ),
+    "RetrievalWithEstimator": (
+      tlk.Retrieval("corrected", frequency_estimator=exact, update_frequency="never"),
+      lambda l: l(task_q, task_c, candidate_ids=task_ids),
+    ),
+    "ExactCounts": (exact, lambda l: l.log_q(probe)),
+    "HashArrayEstimator": (hash_est, lambda l: l.log_q(probe)),
+    "UniformNegatives": (
+      negatives.UniformNegatives(4, id_range=(3, 9), seed=2),
+      lambda l: l.log_q(ops.arange(4)),
+    ),
+    "MixedNegatives": (
+      negatives.MixedNegatives(4, candidate_ids=[2, 4, 6, 8, 10], convention="mixture", seed=2),
+      lambda l: l.log_q(ops.convert_to_tensor([-1.0, -2.0]), 3.0),
+    ),
   }
   with tempfile.TemporaryDirectory() as directory:
     for name, (layer, call) in layers.items():

@@ -21,16 +21,16 @@ from tfrs_logq.keras3 import frequency, losses, negatives
 
 
 class TwoTower(keras.Model):
-
   def __init__(self, **kwargs):
     super().__init__(**kwargs)
     self.users = keras.layers.Embedding(
-        16, 4, embeddings_initializer=keras.initializers.RandomNormal(seed=1))
+      16, 4, embeddings_initializer=keras.initializers.RandomNormal(seed=1)
+    )
     self.items = keras.layers.Embedding(
-        20, 4, embeddings_initializer=keras.initializers.RandomNormal(seed=2))
+      20, 4, embeddings_initializer=keras.initializers.RandomNormal(seed=2)
+    )
     self.estimator = frequency.CountMinSketch(width=64, depth=2, conservative=True)
-    self.mixed = negatives.MixedNegatives(3, id_range=(0, 20), convention="expected_count",
-                                          seed=5)
+    self.mixed = negatives.MixedNegatives(3, id_range=(0, 20), convention="expected_count", seed=5)
 
   def call(self, inputs):
     return self.users(inputs["user"]), self.items(inputs["item"])
@@ -38,27 +38,33 @@ class TwoTower(keras.Model):
   def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
     query, positive = y_pred
     self.estimator.update(x["item"])
-    negs = self.mixed(x["item"], positive, candidate_embedder=self.items,
-                      log_q_unigram=self.estimator.log_q)
+    negs = self.mixed(
+      x["item"], positive, candidate_embedder=self.items, log_q_unigram=self.estimator.log_q
+    )
     scored = negatives.score_negatives(query, x["item"], positive, negs, temperature=0.5)
-    return ops.mean(losses.sampled_softmax_loss(**scored.loss_kwargs(),
-                                                correction="corrected").loss)
+    return ops.mean(
+      losses.sampled_softmax_loss(**scored.loss_kwargs(), correction="corrected").loss
+    )
 
 
 def train(distribution):
   keras.distribution.set_distribution(distribution)
   rng = np.random.default_rng(0)
-  x = {"user": rng.integers(0, 16, 64).astype("int32"),
-       "item": rng.integers(0, 20, 64).astype("int32")}
+  x = {
+    "user": rng.integers(0, 16, 64).astype("int32"),
+    "item": rng.integers(0, 20, 64).astype("int32"),
+  }
   model = TwoTower(name="two_tower")
   model.compile(optimizer=keras.optimizers.SGD(0.5))
   hist = model.fit(x, epochs=2, batch_size=16, verbose=0, shuffle=False)
-  out = {"loss": np.array(hist.history["loss"]),
-         "users": np.asarray(model.users.embeddings.value),
-         "items": np.asarray(model.items.embeddings.value),
-         "table": np.asarray(model.estimator.table.value),
-         "total": np.asarray(model.estimator.total.value),
-         "sharding_devices": np.array(len(model.items.embeddings.value.sharding.device_set))}
+  out = {
+    "loss": np.array(hist.history["loss"]),
+    "users": np.asarray(model.users.embeddings.value),
+    "items": np.asarray(model.items.embeddings.value),
+    "table": np.asarray(model.estimator.table.value),
+    "total": np.asarray(model.estimator.total.value),
+    "sharding_devices": np.array(len(model.items.embeddings.value.sharding.device_set)),
+  }
   keras.distribution.set_distribution(None)
   return out
 
@@ -79,17 +85,22 @@ def pool_layout(distribution):
 
   outs = build(ids, emb, log_q)
   keras.distribution.set_distribution(None)
-  return {"input_sharded": np.array(not ids.sharding.is_fully_replicated),
-          "pool_replicated": np.array([o.sharding.is_fully_replicated for o in outs]),
-          "pool_ids": np.asarray(outs[0]), "pool_valid": np.asarray(outs[2]),
-          "pool_log_q": np.asarray(outs[3])}
+  return {
+    "input_sharded": np.array(not ids.sharding.is_fully_replicated),
+    "pool_replicated": np.array([o.sharding.is_fully_replicated for o in outs]),
+    "pool_ids": np.asarray(outs[0]),
+    "pool_valid": np.asarray(outs[2]),
+    "pool_log_q": np.asarray(outs[3]),
+  }
 
 
 def main():
   devices = keras.distribution.list_devices()
   out = {"num_devices": np.array(len(devices))}
-  for name, dist in (("single", None),
-                     ("parallel", keras.distribution.DataParallel(devices=devices))):
+  for name, dist in (
+    ("single", None),
+    ("parallel", keras.distribution.DataParallel(devices=devices)),
+  ):
     for key, value in train(dist).items():
       out[f"{name}/{key}"] = value
   for key, value in pool_layout(keras.distribution.DataParallel(devices=devices)).items():

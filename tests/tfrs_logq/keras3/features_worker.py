@@ -36,12 +36,14 @@ def run_full_softmax(out):
   res = tlk.full_softmax_loss(c["query"], c["ids"], table, temperature=0.5, id_offset=1)
   out["full/loss"], out["full/num_valid"] = _np(res.loss), _np(res.num_valid)
   out["full/grad_query"], out["full/grad_table"] = grads(fn, c["query"], table)
-  out["full/layer"] = _np(tlk.FullSoftmaxLoss(temperature=0.5, id_offset=1)(
-      c["query"], c["ids"], table).loss)
+  out["full/layer"] = _np(
+    tlk.FullSoftmaxLoss(temperature=0.5, id_offset=1)(c["query"], c["ids"], table).loss
+  )
   huge = tlk.full_softmax_loss(c["query"] * 1e18, c["ids"], table, id_offset=1)
   out["full/huge"] = _np(huge.loss)
   out["full/huge_grad"] = grads(
-      lambda q: tlk.full_softmax_loss(q, c["ids"], table, id_offset=1).loss, c["query"] * 1e18)[0]
+    lambda q: tlk.full_softmax_loss(q, c["ids"], table, id_offset=1).loss, c["query"] * 1e18
+  )[0]
   for name, bad in (("low", [0, 1, 2, 3, 4, 5]), ("high", [1, 2, 3, 4, 5, 10])):
     try:
       tlk.full_softmax_loss(c["query"], np.array(bad, np.int32), table, id_offset=1)
@@ -71,20 +73,23 @@ def run_count_min(out):
   for name, cfg in fc.COUNT_MIN_CONFIGS.items():
     cms = frequency.CountMinSketch(**cfg)
     update = cms.update
-    if backend_worker.BACKEND == "jax":   # a compiled update, as inside model.fit
+    if backend_worker.BACKEND == "jax":  # a compiled update, as inside model.fit
       import jax  # pylint: disable=g-import-not-at-top
 
       @jax.jit
       def step(state, ids):
-        with keras.StatelessScope(state_mapping=list(zip(cms.non_trainable_variables, state))) \
-            as scope:
+        with keras.StatelessScope(
+          state_mapping=list(zip(cms.non_trainable_variables, state))
+        ) as scope:
           cms.update(ids)
         return [scope.get_current_value(v) for v in cms.non_trainable_variables]
 
       def update(ids):
-        for v, value in zip(cms.non_trainable_variables, step(
-            [v.value for v in cms.non_trainable_variables], ids)):
+        for v, value in zip(
+          cms.non_trainable_variables, step([v.value for v in cms.non_trainable_variables], ids)
+        ):
           v.assign(value)
+
     for i, ids in enumerate(fc.stream()):
       update(ids)
       out[f"cms/{name}/log_q/{i}"] = _np(cms.log_q(fc.PROBE))
@@ -104,17 +109,25 @@ def run_negatives(out):
     return ops.take(ops.convert_to_tensor(table), ids, axis=0)
 
   for convention in negatives.CONVENTIONS:
-    negs = negatives.in_batch_negatives(pos_ids, pos_emb, est.log_q(pos_ids), valid,
-                                        convention=convention)
+    negs = negatives.in_batch_negatives(
+      pos_ids, pos_emb, est.log_q(pos_ids), valid, convention=convention
+    )
     out[f"in_batch/{convention}/log_q"] = _np(negs.log_q)
     out[f"in_batch/{convention}/positive_log_q"] = _np(negs.positive_log_q)
     out[f"in_batch/{convention}/valid"] = _np(negs.valid)
     for per in negatives.UNIFORM_PER:
       tag = f"mixed/{convention}/{per}"
-      mixed = negatives.MixedNegatives(c["k_u"], id_range=(1, table.shape[0]),
-                                       convention=convention, per=per, seed=3)
-      negs = mixed(pos_ids, pos_emb, candidate_embedder=embed, log_q_unigram=est.log_q,
-                   valid=valid, sequence_ids=c["sequence_ids"])
+      mixed = negatives.MixedNegatives(
+        c["k_u"], id_range=(1, table.shape[0]), convention=convention, per=per, seed=3
+      )
+      negs = mixed(
+        pos_ids,
+        pos_emb,
+        candidate_embedder=embed,
+        log_q_unigram=est.log_q,
+        valid=valid,
+        sequence_ids=c["sequence_ids"],
+      )
       scored = negatives.score_negatives(c["query"], pos_ids, pos_emb, negs, temperature=0.5)
       loss = losses.sampled_softmax_loss(**scored.loss_kwargs(), correction="corrected")
       for name in ("ids", "log_q", "valid", "positive_log_q"):
@@ -126,10 +139,17 @@ def run_negatives(out):
   grid_sequences = np.repeat(np.arange(2, dtype=np.int32), 4)
   for per in negatives.UNIFORM_PER:
     for how in ("call", "blocks"):
-      mixed = negatives.MixedNegatives(c["k_u"], id_range=(1, table.shape[0]),
-                                       convention="mixture", per=per, seed=3, num_in_batch=4)
-      kwargs = dict(candidate_embedder=embed, log_q_unigram=est.log_q, valid=valid,
-                    sequence_ids=grid_sequences)
+      mixed = negatives.MixedNegatives(
+        c["k_u"],
+        id_range=(1, table.shape[0]),
+        convention="mixture",
+        per=per,
+        seed=3,
+        num_in_batch=4,
+      )
+      kwargs = dict(
+        candidate_embedder=embed, log_q_unigram=est.log_q, valid=valid, sequence_ids=grid_sequences
+      )
       if how == "call":
         negs = mixed(pos_ids, pos_emb, **kwargs)
         scored = negatives.score_negatives(c["query"], pos_ids, pos_emb, negs, temperature=0.5)
@@ -138,8 +158,7 @@ def run_negatives(out):
         out[f"blocks/{per}/layouts"] = np.array([layout for layout, _ in blocks])
         out[f"blocks/{per}/shapes"] = np.array([tuple(e.shape) for _, e in blocks][1])
         assert negs.embeddings is None
-        scored = negatives.score_blocks(c["query"], pos_ids, pos_emb, negs, blocks,
-                                        temperature=0.5)
+        scored = negatives.score_blocks(c["query"], pos_ids, pos_emb, negs, blocks, temperature=0.5)
       out[f"blocks/{per}/{how}/ids"] = _np(negs.ids)
       for name in scored._fields:
         out[f"blocks/{per}/{how}/{name}"] = _np(getattr(scored, name))
@@ -158,26 +177,32 @@ def run_serialisation(out):
   for ids in fc.stream()[:3]:
     cms.update(ids)
   layers = {
-      "FullSoftmaxLoss": (tlk.FullSoftmaxLoss(temperature=0.25, id_offset=1, check_scores=True),
-                          lambda l: l(c["query"], c["ids"], c["table"])),
-      "GBCELoss": (tlk.GBCELoss(0.3, check_scores=True),
-                   lambda l: l(g["s_p"], g["s_n"], g["valid"])),
-      "CountMinSketch": (cms, lambda l: l.log_q(fc.PROBE)),
-      "UniformNegativesPerSequence": (
-          negatives.UniformNegatives(4, candidate_ids=[2, 4, 6], per="sequence", seed=2),
-          lambda l: l.log_q(ops.arange(4))),
-      "MixedNegativesExpectedCount": (
-          negatives.MixedNegatives(3, id_range=(1, 12), convention="expected_count",
-                                   per="query", cross_replica=False, seed=2),
-          lambda l: l.log_q(ops.convert_to_tensor([-1.0, -2.0]), 3.0, 5.0, 3.0)),
-      "SampledSoftmaxLossCheckScores": (
-          losses.SampledSoftmaxLoss("none", check_scores=True),
-          lambda l: l(g["s_p"], g["s_n"], valid_mask=g["valid"])),
+    "FullSoftmaxLoss": (
+      tlk.FullSoftmaxLoss(temperature=0.25, id_offset=1, check_scores=True),
+      lambda l: l(c["query"], c["ids"], c["table"]),
+    ),
+    "GBCELoss": (tlk.GBCELoss(0.3, check_scores=True), lambda l: l(g["s_p"], g["s_n"], g["valid"])),
+    "CountMinSketch": (cms, lambda l: l.log_q(fc.PROBE)),
+    "UniformNegativesPerSequence": (
+      negatives.UniformNegatives(4, candidate_ids=[2, 4, 6], per="sequence", seed=2),
+      lambda l: l.log_q(ops.arange(4)),
+    ),
+    "MixedNegativesExpectedCount": (
+      negatives.MixedNegatives(
+        3, id_range=(1, 12), convention="expected_count", per="query", cross_replica=False, seed=2
+      ),
+      lambda l: l.log_q(ops.convert_to_tensor([-1.0, -2.0]), 3.0, 5.0, 3.0),
+    ),
+    "SampledSoftmaxLossCheckScores": (
+      losses.SampledSoftmaxLoss("none", check_scores=True),
+      lambda l: l(g["s_p"], g["s_n"], valid_mask=g["valid"]),
+    ),
   }
   with tempfile.TemporaryDirectory() as directory:
     for name, (layer, call) in layers.items():
       before, cloned, after, config_same = backend_worker._roundtrip(  # pylint: disable=protected-access
-          layer, call, directory, name)
+        layer, call, directory, name
+      )
       for i, (b, cl, a) in enumerate(zip(before, cloned, after)):
         out[f"serial/{name}/{i}/before"], out[f"serial/{name}/{i}/clone"] = b, cl
         out[f"serial/{name}/{i}/after"] = a
@@ -185,12 +210,16 @@ def run_serialisation(out):
 
 
 def run_bad_arguments(out):
-  makers = {"FullSoftmaxLoss": tlk.FullSoftmaxLoss, "GBCELoss": tlk.GBCELoss,
-            "gbce_beta": tlk.gbce_beta, "CountMinSketch": frequency.CountMinSketch,
-            "UniformNegatives": negatives.UniformNegatives,
-            "InBatchConvention": lambda convention: negatives.in_batch_negatives(
-                [1, 2], np.ones((2, 2), np.float32), np.zeros(2, np.float32),
-                convention=convention)}
+  makers = {
+    "FullSoftmaxLoss": tlk.FullSoftmaxLoss,
+    "GBCELoss": tlk.GBCELoss,
+    "gbce_beta": tlk.gbce_beta,
+    "CountMinSketch": frequency.CountMinSketch,
+    "UniformNegatives": negatives.UniformNegatives,
+    "InBatchConvention": lambda convention: negatives.in_batch_negatives(
+      [1, 2], np.ones((2, 2), np.float32), np.zeros(2, np.float32), convention=convention
+    ),
+  }
   for i, (name, kwargs) in enumerate(fc.BAD_ARGUMENTS):
     try:
       makers[name](**kwargs)
@@ -201,8 +230,14 @@ def run_bad_arguments(out):
 
 def main():
   out = {}
-  for section in (run_full_softmax, run_gbce, run_count_min, run_negatives, run_serialisation,
-                  run_bad_arguments):
+  for section in (
+    run_full_softmax,
+    run_gbce,
+    run_count_min,
+    run_negatives,
+    run_serialisation,
+    run_bad_arguments,
+  ):
     section(out)
   out["env/backend"] = np.array(backend_worker.BACKEND)
   out["env/tf_keras_loaded"] = np.array("tf_keras" in sys.modules)

@@ -83,9 +83,9 @@ def run_fit(out, tmp):
   out["save/pattern"] = np.array(loaded.optimizer.table_pattern)
   out["save/k"] = _np(plain.row_counts(plain_emb.embeddings))
   out["save/k_loaded"] = _np(loaded.optimizer.row_counts(loaded.get_layer("items").embeddings))
-  out["save/variables_equal"] = np.array(all(
-      np.array_equal(_np(a), _np(b))
-      for a, b in zip(plain.variables, loaded.optimizer.variables)))
+  out["save/variables_equal"] = np.array(
+    all(np.array_equal(_np(a), _np(b)) for a, b in zip(plain.variables, loaded.optimizer.variables))
+  )
   try:
     tlk.LazyAdam(amsgrad=True)
     out["amsgrad"] = np.array("")

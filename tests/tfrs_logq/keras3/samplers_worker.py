@@ -24,17 +24,23 @@ import backend_worker
 _np = backend_worker._np  # pylint: disable=protected-access
 
 QUANTIZERS = ("pq", "rq")
-STATE = ("codebook_1", "codebook_2", "item_codes", "sorted_items", "cell_counts",
-         "cell_offsets")
+STATE = ("codebook_1", "codebook_2", "item_codes", "sorted_items", "cell_counts", "cell_offsets")
 NUM_DRAWS = 30000
 
 
 def copied_sampler(cases, q, **kwargs):
   """A Keras 3 sampler holding the tf-keras sampler's state (codebooks and index)."""
   n, d = cases[f"midx/{q}/emb"].shape
-  sampler = negatives.MIDXSampler(num_codewords=int(cases["midx/k"]), quantizer=q, num_items=n,
-                                  dim=d, temperature=float(cases["midx/temperature"]),
-                                  id_offset=1, seed=11, **kwargs)
+  sampler = negatives.MIDXSampler(
+    num_codewords=int(cases["midx/k"]),
+    quantizer=q,
+    num_items=n,
+    dim=d,
+    temperature=float(cases["midx/temperature"]),
+    id_offset=1,
+    seed=11,
+    **kwargs,
+  )
   for name in STATE:
     variable = getattr(sampler, name)
     variable.assign(ops.cast(cases[f"midx/{q}/{name}"], variable.dtype))
@@ -59,16 +65,19 @@ def run_midx(cases, out):
     out[f"midx/{q}/generator_1"], out[f"midx/{q}/generator_2"] = _np(first), _np(second)
     # refresh on Keras 3: the index against its definition, determinism, the refresh count
     emb = cases[f"refresh/{q}/emb"]
-    a = negatives.MIDXSampler(num_codewords=5, quantizer=q, seed=2, kmeans_iterations=5,
-                              chunk_size=64)
-    b = negatives.MIDXSampler(num_codewords=5, quantizer=q, seed=2, kmeans_iterations=5,
-                              chunk_size=64)
+    a = negatives.MIDXSampler(
+      num_codewords=5, quantizer=q, seed=2, kmeans_iterations=5, chunk_size=64
+    )
+    b = negatives.MIDXSampler(
+      num_codewords=5, quantizer=q, seed=2, kmeans_iterations=5, chunk_size=64
+    )
     out[f"refresh/{q}/count_1"] = np.array(a.refresh(emb))
     b.refresh(emb)
     for name in STATE:
       out[f"refresh/{q}/{name}"] = _np(getattr(a, name))
       out[f"refresh/{q}/same_{name}"] = np.array(
-          np.array_equal(_np(getattr(a, name)), _np(getattr(b, name))))
+        np.array_equal(_np(getattr(a, name)), _np(getattr(b, name)))
+      )
     moved = cases[f"refresh/{q}/moved"]
     out[f"refresh/{q}/count_2"] = np.array(a.refresh(moved))
     for name in STATE:
@@ -89,8 +98,14 @@ def run_midx_score(cases, out):
     embedder = None
     if source == "embedder":
       embedder = lambda i: ops.take(ops.convert_to_tensor(table), i, axis=0)  # noqa: E731
-    sampler = negatives.MIDXSampler(num_codewords=3, quantizer="pq", seed=4, id_offset=1,
-                                    num_negatives=40, candidate_embedder=embedder)
+    sampler = negatives.MIDXSampler(
+      num_codewords=3,
+      quantizer="pq",
+      seed=4,
+      id_offset=1,
+      num_negatives=40,
+      candidate_embedder=embedder,
+    )
     sampler.refresh(table[1:])
     kwargs = dict(item_table=table) if source == "item_table" else {}
     scored = sampler.score(z, pos, table[pos], temperature=0.5, seed=7, **kwargs)
@@ -111,19 +126,30 @@ def run_midx_serialisation(cases, out):
   call = lambda l: (l.proposal_log_probs(z), l.sample(z, 5, seed=3))  # noqa: E731
   with tempfile.TemporaryDirectory() as directory:
     before, cloned, after, config_same = backend_worker._roundtrip(  # pylint: disable=protected-access
-        sampler, call, directory, "MIDXSampler")
+      sampler, call, directory, "MIDXSampler"
+    )
   for i, (b, c, a) in enumerate(zip(before, cloned, after)):
     out[f"serial/{i}/before"], out[f"serial/{i}/clone"], out[f"serial/{i}/after"] = b, c, a
   out["serial/config_same"] = np.array(config_same)
 
 
 BAD_CONSTRUCTOR = [
-    dict(num_codewords=0), dict(num_codewords=2.0), dict(num_codewords=True),
-    dict(quantizer="opq"), dict(temperature=0.0), dict(id_offset=-1), dict(id_offset=1.0),
-    dict(kmeans_iterations=-1), dict(kmeans_max_points=0), dict(num_negatives=0),
-    dict(num_negatives=2.0), dict(num_items=10), dict(num_items=0, dim=4),
-    dict(quantizer="pq", num_items=10, dim=1), dict(quantizer="rq", num_items=4, dim=True),
-    dict(candidate_embedder=3),
+  dict(num_codewords=0),
+  dict(num_codewords=2.0),
+  dict(num_codewords=True),
+  dict(quantizer="opq"),
+  dict(temperature=0.0),
+  dict(id_offset=-1),
+  dict(id_offset=1.0),
+  dict(kmeans_iterations=-1),
+  dict(kmeans_max_points=0),
+  dict(num_negatives=0),
+  dict(num_negatives=2.0),
+  dict(num_items=10),
+  dict(num_items=0, dim=4),
+  dict(quantizer="pq", num_items=10, dim=1),
+  dict(quantizer="rq", num_items=4, dim=True),
+  dict(candidate_embedder=3),
 ]
 
 
@@ -139,24 +165,28 @@ def bad_calls(make, rng_emb):
   """(name, call) of a sampler's bad calls; ``make(refreshed)`` builds a sampler (dim 4)."""
   z = np.ones((2, 4), np.float32)
   return [
-      ("sample_before_refresh", lambda: make(False).sample(z, 3)),
-      ("refresh_ints", lambda: make(False).refresh(np.ones((5, 4), np.int32))),
-      ("refresh_empty", lambda: make(False).refresh(np.ones((0, 4), np.float32))),
-      ("refresh_other_size", lambda: make(True).refresh(np.ones((6, 4), np.float32))),
-      ("sample_wrong_dim", lambda: make(True).sample(np.ones((2, 3), np.float32), 3)),
-      ("sample_empty", lambda: make(True).sample(np.ones((0, 4), np.float32), 3)),
-      ("sample_zero", lambda: make(True).sample(z, 0)),
-      ("sample_float_count", lambda: make(True).sample(z, 2.0)),
-      ("sample_int_queries", lambda: make(True).sample(np.ones((2, 4), np.int32), 3)),
-      ("log_prob_float_ids", lambda: make(True).log_prob(z, np.array([0.0, 1.0], np.float32))),
-      ("log_prob_rows", lambda: make(True).log_prob(z, np.array([0, 1, 2], np.int32))),
-      ("score_no_num_negatives", lambda: make(True).score(
-          z, np.array([0, 1], np.int32), z, item_table=rng_emb)),
+    ("sample_before_refresh", lambda: make(False).sample(z, 3)),
+    ("refresh_ints", lambda: make(False).refresh(np.ones((5, 4), np.int32))),
+    ("refresh_empty", lambda: make(False).refresh(np.ones((0, 4), np.float32))),
+    ("refresh_other_size", lambda: make(True).refresh(np.ones((6, 4), np.float32))),
+    ("sample_wrong_dim", lambda: make(True).sample(np.ones((2, 3), np.float32), 3)),
+    ("sample_empty", lambda: make(True).sample(np.ones((0, 4), np.float32), 3)),
+    ("sample_zero", lambda: make(True).sample(z, 0)),
+    ("sample_float_count", lambda: make(True).sample(z, 2.0)),
+    ("sample_int_queries", lambda: make(True).sample(np.ones((2, 4), np.int32), 3)),
+    ("log_prob_float_ids", lambda: make(True).log_prob(z, np.array([0.0, 1.0], np.float32))),
+    ("log_prob_rows", lambda: make(True).log_prob(z, np.array([0, 1, 2], np.int32))),
+    (
+      "score_no_num_negatives",
+      lambda: make(True).score(z, np.array([0, 1], np.int32), z, item_table=rng_emb),
+    ),
   ]
 
 
-RUNTIME_CALLS = [   # tf-keras raises these in the graph (InvalidArgumentError); same words here
-    ("refresh_nan", "NaN"), ("sample_inf", "NaN"), ("log_prob_out_of_range", "out of range"),
+RUNTIME_CALLS = [  # tf-keras raises these in the graph (InvalidArgumentError); same words here
+  ("refresh_nan", "NaN"),
+  ("sample_inf", "NaN"),
+  ("log_prob_out_of_range", "out of range"),
 ]
 
 
@@ -176,15 +206,23 @@ def run_bad_arguments(cases, out):
   nan = np.ones((5, 4), np.float32)
   nan[2, 1] = np.nan
   z = np.ones((2, 4), np.float32)
-  runtime = {"refresh_nan": lambda: make(False).refresh(nan),
-             "sample_inf": lambda: make(True).sample(np.full((2, 4), np.inf, np.float32), 3),
-             "log_prob_out_of_range": lambda: make(True).log_prob(z, np.array([0, 5], np.int32))}
+  runtime = {
+    "refresh_nan": lambda: make(False).refresh(nan),
+    "sample_inf": lambda: make(True).sample(np.full((2, 4), np.inf, np.float32), 3),
+    "log_prob_out_of_range": lambda: make(True).log_prob(z, np.array([0, 5], np.int32)),
+  }
   for name, _ in RUNTIME_CALLS:
     out[f"bad/runtime/{name}"] = np.array(_error(runtime[name]))
-  out["bad/in_batch_k_b"] = np.array(_error(lambda: negatives.in_batch_negatives(
-      [1, 2], np.ones((2, 2), np.float32), np.zeros(2, np.float32), num_negatives=0)))
-  out["bad/mixed_k_b"] = np.array(_error(lambda: negatives.MixedNegatives(
-      3, id_range=(0, 9), num_in_batch=2.0)))
+  out["bad/in_batch_k_b"] = np.array(
+    _error(
+      lambda: negatives.in_batch_negatives(
+        [1, 2], np.ones((2, 2), np.float32), np.zeros(2, np.float32), num_negatives=0
+      )
+    )
+  )
+  out["bad/mixed_k_b"] = np.array(
+    _error(lambda: negatives.MixedNegatives(3, id_range=(0, 9), num_in_batch=2.0))
+  )
 
 
 def run_in_batch_subsample(cases, out):
@@ -195,51 +233,70 @@ def run_in_batch_subsample(cases, out):
     k_b = int(k_b)
     for convention in negatives.CONVENTIONS:
       tag = f"kb/{k_b}/{convention}"
-      negs = negatives.in_batch_negatives(pos_ids, emb[pos_ids], log_q, valid,
-                                          convention=convention, num_negatives=k_b, keys=keys)
+      negs = negatives.in_batch_negatives(
+        pos_ids, emb[pos_ids], log_q, valid, convention=convention, num_negatives=k_b, keys=keys
+      )
       for name in ("ids", "log_q", "valid", "positive_log_q"):
         out[f"{tag}/{name}"] = _np(getattr(negs, name))
       out[f"{tag}/embeddings"] = _np(negs.embeddings)
-      mixed = negatives.MixedNegatives(3, id_range=(1, emb.shape[0]), convention=convention,
-                                       seed=3, num_in_batch=k_b)
-      negs = mixed(pos_ids, emb[pos_ids],
-                   candidate_embedder=lambda i: ops.take(ops.convert_to_tensor(emb), i, axis=0),
-                   log_q_unigram=lambda i: ops.take(ops.convert_to_tensor(log_q_table), i),
-                   valid=valid, in_batch_keys=keys)
+      mixed = negatives.MixedNegatives(
+        3, id_range=(1, emb.shape[0]), convention=convention, seed=3, num_in_batch=k_b
+      )
+      negs = mixed(
+        pos_ids,
+        emb[pos_ids],
+        candidate_embedder=lambda i: ops.take(ops.convert_to_tensor(emb), i, axis=0),
+        log_q_unigram=lambda i: ops.take(ops.convert_to_tensor(log_q_table), i),
+        valid=valid,
+        in_batch_keys=keys,
+      )
       for name in ("ids", "log_q", "valid", "positive_log_q"):
         out[f"mixed_{tag}/{name}"] = _np(getattr(negs, name))
-      scored = negatives.score_negatives(cases["kb/query"], pos_ids, emb[pos_ids], negs,
-                                         temperature=0.5)
-      out[f"mixed_{tag}/loss"] = _np(losses.sampled_softmax_loss(
-          **scored.loss_kwargs(), correction="corrected").loss)
+      scored = negatives.score_negatives(
+        cases["kb/query"], pos_ids, emb[pos_ids], negs, temperature=0.5
+      )
+      out[f"mixed_{tag}/loss"] = _np(
+        losses.sampled_softmax_loss(**scored.loss_kwargs(), correction="corrected").loss
+      )
   # random keys: the kept ids are a uniform subset (frequency of each distinct id ~ k_b / U)
   k_b = 3
   generator = keras.random.SeedGenerator(17)
   kept = []
   for _ in range(int(cases["kb/num_random"])):
-    negs = negatives.in_batch_negatives(pos_ids, emb[pos_ids], log_q, valid,
-                                        num_negatives=k_b, seed=generator)
+    negs = negatives.in_batch_negatives(
+      pos_ids, emb[pos_ids], log_q, valid, num_negatives=k_b, seed=generator
+    )
     ids, mask = _np(negs.ids), _np(negs.valid)
     kept.append(np.isin(np.arange(emb.shape[0]), ids[mask]))
   out["kb/random_kept"] = np.array(kept)
-  mixed = negatives.MixedNegatives(3, id_range=(1, emb.shape[0]), seed=3, num_in_batch=k_b,
-                                   convention="expected_count")
-  call = lambda l: (l.log_q(ops.convert_to_tensor([-1.0, -2.0]), 3.0, 5.0, 3.0),  # noqa: E731
-                    ops.convert_to_tensor(l.num_in_batch))
+  mixed = negatives.MixedNegatives(
+    3, id_range=(1, emb.shape[0]), seed=3, num_in_batch=k_b, convention="expected_count"
+  )
+  call = lambda l: (
+    l.log_q(ops.convert_to_tensor([-1.0, -2.0]), 3.0, 5.0, 3.0),  # noqa: E731
+    ops.convert_to_tensor(l.num_in_batch),
+  )
   with tempfile.TemporaryDirectory() as directory:
     before, cloned, after, config_same = backend_worker._roundtrip(  # pylint: disable=protected-access
-        mixed, call, directory, "MixedKb")
+      mixed, call, directory, "MixedKb"
+    )
   out["kb/serial/before"], out["kb/serial/clone"] = before[0], cloned[0]
   out["kb/serial/after"], out["kb/serial/config_same"] = after[0], np.array(config_same)
   out["kb/serial/num_in_batch"] = np.array(
-      negatives.MixedNegatives.from_config(mixed.get_config()).num_in_batch)
+    negatives.MixedNegatives.from_config(mixed.get_config()).num_in_batch
+  )
 
 
 def main():
   cases = dict(np.load(sys.argv[1], allow_pickle=False))
   out = {}
-  for section in (run_midx, run_midx_score, run_midx_serialisation, run_bad_arguments,
-                  run_in_batch_subsample):
+  for section in (
+    run_midx,
+    run_midx_score,
+    run_midx_serialisation,
+    run_bad_arguments,
+    run_in_batch_subsample,
+  ):
     section(cases, out)
   out["env/backend"] = np.array(backend_worker.BACKEND)
   out["env/tf_keras_loaded"] = np.array("tf_keras" in sys.modules)

@@ -40,6 +40,7 @@ VOCAB = 40
 
 # ---- the cases (numpy, deterministic) -------------------------------------------------------
 
+
 def _loss_case(seed, a=7, num_items=12, n=13, per_row_q=False):
   rng = np.random.default_rng(seed)
   q = rng.dirichlet(np.ones(num_items))
@@ -47,12 +48,17 @@ def _loss_case(seed, a=7, num_items=12, n=13, per_row_q=False):
   neg_ids = rng.choice(num_items, size=n, p=q)
   neg_ids[0] = pos_ids[0]
   valid = pos_ids[:, None] != neg_ids[None, :]
-  valid[-1, :] = False                                   # a row without negatives
+  valid[-1, :] = False  # a row without negatives
   lq_n = np.log(q[neg_ids])
   if per_row_q:
     lq_n = np.log(rng.dirichlet(np.ones(n), size=a) * 0.5 + 1e-3)
-  return dict(s_p=rng.normal(0, 2, a), s_n=rng.normal(0, 2, (a, n)), lq_n=lq_n,
-              lq_p=np.log(q[pos_ids]), valid=valid)
+  return dict(
+    s_p=rng.normal(0, 2, a),
+    s_n=rng.normal(0, 2, (a, n)),
+    lq_n=lq_n,
+    lq_p=np.log(q[pos_ids]),
+    valid=valid,
+  )
 
 
 def _extreme_case():
@@ -80,23 +86,40 @@ def _task_case(seed, a=10, extra=6, d=5, num_items=15):
   q = np.maximum(rng.dirichlet(np.ones(num_items) * 0.5), 1e-4)
   q /= q.sum()
   ids = rng.choice(num_items, size=a + extra, p=q)
-  return dict(query=rng.normal(size=(a, d)), cand=rng.normal(size=(a + extra, d)), prob=q[ids],
-              ids=ids, weight=rng.uniform(0.5, 2.0, size=a),
-              mask=rng.uniform(size=(a, a + extra)) > 0.2)
+  return dict(
+    query=rng.normal(size=(a, d)),
+    cand=rng.normal(size=(a + extra, d)),
+    prob=q[ids],
+    ids=ids,
+    weight=rng.uniform(0.5, 2.0, size=a),
+    mask=rng.uniform(size=(a, a + extra)) > 0.2,
+  )
 
 
 TASK_CASES = [  # (Keras 3 kwargs, call arguments -> case arrays)
-    (dict(correction=c), dict(candidate_sampling_probability="prob", candidate_ids="ids"))
-    for c in CORRECTIONS] + [
-    (dict(correction="corrected", q_prime="proxy", temperature=0.3),
-     dict(candidate_log_sampling_probability="log_prob", candidate_ids="ids")),
-    (dict(correction="standard", remove_accidental_hits=True, num_hard_negatives=4,
-          reduction="mean"),
-     dict(candidate_sampling_probability="prob", candidate_ids="ids", sample_weight="weight")),
-    (dict(correction="corrected", num_hard_negatives=5),
-     dict(candidate_sampling_probability="prob", candidate_ids="ids", score_mask="mask",
-          sample_weight="weight")),
-    (dict(correction="none"), dict()),
+  (dict(correction=c), dict(candidate_sampling_probability="prob", candidate_ids="ids"))
+  for c in CORRECTIONS
+] + [
+  (
+    dict(correction="corrected", q_prime="proxy", temperature=0.3),
+    dict(candidate_log_sampling_probability="log_prob", candidate_ids="ids"),
+  ),
+  (
+    dict(
+      correction="standard", remove_accidental_hits=True, num_hard_negatives=4, reduction="mean"
+    ),
+    dict(candidate_sampling_probability="prob", candidate_ids="ids", sample_weight="weight"),
+  ),
+  (
+    dict(correction="corrected", num_hard_negatives=5),
+    dict(
+      candidate_sampling_probability="prob",
+      candidate_ids="ids",
+      score_mask="mask",
+      sample_weight="weight",
+    ),
+  ),
+  (dict(correction="none"), dict()),
 ]
 
 
@@ -104,14 +127,15 @@ def _stream():
   rng = np.random.default_rng(1)
   p = np.arange(1, VOCAB + 1) ** -1.2
   sizes = [24] * 10
-  sizes[3] = 5   # two batch sizes: multi-hit steps of both kinds, few shapes to compile
+  sizes[3] = 5  # two batch sizes: multi-hit steps of both kinds, few shapes to compile
   return [rng.choice(VOCAB, size=n, p=p / p.sum()).astype(np.int32) for n in sizes]
 
 
-HASH_CONFIGS = {"a": dict(num_buckets=16, num_hashes=2, alpha=0.2, seed=3),
-                "b": dict(num_buckets=16, num_hashes=3, alpha=0.3, warmup=False, seed=1),
-                "c": dict(num_buckets=2**20, num_hashes=1, alpha=0.05, pending_gap=False,
-                          seed=11)}
+HASH_CONFIGS = {
+  "a": dict(num_buckets=16, num_hashes=2, alpha=0.2, seed=3),
+  "b": dict(num_buckets=16, num_hashes=3, alpha=0.3, warmup=False, seed=1),
+  "c": dict(num_buckets=2**20, num_hashes=1, alpha=0.05, pending_gap=False, seed=11),
+}
 
 
 def _cases():
@@ -139,8 +163,9 @@ def _cases():
   out["mask/neg_rows"] = rng.integers(1, 4, (4, 5)).astype(np.int32)
   out["lqp/neg"] = np.log(rng.dirichlet(np.ones(6))).astype(np.float32)
   out["lqp/pos"] = np.log(np.array([0.01, 0.3, 0.7, 0.999999])).astype(np.float32)
-  out["hash/keys"] = np.concatenate([rng.integers(0, 2**31 - 1, 500), np.arange(50),
-                                     [2**31 - 1, 2**31 - 2]]).astype(np.int32)
+  out["hash/keys"] = np.concatenate(
+    [rng.integers(0, 2**31 - 1, 500), np.arange(50), [2**31 - 1, 2**31 - 2]]
+  ).astype(np.int32)
   stream = _stream()
   out["stream/n"] = np.array(len(stream))
   for i, ids in enumerate(stream):
@@ -166,8 +191,13 @@ _RUNS = {}
 
 def _clean_env(backend):
   env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
-  env.update(KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(ROOT),
-             JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
+  env.update(
+    KERAS_BACKEND=backend,
+    TF_CPP_MIN_LOG_LEVEL="3",
+    PYTHONPATH=str(ROOT),
+    JAX_PLATFORMS="cpu",
+    CUDA_VISIBLE_DEVICES="",
+  )
   return env
 
 
@@ -178,9 +208,13 @@ def _start_workers(tmp_path_factory):
   np.savez(cases, **CASES)
   for backend in BACKENDS:
     out = directory / f"{backend}.npz"
-    proc = subprocess.Popen([sys.executable, str(HERE / "backend_worker.py"), str(cases),
-                             str(out)], env=_clean_env(backend), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+      [sys.executable, str(HERE / "backend_worker.py"), str(cases), str(out)],
+      env=_clean_env(backend),
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+    )
     _RUNS[backend] = [proc, out, None]
 
 
@@ -192,8 +226,10 @@ def results(backend, tmp_path_factory):
   if run[2] is None:
     proc, out, _ = run
     _, stderr = proc.communicate(timeout=900)
-    assert proc.returncode == 0, (f"Keras 3 worker failed on backend {backend} (is it "
-                                  f"installed? pip install -e '.[keras3]'):\n{stderr[-4000:]}")
+    assert proc.returncode == 0, (
+      f"Keras 3 worker failed on backend {backend} (is it "
+      f"installed? pip install -e '.[keras3]'):\n{stderr[-4000:]}"
+    )
     run[2] = dict(np.load(out, allow_pickle=False))
   return run[2]
 
@@ -205,21 +241,29 @@ def res(request, tmp_path_factory):
 
 # ---- helpers on the tf-keras side ----------------------------------------------------------
 
+
 def _tf_loss(case, correction, q_prime="exact", dtype=tf.float32, ratio_floor=0.0):
   s_p = tf.constant(case["s_p"], dtype)
   s_n = tf.constant(case["s_n"], dtype)
   with tf.GradientTape() as tape:
     tape.watch([s_p, s_n])
     out = tf_losses.sampled_softmax_loss(
-        s_p, s_n, tf.constant(case["lq_n"], tf.float32), correction=correction,
-        positive_log_q=tf.constant(case["lq_p"], tf.float32),
-        valid_mask=tf.constant(case["valid"]), q_prime=q_prime, ratio_floor=ratio_floor)
+      s_p,
+      s_n,
+      tf.constant(case["lq_n"], tf.float32),
+      correction=correction,
+      positive_log_q=tf.constant(case["lq_p"], tf.float32),
+      valid_mask=tf.constant(case["valid"]),
+      q_prime=q_prime,
+      ratio_floor=ratio_floor,
+    )
     total = tf.reduce_sum(out.loss)
   gp, gn = tape.gradient(total, [s_p, s_n])
   return out.loss.numpy(), out.weight.numpy(), out.num_valid.numpy(), gp.numpy(), gn.numpy()
 
 
 # ---- the process -----------------------------------------------------------------------------
+
 
 def test_worker_process_uses_only_keras3(res):
   """No TF_USE_LEGACY_KERAS, no tf_keras; JAX and PyTorch processes never load TensorFlow."""
@@ -231,14 +275,16 @@ def test_worker_process_uses_only_keras3(res):
 
 # ---- losses ----------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("case_name", [f"loss/{i}" for i in range(4)])
 def test_losses_weights_gradients_equal_numpy_and_tf_keras(res, case_name):
   case = LOSS_CASES[case_name]
   for correction in CORRECTIONS:
     for q_prime in ("exact", "proxy") if correction == "corrected" else ("exact",):
       tag = f"{case_name}/{correction}/{q_prime}"
-      want = ref.loss_and_grads(case["s_p"], case["s_n"], case["lq_n"], case["lq_p"],
-                                case["valid"], correction, q_prime)
+      want = ref.loss_and_grads(
+        case["s_p"], case["s_n"], case["lq_n"], case["lq_p"], case["valid"], correction, q_prime
+      )
       tf_out = _tf_loss(case, correction, q_prime)
       got = [res[tag + k] for k in ("/loss", "/weight", "/grad_pos", "/grad_neg")]
       for g, w, t in zip(got, want, [tf_out[0], tf_out[1], tf_out[3], tf_out[4]]):
@@ -247,8 +293,7 @@ def test_losses_weights_gradients_equal_numpy_and_tf_keras(res, case_name):
       np.testing.assert_array_equal(res[tag + "/num_valid"], case["valid"].sum(1))
 
 
-@pytest.mark.parametrize("case_name,dtype", [("loss/f16", tf.float16),
-                                             ("loss/bf16", tf.bfloat16)])
+@pytest.mark.parametrize("case_name,dtype", [("loss/f16", tf.float16), ("loss/bf16", tf.bfloat16)])
 def test_half_precision_scores_are_computed_in_float32(res, case_name, dtype):
   """float16 / bfloat16 scores give a float32 loss equal to the tf-keras path's (same rounding
   of the inputs, then float32 arithmetic)."""
@@ -278,9 +323,12 @@ def test_huge_and_infinite_scores_give_the_tf_keras_limits_without_nan_gradients
 
 
 def test_ratio_floor_equals_tf_keras(res):
-  np.testing.assert_allclose(res["ratio_floor/loss"],
-                             _tf_loss(LOSS_CASES["loss/0"], "corrected", ratio_floor=0.3)[0],
-                             rtol=1e-6, atol=1e-6)
+  np.testing.assert_allclose(
+    res["ratio_floor/loss"],
+    _tf_loss(LOSS_CASES["loss/0"], "corrected", ratio_floor=0.3)[0],
+    rtol=1e-6,
+    atol=1e-6,
+  )
 
 
 def test_shared_formulas_on_tensorflow_equal_the_tf_keras_losses():
@@ -290,9 +338,14 @@ def test_shared_formulas_on_tensorflow_equal_the_tf_keras_losses():
     case = LOSS_CASES[name]
     for correction in CORRECTIONS:
       loss, weight, n = core_sampled_softmax.sampled_softmax(
-          ops, tf.constant(case["s_p"], tf.float32), tf.constant(case["s_n"], tf.float32),
-          tf.constant(case["lq_n"], tf.float32), tf.constant(case["lq_p"], tf.float32),
-          tf.constant(case["valid"]), correction)
+        ops,
+        tf.constant(case["s_p"], tf.float32),
+        tf.constant(case["s_n"], tf.float32),
+        tf.constant(case["lq_n"], tf.float32),
+        tf.constant(case["lq_p"], tf.float32),
+        tf.constant(case["valid"]),
+        correction,
+      )
       want = _tf_loss(case, correction)
       np.testing.assert_allclose(loss.numpy(), want[0], rtol=1e-6, atol=1e-7)
       np.testing.assert_allclose(weight.numpy(), want[1], rtol=1e-6, atol=1e-7)
@@ -301,12 +354,14 @@ def test_shared_formulas_on_tensorflow_equal_the_tf_keras_losses():
 
 # ---- the task --------------------------------------------------------------------------------
 
+
 def _tf_task(kwargs):
   kwargs = dict(kwargs)
   reduction = kwargs.pop("reduction", "sum")
   if reduction == "mean":
     kwargs["loss"] = tf.keras.losses.CategoricalCrossentropy(
-        from_logits=True, reduction=tf.keras.losses.Reduction.SUM_OVER_BATCH_SIZE)
+      from_logits=True, reduction=tf.keras.losses.Reduction.SUM_OVER_BATCH_SIZE
+    )
   return tf_tasks.Retrieval(**kwargs)
 
 
@@ -318,8 +373,9 @@ def test_retrieval_equals_tf_keras_task(res, index):
   cand = tf.constant(CASES[base + "/cand"])
   with tf.GradientTape() as tape:
     tape.watch([query, cand])
-    loss = _tf_task(kwargs)(query, cand, **{arg: tf.constant(CASES[f"{base}/{name}"])
-                                            for arg, name in call.items()})
+    loss = _tf_task(kwargs)(
+      query, cand, **{arg: tf.constant(CASES[f"{base}/{name}"]) for arg, name in call.items()}
+    )
   g_query, g_cand = tape.gradient(loss, [query, cand])
   np.testing.assert_allclose(res[base + "/loss"], loss.numpy(), rtol=2e-6)
   np.testing.assert_allclose(res[base + "/grad_query"], g_query.numpy(), rtol=2e-5, atol=1e-6)
@@ -327,6 +383,7 @@ def test_retrieval_equals_tf_keras_task(res, index):
 
 
 # ---- layers ----------------------------------------------------------------------------------
+
 
 def test_sampling_probability_correction_is_logits_minus_log_q_unclipped(res):
   logits, q = CASES["layers/logits"], CASES["layers/q"]
@@ -337,10 +394,12 @@ def test_sampling_probability_correction_is_logits_minus_log_q_unclipped(res):
   np.testing.assert_allclose(res["spc/prob"], tf_layer(logits, q).numpy(), rtol=1e-6)
   assert str(res["spc/float16_dtype"]) == "float16"
   np.testing.assert_allclose(
-      res["spc/float16"], tf_layer(tf.constant(logits, tf.float16), q).numpy(), rtol=1e-3)
+    res["spc/float16"], tf_layer(tf.constant(logits, tf.float16), q).numpy(), rtol=1e-3
+  )
   # epsilon given: keras-rs's clip to [epsilon, 1]
-  np.testing.assert_allclose(res["spc/clip"], logits - np.log(np.clip(q * 1e-4, 1e-3, 1.0)),
-                             rtol=1e-6)
+  np.testing.assert_allclose(
+    res["spc/clip"], logits - np.log(np.clip(q * 1e-4, 1e-3, 1.0)), rtol=1e-6
+  )
   assert bool(res["spc/raises_zero"]) and bool(res["spc/raises_above_one"])
 
 
@@ -364,11 +423,13 @@ def test_accidental_hit_mask_and_log_q_prime(res):
   np.testing.assert_array_equal(res["mask_rows"], pos[:, None] != rows)
   lq_n, lq_p = CASES["lqp/neg"].astype(np.float64), CASES["lqp/pos"].astype(np.float64)
   one_minus = np.maximum(1.0 - np.exp(lq_p), core_log_q.MIN_ONE_MINUS_Q)
-  np.testing.assert_allclose(res["log_q_prime"], lq_n[None, :] - np.log(one_minus)[:, None],
-                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(
+    res["log_q_prime"], lq_n[None, :] - np.log(one_minus)[:, None], rtol=1e-5, atol=1e-5
+  )
 
 
 # ---- frequency estimators ----------------------------------------------------------------------
+
 
 def np_bucket32(keys, seed, num_buckets):
   """Independent uint32 lowbias32 of key + (seed + 1) * 0x9e3779b9 (numpy wraps mod 2**32)."""
@@ -383,27 +444,36 @@ def np_bucket32(keys, seed, num_buckets):
 
 def test_hash_is_lowbias32_bit_for_bit(res):
   with np.errstate(over="ignore"):
-    assert np_bucket32(np.array([0]), -1, 2**31 - 1)[0] == 0   # lowbias32(0) = 0
+    assert np_bucket32(np.array([0]), -1, 2**31 - 1)[0] == 0  # lowbias32(0) = 0
     for seed in (0, 1, 7):
       for num_buckets in (1, 7, 1000, 2**20, 2**31 - 1):
-        np.testing.assert_array_equal(res[f"hash/{seed}/{num_buckets}"],
-                                      np_bucket32(CASES["hash/keys"], seed, num_buckets))
+        np.testing.assert_array_equal(
+          res[f"hash/{seed}/{num_buckets}"], np_bucket32(CASES["hash/keys"], seed, num_buckets)
+        )
 
 
 def _numpy_hash_array(cfg):
   spec = importlib.util.spec_from_file_location(
-      "_ref_hash_array", HERE.parent / "frequency" / "test_hash_array.py")
+    "_ref_hash_array", HERE.parent / "frequency" / "test_hash_array.py"
+  )
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
 
   class Numpy32(module.NumpyHashArray):
     def slots(self, keys):
       with np.errstate(over="ignore"):
-        return np.stack([np_bucket32(np.asarray(keys), self.seed + i, self.h) + i * self.h
-                         for i in range(self.m)])
+        return np.stack(
+          [np_bucket32(np.asarray(keys), self.seed + i, self.h) + i * self.h for i in range(self.m)]
+        )
 
-  return Numpy32(cfg["num_buckets"], cfg["num_hashes"], cfg["alpha"], cfg.get("warmup", True),
-                 cfg.get("pending_gap", True), cfg["seed"])
+  return Numpy32(
+    cfg["num_buckets"],
+    cfg["num_hashes"],
+    cfg["alpha"],
+    cfg.get("warmup", True),
+    cfg.get("pending_gap", True),
+    cfg["seed"],
+  )
 
 
 @pytest.mark.parametrize("cfg_name", sorted(HASH_CONFIGS))
@@ -413,8 +483,13 @@ def test_hash_array_matches_the_per_hit_numpy_reference(res, cfg_name):
   probe = CASES["stream/probe"]
   for i in range(int(CASES["stream/n"])):
     reference.update(CASES[f"stream/{i}"])
-    np.testing.assert_allclose(res[f"hash_cfg/{cfg_name}/log_q/{i}"], reference.log_q(probe),
-                               rtol=1e-5, atol=1e-5, err_msg=f"step {i}")
+    np.testing.assert_allclose(
+      res[f"hash_cfg/{cfg_name}/log_q/{i}"],
+      reference.log_q(probe),
+      rtol=1e-5,
+      atol=1e-5,
+      err_msg=f"step {i}",
+    )
   np.testing.assert_array_equal(res[f"hash_cfg/{cfg_name}/last_step"], reference.a)
   np.testing.assert_allclose(res[f"hash_cfg/{cfg_name}/gap"], reference.b, rtol=1e-5)
   assert int(res[f"hash_cfg/{cfg_name}/step"]) == reference.t
@@ -431,9 +506,13 @@ def test_hash_array_equals_tf_keras_estimator_without_collisions(res):
   assert np.unique(est._slots(tf.constant(ids, tf.int64)).numpy()).size == VOCAB
   for i in range(int(CASES["stream/n"])):
     est.update(tf.constant(CASES[f"stream/{i}"], tf.int64))
-    np.testing.assert_allclose(res[f"hash_cfg/c/log_q/{i}"],
-                               est.log_q(tf.constant(CASES["stream/probe"], tf.int64)).numpy(),
-                               rtol=1e-6, atol=1e-6, err_msg=f"step {i}")
+    np.testing.assert_allclose(
+      res[f"hash_cfg/c/log_q/{i}"],
+      est.log_q(tf.constant(CASES["stream/probe"], tf.int64)).numpy(),
+      rtol=1e-6,
+      atol=1e-6,
+      err_msg=f"step {i}",
+    )
 
 
 def test_exact_counts_equal_numpy_and_tf_keras(res):
@@ -446,23 +525,31 @@ def test_exact_counts_equal_numpy_and_tf_keras(res):
     est.update(tf.constant(ids, tf.int64))
     c, n = np.maximum(counts[probe], 1.0), counts.sum()
     np.testing.assert_allclose(res[f"exact/log_q/{i}"], np.log(c / n), rtol=1e-6, atol=1e-6)
-    np.testing.assert_allclose(res[f"exact/log_one_minus_q/{i}"],
-                               np.log(np.maximum(n - c, 1.0) / n), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(res[f"exact/log_q/{i}"],
-                               est.log_q(tf.constant(probe, tf.int64)).numpy(), rtol=1e-6)
+    np.testing.assert_allclose(
+      res[f"exact/log_one_minus_q/{i}"], np.log(np.maximum(n - c, 1.0) / n), rtol=1e-5, atol=1e-6
+    )
+    np.testing.assert_allclose(
+      res[f"exact/log_q/{i}"], est.log_q(tf.constant(probe, tf.int64)).numpy(), rtol=1e-6
+    )
   np.testing.assert_array_equal(res["exact/counts"], counts)
   np.testing.assert_allclose(
-      res["exact/log_q_prime"],
-      est.log_q_prime(tf.constant(probe[:5], tf.int64),
-                      tf.constant(probe[5:10, None], tf.int64)).numpy(), rtol=1e-5, atol=1e-6)
+    res["exact/log_q_prime"],
+    est.log_q_prime(
+      tf.constant(probe[:5], tf.int64), tf.constant(probe[5:10, None], tf.int64)
+    ).numpy(),
+    rtol=1e-5,
+    atol=1e-6,
+  )
   table = CASES["stream/table"]
-  np.testing.assert_allclose(res["table/log_q"],
-                             np.log(np.maximum(table[probe], 1) / table.sum()), rtol=1e-6)
+  np.testing.assert_allclose(
+    res["table/log_q"], np.log(np.maximum(table[probe], 1) / table.sum()), rtol=1e-6
+  )
   assert bool(res["exact/raises_out_of_range"])
-  np.testing.assert_array_equal(res["exact/counts_after_bad"], counts)   # state untouched
+  np.testing.assert_array_equal(res["exact/counts_after_bad"], counts)  # state untouched
 
 
 # ---- negatives -------------------------------------------------------------------------------
+
 
 def test_mixed_negatives_equal_the_tf_keras_pool_and_conventions(res):
   """Keras 3 keeps all B rows and masks duplicates / padding; the loss equals the tf-keras loss
@@ -482,29 +569,37 @@ def test_mixed_negatives_equal_the_tf_keras_pool_and_conventions(res):
   k_u, size, n_b = int(CASES["neg/k_u"]), table.shape[0] - 1, first.sum()
   query = CASES["neg/query"]
   from tfrs_logq.negatives import mixed as tf_mixed  # pylint: disable=g-import-not-at-top
+
   for convention in ("unigram", "mixture"):
     ids = res[f"neg/{convention}/ids"]
-    uniform = ids[len(pos_ids):]
+    uniform = ids[len(pos_ids) :]
     assert uniform.size == k_u and ((uniform >= 1) & (uniform < table.shape[0])).all()
-    np.testing.assert_array_equal(res[f"neg/{convention}/valid"],
-                                  np.concatenate([first, np.ones(k_u, bool)]))
+    np.testing.assert_array_equal(
+      res[f"neg/{convention}/valid"], np.concatenate([first, np.ones(k_u, bool)])
+    )
     if convention == "unigram":
       want = lq_uni[ids]
     else:
       want = tf_mixed.mixture_log_q(lq_uni[ids], n_b, k_u, size).numpy()
       np.testing.assert_allclose(
-          want, np.log((n_b * np.exp(lq_uni[ids]) + k_u / size) / (n_b + k_u)), rtol=1e-5)
+        want, np.log((n_b * np.exp(lq_uni[ids]) + k_u / size) / (n_b + k_u)), rtol=1e-5
+      )
     np.testing.assert_allclose(res[f"neg/{convention}/log_q"], want, rtol=1e-5, atol=1e-6)
     pool = np.concatenate([np.flatnonzero(first), len(pos_ids) + np.arange(k_u)])
     neg_ids, lq_n = ids[pool], res[f"neg/{convention}/log_q"][pool]
     s_p = (query * table[pos_ids]).sum(1) / 0.5
     s_n = query @ table[neg_ids].T / 0.5
     tf_out = tf_losses.sampled_softmax_loss(
-        s_p.astype(np.float32), s_n.astype(np.float32), lq_n, correction="corrected",
-        positive_log_q=res[f"neg/{convention}/positive_log_q"],
-        valid_mask=pos_ids[:, None] != neg_ids[None, :])
-    np.testing.assert_allclose(res[f"neg/{convention}/loss"], tf_out.loss.numpy(), rtol=1e-5,
-                               atol=1e-6)
+      s_p.astype(np.float32),
+      s_n.astype(np.float32),
+      lq_n,
+      correction="corrected",
+      positive_log_q=res[f"neg/{convention}/positive_log_q"],
+      valid_mask=pos_ids[:, None] != neg_ids[None, :],
+    )
+    np.testing.assert_allclose(
+      res[f"neg/{convention}/loss"], tf_out.loss.numpy(), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_per_query_uniform_negatives(res):
@@ -512,31 +607,47 @@ def test_per_query_uniform_negatives(res):
   query, table = CASES["neg/query"], CASES["neg/emb_table"]
   pos_ids = CASES["neg/pos_ids"]
   assert ids.shape == (query.shape[0], 5) and np.isin(ids, table_ids).all()
-  assert len({tuple(r) for r in ids}) > 1                     # one draw per query
+  assert len({tuple(r) for r in ids}) > 1  # one draw per query
   np.testing.assert_allclose(res["per_query/log_q"], -np.log(table_ids.size), rtol=1e-6)
   s_p = (query * table[pos_ids]).sum(1)
   s_n = np.einsum("ad,and->an", query, table[ids])
   lq = np.full(ids.shape, -np.log(table_ids.size))
-  want = ref.loss_and_grads(s_p, s_n, lq, np.full(len(pos_ids), -np.log(table_ids.size)),
-                            pos_ids[:, None] != ids, "corrected")[0]
+  want = ref.loss_and_grads(
+    s_p,
+    s_n,
+    lq,
+    np.full(len(pos_ids), -np.log(table_ids.size)),
+    pos_ids[:, None] != ids,
+    "corrected",
+  )[0]
   np.testing.assert_allclose(res["per_query/loss"], want, rtol=1e-5, atol=1e-6)
 
 
 # ---- compiled training and serialisation --------------------------------------------------------
 
+
 def test_compiled_fit_updates_the_estimators_and_trains(res):
   """model.fit (jit / tf.function) with the estimator updated inside the step: compute_loss
   with mixed negatives, and the Retrieval task through add_loss with compile(optimizer)."""
   assert np.isfinite(res["fit/loss"]).all() and res["fit/loss"][-1] < res["fit/loss"][0]
-  assert int(res["fit/estimator_step"]) == 8                   # 2 epochs x 4 batches
+  assert int(res["fit/estimator_step"]) == 8  # 2 epochs x 4 batches
   assert np.isfinite(res["add_loss/loss"]).all()
-  np.testing.assert_array_equal(res["add_loss/counts"],
-                                2 * np.bincount(res["fit/items"], minlength=12))
+  np.testing.assert_array_equal(
+    res["add_loss/counts"], 2 * np.bincount(res["fit/items"], minlength=12)
+  )
 
 
-SERIALISED = ["SampledSoftmaxLoss", "SamplingProbabilityCorrection", "RemoveAccidentalHits",
-              "Retrieval", "RetrievalWithEstimator", "ExactCounts", "HashArrayEstimator",
-              "UniformNegatives", "MixedNegatives"]
+SERIALISED = [
+  "SampledSoftmaxLoss",
+  "SamplingProbabilityCorrection",
+  "RemoveAccidentalHits",
+  "Retrieval",
+  "RetrievalWithEstimator",
+  "ExactCounts",
+  "HashArrayEstimator",
+  "UniformNegatives",
+  "MixedNegatives",
+]
 
 
 @pytest.mark.parametrize("name", SERIALISED)
@@ -553,19 +664,27 @@ def test_get_config_and_keras_file_round_trips(res, name):
 
 # ---- the environment switch --------------------------------------------------------------------
 
+
 def _python(code, backend):
-  return subprocess.run([sys.executable, "-c", code], env=_clean_env(backend),
-                        capture_output=True, text=True, timeout=300)
+  return subprocess.run(
+    [sys.executable, "-c", code],
+    env=_clean_env(backend),
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
 
 
 def test_keras3_path_works_after_tensorflow_under_keras3_and_guards_the_tf_keras_path():
   """import tensorflow (tf.keras = Keras 3) + import tfrs_logq.keras3 works; a later import of
   a tf-keras module still fails with the fix in the message, as `import tfrs_logq` would."""
-  code = ("import tensorflow as tf, keras; assert tf.keras.Model.__module__.startswith('keras')\n"
-          "import tfrs_logq.keras3 as tlk, numpy as np\n"
-          "print(float(tlk.Retrieval()(np.eye(2, 3, dtype='float32'), np.eye(3, dtype='float32'), "
-          "candidate_sampling_probability=np.full(3, 0.2, 'float32'), candidate_ids=[1, 2, 3])))\n"
-          "try:\n  import tfrs_logq.losses\nexcept ImportError as e:\n  print('ImportError', e)")
+  code = (
+    "import tensorflow as tf, keras; assert tf.keras.Model.__module__.startswith('keras')\n"
+    "import tfrs_logq.keras3 as tlk, numpy as np\n"
+    "print(float(tlk.Retrieval()(np.eye(2, 3, dtype='float32'), np.eye(3, dtype='float32'), "
+    "candidate_sampling_probability=np.full(3, 0.2, 'float32'), candidate_ids=[1, 2, 3])))\n"
+    "try:\n  import tfrs_logq.losses\nexcept ImportError as e:\n  print('ImportError', e)"
+  )
   out = _python(code, "tensorflow")
   assert out.returncode == 0, out.stderr[-3000:]
   assert "ImportError" in out.stdout and "TF_USE_LEGACY_KERAS=1" in out.stdout, out.stdout
@@ -575,10 +694,12 @@ def test_keras3_path_works_after_tensorflow_under_keras3_and_guards_the_tf_keras
 def test_keras3_first_then_tf_keras_path_in_one_process():
   """JAX process: keras3 loads without TensorFlow; importing the tf-keras path afterwards sets
   TF_USE_LEGACY_KERAS=1 before TensorFlow loads, as `import tfrs_logq` does."""
-  code = ("import os, sys, keras, tfrs_logq.keras3\n"
-          "print('tensorflow' in sys.modules, os.environ.get('TF_USE_LEGACY_KERAS'))\n"
-          "import tfrs_logq.losses, tensorflow as tf\n"
-          "print(os.environ['TF_USE_LEGACY_KERAS'], tf.keras.Model.__module__.split('.')[0])")
+  code = (
+    "import os, sys, keras, tfrs_logq.keras3\n"
+    "print('tensorflow' in sys.modules, os.environ.get('TF_USE_LEGACY_KERAS'))\n"
+    "import tfrs_logq.losses, tensorflow as tf\n"
+    "print(os.environ['TF_USE_LEGACY_KERAS'], tf.keras.Model.__module__.split('.')[0])"
+  )
   out = _python(code, "jax")
   assert out.returncode == 0, out.stderr[-3000:]
   assert out.stdout.split() == ["False", "None", "1", "tf_keras"], out.stdout
@@ -586,31 +707,34 @@ def test_keras3_first_then_tf_keras_path_in_one_process():
 
 # ---- argument checks -----------------------------------------------------------------------------
 
+
 def test_uniform_negatives_accepts_numpy_integers_and_rejects_bool_and_float():
   """num_negatives / id_range given as numpy integers work as Python ints (stored as int, so the
   config is plain JSON); bool and float are rejected. JAX process: no TensorFlow needed."""
-  code = ("import json, numpy as np, keras\n"
-          "from tfrs_logq.keras3 import negatives\n"
-          "u = negatives.UniformNegatives(np.int64(5), id_range=(np.int32(2), np.int64(9)), "
-          "seed=1)\n"
-          "assert type(u.num_negatives) is int and u.num_negatives == 5, u.num_negatives\n"
-          "assert u.id_range == (2, 9) and all(type(v) is int for v in u.id_range)\n"
-          "json.dumps(u.get_config())\n"
-          "print(tuple(keras.ops.shape(u())))\n"
-          "m = negatives.MixedNegatives(np.int64(3), id_range=(1, 9), seed=1)\n"
-          "assert type(m.uniform.num_negatives) is int\n"
-          "cases = [(dict(num_negatives=b, id_range=(0, 9)), 'num_negatives')\n"
-          "         for b in (True, 5.0, np.float32(5.0), np.int64(0))]\n"
-          "cases += [(dict(num_negatives=2, id_range=b), 'id_range') "
-          "for b in ((True, 9), (0.0, 9))]\n"
-          "for kwargs, name in cases:\n"
-          "  try:\n"
-          "    negatives.UniformNegatives(**kwargs)\n"
-          "  except ValueError as e:\n"
-          "    assert name in str(e), e\n"
-          "  else:\n"
-          "    raise AssertionError(f'accepted {kwargs!r}')\n"
-          "print('ok')")
+  code = (
+    "import json, numpy as np, keras\n"
+    "from tfrs_logq.keras3 import negatives\n"
+    "u = negatives.UniformNegatives(np.int64(5), id_range=(np.int32(2), np.int64(9)), "
+    "seed=1)\n"
+    "assert type(u.num_negatives) is int and u.num_negatives == 5, u.num_negatives\n"
+    "assert u.id_range == (2, 9) and all(type(v) is int for v in u.id_range)\n"
+    "json.dumps(u.get_config())\n"
+    "print(tuple(keras.ops.shape(u())))\n"
+    "m = negatives.MixedNegatives(np.int64(3), id_range=(1, 9), seed=1)\n"
+    "assert type(m.uniform.num_negatives) is int\n"
+    "cases = [(dict(num_negatives=b, id_range=(0, 9)), 'num_negatives')\n"
+    "         for b in (True, 5.0, np.float32(5.0), np.int64(0))]\n"
+    "cases += [(dict(num_negatives=2, id_range=b), 'id_range') "
+    "for b in ((True, 9), (0.0, 9))]\n"
+    "for kwargs, name in cases:\n"
+    "  try:\n"
+    "    negatives.UniformNegatives(**kwargs)\n"
+    "  except ValueError as e:\n"
+    "    assert name in str(e), e\n"
+    "  else:\n"
+    "    raise AssertionError(f'accepted {kwargs!r}')\n"
+    "print('ok')"
+  )
   out = _python(code, "jax")
   assert out.returncode == 0, out.stderr[-3000:]
   assert out.stdout.split() == ["(5,)", "ok"], out.stdout

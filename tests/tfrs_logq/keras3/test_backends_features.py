@@ -41,19 +41,29 @@ _RUNS = {}
 
 def _clean_env(backend):
   env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
-  env.update(KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(HERE.parents[2]),
-             JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
+  env.update(
+    KERAS_BACKEND=backend,
+    TF_CPP_MIN_LOG_LEVEL="3",
+    PYTHONPATH=str(HERE.parents[2]),
+    JAX_PLATFORMS="cpu",
+    CUDA_VISIBLE_DEVICES="",
+  )
   return env
 
 
 def results(backend, tmp_path_factory):
   if not _RUNS:
     directory = tmp_path_factory.mktemp("keras3_features")
-    for b in BACKENDS:   # all at once: they overlap on the cores
+    for b in BACKENDS:  # all at once: they overlap on the cores
       out = directory / f"{b}.npz"
-      proc = subprocess.Popen([sys.executable, str(HERE / "features_worker.py"), str(out)],
-                              env=_clean_env(b), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, cwd=str(HERE))
+      proc = subprocess.Popen(
+        [sys.executable, str(HERE / "features_worker.py"), str(out)],
+        env=_clean_env(b),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(HERE),
+      )
       _RUNS[b] = [proc, out, None]
   run = _RUNS[backend]
   if run[2] is None:
@@ -74,6 +84,7 @@ def test_worker_is_keras3_only(res):
 
 
 # ---- full softmax ------------------------------------------------------------------------------
+
 
 def test_full_softmax_equals_numpy_and_tf_keras(res):
   c = fc.full_softmax_case()
@@ -100,6 +111,7 @@ def test_full_softmax_equals_numpy_and_tf_keras(res):
 
 # ---- BCE / gBCE --------------------------------------------------------------------------------
 
+
 def _np_gbce(c, beta):
   sp, sn, valid = (c[k].astype(np.float64) for k in ("s_p", "s_n", "valid"))
   softplus = lambda x: np.logaddexp(0.0, x)  # noqa: E731
@@ -121,7 +133,7 @@ def test_gbce_equals_numpy_and_tf_keras(res, beta):
     for key in ("/loss", "/layer"):
       np.testing.assert_allclose(res[tag + key], _np_gbce(c, beta), rtol=1e-6, err_msg=tag)
       np.testing.assert_allclose(res[tag + key], out.loss.numpy(), rtol=1e-6, err_msg=tag)
-    assert np.isfinite(res[tag + "/loss"]).all(), tag          # masked NaN / inf, huge scores
+    assert np.isfinite(res[tag + "/loss"]).all(), tag  # masked NaN / inf, huge scores
     np.testing.assert_array_equal(res[tag + "/num_valid"], c["valid"].sum(1))
     np.testing.assert_allclose(res[tag + "/grad_pos"], g_p.numpy(), rtol=1e-6, err_msg=tag)
     np.testing.assert_allclose(res[tag + "/grad_neg"], g_n.numpy(), rtol=1e-6, err_msg=tag)
@@ -134,9 +146,11 @@ def test_gbce_equals_numpy_and_tf_keras(res, beta):
 
 # ---- CountMinSketch ----------------------------------------------------------------------------
 
+
 def _numpy_count_min(cfg):
   spec = importlib.util.spec_from_file_location(
-      "_ref_count_min", HERE.parent / "frequency" / "test_count_min.py")
+    "_ref_count_min", HERE.parent / "frequency" / "test_count_min.py"
+  )
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   np_bucket32 = _load_bucket32()
@@ -144,11 +158,17 @@ def _numpy_count_min(cfg):
   class Numpy32(module.NumpyCountMin):
     def cells(self, keys):
       with np.errstate(over="ignore"):
-        return np.stack([np_bucket32(np.asarray(keys), self.seed + j, self.w)
-                         for j in range(self.d)])
+        return np.stack(
+          [np_bucket32(np.asarray(keys), self.seed + j, self.w) for j in range(self.d)]
+        )
 
-  return Numpy32(cfg["width"], cfg["depth"], cfg.get("conservative", False),
-                 cfg.get("half_life"), seed=cfg["seed"])
+  return Numpy32(
+    cfg["width"],
+    cfg["depth"],
+    cfg.get("conservative", False),
+    cfg.get("half_life"),
+    seed=cfg["seed"],
+  )
 
 
 def _load_bucket32():
@@ -166,10 +186,16 @@ def test_count_min_matches_the_numpy_reference(res, name):
   reference = _numpy_count_min(cfg)
   for i, ids in enumerate(fc.stream()):
     reference.update(ids)
-    np.testing.assert_allclose(res[f"cms/{name}/estimate/{i}"], reference.estimate(fc.PROBE),
-                               rtol=1e-5, err_msg=f"step {i}")
-    np.testing.assert_allclose(res[f"cms/{name}/log_q/{i}"], reference.log_q(fc.PROBE),
-                               rtol=1e-5, atol=1e-6, err_msg=f"step {i}")
+    np.testing.assert_allclose(
+      res[f"cms/{name}/estimate/{i}"], reference.estimate(fc.PROBE), rtol=1e-5, err_msg=f"step {i}"
+    )
+    np.testing.assert_allclose(
+      res[f"cms/{name}/log_q/{i}"],
+      reference.log_q(fc.PROBE),
+      rtol=1e-5,
+      atol=1e-6,
+      err_msg=f"step {i}",
+    )
   assert math.isclose(float(res[f"cms/{name}/total"]), reference.total, rel_tol=1e-6)
   assert int(res[f"cms/{name}/step"]) == len(fc.stream())
 
@@ -181,21 +207,33 @@ def test_count_min_equals_tf_keras_sketch_without_collisions(res):
   bucket32 = _load_bucket32()
   with np.errstate(over="ignore"):
     for j in range(cfg["depth"]):
-      assert np.unique(bucket32(np.arange(fc.VOCAB), cfg["seed"] + j, cfg["width"])).size == \
-          fc.VOCAB
+      assert (
+        np.unique(bucket32(np.arange(fc.VOCAB), cfg["seed"] + j, cfg["width"])).size == fc.VOCAB
+      )
   sketch = tf_frequency.CountMinSketch(**cfg)
-  assert np.unique(sketch._cells(tf.range(fc.VOCAB, dtype=tf.int64)).numpy()).size == \
-      cfg["depth"] * fc.VOCAB
+  assert (
+    np.unique(sketch._cells(tf.range(fc.VOCAB, dtype=tf.int64)).numpy()).size
+    == cfg["depth"] * fc.VOCAB
+  )
   for i, ids in enumerate(fc.stream()):
     sketch.update(tf.constant(ids, tf.int64))
-    np.testing.assert_allclose(res[f"cms/wide/log_q/{i}"], sketch.log_q(fc.PROBE).numpy(),
-                               rtol=1e-6, atol=1e-6, err_msg=f"step {i}")
+    np.testing.assert_allclose(
+      res[f"cms/wide/log_q/{i}"],
+      sketch.log_q(fc.PROBE).numpy(),
+      rtol=1e-6,
+      atol=1e-6,
+      err_msg=f"step {i}",
+    )
   np.testing.assert_allclose(
-      res["cms/wide/log_q_prime"],
-      sketch.log_q_prime(fc.PROBE[0], fc.PROBE[1:3, :1]).numpy(), rtol=1e-5, atol=1e-6)
+    res["cms/wide/log_q_prime"],
+    sketch.log_q_prime(fc.PROBE[0], fc.PROBE[1:3, :1]).numpy(),
+    rtol=1e-5,
+    atol=1e-6,
+  )
 
 
 # ---- negatives ---------------------------------------------------------------------------------
+
 
 def _first(pos_ids, valid):
   first, seen = np.zeros_like(valid), set()
@@ -210,8 +248,11 @@ def _tf_in_batch(c, convention):
   est = tf_frequency.ExactCounts(len(c["counts"]), counts=c["counts"])
   sampler = tf_negatives.InBatchNegatives(est, convention=convention, cross_replica=False)
   emb = c["emb_table"][c["pos_ids"]]
-  return sampler, sampler.pool(c["pos_ids"], emb, valid=c["pos_valid"]), sampler(
-      c["pos_ids"], emb, valid=c["pos_valid"])
+  return (
+    sampler,
+    sampler.pool(c["pos_ids"], emb, valid=c["pos_valid"]),
+    sampler(c["pos_ids"], emb, valid=c["pos_valid"]),
+  )
 
 
 @pytest.mark.parametrize("convention", ["unigram", "mixture", "expected_count"])
@@ -220,11 +261,16 @@ def test_in_batch_log_q_equals_tf_keras(res, convention):
   first = _first(c["pos_ids"], c["pos_valid"])
   np.testing.assert_array_equal(res[f"in_batch/{convention}/valid"], first)
   _, _, tf_negs = _tf_in_batch(c, convention)
-  np.testing.assert_allclose(res[f"in_batch/{convention}/log_q"][first], tf_negs.log_q.numpy(),
-                             rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(res[f"in_batch/{convention}/positive_log_q"],
-                             tf_negs.positive_log_q.numpy(), rtol=1e-5, atol=1e-6)
-  if convention == "expected_count":   # log pi(d) - log U, pi = 1 - (1 - q)^B
+  np.testing.assert_allclose(
+    res[f"in_batch/{convention}/log_q"][first], tf_negs.log_q.numpy(), rtol=1e-5, atol=1e-6
+  )
+  np.testing.assert_allclose(
+    res[f"in_batch/{convention}/positive_log_q"],
+    tf_negs.positive_log_q.numpy(),
+    rtol=1e-5,
+    atol=1e-6,
+  )
+  if convention == "expected_count":  # log pi(d) - log U, pi = 1 - (1 - q)^B
     q = np.maximum(c["counts"], 1) / c["counts"].sum()
     b, u = c["pos_valid"].sum(), first.sum()
     want = np.log(1 - (1 - q[c["pos_ids"]]) ** b) - np.log(u)
@@ -247,11 +293,15 @@ def test_mixed_negatives_equal_tf_keras_log_q_and_loss(res, convention, per):
   mixed = tf_negatives.MixedNegatives(sampler, uniform, convention=convention)
   want = mixed.log_q(tf.constant(ids, tf.int64), pool).numpy()
   slot_valid = res[f"{tag}/valid"]
-  np.testing.assert_allclose(res[f"{tag}/log_q"][slot_valid], want[slot_valid], rtol=1e-5,
-                             atol=1e-6)
-  np.testing.assert_allclose(res[f"{tag}/positive_log_q"],
-                             mixed.log_q(tf.constant(pos_ids, tf.int64), pool).numpy(),
-                             rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(
+    res[f"{tag}/log_q"][slot_valid], want[slot_valid], rtol=1e-5, atol=1e-6
+  )
+  np.testing.assert_allclose(
+    res[f"{tag}/positive_log_q"],
+    mixed.log_q(tf.constant(pos_ids, tf.int64), pool).numpy(),
+    rtol=1e-5,
+    atol=1e-6,
+  )
   keep = np.concatenate([np.flatnonzero(first), b + np.arange(k_u)])
   query, pos_emb = c["query"], table[pos_ids]
   s_p = (query * pos_emb).sum(1) / 0.5
@@ -263,29 +313,36 @@ def test_mixed_negatives_equal_tf_keras_log_q_and_loss(res, convention, per):
   else:
     assert ids.shape == (b, b + k_u)
     uni = ids[:, b:]
-    if per == "sequence":   # one set per sequence, shared by its queries
+    if per == "sequence":  # one set per sequence, shared by its queries
       for s in np.unique(c["sequence_ids"][valid]):
         rows = np.flatnonzero((c["sequence_ids"] == s) & valid)
         assert (uni[rows] == uni[rows[0]]).all()
       assert len({tuple(r) for r in uni[valid]}) == np.unique(c["sequence_ids"][valid]).size
-    else:   # one set per valid query (a padding query's set is not used)
+    else:  # one set per valid query (a padding query's set is not used)
       assert len({tuple(r) for r in uni[valid]}) == valid.sum()
     neg_ids, lq_n = ids[:, keep], res[f"{tag}/log_q"][:, keep]
     s_n = np.einsum("ad,and->an", query, table[neg_ids]) / 0.5
     hits = pos_ids[:, None] != neg_ids
   tf_out = tf_losses.sampled_softmax_loss(
-      s_p.astype(np.float32), s_n.astype(np.float32), lq_n.astype(np.float32),
-      correction="corrected", positive_log_q=res[f"{tag}/positive_log_q"], valid_mask=hits)
+    s_p.astype(np.float32),
+    s_n.astype(np.float32),
+    lq_n.astype(np.float32),
+    correction="corrected",
+    positive_log_q=res[f"{tag}/positive_log_q"],
+    valid_mask=hits,
+  )
   np.testing.assert_allclose(res[f"{tag}/loss"], tf_out.loss.numpy(), rtol=1e-5, atol=1e-6)
   lq_n_rows = np.broadcast_to(lq_n, s_n.shape)
-  want_loss = ref.loss_and_grads(s_p, s_n, lq_n_rows, res[f"{tag}/positive_log_q"], hits,
-                                 "corrected")[0]
+  want_loss = ref.loss_and_grads(
+    s_p, s_n, lq_n_rows, res[f"{tag}/positive_log_q"], hits, "corrected"
+  )[0]
   np.testing.assert_allclose(res[f"{tag}/loss"], want_loss, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("per,layout,shape", [("batch", "shared", (5, 4)),
-                                              ("sequence", "sequence", (2, 5, 4)),
-                                              ("query", "query", (8, 5, 4))])
+@pytest.mark.parametrize(
+  "per,layout,shape",
+  [("batch", "shared", (5, 4)), ("sequence", "sequence", (2, 5, 4)), ("query", "query", (8, 5, 4))],
+)
 def test_mixed_negatives_blocks_score_as_the_whole_negatives(res, per, layout, shape):
   """MixedNegatives.blocks: the negatives of `call` (same seed: same ids, log Q, valid), the
   in-batch pool as one shared block and the k_u = 5 uniform draws as one block (per sequence:
@@ -296,21 +353,28 @@ def test_mixed_negatives_blocks_score_as_the_whole_negatives(res, per, layout, s
   for name in ("ids", "negative_log_q", "valid_mask", "positive_log_q"):
     np.testing.assert_array_equal(res[f"{tag}/blocks/{name}"], res[f"{tag}/call/{name}"], name)
   for name in ("positive_scores", "negative_scores"):
-    np.testing.assert_allclose(res[f"{tag}/blocks/{name}"], res[f"{tag}/call/{name}"],
-                               rtol=1e-5, atol=1e-6, err_msg=name)
+    np.testing.assert_allclose(
+      res[f"{tag}/blocks/{name}"], res[f"{tag}/call/{name}"], rtol=1e-5, atol=1e-6, err_msg=name
+    )
 
 
 def test_per_sequence_draws_do_not_depend_on_where_the_padding_is(res):
   np.testing.assert_array_equal(res["per_sequence/pad_a"], res["per_sequence/pad_b"])
-  sets = res["per_sequence/pad_a"]   # sequences 7, 7, 3, 9, 3
+  sets = res["per_sequence/pad_a"]  # sequences 7, 7, 3, 9, 3
   assert (sets[0] == sets[1]).all() and (sets[2] == sets[4]).all()
   assert not (sets[0] == sets[2]).all() and not (sets[2] == sets[3]).all()
 
 
 # ---- serialisation and argument checks ---------------------------------------------------------
 
-SERIALISED = ["FullSoftmaxLoss", "GBCELoss", "CountMinSketch", "UniformNegativesPerSequence",
-              "MixedNegativesExpectedCount", "SampledSoftmaxLossCheckScores"]
+SERIALISED = [
+  "FullSoftmaxLoss",
+  "GBCELoss",
+  "CountMinSketch",
+  "UniformNegativesPerSequence",
+  "MixedNegativesExpectedCount",
+  "SampledSoftmaxLossCheckScores",
+]
 
 
 @pytest.mark.parametrize("name", SERIALISED)
@@ -326,10 +390,14 @@ def test_get_config_and_keras_file_round_trips(res, name):
 
 
 def _tf_error(name, kwargs):
-  makers = {"FullSoftmaxLoss": tf_losses.FullSoftmaxLoss, "GBCELoss": tf_losses.GBCELoss,
-            "gbce_beta": tf_losses.gbce_beta, "CountMinSketch": tf_frequency.CountMinSketch,
-            "UniformNegatives": lambda **kw: tf_negatives.UniformNegatives(None, **kw),
-            "InBatchConvention": lambda **kw: tf_negatives.InBatchNegatives(**kw)}
+  makers = {
+    "FullSoftmaxLoss": tf_losses.FullSoftmaxLoss,
+    "GBCELoss": tf_losses.GBCELoss,
+    "gbce_beta": tf_losses.gbce_beta,
+    "CountMinSketch": tf_frequency.CountMinSketch,
+    "UniformNegatives": lambda **kw: tf_negatives.UniformNegatives(None, **kw),
+    "InBatchConvention": lambda **kw: tf_negatives.InBatchNegatives(**kw),
+  }
   try:
     makers[name](**kwargs)
     return "no error"

@@ -48,14 +48,13 @@ def _load(name):
 
 BACKENDS = ["tensorflow", "jax", "torch"]
 QUANTIZERS = ("pq", "rq")
-STATE = ("codebook_1", "codebook_2", "item_codes", "sorted_items", "cell_counts",
-         "cell_offsets")
+STATE = ("codebook_1", "codebook_2", "item_codes", "sorted_items", "cell_counts", "cell_offsets")
 K, TEMPERATURE, N, D = 4, 0.5, 60, 6
 KB_SIZES = (3, 5, 20)
 KB_SEED = (3, 4)
 NUM_RANDOM = 300
 _RUNS = {}
-_TF = {}       # quantizer -> the refreshed tf-keras sampler (built with the cases)
+_TF = {}  # quantizer -> the refreshed tf-keras sampler (built with the cases)
 _CASES = {}
 
 
@@ -65,23 +64,27 @@ def correlated_halves(n, d, groups, rng, noise=0.05):
   h = d // 2
   c1, c2 = rng.normal(size=(groups, h)), rng.normal(size=(groups, d - h))
   return (np.concatenate([c1[g], c2[g]], axis=1) + noise * rng.normal(size=(n, d))).astype(
-      np.float32)
+    np.float32
+  )
 
 
 def kb_case():
   rng = np.random.default_rng(21)
-  return dict(pos_ids=np.array([3, 5, 3, 7, 1, 5, 9, 2, 11, 4, 9, 6], np.int32),
-              valid=np.array([1, 1, 1, 1, 0, 1, 1, 1, 1, 0, 1, 1], bool),
-              emb=rng.normal(size=(13, 4)).astype(np.float32),
-              query=rng.normal(size=(12, 4)).astype(np.float32),
-              counts=np.array([0, 5, 3, 9, 1, 4, 2, 2, 1, 6, 1, 1, 3]))
+  return dict(
+    pos_ids=np.array([3, 5, 3, 7, 1, 5, 9, 2, 11, 4, 9, 6], np.int32),
+    valid=np.array([1, 1, 1, 1, 0, 1, 1, 1, 1, 0, 1, 1], bool),
+    emb=rng.normal(size=(13, 4)).astype(np.float32),
+    query=rng.normal(size=(12, 4)).astype(np.float32),
+    counts=np.array([0, 5, 3, 9, 1, 4, 2, 2, 1, 6, 1, 1, 3]),
+  )
 
 
 def tf_kb_sampler(convention, k_b):
   c = kb_case()
   est = tf_frequency.ExactCounts(len(c["counts"]), counts=c["counts"])
-  return tf_negatives.InBatchNegatives(est, num_negatives=k_b, convention=convention,
-                                       cross_replica=False), est
+  return tf_negatives.InBatchNegatives(
+    est, num_negatives=k_b, convention=convention, cross_replica=False
+  ), est
 
 
 def build_cases():
@@ -89,10 +92,12 @@ def build_cases():
   cases = {"midx/k": np.array(K), "midx/temperature": np.array(TEMPERATURE)}
   rng = np.random.default_rng(1)
   for q, structured in (("pq", True), ("rq", False)):
-    emb = correlated_halves(N, D, 4, rng) if structured else rng.normal(size=(N, D)).astype(
-        np.float32)
-    sampler = TfMIDXSampler(num_codewords=K, quantizer=q, id_offset=1, seed=11,
-                            temperature=TEMPERATURE)
+    emb = (
+      correlated_halves(N, D, 4, rng) if structured else rng.normal(size=(N, D)).astype(np.float32)
+    )
+    sampler = TfMIDXSampler(
+      num_codewords=K, quantizer=q, id_offset=1, seed=11, temperature=TEMPERATURE
+    )
     sampler.refresh(emb)
     _TF[q] = sampler
     cases[f"midx/{q}/emb"] = emb
@@ -106,27 +111,39 @@ def build_cases():
   cases["refresh/small"] = rng.normal(size=(3, 4)).astype(np.float32)
   cases["refresh/small_z"] = rng.normal(size=(2, 4)).astype(np.float32)
   rng = np.random.default_rng(8)
-  cases["score/table"] = rng.normal(size=(31, 4)).astype(np.float32)      # row 0 = padding
+  cases["score/table"] = rng.normal(size=(31, 4)).astype(np.float32)  # row 0 = padding
   cases["score/z"] = rng.normal(size=(5, 4)).astype(np.float32)
   cases["score/pos"] = np.array([1, 5, 30, 5, 2], np.int32)
   cases["bad/emb"] = np.random.default_rng(0).normal(size=(5, 4)).astype(np.float32)
   c = kb_case()
   _, est = tf_kb_sampler("unigram", 3)
-  cases.update({"kb/pos_ids": c["pos_ids"], "kb/valid": c["valid"], "kb/emb": c["emb"],
-                "kb/query": c["query"], "kb/sizes": np.array(KB_SIZES),
-                "kb/num_random": np.array(NUM_RANDOM),
-                "kb/log_q_table": est.log_q(tf.range(13, dtype=tf.int64)).numpy().astype(
-                    np.float32),
-                "kb/keys": tf_in_batch._random_keys(  # pylint: disable=protected-access
-                    len(c["pos_ids"]), tf.constant(KB_SEED, tf.int64)).numpy()})
+  cases.update(
+    {
+      "kb/pos_ids": c["pos_ids"],
+      "kb/valid": c["valid"],
+      "kb/emb": c["emb"],
+      "kb/query": c["query"],
+      "kb/sizes": np.array(KB_SIZES),
+      "kb/num_random": np.array(NUM_RANDOM),
+      "kb/log_q_table": est.log_q(tf.range(13, dtype=tf.int64)).numpy().astype(np.float32),
+      "kb/keys": tf_in_batch._random_keys(  # pylint: disable=protected-access
+        len(c["pos_ids"]), tf.constant(KB_SEED, tf.int64)
+      ).numpy(),
+    }
+  )
   _CASES.update(cases)
   return cases
 
 
 def _clean_env(backend):
   env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
-  env.update(KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(HERE.parents[2]),
-             JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
+  env.update(
+    KERAS_BACKEND=backend,
+    TF_CPP_MIN_LOG_LEVEL="3",
+    PYTHONPATH=str(HERE.parents[2]),
+    JAX_PLATFORMS="cpu",
+    CUDA_VISIBLE_DEVICES="",
+  )
   return env
 
 
@@ -135,12 +152,16 @@ def results(backend, tmp_path_factory):
     directory = tmp_path_factory.mktemp("keras3_samplers")
     cases_path = directory / "cases.npz"
     np.savez(cases_path, **build_cases())
-    for b in BACKENDS:   # all at once: they overlap on the cores
+    for b in BACKENDS:  # all at once: they overlap on the cores
       out = directory / f"{b}.npz"
-      proc = subprocess.Popen([sys.executable, str(HERE / "samplers_worker.py"),
-                               str(cases_path), str(out)], env=_clean_env(b),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              cwd=str(HERE))
+      proc = subprocess.Popen(
+        [sys.executable, str(HERE / "samplers_worker.py"), str(cases_path), str(out)],
+        env=_clean_env(b),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(HERE),
+      )
       _RUNS[b] = [proc, out, None]
   run = _RUNS[backend]
   if run[2] is None:
@@ -162,11 +183,12 @@ def test_worker_is_keras3_only(res):
 
 # ---- numpy references --------------------------------------------------------------------------
 
+
 def np_log_q(codebook_1, codebook_2, codes, quantizer, z, temperature=TEMPERATURE):
   """log Q(i|z) [A, N]: item logits s1[k1(i)] + s2[k2(i)] normalised over the items."""
   z = np.asarray(z, np.float64)
   c1, c2 = codebook_1.astype(np.float64), codebook_2.astype(np.float64)
-  z1, z2 = (z[:, :c1.shape[1]], z[:, c1.shape[1]:]) if quantizer == "pq" else (z, z)
+  z1, z2 = (z[:, : c1.shape[1]], z[:, c1.shape[1] :]) if quantizer == "pq" else (z, z)
   logits = (z1 @ c1.T)[:, codes[:, 0]] / temperature + (z2 @ c2.T)[:, codes[:, 1]] / temperature
   m = logits.max(axis=1, keepdims=True)
   return logits - (m + np.log(np.exp(logits - m).sum(axis=1, keepdims=True)))
@@ -194,12 +216,13 @@ def check_index(state, emb, k, quantizer):
   np.testing.assert_array_equal(offsets, np.concatenate([[0], np.cumsum(counts)[:-1]]))
   cell = codes[:, 0] * k + codes[:, 1]
   for c in range(k * k):
-    np.testing.assert_array_equal(order[offsets[c]:offsets[c] + counts[c]],
-                                  np.flatnonzero(cell == c))
+    np.testing.assert_array_equal(
+      order[offsets[c] : offsets[c] + counts[c]], np.flatnonzero(cell == c)
+    )
   x = emb.astype(np.float64)
   c1, c2 = state["codebook_1"].astype(np.float64), state["codebook_2"].astype(np.float64)
   if quantizer == "pq":
-    x1, x2 = x[:, :x.shape[1] // 2], x[:, x.shape[1] // 2:]
+    x1, x2 = x[:, : x.shape[1] // 2], x[:, x.shape[1] // 2 :]
   else:
     x1, x2 = x, x - c1[codes[:, 0]]
   for x_l, c_l, code in ((x1, c1, codes[:, 0]), (x2, c2, codes[:, 1])):
@@ -209,6 +232,7 @@ def check_index(state, emb, k, quantizer):
 
 # ---- MIDX ----------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("q", QUANTIZERS)
 def test_midx_proposal_equals_tf_keras_on_the_same_index_and_sums_to_one(res, q):
   sampler = _TF[q]
@@ -217,15 +241,16 @@ def test_midx_proposal_equals_tf_keras_on_the_same_index_and_sums_to_one(res, q)
   got = res[f"midx/{q}/proposal"]
   np.testing.assert_allclose(got, want, atol=2e-5)
   np.testing.assert_allclose(np.exp(got.astype(np.float64)).sum(1), 1.0, rtol=1e-5)
-  ref = np_log_q(sampler.codebook_1.numpy(), sampler.codebook_2.numpy(),
-                 sampler.item_codes.numpy(), q, z)
+  ref = np_log_q(
+    sampler.codebook_1.numpy(), sampler.codebook_2.numpy(), sampler.item_codes.numpy(), q, z
+  )
   np.testing.assert_allclose(got, ref, atol=2e-5)
-  np.testing.assert_allclose(res[f"midx/{q}/log_prob"], sampler.log_prob(z, pos).numpy(),
-                             atol=2e-5)
+  np.testing.assert_allclose(res[f"midx/{q}/log_prob"], sampler.log_prob(z, pos).numpy(), atol=2e-5)
   both = np.stack([pos, pos[::-1]], 1)
-  np.testing.assert_allclose(res[f"midx/{q}/log_prob_2d"], sampler.log_prob(z, both).numpy(),
-                             atol=2e-5)
-  if q == "pq":   # the case the cell weights matter for: most (k1, k2) cells are empty
+  np.testing.assert_allclose(
+    res[f"midx/{q}/log_prob_2d"], sampler.log_prob(z, both).numpy(), atol=2e-5
+  )
+  if q == "pq":  # the case the cell weights matter for: most (k1, k2) cells are empty
     assert (sampler.cell_counts.numpy() == 0).sum() >= 6
 
 
@@ -233,8 +258,9 @@ def test_midx_proposal_equals_tf_keras_on_the_same_index_and_sums_to_one(res, q)
 def test_midx_draws_follow_the_proposal_and_return_its_log_q(res, q):
   sampler = _TF[q]
   z = _CASES[f"midx/{q}/z"]
-  ref = np_log_q(sampler.codebook_1.numpy(), sampler.codebook_2.numpy(),
-                 sampler.item_codes.numpy(), q, z)
+  ref = np_log_q(
+    sampler.codebook_1.numpy(), sampler.codebook_2.numpy(), sampler.item_codes.numpy(), q, z
+  )
   ids, log_q = res[f"midx/{q}/ids"], res[f"midx/{q}/log_q"]
   assert ids.shape == log_q.shape == (3, 30000) and ids.dtype == np.int32
   assert ids.min() >= 1 and ids.max() <= N
@@ -257,7 +283,7 @@ def test_midx_refresh_builds_the_index_of_its_definition(res, q):
   assert int(res[f"refresh/{q}/count_1"]) == 1 and int(res[f"refresh/{q}/count_2"]) == 2
   assert state["codebook_1"].shape == ((5, 3) if q == "pq" else (5, 7))
   check_index(state, cases["emb"], 5, q)
-  assert all(bool(res[f"refresh/{q}/same_{name}"]) for name in STATE)   # same seed, same index
+  assert all(bool(res[f"refresh/{q}/same_{name}"]) for name in STATE)  # same seed, same index
   moved = {name: res[f"refresh/{q}/moved_{name}"] for name in STATE}
   check_index(moved, cases["moved"], 5, q)
   assert not np.allclose(moved["codebook_1"], state["codebook_1"])
@@ -278,19 +304,29 @@ def test_midx_score_is_scores_log_q_and_hits(res, source):
   tag = f"score/{source}"
   ids, proposal = res[f"{tag}/ids"], res[f"{tag}/proposal"]
   rows = np.arange(5)
-  np.testing.assert_allclose(res[f"{tag}/negative_scores"],
-                             np.einsum("ad,asd->as", z, table[ids]) / 0.5, rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(res[f"{tag}/positive_scores"], (z * table[pos]).sum(1) / 0.5,
-                             rtol=1e-5)
+  np.testing.assert_allclose(
+    res[f"{tag}/negative_scores"],
+    np.einsum("ad,asd->as", z, table[ids]) / 0.5,
+    rtol=1e-5,
+    atol=1e-5,
+  )
+  np.testing.assert_allclose(
+    res[f"{tag}/positive_scores"], (z * table[pos]).sum(1) / 0.5, rtol=1e-5
+  )
   np.testing.assert_allclose(res[f"{tag}/negative_log_q"], res[f"{tag}/log_q"], rtol=1e-6)
-  np.testing.assert_allclose(res[f"{tag}/negative_log_q"], proposal[rows[:, None], ids - 1],
-                             atol=1e-5)
+  np.testing.assert_allclose(
+    res[f"{tag}/negative_log_q"], proposal[rows[:, None], ids - 1], atol=1e-5
+  )
   np.testing.assert_allclose(res[f"{tag}/positive_log_q"], proposal[rows, pos - 1], atol=1e-5)
   np.testing.assert_array_equal(res[f"{tag}/valid_mask"], ids != pos[:, None])
   tf_out = tf_losses.sampled_softmax_loss(
-      res[f"{tag}/positive_scores"], res[f"{tag}/negative_scores"], res[f"{tag}/negative_log_q"],
-      correction="corrected", positive_log_q=res[f"{tag}/positive_log_q"],
-      valid_mask=res[f"{tag}/valid_mask"])
+    res[f"{tag}/positive_scores"],
+    res[f"{tag}/negative_scores"],
+    res[f"{tag}/negative_log_q"],
+    correction="corrected",
+    positive_log_q=res[f"{tag}/positive_log_q"],
+    valid_mask=res[f"{tag}/valid_mask"],
+  )
   np.testing.assert_allclose(res[f"{tag}/loss"], tf_out.loss.numpy(), rtol=1e-5, atol=1e-6)
 
 
@@ -341,6 +377,7 @@ def test_midx_bad_arguments_raise_the_tf_keras_errors(res):
 
 # ---- k_b subsample -------------------------------------------------------------------------------
 
+
 def _tf_pool(convention, k_b):
   c = kb_case()
   sampler, _ = tf_kb_sampler(convention, k_b)
@@ -361,11 +398,13 @@ def test_in_batch_subsample_keeps_the_tf_keras_ids_and_log_q(res, convention, k_
   b, u = len(c["pos_ids"]), np.unique(c["pos_ids"][c["valid"]]).size
   assert ids.shape == ((k_b,) if k_b < b else (b,))
   assert valid.sum() == min(u, k_b) == int(pool.num_kept)
-  np.testing.assert_array_equal(ids[valid], tf_negs.ids.numpy())     # same ids, same order
-  np.testing.assert_allclose(res[f"{tag}/log_q"][valid], tf_negs.log_q.numpy(), rtol=1e-5,
-                             atol=1e-6)
-  np.testing.assert_allclose(res[f"{tag}/positive_log_q"], tf_negs.positive_log_q.numpy(),
-                             rtol=1e-5, atol=1e-6)
+  np.testing.assert_array_equal(ids[valid], tf_negs.ids.numpy())  # same ids, same order
+  np.testing.assert_allclose(
+    res[f"{tag}/log_q"][valid], tf_negs.log_q.numpy(), rtol=1e-5, atol=1e-6
+  )
+  np.testing.assert_allclose(
+    res[f"{tag}/positive_log_q"], tf_negs.positive_log_q.numpy(), rtol=1e-5, atol=1e-6
+  )
   np.testing.assert_allclose(res[f"{tag}/embeddings"][valid], c["emb"][tf_negs.ids.numpy()])
 
 
@@ -380,25 +419,32 @@ def test_mixed_with_subsample_equals_tf_keras_log_q_and_loss(res, convention, k_
   ids, valid, log_q = res[f"{tag}/ids"], res[f"{tag}/valid"], res[f"{tag}/log_q"]
   want = mixed.log_q(tf.constant(ids, tf.int64), pool).numpy()
   np.testing.assert_allclose(log_q[valid], want[valid], rtol=1e-5, atol=1e-6)
-  np.testing.assert_allclose(res[f"{tag}/positive_log_q"],
-                             mixed.log_q(tf.constant(c["pos_ids"], tf.int64), pool).numpy(),
-                             rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(
+    res[f"{tag}/positive_log_q"],
+    mixed.log_q(tf.constant(c["pos_ids"], tf.int64), pool).numpy(),
+    rtol=1e-5,
+    atol=1e-6,
+  )
   np.testing.assert_array_equal(ids[:-3][valid[:-3]], pool.negatives.ids.numpy())
   neg_ids, lq = ids[valid], log_q[valid]
   query, pos_emb = c["query"], c["emb"][c["pos_ids"]]
   s_p = (query * pos_emb).sum(1) / 0.5
   s_n = query @ c["emb"][neg_ids].T / 0.5
   tf_out = tf_losses.sampled_softmax_loss(
-      s_p.astype(np.float32), s_n.astype(np.float32), lq, correction="corrected",
-      positive_log_q=res[f"{tag}/positive_log_q"],
-      valid_mask=c["pos_ids"][:, None] != neg_ids[None, :])
+    s_p.astype(np.float32),
+    s_n.astype(np.float32),
+    lq,
+    correction="corrected",
+    positive_log_q=res[f"{tag}/positive_log_q"],
+    valid_mask=c["pos_ids"][:, None] != neg_ids[None, :],
+  )
   np.testing.assert_allclose(res[f"{tag}/loss"], tf_out.loss.numpy(), rtol=1e-5, atol=1e-6)
 
 
 def test_in_batch_subsample_with_random_keys_is_uniform(res):
   """Each distinct valid id is kept with probability k_b / U; padding-only ids never."""
   c = kb_case()
-  kept = res["kb/random_kept"]                       # [draws, vocab]
+  kept = res["kb/random_kept"]  # [draws, vocab]
   distinct = np.unique(c["pos_ids"][c["valid"]])
   assert (kept.sum(1) == 3).all()
   others = np.setdiff1d(np.arange(kept.shape[1]), distinct)

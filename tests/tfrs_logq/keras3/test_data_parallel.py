@@ -23,11 +23,21 @@ HERE = pathlib.Path(__file__).resolve().parent
 def res(tmp_path_factory):
   out = tmp_path_factory.mktemp("data_parallel") / "out.npz"
   env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
-  env.update(KERAS_BACKEND="jax", JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="",
-             XLA_FLAGS="--xla_force_host_platform_device_count=2",
-             PYTHONPATH=str(HERE.parents[2]))
-  proc = subprocess.run([sys.executable, str(HERE / "data_parallel_worker.py"), str(out)],
-                        env=env, capture_output=True, text=True, timeout=900, cwd=str(HERE))
+  env.update(
+    KERAS_BACKEND="jax",
+    JAX_PLATFORMS="cpu",
+    CUDA_VISIBLE_DEVICES="",
+    XLA_FLAGS="--xla_force_host_platform_device_count=2",
+    PYTHONPATH=str(HERE.parents[2]),
+  )
+  proc = subprocess.run(
+    [sys.executable, str(HERE / "data_parallel_worker.py"), str(out)],
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=900,
+    cwd=str(HERE),
+  )
   assert proc.returncode == 0, proc.stderr[-4000:]
   return dict(np.load(out))
 
@@ -40,9 +50,10 @@ def test_two_devices(res):
 def test_data_parallel_fit_equals_single_device_fit(res):
   assert np.isfinite(res["parallel/loss"]).all()
   for key in ("loss", "users", "items", "table", "total"):
-    np.testing.assert_allclose(res[f"parallel/{key}"], res[f"single/{key}"], rtol=1e-5,
-                               atol=1e-7, err_msg=key)
-  assert float(res["parallel/total"]) == 2 * 64          # the global batches were counted
+    np.testing.assert_allclose(
+      res[f"parallel/{key}"], res[f"single/{key}"], rtol=1e-5, atol=1e-7, err_msg=key
+    )
+  assert float(res["parallel/total"]) == 2 * 64  # the global batches were counted
 
 
 def test_pool_of_a_sharded_batch_is_the_global_batch_on_every_device(res):
@@ -50,8 +61,9 @@ def test_pool_of_a_sharded_batch_is_the_global_batch_on_every_device(res):
   assert res["layout/pool_replicated"].all()
   ids = np.array([3, 5, 3, 7, 1, 5, 9, 2])
   np.testing.assert_array_equal(res["layout/pool_ids"], ids)
-  np.testing.assert_array_equal(res["layout/pool_valid"],
-                                [True, True, False, True, True, False, True, True])
-  b, u = 8, 6                      # expected_count over the global pool: log pi - log U
+  np.testing.assert_array_equal(
+    res["layout/pool_valid"], [True, True, False, True, True, False, True, True]
+  )
+  b, u = 8, 6  # expected_count over the global pool: log pi - log U
   want = np.log(1 - (1 - np.exp(-2.0)) ** b) - np.log(u)
   np.testing.assert_allclose(res["layout/pool_log_q"], want, rtol=1e-5)

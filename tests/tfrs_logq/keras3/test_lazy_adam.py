@@ -36,8 +36,13 @@ _RUNS = {}
 
 def _env(backend):
   env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
-  env.update(KERAS_BACKEND=backend, TF_CPP_MIN_LOG_LEVEL="3", PYTHONPATH=str(HERE.parents[2]),
-             JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
+  env.update(
+    KERAS_BACKEND=backend,
+    TF_CPP_MIN_LOG_LEVEL="3",
+    PYTHONPATH=str(HERE.parents[2]),
+    JAX_PLATFORMS="cpu",
+    CUDA_VISIBLE_DEVICES="",
+  )
   return env
 
 
@@ -45,11 +50,16 @@ def _env(backend):
 def res(request, tmp_path_factory):
   if not _RUNS:
     directory = tmp_path_factory.mktemp("keras3_lazy_adam")
-    for b in BACKENDS:   # all at once: they overlap on the cores
+    for b in BACKENDS:  # all at once: they overlap on the cores
       out = directory / f"{b}.npz"
-      proc = subprocess.Popen([sys.executable, str(HERE / "lazy_adam_worker.py"), str(out)],
-                              env=_env(b), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, cwd=str(HERE))
+      proc = subprocess.Popen(
+        [sys.executable, str(HERE / "lazy_adam_worker.py"), str(out)],
+        env=_env(b),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(HERE),
+      )
       _RUNS[b] = [proc, out, None]
   run = _RUNS[request.param]
   if run[2] is None:
@@ -75,8 +85,8 @@ def _oracle(table, dense, g_table, g_dense):
       v[r] = b2 * v[r] + (1 - b2) * g[r] ** 2
       theta[r] -= lr * np.sqrt(1 - b2 ** k[r]) / (1 - b1 ** k[r]) * m[r] / (np.sqrt(v[r]) + eps)
     mw = b1 * mw + (1 - b1) * gd
-    vw = b2 * vw + (1 - b2) * gd ** 2
-    w -= lr * np.sqrt(1 - b2 ** t) / (1 - b1 ** t) * mw / (np.sqrt(vw) + eps)
+    vw = b2 * vw + (1 - b2) * gd**2
+    w -= lr * np.sqrt(1 - b2**t) / (1 - b1**t) * mw / (np.sqrt(vw) + eps)
   return theta, m, v, k, w
 
 
@@ -92,7 +102,7 @@ def test_matches_the_numpy_oracle(res):
   # rows 7, 8 never in a step: untouched, parameters, moments and counts
   np.testing.assert_array_equal(res["apply/table"][7:], table[7:])
   assert not res["apply/m"][7:].any() and not res["apply/k"][7:].any()
-  assert 0 < k[0] < cases.STEPS and (k[1:7] < cases.STEPS).all()   # rows absent from steps
+  assert 0 < k[0] < cases.STEPS and (k[1:7] < cases.STEPS).all()  # rows absent from steps
 
 
 def test_equals_the_tf_keras_lazy_adam(res):
@@ -101,8 +111,12 @@ def test_equals_the_tf_keras_lazy_adam(res):
   opt = TfKerasLazyAdam(cases.LR, cases.B1, cases.B2, cases.EPS)
   for g, gd in zip(g_table, g_dense):
     rows = np.flatnonzero(np.any(g != 0, axis=1))
-    opt.apply_gradients([(tf.IndexedSlices(tf.constant(g[rows]), tf.constant(rows), g.shape),
-                          var), (tf.constant(gd), w)])
+    opt.apply_gradients(
+      [
+        (tf.IndexedSlices(tf.constant(g[rows]), tf.constant(rows), g.shape), var),
+        (tf.constant(gd), w),
+      ]
+    )
   np.testing.assert_allclose(res["apply/table"], var.numpy(), rtol=1e-6, atol=1e-7)
   np.testing.assert_array_equal(res["apply/k"], opt._row_counts[0].numpy())
   np.testing.assert_allclose(res["apply/m"], opt._momentums[0].numpy(), rtol=1e-6, atol=1e-8)
@@ -113,7 +127,7 @@ def test_compiled_train_step_through_an_embedding(res):
   # batch 1 names rows 1, 2, 3, 4; batch 2 rows 1, 2, 3: only they move, counted per step
   np.testing.assert_array_equal(res["fit/moved"], [0, 1, 1, 1, 1, 0, 0, 0, 0])
   np.testing.assert_array_equal(res["fit/k"], [0, 2, 2, 2, 1, 0, 0, 0, 0])
-  if str(res["backend"]) == "tensorflow":   # what Keras 3 hands the optimizer for the table
+  if str(res["backend"]) == "tensorflow":  # what Keras 3 hands the optimizer for the table
     assert "IndexedSlices" in set(res["fit/grad_types"].tolist())
 
 

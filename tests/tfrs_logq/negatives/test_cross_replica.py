@@ -20,7 +20,6 @@ GLOBAL_BATCH = len(ITEMS)
 
 
 class Counts:
-
   def __init__(self):
     self.table = tf.constant(np.log(np.arange(1, NUM_ITEMS + 1) / 45.0), tf.float32)
 
@@ -69,6 +68,7 @@ def test_mirrored_equals_single_device_on_global_batch(correction, mirrored_stra
     def replica_fn(u, i):
       loss, grads, ids = loss_and_grads(d_users, d_items, u, i, correction)
       return loss, grads, ids
+
     loss, grads, ids = strategy.run(replica_fn, args=(u, i))
     total = strategy.reduce(tf.distribute.ReduceOp.SUM, loss, axis=None)
     grads = [strategy.reduce(tf.distribute.ReduceOp.SUM, g, axis=None) for g in grads]
@@ -114,8 +114,9 @@ def test_all_gather_by_all_reduce_equals_all_gather(mirrored_strategy):
     r = tf.distribute.get_replica_context().replica_id_in_sync_group
     with tf.GradientTape() as tape:
       local = x * tf.cast(r + 1, tf.float32)
-      gathered = all_gather_rows([local, tf.gather(rows, r), tf.gather(ids, r),
-                                  tf.gather(flags, r)], method=method)
+      gathered = all_gather_rows(
+        [local, tf.gather(rows, r), tf.gather(ids, r), tf.gather(flags, r)], method=method
+      )
       loss = tf.reduce_sum(gathered[0] * weights)
     return gathered + [tape.gradient(loss, x)]
 
@@ -128,7 +129,8 @@ def test_all_gather_by_all_reduce_equals_all_gather(mirrored_strategy):
     for a, b in zip(strategy.experimental_local_results(w), strategy.experimental_local_results(g)):
       assert a.dtype == b.dtype
       np.testing.assert_array_equal(b.numpy(), a.numpy())
-  np.testing.assert_array_equal(strategy.experimental_local_results(got[2])[0].numpy(),
-                                ids.reshape(-1))
+  np.testing.assert_array_equal(
+    strategy.experimental_local_results(got[2])[0].numpy(), ids.reshape(-1)
+  )
   with pytest.raises(ValueError, match="method"):
     all_gather_rows([tf.constant([1])], method="gather")

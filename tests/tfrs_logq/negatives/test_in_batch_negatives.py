@@ -8,8 +8,13 @@ import tfrs_logq  # noqa: F401
 import tensorflow as tf
 
 from tfrs_logq import losses
-from tfrs_logq.negatives import (InBatchNegatives, dedup_first_occurrence, first_occurrence_mask,
-                                 score_negatives, subsample_indices)
+from tfrs_logq.negatives import (
+  InBatchNegatives,
+  dedup_first_occurrence,
+  first_occurrence_mask,
+  score_negatives,
+  subsample_indices,
+)
 
 
 def np_dedup(ids):
@@ -105,10 +110,14 @@ def test_subsample_is_uniform_over_the_pool():
 
 
 def test_subsample_accepts_numpy_integers_and_rejects_bool_and_float():
-  np.testing.assert_array_equal(subsample_indices(6, np.int64(3), seed=[4, 0]).numpy(),
-                                subsample_indices(6, 3, seed=[4, 0]).numpy())
-  np.testing.assert_array_equal(subsample_indices(6, np.int32(3), seed=[4, 0]).numpy(),
-                                subsample_indices(6, 3, seed=[4, 0]).numpy())
+  np.testing.assert_array_equal(
+    subsample_indices(6, np.int64(3), seed=[4, 0]).numpy(),
+    subsample_indices(6, 3, seed=[4, 0]).numpy(),
+  )
+  np.testing.assert_array_equal(
+    subsample_indices(6, np.int32(3), seed=[4, 0]).numpy(),
+    subsample_indices(6, 3, seed=[4, 0]).numpy(),
+  )
   for bad in (True, 3.0, np.float64(3.0), np.int64(0), -1):
     with pytest.raises(ValueError, match="num_negatives"):
       subsample_indices(6, bad)
@@ -118,8 +127,9 @@ def test_works_inside_tf_function(counts_table):
   table = counts_table(np.arange(1, 9))
   sampler = InBatchNegatives(table)
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.int64),
-                                tf.TensorSpec([None, 2], tf.float32)])
+  @tf.function(
+    input_signature=[tf.TensorSpec([None], tf.int64), tf.TensorSpec([None, 2], tf.float32)]
+  )
   def run(ids, emb):
     return sampler(ids, emb)
 
@@ -127,13 +137,16 @@ def test_works_inside_tf_function(counts_table):
   np.testing.assert_array_equal(neg.ids.numpy(), [5, 1])
 
 
-@pytest.mark.parametrize("kwargs, error", [
+@pytest.mark.parametrize(
+  "kwargs, error",
+  [
     (dict(ids=np.array([1.0, 2.0]), emb=np.ones((2, 2), np.float32)), TypeError),
     (dict(ids=np.array([1, 2]), emb=np.ones((3, 2), np.float32)), ValueError),
     (dict(ids=np.array([[1, 2]]), emb=np.ones((2, 2), np.float32)), ValueError),
     (dict(ids=np.zeros([0], np.int64), emb=np.ones((0, 2), np.float32)), ValueError),
     (dict(ids=np.array([1, 2]), emb=np.ones((2, 2), np.int32)), TypeError),
-])
+  ],
+)
 def test_bad_inputs_raise(counts_table, kwargs, error):
   with pytest.raises(error):
     InBatchNegatives(counts_table(np.ones(5)))(kwargs["ids"], kwargs["emb"])
@@ -147,15 +160,20 @@ def test_bad_configuration_raises():
   with pytest.raises(ValueError, match="frequency_estimator"):
     InBatchNegatives()(np.array([1]), np.ones((1, 2), np.float32))
   with pytest.raises(TypeError, match="bool"):
-    InBatchNegatives()(np.array([1]), np.ones((1, 2), np.float32),
-                       candidate_log_q=np.zeros(1, np.float32), valid=np.array([1]))
+    InBatchNegatives()(
+      np.array([1]),
+      np.ones((1, 2), np.float32),
+      candidate_log_q=np.zeros(1, np.float32),
+      valid=np.array([1]),
+    )
 
 
 def test_dynamic_empty_batch_raises_at_run_time(counts_table):
   sampler = InBatchNegatives(counts_table(np.ones(3)))
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.int64),
-                                tf.TensorSpec([None, 2], tf.float32)])
+  @tf.function(
+    input_signature=[tf.TensorSpec([None], tf.int64), tf.TensorSpec([None, 2], tf.float32)]
+  )
   def run(ids, emb):
     return sampler(ids, emb).ids
 
@@ -169,7 +187,7 @@ def test_expected_count_convention_is_inclusion_probability_over_distinct(counts
   table = counts_table(counts)
   q = counts / counts.sum()
   ids = np.array([2, 5, 2, 0, 5, 3, 3, 3, 0])
-  valid = ids != 0                                              # B = 7 rows, U = 3 distinct
+  valid = ids != 0  # B = 7 rows, U = 3 distinct
   emb = np.ones((9, 2), np.float32)
   sampler = InBatchNegatives(table, num_negatives=2, convention="expected_count")
   neg = sampler(ids, emb, valid=valid, seed=[1, 2])
@@ -178,28 +196,31 @@ def test_expected_count_convention_is_inclusion_probability_over_distinct(counts
   np.testing.assert_allclose(neg.positive_log_q.numpy(), want(ids), rtol=1e-5)
   pool = sampler.pool(ids, emb, valid=valid, seed=[1, 2])
   assert (int(pool.num_draws), int(pool.num_distinct), int(pool.num_kept)) == (7, 3, 2)
-  np.testing.assert_allclose(pool.negatives.log_q.numpy(), np.log(q[neg.ids.numpy()]),
-                             rtol=1e-5)                        # the pool keeps per-draw q_uni
+  np.testing.assert_allclose(
+    pool.negatives.log_q.numpy(), np.log(q[neg.ids.numpy()]), rtol=1e-5
+  )  # the pool keeps per-draw q_uni
   with pytest.raises(ValueError, match="InBatchPool"):
     sampler.log_q([1, 2])
 
 
 def test_tiny_probabilities_keep_their_inclusion_probability():
   from tfrs_logq import log_q  # pylint: disable=g-import-not-at-top
+
   lq = np.array([0.0, -1e-3, -5.0, -25.0, -40.0, -90.0, -np.inf])
   got = log_q.log_inclusion_probability(tf.constant(lq, tf.float32), 64).numpy()
   q = np.exp(lq)
   with np.errstate(divide="ignore"):
-    want = np.log(-np.expm1(64 * np.log1p(-q)))               # float64 reference
-  want[5] = np.log(64) - 90.0                                  # q underflows float64's 1 - q
+    want = np.log(-np.expm1(64 * np.log1p(-q)))  # float64 reference
+  want[5] = np.log(64) - 90.0  # q underflows float64's 1 - q
   np.testing.assert_allclose(got[:6], want[:6], rtol=1e-5)
   assert got[6] == -np.inf
 
 
 def test_config_round_trip(counts_table):
   table = counts_table(np.ones(4))
-  sampler = InBatchNegatives(table, num_negatives=np.int64(3), cross_replica=False,
-                             convention="expected_count")
+  sampler = InBatchNegatives(
+    table, num_negatives=np.int64(3), cross_replica=False, convention="expected_count"
+  )
   clone = InBatchNegatives.from_config(sampler.get_config())
   assert clone.get_config() == sampler.get_config()
   assert clone.num_negatives == 3 and clone.frequency_estimator is table
@@ -222,7 +243,7 @@ def test_first_occurrence_mask_matches_reference():
 def _padded_batch(seed=4, size=16):
   rng = np.random.default_rng(seed)
   ids = rng.integers(1, 12, size=size)
-  ids[[0, 5, 6, 11]] = 0                                        # padding rows
+  ids[[0, 5, 6, 11]] = 0  # padding rows
   return ids, ids != 0, rng.normal(size=(size, 3)).astype(np.float32)
 
 
@@ -231,8 +252,10 @@ def _kept(neg):
   return neg.ids.numpy()[keep], neg.embeddings.numpy()[keep], neg.log_q.numpy()[keep]
 
 
-@pytest.mark.parametrize("k_b, convention", [
-    (None, "unigram"), (3, "unigram"), (3, "expected_count"), (20, "expected_count")])
+@pytest.mark.parametrize(
+  "k_b, convention",
+  [(None, "unigram"), (3, "unigram"), (3, "expected_count"), (20, "expected_count")],
+)
 def test_static_pool_masks_what_the_dynamic_pool_drops(counts_table, k_b, convention):
   """Static shapes: B slots (k_b with a subsample) whose valid ones are the dynamic negatives (the
   same k_b subset for the same seed) with the same log Q and (B, U, n_b); masked slots have a
@@ -253,10 +276,12 @@ def test_static_pool_masks_what_the_dynamic_pool_drops(counts_table, k_b, conven
   assert np.isfinite(got.log_q.numpy()).all()
   stats = lambda p: (int(p.num_draws), int(p.num_distinct), int(p.num_kept))  # noqa: E731
   assert stats(static.pool(ids, emb, valid=valid, seed=[7, 8])) == stats(
-      dynamic.pool(ids, emb, valid=valid, seed=[7, 8]))
-  auto = InBatchNegatives(table, **kw)                          # static_shapes=None: XLA decides
+    dynamic.pool(ids, emb, valid=valid, seed=[7, 8])
+  )
+  auto = InBatchNegatives(table, **kw)  # static_shapes=None: XLA decides
   compiled = tf.function(lambda i, e, v: auto(i, e, valid=v, seed=[7, 8]), jit_compile=True)(
-      tf.constant(ids), tf.constant(emb), tf.constant(valid))
+    tf.constant(ids), tf.constant(emb), tf.constant(valid)
+  )
   for a, b in zip(compiled, got):
     np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6)
 
@@ -271,8 +296,9 @@ def test_static_pool_gives_the_dynamic_loss_and_gradients(counts_table):
   for static in (False, True):
     emb = tf.Variable(emb0)
     with tf.GradientTape() as tape:
-      neg = InBatchNegatives(table, num_negatives=5, static_shapes=static)(ids, emb, valid=valid,
-                                                                          seed=[1, 2])
+      neg = InBatchNegatives(table, num_negatives=5, static_shapes=static)(
+        ids, emb, valid=valid, seed=[1, 2]
+      )
       scored = score_negatives(query, ids, emb, neg)
       out = losses.sampled_softmax_loss(**scored.loss_kwargs(), correction="corrected")
       loss = tf.reduce_sum(tf.where(valid, out.loss, 0.0))

@@ -80,7 +80,7 @@ def clustered_catalog(n, d, clusters, rng):
   g = rng.integers(0, clusters, size=n)
   scale = rng.uniform(0.5, 1.5, size=n)
   x = (centers[g] + 0.35 * rng.normal(size=(n, d)) / np.sqrt(d)) * scale[:, None]
-  popularity = scale ** 4 * rng.pareto(2.0, size=n) + 1e-3
+  popularity = scale**4 * rng.pareto(2.0, size=n) + 1e-3
   return x.astype(np.float32), centers, popularity / popularity.sum()
 
 
@@ -89,8 +89,9 @@ def clustered_catalog(n, d, clusters, rng):
 def test_empirical_frequencies_match_returned_q(quantizer, structured):
   rng = np.random.default_rng(1)
   n, d, k = 60, 6, 4
-  emb = (correlated_halves(n, d, 4, rng) if structured
-         else rng.normal(size=(n, d)).astype(np.float32))
+  emb = (
+    correlated_halves(n, d, 4, rng) if structured else rng.normal(size=(n, d)).astype(np.float32)
+  )
   sampler = MIDXSampler(num_codewords=k, quantizer=quantizer, id_offset=1, seed=11, temperature=0.5)
   sampler.refresh(emb)
   if structured:  # the case the cell weights matter for: most (k1, k2) cells are empty
@@ -164,8 +165,9 @@ def test_sample_in_tf_function_and_negatives_record():
   assert neg.embeddings.shape == (3, 5, 8)
   np.testing.assert_allclose(neg.embeddings.numpy(), table[neg.ids.numpy()])
   ref = np_log_q(sampler, z)
-  np.testing.assert_allclose(neg.log_q.numpy(), np.take_along_axis(ref, neg.ids.numpy() - 1, 1),
-                             atol=2e-5)
+  np.testing.assert_allclose(
+    neg.log_q.numpy(), np.take_along_axis(ref, neg.ids.numpy() - 1, 1), atol=2e-5
+  )
   np.testing.assert_allclose(neg.positive_log_q.numpy(), ref[[0, 1, 2], [0, 49, 99]], atol=2e-5)
   second = draw(z)
   assert sampler.num_draws.numpy() == 2
@@ -213,13 +215,13 @@ def check_index(sampler, emb):
   assert counts.sum() == n
   np.testing.assert_array_equal(offsets, np.concatenate([[0], np.cumsum(counts)[:-1]]))
   for c in range(k * k):
-    members = order[offsets[c]:offsets[c] + counts[c]]
+    members = order[offsets[c] : offsets[c] + counts[c]]
     np.testing.assert_array_equal(codes[members, 0] * k + codes[members, 1], c)
   x = emb.astype(np.float64)
   c1 = sampler.codebook_1.numpy().astype(np.float64)
   c2 = sampler.codebook_2.numpy().astype(np.float64)
   if sampler.quantizer == "pq":
-    x1, x2 = x[:, :x.shape[1] // 2], x[:, x.shape[1] // 2:]
+    x1, x2 = x[:, : x.shape[1] // 2], x[:, x.shape[1] // 2 :]
   else:
     x1 = x
     x2 = x - c1[codes[:, 0]]
@@ -314,8 +316,9 @@ def test_sampled_softmax_losses_take_query_dependent_log_q():
   valid = accidental_hit_mask(tf.constant(pos, tf.int64), tf.constant(ids)).numpy()
   np.testing.assert_array_equal(valid, ids != pos[:, None])
   for correction in ("standard", "corrected"):
-    out = losses.sampled_softmax_loss(s_pos, s_neg, log_q, correction=correction,
-                                      positive_log_q=pos_log_q, valid_mask=valid)
+    out = losses.sampled_softmax_loss(
+      s_pos, s_neg, log_q, correction=correction, positive_log_q=pos_log_q, valid_mask=valid
+    )
     want = []
     for r in range(a):
       sv, lq = s_neg[r][valid[r]].astype(np.float64), log_q[r][valid[r]].astype(np.float64)
@@ -335,26 +338,42 @@ def test_score_is_the_negative_sampler_interface(source):
   """score(): per-query scores of the drawn ids, exact log Q(d|z), log Q(p|z), hits masked."""
   rng = np.random.default_rng(8)
   n, d, a, s = 30, 4, 5, 40
-  table = rng.normal(size=(n + 1, d)).astype(np.float32)           # row 0 = padding
+  table = rng.normal(size=(n + 1, d)).astype(np.float32)  # row 0 = padding
   z = rng.normal(size=(a, d)).astype(np.float32)
   pos = np.array([1, 5, 30, 5, 2])
   embedder = (lambda i: tf.gather(table, i)) if source == "embedder" else None
-  sampler = MIDXSampler(num_codewords=3, quantizer="pq", seed=4, id_offset=1, num_negatives=s,
-                        candidate_embedder=embedder)
+  sampler = MIDXSampler(
+    num_codewords=3,
+    quantizer="pq",
+    seed=4,
+    id_offset=1,
+    num_negatives=s,
+    candidate_embedder=embedder,
+  )
   sampler.refresh(table[1:])
   kwargs = dict(item_table=table) if source == "item_table" else {}
   scored = sampler.score(z, pos, table[pos], temperature=0.5, seed=[1, 2], **kwargs)
   ids, log_q = sampler.sample(z, s, seed=[1, 2])
   ids = ids.numpy()
-  np.testing.assert_allclose(scored.negative_scores.numpy(),
-                             np.einsum("ad,asd->as", z, table[ids]) / 0.5, rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(scored.positive_scores.numpy(), (z * table[pos]).sum(1) / 0.5,
-                             rtol=1e-5)
+  np.testing.assert_allclose(
+    scored.negative_scores.numpy(),
+    np.einsum("ad,asd->as", z, table[ids]) / 0.5,
+    rtol=1e-5,
+    atol=1e-5,
+  )
+  np.testing.assert_allclose(
+    scored.positive_scores.numpy(), (z * table[pos]).sum(1) / 0.5, rtol=1e-5
+  )
   np.testing.assert_allclose(scored.negative_log_q.numpy(), log_q.numpy(), rtol=1e-6)
-  np.testing.assert_allclose(scored.negative_log_q.numpy(), np_log_q(sampler, z)[
-      np.arange(a)[:, None], ids - 1], rtol=1e-4, atol=1e-5)
-  np.testing.assert_allclose(scored.positive_log_q.numpy(),
-                             np_log_q(sampler, z)[np.arange(a), pos - 1], rtol=1e-4, atol=1e-5)
+  np.testing.assert_allclose(
+    scored.negative_log_q.numpy(),
+    np_log_q(sampler, z)[np.arange(a)[:, None], ids - 1],
+    rtol=1e-4,
+    atol=1e-5,
+  )
+  np.testing.assert_allclose(
+    scored.positive_log_q.numpy(), np_log_q(sampler, z)[np.arange(a), pos - 1], rtol=1e-4, atol=1e-5
+  )
   np.testing.assert_array_equal(scored.valid_mask.numpy(), ids != pos[:, None])
   neg = sampler.sample_negatives(z, pos, table[pos], seed=[1, 2], item_table=table)
   np.testing.assert_array_equal(neg.ids.numpy(), ids)
@@ -366,10 +385,22 @@ def test_score_is_the_negative_sampler_interface(source):
 # --------------------------------------------------------------------- (4) errors and checkpoints
 def test_numpy_integer_arguments_are_accepted_and_stored_as_python_ints():
   table = np.random.default_rng(0).normal(size=(9, 4)).astype(np.float32)
-  sampler = MIDXSampler(num_codewords=np.int64(2), quantizer="rq", num_items=np.int64(8),
-                        dim=np.int32(4), id_offset=np.int64(1), num_negatives=np.int64(5), seed=3)
-  for name, want in [("num_codewords", 2), ("num_items", 8), ("dim", 4), ("id_offset", 1),
-                     ("num_negatives", 5)]:
+  sampler = MIDXSampler(
+    num_codewords=np.int64(2),
+    quantizer="rq",
+    num_items=np.int64(8),
+    dim=np.int32(4),
+    id_offset=np.int64(1),
+    num_negatives=np.int64(5),
+    seed=3,
+  )
+  for name, want in [
+    ("num_codewords", 2),
+    ("num_items", 8),
+    ("dim", 4),
+    ("id_offset", 1),
+    ("num_negatives", 5),
+  ]:
     value = getattr(sampler, name)
     assert value == want and type(value) is int, (name, value)  # pylint: disable=unidiomatic-typecheck
   sampler.refresh(table[1:])

@@ -14,8 +14,15 @@ def test_index_matches_its_definition(quantizer):
   rng = np.random.default_rng(3)
   emb = rng.normal(size=(200, 6)).astype(np.float32)
   k = 4
-  index = midx_index.build_index(tf.constant(emb), k, quantizer, tf.constant([5, 0], tf.int64),
-                                 num_iterations=5, max_points=None, chunk_size=64)
+  index = midx_index.build_index(
+    tf.constant(emb),
+    k,
+    quantizer,
+    tf.constant([5, 0], tf.int64),
+    num_iterations=5,
+    max_points=None,
+    chunk_size=64,
+  )
   c1, c2 = index.codebook_1.numpy(), index.codebook_2.numpy()
   codes = index.item_codes.numpy()
   d1, d2 = midx_index.split_dims(quantizer, 6)
@@ -31,13 +38,14 @@ def test_index_matches_its_definition(quantizer):
   cell = k1 * k + k2
   counts = np.bincount(cell, minlength=k * k)
   np.testing.assert_array_equal(index.cell_counts.numpy(), counts)
-  np.testing.assert_array_equal(index.cell_offsets.numpy(),
-                                np.concatenate([[0], np.cumsum(counts)[:-1]]))
+  np.testing.assert_array_equal(
+    index.cell_offsets.numpy(), np.concatenate([[0], np.cumsum(counts)[:-1]])
+  )
   order = index.sorted_items.numpy()
   np.testing.assert_array_equal(np.sort(order), np.arange(200))
   for c in range(k * k):
     start = index.cell_offsets.numpy()[c]
-    members = order[start:start + counts[c]]
+    members = order[start : start + counts[c]]
     np.testing.assert_array_equal(members, np.flatnonzero(cell == c))  # stable: ascending rows
 
 

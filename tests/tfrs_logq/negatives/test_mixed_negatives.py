@@ -11,8 +11,14 @@ import tfrs_logq  # noqa: F401
 import tensorflow as tf
 
 from tfrs_logq import losses
-from tfrs_logq.negatives import (InBatchNegatives, InBatchPool, MixedNegatives, Negatives,
-                                 UniformNegatives, mixture_log_q)
+from tfrs_logq.negatives import (
+  InBatchNegatives,
+  InBatchPool,
+  MixedNegatives,
+  Negatives,
+  UniformNegatives,
+  mixture_log_q,
+)
 
 NUM_ITEMS = 12
 
@@ -28,9 +34,11 @@ def make(counts_table, convention, k_u=5, k_b=None):
   table = counts_table(counts)
   emb_table = np.random.default_rng(0).normal(size=(NUM_ITEMS, 4)).astype(np.float32)
   embed = lambda ids: tf.gather(emb_table, ids)  # noqa: E731
-  sampler = MixedNegatives(InBatchNegatives(table, num_negatives=k_b),
-                           UniformNegatives(embed, k_u, id_range=(0, NUM_ITEMS)),
-                           convention=convention)
+  sampler = MixedNegatives(
+    InBatchNegatives(table, num_negatives=k_b),
+    UniformNegatives(embed, k_u, id_range=(0, NUM_ITEMS)),
+    convention=convention,
+  )
   return sampler, counts / counts.sum(), emb_table
 
 
@@ -66,16 +74,18 @@ def test_mixture_is_a_distribution_over_the_catalog():
   np.testing.assert_allclose(np.exp(log_q.numpy()).sum(), 1.0, rtol=1e-5)
   np.testing.assert_allclose(log_q.numpy(), np_mixture_log_q(q_uni, 7, 3, 30), rtol=1e-5)
   # n_b = 0: only uniform slots.
-  np.testing.assert_allclose(mixture_log_q(tf.math.log(q_uni), 0, 3, 30).numpy(),
-                             np.full(30, -math.log(30)), rtol=1e-6)
+  np.testing.assert_allclose(
+    mixture_log_q(tf.math.log(q_uni), 0, 3, 30).numpy(), np.full(30, -math.log(30)), rtol=1e-6
+  )
 
 
 def _pool(n_b, num_draws=10, num_distinct=None):
   """A hand-made in-batch pool with n_b kept negatives out of U distinct of B draws."""
   ids = tf.range(n_b, dtype=tf.int64)
   neg = Negatives(ids, tf.zeros([n_b, 1]), tf.zeros([n_b]))
-  return InBatchPool(neg, tf.constant(num_draws), tf.constant(
-      n_b if num_distinct is None else num_distinct))
+  return InBatchPool(
+    neg, tf.constant(num_draws), tf.constant(n_b if num_distinct is None else num_distinct)
+  )
 
 
 def test_unseen_uniform_draw_gets_its_slot_probability(counts_table):
@@ -91,8 +101,9 @@ def test_subsample_and_padding_set_n_b(counts_table):
   neg = sampler(pos, emb_table[pos], valid=pos != 0, seed=[1, 1])
   ids = neg.ids.numpy()
   assert len(ids) == 5 and set(ids[:2]) <= {3, 7, 11, 5}
-  np.testing.assert_allclose(neg.log_q.numpy(), np_mixture_log_q(q_uni[ids], 2, 3, NUM_ITEMS),
-                             rtol=1e-5)
+  np.testing.assert_allclose(
+    neg.log_q.numpy(), np_mixture_log_q(q_uni[ids], 2, 3, NUM_ITEMS), rtol=1e-5
+  )
 
 
 def test_seeded_calls_repeat(counts_table):
@@ -117,21 +128,24 @@ def test_bad_configuration_raises(counts_table):
 
 def test_with_streaming_exact_counts_estimator():
   from tfrs_logq.frequency import ExactCounts  # pylint: disable=g-import-not-at-top
+
   estimator = ExactCounts(NUM_ITEMS)
   history = np.array([1, 1, 2, 5, 5, 5, 7, 11])
   estimator.update(tf.constant(history))
   emb_table = np.ones((NUM_ITEMS, 2), np.float32)
   sampler = MixedNegatives(
-      InBatchNegatives(estimator),
-      UniformNegatives(lambda i: tf.gather(emb_table, i), 4, id_range=(0, NUM_ITEMS)),
-      convention="mixture")
+    InBatchNegatives(estimator),
+    UniformNegatives(lambda i: tf.gather(emb_table, i), 4, id_range=(0, NUM_ITEMS)),
+    convention="mixture",
+  )
   pos = np.array([5, 1, 5])
   neg = sampler(pos, emb_table[pos], seed=[0, 3])
   ids = neg.ids.numpy()
   counts = np.maximum(np.bincount(history, minlength=NUM_ITEMS), 1.0)  # ExactCounts' floor
   q_uni = counts / len(history)
-  np.testing.assert_allclose(neg.log_q.numpy(), np_mixture_log_q(q_uni[ids], 2, 4, NUM_ITEMS),
-                             rtol=1e-5)
+  np.testing.assert_allclose(
+    neg.log_q.numpy(), np_mixture_log_q(q_uni[ids], 2, 4, NUM_ITEMS), rtol=1e-5
+  )
 
 
 # --------------------------------------------------------------------- expected_count convention
@@ -146,21 +160,20 @@ def _simulate_counts(q_uni, num_draws, k_b, k_u, trials, rng):
   present = np.zeros((trials, size), bool)
   present[np.arange(trials)[:, None], draws] = True
   num_distinct = present.sum(1)
-  keys = np.where(present, rng.random((trials, size)), -1.0)    # uniform subset of the pool
-  kth = -np.sort(-keys, axis=1)[:, k_b - 1:k_b]
+  keys = np.where(present, rng.random((trials, size)), -1.0)  # uniform subset of the pool
+  kth = -np.sort(-keys, axis=1)[:, k_b - 1 : k_b]
   kept = present & (keys >= kth)
   counts = kept.astype(np.float64)
   for _ in range(k_u):
     counts[np.arange(trials), rng.integers(0, size, size=trials)] += 1.0
-  return (counts.mean(0), counts.std(0) / np.sqrt(trials), num_distinct.mean(),
-          kept.sum(1).mean())
+  return (counts.mean(0), counts.std(0) / np.sqrt(trials), num_distinct.mean(), kept.sum(1).mean())
 
 
 @pytest.mark.parametrize("k_u", [0, 12])
 def test_expected_count_matches_monte_carlo_inclusion_frequencies(counts_table, k_u):
   rng = np.random.default_rng(0)
   size, num_draws, k_b = 120, 96, 24
-  q_uni = 1.0 / np.arange(1, size + 1) ** 1.2                  # Zipf: B Q >> 1 for the head
+  q_uni = 1.0 / np.arange(1, size + 1) ** 1.2  # Zipf: B Q >> 1 for the head
   q_uni /= q_uni.sum()
   table = counts_table(q_uni * 1e6)
   mc, se, mean_u, mean_nb = _simulate_counts(q_uni, num_draws, k_b, k_u, 20000, rng)
@@ -168,16 +181,18 @@ def test_expected_count_matches_monte_carlo_inclusion_frequencies(counts_table, 
   pool = _pool(n_b, num_draws, int(round(mean_u)))
   ids = tf.range(size, dtype=tf.int64)
   if k_u:
-    sampler = MixedNegatives(InBatchNegatives(table, num_negatives=k_b),
-                             UniformNegatives(None, k_u, id_range=(0, size)),
-                             convention="expected_count")
+    sampler = MixedNegatives(
+      InBatchNegatives(table, num_negatives=k_b),
+      UniformNegatives(None, k_u, id_range=(0, size)),
+      convention="expected_count",
+    )
   else:
     sampler = InBatchNegatives(table, num_negatives=k_b, convention="expected_count")
   log_q = sampler.log_q(ids, pool).numpy()
-  expected = np.exp(log_q) * (n_b + k_u)                        # E[count] = n Q_eff
+  expected = np.exp(log_q) * (n_b + k_u)  # E[count] = n Q_eff
   # Within Monte Carlo noise (4.5 s.e.) and 4% (U is replaced by its mean) of the simulation.
   assert np.all(np.abs(expected - mc) <= 4.5 * se + 0.04 * mc), np.max(np.abs(expected - mc) / se)
-  np.testing.assert_allclose(np.exp(log_q).sum(), 1.0, rtol=0.03)   # ~ a distribution
+  np.testing.assert_allclose(np.exp(log_q).sum(), 1.0, rtol=0.03)  # ~ a distribution
   # The per-draw conventions are far off for the head (B Q >> 1) on the same counts.
   unigram = (n_b * q_uni + k_u / size) / (n_b + k_u) * (n_b + k_u)
   assert np.max(np.abs(unigram[:5] / mc[:5] - 1)) > 0.5
@@ -206,18 +221,24 @@ def test_score_joins_shared_in_batch_and_uniform_blocks(counts_table, per, conve
   query = rng.normal(size=(6, 3)).astype(np.float32)
   pos = np.array([3, 7, 3, 11, 5, 7])
   seq = np.array([0, 0, 1, 1, 1, 2])
-  sampler = MixedNegatives(InBatchNegatives(table, num_negatives=3),
-                           UniformNegatives(None, 4, id_range=(0, NUM_ITEMS), per=per),
-                           convention=convention)
-  scored = sampler.score(query, pos, emb[pos], temperature=2.0, seed=[8, 1], sequence_ids=seq,
-                         item_table=emb)
-  neg = sampler(pos, emb[pos], seed=[8, 1], sequence_ids=seq, item_table=emb)   # same draws
+  sampler = MixedNegatives(
+    InBatchNegatives(table, num_negatives=3),
+    UniformNegatives(None, 4, id_range=(0, NUM_ITEMS), per=per),
+    convention=convention,
+  )
+  scored = sampler.score(
+    query, pos, emb[pos], temperature=2.0, seed=[8, 1], sequence_ids=seq, item_table=emb
+  )
+  neg = sampler(pos, emb[pos], seed=[8, 1], sequence_ids=seq, item_table=emb)  # same draws
   ids = np.broadcast_to(neg.ids.numpy(), (6, 7))
   assert set(ids[0, :3]) <= {3, 7, 11, 5} and len(set(ids[0, :3])) == 3
   np.testing.assert_array_equal(ids[:, :3], np.broadcast_to(ids[0, :3], (6, 3)))  # shared
-  np.testing.assert_allclose(scored.negative_scores.numpy(),
-                             np.einsum("ad,akd->ak", query, emb[ids]) / 2.0, rtol=1e-5,
-                             atol=1e-6)
+  np.testing.assert_allclose(
+    scored.negative_scores.numpy(),
+    np.einsum("ad,akd->ak", query, emb[ids]) / 2.0,
+    rtol=1e-5,
+    atol=1e-6,
+  )
   np.testing.assert_array_equal(scored.valid_mask.numpy(), ids != pos[:, None])
   n_b, k_u, b, u = 3, 4, 6, 4
   if convention == "unigram":
@@ -226,17 +247,20 @@ def test_score_joins_shared_in_batch_and_uniform_blocks(counts_table, per, conve
     ref = np_mixture_log_q(q_uni, n_b, k_u, NUM_ITEMS)
   else:
     ref = np.log(((1 - (1 - q_uni) ** b) * n_b / u + k_u / NUM_ITEMS) / (n_b + k_u))
-  np.testing.assert_allclose(np.broadcast_to(scored.negative_log_q.numpy(), (6, 7)), ref[ids],
-                             rtol=1e-5)
+  np.testing.assert_allclose(
+    np.broadcast_to(scored.negative_log_q.numpy(), (6, 7)), ref[ids], rtol=1e-5
+  )
   np.testing.assert_allclose(scored.positive_log_q.numpy(), ref[pos], rtol=1e-5)
   np.testing.assert_allclose(neg.log_q.numpy(), ref[neg.ids.numpy()], rtol=1e-5)
 
 
 def test_config_round_trip(counts_table):
   table = counts_table(np.ones(NUM_ITEMS))
-  sampler = MixedNegatives(InBatchNegatives(table, num_negatives=4, cross_replica=False),
-                           UniformNegatives(None, 3, id_range=(1, NUM_ITEMS), per="query"),
-                           convention="expected_count")
+  sampler = MixedNegatives(
+    InBatchNegatives(table, num_negatives=4, cross_replica=False),
+    UniformNegatives(None, 3, id_range=(1, NUM_ITEMS), per="query"),
+    convention="expected_count",
+  )
   config = sampler.get_config()
   clone = MixedNegatives.from_config(config)
   assert clone.get_config() == config
@@ -263,19 +287,22 @@ def test_static_shapes_score_like_dynamic_shapes(counts_table, per, convention):
   valid = pos != 0
   query = rng.normal(size=(9, 3)).astype(np.float32)
   sampler = lambda static: MixedNegatives(  # noqa: E731
-      InBatchNegatives(table, num_negatives=6, static_shapes=static),
-      UniformNegatives(None, 4, id_range=(1, NUM_ITEMS), per=per, static_shapes=static),
-      convention=convention)
+    InBatchNegatives(table, num_negatives=6, static_shapes=static),
+    UniformNegatives(None, 4, id_range=(1, NUM_ITEMS), per=per, static_shapes=static),
+    convention=convention,
+  )
   kw = dict(seed=[5, 6], item_table=emb)
-  want = sampler(False).score(query[valid], pos[valid], emb[pos[valid]],
-                              sequence_ids=seq[valid], **kw)
+  want = sampler(False).score(
+    query[valid], pos[valid], emb[pos[valid]], sequence_ids=seq[valid], **kw
+  )
   want_loss, want_weight = _masked_loss(want, np.ones(valid.sum(), bool))
   got = sampler(True).score(query, pos, emb[pos], sequence_ids=seq, valid=valid, **kw)
-  assert got.negative_scores.shape == (9, 6 + 4)                 # k_b slots, 4 distinct ids
+  assert got.negative_scores.shape == (9, 6 + 4)  # k_b slots, 4 distinct ids
   loss, weight = _masked_loss(got, valid)
   np.testing.assert_allclose(loss[valid], want_loss, rtol=1e-5)
   np.testing.assert_allclose(weight[valid], want_weight, rtol=1e-5)
   neg = sampler(True)(pos, emb[pos], sequence_ids=seq, valid=valid, **kw)
   assert neg.valid.shape == neg.ids.shape and int(np.sum(neg.valid.numpy()[..., :6])) == (
-      4 if per == "batch" else 4 * 9)
-  assert neg.valid.numpy()[..., 6:].all()                         # uniform slots always valid
+    4 if per == "batch" else 4 * 9
+  )
+  assert neg.valid.numpy()[..., 6:].all()  # uniform slots always valid

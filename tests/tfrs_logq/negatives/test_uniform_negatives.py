@@ -66,7 +66,9 @@ def test_feature_tower_as_embedder():
   np.testing.assert_allclose(neg.embeddings.numpy(), tower(neg.ids).numpy(), rtol=1e-6)
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
+@pytest.mark.parametrize(
+  "kwargs, error, match",
+  [
     (dict(id_range=(5, 5)), ValueError, "hi > lo"),
     (dict(id_range=(0, 5), candidate_ids=[1, 2]), ValueError, "exactly one"),
     (dict(), ValueError, "exactly one"),
@@ -74,7 +76,8 @@ def test_feature_tower_as_embedder():
     (dict(candidate_ids=[]), ValueError, "non-empty"),
     (dict(candidate_ids=[1.5, 2.0]), TypeError, "integer"),
     (dict(id_range=(0.0, 3.0)), ValueError, "ints"),
-])
+  ],
+)
 def test_bad_catalog_raises(kwargs, error, match):
   with pytest.raises(error, match=match):
     UniformNegatives(lambda ids: tf.zeros([tf.size(ids), 2]), 4, **kwargs)
@@ -103,10 +106,10 @@ NUM_ITEMS, DIM = 40, 5
 
 def _scoring_case(seed=0, a=9):
   rng = np.random.default_rng(seed)
-  table = rng.normal(size=(NUM_ITEMS + 1, DIM)).astype(np.float32)     # row 0 = padding
+  table = rng.normal(size=(NUM_ITEMS + 1, DIM)).astype(np.float32)  # row 0 = padding
   query = rng.normal(size=(a, DIM)).astype(np.float32)
   pos = rng.integers(1, NUM_ITEMS + 1, size=a)
-  seq = np.array([4, 4, 4, 1, 1, 9, 4, 9, 2])[:a]                      # 4 sequences, any order
+  seq = np.array([4, 4, 4, 1, 1, 9, 4, 9, 2])[:a]  # 4 sequences, any order
   return table, query, pos, seq
 
 
@@ -123,16 +126,18 @@ def test_layouts_score_like_numpy(per, use_table):
   table, query, pos, seq = _scoring_case()
   embed = None if use_table else (lambda ids: tf.gather(table, ids))
   sampler = UniformNegatives(embed, 6, id_range=(1, NUM_ITEMS + 1), per=per)
-  kwargs = dict(temperature=0.5, seed=[3, 1], sequence_ids=seq,
-                item_table=table if use_table else None)
+  kwargs = dict(
+    temperature=0.5, seed=[3, 1], sequence_ids=seq, item_table=table if use_table else None
+  )
   scored = sampler.score(query, pos, table[pos], **kwargs)
-  neg = sampler.sample_negatives(query, pos, table[pos], seed=[3, 1], sequence_ids=seq,
-                                 item_table=table if use_table else None)
+  neg = sampler.sample_negatives(
+    query, pos, table[pos], seed=[3, 1], sequence_ids=seq, item_table=table if use_table else None
+  )
   ids = np.broadcast_to(neg.ids.numpy(), (len(pos), 6))
   assert ids.min() >= 1 and ids.max() <= NUM_ITEMS
   if per == "batch":
     assert neg.ids.shape == (6,)
-  if per == "sequence":           # one set per sequence, shared by its queries
+  if per == "sequence":  # one set per sequence, shared by its queries
     for a in range(len(pos)):
       for b in range(len(pos)):
         assert np.array_equal(ids[a], ids[b]) == (seq[a] == seq[b])
@@ -144,13 +149,14 @@ def test_layouts_score_like_numpy(per, use_table):
   np.testing.assert_array_equal(scored.valid_mask.numpy(), valid)
   np.testing.assert_allclose(scored.negative_log_q.numpy(), -math.log(NUM_ITEMS), rtol=1e-6)
   np.testing.assert_allclose(scored.positive_log_q.numpy(), -math.log(NUM_ITEMS), rtol=1e-6)
-  np.testing.assert_allclose(np.broadcast_to(neg.embeddings.numpy(), ids.shape + (DIM,)),
-                             table[ids], rtol=1e-6)
+  np.testing.assert_allclose(
+    np.broadcast_to(neg.embeddings.numpy(), ids.shape + (DIM,)), table[ids], rtol=1e-6
+  )
 
 
 def test_accidental_hits_are_masked_per_row():
   table, query, _, _ = _scoring_case(1)
-  sampler = UniformNegatives(None, 30, id_range=(1, 4), per="query")    # 3 items: many hits
+  sampler = UniformNegatives(None, 30, id_range=(1, 4), per="query")  # 3 items: many hits
   pos = np.array([1, 2, 3, 1, 2, 3, 1, 2, 3])
   scored = sampler.score(query, pos, table[pos], seed=[0, 0], item_table=table)
   ids = sampler(pos, seed=[0, 0], item_table=table).ids.numpy()
@@ -162,7 +168,7 @@ def test_per_query_draws_are_independent_uniform_draws():
   sampler = UniformNegatives(None, 50, id_range=(0, 10), per="query")
   ids = sampler(np.zeros(400, np.int64), seed=[5, 5], item_table=np.eye(10, dtype=np.float32)).ids
   counts = np.bincount(ids.numpy().ravel(), minlength=10)
-  assert chi_square(counts, 400 * 50 / 10) < 27.9    # 9 dof, p = 0.001
+  assert chi_square(counts, 400 * 50 / 10) < 27.9  # 9 dof, p = 0.001
   # The same column of two rows is not the same draw.
   assert np.mean(ids.numpy()[0] == ids.numpy()[1]) < 0.3
 
@@ -182,26 +188,38 @@ def test_per_query_matmul_path_gradients_equal_gather_path():
   table_var = tf.Variable(table)
 
   def grads(use_table):
-    sampler = UniformNegatives(None if use_table else (lambda i: tf.gather(table_var, i)), 64,
-                               id_range=(1, NUM_ITEMS + 1), per="query")
+    sampler = UniformNegatives(
+      None if use_table else (lambda i: tf.gather(table_var, i)),
+      64,
+      id_range=(1, NUM_ITEMS + 1),
+      per="query",
+    )
     with tf.GradientTape() as tape:
-      scored = sampler.score(query, pos, tf.gather(table_var, pos), seed=[7, 7],
-                             item_table=table_var if use_table else None)
+      scored = sampler.score(
+        query,
+        pos,
+        tf.gather(table_var, pos),
+        seed=[7, 7],
+        item_table=table_var if use_table else None,
+      )
       loss = tf.reduce_sum(tf.sin(scored.negative_scores))
     return tf.convert_to_tensor(tape.gradient(loss, table_var)).numpy()
 
-  assert NUM_ITEMS + 1 <= 0.4 * 64 * DIM       # the table path is the matmul one here
+  assert NUM_ITEMS + 1 <= 0.4 * 64 * DIM  # the table path is the matmul one here
   np.testing.assert_allclose(grads(True), grads(False), atol=1e-5)
 
 
 def test_config_round_trip():
   embed = lambda ids: tf.zeros([tf.size(ids), 2])  # noqa: E731
-  for sampler in (UniformNegatives(embed, 5, id_range=(1, 9), per="sequence", jit_compile=True),
-                  UniformNegatives(None, np.int64(3), candidate_ids=[4, 8, 15], per="query")):
+  for sampler in (
+    UniformNegatives(embed, 5, id_range=(1, 9), per="sequence", jit_compile=True),
+    UniformNegatives(None, np.int64(3), candidate_ids=[4, 8, 15], per="query"),
+  ):
     clone = UniformNegatives.from_config(sampler.get_config())
     assert clone.get_config() == sampler.get_config()
-    np.testing.assert_array_equal(clone.sample_ids(seed=[1, 1]).numpy(),
-                                  sampler.sample_ids(seed=[1, 1]).numpy())
+    np.testing.assert_array_equal(
+      clone.sample_ids(seed=[1, 1]).numpy(), sampler.sample_ids(seed=[1, 1]).numpy()
+    )
 
 
 @pytest.mark.parametrize("per", ["query", "sequence"])
@@ -214,24 +232,40 @@ def test_padding_queries_leave_the_valid_queries_draws_unchanged(per):
   seq = np.array([0, 0, 0, 1, 1, 2, 2, 2, 3, 3])
   valid = pos != 0
   query = np.random.default_rng(2).normal(size=(10, 3)).astype(np.float32)
-  sampler = lambda static: UniformNegatives(None, 4, id_range=(1, 20), per=per,  # noqa: E731
-                                            static_shapes=static)
+  sampler = lambda static: UniformNegatives(
+    None,
+    4,
+    id_range=(1, 20),
+    per=per,  # noqa: E731
+    static_shapes=static,
+  )
   want = sampler(False)(pos[valid], seed=[3, 4], sequence_ids=seq[valid], item_table=table)
-  want_scores = sampler(False).score(query[valid], pos[valid], table[pos[valid]], seed=[3, 4],
-                                     sequence_ids=seq[valid], item_table=table)
+  want_scores = sampler(False).score(
+    query[valid],
+    pos[valid],
+    table[pos[valid]],
+    seed=[3, 4],
+    sequence_ids=seq[valid],
+    item_table=table,
+  )
   for static in (False, True):
     got = sampler(static)(pos, seed=[3, 4], sequence_ids=seq, item_table=table, valid=valid)
     np.testing.assert_array_equal(got.ids.numpy()[valid], want.ids.numpy())
-    scores = sampler(static).score(query, pos, table[pos], seed=[3, 4], sequence_ids=seq,
-                                   item_table=table, valid=valid)
-    np.testing.assert_allclose(scores.negative_scores.numpy()[valid],
-                               want_scores.negative_scores.numpy(), rtol=1e-6)
+    scores = sampler(static).score(
+      query, pos, table[pos], seed=[3, 4], sequence_ids=seq, item_table=table, valid=valid
+    )
+    np.testing.assert_allclose(
+      scores.negative_scores.numpy()[valid], want_scores.negative_scores.numpy(), rtol=1e-6
+    )
   compiled = tf.function(
-      lambda q, p, s, v: sampler(None).score(q, p, tf.gather(table, p), seed=[3, 4],
-                                             sequence_ids=s, item_table=table, valid=v),
-      jit_compile=True)(query, pos, seq, valid)
-  np.testing.assert_allclose(compiled.negative_scores.numpy()[valid],
-                             want_scores.negative_scores.numpy(), rtol=1e-5)
-  if per == "sequence":           # the positions of one sequence share their negatives
+    lambda q, p, s, v: sampler(None).score(
+      q, p, tf.gather(table, p), seed=[3, 4], sequence_ids=s, item_table=table, valid=v
+    ),
+    jit_compile=True,
+  )(query, pos, seq, valid)
+  np.testing.assert_allclose(
+    compiled.negative_scores.numpy()[valid], want_scores.negative_scores.numpy(), rtol=1e-5
+  )
+  if per == "sequence":  # the positions of one sequence share their negatives
     rows = want.ids.numpy()
     np.testing.assert_array_equal(rows[0], rows[1])

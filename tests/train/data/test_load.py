@@ -74,20 +74,23 @@ def _write_tiny_gsasrec(root, seqs, val_users, num_items):
     (root / sub).mkdir(parents=True)
   fmt = lambda xs: " ".join(map(str, xs)) + "\n"
   (root / "train" / "input.txt").write_text(
-      "".join(fmt(s[:-3] if u in val_users else s[:-2]) for u, s in enumerate(seqs)))
+    "".join(fmt(s[:-3] if u in val_users else s[:-2]) for u, s in enumerate(seqs))
+  )
   (root / "test" / "input.txt").write_text("".join(fmt(s[:-1]) for s in seqs))
   (root / "test" / "output.txt").write_text("".join(f"{s[-1]}\n" for s in seqs))
   (root / "val" / "input.txt").write_text("".join(fmt(seqs[u][:-2]) for u in sorted(val_users)))
   (root / "val" / "output.txt").write_text("".join(f"{seqs[u][-2]}\n" for u in sorted(val_users)))
-  (root / "dataset_stats.json").write_text(json.dumps(dict(
-      num_users=len(seqs), num_items=num_items, num_interactions=sum(map(len, seqs)))))
+  (root / "dataset_stats.json").write_text(
+    json.dumps(dict(num_users=len(seqs), num_items=num_items, num_interactions=sum(map(len, seqs))))
+  )
 
 
 @pytest.fixture()
 def tiny_root(tmp_path):
   rng = np.random.default_rng(0)
-  seqs = [rng.choice(np.arange(1, 21), size=rng.integers(5, 9), replace=False).tolist()
-          for _ in range(6)]
+  seqs = [
+    rng.choice(np.arange(1, 21), size=rng.integers(5, 9), replace=False).tolist() for _ in range(6)
+  ]
   root = tmp_path / "tiny"
   _write_tiny_gsasrec(root, seqs, {1, 4}, 20)
   return root, seqs
@@ -98,7 +101,8 @@ def test_tiny_gsasrec_roundtrip(tiny_root):
   d = D.load("ml1m", root)
   np.testing.assert_array_equal(d.val.user_ids, [2, 5])
   assert [s.tolist() for s in d.train_sequences] == [
-      s[:-3] if u in (1, 4) else s[:-2] for u, s in enumerate(seqs)]
+    s[:-3] if u in (1, 4) else s[:-2] for u, s in enumerate(seqs)
+  ]
   assert d.val.targets.tolist() == [seqs[1][-2], seqs[4][-2]]
 
 
@@ -107,8 +111,10 @@ def test_any_gsasrec_folder_loads_with_its_own_name(tmp_path):
   every split is the sequences' suffix the layout prescribes, counts are the training items."""
   rng = np.random.default_rng(3)
   num_items = 40
-  seqs = [rng.integers(1, num_items + 1, size=rng.integers(4, 12)).tolist()  # repeats allowed
-          for _ in range(25)]
+  seqs = [
+    rng.integers(1, num_items + 1, size=rng.integers(4, 12)).tolist()  # repeats allowed
+    for _ in range(25)
+  ]
   val_users = {0, 3, 7, 8, 20}
   root = tmp_path / "steam_like"
   _write_tiny_gsasrec(root, seqs, val_users, num_items)
@@ -121,7 +127,7 @@ def test_any_gsasrec_folder_loads_with_its_own_name(tmp_path):
   assert d.val.targets.tolist() == [seqs[u][-2] for u in sorted(val_users)]
   counts = np.zeros(num_items + 1, np.int64)
   for u, s in enumerate(seqs):
-    for i in (s[:-3] if u in val_users else s[:-2]):
+    for i in s[:-3] if u in val_users else s[:-2]:
       counts[i] += 1
   np.testing.assert_array_equal(d.item_counts, counts)
   # The same folder through the data settings of the binaries; ml1m is the same reader.
@@ -140,7 +146,9 @@ def _replace_line(path, line_no, text):
   path.write_text("\n".join(lines) + "\n")
 
 
-@pytest.mark.parametrize("rel, line_no, text, message", [
+@pytest.mark.parametrize(
+  "rel, line_no, text, message",
+  [
     ("train/input.txt", 3, "1 2 x 4", "'x' is not an integer"),
     ("train/input.txt", 2, "1 2 99", "outside 1..20"),
     ("test/output.txt", 4, "3 4", "exactly one item id"),
@@ -148,7 +156,8 @@ def _replace_line(path, line_no, text):
     ("val/output.txt", 1, "0", "outside 1..20"),
     ("train/input.txt", 5, "", "training line is not"),
     ("test/input.txt", 6, "", "empty line"),
-])
+  ],
+)
 def test_gsasrec_malformed_line_names_file_and_line(tiny_root, rel, line_no, text, message):
   root, _ = tiny_root
   path = root / rel
@@ -183,7 +192,9 @@ def test_load_rejects_bad_arguments():
 
 def test_default_data_root_points_at_shared_data(data_dir, monkeypatch):
   monkeypatch.delenv("TFRS_LOGQ_DATA", raising=False)
-  assert D.default_data_root().resolve() == (
-      pathlib.Path(__file__).resolve().parents[4] / "shared" / "data").resolve()
+  assert (
+    D.default_data_root().resolve()
+    == (pathlib.Path(__file__).resolve().parents[4] / "shared" / "data").resolve()
+  )
   monkeypatch.setenv("TFRS_LOGQ_DATA", str(data_dir))
   assert D.default_data_root() == data_dir

@@ -23,8 +23,7 @@ def test_left_pad_keeps_the_last_items_right_aligned():
     assert got.dtype == np.int64 and got.shape == (5, length)
     assert got.tolist() == [_oracle(h.tolist(), length) for h in histories]
   widest = D.left_pad(histories)  # default: nothing is cut
-  assert widest.shape == (5, 12) and widest.tolist() == [_oracle(h.tolist(), 12)
-                                                         for h in histories]
+  assert widest.shape == (5, 12) and widest.tolist() == [_oracle(h.tolist(), 12) for h in histories]
   assert D.left_pad([[], []]).tolist() == [[0], [0]]
 
 

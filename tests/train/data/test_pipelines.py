@@ -11,12 +11,20 @@ from train import data as D
 def _data(lengths=(1, 2, 3, 5, 9, 12, 4, 7), num_items=30, seed=0):
   rng = np.random.default_rng(seed)
   seqs = [rng.integers(1, num_items + 1, size=n) for n in lengths]
-  split = D.EvalSplit([s[:-1] for s in seqs if s.size > 1],
-                      [s[-1] for s in seqs if s.size > 1],
-                      [u + 1 for u, s in enumerate(seqs) if s.size > 1])
-  return D.SequenceData(name="toy", num_items=num_items, train_sequences=seqs, val=split,
-                        test=split, item_counts=D.count_items(seqs, num_items),
-                        user_ids=np.arange(101, 101 + len(seqs)))
+  split = D.EvalSplit(
+    [s[:-1] for s in seqs if s.size > 1],
+    [s[-1] for s in seqs if s.size > 1],
+    [u + 1 for u, s in enumerate(seqs) if s.size > 1],
+  )
+  return D.SequenceData(
+    name="toy",
+    num_items=num_items,
+    train_sequences=seqs,
+    val=split,
+    test=split,
+    item_counts=D.count_items(seqs, num_items),
+    user_ids=np.arange(101, 101 + len(seqs)),
+  )
 
 
 def _pad_left(xs, length):
@@ -29,7 +37,7 @@ def _sasrec_reference(data, max_len):
   for s in data.train_sequences:
     if len(s) < 2:
       continue
-    w = list(s[-(max_len + 1):])  # the last max_len + 1 items
+    w = list(s[-(max_len + 1) :])  # the last max_len + 1 items
     rows.append((tuple(_pad_left(w[:-1], max_len)), tuple(_pad_left(w[1:], max_len))))
   return rows
 
@@ -45,8 +53,9 @@ def _collect(ds, keys):
 def test_sasrec_windows_match_reference_in_order():
   data = _data()
   for max_len in (4, 11, 15):
-    ds = D.sasrec_train_dataset(data, batch_size=3, max_len=max_len, seed=0, shuffle=False,
-                                repeat=False)
+    ds = D.sasrec_train_dataset(
+      data, batch_size=3, max_len=max_len, seed=0, shuffle=False, repeat=False
+    )
     got = _collect(ds, ["inputs", "targets"])
     assert got["inputs"].dtype == np.int64 and got["targets"].dtype == np.int64
     ref = _sasrec_reference(data, max_len)
@@ -54,8 +63,10 @@ def test_sasrec_windows_match_reference_in_order():
     assert [tuple(r) for r in got["targets"]] == [r[1] for r in ref]
     # Shift: targets[t] is the item after inputs[t]; padding is 0 in both, on the left.
     assert np.array_equal(got["inputs"] == 0, got["targets"] == 0)
-    assert np.array_equal(got["inputs"][:, 1:][got["inputs"][:, :-1] > 0],
-                          got["targets"][:, :-1][got["inputs"][:, :-1] > 0])
+    assert np.array_equal(
+      got["inputs"][:, 1:][got["inputs"][:, :-1] > 0],
+      got["targets"][:, :-1][got["inputs"][:, :-1] > 0],
+    )
 
 
 def test_sasrec_shuffle_is_a_deterministic_permutation_per_epoch():
@@ -64,8 +75,9 @@ def test_sasrec_shuffle_is_a_deterministic_permutation_per_epoch():
   n = len(ref)
 
   def rows(seed, shuffle=True, repeat=False, take=None):
-    ds = D.sasrec_train_dataset(data, batch_size=4, max_len=8, seed=seed, shuffle=shuffle,
-                                repeat=repeat)
+    ds = D.sasrec_train_dataset(
+      data, batch_size=4, max_len=8, seed=seed, shuffle=shuffle, repeat=repeat
+    )
     if take:
       ds = ds.take(take)
     got = _collect(ds, ["inputs", "targets"])
@@ -84,21 +96,36 @@ def test_sasrec_shuffle_is_a_deterministic_permutation_per_epoch():
 def test_two_tower_pairs_match_reference():
   data = _data()
   for min_history, max_len in ((1, 3), (0, 6)):
-    ds = D.two_tower_train_dataset(data, batch_size=5, max_len=max_len, seed=0,
-                                   shuffle=False, repeat=False, min_history=min_history)
+    ds = D.two_tower_train_dataset(
+      data,
+      batch_size=5,
+      max_len=max_len,
+      seed=0,
+      shuffle=False,
+      repeat=False,
+      min_history=min_history,
+    )
     got = _collect(ds, ["user_id", "history", "item_id"])
-    ref = [(int(u), tuple(_pad_left(s[:j], max_len)), int(s[j]))
-           for u, s in zip(data.user_ids, data.train_sequences)
-           for j in range(min_history, len(s))]
-    assert list(zip(got["user_id"].tolist(), map(tuple, got["history"].tolist()),
-                    got["item_id"].tolist())) == ref
-  shuffled = D.two_tower_train_dataset(data, batch_size=5, max_len=6, seed=4, repeat=False,
-                                       min_history=0)
+    ref = [
+      (int(u), tuple(_pad_left(s[:j], max_len)), int(s[j]))
+      for u, s in zip(data.user_ids, data.train_sequences)
+      for j in range(min_history, len(s))
+    ]
+    assert (
+      list(
+        zip(got["user_id"].tolist(), map(tuple, got["history"].tolist()), got["item_id"].tolist())
+      )
+      == ref
+    )
+  shuffled = D.two_tower_train_dataset(
+    data, batch_size=5, max_len=6, seed=4, repeat=False, min_history=0
+  )
   first = next(iter(shuffled))
   assert first["history"].shape == (5, 6) and "negatives" not in first
   got = _collect(shuffled, ["user_id", "history", "item_id"])
-  assert sorted(zip(got["user_id"].tolist(), map(tuple, got["history"].tolist()),
-                    got["item_id"].tolist())) == sorted(ref)
+  assert sorted(
+    zip(got["user_id"].tolist(), map(tuple, got["history"].tolist()), got["item_id"].tolist())
+  ) == sorted(ref)
 
 
 def test_eval_arrays_and_rated_filtering():
@@ -107,7 +134,7 @@ def test_eval_arrays_and_rated_filtering():
   for q, (inp, tgt) in enumerate(zip(data.test.inputs, data.test.targets)):
     assert arrays["inputs"][q].tolist() == _pad_left(inp, 4)
     assert arrays["targets"][q] == tgt and arrays["history_lengths"][q] == inp.size
-    lo, hi = arrays["rated_row_splits"][q:q + 2]
+    lo, hi = arrays["rated_row_splits"][q : q + 2]
     assert arrays["rated_values"][lo:hi].tolist() == inp.tolist()  # full, not truncated
   np.testing.assert_array_equal(arrays["user_ids"], data.test.user_ids)
   mask = D.rated_mask(data.test, data.num_items, rows=[2, 0])
@@ -118,10 +145,8 @@ def test_eval_arrays_and_rated_filtering():
     np.testing.assert_array_equal(mask[r], expected)
   batches = list(D.eval_dataset(data.test, batch_size=4, max_len=4))
   assert [b["inputs"].shape[0] for b in batches] == [4, 3]
-  np.testing.assert_array_equal(np.concatenate([b["query_index"] for b in batches]),
-                                np.arange(7))
-  np.testing.assert_array_equal(np.concatenate([b["inputs"] for b in batches]),
-                                arrays["inputs"])
+  np.testing.assert_array_equal(np.concatenate([b["query_index"] for b in batches]), np.arange(7))
+  np.testing.assert_array_equal(np.concatenate([b["inputs"] for b in batches]), arrays["inputs"])
 
 
 def test_pipelines_on_ml1m_windows(data_dir):
@@ -129,10 +154,17 @@ def test_pipelines_on_ml1m_windows(data_dir):
   ds = D.sasrec_train_dataset(data, batch_size=128, max_len=200, seed=0, shuffle=False)
   batch = next(iter(ds))
   assert batch["inputs"].shape == (128, 200) and batch["targets"].shape == (128, 200)
-  ref = _sasrec_reference(D.SequenceData(
-      name="x", num_items=data.num_items, train_sequences=data.train_sequences[:128],
-      val=data.val, test=data.test, item_counts=D.count_items(
-          data.train_sequences[:128], data.num_items)), 200)
+  ref = _sasrec_reference(
+    D.SequenceData(
+      name="x",
+      num_items=data.num_items,
+      train_sequences=data.train_sequences[:128],
+      val=data.val,
+      test=data.test,
+      item_counts=D.count_items(data.train_sequences[:128], data.num_items),
+    ),
+    200,
+  )
   assert [tuple(r) for r in batch["inputs"].numpy()] == [r[0] for r in ref]
   assert [tuple(r) for r in batch["targets"].numpy()] == [r[1] for r in ref]
 

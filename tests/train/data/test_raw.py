@@ -126,8 +126,15 @@ def test_leave_one_out_matches_python_reference(udata, rows):
 
 
 def test_leave_one_out_ties_keep_file_order(tmp_path):
-  lines = ["1\t10\t5\t100", "1\t11\t5\t100", "1\t12\t5\t50", "1\t13\t5\t100", "2\t10\t5\t1",
-           "2\t11\t5\t1", "2\t12\t5\t1"]
+  lines = [
+    "1\t10\t5\t100",
+    "1\t11\t5\t100",
+    "1\t12\t5\t50",
+    "1\t13\t5\t100",
+    "2\t10\t5\t1",
+    "2\t11\t5\t1",
+    "2\t12\t5\t1",
+  ]
   path = tmp_path / "u.data"
   path.write_text("\n".join(lines) + "\n")
   d = D.load("movielens_raw", path, min_count=1)
@@ -157,8 +164,9 @@ def test_temporal_split_properties(udata, rows):
   # Sizes: ~10% each, exactly after adding the dropped queries back.
   dropped = meta["dropped_queries"]
   assert d.val.num_queries + dropped["val_unseen_target"] + dropped["val_empty_history"] == n_eval
-  assert d.test.num_queries + dropped["test_unseen_target"] + dropped[
-      "test_empty_history"] == n_eval
+  assert (
+    d.test.num_queries + dropped["test_unseen_target"] + dropped["test_empty_history"] == n_eval
+  )
   assert d.num_train_interactions == n_total - 2 * n_eval
   assert d.val.num_queries > 0.9 * n_eval and d.test.num_queries > 0.9 * n_eval
   # Time order of the periods.
@@ -185,22 +193,30 @@ def test_temporal_inputs_are_all_earlier_interactions(udata, rows):
     by_event[(umap[u], imap[i])] = (list(history[umap[u]]), t, rank)
     history[umap[u]].append(imap[i])
   n_eval = round(0.1 * len(core))
-  for split, lo, hi in ((d.val, len(core) - 2 * n_eval, len(core) - n_eval),
-                        (d.test, len(core) - n_eval, len(core))):
+  for split, lo, hi in (
+    (d.val, len(core) - 2 * n_eval, len(core) - n_eval),
+    (d.test, len(core) - n_eval, len(core)),
+  ):
     for q in range(0, split.num_queries, 37):
       hist, t, rank = by_event[(split.user_ids[q], split.targets[q])]
       assert split.inputs[q].tolist() == hist  # includes validation-period items for test
       assert split.timestamps[q] == t and lo <= rank < hi
   # Training sequences hold exactly each user's training-period events.
   train_events = collections.defaultdict(list)
-  for rank, k in enumerate(order[:len(core) - 2 * n_eval]):
+  for rank, k in enumerate(order[: len(core) - 2 * n_eval]):
     train_events[umap[core[k][0]]].append(imap[core[k][1]])
   assert {int(u): s.tolist() for u, s in zip(d.user_ids, d.train_sequences)} == train_events
 
 
 def test_temporal_keeps_cold_queries_when_asked(udata):
-  d = D.load("movielens_raw", udata, split="temporal", temporal_fraction=0.2,
-             drop_unseen_targets=False, drop_empty_history=False)
+  d = D.load(
+    "movielens_raw",
+    udata,
+    split="temporal",
+    temporal_fraction=0.2,
+    drop_unseen_targets=False,
+    drop_empty_history=False,
+  )
   n_eval = d.metadata["boundaries"]["num_test"]
   assert d.val.num_queries == d.test.num_queries == n_eval
   assert min(s.size for s in d.val.inputs) == 0  # some user's first interaction
@@ -211,14 +227,17 @@ def test_temporal_keeps_cold_queries_when_asked(udata):
     D.load("movielens_raw", udata, split="temporal", temporal_fraction=0.6)
 
 
-@pytest.mark.parametrize("content, line_no, message", [
+@pytest.mark.parametrize(
+  "content, line_no, message",
+  [
     ("1\t2\t3\t4\n1\t2\t3\n", 2, "expected 4 fields"),
     ("1\t2\t3\t4\n\n1\t2\t3\t4\t5\n", 3, "expected 4 fields"),
     ("1\t2\t3\t4\nx\t2\t3\t4\n", 2, "user 'x' is not an integer"),
     ("1\t2\t3\t4\n1\t2.5\t3\t4\n", 2, "item '2.5' is not an integer"),
     ("1::2::3::4\n1::2::high::4\n", 2, "rating 'high' is not a number"),
     ("1::2::3::4\n1::2::3::4\n1::2::3::1e9\n", 3, "timestamp '1e9' is not an integer"),
-])
+  ],
+)
 def test_malformed_ratings_name_file_and_line(tmp_path, content, line_no, message):
   path = tmp_path / "ratings.dat"
   path.write_text(content)

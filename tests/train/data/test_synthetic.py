@@ -47,8 +47,9 @@ def test_reproducible_with_seed():
   assert lengths.min() >= 5 and lengths.max() <= 12 and a.num_items == 80
   # No repeats by default: the held-out targets never sit in their input.
   assert all(t not in set(i.tolist()) for i, t in zip(a.test.inputs, a.test.targets))
-  assert all(np.unique(np.append(i, t)).size == i.size + 1
-             for i, t in zip(a.test.inputs, a.test.targets))
+  assert all(
+    np.unique(np.append(i, t)).size == i.size + 1 for i, t in zip(a.test.inputs, a.test.targets)
+  )
 
 
 def test_popularity_is_zipf_over_a_permutation_of_ranks():
@@ -64,8 +65,17 @@ def test_popularity_is_zipf_over_a_permutation_of_ranks():
 
 def test_empirical_item_frequency_follows_zipf_when_users_are_flat():
   # Huge temperature removes the user term; with repeats, draws are iid from pi.
-  data = D.load("synthetic", seed=1, num_users=300, num_items=200, min_len=40, max_len=40,
-                temperature=1e6, allow_repeats=True, timestamps=False)
+  data = D.load(
+    "synthetic",
+    seed=1,
+    num_users=300,
+    num_items=200,
+    min_len=40,
+    max_len=40,
+    temperature=1e6,
+    allow_repeats=True,
+    timestamps=False,
+  )
   pi = D.synthetic_catalog(data).popularity
   counts = np.zeros(201)
   for s in data.test.inputs:
@@ -88,13 +98,22 @@ def test_default_data_is_popularity_skewed():
   assert spearman > 0.6, spearman
 
 
-@pytest.mark.parametrize("transition_weight, allow_repeats", [
-    (0.0, False), (1.5, False), (0.0, True), (1.5, True)])
+@pytest.mark.parametrize(
+  "transition_weight, allow_repeats", [(0.0, False), (1.5, False), (0.0, True), (1.5, True)]
+)
 def test_draws_follow_the_known_softmax(transition_weight, allow_repeats):
-  cfg = SyntheticConfig(num_users=4, num_items=25, min_len=2, max_len=2, dim=4,
-                        temperature=0.7, zipf_exponent=1.0,
-                        transition_weight=transition_weight, allow_repeats=allow_repeats,
-                        seed=5)
+  cfg = SyntheticConfig(
+    num_users=4,
+    num_items=25,
+    min_len=2,
+    max_len=2,
+    dim=4,
+    temperature=0.7,
+    zipf_exponent=1.0,
+    transition_weight=transition_weight,
+    allow_repeats=allow_repeats,
+    seed=5,
+  )
   cat = SyntheticCatalog(cfg)
   user, n = 2, 30000
   seqs = cat.sample_sequences(np.full(n, user), np.full(n, 2), np.random.default_rng(9))
@@ -106,8 +125,9 @@ def test_draws_follow_the_known_softmax(transition_weight, allow_repeats):
   assert ok, (stat, df)
   # Second draw given the most frequent first item: masked (no repeats) + transition term.
   top = int(np.bincount(first).argmax())
-  p2 = cat.next_item_probs([user], previous_items=[top],
-                           histories=[[top]] if not allow_repeats else None)[0]
+  p2 = cat.next_item_probs(
+    [user], previous_items=[top], histories=[[top]] if not allow_repeats else None
+  )[0]
   ref2 = _np_softmax_reference(cat, user, prev=top, history=() if allow_repeats else (top,))
   np.testing.assert_allclose(p2, ref2, rtol=1e-10, atol=1e-15)
   counts2 = np.bincount(second[first == top], minlength=26)[1:]
@@ -121,14 +141,29 @@ def test_draws_follow_the_known_softmax(transition_weight, allow_repeats):
 
 
 def test_temporal_split_of_synthetic_data():
-  data = D.load("synthetic", split="temporal", seed=2, num_users=300, num_items=150,
-                min_len=10, max_len=20, temporal_fraction=0.1)
+  data = D.load(
+    "synthetic",
+    split="temporal",
+    seed=2,
+    num_users=300,
+    num_items=150,
+    min_len=10,
+    max_len=20,
+    temporal_fraction=0.1,
+  )
   assert max(int(t.max()) for t in data.timestamps) <= data.val.timestamps.min()
   assert data.val.timestamps.max() <= data.test.timestamps.min()
   data.validate()
   with pytest.raises(ValueError, match="timestamps=True"):
-    D.load("synthetic", split="temporal", timestamps=False, num_users=10, num_items=20,
-           min_len=3, max_len=5)
+    D.load(
+      "synthetic",
+      split="temporal",
+      timestamps=False,
+      num_users=10,
+      num_items=20,
+      min_len=3,
+      max_len=5,
+    )
 
 
 def test_bad_configs_and_non_synthetic_catalog(tmp_path):
@@ -137,8 +172,9 @@ def test_bad_configs_and_non_synthetic_catalog(tmp_path):
   with pytest.raises(ValueError, match="min_len"):
     D.load("synthetic", min_len=0)
   with pytest.raises(ValueError, match="user ids"):
-    SyntheticCatalog(SyntheticConfig(num_users=3, num_items=10, min_len=2, max_len=5)
-                     ).next_item_probs([4])
+    SyntheticCatalog(
+      SyntheticConfig(num_users=3, num_items=10, min_len=2, max_len=5)
+    ).next_item_probs([4])
   path = tmp_path / "u.data"
   path.write_text("1\t1\t1\t1\n1\t2\t1\t2\n")
   with pytest.raises(ValueError, match="not generated synthetically"):

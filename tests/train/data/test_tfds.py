@@ -24,23 +24,28 @@ def test_tfds_equals_raw_reader_on_the_same_ratings(data_dir, tmp_path, split):
   def as_dataset(builder, *args, **kwargs):
     del args, kwargs
     assert builder.name == "movielens"
-    return tf.data.Dataset.from_tensor_slices({
+    return tf.data.Dataset.from_tensor_slices(
+      {
         "user_id": [str(u).encode() for u in rows[:, 0]],
         "movie_id": [str(i).encode() for i in rows[:, 1]],
         "user_rating": rows[:, 2].astype(np.float32),
-        "timestamp": rows[:, 3]})
+        "timestamp": rows[:, 3],
+      }
+    )
 
   with tfds.testing.mock_data(as_dataset_fn=as_dataset):
-    got = D.load("tfds", tfds_name="movielens/100k-ratings", data_dir=str(tmp_path / "tfds"),
-                 split=split)
+    got = D.load(
+      "tfds", tfds_name="movielens/100k-ratings", data_dir=str(tmp_path / "tfds"), split=split
+    )
   assert got.num_items == raw.num_items and got.num_users == raw.num_users
   assert [s.tolist() for s in got.train_sequences] == [s.tolist() for s in raw.train_sequences]
   for a, b in ((got.val, raw.val), (got.test, raw.test)):
     np.testing.assert_array_equal(a.targets, b.targets)
     np.testing.assert_array_equal(a.user_ids, b.user_ids)
     assert [s.tolist() for s in a.inputs] == [s.tolist() for s in b.inputs]
-  np.testing.assert_array_equal(got.metadata["item_original_ids"],
-                                raw.metadata["item_original_ids"])
+  np.testing.assert_array_equal(
+    got.metadata["item_original_ids"], raw.metadata["item_original_ids"]
+  )
   assert got.metadata["source"] == "tfds:movielens/100k-ratings"
 
 

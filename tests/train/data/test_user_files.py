@@ -25,7 +25,7 @@ def _python_loo(per_user):
       out["val"][u] = (items[:-2], items[-2])
       out["train"][u] = items[:-2]
     else:
-      out["train"][u] = items[:max(len(items) - 1, 1)]
+      out["train"][u] = items[: max(len(items) - 1, 1)]
   return out
 
 
@@ -35,19 +35,26 @@ def _as_original(data, ids):
 
 def _check_split(data, expected):
   users = data.metadata["user_original_ids"]
-  got_train = {users[u - 1]: _as_original(data, s)
-               for u, s in zip(data.user_ids, data.train_sequences)}
+  got_train = {
+    users[u - 1]: _as_original(data, s) for u, s in zip(data.user_ids, data.train_sequences)
+  }
   assert got_train == expected["train"]
   for name in ("val", "test"):
     split = getattr(data, name)
-    got = {users[u - 1]: (_as_original(data, i), data.metadata["item_original_ids"][t - 1])
-           for u, i, t in zip(split.user_ids, split.inputs, split.targets)}
+    got = {
+      users[u - 1]: (_as_original(data, i), data.metadata["item_original_ids"][t - 1])
+      for u, i, t in zip(split.user_ids, split.inputs, split.targets)
+    }
     assert got == expected[name], name
 
 
 def test_sequence_file_string_ids_leave_one_out(tmp_path):
-  lines = {"alice": ["x", "y", "z", "y"], "bob": ["y", "w"], "carol": ["q", "x", "w", "z", "z"],
-           "dave": ["x"]}
+  lines = {
+    "alice": ["x", "y", "z", "y"],
+    "bob": ["y", "w"],
+    "carol": ["q", "x", "w", "z", "z"],
+    "dave": ["x"],
+  }
   path = tmp_path / "seq.txt"
   path.write_text("\n".join(" ".join([u] + v) for u, v in lines.items()) + "\n")
   data = D.load("sequences", path)
@@ -71,8 +78,7 @@ def test_sequence_file_integer_ids_keep_numeric_order(tmp_path):
 
 def test_sequence_file_sampled_validation_users(tmp_path):
   rng = np.random.RandomState(0)
-  lines = {u: [int(i) for i in rng.randint(1, 40, size=rng.randint(3, 9))]
-           for u in range(1, 51)}
+  lines = {u: [int(i) for i in rng.randint(1, 40, size=rng.randint(3, 9))] for u in range(1, 51)}
   path = tmp_path / "seq.txt"
   path.write_text("".join(f"{u} {' '.join(map(str, v))}\n" for u, v in lines.items()))
   data = D.DataConfig(dataset="sequences", data_path=str(path), val_users=10).load()
@@ -102,16 +108,22 @@ def test_amazon_sports_file(data_dir):
     assert _as_original(data, data.test.inputs[k]) == per_user[u][:-1]
     assert data.metadata["item_original_ids"][data.test.targets[k] - 1] == per_user[u][-1]
   expected = collections.Counter(i for v in per_user.values() for i in v[:-2])
-  counts = {data.metadata["item_original_ids"][i - 1]: int(c)
-            for i, c in enumerate(data.item_counts[1:], start=1) if c}
+  counts = {
+    data.metadata["item_original_ids"][i - 1]: int(c)
+    for i, c in enumerate(data.item_counts[1:], start=1)
+    if c
+  }
   assert counts == dict(expected)
 
 
-@pytest.mark.parametrize("text, header, sep", [
+@pytest.mark.parametrize(
+  "text, header, sep",
+  [
     ("user,item,timestamp\nu1,a,5\nu1,b,3\nu2,a,1\nu1,c,9\nu2,c,2\nu2,b,7\n", True, ","),
     ("u1\ta\t5\nu1\tb\t3\nu2\ta\t1\nu1\tc\t9\nu2\tc\t2\nu2\tb\t7\n", False, "\t"),
     ("userId itemId ts\nu1 a 5\nu1 b 3\nu2 a 1\nu1 c 9\nu2 c 2\nu2 b 7\n", True, " "),
-])
+  ],
+)
 def test_interactions_table_orders_by_timestamp(tmp_path, text, header, sep):
   path = tmp_path / "t.csv"
   path.write_text(text)
@@ -137,14 +149,17 @@ def test_interactions_temporal_split_matches_movielens_reader(tmp_path, data_dir
   rows = [l.split("\t") for l in raw]
   path = tmp_path / "ml100k.csv"
   path.write_text("user,item,timestamp\n" + "".join(f"{u},{i},{t}\n" for u, i, _, t in rows))
-  ours = D.DataConfig(dataset="interactions", data_path=str(path), split="temporal",
-                      min_count=5).load()
+  ours = D.DataConfig(
+    dataset="interactions", data_path=str(path), split="temporal", min_count=5
+  ).load()
   ref = D.load("movielens_raw", data_dir / "ml-100k", split="temporal")
   assert ours.num_items == ref.num_items
   assert D.fingerprint(ours)["digest"] == D.fingerprint(ref)["digest"]
 
 
-@pytest.mark.parametrize("kind, text, line, message", [
+@pytest.mark.parametrize(
+  "kind, text, line, message",
+  [
     ("sequences", "u1 a b\nu2 c\nu1 d e\n", 3, "already has a line"),
     ("sequences", "\n\n", None, "no interaction"),
     ("interactions", "user,item,timestamp\nu1,a,3\nu1,b\nu2,a,4\n", 3, "expected 3 fields"),
@@ -153,7 +168,8 @@ def test_interactions_temporal_split_matches_movielens_reader(tmp_path, data_dir
     ("interactions", "u1,a,3,4\n", 1, "expected 2 or 3 fields"),
     ("interactions", "user,item\n", None, "only a header"),
     ("interactions", "", None, "empty file"),
-])
+  ],
+)
 def test_broken_files_name_file_and_line(tmp_path, kind, text, line, message):
   path = tmp_path / "broken.txt"
   path.write_text(text)
@@ -186,6 +202,7 @@ def test_users_without_items_are_counted_not_silent(tmp_path, caplog):
 
 def test_export_writes_the_id_maps(tmp_path):
   from train.export import write_id_maps  # pylint: disable=g-import-not-at-top
+
   path = tmp_path / "seq.txt"
   path.write_text("alice x y z\nbob y x\n")
   data = D.load("sequences", path)

@@ -30,10 +30,15 @@ def main(export_dir, out_path):
   inputs = data_lib.left_pad(data.val.inputs, cfg.max_len).astype(np.int32)
   queries = np.asarray(keras.ops.convert_to_numpy(encoder.serving_queries(inputs)))
   table = np.asarray(keras.ops.convert_to_numpy(encoder.all_item_embeddings()))
-  metrics = validation.evaluate_queries(queries, table, data.val, batch_size=cfg.eval_batch_size,
-                                        filter_rated=cfg.filter_rated)
-  np.savez(out_path, queries=queries, metrics=np.array(json.dumps(metrics)),
-           backend=np.array(keras.backend.backend()))
+  metrics = validation.evaluate_queries(
+    queries, table, data.val, batch_size=cfg.eval_batch_size, filter_rated=cfg.filter_rated
+  )
+  np.savez(
+    out_path,
+    queries=queries,
+    metrics=np.array(json.dumps(metrics)),
+    backend=np.array(keras.backend.backend()),
+  )
 
 
 if __name__ == "__main__":

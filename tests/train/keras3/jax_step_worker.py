@@ -23,23 +23,31 @@ def run(cfg, data, use_jax_step, validate_at=6):
   t = trainer_lib.Trainer(cfg, data=data, report=lambda line: None, shuffle_rng="numpy")
   if not use_jax_step:
     t.jax_step = None
-  t.precompile_shapes = use_jax_step   # (off on a CPU by default: exercised here)
+  t.precompile_shapes = use_jax_step  # (off on a CPU by default: exercised here)
   steps, midway = [], None
   for epoch in range(2):
     t.begin_epoch(epoch)
     for loss, w, step in t.epoch_steps(epoch):
       steps.append([float(loss), float(w), int(step)])
-      if len(steps) == validate_at:   # mid-epoch, as a loop that leaves early (budget, NaN)
-        validation = t.validate("val")   # must see the steps taken
-        midway = dict(step=len(steps), validation=validation,
-                      sums=[float(np.sum(np.asarray(v.value, np.float64)))
-                            for v in t.state_variables()])
+      if len(steps) == validate_at:  # mid-epoch, as a loop that leaves early (budget, NaN)
+        validation = t.validate("val")  # must see the steps taken
+        midway = dict(
+          step=len(steps),
+          validation=validation,
+          sums=[float(np.sum(np.asarray(v.value, np.float64))) for v in t.state_variables()],
+        )
   values = [np.asarray(v.value, np.float64) for v in t.state_variables()]
-  programs = (dict(compiled=t.jax_step.programs, late=t.jax_step.late)
-              if t.jax_step is not None else None)
-  return dict(steps=steps, midway=midway, sums=[float(np.sum(v)) for v in values],
-              programs=programs, names=[v.path for v in t.state_variables()],
-              kinds=[str(v.dtype) for v in t.state_variables()])
+  programs = (
+    dict(compiled=t.jax_step.programs, late=t.jax_step.late) if t.jax_step is not None else None
+  )
+  return dict(
+    steps=steps,
+    midway=midway,
+    sums=[float(np.sum(v)) for v in values],
+    programs=programs,
+    names=[v.path for v in t.state_variables()],
+    kinds=[str(v.dtype) for v in t.state_variables()],
+  )
 
 
 def main():

@@ -15,15 +15,36 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 # ML-100K, small enough for a test: 6 steps per epoch of 32 sequences of at most 30 items.
-ML100K = ["--dataset=movielens_raw", "--max_len=30", "--embedding_dim=16", "--num_blocks=1",
-          "--num_negatives=16", "--batch_size=32", "--eval_batch_size=512",
-          "--steps_per_epoch=6", "--learning_rate=0.01", "--noprogress"]
+ML100K = [
+  "--dataset=movielens_raw",
+  "--max_len=30",
+  "--embedding_dim=16",
+  "--num_blocks=1",
+  "--num_negatives=16",
+  "--batch_size=32",
+  "--eval_batch_size=512",
+  "--steps_per_epoch=6",
+  "--learning_rate=0.01",
+  "--noprogress",
+]
 # Synthetic data, tinier still: 5 steps per epoch of 16 sequences, the hash-array estimator.
-SYNTHETIC = ["--dataset=synthetic", "--synthetic_users=60", "--synthetic_items=50",
-             "--synthetic_min_len=5", "--synthetic_max_len=20", "--max_len=20",
-             "--embedding_dim=16", "--num_blocks=1", "--num_negatives=8", "--batch_size=16",
-             "--eval_batch_size=60", "--steps_per_epoch=5", "--learning_rate=0.01",
-             "--frequency=hash_array", "--noprogress"]
+SYNTHETIC = [
+  "--dataset=synthetic",
+  "--synthetic_users=60",
+  "--synthetic_items=50",
+  "--synthetic_min_len=5",
+  "--synthetic_max_len=20",
+  "--max_len=20",
+  "--embedding_dim=16",
+  "--num_blocks=1",
+  "--num_negatives=8",
+  "--batch_size=16",
+  "--eval_batch_size=60",
+  "--steps_per_epoch=5",
+  "--learning_rate=0.01",
+  "--frequency=hash_array",
+  "--noprogress",
+]
 
 _KILL = """
 import os, runpy, signal
@@ -53,8 +74,9 @@ def env(backend=None, jax_cache=None, drop=()):
   result = {k: v for k, v in os.environ.items() if k not in removed}
   result.update(PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
   if jax_cache:
-    result.update(JAX_COMPILATION_CACHE_DIR=str(jax_cache),
-                  JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0")
+    result.update(
+      JAX_COMPILATION_CACHE_DIR=str(jax_cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0"
+    )
   if backend:
     result["KERAS_BACKEND"] = backend
   return result
@@ -65,9 +87,14 @@ def start(args, script=None, environment=None, head=None):
   ARGS``) at nice 10 with ``environment`` (default `env()`); stdout and stderr piped."""
   if head is None:
     head = ["-c", script] if script else ["-m", "train.keras3"]
-  return subprocess.Popen(["nice", "-n", "10", sys.executable, *head, *args], cwd=ROOT,
-                          env=environment or env(), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
+  return subprocess.Popen(
+    ["nice", "-n", "10", sys.executable, *head, *args],
+    cwd=ROOT,
+    env=environment or env(),
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+  )
 
 
 def finish(proc, timeout=900):
@@ -90,11 +117,11 @@ def metrics(directory):
 
 def last_checkpoint(directory):
   """(file name, variable paths, {v<i>: value}) of the run's newest checkpoint."""
-  path = sorted((pathlib.Path(directory) / "ckpt").glob("ckpt-*.npz"),
-                key=lambda p: int(p.stem.split("-")[1]))[-1]
+  path = sorted(
+    (pathlib.Path(directory) / "ckpt").glob("ckpt-*.npz"), key=lambda p: int(p.stem.split("-")[1])
+  )[-1]
   with np.load(path) as f:
-    return (path.name, json.loads(str(f["paths"])),
-            {k: f[k] for k in f.files if k.startswith("v")})
+    return (path.name, json.loads(str(f["paths"])), {k: f[k] for k in f.files if k.startswith("v")})
 
 
 def assert_same_run(a, b) -> None:

@@ -32,12 +32,16 @@ def main():
     t.begin_epoch(0)
     losses = [float(loss) for loss, _, _ in t.epoch_steps(0)]
     out[precision] = dict(
-        compute=dense.compute_dtype, weights=str(dense.kernel.dtype),
-        queries=keras.backend.standardize_dtype(tq.queries.dtype),
-        items=keras.backend.standardize_dtype(items.dtype),
-        query_values=np.asarray(keras.ops.convert_to_numpy(tq.queries), np.float64)[
-            np.asarray(keras.ops.convert_to_numpy(tq.valid))][:8].tolist(),
-        losses=losses, policy_after=policy_after)
+      compute=dense.compute_dtype,
+      weights=str(dense.kernel.dtype),
+      queries=keras.backend.standardize_dtype(tq.queries.dtype),
+      items=keras.backend.standardize_dtype(items.dtype),
+      query_values=np.asarray(keras.ops.convert_to_numpy(tq.queries), np.float64)[
+        np.asarray(keras.ops.convert_to_numpy(tq.valid))
+      ][:8].tolist(),
+      losses=losses,
+      policy_after=policy_after,
+    )
   print("RESULT " + json.dumps(out))
 
 

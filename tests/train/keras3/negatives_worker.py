@@ -43,25 +43,36 @@ def main(cases_path, batches_path, out_path):
     negatives = candidates.negatives
     scored = model.score(tq.queries, tq.positive_ids, pos_emb, candidates)
     # the reference: score_negatives on the negatives' embeddings, formed in full
-    full = neg_lib.score_negatives(tq.queries, tq.positive_ids, pos_emb,
-                                   negatives._replace(embeddings=encoder.item_embeddings(
-                                       negatives.ids)), temperature=cfg.temperature)
+    full = neg_lib.score_negatives(
+      tq.queries,
+      tq.positive_ids,
+      pos_emb,
+      negatives._replace(embeddings=encoder.item_embeddings(negatives.ids)),
+      temperature=cfg.temperature,
+    )
     numpy = lambda x: np.asarray(ops.convert_to_numpy(x))  # noqa: E731
-    out.update({
-        f"{name}/ids": numpy(negatives.ids), f"{name}/log_q": numpy(negatives.log_q),
-        f"{name}/valid": (np.zeros((0,), bool) if negatives.valid is None
-                          else numpy(negatives.valid)),
+    out.update(
+      {
+        f"{name}/ids": numpy(negatives.ids),
+        f"{name}/log_q": numpy(negatives.log_q),
+        f"{name}/valid": (
+          np.zeros((0,), bool) if negatives.valid is None else numpy(negatives.valid)
+        ),
         f"{name}/positive_log_q": numpy(negatives.positive_log_q),
         f"{name}/scores": numpy(scored.negative_scores),
         f"{name}/full_scores": numpy(full.negative_scores),
         f"{name}/valid_mask": numpy(scored.valid_mask),
         f"{name}/full_valid_mask": numpy(full.valid_mask),
-        f"{name}/positive_scores_diff": np.array(float(np.max(np.abs(
-            numpy(scored.positive_scores) - numpy(full.positive_scores))))),
+        f"{name}/positive_scores_diff": np.array(
+          float(np.max(np.abs(numpy(scored.positive_scores) - numpy(full.positive_scores))))
+        ),
         f"{name}/blocks": np.array([layout for layout, _ in candidates.blocks]),
-        f"{name}/positive_ids": numpy(tq.positive_ids), f"{name}/rows": numpy(tq.sequence_ids),
+        f"{name}/positive_ids": numpy(tq.positive_ids),
+        f"{name}/rows": numpy(tq.sequence_ids),
         f"{name}/query_valid": numpy(tq.valid),
-        f"{name}/split": np.array(objective.negatives_split(cfg))})
+        f"{name}/split": np.array(objective.negatives_split(cfg)),
+      }
+    )
   np.savez(out_path, **out)
 
 

@@ -34,16 +34,17 @@ def main(cases_path, out_path):
     counts = cases[f"{name}/counts"]
     data = types.SimpleNamespace(num_items=len(counts) - 1, item_counts=counts)
     encoder = objective.build_encoder(cfg, data.num_items)
-    model = objective.RetrievalModel(cfg, encoder, objective.build_estimator(cfg, data),
-                                     name="retrieval")
+    model = objective.RetrievalModel(
+      cfg, encoder, objective.build_estimator(cfg, data), name="retrieval"
+    )
     batch = {k: cases[f"{name}/{k}"].astype(np.int32) for k in ("inputs", "targets")}
-    model(batch, training=False)   # builds the encoder's sublayers
+    model(batch, training=False)  # builds the encoder's sublayers
     for sub, layer in sasrec_weights.sublayers(encoder):
       count = int(cases[f"{name}/w/{sub}/count"])
       layer.set_weights([cases[f"{name}/w/{sub}/{k}"] for k in range(count)])
     loss = model.compute_loss(y_pred=model(batch, training=False))
     out[f"{name}/loss"] = np.asarray(ops.convert_to_numpy(loss))
-    packed = sasrec_ops.with_token_index(batch)   # the binary's packed batch
+    packed = sasrec_ops.with_token_index(batch)  # the binary's packed batch
     loss = model.compute_loss(y_pred=model(packed, training=False))
     out[f"{name}/loss_packed"] = np.asarray(ops.convert_to_numpy(loss))
   np.savez(out_path, **out)

@@ -45,11 +45,11 @@ def _runs(tmp_path_factory):
   full, killed, tf_dir = base / "full", base / "killed", base / "tf"
   common = ML100K + ["--backend=jax", "--epochs=3"]
   procs = {
-      "full": _start(common + [f"--model_dir={full}", f"--export_dir={full / 'export'}"]),
-      # SIGKILL (nothing cleaned up) in the middle of epoch 3, before global step 2 * 6 + 3,
-      # once epoch 2's checkpoint is on disk
-      "killed": _start(common + [f"--model_dir={killed}"], script=harness.kill_at_step(15)),
-      "tf": _start(TINY + ["--backend=tensorflow", "--epochs=2", f"--model_dir={tf_dir}"]),
+    "full": _start(common + [f"--model_dir={full}", f"--export_dir={full / 'export'}"]),
+    # SIGKILL (nothing cleaned up) in the middle of epoch 3, before global step 2 * 6 + 3,
+    # once epoch 2's checkpoint is on disk
+    "killed": _start(common + [f"--model_dir={killed}"], script=harness.kill_at_step(15)),
+    "tf": _start(TINY + ["--backend=tensorflow", "--epochs=2", f"--model_dir={tf_dir}"]),
   }
   for name, proc in procs.items():
     _RUNS[name] = harness.finish(proc, timeout=600)
@@ -80,7 +80,7 @@ def test_trains_on_ml100k_with_jax_and_the_loss_decreases(data_dir, tmp_path_fac
 def test_killed_and_resumed_run_equals_the_uninterrupted_run(data_dir, tmp_path_factory):
   runs = _runs(tmp_path_factory)
   code, _, _ = runs["killed"]
-  assert code == -9                                    # SIGKILL in epoch 3
+  assert code == -9  # SIGKILL in epoch 3
   code, out, err = runs["resumed"]
   assert code == 0, err[-3000:]
   assert "resumed from" in out and "epoch 2, step 12" in out
@@ -95,18 +95,22 @@ def test_export_reloads_in_a_fresh_process(backend, data_dir, tmp_path_factory):
   assert runs["full"][0] == 0
   export = runs["dirs"]["full"] / "export"
   out = export.parent / f"reloaded_{backend}.npz"
-  proc = subprocess.run(["nice", "-n", "10", sys.executable, str(HERE / "export_worker.py"),
-                         str(export), str(out)], env=dict(_env(backend), TF_CPP_MIN_LOG_LEVEL="3"),
-                        capture_output=True, text=True, timeout=600)
+  proc = subprocess.run(
+    ["nice", "-n", "10", sys.executable, str(HERE / "export_worker.py"), str(export), str(out)],
+    env=dict(_env(backend), TF_CPP_MIN_LOG_LEVEL="3"),
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   got = np.load(out)
   assert str(got["backend"]) == backend
   metrics = json.loads(str(got["metrics"]))
-  want = harness.metrics(runs["dirs"]["full"])["val"]      # the best model, evaluated in training
+  want = harness.metrics(runs["dirs"]["full"])["val"]  # the best model, evaluated in training
   assert metrics["num_queries"] == want["num_queries"]
   for k in ("recall@10", "ndcg@10", "recall@20", "ndcg@20"):
     assert metrics[k] == pytest.approx(want[k], abs=2e-3), k
-  if backend == "tensorflow":    # same embeddings on both backends
+  if backend == "tensorflow":  # same embeddings on both backends
     other = np.load(export.parent / "reloaded_jax.npz")["queries"]
     np.testing.assert_allclose(got["queries"], other, rtol=1e-4, atol=1e-5)
 
@@ -126,17 +130,24 @@ def test_trains_on_the_tensorflow_backend(tmp_path_factory):
 
 def test_help_lists_the_run_settings_and_the_backend():
   code, out, err = harness.finish(_start(["--help"]))
-  assert code in (0, 1), err            # absl's --help exits 1 after printing
-  for flag in ("--backend", "--logq", "--negatives", "--num_negatives", "--model_dir",
-               "--dataset", "--early_stopping_patience"):
+  assert code in (0, 1), err  # absl's --help exits 1 after printing
+  for flag in (
+    "--backend",
+    "--logq",
+    "--negatives",
+    "--num_negatives",
+    "--model_dir",
+    "--dataset",
+    "--early_stopping_patience",
+  ):
     assert flag in out, flag
 
 
 BAD_INPUT = [
-    (["--no_such_flag=1"], "no_such_flag"),
-    (["--backend=mxnet"], "backend"),
-    (["--model=two_tower"], "--model=two_tower is not available"),
-    (["--strategy=parameter_server"], "--strategy=parameter_server is not available"),
+  (["--no_such_flag=1"], "no_such_flag"),
+  (["--backend=mxnet"], "backend"),
+  (["--model=two_tower"], "--model=two_tower is not available"),
+  (["--strategy=parameter_server"], "--strategy=parameter_server is not available"),
 ]
 
 

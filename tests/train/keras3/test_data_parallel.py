@@ -17,7 +17,7 @@ from train.keras3 import settings
 
 ARGS = harness.ML100K + ["--epochs=2", "--backend=jax", "--negatives=mixed"]
 PARALLEL = ["--strategy=mirrored", "--cpu_replicas=2"]
-ENV = harness.env(drop=("XLA_FLAGS",))   # the binary sets the host device count itself
+ENV = harness.env(drop=("XLA_FLAGS",))  # the binary sets the host device count itself
 _RUNS = {}
 
 
@@ -55,8 +55,7 @@ def test_two_devices_give_the_single_device_first_epoch(data_dir, tmp_path_facto
   keys = [k for k in first_one if k.startswith("val_") or k in ("loss", "mean_weight")]
   assert "val_ndcg@10" in keys and "loss" in keys
   for key in keys:
-    np.testing.assert_allclose(first_two[key], first_one[key], rtol=1e-4, atol=1e-6,
-                               err_msg=key)
+    np.testing.assert_allclose(first_two[key], first_one[key], rtol=1e-4, atol=1e-6, err_msg=key)
   losses = [h["loss"] for h in two["history"]]
   assert len(losses) == 2 and np.all(np.isfinite(losses)) and losses[1] < losses[0], losses
   assert all(np.isfinite(v) for v in two["test"].values())
@@ -70,10 +69,10 @@ def test_data_parallel_run_resumes_bit_exactly(data_dir, tmp_path_factory):
 
 
 BAD_INPUT = [
-    (["--backend=tensorflow"] + PARALLEL, "needs --backend=jax"),
-    (["--backend=torch", "--strategy=mirrored"], "needs --backend=jax"),
-    (["--batch_size=33"] + PARALLEL, "multiple of the 2"),
-    (["--strategy=multi_worker"], "--strategy=multi_worker is not available"),
+  (["--backend=tensorflow"] + PARALLEL, "needs --backend=jax"),
+  (["--backend=torch", "--strategy=mirrored"], "needs --backend=jax"),
+  (["--batch_size=33"] + PARALLEL, "multiple of the 2"),
+  (["--strategy=multi_worker"], "--strategy=multi_worker is not available"),
 ]
 
 

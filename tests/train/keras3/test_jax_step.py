@@ -28,12 +28,17 @@ FLAGS = [*harness.SYNTHETIC, "--logq=corrected", "--negatives=mixed", "--steps_p
 def out(tmp_path_factory):
   """The worker's four runs (one process)."""
   model_dir = tmp_path_factory.mktemp("jax_step")
-  proc = subprocess.run([sys.executable, str(HERE / "jax_step_worker.py"), *FLAGS,
-                         f"--model_dir={model_dir}"], cwd=ROOT, env=harness.env("jax"),
-                        capture_output=True, text=True, timeout=600)
+  proc = subprocess.run(
+    [sys.executable, str(HERE / "jax_step_worker.py"), *FLAGS, f"--model_dir={model_dir}"],
+    cwd=ROOT,
+    env=harness.env("jax"),
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")][-1]
-  return json.loads(line[len("RESULT "):])
+  return json.loads(line[len("RESULT ") :])
 
 
 def test_jax_step_equals_train_on_batch(out):

@@ -11,10 +11,10 @@ import keras3_binary_harness as harness
 
 ARGS = harness.ML100K + ["--epochs=2", "--backend=jax"]
 RUNS = {
-    "full_softmax": ["--loss=full_softmax"],
-    "bce": ["--loss=bce", "--negatives=uniform"],
-    "gbce": ["--loss=gbce", "--negatives=uniform", "--gbce_t=0.75"],
-    "lazy_adam": ["--table_optimizer=lazy_adam"],
+  "full_softmax": ["--loss=full_softmax"],
+  "bce": ["--loss=bce", "--negatives=uniform"],
+  "gbce": ["--loss=gbce", "--negatives=uniform", "--gbce_t=0.75"],
+  "lazy_adam": ["--table_optimizer=lazy_adam"],
 }
 _RUNS = {}
 
@@ -31,8 +31,7 @@ def _runs(data_dir, tmp_path_factory):
     procs[name] = harness.start(ARGS + extra + [f"--model_dir={base / name}"])
   resumed = base / "lazy_adam_resumed"
   harness.killed(ARGS + RUNS["lazy_adam"] + [f"--model_dir={resumed}"], step=9)
-  procs["lazy_adam_resumed"] = harness.start(ARGS + RUNS["lazy_adam"] +
-                                             [f"--model_dir={resumed}"])
+  procs["lazy_adam_resumed"] = harness.start(ARGS + RUNS["lazy_adam"] + [f"--model_dir={resumed}"])
   for name, proc in procs.items():
     status, _, err = harness.finish(proc)
     assert status == 0, f"{name}: {err[-3000:]}"

@@ -45,9 +45,8 @@ def test_midx_index_is_refreshed_every_epoch_and_checkpointed(data_dir, tmp_path
   run = _runs(data_dir, tmp_path_factory)["full"]
   _, paths, values = harness.last_checkpoint(run)
   n = harness.metrics(run)["num_items"]
-  midx = {p.split("midx/")[-1]: values[f"v{i}"] for i, p in enumerate(paths)
-          if "midx/" in p}
-  assert int(midx["num_refreshes"]) == 2, sorted(midx)    # epochs 1 and 2 started with one
+  midx = {p.split("midx/")[-1]: values[f"v{i}"] for i, p in enumerate(paths) if "midx/" in p}
+  assert int(midx["num_refreshes"]) == 2, sorted(midx)  # epochs 1 and 2 started with one
   counts = midx["cell_counts"]
   assert counts.shape == (64,) and counts.sum() == midx["item_codes"].shape[0] == n
   assert np.isfinite(midx["codebook_1"]).all() and np.abs(midx["codebook_1"]).sum() > 0

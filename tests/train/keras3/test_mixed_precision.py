@@ -24,12 +24,17 @@ FLAGS = [*harness.SYNTHETIC, "--frequency=exact", "--logq=corrected", "--steps_p
 
 @pytest.mark.parametrize("backend", ["jax", "torch"])
 def test_bfloat16_encoder_float32_scores(backend, tmp_path):
-  proc = subprocess.run([sys.executable, str(HERE / "mixed_precision_worker.py"), *FLAGS,
-                         f"--model_dir={tmp_path}"], cwd=ROOT, env=harness.env(backend),
-                        capture_output=True, text=True, timeout=600)
+  proc = subprocess.run(
+    [sys.executable, str(HERE / "mixed_precision_worker.py"), *FLAGS, f"--model_dir={tmp_path}"],
+    cwd=ROOT,
+    env=harness.env(backend),
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   line = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")][-1]
-  out = json.loads(line[len("RESULT "):])
+  out = json.loads(line[len("RESULT ") :])
   f32, bf16 = out["float32"], out["bfloat16"]
   assert (f32["compute"], f32["weights"]) == ("float32", "float32")
   assert (bf16["compute"], bf16["weights"]) == ("bfloat16", "float32")

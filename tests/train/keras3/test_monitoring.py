@@ -23,10 +23,22 @@ import tensorflow as tf
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 
-TINY = ["--dataset=synthetic", "--synthetic_users=60", "--synthetic_items=50",
-        "--synthetic_min_len=5", "--synthetic_max_len=20", "--max_len=20", "--embedding_dim=16",
-        "--num_blocks=1", "--num_negatives=8", "--batch_size=16", "--eval_batch_size=60",
-        "--learning_rate=0.01", "--noprogress", "--logq=corrected"]
+TINY = [
+  "--dataset=synthetic",
+  "--synthetic_users=60",
+  "--synthetic_items=50",
+  "--synthetic_min_len=5",
+  "--synthetic_max_len=20",
+  "--max_len=20",
+  "--embedding_dim=16",
+  "--num_blocks=1",
+  "--num_negatives=8",
+  "--batch_size=16",
+  "--eval_batch_size=60",
+  "--learning_rate=0.01",
+  "--noprogress",
+  "--logq=corrected",
+]
 
 # From the third step on (global step 2 done), the loss gets + p * sqrt(0 * sum(E_out) + 1 - p)
 # with p = 1: its value is 0 (the loss stays finite), its gradient d/dE_out = inf * 0 = NaN.
@@ -79,14 +91,25 @@ print("COUNTS", counts)
 
 def _env(backend):
   env = {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS", "KERAS_BACKEND")}
-  env.update(PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="",
-             TF_CPP_MIN_LOG_LEVEL="3", KERAS_BACKEND=backend)
+  env.update(
+    PYTHONPATH=str(ROOT),
+    JAX_PLATFORMS="cpu",
+    CUDA_VISIBLE_DEVICES="",
+    TF_CPP_MIN_LOG_LEVEL="3",
+    KERAS_BACKEND=backend,
+  )
   return env
 
 
 def _python(args, backend, timeout=600):
-  return subprocess.run(["nice", "-n", "10", sys.executable, *args], cwd=ROOT,
-                        env=_env(backend), capture_output=True, text=True, timeout=timeout)
+  return subprocess.run(
+    ["nice", "-n", "10", sys.executable, *args],
+    cwd=ROOT,
+    env=_env(backend),
+    capture_output=True,
+    text=True,
+    timeout=timeout,
+  )
 
 
 def _lines(text):
@@ -96,8 +119,18 @@ def _lines(text):
 @pytest.fixture(scope="module")
 def nan_run(tmp_path_factory):
   model_dir = tmp_path_factory.mktemp("keras3_nan") / "run"
-  out = _python(["-c", NAN_GRADIENT, *TINY, "--backend=jax", "--epochs=3",
-                 "--steps_per_epoch=2", f"--model_dir={model_dir}"], "jax")
+  out = _python(
+    [
+      "-c",
+      NAN_GRADIENT,
+      *TINY,
+      "--backend=jax",
+      "--epochs=3",
+      "--steps_per_epoch=2",
+      f"--model_dir={model_dir}",
+    ],
+    "jax",
+  )
   return model_dir, out
 
 
@@ -136,11 +169,13 @@ def test_tensorboard_scalars_are_the_tf_keras_binarys_tags(nan_run):
     epoch1 = json.loads(str(f["state"]))["history"][0]
   # per step: the two finished steps of epoch 1 and the finished step of epoch 2, not step 3
   assert sorted(scalars["train/loss"]) == sorted(scalars["train/mean_weight"]) == [1, 2]
-  assert np.mean([scalars["train/loss"][s] for s in (1, 2)]) == pytest.approx(epoch1["loss"],
-                                                                              rel=1e-6)
+  assert np.mean([scalars["train/loss"][s] for s in (1, 2)]) == pytest.approx(
+    epoch1["loss"], rel=1e-6
+  )
   assert np.mean([scalars["train/mean_weight"][s] for s in (1, 2)]) == pytest.approx(
-      epoch1["mean_weight"], rel=1e-6)
-  assert all(0 < w <= 1 for w in scalars["train/mean_weight"].values())   # corrected: w < 1
+    epoch1["mean_weight"], rel=1e-6
+  )
+  assert all(0 < w <= 1 for w in scalars["train/mean_weight"].values())  # corrected: w < 1
   assert scalars["train/epoch_loss"] == {2: pytest.approx(epoch1["loss"], rel=1e-6)}
   for k in ("recall@10", "ndcg@10", "recall@20", "ndcg@20"):
     assert scalars[f"val/{k}"] == {2: pytest.approx(epoch1[f"val_{k}"], rel=1e-6)}, k

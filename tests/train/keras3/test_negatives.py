@@ -47,9 +47,10 @@ def _batch(rng, b, l, num_items, min_len):
   for r in range(b):
     n = int(rng.integers(min_len, l + 1))
     # a popular head: many repeats, so dedup and the k_b subsample both matter
-    seq = np.where(rng.random(n + 1) < 0.5, rng.integers(1, 6, n + 1),
-                   rng.integers(1, num_items + 1, n + 1))
-    inputs[r, l - n:], targets[r, l - n:] = seq[:-1], seq[1:]
+    seq = np.where(
+      rng.random(n + 1) < 0.5, rng.integers(1, 6, n + 1), rng.integers(1, num_items + 1, n + 1)
+    )
+    inputs[r, l - n :], targets[r, l - n :] = seq[:-1], seq[1:]
   return inputs, targets
 
 
@@ -57,7 +58,7 @@ def _cases():
   rng = np.random.default_rng(7)
   small_items, ml1m_items = 40, 3416
   small_counts = np.concatenate([[0], rng.integers(0, 30, small_items)]).astype(float)
-  small_counts[7] = 0                                  # never seen: the unigram fallback
+  small_counts[7] = 0  # never seen: the unigram fallback
   ml1m_counts = np.concatenate([[0], rng.integers(1, 3000, ml1m_items)]).astype(float)
   batches = {}
   batches["small_inputs"], batches["small_targets"] = _batch(rng, 6, 10, small_items, 2)
@@ -66,19 +67,29 @@ def _cases():
   cases = {}
   for convention in ("unigram", "mixture", "expected_count"):
     for per in ("sequence", "batch", "query"):
-      cases[f"mixed_{convention}_{per}"] = dict(small, settings=dict(
-          SMALL, negatives="mixed", num_negatives=8, log_q_convention=convention,
-          uniform_negatives=per))
+      cases[f"mixed_{convention}_{per}"] = dict(
+        small,
+        settings=dict(
+          SMALL,
+          negatives="mixed",
+          num_negatives=8,
+          log_q_convention=convention,
+          uniform_negatives=per,
+        ),
+      )
   for convention in ("unigram", "expected_count"):
-    cases[f"in_batch_{convention}"] = dict(small, settings=dict(
-        SMALL, negatives="in_batch", num_negatives=5, log_q_convention=convention))
+    cases[f"in_batch_{convention}"] = dict(
+      small,
+      settings=dict(SMALL, negatives="in_batch", num_negatives=5, log_q_convention=convention),
+    )
   # k_b >= B L: no subsample, the whole deduplicated pool (B L slots)
-  cases["mixed_large_kb"] = dict(small, settings=dict(SMALL, negatives="mixed",
-                                                      num_negatives=200))
-  cases["in_batch_large_kb"] = dict(small, settings=dict(SMALL, negatives="in_batch",
-                                                         num_negatives=100))
-  cases["uniform_sequence"] = dict(small, settings=dict(SMALL, negatives="uniform",
-                                                        num_negatives=6))
+  cases["mixed_large_kb"] = dict(small, settings=dict(SMALL, negatives="mixed", num_negatives=200))
+  cases["in_batch_large_kb"] = dict(
+    small, settings=dict(SMALL, negatives="in_batch", num_negatives=100)
+  )
+  cases["uniform_sequence"] = dict(
+    small, settings=dict(SMALL, negatives="uniform", num_negatives=6)
+  )
   # the binary's defaults on an ML-1M-sized step: mixed, 256, per-sequence uniform, unigram
   cases["ml1m_defaults"] = dict(batch="ml1m", counts=ml1m_counts.tolist(), settings=dict(ML1M))
   return cases, batches
@@ -94,17 +105,30 @@ def _worker_outputs(tmp_path_factory):
   cases, batches = _cases()
   tmp = tmp_path_factory.mktemp("keras3_negatives")
   np.savez(tmp / "batches.npz", **batches)
-  env = {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS",
-                                                          "TF_CPP_MIN_LOG_LEVEL")}
+  env = {
+    k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS", "TF_CPP_MIN_LOG_LEVEL")
+  }
   env.update(PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
   procs = {}
   for backend, names in (("jax", list(cases)), ("tensorflow", ["mixed_unigram_sequence"])):
     (tmp / f"{backend}.json").write_text(json.dumps({n: cases[n] for n in names}))
     procs[backend] = subprocess.Popen(
-        ["nice", "-n", "10", sys.executable, str(HERE / "negatives_worker.py"),
-         str(tmp / f"{backend}.json"), str(tmp / "batches.npz"), str(tmp / f"{backend}.npz")],
-        cwd=ROOT, env=dict(env, KERAS_BACKEND=backend), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+      [
+        "nice",
+        "-n",
+        "10",
+        sys.executable,
+        str(HERE / "negatives_worker.py"),
+        str(tmp / f"{backend}.json"),
+        str(tmp / "batches.npz"),
+        str(tmp / f"{backend}.npz"),
+      ],
+      cwd=ROOT,
+      env=dict(env, KERAS_BACKEND=backend),
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+    )
   for backend, proc in procs.items():
     _, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, f"{backend} worker failed:\n{err[-3000:]}"
@@ -132,8 +156,7 @@ def _tf_side(case, batches, positive_ids, rows, valid):
   cfg = RunConfig.create(**case["settings"])
   counts = np.asarray(case["counts"])
   model = _Table(len(counts) - 1, cfg.embedding_dim)
-  estimator = frequency.ExactCounts(len(counts), counts=counts,
-                                    min_count=cfg.frequency_min_count)
+  estimator = frequency.ExactCounts(len(counts), counts=counts, min_count=cfg.frequency_min_count)
   objective = tf_objective.Objective(cfg, model, len(counts) - 1, estimator, static_shapes=True)
   sampler, seed = objective.sampler, tf.constant([5, 6], tf.int64)
   pos = tf.constant(positive_ids)
@@ -208,16 +231,18 @@ def _check_case(k3, name, case, batches):
   assert k3[f"{name}/scores"].shape == (b * l, widen(emb_shape[:-1])[-1]), name
   # block by block (no [A, N, d] tensor) = score_negatives on the embeddings formed in full
   np.testing.assert_array_equal(k3[f"{name}/valid_mask"], k3[f"{name}/full_valid_mask"])
-  np.testing.assert_allclose(k3[f"{name}/scores"], k3[f"{name}/full_scores"], rtol=1e-5,
-                             atol=1e-5, err_msg=name)
+  np.testing.assert_allclose(
+    k3[f"{name}/scores"], k3[f"{name}/full_scores"], rtol=1e-5, atol=1e-5, err_msg=name
+  )
   assert float(k3[f"{name}/positive_scores_diff"]) < 1e-5
   per = cfg.uniform_negatives if cfg.negatives != "in_batch" else "batch"
   layout = {"batch": "shared", "sequence": "sequence", "query": "query"}[per]
-  expected_blocks = {"mixed": ["shared", layout], "uniform": [layout],
-                     "in_batch": ["shared"]}[cfg.negatives]
+  expected_blocks = {"mixed": ["shared", layout], "uniform": [layout], "in_batch": ["shared"]}[
+    cfg.negatives
+  ]
   assert k3[f"{name}/blocks"].tolist() == expected_blocks, name
   if k_b < b * l:
-    assert ids.shape == tuple(neg.ids.shape), name          # the same shapes exactly
+    assert ids.shape == tuple(neg.ids.shape), name  # the same shapes exactly
   if neg.valid is None:
     assert cfg.negatives == "uniform" and slot_valid.size == 0
   else:
@@ -231,14 +256,18 @@ def _check_case(k3, name, case, batches):
     kept = block_ids[0][block_valid[0]]
     assert len(kept) == n_b == int(pool.num_kept), name
     assert len(set(kept.tolist())) == n_b and set(kept.tolist()) <= set(distinct.tolist())
-    if n_b == len(distinct):   # no subsample: the same deduplicated pool, in the same order
+    if n_b == len(distinct):  # no subsample: the same deduplicated pool, in the same order
       tf_block = pool.negatives
       np.testing.assert_array_equal(kept, tf_block.ids.numpy()[tf_block.valid.numpy()])
-    np.testing.assert_array_equal(slot_valid[..., pool_k3:], True)   # every uniform slot
+    np.testing.assert_array_equal(slot_valid[..., pool_k3:], True)  # every uniform slot
   # log Q: the tf-keras sampler's, for the Keras 3 ids, under the same pool and convention
   mask = np.ones(ids.shape, bool) if neg.valid is None else slot_valid
   expected = _tf_log_q(sampler, ids, pool, cfg)
   np.testing.assert_allclose(log_q[mask], expected[mask], rtol=1e-5, atol=1e-5, err_msg=name)
-  np.testing.assert_allclose(k3[f"{name}/positive_log_q"][valid],
-                             neg.positive_log_q.numpy()[valid], rtol=1e-5, atol=1e-5,
-                             err_msg=name)
+  np.testing.assert_allclose(
+    k3[f"{name}/positive_log_q"][valid],
+    neg.positive_log_q.numpy()[valid],
+    rtol=1e-5,
+    atol=1e-5,
+    err_msg=name,
+  )

@@ -26,12 +26,29 @@ ROOT = HERE.parents[2]
 
 NUM_ITEMS = 40
 CASES = {
-    "full_softmax": dict(loss="full_softmax", max_len=10, embedding_dim=8, num_blocks=1,
-                         batch_size=6, dropout=0.0, seed=3, temperature=0.5),
-    "full_softmax_tied_pre_ln": dict(loss="full_softmax", max_len=10, embedding_dim=8,
-                                     num_blocks=2, num_heads=2, batch_size=6, dropout=0.0,
-                                     seed=1, temperature=0.2, tie_embeddings=True,
-                                     sasrec_block="pre_ln"),
+  "full_softmax": dict(
+    loss="full_softmax",
+    max_len=10,
+    embedding_dim=8,
+    num_blocks=1,
+    batch_size=6,
+    dropout=0.0,
+    seed=3,
+    temperature=0.5,
+  ),
+  "full_softmax_tied_pre_ln": dict(
+    loss="full_softmax",
+    max_len=10,
+    embedding_dim=8,
+    num_blocks=2,
+    num_heads=2,
+    batch_size=6,
+    dropout=0.0,
+    seed=1,
+    temperature=0.2,
+    tie_embeddings=True,
+    sasrec_block="pre_ln",
+  ),
 }
 
 
@@ -40,7 +57,7 @@ def _batch(rng, b, l):
   for r in range(b):
     n = int(rng.integers(2, l + 1))
     seq = rng.integers(1, NUM_ITEMS + 1, n + 1)
-    inputs[r, l - n:], targets[r, l - n:] = seq[:-1], seq[1:]
+    inputs[r, l - n :], targets[r, l - n :] = seq[:-1], seq[1:]
   return inputs, targets
 
 
@@ -50,18 +67,34 @@ def _cases():
   counts = np.concatenate([[0.0], rng.integers(1, 20, NUM_ITEMS)])
   for name, settings in sorted(CASES.items()):
     cfg = RunConfig.create(**settings)
-    model = SASRec(NUM_ITEMS, max_len=cfg.max_len, embedding_dim=cfg.embedding_dim,
-                   num_blocks=cfg.num_blocks, num_heads=cfg.num_heads, dropout=cfg.dropout,
-                   temperature=cfg.temperature, seed=cfg.seed, block_style=cfg.sasrec_block,
-                   tie_embeddings=cfg.tie_embeddings, pack_tokens=False,
-                   attention_blocks=cfg.sasrec_attention_blocks).build_all()
+    model = SASRec(
+      NUM_ITEMS,
+      max_len=cfg.max_len,
+      embedding_dim=cfg.embedding_dim,
+      num_blocks=cfg.num_blocks,
+      num_heads=cfg.num_heads,
+      dropout=cfg.dropout,
+      temperature=cfg.temperature,
+      seed=cfg.seed,
+      block_style=cfg.sasrec_block,
+      tie_embeddings=cfg.tie_embeddings,
+      pack_tokens=False,
+      attention_blocks=cfg.sasrec_attention_blocks,
+    ).build_all()
     inputs, targets = _batch(rng, cfg.batch_size, cfg.max_len)
     objective = tf_objective.Objective(cfg, model, NUM_ITEMS, static_shapes=True)
-    loss = objective({"inputs": tf.constant(inputs), "targets": tf.constant(targets)}, step=0,
-                     training=False)["loss"]
+    loss = objective(
+      {"inputs": tf.constant(inputs), "targets": tf.constant(targets)}, step=0, training=False
+    )["loss"]
     expected[name] = float(loss.numpy())
-    out.update({f"{name}/settings": np.array(json.dumps(settings)), f"{name}/counts": counts,
-                f"{name}/inputs": inputs, f"{name}/targets": targets})
+    out.update(
+      {
+        f"{name}/settings": np.array(json.dumps(settings)),
+        f"{name}/counts": counts,
+        f"{name}/inputs": inputs,
+        f"{name}/targets": targets,
+      }
+    )
     for sub, layer in sasrec_weights.sublayers(model):
       weights = layer.get_weights()
       out[f"{name}/w/{sub}/count"] = np.array(len(weights))
@@ -79,12 +112,25 @@ def _results(tmp_path_factory):
     cases, _RESULTS["expected"] = _cases()
     np.savez(directory / "cases.npz", **cases)
     env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
-    env.update(PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="",
-               TF_CPP_MIN_LOG_LEVEL="3")
-    procs = {b: subprocess.Popen(
-        [sys.executable, str(HERE / "objective_worker.py"), str(directory / "cases.npz"),
-         str(directory / f"{b}.npz")], env={**env, "KERAS_BACKEND": b}, cwd=str(ROOT),
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for b in ("jax", "tensorflow")}
+    env.update(
+      PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3"
+    )
+    procs = {
+      b: subprocess.Popen(
+        [
+          sys.executable,
+          str(HERE / "objective_worker.py"),
+          str(directory / "cases.npz"),
+          str(directory / f"{b}.npz"),
+        ],
+        env={**env, "KERAS_BACKEND": b},
+        cwd=str(ROOT),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+      )
+      for b in ("jax", "tensorflow")
+    }
     for b, proc in procs.items():
       _, err = proc.communicate(timeout=900)
       assert proc.returncode == 0, err[-4000:]
@@ -97,8 +143,7 @@ def _results(tmp_path_factory):
 def test_full_softmax_loss_equals_the_tf_keras_objective(backend, name, tmp_path_factory):
   res = _results(tmp_path_factory)
   assert str(res[backend]["backend"]) == backend
-  np.testing.assert_allclose(float(res[backend][f"{name}/loss"]), res["expected"][name],
-                             rtol=2e-5)
+  np.testing.assert_allclose(float(res[backend][f"{name}/loss"]), res["expected"][name], rtol=2e-5)
 
 
 @pytest.mark.parametrize("backend", ["jax", "tensorflow"])
@@ -106,5 +151,6 @@ def test_full_softmax_loss_equals_the_tf_keras_objective(backend, name, tmp_path
 def test_packed_batch_gives_the_same_loss(backend, name, tmp_path_factory):
   """The binary's packed batches (token_rows / token_slots): the tf-keras objective's loss."""
   res = _results(tmp_path_factory)
-  np.testing.assert_allclose(float(res[backend][f"{name}/loss_packed"]), res["expected"][name],
-                             rtol=2e-5)
+  np.testing.assert_allclose(
+    float(res[backend][f"{name}/loss_packed"]), res["expected"][name], rtol=2e-5
+  )

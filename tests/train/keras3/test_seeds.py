@@ -20,14 +20,26 @@ ROOT = HERE.parents[2]
 
 # The harness's synthetic run (hash-array estimator) with corrected logQ, dropout, early stopping
 # and 3 steps per epoch (a repeated flag: the last value counts).
-TINY = [*harness.SYNTHETIC, "--logq=corrected", "--steps_per_epoch=3", "--epochs=4",
-        "--early_stopping_patience=2", "--dropout=0.2", "--shuffle_rng=numpy"]
+TINY = [
+  *harness.SYNTHETIC,
+  "--logq=corrected",
+  "--steps_per_epoch=3",
+  "--epochs=4",
+  "--early_stopping_patience=2",
+  "--dropout=0.2",
+  "--shuffle_rng=numpy",
+]
 
 
 def _binary(*args):
-  return subprocess.run([sys.executable, "-m", "train.keras3", "--backend=jax", *TINY, *args],
-                        cwd=ROOT, env=harness.env("jax"), capture_output=True, text=True,
-                        timeout=900)
+  return subprocess.run(
+    [sys.executable, "-m", "train.keras3", "--backend=jax", *TINY, *args],
+    cwd=ROOT,
+    env=harness.env("jax"),
+    capture_output=True,
+    text=True,
+    timeout=900,
+  )
 
 
 def _metrics(folder):
@@ -35,9 +47,14 @@ def _metrics(folder):
 
 
 def _start(*args):
-  return subprocess.Popen([sys.executable, "-m", "train.keras3", "--backend=jax", *TINY, *args],
-                          cwd=ROOT, env=harness.env("jax"), stdout=subprocess.PIPE,
-                          stderr=subprocess.PIPE, text=True)
+  return subprocess.Popen(
+    [sys.executable, "-m", "train.keras3", "--backend=jax", *TINY, *args],
+    cwd=ROOT,
+    env=harness.env("jax"),
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+  )
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +63,12 @@ def runs(tmp_path_factory):
   root = tmp_path_factory.mktemp("seeds")
   procs = {"stacked": _start("--seeds=0,1,2", f"--model_dir={root / 'stacked'}")}
   for seed in (0, 1, 2):
-    procs[seed] = _start(f"--seed={seed}", "--nosasrec_pack_tokens", "--frequency_seed=0",
-                         f"--model_dir={root / 'separate' / str(seed)}")
+    procs[seed] = _start(
+      f"--seed={seed}",
+      "--nosasrec_pack_tokens",
+      "--frequency_seed=0",
+      f"--model_dir={root / 'separate' / str(seed)}",
+    )
   done = {}
   for name, proc in procs.items():
     stdout, stderr = proc.communicate(timeout=900)
@@ -66,11 +87,19 @@ def test_each_seed_equals_its_separate_run(runs):
     got, want = _metrics(root / "stacked" / f"seed{seed}"), separate[seed]
     assert got["config"]["seed"] == seed and not got["config"]["sasrec_pack_tokens"]
     assert (got["best_epoch"], got["epochs_done"], got["global_step"], got["stopped_early"]) == (
-        want["best_epoch"], want["epochs_done"], want["global_step"], want["stopped_early"])
+      want["best_epoch"],
+      want["epochs_done"],
+      want["global_step"],
+      want["stopped_early"],
+    )
     for key in ("loss", "val_ndcg@10", "val_recall@20"):
-      np.testing.assert_allclose([h[key] for h in got["history"]],
-                                 [h[key] for h in want["history"]], rtol=1e-4, atol=1e-5,
-                                 err_msg=f"seed {seed} {key}")
+      np.testing.assert_allclose(
+        [h[key] for h in got["history"]],
+        [h[key] for h in want["history"]],
+        rtol=1e-4,
+        atol=1e-5,
+        err_msg=f"seed {seed} {key}",
+      )
     for split in ("val", "test"):
       for k in ("ndcg@10", "recall@20"):
         np.testing.assert_allclose(got[split][k], want[split][k], rtol=1e-4, atol=1e-5)
@@ -88,11 +117,14 @@ def test_rerun_after_the_end_trains_nothing(runs):
   assert {s: _metrics(root / "stacked" / f"seed{s}")["global_step"] for s in (0, 1, 2)} == before
 
 
-@pytest.mark.parametrize("flags,message", [
+@pytest.mark.parametrize(
+  "flags,message",
+  [
     (["--seeds=0,0"], "distinct seeds"),
     (["--seeds=0,1", "--negatives=midx"], "negatives=midx"),
     (["--seeds=0,1", "--time_budget_minutes=5"], "time_budget_minutes"),
-])
+  ],
+)
 def test_refused(flags, message, tmp_path):
   proc = _binary(*flags, f"--model_dir={tmp_path}")
   assert proc.returncode != 0 and message in proc.stderr, proc.stderr[-2000:]

@@ -25,37 +25,65 @@ from train.config import RunConfig
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 
-ML100K = ["--dataset=movielens_raw", "--max_len=30", "--embedding_dim=16", "--num_blocks=1",
-          "--num_negatives=16", "--batch_size=32", "--eval_batch_size=512",
-          "--steps_per_epoch=6", "--learning_rate=0.01", "--noprogress", "--epochs=1"]
+ML100K = [
+  "--dataset=movielens_raw",
+  "--max_len=30",
+  "--embedding_dim=16",
+  "--num_blocks=1",
+  "--num_negatives=16",
+  "--batch_size=32",
+  "--eval_batch_size=512",
+  "--steps_per_epoch=6",
+  "--learning_rate=0.01",
+  "--noprogress",
+  "--epochs=1",
+]
 K = 20
 
 
 def _env():
   env = {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS", "KERAS_BACKEND")}
-  env.update(PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="",
-             TF_CPP_MIN_LOG_LEVEL="3")
+  env.update(
+    PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3"
+  )
   return env
 
 
 def _run(args, module):
-  return subprocess.run(["nice", "-n", "10", sys.executable, "-m", module, *args], cwd=ROOT,
-                        env=_env(), capture_output=True, text=True, timeout=900)
+  return subprocess.run(
+    ["nice", "-n", "10", sys.executable, "-m", module, *args],
+    cwd=ROOT,
+    env=_env(),
+    capture_output=True,
+    text=True,
+    timeout=900,
+  )
 
 
 @pytest.fixture(scope="module")
 def exported(data_dir, tmp_path_factory):
   """(model_dir, export_dir, eval output dir, serving dir) of one TensorFlow-backend run."""
-  del data_dir   # fails (never skips) without the shared datasets
+  del data_dir  # fails (never skips) without the shared datasets
   base = tmp_path_factory.mktemp("keras3_serving")
   model_dir, export_dir = base / "run", base / "run" / "export"
-  proc = _run(ML100K + ["--backend=tensorflow", f"--model_dir={model_dir}",
-                        f"--export_dir={export_dir}"], "train.keras3")
+  proc = _run(
+    ML100K + ["--backend=tensorflow", f"--model_dir={model_dir}", f"--export_dir={export_dir}"],
+    "train.keras3",
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "needs --backend=tensorflow" not in proc.stdout
   out, served = base / "eval", base / "serving"
-  proc = _run([f"--export_dir={export_dir}", f"--output_dir={out}", f"--serving_dir={served}",
-               f"--serving_k={K}", "--noplot", "--timing_repeats=1"], "eval.evaluate")
+  proc = _run(
+    [
+      f"--export_dir={export_dir}",
+      f"--output_dir={out}",
+      f"--serving_dir={served}",
+      f"--serving_k={K}",
+      "--noplot",
+      "--timing_repeats=1",
+    ],
+    "eval.evaluate",
+  )
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "SUMMARY" in proc.stdout.splitlines()[-1], proc.stdout
   return model_dir, export_dir, out, served
@@ -65,8 +93,13 @@ def test_export_has_the_tf_keras_binarys_layout(exported):
   _, export_dir, _, _ = exported
   for name in ("query_encoder", "item_embeddings"):
     assert (export_dir / name / "saved_model.pb").is_file(), name
-  for name in ("item_embeddings.npy", "export_meta.json", "item_ids.txt",
-               "query_encoder.keras", "metadata.json"):
+  for name in (
+    "item_embeddings.npy",
+    "export_meta.json",
+    "item_ids.txt",
+    "query_encoder.keras",
+    "metadata.json",
+  ):
     assert (export_dir / name).is_file(), name
   encoder = tf.saved_model.load(str(export_dir / "query_encoder"))
   fn = encoder.signatures["serving_default"]
@@ -84,7 +117,7 @@ def test_evaluate_on_the_export_gives_the_training_runs_test_metrics(exported):
   trained = json.loads((model_dir / "metrics.json").read_text())["test"]
   result = json.loads((out / "eval_results.json").read_text())
   assert result["num_queries"] == trained["num_queries"] == 943
-  for search in ("exact", "scann"):     # ScaNN brute force (a small catalog)
+  for search in ("exact", "scann"):  # ScaNN brute force (a small catalog)
     got = result["metrics"][search]
     for k in ("recall@10", "ndcg@10", "recall@20", "ndcg@20"):
       assert got[k] == pytest.approx(trained[k], abs=1e-6), (search, k)
@@ -96,13 +129,14 @@ def test_serving_savedmodel_top_k_is_the_brute_force_top_k(exported):
   data = RunConfig.from_dict(meta["run_config"]).data.load()
   histories = [np.asarray(h, np.int64) for h in data.test.inputs[:200]]
   encoder = tf.saved_model.load(str(export_dir / "query_encoder"))
-  queries = encoder.signatures["serving_default"](history=tf.constant(
-      data_lib.left_pad(histories, meta["max_len"]), tf.int64))["embedding"].numpy()
+  queries = encoder.signatures["serving_default"](
+    history=tf.constant(data_lib.left_pad(histories, meta["max_len"]), tf.int64)
+  )["embedding"].numpy()
   items = np.load(export_dir / "item_embeddings.npy")
   scores = queries.astype(np.float64) @ items.T.astype(np.float64)
-  scores[:, 0] = -np.inf                                      # padding row
+  scores[:, 0] = -np.inf  # padding row
   for row, h in enumerate(histories):
-    scores[row, h] = -np.inf                                  # the rated items
+    scores[row, h] = -np.inf  # the rated items
   want_ids = np.argsort(-scores, axis=1, kind="stable")[:, :K]
   want_scores = np.take_along_axis(scores, want_ids, axis=1)
 

@@ -28,9 +28,10 @@ def _start(args, head=None, env=None):
 def runs(tmp_path_factory):
   base = tmp_path_factory.mktemp("keras3_torch")
   full, resumed = base / "full", base / "resumed"
-  procs = {"full": _start(TINY + ["--epochs=3", f"--model_dir={full}",
-                                  f"--export_dir={full / 'export'}"]),
-           "first": _start(TINY + ["--epochs=2", f"--model_dir={resumed}"])}
+  procs = {
+    "full": _start(TINY + ["--epochs=3", f"--model_dir={full}", f"--export_dir={full / 'export'}"]),
+    "first": _start(TINY + ["--epochs=2", f"--model_dir={resumed}"]),
+  }
   result = {name: harness.finish(proc) for name, proc in procs.items()}
   result["resumed"] = harness.finish(_start(TINY + ["--epochs=3", f"--model_dir={resumed}"]))
   result["dirs"] = dict(full=full, resumed=resumed)
@@ -56,14 +57,17 @@ def test_export_reloads_in_a_fresh_torch_process(runs):
   assert "needs --backend=tensorflow" in runs["full"][1]
   export = runs["dirs"]["full"] / "export"
   out = export.parent / "reloaded_torch.npz"
-  worker = _start([str(export), str(out)], head=[str(HERE / "export_worker.py")],
-                  env=dict(_env(), KERAS_BACKEND="torch"))
+  worker = _start(
+    [str(export), str(out)],
+    head=[str(HERE / "export_worker.py")],
+    env=dict(_env(), KERAS_BACKEND="torch"),
+  )
   code, _, err = harness.finish(worker)
   assert code == 0, err[-3000:]
   got = np.load(out)
   assert str(got["backend"]) == "torch"
   metrics = json.loads(str(got["metrics"]))
-  want = harness.metrics(runs["dirs"]["full"])["val"]      # the best model, evaluated in training
+  want = harness.metrics(runs["dirs"]["full"])["val"]  # the best model, evaluated in training
   assert metrics["num_queries"] == want["num_queries"]
   for k in ("recall@10", "ndcg@10", "recall@20", "ndcg@20"):
     assert metrics[k] == pytest.approx(want[k], abs=1e-6), k

@@ -11,7 +11,7 @@ import pytest
 import keras3_binary_harness as harness
 import tensorflow as tf  # this test process reads the event files; the binary has no TensorFlow
 
-_BLOCK = '''import sys
+_BLOCK = """import sys
 class _NoTensorFlow:
   def find_spec(self, name, path=None, target=None):
     if name.split(".")[0] in ("tensorflow", "tf_keras", "tensorflow_recommenders", "scann",
@@ -19,7 +19,7 @@ class _NoTensorFlow:
       raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)")
     return None
 sys.meta_path.insert(0, _NoTensorFlow())
-'''
+"""
 
 
 def _env(tmp_path):
@@ -33,9 +33,17 @@ def _env(tmp_path):
 
 def test_trains_and_exports_without_tensorflow(tmp_path):
   model_dir = tmp_path / "run"
-  proc = harness.start(harness.SYNTHETIC + [
-      "--backend=jax", "--shuffle_rng=numpy", "--epochs=2", f"--model_dir={model_dir}",
-      f"--export_dir={model_dir / 'export'}"], environment=_env(tmp_path))
+  proc = harness.start(
+    harness.SYNTHETIC
+    + [
+      "--backend=jax",
+      "--shuffle_rng=numpy",
+      "--epochs=2",
+      f"--model_dir={model_dir}",
+      f"--export_dir={model_dir / 'export'}",
+    ],
+    environment=_env(tmp_path),
+  )
   status, out, err = harness.finish(proc)
   assert status == 0, err[-3000:]
   metrics = harness.metrics(model_dir)
@@ -50,16 +58,17 @@ def test_trains_and_exports_without_tensorflow(tmp_path):
     for event in tf.compat.v1.train.summary_iterator(str(path)):
       for value in event.summary.value:
         scalars.setdefault(value.tag, {})[event.step] = value.simple_value
-  assert sorted(scalars["train/loss"]) == list(range(1, 11))          # 2 epochs of 5 steps
+  assert sorted(scalars["train/loss"]) == list(range(1, 11))  # 2 epochs of 5 steps
   assert sorted(scalars["val/ndcg@10"]) == [5, 10]
   assert scalars["val/ndcg@10"][10] == pytest.approx(metrics["history"][1]["val_ndcg@10"], rel=1e-6)
   assert {"train/mean_weight", "train/epoch_loss", "val/recall@20"} <= set(scalars)
 
 
 def test_tensorflow_order_without_tensorflow_is_one_error_line(tmp_path):
-  proc = harness.start(harness.SYNTHETIC + [
-      "--backend=jax", "--epochs=1", f"--model_dir={tmp_path / 'run'}"],
-      environment=_env(tmp_path))
+  proc = harness.start(
+    harness.SYNTHETIC + ["--backend=jax", "--epochs=1", f"--model_dir={tmp_path / 'run'}"],
+    environment=_env(tmp_path),
+  )
   status, _, err = harness.finish(proc, timeout=300)
   assert status == 2, err[-3000:]
   lines = [l for l in err.splitlines() if l.startswith("error:")]

@@ -11,5 +11,12 @@ from tfrs_logq.keras3.frequency.count_min import CountMinSketch, sketch_shape
 from tfrs_logq.keras3.frequency.exact import ExactCounts
 from tfrs_logq.keras3.frequency.hash_array import HashArrayEstimator
 
-__all__ = ["FrequencyEstimator", "ExactCounts", "HashArrayEstimator", "CountMinSketch",
-           "sketch_shape", "log1m_exp", "MIN_ONE_MINUS_Q"]
+__all__ = [
+  "FrequencyEstimator",
+  "ExactCounts",
+  "HashArrayEstimator",
+  "CountMinSketch",
+  "sketch_shape",
+  "log1m_exp",
+  "MIN_ONE_MINUS_Q",
+]

@@ -74,8 +74,13 @@ class FrequencyEstimator(keras.layers.Layer):
 
   def _state(self, name, shape, dtype, initial=0):
     value = np.full(shape, initial) if np.isscalar(initial) else np.asarray(initial)
-    return self.add_weight(name=name, shape=shape, dtype=dtype, trainable=False,
-                           initializer=keras.initializers.Constant(value.astype(dtype)))
+    return self.add_weight(
+      name=name,
+      shape=shape,
+      dtype=dtype,
+      trainable=False,
+      initializer=keras.initializers.Constant(value.astype(dtype)),
+    )
 
   def _keys(self, ids, *, flatten: bool):
     """Validated int32 keys, optionally flattened to 1-D."""
@@ -118,8 +123,7 @@ class FrequencyEstimator(keras.layers.Layer):
     return keras.KerasTensor(ids.shape, "float32")
 
   def get_config(self):
-    return {**super().get_config(), "num_items": self.num_items,
-            "validate_ids": self.validate_ids}
+    return {**super().get_config(), "num_items": self.num_items, "validate_ids": self.validate_ids}
 
   def _update_keys(self, keys) -> None:
     raise NotImplementedError

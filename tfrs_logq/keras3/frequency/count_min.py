@@ -54,15 +54,25 @@ class CountMinSketch(base.FrequencyEstimator):
     validate_ids: check concrete ids >= 0 (and < num_items).
   """
 
-  def __init__(self, epsilon: Optional[float] = None, delta: Optional[float] = None, *,
-               width: Optional[int] = None, depth: Optional[int] = None,
-               conservative: bool = frequency_core.DEFAULTS["conservative"],
-               half_life: Optional[float] = frequency_core.DEFAULTS["half_life"],
-               min_count: float = frequency_core.DEFAULTS["min_count"], seed: int = 0,
-               num_items=None, validate_ids: bool = True, **kwargs):
+  def __init__(
+    self,
+    epsilon: Optional[float] = None,
+    delta: Optional[float] = None,
+    *,
+    width: Optional[int] = None,
+    depth: Optional[int] = None,
+    conservative: bool = frequency_core.DEFAULTS["conservative"],
+    half_life: Optional[float] = frequency_core.DEFAULTS["half_life"],
+    min_count: float = frequency_core.DEFAULTS["min_count"],
+    seed: int = 0,
+    num_items=None,
+    validate_ids: bool = True,
+    **kwargs,
+  ):
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
     width, depth, half_life, min_count, seed = count_min_core.check_sketch(
-        epsilon, delta, width, depth, half_life, min_count, seed)
+      epsilon, delta, width, depth, half_life, min_count, seed
+    )
     self.width, self.depth = width, depth
     self.epsilon, self.delta = count_min_core.guarantees(width, depth)
     self.conservative = bool(conservative)
@@ -71,8 +81,9 @@ class CountMinSketch(base.FrequencyEstimator):
     self.seed = seed
     size = width * depth
     self.table = self._state("table", (size,), "float32", 0.0)
-    self.last_write = (self._state("last_write", (size,), "int32", 0)
-                       if half_life is not None else None)
+    self.last_write = (
+      self._state("last_write", (size,), "int32", 0) if half_life is not None else None
+    )
     self.total = self._state("total", (), "float32", 0.0)
     self.step = self._state("step", (), "int32", 0)
     self.built = True
@@ -98,28 +109,31 @@ class CountMinSketch(base.FrequencyEstimator):
     index = ops.expand_dims(cells, 1)
     self.table.assign(ops.scatter_update(self.table, index, values))
     if self.last_write is not None:
-      self.last_write.assign(ops.scatter_update(
-          self.last_write, index, ops.cast(ops.full_like(cells, 1) * t, "int32")))
+      self.last_write.assign(
+        ops.scatter_update(self.last_write, index, ops.cast(ops.full_like(cells, 1) * t, "int32"))
+      )
 
   def _update_keys(self, keys):
     n = keys.shape[0]
     t_new = self.step + 1
     if self.conservative:
-      ids, counts = base.group_sorted(keys)                         # c_x on every copy of x
-      id_cells = self._cells(ids)                                   # [depth, n]
+      ids, counts = base.group_sorted(keys)  # c_x on every copy of x
+      id_cells = self._cells(ids)  # [depth, n]
       estimate = count_min_core.estimate(ops, self._read(id_cells, t_new))
-      wanted = ops.reshape(ops.broadcast_to(estimate + ops.cast(counts, "float32"),
-                                            ops.shape(id_cells)), (-1,))
+      wanted = ops.reshape(
+        ops.broadcast_to(estimate + ops.cast(counts, "float32"), ops.shape(id_cells)), (-1,)
+      )
       flat = ops.reshape(id_cells, (-1,))
       order = ops.argsort(flat)
       cells, wanted = ops.take(flat, order), ops.take(wanted, order)
       first = ops.concatenate([ops.ones((1,), "bool"), ops.not_equal(cells[1:], cells[:-1])])
       run = ops.cumsum(ops.cast(first, "int32")) - 1
       per_cell = ops.segment_max(wanted, run, num_segments=cells.shape[0])
-      new_values = count_min_core.conservative_cells(ops, self._read(cells, t_new),
-                                                     ops.take(per_cell, run))
+      new_values = count_min_core.conservative_cells(
+        ops, self._read(cells, t_new), ops.take(per_cell, run)
+      )
     else:
-      cells, counts = base.group_sorted(self._cells(keys))          # a cell's hits this step
+      cells, counts = base.group_sorted(self._cells(keys))  # a cell's hits this step
       new_values = count_min_core.standard_cells(ops, self._read(cells, t_new), counts)
     self._write(cells, new_values, t_new)
     self.total.assign(count_min_core.updated_total(self.total, float(n), self.decay))
@@ -128,13 +142,20 @@ class CountMinSketch(base.FrequencyEstimator):
   def estimate(self, ids):
     """est(d) = min_j C[j, h_j(d)] (decayed to the current step), float32, unfloored."""
     return count_min_core.estimate(
-        ops, self._read(self._cells(self._keys(ids, flatten=False)), self.step))
+      ops, self._read(self._cells(self._keys(ids, flatten=False)), self.step)
+    )
 
   def _log_q_keys(self, keys):
     est = count_min_core.estimate(ops, self._read(self._cells(keys), self.step))
     return count_min_core.log_q(ops, est, self.total, self.min_count)
 
   def get_config(self):
-    return {**super().get_config(), "width": self.width, "depth": self.depth,
-            "conservative": self.conservative, "half_life": self.half_life,
-            "min_count": self.min_count, "seed": self.seed}
+    return {
+      **super().get_config(),
+      "width": self.width,
+      "depth": self.depth,
+      "conservative": self.conservative,
+      "half_life": self.half_life,
+      "min_count": self.min_count,
+      "seed": self.seed,
+    }

@@ -28,9 +28,15 @@ __all__ = ["ExactCounts"]
 class ExactCounts(base.FrequencyEstimator):
   """Q(d) = #d / N from an exact counts table (int ids in [0, num_items))."""
 
-  def __init__(self, num_items: int, counts=None, accumulate: Optional[bool] = None,
-               min_count: float = frequency_core.DEFAULTS["min_count"],
-               validate_ids: bool = True, **kwargs):
+  def __init__(
+    self,
+    num_items: int,
+    counts=None,
+    accumulate: Optional[bool] = None,
+    min_count: float = frequency_core.DEFAULTS["min_count"],
+    validate_ids: bool = True,
+    **kwargs,
+  ):
     core_checks.check_num_items_given(num_items)
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
     self.min_count, initial = core_checks.check_counts_table(self.num_items, min_count, counts)
@@ -58,8 +64,7 @@ class ExactCounts(base.FrequencyEstimator):
   def log_one_minus_q(self, ids):
     """log((N − #p) / N), N − #p floored at min_count; with N = 0, log(1 − 1/num_items)."""
     count, total = self._counts_and_total(self._keys(ids, flatten=False))
-    return frequency_core.exact_log_one_minus_q(ops, count, total, self.min_count,
-                                                self.num_items)
+    return frequency_core.exact_log_one_minus_q(ops, count, total, self.min_count, self.num_items)
 
   def get_config(self):
     return {**super().get_config(), "accumulate": self.accumulate, "min_count": self.min_count}

@@ -35,12 +35,18 @@ __all__ = ["HashArrayEstimator"]
 class HashArrayEstimator(base.FrequencyEstimator):
   """Yi et al. hash arrays with multi-hit steps and per-draw output (module docstring)."""
 
-  def __init__(self, num_buckets: int = frequency_core.DEFAULTS["num_buckets"],
-               num_hashes: int = frequency_core.DEFAULTS["num_hashes"],
-               alpha: float = frequency_core.DEFAULTS["alpha"],
-               warmup: bool = frequency_core.DEFAULTS["warmup"],
-               pending_gap: bool = frequency_core.DEFAULTS["pending_gap"], seed: int = 0,
-               num_items=None, validate_ids: bool = True, **kwargs):
+  def __init__(
+    self,
+    num_buckets: int = frequency_core.DEFAULTS["num_buckets"],
+    num_hashes: int = frequency_core.DEFAULTS["num_hashes"],
+    alpha: float = frequency_core.DEFAULTS["alpha"],
+    warmup: bool = frequency_core.DEFAULTS["warmup"],
+    pending_gap: bool = frequency_core.DEFAULTS["pending_gap"],
+    seed: int = 0,
+    num_items=None,
+    validate_ids: bool = True,
+    **kwargs,
+  ):
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
     for name, value in (("num_buckets", num_buckets), ("num_hashes", num_hashes)):
       if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
@@ -53,25 +59,28 @@ class HashArrayEstimator(base.FrequencyEstimator):
     self.warmup = bool(warmup)
     self.pending_gap = bool(pending_gap)
     self.seed = int(seed)
-    self.warmup_hits = warmup_hits   # J
+    self.warmup_hits = warmup_hits  # J
     size = num_buckets * num_hashes
-    self.last_step = self._state("last_step", (size,), "int32", 0)     # A
-    self.gap = self._state("gap", (size,), "float32", 0.0)             # B
-    self.hits = self._state("hits", (size,), "int32", 0)               # K (capped at J)
-    self.step = self._state("step", (), "int32", 0)                    # t
+    self.last_step = self._state("last_step", (size,), "int32", 0)  # A
+    self.gap = self._state("gap", (size,), "float32", 0.0)  # B
+    self.hits = self._state("hits", (size,), "int32", 0)  # K (capped at J)
+    self.step = self._state("step", (), "int32", 0)  # t
     self.ids_per_step = self._state("ids_per_step", (), "float32", 0.0)  # n̄
     self.built = True
 
   def _slots(self, keys):
     """Flat slots i·H + h_i(key) of every hash, shape [m] + keys.shape (int32)."""
-    return ops.stack([hashing.bucket(keys, self.seed + i, self.num_buckets)
-                      + i * self.num_buckets for i in range(self.num_hashes)])
+    return ops.stack(
+      [
+        hashing.bucket(keys, self.seed + i, self.num_buckets) + i * self.num_buckets
+        for i in range(self.num_hashes)
+      ]
+    )
 
   def _prior_hits(self, hits):
     """k as float32: gap samples so far (0 before the second sighting; J after it without
     warm-up)."""
-    return frequency_core.prior_hits(ops, ops.cast(hits, "float32"), self.warmup,
-                                     self.warmup_hits)
+    return frequency_core.prior_hits(ops, ops.cast(hits, "float32"), self.warmup, self.warmup_hits)
 
   def _update_keys(self, keys):
     n = keys.shape[0]
@@ -83,15 +92,18 @@ class HashArrayEstimator(base.FrequencyEstimator):
     c = ops.cast(counts, "float32")
     g = ops.cast(t_new - last, "float32")
     new_gap = frequency_core.updated_gap(ops, old_gap, k, c, g, self.alpha, self.warmup_hits)
-    new_hits = frequency_core.updated_hits(ops, ops.cast(k, "int32"), counts, last,
-                                           self.warmup_hits)
+    new_hits = frequency_core.updated_hits(
+      ops, ops.cast(k, "int32"), counts, last, self.warmup_hits
+    )
     index = ops.expand_dims(slots, 1)
     self.gap.assign(ops.scatter_update(self.gap, index, new_gap))
     self.hits.assign(ops.scatter_update(self.hits, index, ops.cast(new_hits, "int32")))
-    self.last_step.assign(ops.scatter_update(
-        self.last_step, index, ops.cast(ops.full_like(slots, 1) * t_new, "int32")))
-    self.ids_per_step.assign(frequency_core.updated_ids_per_step(
-        ops, self.ids_per_step, float(n), t_new, self.alpha))
+    self.last_step.assign(
+      ops.scatter_update(self.last_step, index, ops.cast(ops.full_like(slots, 1) * t_new, "int32"))
+    )
+    self.ids_per_step.assign(
+      frequency_core.updated_ids_per_step(ops, self.ids_per_step, float(n), t_new, self.alpha)
+    )
     self.step.assign(t_new)
 
   def steps_per_hit(self, ids):
@@ -102,14 +114,26 @@ class HashArrayEstimator(base.FrequencyEstimator):
     slots = self._slots(keys)
     k = self._prior_hits(ops.take(self.hits, slots)) if self.pending_gap else None
     return frequency_core.read_steps_per_hit(
-        ops, ops.take(self.gap, slots), ops.take(self.last_step, slots),
-        ops.cast(self.step, "float32"), k, self.alpha, self.warmup_hits, self.pending_gap)
+      ops,
+      ops.take(self.gap, slots),
+      ops.take(self.last_step, slots),
+      ops.cast(self.step, "float32"),
+      k,
+      self.alpha,
+      self.warmup_hits,
+      self.pending_gap,
+    )
 
   def _log_q_keys(self, keys):
-    return frequency_core.hash_array_log_q(ops, self._steps_per_hit_keys(keys),
-                                           self.ids_per_step)
+    return frequency_core.hash_array_log_q(ops, self._steps_per_hit_keys(keys), self.ids_per_step)
 
   def get_config(self):
-    return {**super().get_config(), "num_buckets": self.num_buckets,
-            "num_hashes": self.num_hashes, "alpha": self.alpha, "warmup": self.warmup,
-            "pending_gap": self.pending_gap, "seed": self.seed}
+    return {
+      **super().get_config(),
+      "num_buckets": self.num_buckets,
+      "num_hashes": self.num_hashes,
+      "alpha": self.alpha,
+      "warmup": self.warmup,
+      "pending_gap": self.pending_gap,
+      "seed": self.seed,
+    }

@@ -23,8 +23,12 @@ tf-keras path; the ``k_b`` subsample keeps a uniform subset of the distinct ids 
 rule, ``tfrs_logq.core.negatives.subsample_first_occurrences``).
 """
 
-from tfrs_logq.keras3.negatives.base import (CONVENTIONS, Negatives, first_occurrence_mask,
-                                             first_occurrence_segments)
+from tfrs_logq.keras3.negatives.base import (
+  CONVENTIONS,
+  Negatives,
+  first_occurrence_mask,
+  first_occurrence_segments,
+)
 from tfrs_logq.keras3.negatives.cross_replica import all_gather_rows
 from tfrs_logq.keras3.negatives.in_batch import InBatchPool, in_batch_negatives, in_batch_pool
 from tfrs_logq.keras3.negatives.midx import MIDXRefreshCallback, MIDXSampler
@@ -32,7 +36,21 @@ from tfrs_logq.keras3.negatives.mixed import MixedNegatives
 from tfrs_logq.keras3.negatives.scoring import ScoredCandidates, score_blocks, score_negatives
 from tfrs_logq.keras3.negatives.uniform import UNIFORM_PER, UniformNegatives
 
-__all__ = ["Negatives", "CONVENTIONS", "first_occurrence_mask", "first_occurrence_segments",
-           "in_batch_negatives", "in_batch_pool", "InBatchPool", "UniformNegatives",
-           "UNIFORM_PER", "MixedNegatives", "ScoredCandidates", "score_negatives", "score_blocks",
-           "all_gather_rows", "MIDXSampler", "MIDXRefreshCallback"]
+__all__ = [
+  "Negatives",
+  "CONVENTIONS",
+  "first_occurrence_mask",
+  "first_occurrence_segments",
+  "in_batch_negatives",
+  "in_batch_pool",
+  "InBatchPool",
+  "UniformNegatives",
+  "UNIFORM_PER",
+  "MixedNegatives",
+  "ScoredCandidates",
+  "score_negatives",
+  "score_blocks",
+  "all_gather_rows",
+  "MIDXSampler",
+  "MIDXRefreshCallback",
+]

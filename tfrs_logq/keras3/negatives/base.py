@@ -27,6 +27,7 @@ class Negatives(NamedTuple):
   """ids [N] or [A, N], embeddings [N, d] or [A, N, d] (None until embedded), log_q [N] or
   [A, N] (float32 per-draw log Q), valid bool [N], [A, N] or None (slots that take part),
   positive_log_q [A] or None (log Q(p) of the queries' positives under the same proposal)."""
+
   ids: object
   embeddings: object
   log_q: object
@@ -41,8 +42,7 @@ def _sorted_runs(ids, valid):
   rank = index if valid is None else ops.where(valid, index, index + b)
   order = ops.cast(ops.argsort(ids), "int32")
   sorted_ids = ops.take(ids, order)
-  first = ops.concatenate([ops.ones((1,), "bool"),
-                           ops.not_equal(sorted_ids[1:], sorted_ids[:-1])])
+  first = ops.concatenate([ops.ones((1,), "bool"), ops.not_equal(sorted_ids[1:], sorted_ids[:-1])])
   run = ops.cumsum(ops.cast(first, "int32")) - 1
   return order, run, ops.take(rank, order)
 
@@ -68,11 +68,11 @@ def first_occurrence_segments(ids, valid=None):
   _tensors.check_rank(ids, 1, "ids")
   b = ids.shape[0]
   first = first_occurrence_mask(ids, valid)
-  rank_of_first = ops.cumsum(ops.cast(first, "int32")) - 1            # valid at first rows
+  rank_of_first = ops.cumsum(ops.cast(first, "int32")) - 1  # valid at first rows
   order, run, _ = _sorted_runs(ids, None)
   sorted_first = ops.take(first, order)
   marked = ops.where(sorted_first, ops.take(rank_of_first, order), -1)
   per_run = ops.segment_max(marked, run, num_segments=b)
   segment = ops.take(per_run, run)
-  segment = ops.where(segment < 0, b - 1, segment)                       # sorted order
+  segment = ops.where(segment < 0, b - 1, segment)  # sorted order
   return first, ops.cast(ops.scatter(ops.expand_dims(order, 1), segment, (b,)), "int32")

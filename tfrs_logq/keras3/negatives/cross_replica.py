@@ -53,6 +53,7 @@ def all_gather_rows(tensors: Sequence) -> list:
       raise ValueError("all_gather_rows needs tensors of rank >= 1, got a scalar")
     if mesh is not None:
       t = keras.distribution.distribute_tensor(
-          t, keras.distribution.TensorLayout([None] * len(t.shape), mesh))
+        t, keras.distribution.TensorLayout([None] * len(t.shape), mesh)
+      )
     out.append(t)
   return out

@@ -38,6 +38,7 @@ __all__ = ["InBatchPool", "in_batch_pool", "convention_log_q", "in_batch_negativ
 class InBatchPool(NamedTuple):
   """The in-batch negatives of one step (log_q = per-draw log q_uni) with B and U (float32
   scalars); n_b = the valid slots (U, or min(U, k_b) with a subsample)."""
+
   negatives: base.Negatives
   num_draws: object
   num_distinct: object
@@ -47,15 +48,18 @@ class InBatchPool(NamedTuple):
     return ops.sum(ops.cast(self.negatives.valid, "float32"))
 
 
-_INT32_MIN = -2**31
+_INT32_MIN = -(2**31)
 
 
 def check_num_negatives(num_negatives, name: str = "num_negatives"):
   """k_b: None or a positive Python / numpy int (not bool or float), as the tf-keras path."""
   if num_negatives is None:
     return None
-  if (isinstance(num_negatives, bool) or not isinstance(num_negatives, numbers.Integral)
-      or num_negatives <= 0):
+  if (
+    isinstance(num_negatives, bool)
+    or not isinstance(num_negatives, numbers.Integral)
+    or num_negatives <= 0
+  ):
     raise ValueError(f"{name} must be a positive int, got {num_negatives!r}")
   return int(num_negatives)
 
@@ -68,7 +72,7 @@ def random_keys(n: int, seed=None):
 def _subsample(ids, emb, log_q, keep, pool_valid, num_negatives, seed, keys):
   """The k_b slots of the pool: (ids, emb, log_q, kept) gathered at the kept rows."""
   b = ids.shape[0]
-  if num_negatives >= b:   # every distinct id fits: nothing to drop
+  if num_negatives >= b:  # every distinct id fits: nothing to drop
     return ids, emb, log_q, keep
   if keys is None:
     keys = random_keys(b, seed)
@@ -77,14 +81,23 @@ def _subsample(ids, emb, log_q, keep, pool_valid, num_negatives, seed, keys):
   _tensors.check_same_dim(ids, 0, keys, 0, "positive_ids vs keys")
   rank = ops.cumsum(ops.cast(pool_valid, "int32")) - ops.cast(pool_valid, "int32")
   row_keys = ops.take(keys, ops.minimum(rank, b - 1))
-  rows, kept = negatives_core.subsample_first_occurrences(ops, keep, row_keys, num_negatives,
-                                                          _INT32_MIN)
+  rows, kept = negatives_core.subsample_first_occurrences(
+    ops, keep, row_keys, num_negatives, _INT32_MIN
+  )
   return (ops.take(ids, rows), ops.take(emb, rows, axis=0), ops.take(log_q, rows), kept)
 
 
-def in_batch_pool(positive_ids, positive_embeddings, log_q, valid=None,
-                  cross_replica: bool = True, *, num_negatives: Optional[int] = None,
-                  seed=None, keys=None) -> InBatchPool:
+def in_batch_pool(
+  positive_ids,
+  positive_embeddings,
+  log_q,
+  valid=None,
+  cross_replica: bool = True,
+  *,
+  num_negatives: Optional[int] = None,
+  seed=None,
+  keys=None,
+) -> InBatchPool:
   """The pool of :func:`in_batch_negatives` under the ``unigram`` log Q, with B and U."""
   num_negatives = check_num_negatives(num_negatives)
   ids = _tensors.as_ids(positive_ids, "positive_ids")
@@ -96,8 +109,11 @@ def in_batch_pool(positive_ids, positive_embeddings, log_q, valid=None,
   _tensors.check_same_dim(ids, 0, log_q, 0, "positive_ids vs log_q")
   if ids.shape[0] == 0:
     raise ValueError("positive_ids is empty: a batch needs at least one row")
-  pool_valid = (ops.ones(ops.shape(ids), "bool") if valid is None
-                else ops.cast(ops.convert_to_tensor(valid), "bool"))
+  pool_valid = (
+    ops.ones(ops.shape(ids), "bool")
+    if valid is None
+    else ops.cast(ops.convert_to_tensor(valid), "bool")
+  )
   _tensors.check_same_dim(ids, 0, pool_valid, 0, "positive_ids vs valid")
   positive_log_q = log_q
   if cross_replica:
@@ -105,8 +121,7 @@ def in_batch_pool(positive_ids, positive_embeddings, log_q, valid=None,
   keep = base.first_occurrence_mask(ids, pool_valid)
   num_distinct = ops.sum(ops.cast(keep, "float32"))
   if num_negatives is not None:
-    ids, emb, log_q, keep = _subsample(ids, emb, log_q, keep, pool_valid, num_negatives, seed,
-                                       keys)
+    ids, emb, log_q, keep = _subsample(ids, emb, log_q, keep, pool_valid, num_negatives, seed, keys)
   negatives = base.Negatives(ids, emb, log_q, keep, positive_log_q)
   return InBatchPool(negatives, ops.sum(ops.cast(pool_valid, "float32")), num_distinct)
 
@@ -116,12 +131,22 @@ def convention_log_q(log_q_unigram, pool: InBatchPool, convention: str):
   if convention != "expected_count":
     return log_q_unigram
   return negatives_core.expected_count_per_draw_log_q(
-      ops, log_q_unigram, pool.num_draws, pool.num_distinct, pool.num_kept)
+    ops, log_q_unigram, pool.num_draws, pool.num_distinct, pool.num_kept
+  )
 
 
-def in_batch_negatives(positive_ids, positive_embeddings, log_q, valid=None, *,
-                       convention: str = "unigram", cross_replica: bool = True,
-                       num_negatives: Optional[int] = None, seed=None, keys=None):
+def in_batch_negatives(
+  positive_ids,
+  positive_embeddings,
+  log_q,
+  valid=None,
+  *,
+  convention: str = "unigram",
+  cross_replica: bool = True,
+  num_negatives: Optional[int] = None,
+  seed=None,
+  keys=None,
+):
   """The batch's positives as shared negatives, duplicates and padding marked invalid.
 
   Args:
@@ -143,9 +168,18 @@ def in_batch_negatives(positive_ids, positive_embeddings, log_q, valid=None, *,
   """
   if convention not in base.CONVENTIONS:
     raise ValueError(f"convention must be one of {base.CONVENTIONS}, got {convention!r}")
-  pool = in_batch_pool(positive_ids, positive_embeddings, log_q, valid, cross_replica,
-                       num_negatives=num_negatives, seed=seed, keys=keys)
+  pool = in_batch_pool(
+    positive_ids,
+    positive_embeddings,
+    log_q,
+    valid,
+    cross_replica,
+    num_negatives=num_negatives,
+    seed=seed,
+    keys=keys,
+  )
   negatives = pool.negatives
   return negatives._replace(
-      log_q=convention_log_q(negatives.log_q, pool, convention),
-      positive_log_q=convention_log_q(negatives.positive_log_q, pool, convention))
+    log_q=convention_log_q(negatives.log_q, pool, convention),
+    positive_log_q=convention_log_q(negatives.positive_log_q, pool, convention),
+  )

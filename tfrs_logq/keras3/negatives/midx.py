@@ -59,16 +59,35 @@ class MIDXSampler(keras.layers.Layer):
   errors); ``candidate_embedder`` (ids -> embeddings) is not part of the config.
   """
 
-  def __init__(self, num_codewords: int = 64, quantizer: str = "pq", *,
-               num_items: Optional[int] = None, dim: Optional[int] = None,
-               temperature: float = 1.0, id_offset: int = 0, seed: int = 0,
-               kmeans_iterations: int = 10, kmeans_max_points: Optional[int] = 262144,
-               chunk_size: int = 16384, num_negatives: Optional[int] = None,
-               candidate_embedder: Optional[Callable] = None, **kwargs):
+  def __init__(
+    self,
+    num_codewords: int = 64,
+    quantizer: str = "pq",
+    *,
+    num_items: Optional[int] = None,
+    dim: Optional[int] = None,
+    temperature: float = 1.0,
+    id_offset: int = 0,
+    seed: int = 0,
+    kmeans_iterations: int = 10,
+    kmeans_max_points: Optional[int] = 262144,
+    chunk_size: int = 16384,
+    num_negatives: Optional[int] = None,
+    candidate_embedder: Optional[Callable] = None,
+    **kwargs,
+  ):
     super().__init__(**kwargs)
     num_codewords, id_offset, num_negatives = midx_core.check_sampler_args(
-        num_codewords, quantizer, temperature, id_offset, kmeans_iterations, kmeans_max_points,
-        num_negatives, num_items, dim)
+      num_codewords,
+      quantizer,
+      temperature,
+      id_offset,
+      kmeans_iterations,
+      kmeans_max_points,
+      num_negatives,
+      num_items,
+      dim,
+    )
     if candidate_embedder is not None and not callable(candidate_embedder):
       raise TypeError("candidate_embedder must be callable (ids -> embeddings) or None")
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
@@ -96,8 +115,10 @@ class MIDXSampler(keras.layers.Layer):
     """Creates the codebooks, the inverted index and the refresh count for N items of dim d."""
     if self._index_built:
       if (num_items, dim) != (self.num_items, self.dim):
-        raise ValueError(f"MIDXSampler index is built for num_items={self.num_items}, "
-                         f"dim={self.dim}; got num_items={num_items}, dim={dim}")
+        raise ValueError(
+          f"MIDXSampler index is built for num_items={self.num_items}, "
+          f"dim={self.dim}; got num_items={num_items}, dim={dim}"
+        )
       return
     num_items, dim = midx_core.check_index_shape(self.quantizer, num_items, dim)
     if num_items >= _INT32_MAX:
@@ -106,8 +127,9 @@ class MIDXSampler(keras.layers.Layer):
     d1, d2 = midx_core.split_dims(self.quantizer, dim)
 
     def weight(name, shape, dtype):
-      return self.add_weight(name=name, shape=shape, dtype=dtype, initializer="zeros",
-                             trainable=False)
+      return self.add_weight(
+        name=name, shape=shape, dtype=dtype, initializer="zeros", trainable=False
+      )
 
     self.codebook_1 = weight("codebook_1", (k, d1), "float32")
     self.codebook_2 = weight("codebook_2", (k, d2), "float32")
@@ -129,25 +151,42 @@ class MIDXSampler(keras.layers.Layer):
     if _tensors.dtype_of(emb) not in _tensors.FLOAT_DTYPES:
       raise TypeError(f"item_embeddings must be floating point, got {_tensors.dtype_of(emb)}")
     if len(emb.shape) != 2 or emb.shape[0] is None or emb.shape[1] is None:
-      raise ValueError("item_embeddings must have a static shape [num_items, dim], got "
-                       f"{tuple(emb.shape)}")
+      raise ValueError(
+        f"item_embeddings must have a static shape [num_items, dim], got {tuple(emb.shape)}"
+      )
     if emb.shape[0] == 0:
       raise ValueError("item_embeddings is empty (num_items = 0)")
     self.build_index(int(emb.shape[0]), int(emb.shape[1]))
     value = _tensors.concrete(emb)
     count = _tensors.concrete(self.num_refreshes)
     if value is None or count is None:
-      raise ValueError("MIDXSampler.refresh runs eagerly (between training steps, e.g. "
-                       "MIDXRefreshCallback), not inside a compiled function")
+      raise ValueError(
+        "MIDXSampler.refresh runs eagerly (between training steps, e.g. "
+        "MIDXRefreshCallback), not inside a compiled function"
+      )
     if not np.all(np.isfinite(value)):
       raise ValueError("MIDXSampler.refresh: item_embeddings contain NaN or inf")
     count = int(count)
     index = midx_index.build_index(
-        ops.cast(emb, "float32"), self.num_codewords, self.quantizer, (self.seed, count),
-        num_iterations=self.kmeans_iterations, max_points=self.kmeans_max_points,
-        chunk_size=self.chunk_size)
-    for variable, new in zip((self.codebook_1, self.codebook_2, self.item_codes,
-                              self.sorted_items, self.cell_counts, self.cell_offsets), index):
+      ops.cast(emb, "float32"),
+      self.num_codewords,
+      self.quantizer,
+      (self.seed, count),
+      num_iterations=self.kmeans_iterations,
+      max_points=self.kmeans_max_points,
+      chunk_size=self.chunk_size,
+    )
+    for variable, new in zip(
+      (
+        self.codebook_1,
+        self.codebook_2,
+        self.item_codes,
+        self.sorted_items,
+        self.cell_counts,
+        self.cell_offsets,
+      ),
+      index,
+    ):
       variable.assign(ops.cast(new, variable.dtype))
     self.num_refreshes.assign(count + 1)
     return count + 1
@@ -177,8 +216,9 @@ class MIDXSampler(keras.layers.Layer):
 
   def _proposal(self, z):
     """(s^1, s^2, joint [A, K^2], log Z [A, 1]) (``core.midx.proposal``)."""
-    return midx_core.proposal(ops, z, self.codebook_1, self.codebook_2, self.cell_counts,
-                              self.quantizer, self.temperature)
+    return midx_core.proposal(
+      ops, z, self.codebook_1, self.codebook_2, self.cell_counts, self.quantizer, self.temperature
+    )
 
   def _seeds(self, seed):
     """(cell seed, item seed): the layer's SeedGenerator (seed None) or two ints from ``seed``."""
@@ -207,13 +247,15 @@ class MIDXSampler(keras.layers.Layer):
     z = self._check_queries(query_embeddings)
     cell_seed, item_seed = self._seeds(seed)
     s1, s2, joint, log_z = self._proposal(z)
-    cells = ops.cast(keras.random.categorical(joint, num_samples, dtype="int32", seed=cell_seed),
-                     "int32")
+    cells = ops.cast(
+      keras.random.categorical(joint, num_samples, dtype="int32", seed=cell_seed), "int32"
+    )
     k1, k2 = midx_core.cell_codes(cells, self.num_codewords)
     log_q = midx_core.code_log_q(ops, s1, s2, log_z, k1, k2)
     bits = keras.random.randint(ops.shape(cells), 0, _INT32_MAX, dtype="int32", seed=item_seed)
-    rows = midx_core.items_in_cells(ops, cells, bits, self.cell_counts, self.cell_offsets,
-                                    self.sorted_items)
+    rows = midx_core.items_in_cells(
+      ops, cells, bits, self.cell_counts, self.cell_offsets, self.sorted_items
+    )
     return rows + self.id_offset, log_q
 
   def call(self, query_embeddings, num_samples: Optional[int] = None):  # pylint: disable=arguments-differ
@@ -232,13 +274,12 @@ class MIDXSampler(keras.layers.Layer):
     rows = ops.cast(ids, "int32") - self.id_offset
     value = _tensors.concrete(rows)
     if value is not None and value.size and (value.min() < 0 or value.max() >= self.num_items):
-      raise ValueError(
-          f"ids out of range [{self.id_offset}, {self.id_offset + self.num_items})")
+      raise ValueError(f"ids out of range [{self.id_offset}, {self.id_offset + self.num_items})")
     vector = len(ids.shape) == 1
     if vector:
       rows = ops.expand_dims(rows, 1)
     s1, s2, _, log_z = self._proposal(z)
-    codes = ops.take(self.item_codes, rows, axis=0)                      # [A, M, 2]
+    codes = ops.take(self.item_codes, rows, axis=0)  # [A, M, 2]
     out = midx_core.code_log_q(ops, s1, s2, log_z, codes[..., 0], codes[..., 1])
     return out[:, 0] if vector else out
 
@@ -259,8 +300,10 @@ class MIDXSampler(keras.layers.Layer):
   # ------------------------------------------------------------------------------- negatives
   def _num_negatives(self) -> int:
     if self.num_negatives is None:
-      raise ValueError("MIDXSampler.score / sample_negatives need num_negatives (constructor "
-                       "argument or attribute)")
+      raise ValueError(
+        "MIDXSampler.score / sample_negatives need num_negatives (constructor "
+        "argument or attribute)"
+      )
     return self.num_negatives
 
   def _embed(self, ids, candidate_embedder, item_table):
@@ -268,13 +311,21 @@ class MIDXSampler(keras.layers.Layer):
     if embedder is not None:
       return _tensors.as_float32(embedder(ids), "candidate_embedder(ids)")
     if item_table is None:
-      raise ValueError("MIDXSampler needs a candidate_embedder or an item_table to embed the "
-                       "sampled ids")
+      raise ValueError(
+        "MIDXSampler needs a candidate_embedder or an item_table to embed the sampled ids"
+      )
     return ops.take(_tensors.as_float32(item_table, "item_table"), ids, axis=0)
 
-  def negatives(self, query_embeddings, num_samples: Optional[int] = None, *,
-                candidate_embedder: Optional[Callable] = None, item_table=None,
-                positive_ids=None, seed=None) -> Negatives:
+  def negatives(
+    self,
+    query_embeddings,
+    num_samples: Optional[int] = None,
+    *,
+    candidate_embedder: Optional[Callable] = None,
+    item_table=None,
+    positive_ids=None,
+    seed=None,
+  ) -> Negatives:
     """S negatives per query, embedded: Negatives(ids int32 [A, S], embeddings [A, S, d],
     log_q [A, S], valid None, positive_log_q = log Q(p|z) [A] when ``positive_ids`` is given),
     ready for ``score_negatives``. S: ``num_samples`` or ``num_negatives``."""
@@ -287,27 +338,49 @@ class MIDXSampler(keras.layers.Layer):
       positive_log_q = self.log_prob(query_embeddings, positive_ids)
     return Negatives(ids=ids, embeddings=emb, log_q=log_q, positive_log_q=positive_log_q)
 
-  def score(self, query_embeddings, positive_ids, positive_embeddings, *,
-            temperature: float = 1.0, seed=None, candidate_embedder: Optional[Callable] = None,
-            item_table=None) -> ScoredCandidates:
+  def score(
+    self,
+    query_embeddings,
+    positive_ids,
+    positive_embeddings,
+    *,
+    temperature: float = 1.0,
+    seed=None,
+    candidate_embedder: Optional[Callable] = None,
+    item_table=None,
+  ) -> ScoredCandidates:
     """``num_negatives`` MIDX negatives per query scored by ``score_negatives``:
     negative_log_q = log Q(d|z) [A, S], positive_log_q = log Q(p|z) [A], accidental hits
     masked (the arguments of ``sampled_softmax_loss``)."""
     if not temperature > 0:
       raise ValueError(f"temperature must be > 0, got {temperature!r}")
-    negs = self.negatives(query_embeddings, self._num_negatives(),
-                          candidate_embedder=candidate_embedder, item_table=item_table,
-                          positive_ids=positive_ids, seed=seed)
-    return score_negatives(query_embeddings, positive_ids, positive_embeddings, negs,
-                           temperature=temperature)
+    negs = self.negatives(
+      query_embeddings,
+      self._num_negatives(),
+      candidate_embedder=candidate_embedder,
+      item_table=item_table,
+      positive_ids=positive_ids,
+      seed=seed,
+    )
+    return score_negatives(
+      query_embeddings, positive_ids, positive_embeddings, negs, temperature=temperature
+    )
 
   def get_config(self):
-    return {**super().get_config(), "num_codewords": self.num_codewords,
-            "quantizer": self.quantizer, "num_items": self.num_items, "dim": self.dim,
-            "temperature": self.temperature, "id_offset": self.id_offset, "seed": self.seed,
-            "kmeans_iterations": self.kmeans_iterations,
-            "kmeans_max_points": self.kmeans_max_points, "chunk_size": self.chunk_size,
-            "num_negatives": self.num_negatives}
+    return {
+      **super().get_config(),
+      "num_codewords": self.num_codewords,
+      "quantizer": self.quantizer,
+      "num_items": self.num_items,
+      "dim": self.dim,
+      "temperature": self.temperature,
+      "id_offset": self.id_offset,
+      "seed": self.seed,
+      "kmeans_iterations": self.kmeans_iterations,
+      "kmeans_max_points": self.kmeans_max_points,
+      "chunk_size": self.chunk_size,
+      "num_negatives": self.num_negatives,
+    }
 
 
 class MIDXRefreshCallback(keras.callbacks.Callback):

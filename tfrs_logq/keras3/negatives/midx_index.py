@@ -24,11 +24,11 @@ __all__ = ["MultiIndex", "derive_seed", "nearest_centroid", "kmeans", "build_ind
 
 
 class MultiIndex(NamedTuple):
-  codebook_1: object    # float32 [K, d1]
-  codebook_2: object    # float32 [K, d2]
-  item_codes: object    # int32 [N, 2]: (k1(i), k2(i))
+  codebook_1: object  # float32 [K, d1]
+  codebook_2: object  # float32 [K, d2]
+  item_codes: object  # int32 [N, 2]: (k1(i), k2(i))
   sorted_items: object  # int32 [N]: item rows sorted by cell
-  cell_counts: object   # int32 [K*K]: |Omega_c|
+  cell_counts: object  # int32 [K*K]: |Omega_c|
   cell_offsets: object  # int32 [K*K]: start of cell c in sorted_items
 
 
@@ -42,15 +42,23 @@ def derive_seed(*entropy: int) -> int:
 def nearest_centroid(points, centroids, chunk_size: int = 16384):
   """(a(x) int32 [N], ||x - c_a(x)||^2 float32 [N]) over chunks of ``chunk_size`` points."""
   n = points.shape[0]
-  parts = [kmeans_core.nearest_centroid(ops, points[i:i + chunk_size], centroids)
-           for i in range(0, n, chunk_size)]
+  parts = [
+    kmeans_core.nearest_centroid(ops, points[i : i + chunk_size], centroids)
+    for i in range(0, n, chunk_size)
+  ]
   if len(parts) == 1:
     return parts[0]
   return (ops.concatenate([p[0] for p in parts]), ops.concatenate([p[1] for p in parts]))
 
 
-def kmeans(points, num_clusters: int, num_iterations: int = 10, seed: Sequence[int] = (0,),
-           max_points: Optional[int] = None, chunk_size: int = 16384):
+def kmeans(
+  points,
+  num_clusters: int,
+  num_iterations: int = 10,
+  seed: Sequence[int] = (0,),
+  max_points: Optional[int] = None,
+  chunk_size: int = 16384,
+):
   """Lloyd's k-means (``core.kmeans``) of float points [N, d] -> centroids float32 [K, d]."""
   points = ops.cast(points, "float32")
   n = points.shape[0]
@@ -59,16 +67,23 @@ def kmeans(points, num_clusters: int, num_iterations: int = 10, seed: Sequence[i
     points = ops.take(points, kmeans_core.largest_keys(ops, keys, max_points), axis=0)
     n = max_points
   keys = keras.random.uniform((n,), seed=derive_seed(*seed, 0))
-  centroids = kmeans_core.initial_centroids(ops, points, keys, num_clusters,
-                                            min(n, num_clusters))
+  centroids = kmeans_core.initial_centroids(ops, points, keys, num_clusters, min(n, num_clusters))
   for _ in range(num_iterations):
     assign, _ = nearest_centroid(points, centroids, chunk_size)
     centroids = kmeans_core.lloyd_update(ops, points, assign, centroids, num_clusters)
   return centroids
 
 
-def build_index(emb, num_codewords: int, quantizer: str, seed: Sequence[int], *,
-                num_iterations: int, max_points: Optional[int], chunk_size: int) -> MultiIndex:
+def build_index(
+  emb,
+  num_codewords: int,
+  quantizer: str,
+  seed: Sequence[int],
+  *,
+  num_iterations: int,
+  max_points: Optional[int],
+  chunk_size: int,
+) -> MultiIndex:
   """Both codebooks and the inverted multi-index of ``emb`` float32 [N, d] (every item lands in
   exactly one cell); the codebooks' seeds are ``seed + (1,)`` and ``seed + (2,)``."""
   k = num_codewords

@@ -68,22 +68,37 @@ class MixedNegatives(keras.layers.Layer):
       randomness: the layer's own ``keras.random.SeedGenerator`` (from ``seed``).
   """
 
-  def __init__(self, num_uniform: int, id_range: Optional[Tuple[int, int]] = None,
-               candidate_ids: Optional[Sequence[int]] = None, convention: str = "unigram",
-               seed: Optional[int] = None, per: str = "batch", cross_replica: bool = True,
-               num_in_batch: Optional[int] = None, **kwargs):
+  def __init__(
+    self,
+    num_uniform: int,
+    id_range: Optional[Tuple[int, int]] = None,
+    candidate_ids: Optional[Sequence[int]] = None,
+    convention: str = "unigram",
+    seed: Optional[int] = None,
+    per: str = "batch",
+    cross_replica: bool = True,
+    num_in_batch: Optional[int] = None,
+    **kwargs,
+  ):
     super().__init__(**kwargs)
     if convention not in base.CONVENTIONS:
       raise ValueError(f"convention must be one of {base.CONVENTIONS}, got {convention!r}")
     self.num_in_batch = in_batch.check_num_negatives(num_in_batch, "num_in_batch")
     self.convention = convention
     self.cross_replica = bool(cross_replica)
-    self.uniform = UniformNegatives(num_uniform, id_range=id_range, candidate_ids=candidate_ids,
-                                    seed=seed, per=per, name="uniform")
+    self.uniform = UniformNegatives(
+      num_uniform,
+      id_range=id_range,
+      candidate_ids=candidate_ids,
+      seed=seed,
+      per=per,
+      name="uniform",
+    )
     self.in_batch_seed_generator = None
     if self.num_in_batch is not None:
       self.in_batch_seed_generator = keras.random.SeedGenerator(
-          None if seed is None else in_batch_seed(seed))
+        None if seed is None else in_batch_seed(seed)
+      )
     self.built = True
 
   def log_q(self, log_q_unigram, num_in_batch, num_draws=None, num_distinct=None):
@@ -95,14 +110,24 @@ class MixedNegatives(keras.layers.Layer):
     if self.convention == "expected_count":
       if num_draws is None or num_distinct is None:
         raise ValueError("convention='expected_count' needs num_draws (B) and num_distinct (U)")
-      in_batch_part = negatives_core.expected_count_log_q(ops, log_q_unigram, num_draws,
-                                                          num_distinct, num_in_batch)
+      in_batch_part = negatives_core.expected_count_log_q(
+        ops, log_q_unigram, num_draws, num_distinct, num_in_batch
+      )
       return negatives_core.two_block_log_q(ops, in_batch_part, num_in_batch, k_u, size)
     return negatives_core.unigram_log_q(ops, log_q_unigram, num_in_batch, k_u, size)
 
-  def blocks(self, positive_ids, positive_embeddings, *, candidate_embedder: Callable,
-             log_q_unigram: Callable, valid=None, sequence_ids=None, in_batch_keys=None,
-             num_sequences: Optional[int] = None):
+  def blocks(
+    self,
+    positive_ids,
+    positive_embeddings,
+    *,
+    candidate_embedder: Callable,
+    log_q_unigram: Callable,
+    valid=None,
+    sequence_ids=None,
+    in_batch_keys=None,
+    num_sequences: Optional[int] = None,
+  ):
     """(Negatives with ``embeddings=None``, ((layout, embeddings), ...)) for ``score_blocks``:
     the negatives of ``call`` (same arguments and draws) and their embeddings by block (module
     docstring). ``num_sequences`` = B: the A rows are a row-major [B, L] grid, so per-sequence
@@ -110,13 +135,23 @@ class MixedNegatives(keras.layers.Layer):
     if not callable(candidate_embedder) or not callable(log_q_unigram):
       raise TypeError("candidate_embedder and log_q_unigram must be callables of ids")
     ids = ops.cast(_tensors.as_ids(positive_ids, "positive_ids"), "int32")
-    pool = in_batch.in_batch_pool(ids, positive_embeddings, ops.zeros(ops.shape(ids)), valid,
-                                  self.cross_replica, num_negatives=self.num_in_batch,
-                                  seed=self.in_batch_seed_generator, keys=in_batch_keys)
+    pool = in_batch.in_batch_pool(
+      ids,
+      positive_embeddings,
+      ops.zeros(ops.shape(ids)),
+      valid,
+      self.cross_replica,
+      num_negatives=self.num_in_batch,
+      seed=self.in_batch_seed_generator,
+      keys=in_batch_keys,
+    )
     batch = pool.negatives
     log_q = lambda x: self.log_q(  # noqa: E731
-        _tensors.as_float32(log_q_unigram(x), "log_q_unigram(ids)"), pool.num_kept,
-        pool.num_draws, pool.num_distinct)
+      _tensors.as_float32(log_q_unigram(x), "log_q_unigram(ids)"),
+      pool.num_kept,
+      pool.num_draws,
+      pool.num_distinct,
+    )
     k_u = self.uniform.num_negatives
     if self.uniform.shared:
       uniform_ids = self.uniform()
@@ -124,40 +159,67 @@ class MixedNegatives(keras.layers.Layer):
       slot_valid = ops.concatenate([batch.valid, ops.ones((k_u,), "bool")])
     else:
       rows = ids.shape[0]
-      uniform_ids = self.uniform(num_queries=rows, sequence_ids=sequence_ids,
-                                  valid=valid)                           # [A, k_u]
+      uniform_ids = self.uniform(
+        num_queries=rows, sequence_ids=sequence_ids, valid=valid
+      )  # [A, k_u]
       pool_size = batch.ids.shape[0]
       all_ids = ops.concatenate(
-          [ops.broadcast_to(batch.ids, (rows, pool_size)), uniform_ids], axis=1)
+        [ops.broadcast_to(batch.ids, (rows, pool_size)), uniform_ids], axis=1
+      )
       slot_valid = ops.concatenate(
-          [ops.broadcast_to(batch.valid, (rows, pool_size)), ops.ones((rows, k_u), "bool")],
-          axis=1)
+        [ops.broadcast_to(batch.valid, (rows, pool_size)), ops.ones((rows, k_u), "bool")], axis=1
+      )
     uniform_block = self.uniform.block(uniform_ids, candidate_embedder, num_sequences)
-    negatives = base.Negatives(ids=all_ids, embeddings=None, log_q=log_q(all_ids),
-                               valid=slot_valid, positive_log_q=log_q(ids))
+    negatives = base.Negatives(
+      ids=all_ids,
+      embeddings=None,
+      log_q=log_q(all_ids),
+      valid=slot_valid,
+      positive_log_q=log_q(ids),
+    )
     return negatives, (("shared", batch.embeddings), uniform_block)
 
-  def call(self, positive_ids, positive_embeddings, *, candidate_embedder: Callable,
-           log_q_unigram: Callable, valid=None, sequence_ids=None,
-           in_batch_keys=None):  # pylint: disable=arguments-differ
+  def call(
+    self,
+    positive_ids,
+    positive_embeddings,
+    *,
+    candidate_embedder: Callable,
+    log_q_unigram: Callable,
+    valid=None,
+    sequence_ids=None,
+    in_batch_keys=None,
+  ):  # pylint: disable=arguments-differ
     """``in_batch_keys``: optional int32 [B], the keys of the k_b subsample (instead of a draw
     from the layer's generator)."""
     negatives, ((_, pool), (layout, uniform)) = self.blocks(
-        positive_ids, positive_embeddings, candidate_embedder=candidate_embedder,
-        log_q_unigram=log_q_unigram, valid=valid, sequence_ids=sequence_ids,
-        in_batch_keys=in_batch_keys)
+      positive_ids,
+      positive_embeddings,
+      candidate_embedder=candidate_embedder,
+      log_q_unigram=log_q_unigram,
+      valid=valid,
+      sequence_ids=sequence_ids,
+      in_batch_keys=in_batch_keys,
+    )
     if layout == "shared":
       embeddings = ops.concatenate([pool, uniform], axis=0)
     else:
       rows = uniform.shape[0]
       embeddings = ops.concatenate(
-          [ops.broadcast_to(ops.expand_dims(pool, 0), (rows,) + tuple(pool.shape)), uniform],
-          axis=1)
+        [ops.broadcast_to(ops.expand_dims(pool, 0), (rows,) + tuple(pool.shape)), uniform], axis=1
+      )
     return negatives._replace(embeddings=embeddings)
 
   def get_config(self):
     u = self.uniform
-    return {**super().get_config(), "num_uniform": u.num_negatives,
-            "id_range": None if u.id_range is None else list(u.id_range),
-            "candidate_ids": u.candidate_ids, "convention": self.convention, "seed": u.seed,
-            "per": u.per, "cross_replica": self.cross_replica, "num_in_batch": self.num_in_batch}
+    return {
+      **super().get_config(),
+      "num_uniform": u.num_negatives,
+      "id_range": None if u.id_range is None else list(u.id_range),
+      "candidate_ids": u.candidate_ids,
+      "convention": self.convention,
+      "seed": u.seed,
+      "per": u.per,
+      "cross_replica": self.cross_replica,
+      "num_in_batch": self.num_in_batch,
+    }

@@ -26,6 +26,7 @@ BLOCK_LAYOUTS = ("shared", "sequence", "query")
 class ScoredCandidates(NamedTuple):
   """Inputs of ``sampled_softmax_loss``: positive_scores [A], negative_scores [A, N],
   negative_log_q [N] or [A, N], valid_mask bool [A, N], positive_log_q [A] or None."""
+
   positive_scores: object
   negative_scores: object
   negative_log_q: object
@@ -34,14 +35,25 @@ class ScoredCandidates(NamedTuple):
 
   def loss_kwargs(self) -> dict:
     """``sampled_softmax_loss(**scored.loss_kwargs(), correction=...)`` arguments."""
-    return dict(positive_scores=self.positive_scores, negative_scores=self.negative_scores,
-                negative_log_q=self.negative_log_q, positive_log_q=self.positive_log_q,
-                valid_mask=self.valid_mask)
+    return dict(
+      positive_scores=self.positive_scores,
+      negative_scores=self.negative_scores,
+      negative_log_q=self.negative_log_q,
+      positive_log_q=self.positive_log_q,
+      valid_mask=self.valid_mask,
+    )
 
 
-def score_negatives(query_embeddings, positive_ids, positive_embeddings, negatives: Negatives,
-                    *, temperature: float = 1.0, positive_log_q=None,
-                    remove_accidental_hits: bool = True) -> ScoredCandidates:
+def score_negatives(
+  query_embeddings,
+  positive_ids,
+  positive_embeddings,
+  negatives: Negatives,
+  *,
+  temperature: float = 1.0,
+  positive_log_q=None,
+  remove_accidental_hits: bool = True,
+) -> ScoredCandidates:
   """Scores A queries against their positive and the negatives, with the validity mask.
 
   positive_scores[a] = <q_a, c_{p_a}> / T; negative_scores[a, i] = <q_a, c_{d_i}> / T (one
@@ -51,8 +63,10 @@ def score_negatives(query_embeddings, positive_ids, positive_embeddings, negativ
   if not temperature > 0:
     raise ValueError(f"temperature must be > 0, got {temperature!r}")
   if negatives.embeddings is None:
-    raise ValueError("negatives have no embeddings: embed their ids with the candidate tower "
-                     "(negatives._replace(embeddings=tower(negatives.ids)))")
+    raise ValueError(
+      "negatives have no embeddings: embed their ids with the candidate tower "
+      "(negatives._replace(embeddings=tower(negatives.ids)))"
+    )
   query = _tensors.as_float32(query_embeddings, "query_embeddings")
   pos_ids = _tensors.as_ids(positive_ids, "positive_ids")
   pos_emb = _tensors.as_float32(positive_embeddings, "positive_embeddings")
@@ -77,13 +91,23 @@ def score_negatives(query_embeddings, positive_ids, positive_embeddings, negativ
     valid = ops.logical_and(valid, ops.cast(negatives.valid, "bool"))
   if positive_log_q is None:
     positive_log_q = negatives.positive_log_q
-  return ScoredCandidates(positive_scores, negative_scores,
-                          _tensors.as_float32(negatives.log_q, "Negatives.log_q"), valid,
-                          positive_log_q)
+  return ScoredCandidates(
+    positive_scores,
+    negative_scores,
+    _tensors.as_float32(negatives.log_q, "Negatives.log_q"),
+    valid,
+    positive_log_q,
+  )
 
 
-def score_blocks(query_embeddings, positive_ids, positive_embeddings, negatives: Negatives,
-                 blocks, temperature: float = 1.0) -> ScoredCandidates:
+def score_blocks(
+  query_embeddings,
+  positive_ids,
+  positive_embeddings,
+  negatives: Negatives,
+  blocks,
+  temperature: float = 1.0,
+) -> ScoredCandidates:
   """``score_negatives``'s result with the negatives' embeddings given block by block.
 
   ``blocks``: ((layout, embeddings), ...) in the order of ``negatives.ids``' columns; layout
@@ -106,9 +130,15 @@ def score_blocks(query_embeddings, positive_ids, positive_embeddings, negatives:
     else:
       raise ValueError(f"block layout must be one of {BLOCK_LAYOUTS}, got {layout!r}")
   negative_scores = (parts[0] if len(parts) == 1 else ops.concatenate(parts, axis=1)) * inv_t
-  valid = ops.broadcast_to(accidental_hits.accidental_hit_mask(positive_ids, negatives.ids),
-                           ops.shape(negative_scores))
+  valid = ops.broadcast_to(
+    accidental_hits.accidental_hit_mask(positive_ids, negatives.ids), ops.shape(negative_scores)
+  )
   if negatives.valid is not None:
     valid = ops.logical_and(valid, ops.cast(negatives.valid, "bool"))
-  return ScoredCandidates(ops.sum(q * positive_embeddings, axis=-1) * inv_t, negative_scores,
-                          negatives.log_q, valid, negatives.positive_log_q)
+  return ScoredCandidates(
+    ops.sum(q * positive_embeddings, axis=-1) * inv_t,
+    negative_scores,
+    negatives.log_q,
+    valid,
+    negatives.positive_log_q,
+  )

@@ -71,12 +71,22 @@ class UniformNegatives(keras.layers.Layer):
     per: ``"batch"`` | ``"sequence"`` | ``"query"`` (module docstring); None: from per_query.
   """
 
-  def __init__(self, num_negatives: int, id_range: Optional[Tuple[int, int]] = None,
-               candidate_ids: Optional[Sequence[int]] = None, per_query: bool = False,
-               seed: Optional[int] = None, per: Optional[str] = None, **kwargs):
+  def __init__(
+    self,
+    num_negatives: int,
+    id_range: Optional[Tuple[int, int]] = None,
+    candidate_ids: Optional[Sequence[int]] = None,
+    per_query: bool = False,
+    seed: Optional[int] = None,
+    per: Optional[str] = None,
+    **kwargs,
+  ):
     super().__init__(**kwargs)
-    if (isinstance(num_negatives, bool) or not isinstance(num_negatives, numbers.Integral)
-        or num_negatives <= 0):
+    if (
+      isinstance(num_negatives, bool)
+      or not isinstance(num_negatives, numbers.Integral)
+      or num_negatives <= 0
+    ):
       raise ValueError(f"num_negatives must be a positive int, got {num_negatives!r}")
     num_negatives = int(num_negatives)
     if (id_range is None) == (candidate_ids is None):
@@ -111,12 +121,12 @@ class UniformNegatives(keras.layers.Layer):
     if self.id_range is not None:
       lo, hi = self.id_range
       return keras.random.randint(shape, lo, hi, dtype="int32", seed=self.seed_generator)
-    rows = keras.random.randint(shape, 0, self.catalog_size, dtype="int32",
-                                seed=self.seed_generator)
+    rows = keras.random.randint(
+      shape, 0, self.catalog_size, dtype="int32", seed=self.seed_generator
+    )
     return ops.take(ops.convert_to_tensor(np.asarray(self.candidate_ids, np.int32)), rows)
 
-  def call(self, num_queries: Optional[int] = None, sequence_ids=None,
-           valid=None):  # pylint: disable=arguments-differ
+  def call(self, num_queries: Optional[int] = None, sequence_ids=None, valid=None):  # pylint: disable=arguments-differ
     if self.shared:
       return self._draw((self.num_negatives,))
     if sequence_ids is not None:
@@ -162,6 +172,11 @@ class UniformNegatives(keras.layers.Layer):
     return layout, embeddings
 
   def get_config(self):
-    return {**super().get_config(), "num_negatives": self.num_negatives,
-            "id_range": None if self.id_range is None else list(self.id_range),
-            "candidate_ids": self.candidate_ids, "per": self.per, "seed": self.seed}
+    return {
+      **super().get_config(),
+      "num_negatives": self.num_negatives,
+      "id_range": None if self.id_range is None else list(self.id_range),
+      "candidate_ids": self.candidate_ids,
+      "per": self.per,
+      "seed": self.seed,
+    }
