@@ -1,6 +1,6 @@
 r"""Serving at 10^7 items: the project's ScaNN index against FAISS, and the serving SavedModel.
 
-(~460 lines: the workers of one bench and its command line; the catalog, the two indexes and the
+(One file: the workers of one bench and its command line; the catalog, the two indexes and the
 report are in bench/serving/. A third of the file is this docstring, the definitions of what it
 measures.)
 

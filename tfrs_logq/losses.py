@@ -1,7 +1,7 @@
 r"""Per-example retrieval losses: sampled softmax with none / standard / corrected logQ, full
 softmax, BCE and gBCE.
 
-(One file of ~460 lines on purpose: a third of it is this docstring, the notation and one formula
+(One file on purpose: a third of it is this docstring, the notation and one formula
 per loss, and each loss below is one function plus its thin Keras layer; splitting it would part a
 formula from its code. The arithmetic itself lives in tfrs_logq/core/.)
 

@@ -1,6 +1,6 @@
 r"""Retrieval: a drop-in for ``tfrs.tasks.Retrieval`` with a choice of logQ correction.
 
-(One class in ~480 lines on purpose: the drop-in is one Keras layer whose ``call`` composes
+(One class in one file on purpose: the drop-in is one Keras layer whose ``call`` composes
 scores, log Q, masks and the loss from tfrs_logq/core/, negatives/ and frequency/; the docstring
 documents the blocks and the arguments TFRS users know. Nothing here recomputes a formula.)
 
