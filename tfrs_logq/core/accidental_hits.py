@@ -8,6 +8,8 @@ r"""Accidental hits: negatives whose id equals the row's positive id, and their 
 (the formulas of `hit_mask`, `remove_hits` and `lowest_logit`).
 """
 
+from tfrs_logq.core.ops import Ops, Tensor
+
 __all__ = ["lowest_logit", "hit_mask", "remove_hits"]
 
 _LOWEST = {
@@ -23,7 +25,7 @@ def lowest_logit(dtype_name: str) -> float:
   return _LOWEST[dtype_name]
 
 
-def hit_mask(ops, positive_ids, negative_ids):
+def hit_mask(ops: Ops, positive_ids: Tensor, negative_ids: Tensor) -> Tensor:
   """[A, N] bool, True where negative i of row a is a real negative (positive_ids [A],
   negative_ids [N] or [A, N] of the same dtype)."""
   if len(negative_ids.shape) == 1:
@@ -31,7 +33,14 @@ def hit_mask(ops, positive_ids, negative_ids):
   return ops.not_equal(ops.expand_dims(positive_ids, 1), negative_ids)
 
 
-def remove_hits(ops, logits, labels, candidate_ids, positive_ids, lowest):
+def remove_hits(
+  ops: Ops,
+  logits: Tensor,
+  labels: Tensor,
+  candidate_ids: Tensor,
+  positive_ids: Tensor,
+  lowest: Tensor,
+) -> Tensor:
   """``lowest`` (a tensor of the logits' dtype) where a candidate shares the positive's id and
   is not the labelled positive, the logits elsewhere (ids broadcast against the labels)."""
   duplicate = ops.logical_and(

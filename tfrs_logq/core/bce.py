@@ -12,6 +12,9 @@ logits (gSASRec averages over the 1 + k logits: a constant factor).
 """
 
 import numbers
+from typing import Tuple
+
+from tfrs_logq.core.ops import Ops, Tensor
 
 __all__ = ["gbce_beta", "check_beta", "gbce"]
 
@@ -39,7 +42,7 @@ def check_beta(beta: float) -> float:
   return float(beta)
 
 
-def gbce(ops, s_p, s_n, valid, beta: float):
+def gbce(ops: Ops, s_p: Tensor, s_n: Tensor, valid: Tensor, beta: float) -> Tuple[Tensor, Tensor]:
   """(L [A], num_valid [A] int32) of gBCE (beta = 1: BCE); invalid negatives never reach
   softplus (no NaN / inf from masked entries)."""
   safe = ops.where(valid, s_n, ops.zeros_like(s_n))

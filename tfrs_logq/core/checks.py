@@ -8,8 +8,12 @@ exactly one of a probability and a log-probability, converted by the front's own
 
 import math
 import numbers
+from typing import Callable, Optional, Sequence, Tuple
 
 import numpy as np
+import numpy.typing as npt
+
+from tfrs_logq.core.ops import Tensor
 
 __all__ = [
   "LOSSES",
@@ -66,13 +70,15 @@ def check_correction(correction: str, q_prime: str, ratio_floor: float = 0.0) ->
   return float(ratio_floor)
 
 
-def check_num_items_given(num_items) -> None:
+def check_num_items_given(num_items: Optional[int]) -> None:
   """ExactCounts' first check (before the layer is set up): num_items is not None."""
   if num_items is None:
     raise ValueError("ExactCounts needs num_items (the size of the counts table)")
 
 
-def check_counts_table(num_items: int, min_count: float, counts=None):
+def check_counts_table(
+  num_items: int, min_count: float, counts: Optional[npt.ArrayLike] = None
+) -> Tuple[float, np.ndarray]:
   """ExactCounts' checks: ``min_count`` > 0 and an optional ``counts`` table [num_items] of
   whole numbers >= 0 (ValueError otherwise).
 
@@ -114,7 +120,9 @@ def check_hash_array(
   return int(math.floor(1.0 / float(alpha)))
 
 
-def check_catalog(id_range=None, candidate_ids=None):
+def check_catalog(
+  id_range: Optional[Sequence[int]] = None, candidate_ids: Optional[npt.ArrayLike] = None
+) -> Tuple[Optional[Tuple[int, int]], Optional[np.ndarray]]:
   """The catalog of a uniform sampler: ``id_range`` (lo, hi), Python or numpy ints (not bool)
   with hi > lo, or else ``candidate_ids``, a non-empty 1-D table of distinct integer ids (the
   caller checks that exactly one is given).
@@ -195,7 +203,7 @@ def check_estimator_inputs(has_log_q: bool, has_candidate_ids: bool) -> None:
     )
 
 
-def check_full_softmax(temperature: float, id_offset: int):
+def check_full_softmax(temperature: float, id_offset: int) -> Tuple[float, int]:
   """Full softmax's checks: temperature > 0 and id_offset an int >= 0 (Python or numpy, not
   bool); ValueError otherwise.
 
@@ -213,7 +221,13 @@ def check_full_softmax(temperature: float, id_offset: int):
   return float(temperature), int(id_offset)
 
 
-def resolve_log_q(probability, log_probability, name: str, from_probability, from_log_probability):
+def resolve_log_q(
+  probability: Optional[Tensor],
+  log_probability: Optional[Tensor],
+  name: str,
+  from_probability: Callable[[Tensor, str], Tensor],
+  from_log_probability: Callable[[Tensor, str], Tensor],
+) -> Optional[Tensor]:
   """log Q from exactly one of probability / log_probability (None if neither; ValueError for
   both), converted by the path's ``from_probability(probability, name)`` or
   ``from_log_probability(log_probability, "log " + name)``."""
@@ -226,7 +240,7 @@ def resolve_log_q(probability, log_probability, name: str, from_probability, fro
   return None
 
 
-def needs_log_q(correction: str, q_prime: str):
+def needs_log_q(correction: str, q_prime: str) -> Tuple[bool, bool]:
   """(needs negative log Q, needs positive log Q) of a correction."""
   return (
     correction != "none",

@@ -22,8 +22,11 @@ Estan & Varghese's update (it keeps est(x) >= the true count, as the standard on
 
 import math
 import numbers
+from typing import Callable, Optional, Tuple
 
 import numpy as np
+
+from tfrs_logq.core.ops import Ops, Tensor
 
 __all__ = [
   "DEFAULT_EPSILON",
@@ -45,7 +48,7 @@ DEFAULT_EPSILON = 1e-4
 DEFAULT_DELTA = 0.01
 
 
-def sketch_shape(epsilon: float, delta: float):
+def sketch_shape(epsilon: float, delta: float) -> Tuple[int, int]:
   """(depth, width) = (ceil(ln 1/delta), ceil(e/epsilon)); ValueError outside (0, 1)."""
   if not 0.0 < epsilon < 1.0:
     raise ValueError(f"epsilon must be in (0, 1), got {epsilon}")
@@ -54,19 +57,26 @@ def sketch_shape(epsilon: float, delta: float):
   return max(1, math.ceil(math.log(1.0 / delta))), math.ceil(math.e / epsilon)
 
 
-def guarantees(width: int, depth: int):
+def guarantees(width: int, depth: int) -> Tuple[float, float]:
   """(epsilon, delta) = (e / width, exp(-depth)): the error bound and failure probability that a
   sketch of this shape guarantees."""
   return math.e / width, math.exp(-depth)
 
 
-def cells(ops, bucket, keys, seed: int, width: int, depth: int):
+def cells(
+  ops: Ops,
+  bucket: Callable[[Tensor, int, int], Tensor],
+  keys: Tensor,
+  seed: int,
+  width: int,
+  depth: int,
+) -> Tensor:
   """Flat cells j width + h_j(key), shape [depth] + keys.shape; ``bucket(keys, seed, width)`` is
   the front's hash of ids into [0, width) (``tfrs_logq.hashing`` / ``tfrs_logq.keras3`` twin)."""
   return ops.stack([bucket(keys, seed + j, width) + j * width for j in range(depth)])
 
 
-def _integer(value, name: str, positive: bool) -> int:
+def _integer(value: object, name: str, positive: bool) -> int:
   if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
     raise ValueError(f"{name} must be {'a positive' if positive else 'an'} integer, got {value!r}")
   if positive and int(value) < 1:
@@ -75,14 +85,14 @@ def _integer(value, name: str, positive: bool) -> int:
 
 
 def check_sketch(
-  epsilon=None,
-  delta=None,
-  width=None,
-  depth=None,
-  half_life=None,
+  epsilon: Optional[float] = None,
+  delta: Optional[float] = None,
+  width: Optional[int] = None,
+  depth: Optional[int] = None,
+  half_life: Optional[float] = None,
   min_count: float = 1.0,
   seed: int = 0,
-):
+) -> Tuple[int, int, Optional[float], float, int]:
   """CountMinSketch's checks (ValueError naming the argument).
 
   Returns:
@@ -113,39 +123,39 @@ def check_sketch(
   )
 
 
-def decay(half_life) -> float:
+def decay(half_life: Optional[float]) -> float:
   """gamma = 2^(-1/half_life) per step (1 without decay)."""
   return 1.0 if half_life is None else 2.0 ** (-1.0 / half_life)
 
 
-def decayed(ops, values, age, gamma: float):
+def decayed(ops: Ops, values: Tensor, age: Tensor, gamma: float) -> Tensor:
   """C gamma^age (float32 values, float32 age in steps); the values unchanged when gamma = 1."""
   if gamma == 1.0:
     return values
   return values * ops.power(gamma, age)
 
 
-def estimate(ops, cell_values):
+def estimate(ops: Ops, cell_values: Tensor) -> Tensor:
   """est(x) = min_j C~[j, h_j(x)] over the rows (axis 0 of ``cell_values`` [depth, ...])."""
   return ops.min(cell_values, axis=0)
 
 
-def standard_cells(ops, read, counts):
+def standard_cells(ops: Ops, read: Tensor, counts: Tensor) -> Tensor:
   """C~ + sum of the step's counts in the cell (float32 read, integer counts)."""
   return read + ops.cast(counts, "float32")
 
 
-def conservative_cells(ops, read, wanted):
+def conservative_cells(ops: Ops, read: Tensor, wanted: Tensor) -> Tensor:
   """max(C~, max_x est(x) + c_x) (``wanted``: the per-cell max of est(x) + c_x)."""
   return ops.maximum(read, wanted)
 
 
-def updated_total(total, num_ids, gamma: float):
+def updated_total(total: Tensor, num_ids: Tensor, gamma: float) -> Tensor:
   """N <- gamma N + n (float32 total and n)."""
   return gamma * total + num_ids
 
 
-def log_q(ops, estimate, total, min_count: float):
+def log_q(ops: Ops, estimate: Tensor, total: Tensor, min_count: float) -> Tensor:
   """log Q(d) = min(log max(est, m) - log max(N, m), 0)."""
   return ops.minimum(
     ops.log(ops.maximum(estimate, min_count)) - ops.log(ops.maximum(total, min_count)), 0.0

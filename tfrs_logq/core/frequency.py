@@ -32,6 +32,7 @@ float64 where exactness matters, Keras 3 int32 / float32); the formulas keep the
 import math
 
 from tfrs_logq.core import log_q as log_q_lib
+from tfrs_logq.core.ops import Ops, Tensor
 
 __all__ = [
   "DEFAULTS",
@@ -61,14 +62,16 @@ m (exact counts and count-min), the hash array's H, its number of hash functions
 and pending gap, and count-min's conservative update and half-life (None: no decay)."""
 
 
-def exact_log_q(ops, count, total, min_count: float, num_items: int):
+def exact_log_q(ops: Ops, count: Tensor, total: Tensor, min_count: float, num_items: int) -> Tensor:
   """log Q(d) of exact counts (float ``count`` [...], float scalar ``total``)."""
   floored = ops.maximum(count, min_count)
   counted = ops.log(ops.minimum(floored / ops.maximum(total, 1.0), 1.0))
   return ops.where(total > 0, counted, -math.log(num_items))
 
 
-def exact_log_one_minus_q(ops, count, total, min_count: float, num_items: int):
+def exact_log_one_minus_q(
+  ops: Ops, count: Tensor, total: Tensor, min_count: float, num_items: int
+) -> Tensor:
   """log(1 - Q(p)) of exact counts: N - #p floored at min_count ("as if one other item had been
   counted") so it stays finite."""
   floored = ops.maximum(count, min_count)
@@ -77,7 +80,7 @@ def exact_log_one_minus_q(ops, count, total, min_count: float, num_items: int):
   return ops.where(total > 0, counted, uniform)
 
 
-def prior_hits(ops, hits, warmup: bool, warmup_hits: int):
+def prior_hits(ops: Ops, hits: Tensor, warmup: bool, warmup_hits: int) -> Tensor:
   """k: the stored hits K with the warm-up; without it J after the second sighting (K > 0),
   0 before (dtype of ``hits``)."""
   if warmup:
@@ -85,7 +88,7 @@ def prior_hits(ops, hits, warmup: bool, warmup_hits: int):
   return ops.where(hits > 0, ops.full_like(hits, warmup_hits), ops.zeros_like(hits))
 
 
-def gap_weight(ops, k, c, alpha: float, warmup_hits: int):
+def gap_weight(ops: Ops, k: Tensor, c: Tensor, alpha: float, warmup_hits: int) -> Tensor:
   """w = prod_{j=k+1}^{k+c} (1 - max(alpha, 1/j)) in closed form, float32 (k, c >= 0, integer
   or float tensors of one dtype)."""
   running = ops.cast(k, "float32") / ops.cast(
@@ -95,26 +98,45 @@ def gap_weight(ops, k, c, alpha: float, warmup_hits: int):
   return running * ops.power(1.0 - alpha, ops.cast(ema_hits, "float32"))
 
 
-def updated_gap(ops, gap, k, hits, steps_since, alpha: float, warmup_hits: int):
+def updated_gap(
+  ops: Ops,
+  gap: Tensor,
+  k: Tensor,
+  hits: Tensor,
+  steps_since: Tensor,
+  alpha: float,
+  warmup_hits: int,
+) -> Tensor:
   """B <- w B + (1 - w) g / max(c, 1) (float32 ``gap`` and ``steps_since`` g; k, c = hits)."""
   w = gap_weight(ops, k, hits, alpha, warmup_hits)
   per_hit = steps_since / ops.cast(ops.maximum(hits, 1), "float32")
   return w * gap + (1.0 - w) * per_hit
 
 
-def updated_hits(ops, k, hits, last, warmup_hits: int):
+def updated_hits(ops: Ops, k: Tensor, hits: Tensor, last: Tensor, warmup_hits: int) -> Tensor:
   """k <- min(k + c, J), 0 at a bucket's first sighting (``last`` = 0)."""
   new = ops.minimum(k + hits, warmup_hits)
   return ops.where(ops.equal(last, 0), ops.zeros_like(new), new)
 
 
-def updated_ids_per_step(ops, ids_per_step, num_ids, step, alpha: float):
+def updated_ids_per_step(
+  ops: Ops, ids_per_step: Tensor, num_ids: Tensor, step: Tensor, alpha: float
+) -> Tensor:
   """n̄ <- (1 - r) n̄ + r n, r = max(alpha, 1 / max(t, 1)) (float32 n̄ and n; t the new step)."""
   rate = ops.maximum(alpha, 1.0 / ops.cast(ops.maximum(step, 1), "float32"))
   return (1.0 - rate) * ids_per_step + rate * num_ids
 
 
-def read_steps_per_hit(ops, gap, last, step, k, alpha: float, warmup_hits: int, pending_gap: bool):
+def read_steps_per_hit(
+  ops: Ops,
+  gap: Tensor,
+  last: Tensor,
+  step: Tensor,
+  k: Tensor,
+  alpha: float,
+  warmup_hits: int,
+  pending_gap: bool,
+) -> Tensor:
   """B̂ = max over hash functions (axis 0) of B as read at step t (pending gap, A = 0 floor).
 
   Args:
@@ -131,6 +153,6 @@ def read_steps_per_hit(ops, gap, last, step, k, alpha: float, warmup_hits: int, 
   return ops.max(gap, axis=0)
 
 
-def hash_array_log_q(ops, steps_per_hit, ids_per_step):
+def hash_array_log_q(ops: Ops, steps_per_hit: Tensor, ids_per_step: Tensor) -> Tensor:
   """log Q(d) = min(-log B̂(d) - log max(n̄, 1), 0)."""
   return ops.minimum(-ops.log(steps_per_hit) - ops.log(ops.maximum(ids_per_step, 1.0)), 0.0)

@@ -14,10 +14,14 @@ over chunks of points on the tf-keras path, Python loops over static shapes on t
 path); every formula above is written once, here.
 """
 
+from typing import Tuple
+
+from tfrs_logq.core.ops import Ops, Tensor
+
 __all__ = ["nearest_centroid", "lloyd_update", "largest_keys", "initial_centroids"]
 
 
-def nearest_centroid(ops, points, centroids):
+def nearest_centroid(ops: Ops, points: Tensor, centroids: Tensor) -> Tuple[Tensor, Tensor]:
   """(a(x) int32 [n], ||x - c_a(x)||^2 float [n]) of points [n, d] and centroids [K, d]."""
   c_sq = ops.sum(ops.square(centroids), axis=1)  # [K]
   partial = ops.expand_dims(c_sq, 0) - 2.0 * ops.matmul(points, ops.transpose(centroids))  # [n, K]
@@ -27,7 +31,9 @@ def nearest_centroid(ops, points, centroids):
   return assign, ops.maximum(x_sq + best, 0.0)
 
 
-def lloyd_update(ops, points, assign, centroids, num_clusters: int):
+def lloyd_update(
+  ops: Ops, points: Tensor, assign: Tensor, centroids: Tensor, num_clusters: int
+) -> Tensor:
   """c_k = mean of the points assigned to k; an empty cluster keeps its centroid. [K, d]."""
   sums = ops.segment_sum(points, assign, num_segments=num_clusters)
   counts = ops.segment_sum(
@@ -37,13 +43,15 @@ def lloyd_update(ops, points, assign, centroids, num_clusters: int):
   return ops.where(ops.expand_dims(counts > 0.0, 1), updated, centroids)
 
 
-def largest_keys(ops, keys, size):
+def largest_keys(ops: Ops, keys: Tensor, size: Tensor) -> Tensor:
   """Indices of the ``size`` largest keys (a uniform random subset of distinct indices when the
   keys are iid uniform), in decreasing key order."""
   return ops.top_k(keys, size, sorted=True)[1]
 
 
-def initial_centroids(ops, points, keys, num_clusters: int, num_taken):
+def initial_centroids(
+  ops: Ops, points: Tensor, keys: Tensor, num_clusters: int, num_taken: Tensor
+) -> Tensor:
   """c_k = points[pi(k mod m)]: pi the m = ``num_taken`` = min(n, K) points with the largest
   ``keys`` [n]. [K, d]."""
   chosen = largest_keys(ops, keys, num_taken)

@@ -18,17 +18,21 @@ on every row and keeps the old m, v, k (and δ = 0) where ``rows`` is False, wit
 whose gradient is not all zero, so the update compiles under ``jax.jit``.
 """
 
+from typing import Optional, Tuple
+
+from tfrs_logq.core.ops import Ops, Tensor
+
 __all__ = ["update_rows", "nonzero_rows"]
 
 
-def _expand_to(ops, x, rank: int):
+def _expand_to(ops: Ops, x: Tensor, rank: int) -> Tensor:
   """x [n] -> [n, 1, ..., 1] of the given rank (broadcasts against a row-major table)."""
   for _ in range(rank - 1):
     x = ops.expand_dims(x, -1)
   return x
 
 
-def nonzero_rows(ops, g):
+def nonzero_rows(ops: Ops, g: Tensor) -> Tensor:
   """bool [n]: the rows of g [n, ...] with at least one nonzero entry."""
   nonzero = ops.not_equal(g, ops.zeros_like(g))
   if len(g.shape) == 1:
@@ -38,8 +42,18 @@ def nonzero_rows(ops, g):
 
 
 def update_rows(
-  ops, m, v, k, g, learning_rate, beta_1, beta_2, epsilon, adaptive_epsilon: bool = False, rows=None
-):
+  ops: Ops,
+  m: Tensor,
+  v: Tensor,
+  k: Tensor,
+  g: Tensor,
+  learning_rate: Tensor,
+  beta_1: Tensor,
+  beta_2: Tensor,
+  epsilon: Tensor,
+  adaptive_epsilon: bool = False,
+  rows: Optional[Tensor] = None,
+) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
   """(m', v', k', δ) of the module docstring (θ' = θ − δ); ``rows`` (bool [n] or None = all):
   the rows updated, the others keep m, v, k and get δ = 0. learning_rate, beta_1, beta_2 and
   epsilon: scalars of the table's dtype (or Python floats)."""

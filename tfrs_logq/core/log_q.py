@@ -17,6 +17,8 @@ sees only its own range, so neither the value nor the gradient of the unused bra
 
 import math
 
+from tfrs_logq.core.ops import Ops, Tensor
+
 __all__ = [
   "MIN_ONE_MINUS_Q",
   "log1mexp",
@@ -30,7 +32,7 @@ MIN_ONE_MINUS_Q = 1e-6
 whole stream) gives log(1e-6), not -inf."""
 
 
-def log1mexp(ops, x, min_one_minus_p: float = MIN_ONE_MINUS_Q):
+def log1mexp(ops: Ops, x: Tensor, min_one_minus_p: float = MIN_ONE_MINUS_Q) -> Tensor:
   """log(1 - exp(x)) for x <= 0, 1 - exp(x) floored at ``min_one_minus_p`` (0: no floor)."""
   if not 0.0 <= min_one_minus_p < 1.0:
     raise ValueError(f"min_one_minus_p must be in [0, 1), got {min_one_minus_p!r}")
@@ -42,12 +44,17 @@ def log1mexp(ops, x, min_one_minus_p: float = MIN_ONE_MINUS_Q):
   return ops.where(near_one, ops.log(-ops.expm1(hi)), ops.log1p(-ops.exp(lo)))
 
 
-def log_q_prime(ops, negative_log_q, positive_log_q, min_one_minus_p: float = MIN_ONE_MINUS_Q):
+def log_q_prime(
+  ops: Ops,
+  negative_log_q: Tensor,
+  positive_log_q: Tensor,
+  min_one_minus_p: float = MIN_ONE_MINUS_Q,
+) -> Tensor:
   """log Q'(d) = log Q(d) - log(1 - Q(p)): [N] or [A, N] against [A] -> [A, N]."""
   return negative_log_q - ops.expand_dims(log1mexp(ops, positive_log_q, min_one_minus_p), -1)
 
 
-def log_inclusion_probability(ops, log_q, num_draws):
+def log_inclusion_probability(ops: Ops, log_q: Tensor, num_draws: Tensor) -> Tensor:
   """log pi(d) = log(1 - (1 - Q(d))^B) for float log Q (-inf gives -inf) and float B >= 1.
 
   No floors, so pi = B Q (1 - O(B Q)) stays accurate for tiny B Q and saturates at 1 for
@@ -59,6 +66,6 @@ def log_inclusion_probability(ops, log_q, num_draws):
   return ops.where(log_q < -30.0, ops.log(num_draws) + log_q, exact)
 
 
-def log_q_from_probability(ops, probability):
+def log_q_from_probability(ops: Ops, probability: Tensor) -> Tensor:
   """log Q = min(log q, 0) (q checked to be in (0, 1] by the front, never clipped)."""
   return ops.minimum(ops.log(probability), 0.0)

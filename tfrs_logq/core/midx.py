@@ -24,6 +24,9 @@ the argument checks (plain Python) are shared too.
 """
 
 import numbers
+from typing import Optional, Tuple
+
+from tfrs_logq.core.ops import Ops, Tensor
 
 __all__ = [
   "QUANTIZERS",
@@ -48,7 +51,7 @@ NOT_REFRESHED = "MIDXSampler: call refresh(item_embeddings) before sampling (the
 
 
 # ----------------------------------------------------------------------------------- arguments
-def check_int(value, name: str, minimum: int) -> int:
+def check_int(value: object, name: str, minimum: int) -> int:
   """``int(value)`` for a Python / numpy integer >= ``minimum`` (not bool); ValueError
   otherwise (floats such as 8.0 are rejected too)."""
   if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
@@ -57,16 +60,16 @@ def check_int(value, name: str, minimum: int) -> int:
 
 
 def check_sampler_args(
-  num_codewords,
-  quantizer,
-  temperature,
-  id_offset,
-  kmeans_iterations,
-  kmeans_max_points,
-  num_negatives,
-  num_items,
-  dim,
-):
+  num_codewords: int,
+  quantizer: str,
+  temperature: float,
+  id_offset: int,
+  kmeans_iterations: int,
+  kmeans_max_points: Optional[int],
+  num_negatives: Optional[int],
+  num_items: Optional[int],
+  dim: Optional[int],
+) -> Tuple[int, int, Optional[int]]:
   """The MIDX sampler's constructor checks (same errors on both fronts).
 
   Returns:
@@ -95,7 +98,7 @@ def check_sampler_args(
   return num_codewords, id_offset, num_negatives
 
 
-def check_index_shape(quantizer: str, num_items, dim):
+def check_index_shape(quantizer: str, num_items: int, dim: int) -> Tuple[int, int]:
   """(num_items, dim) as Python ints: num_items >= 1, dim >= 2 for pq (>= 1 for rq)."""
   num_items = check_int(num_items, "num_items", 1)
   if (
@@ -111,14 +114,14 @@ def check_index_shape(quantizer: str, num_items, dim):
   return num_items, int(dim)
 
 
-def split_dims(quantizer: str, dim: int):
+def split_dims(quantizer: str, dim: int) -> Tuple[int, int]:
   """(d1, d2): the sub-vector sizes of z^1, z^2 (pq: d//2 and d - d//2; rq: d and d)."""
   if quantizer == "pq":
     return dim // 2, dim - dim // 2
   return dim, dim
 
 
-def split_query(quantizer: str, z, dim: int):
+def split_query(quantizer: str, z: Tensor, dim: int) -> Tuple[Tensor, Tensor]:
   """(z^1, z^2) of z [A, d]: pq splits the dimensions at d//2; rq uses z for both."""
   if quantizer == "pq":
     d1 = dim // 2
@@ -127,7 +130,9 @@ def split_query(quantizer: str, z, dim: int):
 
 
 # --------------------------------------------------------------------------------------- index
-def index_from_codes(ops, k1, k2, num_codewords: int, dtype: str):
+def index_from_codes(
+  ops: Ops, k1: Tensor, k2: Tensor, num_codewords: int, dtype: str
+) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
   """The inverted multi-index of the codes k1, k2 (int [N]).
 
   Returns:
@@ -144,7 +149,14 @@ def index_from_codes(ops, k1, k2, num_codewords: int, dtype: str):
 
 
 # ------------------------------------------------------------------------------------ proposal
-def codeword_scores(ops, z, codebook_1, codebook_2, quantizer: str, temperature: float):
+def codeword_scores(
+  ops: Ops,
+  z: Tensor,
+  codebook_1: Tensor,
+  codebook_2: Tensor,
+  quantizer: str,
+  temperature: float,
+) -> Tuple[Tensor, Tensor]:
   """s^1 [A, K], s^2 [A, K]: <z^l, c^l_k> / T."""
   if quantizer == "pq":
     d1 = codebook_1.shape[-1]
@@ -156,13 +168,13 @@ def codeword_scores(ops, z, codebook_1, codebook_2, quantizer: str, temperature:
   return s1, s2
 
 
-def cell_log_weights(ops, cell_counts):
+def cell_log_weights(ops: Ops, cell_counts: Tensor) -> Tensor:
   """log |Omega_c| (float32 [K^2]), -inf for an empty cell."""
   counts = ops.cast(cell_counts, "float32")
   return ops.where(counts > 0, ops.log(ops.maximum(counts, 1.0)), float("-inf"))
 
 
-def cell_logits(ops, s1, s2, log_weights):
+def cell_logits(ops: Ops, s1: Tensor, s2: Tensor, log_weights: Tensor) -> Tuple[Tensor, Tensor]:
   """(joint [A, K^2] = s^1_{k1} + s^2_{k2} + log w_{k1 K + k2}, log Z [A, 1])."""
   k = s1.shape[-1]
   joint = ops.reshape(ops.expand_dims(s1, 2) + ops.expand_dims(s2, 1), (-1, k * k))
@@ -170,7 +182,15 @@ def cell_logits(ops, s1, s2, log_weights):
   return joint, ops.logsumexp(joint, axis=1, keepdims=True)
 
 
-def proposal(ops, z, codebook_1, codebook_2, cell_counts, quantizer: str, temperature: float):
+def proposal(
+  ops: Ops,
+  z: Tensor,
+  codebook_1: Tensor,
+  codebook_2: Tensor,
+  cell_counts: Tensor,
+  quantizer: str,
+  temperature: float,
+) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
   """(s^1, s^2, joint, log Z) of queries z [A, d] (no gradient flows into the proposal)."""
   z = ops.stop_gradient(ops.cast(z, "float32"))
   s1, s2 = codeword_scores(ops, z, codebook_1, codebook_2, quantizer, temperature)
@@ -178,7 +198,7 @@ def proposal(ops, z, codebook_1, codebook_2, cell_counts, quantizer: str, temper
   return s1, s2, joint, log_z
 
 
-def code_log_q(ops, s1, s2, log_z, k1, k2):
+def code_log_q(ops: Ops, s1: Tensor, s2: Tensor, log_z: Tensor, k1: Tensor, k2: Tensor) -> Tensor:
   """log Q(i|z) = s^1_{k1} + s^2_{k2} - log Z of items with codes k1, k2 (int [A, M]). [A, M]."""
   return (
     ops.take_along_axis(s1, ops.cast(k1, "int32"), axis=-1)
@@ -187,12 +207,19 @@ def code_log_q(ops, s1, s2, log_z, k1, k2):
   )
 
 
-def cell_codes(cells, num_codewords: int):
+def cell_codes(cells: Tensor, num_codewords: int) -> Tuple[Tensor, Tensor]:
   """(k1, k2) = (c // K, c mod K) of cells c."""
   return cells // num_codewords, cells % num_codewords
 
 
-def items_in_cells(ops, cells, bits, cell_counts, cell_offsets, sorted_items):
+def items_in_cells(
+  ops: Ops,
+  cells: Tensor,
+  bits: Tensor,
+  cell_counts: Tensor,
+  cell_offsets: Tensor,
+  sorted_items: Tensor,
+) -> Tensor:
   """Item rows ``sorted_items[offset_c + (u mod |Omega_c|)]`` of sampled cells c (non-empty) and
   uniform random integers u >= 0 (``bits``, the shape of ``cells``)."""
   count = ops.take(cell_counts, cells)

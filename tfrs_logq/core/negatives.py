@@ -34,8 +34,10 @@ the padding rows are)::
 """
 
 import math
+from typing import Tuple
 
 from tfrs_logq.core import log_q as log_q_lib
+from tfrs_logq.core.ops import Ops, Tensor
 
 __all__ = [
   "uniform_log_q",
@@ -53,7 +55,9 @@ def uniform_log_q(catalog_size: int) -> float:
   return -math.log(catalog_size)
 
 
-def expected_count_log_q(ops, log_q_unigram, num_draws, num_distinct, num_kept):
+def expected_count_log_q(
+  ops: Ops, log_q_unigram: Tensor, num_draws: Tensor, num_distinct: Tensor, num_kept: Tensor
+) -> Tensor:
   """log pi(d) + log n_b - log max(U, 1) (-inf for an empty pool)."""
   return (
     log_q_lib.log_inclusion_probability(ops, log_q_unigram, num_draws)
@@ -62,27 +66,39 @@ def expected_count_log_q(ops, log_q_unigram, num_draws, num_distinct, num_kept):
   )
 
 
-def expected_count_per_draw_log_q(ops, log_q_unigram, num_draws, num_distinct, num_kept):
+def expected_count_per_draw_log_q(
+  ops: Ops, log_q_unigram: Tensor, num_draws: Tensor, num_distinct: Tensor, num_kept: Tensor
+) -> Tensor:
   """log E_b(d) - log max(n_b, 1): the in-batch ``expected_count`` log Q of one slot."""
   return expected_count_log_q(ops, log_q_unigram, num_draws, num_distinct, num_kept) - ops.log(
     ops.maximum(num_kept, 1.0)
   )
 
 
-def two_block_log_q(ops, log_in_batch_part, num_in_batch, num_uniform: int, catalog_size: int):
+def two_block_log_q(
+  ops: Ops,
+  log_in_batch_part: Tensor,
+  num_in_batch: Tensor,
+  num_uniform: int,
+  catalog_size: int,
+) -> Tensor:
   """log((e^{log_in_batch_part} + k_u / |D|) / (n_b + k_u))."""
   uniform = ops.full_like(log_in_batch_part, math.log(num_uniform) - math.log(catalog_size))
   return ops.logaddexp(log_in_batch_part, uniform) - ops.log(num_in_batch + float(num_uniform))
 
 
-def mixture_log_q(ops, log_q_unigram, num_in_batch, num_uniform: int, catalog_size: int):
+def mixture_log_q(
+  ops: Ops, log_q_unigram: Tensor, num_in_batch: Tensor, num_uniform: int, catalog_size: int
+) -> Tensor:
   """log((n_b q_uni(d) + k_u / |D|) / (n_b + k_u)); log q_uni = -inf or n_b = 0 is fine."""
   return two_block_log_q(
     ops, ops.log(num_in_batch) + log_q_unigram, num_in_batch, num_uniform, catalog_size
   )
 
 
-def unigram_log_q(ops, log_q_unigram, num_in_batch, num_uniform: int, catalog_size: int):
+def unigram_log_q(
+  ops: Ops, log_q_unigram: Tensor, num_in_batch: Tensor, num_uniform: int, catalog_size: int
+) -> Tensor:
   """log q_uni(d), or log(k_u / ((n_b + k_u) |D|)) where q_uni(d) = 0 (log q_uni not finite)."""
   unseen = (
     math.log(num_uniform) - math.log(catalog_size) - ops.log(num_in_batch + float(num_uniform))
@@ -90,7 +106,9 @@ def unigram_log_q(ops, log_q_unigram, num_in_batch, num_uniform: int, catalog_si
   return ops.where(ops.isfinite(log_q_unigram), log_q_unigram, unseen)
 
 
-def subsample_first_occurrences(ops, first, keys, num_keep: int, lowest):
+def subsample_first_occurrences(
+  ops: Ops, first: Tensor, keys: Tensor, num_keep: int, lowest: Tensor
+) -> Tuple[Tensor, Tensor]:
   """The k_b subsample of a static pool: (rows int32 [k_b] increasing, kept bool [k_b]).
 
   Of the rows marked ``first`` (bool [S], S >= k_b), the ``num_keep`` = k_b with the largest

@@ -22,9 +22,10 @@ its TensorFlow top-k; `exact_top_k_np` is the same exact search as `tfrs_logq.me
 (same checks, same ties: lower id first) for the Keras 3 binary, which runs without TensorFlow.
 """
 
-from typing import Dict, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = [
   "EMPTY_SLOT",
@@ -50,7 +51,7 @@ EMPTY_SLOT = -1
 History = Union[np.ndarray, Sequence[np.ndarray]]
 
 
-def _as_int_array(x, name: str, ndim: int) -> np.ndarray:
+def _as_int_array(x: npt.ArrayLike, name: str, ndim: int) -> np.ndarray:
   x = np.asarray(x)
   if x.dtype.kind not in "iu":
     raise ValueError(f"{name} must hold integer item ids, got dtype {x.dtype}")
@@ -59,7 +60,9 @@ def _as_int_array(x, name: str, ndim: int) -> np.ndarray:
   return x.astype(np.int64, copy=False)
 
 
-def _check_lists(ranked_ids, targets) -> Tuple[np.ndarray, np.ndarray]:
+def _check_lists(
+  ranked_ids: npt.ArrayLike, targets: npt.ArrayLike
+) -> Tuple[np.ndarray, np.ndarray]:
   ranked_ids = _as_int_array(ranked_ids, "ranked_ids", 2)
   targets = _as_int_array(targets, "targets", 1)
   if ranked_ids.shape[0] == 0:
@@ -73,14 +76,14 @@ def _check_lists(ranked_ids, targets) -> Tuple[np.ndarray, np.ndarray]:
   return ranked_ids, targets
 
 
-def _check_k(k: int, list_len: int):
+def _check_k(k: int, list_len: int) -> None:
   if int(k) != k or k < 1:
     raise ValueError(f"k must be a positive integer, got {k}")
   if k > list_len:
     raise ValueError(f"k={k} exceeds the ranked list length {list_len}: retrieve at least k items")
 
 
-def target_ranks(ranked_ids, targets) -> np.ndarray:
+def target_ranks(ranked_ids: npt.ArrayLike, targets: npt.ArrayLike) -> np.ndarray:
   """0-based rank r_u of each target in its ranked list, or -1 when it is absent.
 
   Args:
@@ -94,14 +97,14 @@ def target_ranks(ranked_ids, targets) -> np.ndarray:
   return np.where(hits.any(axis=1), hits.argmax(axis=1), -1).astype(np.int64)
 
 
-def recall_at_k(ranked_ids, targets, k: int) -> np.ndarray:
+def recall_at_k(ranked_ids: npt.ArrayLike, targets: npt.ArrayLike, k: int) -> np.ndarray:
   """Per-query Recall@k = 1[r_u < k] for one held-out target. float32 [Q]."""
   ranked_ids, targets = _check_lists(ranked_ids, targets)
   _check_k(k, ranked_ids.shape[1])
   return np.any(ranked_ids[:, :k] == targets[:, None], axis=1).astype(np.float32)
 
 
-def ndcg_at_k(ranked_ids, targets, k: int) -> np.ndarray:
+def ndcg_at_k(ranked_ids: npt.ArrayLike, targets: npt.ArrayLike, k: int) -> np.ndarray:
   """Per-query NDCG@k = 1[r_u < k] / log2(r_u + 2) for one held-out target. float32 [Q]."""
   ranked_ids, targets = _check_lists(ranked_ids, targets)
   _check_k(k, ranked_ids.shape[1])
@@ -111,7 +114,9 @@ def ndcg_at_k(ranked_ids, targets, k: int) -> np.ndarray:
   return np.where(hit, gain, 0.0).astype(np.float32)
 
 
-def multi_target_recall_at_k(ranked_ids, target_sets: Sequence[np.ndarray], k: int) -> np.ndarray:
+def multi_target_recall_at_k(
+  ranked_ids: npt.ArrayLike, target_sets: Sequence[np.ndarray], k: int
+) -> np.ndarray:
   """Per-query Recall@k = |top_k(u) ∩ T_u| / |T_u| for sets of held-out items. float32 [Q].
 
   Args:
@@ -136,7 +141,9 @@ def multi_target_recall_at_k(ranked_ids, target_sets: Sequence[np.ndarray], k: i
   return out
 
 
-def retrieval_metrics(ranked_ids, targets, ks: Sequence[int] = (10, 20, 100)) -> Dict[str, float]:
+def retrieval_metrics(
+  ranked_ids: npt.ArrayLike, targets: npt.ArrayLike, ks: Sequence[int] = (10, 20, 100)
+) -> Dict[str, float]:
   """Means over queries: {"recall@k": ..., "ndcg@k": ...} for each k in ks."""
   out = {}
   for k in ks:
@@ -145,7 +152,7 @@ def retrieval_metrics(ranked_ids, targets, ks: Sequence[int] = (10, 20, 100)) ->
   return out
 
 
-def _history_rows(history: History, num_queries: int):
+def _history_rows(history: History, num_queries: int) -> List[np.ndarray]:
   if isinstance(history, np.ndarray) and history.ndim == 2:
     rows = list(history)
   else:
@@ -156,7 +163,11 @@ def _history_rows(history: History, num_queries: int):
 
 
 def filter_rated(
-  ranked_ids, ranked_scores, history: History, k: int, targets=None
+  ranked_ids: npt.ArrayLike,
+  ranked_scores: npt.ArrayLike,
+  history: History,
+  k: int,
+  targets: Optional[npt.ArrayLike] = None,
 ) -> Tuple[np.ndarray, np.ndarray]:
   """Removes rated items (and padding id 0) from over-fetched ranked lists, keeps the top k.
 
@@ -205,7 +216,7 @@ def filter_rated(
 
 
 def filtered_top_k_from_scores(
-  scores, history: History, k: int, targets=None
+  scores: npt.ArrayLike, history: History, k: int, targets: Optional[npt.ArrayLike] = None
 ) -> Tuple[np.ndarray, np.ndarray]:
   """Exact filtered top-k from a full score matrix (numpy reference).
 
@@ -242,7 +253,7 @@ def filtered_top_k_from_scores(
   return ids, out
 
 
-def as_item_table(item_embeddings) -> np.ndarray:
+def as_item_table(item_embeddings: npt.ArrayLike) -> np.ndarray:
   """Checks an item table float [num_items + 1, d] (row 0 = padding); float32, contiguous."""
   emb = np.asarray(item_embeddings)
   if emb.ndim != 2 or emb.shape[0] < 2:
@@ -257,7 +268,7 @@ def as_item_table(item_embeddings) -> np.ndarray:
   return emb
 
 
-def as_queries(queries, dim: int) -> np.ndarray:
+def as_queries(queries: npt.ArrayLike, dim: int) -> np.ndarray:
   """Checks query embeddings float [Q >= 1, dim]; float32, contiguous."""
   q = np.ascontiguousarray(np.asarray(queries, np.float32))
   if q.ndim != 2 or q.shape[1] != dim:
@@ -269,7 +280,7 @@ def as_queries(queries, dim: int) -> np.ndarray:
   return q
 
 
-def popularity_deciles(item_counts, num_bins: int = 10) -> np.ndarray:
+def popularity_deciles(item_counts: npt.ArrayLike, num_bins: int = 10) -> np.ndarray:
   """Popularity bin of every item id: 0 = the most popular tenth of the catalog.
 
   Items 1..N are sorted by training count, descending (ties: lower id first); the item at
@@ -295,7 +306,9 @@ def popularity_deciles(item_counts, num_bins: int = 10) -> np.ndarray:
   return bins
 
 
-def mean_by_group(values, groups, num_groups: int) -> Tuple[np.ndarray, np.ndarray]:
+def mean_by_group(
+  values: npt.ArrayLike, groups: npt.ArrayLike, num_groups: int
+) -> Tuple[np.ndarray, np.ndarray]:
   """Mean of per-query values within each group (e.g. the target's popularity decile).
 
   Returns:
@@ -314,14 +327,14 @@ def mean_by_group(values, groups, num_groups: int) -> Tuple[np.ndarray, np.ndarr
 
 
 def check_top_k_args(
-  queries,
-  item_embeddings,
+  queries: npt.ArrayLike,
+  item_embeddings: npt.ArrayLike,
   k: int,
   rated: Optional[History] = None,
-  targets=None,
+  targets: Optional[npt.ArrayLike] = None,
   chunk_size: Optional[int] = None,
   max_chunk_scores: int = 1 << 25,
-):
+) -> Tuple[np.ndarray, np.ndarray, Optional[List[np.ndarray]], Optional[np.ndarray], int]:
   """The argument checks of an exact top-k (`exact_top_k_np`, `tfrs_logq.metrics.exact_top_k`):
   returns (item table float32 [N + 1, d], queries float32 [Q, d], rated rows or None, targets
   int64 [Q] or None, chunk_size)."""
@@ -348,11 +361,11 @@ def check_top_k_args(
 
 
 def exact_top_k_np(
-  queries,
-  item_embeddings,
+  queries: npt.ArrayLike,
+  item_embeddings: npt.ArrayLike,
   k: int,
   rated: Optional[History] = None,
-  targets=None,
+  targets: Optional[npt.ArrayLike] = None,
   chunk_size: Optional[int] = None,
   max_chunk_scores: int = 1 << 25,
 ) -> Tuple[np.ndarray, np.ndarray]:

@@ -9,20 +9,29 @@ twin ``tfrs_logq.keras3.retrieval.Retrieval``).
 """
 
 import math
+from typing import Optional
+
+from tfrs_logq.core.ops import Ops, Tensor
 
 __all__ = ["REDUCTIONS", "keep_hardest", "weighted_reduction"]
 
 REDUCTIONS = ("sum", "mean", "none")
 
 
-def keep_hardest(ops, logits, valid, k: int):
+def keep_hardest(ops: Ops, logits: Tensor, valid: Tensor, k: int) -> Tensor:
   """valid AND (at least the k-th largest valid logit of the row); k <= N."""
   masked = ops.where(valid, logits, -math.inf)
   kth_largest = ops.top_k(masked, k=k, sorted=True)[0][:, -1:]
   return ops.logical_and(valid, masked >= kth_largest)
 
 
-def weighted_reduction(ops, per_example, sample_weight, reduction: str, num_queries):
+def weighted_reduction(
+  ops: Ops,
+  per_example: Tensor,
+  sample_weight: Optional[Tensor],
+  reduction: str,
+  num_queries: Tensor,
+) -> Tensor:
   """Per-example losses [A] times float32 ``sample_weight`` [A] (None: 1), reduced."""
   if sample_weight is not None:
     # A zero-weight row contributes exactly 0, even when its loss is +inf (0 * inf = NaN).

@@ -40,9 +40,11 @@ float dtype; the fronts pass float32 (fp16 / bf16 inputs are cast first).
 """
 
 import math
+from typing import Optional, Tuple
 
 from tfrs_logq.core import checks
 from tfrs_logq.core import log_q as log_q_lib
+from tfrs_logq.core.ops import Ops, Tensor
 
 __all__ = [
   "MASKED_LOGIT",
@@ -56,7 +58,7 @@ MASKED_LOGIT = -1e30
 """Stands for an excluded entry inside the LSE (finite: never inf - inf)."""
 
 
-def masked_logsumexp(ops, x, valid):
+def masked_logsumexp(ops: Ops, x: Tensor, valid: Tensor) -> Tensor:
   """LSE over the valid entries of each row of x [A, N] (a few elementwise passes over [A, N]).
 
   Invalid entries (and entries at -inf, which add e^-inf = 0) become -1e30 before a
@@ -75,7 +77,9 @@ def masked_logsumexp(ops, x, valid):
   return ops.where(ops.squeeze(row_inf, 1), math.inf, lse)
 
 
-def softmax_with_positive(ops, positive_logit, logits, valid, has_negatives):
+def softmax_with_positive(
+  ops: Ops, positive_logit: Tensor, logits: Tensor, valid: Tensor, has_negatives: Tensor
+) -> Tensor:
   """L = log(e^{l_p} + sum_{i valid} e^{l_i}) - l_p = softplus(LSE_valid(l_i) - l_p), 0 where
   ``has_negatives`` is False: ``none``, ``standard``, ``standard_no_positive`` and full softmax.
 
@@ -86,8 +90,15 @@ def softmax_with_positive(ops, positive_logit, logits, valid, has_negatives):
 
 
 def corrected(
-  ops, s_p, s_n, negative_log_q, positive_log_q, valid, num_valid, ratio_floor: float = 0.0
-):
+  ops: Ops,
+  s_p: Tensor,
+  s_n: Tensor,
+  negative_log_q: Tensor,
+  positive_log_q: Optional[Tensor],
+  valid: Tensor,
+  num_valid: Tensor,
+  ratio_floor: float = 0.0,
+) -> Tuple[Tensor, Tensor]:
   """(L [A], w [A]) of ``corrected`` (module docstring); ``positive_log_q`` None = ``proxy``.
 
   Q' is a per-row shift of the LSE: Z = LSE_i(s_i - log Q(d_i)) + log(1 - Q(p)).
@@ -115,16 +126,16 @@ def corrected(
 
 
 def sampled_softmax(
-  ops,
-  s_p,
-  s_n,
-  negative_log_q,
-  positive_log_q,
-  valid,
+  ops: Ops,
+  s_p: Tensor,
+  s_n: Tensor,
+  negative_log_q: Tensor,
+  positive_log_q: Optional[Tensor],
+  valid: Tensor,
   correction: str,
   q_prime: str = "exact",
   ratio_floor: float = 0.0,
-):
+) -> Tuple[Tensor, Tensor, Tensor]:
   """Per-row loss, weight and n of the four corrections (module docstring).
 
   Args:

@@ -26,11 +26,13 @@ rows as int32 [Q, H], the table padded to a whole number of item chunks. A front
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional, Tuple
 
 import numpy as np
+import numpy.typing as npt
 
 from tfrs_logq.core import ranking
+from tfrs_logq.core.ops import Ops, Tensor
 
 __all__ = ["LOW", "TopKLayout", "filtered_top_k", "item_chunk_size", "layout", "run_layout"]
 
@@ -67,11 +69,11 @@ def item_chunk_size(
 
 
 def layout(
-  queries,
-  item_embeddings,
+  queries: npt.ArrayLike,
+  item_embeddings: npt.ArrayLike,
   k: int,
   rated: Optional[ranking.History] = None,
-  targets=None,
+  targets: Optional[npt.ArrayLike] = None,
   chunk_size: Optional[int] = None,
   item_chunk: Optional[int] = None,
   max_chunk_scores: int = 1 << 25,
@@ -99,7 +101,16 @@ def layout(
   return TopKLayout(q, emb, mat, num_q, num_items, chunk_size, c_i)
 
 
-def filtered_top_k(ops: Any, queries, table, rated, *, k: int, num_items: int, item_chunk: int):
+def filtered_top_k(
+  ops: Ops,
+  queries: Tensor,
+  table: Tensor,
+  rated: Tensor,
+  *,
+  k: int,
+  num_items: int,
+  item_chunk: int,
+) -> Tuple[Tensor, Tensor]:
   """(ids int32 [B, k], scores [B, k]) of the module's formula for one query chunk.
 
   Args:
@@ -141,7 +152,11 @@ def filtered_top_k(ops: Any, queries, table, rated, *, k: int, num_items: int, i
   return best_ids, best_scores
 
 
-def run_layout(lay: TopKLayout, call, to_numpy) -> tuple:
+def run_layout(
+  lay: TopKLayout,
+  call: Callable[[np.ndarray, np.ndarray], Tuple[Tensor, Tensor]],
+  to_numpy: Callable[[Tensor], npt.ArrayLike],
+) -> Tuple[np.ndarray, np.ndarray]:
   """(ids int64 [Q, k], scores float32 [Q, k]): ``call(queries, rated)`` (a front's compiled
   `filtered_top_k` with the table bound) on each query chunk of ``lay``; every call is issued
   before the first result is read (``to_numpy``), so an asynchronous backend pipelines them."""
