@@ -167,8 +167,8 @@ def tf_ops() -> types.SimpleNamespace:
       tf.math.is_finite(m), safe + tf.math.log(tf.exp(a - safe) + tf.exp(b - safe)), m
     )
 
-  def _full_like(x: Tensor, value: Tensor) -> Tensor:
-    return tf.fill(tf.shape(x), tf.cast(value, x.dtype))
+  def _full_like(x: Tensor, value: Tensor, dtype: Any = None) -> Tensor:
+    return tf.fill(tf.shape(x), tf.cast(value, dtype or x.dtype))
 
   def _top_k(x: Tensor, k: Tensor, sorted: bool = True) -> Tuple[Tensor, Tensor]:  # pylint: disable=redefined-builtin
     out = tf.math.top_k(x, k=k, sorted=sorted)
@@ -191,21 +191,31 @@ def tf_ops() -> types.SimpleNamespace:
   def _logsumexp(x: Tensor, axis: Axis = None, keepdims: bool = False) -> Tensor:
     return tf.reduce_logsumexp(x, axis=axis, keepdims=keepdims)
 
-  def _argmin(x: Tensor, axis: Optional[int] = None) -> Tensor:
-    return tf.argmin(x, axis=axis, output_type=tf.int32)
+  def _argmin(x: Tensor, axis: Optional[int] = None, keepdims: bool = False) -> Tensor:
+    if axis is None:  # keras.ops: the index in the flattened tensor
+      out = tf.argmin(tf.reshape(x, [-1]), axis=0, output_type=tf.int32)
+      return tf.reshape(out, [1] * len(x.shape)) if keepdims else out
+    out = tf.argmin(x, axis=axis, output_type=tf.int32)
+    return tf.expand_dims(out, axis) if keepdims else out
 
   def _argsort(x: Tensor, axis: int = -1) -> Tensor:
     return tf.argsort(x, axis=axis, stable=True)
 
   def _segment_sum(
-    data: Tensor, segment_ids: Tensor, num_segments: Optional[Tensor] = None
+    data: Tensor,
+    segment_ids: Tensor,
+    num_segments: Optional[Tensor] = None,
+    sorted: bool = False,  # pylint: disable=redefined-builtin
   ) -> Tensor:
+    del sorted  # the unsorted sum is right either way
     return tf.math.unsorted_segment_sum(data, segment_ids, num_segments)
 
-  def _arange(start: Tensor, stop: Optional[Tensor] = None, dtype: Any = "int32") -> Tensor:
+  def _arange(
+    start: Tensor, stop: Optional[Tensor] = None, step: Optional[Tensor] = None, dtype: Any = None
+  ) -> Tensor:
     if stop is None:
       start, stop = 0, start
-    return tf.range(start, stop, dtype=dtype)
+    return tf.range(start, stop, 1 if step is None else step, dtype=dtype or "int32")
 
   def _concatenate(xs: Sequence[Tensor], axis: int = 0) -> Tensor:
     return tf.concat(xs, axis=axis)

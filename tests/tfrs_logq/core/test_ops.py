@@ -56,3 +56,27 @@ def test_keras_ops_has_the_protocol_signatures():
   assert proc.returncode == 0, proc.stderr[-2000:]
   keras_params = json.loads(proc.stdout.strip().splitlines()[-1])
   assert keras_params == _protocol_parameters()
+
+
+def test_tf_ops_take_keras_arguments_in_keras_order():
+  """The tf-keras namespace's own helpers read positional and keyword arguments as keras.ops
+  does (arange's third argument is the step, not the dtype), checked against numpy."""
+  import numpy as np  # pylint: disable=g-import-not-at-top
+
+  ops = core_ops.tf_ops()
+  np.testing.assert_array_equal(ops.arange(1, 8, 3).numpy(), np.arange(1, 8, 3))
+  np.testing.assert_array_equal(ops.arange(4).numpy(), np.arange(4))
+  x = np.array([[3.0, 1.0, 2.0], [0.5, 4.0, -1.0]], np.float32)
+  np.testing.assert_array_equal(ops.argmin(x, axis=1).numpy(), np.argmin(x, axis=1))
+  np.testing.assert_array_equal(
+    ops.argmin(x, axis=1, keepdims=True).numpy(), np.argmin(x, axis=1, keepdims=True)
+  )
+  assert int(ops.argmin(x).numpy()) == int(np.argmin(x))  # flattened, as keras.ops
+  assert ops.argmin(x, keepdims=True).numpy().shape == (1, 1)
+  full = ops.full_like(x, 7, dtype="int32").numpy()
+  assert full.dtype == np.int32 and (full == 7).all()
+  ids = np.array([0, 2, 0, 1], np.int32)
+  np.testing.assert_array_equal(
+    ops.segment_sum(np.ones(4, np.float32), ids, num_segments=3, sorted=False).numpy(),
+    np.bincount(ids, minlength=3),
+  )
