@@ -233,6 +233,19 @@ def _small_trainer(tiny, model_dir, report=None, **overrides):
   return Trainer(cfg, data=tiny, strategy=tf.distribute.get_strategy(), report=report)
 
 
+def _interrupt_at_call(trainer, n):
+  """Ctrl-C (KeyboardInterrupt) at the trainer's n-th call of train_step, before it runs."""
+  real, calls = trainer.train_step, []
+
+  def step(batch):
+    calls.append(1)
+    if len(calls) == n:
+      raise KeyboardInterrupt
+    return real(batch)
+
+  trainer.train_step = step
+
+
 def test_interrupt_mid_epoch_saves_nothing_newer_than_the_last_epoch(tiny, tmp_path):
   """Ctrl-C inside epoch 2: TrainingInterrupted names epoch 1's checkpoint, the newest on disk
   (a mid-epoch state is never saved: resuming replays epoch 2 exactly)."""
@@ -241,15 +254,7 @@ def test_interrupt_mid_epoch_saves_nothing_newer_than_the_last_epoch(tiny, tmp_p
 
   lines = []
   trainer = _small_trainer(tiny, tmp_path / "run", lines.append)
-  real, calls = trainer.train_step, []
-
-  def step(batch):
-    calls.append(1)
-    if len(calls) == 4:
-      raise KeyboardInterrupt
-    return real(batch)
-
-  trainer.train_step = step
+  _interrupt_at_call(trainer, 4)
   with pytest.raises(TrainingInterrupted) as info:
     trainer.run()
   assert isinstance(info.value, KeyboardInterrupt) and info.value.step == 3
@@ -296,15 +301,7 @@ def test_checkpoint_every_seconds_writes_the_last_epoch_and_no_mid_epoch_state(t
 
   run_dir = tmp_path / "run"
   trainer = _small_trainer(tiny, run_dir, epochs=3, checkpoint_every_seconds=1e9)
-  real, calls = trainer.train_step, []
-
-  def step(batch):
-    calls.append(1)
-    if len(calls) == 6:  # epoch 3 has taken one step
-      raise KeyboardInterrupt
-    return real(batch)
-
-  trainer.train_step = step
+  _interrupt_at_call(trainer, 6)  # epoch 3 has taken one step
   with pytest.raises(TrainingInterrupted) as info:
     trainer.run()
   assert info.value.checkpoint is None

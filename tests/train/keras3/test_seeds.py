@@ -32,14 +32,8 @@ TINY = [
 
 
 def _binary(*args):
-  return subprocess.run(
-    [sys.executable, "-m", "train.keras3", "--backend=jax", *TINY, *args],
-    cwd=ROOT,
-    env=harness.env("jax"),
-    capture_output=True,
-    text=True,
-    timeout=900,
-  )
+  """The binary run to its end: a CompletedProcess."""
+  return _finish(_start(*args))
 
 
 def _metrics(folder):
@@ -57,6 +51,11 @@ def _start(*args):
   )
 
 
+def _finish(proc):
+  stdout, stderr = proc.communicate(timeout=900)
+  return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
   """The stacked run and the three separate runs, started at once (their start-ups overlap)."""
@@ -69,10 +68,7 @@ def runs(tmp_path_factory):
       "--frequency_seed=0",
       f"--model_dir={root / 'separate' / str(seed)}",
     )
-  done = {}
-  for name, proc in procs.items():
-    stdout, stderr = proc.communicate(timeout=900)
-    done[name] = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+  done = {name: _finish(proc) for name, proc in procs.items()}
   for name, proc in done.items():
     assert proc.returncode == 0, f"{name}: {proc.stderr[-3000:]}"
   separate = {seed: _metrics(root / "separate" / str(seed)) for seed in (0, 1, 2)}
