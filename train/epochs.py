@@ -242,7 +242,7 @@ class EpochLoop:
 
   def checkpoint_due(self) -> bool:
     """Whether the epoch just finished is checkpointed (module docstring)."""
-    every = float(getattr(self.trainer.cfg, "checkpoint_every_seconds", 0.0) or 0.0)
+    every = self.trainer.cfg.checkpoint_every_seconds
     return every <= 0 or self.done() or time.monotonic() - self._saved_at >= every
 
   def flush(self) -> None:
