@@ -74,7 +74,7 @@ TEST_REQUIRES = (
 
 setuptools.setup(
   name="tfrs-logq",
-  version="0.1.0",
+  version="0.2.0",
   description=(
     "Corrected logQ sampled softmax, frequency estimation and negative sampling "
     "for TensorFlow Recommenders"

@@ -27,7 +27,8 @@ Variants:
   4 bytes x (3 B |I| + 4 (|I| + 1) d), exceeds ``--max_gib`` is not run (listed as skipped);
 * ``...@adam``: the same with ``tf.keras.optimizers.Adam`` (the training binary's default
   optimizer) instead of the sparse SGD, up to ``--adam_max_items`` items;
-* ``...@lazy_adam``: with ``tfrs_logq.lazy_adam.LazyAdam`` (``--table_optimizer=lazy_adam``):
+* ``...@lazy_adam``: with ``tfrs_logq.tf_keras.lazy_adam.LazyAdam``
+(``--table_optimizer=lazy_adam``):
   Adam whose sparse table gradients update only their rows, at every size.
 
 Each point runs in a process of its own (forked after the imports), one after the other:
@@ -105,7 +106,7 @@ def build_point(spec: dict):
   """The model, estimator, objective, optimizer, step counter, item table and 4 batches of one
   point, built by the training binary's code (under the current tf.distribute scope: the
   parameter-server side calls it in ParameterServerStrategy's). Returns a SimpleNamespace."""
-  import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from train.config import RunConfig  # pylint: disable=g-import-not-at-top
   from train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
@@ -144,7 +145,7 @@ def build_point(spec: dict):
   objective = Objective(cfg, model, v, estimator)
   variables = model.trainable_variables
   if optimizer_name in ("adam", "lazy_adam"):
-    from tfrs_logq.lazy_adam import LazyAdam  # pylint: disable=g-import-not-at-top
+    from tfrs_logq.tf_keras.lazy_adam import LazyAdam  # pylint: disable=g-import-not-at-top
 
     # what train/trainer.py builds for --table_optimizer=adam / lazy_adam
     optimizer = LazyAdam(1e-3) if optimizer_name == "lazy_adam" else tf.keras.optimizers.Adam(1e-3)
@@ -180,7 +181,7 @@ def estimator_bytes(estimator) -> int:
 
 def _point(spec: dict) -> dict:
   """One (variant, |I|) point, in this process; returns the measurements."""
-  import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   tf.get_logger().setLevel("ERROR")
@@ -479,7 +480,7 @@ def main(argv=None):
       f"(got {bad}); --sizes, --passes and --steps positive"
     )
   # Imported once here, before any op runs; every point is a fork of this process.
-  import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
   import tensorflow  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   import train.config  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   import train.objective  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
@@ -548,7 +549,7 @@ def main(argv=None):
     "",
     f"B = {args.batch_size}, d = {args.dim}, {args.num_users} users (id tower), sparse SGD "
     "(tf.keras.optimizers.legacy.SGD) unless @adam (tf.keras.optimizers.Adam) or "
-    "@lazy_adam (tfrs_logq.lazy_adam.LazyAdam); "
+    "@lazy_adam (tfrs_logq.tf_keras.lazy_adam.LazyAdam); "
     f"{args.passes} passes over the points, each point {args.warmup} warm-up + "
     f"{args.steps} timed steps in a process of its own; min and median over the pooled "
     "steps. Absolute times are noisy (the machine is shared): compare the shapes of the "

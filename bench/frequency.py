@@ -23,10 +23,10 @@ import time
 
 import numpy as np
 
-import tfrs_logq  # noqa: F401
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
-from tfrs_logq.frequency import CountMinSketch, ExactCounts, HashArrayEstimator
+from tfrs_logq.tf_keras.frequency import CountMinSketch, ExactCounts, HashArrayEstimator
 
 from bench.common.timing import min_median
 

@@ -7,7 +7,8 @@ c_d ~ N(0, I_k), query q of norm --score-std, so s ~ N(0, score_std^2)); the pos
 embedding is moved along q so that the model puts probability P(p|u) = --positive-prob on it.
 Negatives are drawn i.i.d. from a Zipf proposal Q(d) ∝ rank(d)^-zipf (item id = rank - 1) and
 accidental hits d_i == p are masked for every variant, so the draws come from Q' = Q restricted
-to D \ {p} and the variants differ only by their formula (tfrs_logq.losses.sampled_softmax_loss).
+to D \ {p} and the variants differ only by their formula
+(tfrs_logq.tf_keras.losses.sampled_softmax_loss).
 
 Full-softmax gradient w.r.t. the scores: g_full = softmax(s) - onehot(p). Sampled gradient: the
 gradient of one row's sampled loss w.r.t. s_p and its negatives' scores scattered onto item ids
@@ -37,10 +38,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 
-import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
-from tfrs_logq import losses
+from tfrs_logq.tf_keras import losses
 
 VARIANTS = (
   "none",

@@ -101,7 +101,7 @@ def _train(trainer, steps_of_epoch, steps: int, per_epoch: int) -> dict:
 
 def tf_keras_run(cfg: RunConfig, weights_path: str) -> dict:
   """The tf-keras trainer's run; saves its initial weights to ``weights_path``."""
-  import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
   from train.trainer import Trainer  # pylint: disable=g-import-not-at-top
 
   trainer = Trainer(cfg, data=cfg.data.load())

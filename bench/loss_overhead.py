@@ -1,4 +1,5 @@
-r"""Training-step time: tfrs_logq.tasks.Retrieval(correction=...) vs tfrs.tasks.Retrieval.
+r"""Training-step time: tfrs_logq.tf_keras.Retrieval(correction=...) vs
+tfrs.tasks.Retrieval.
 
     python bench/loss_overhead.py [--quick] [--batch-sizes 1024,4096] [--out bench/out]
 
@@ -11,8 +12,9 @@ Every side gets candidate_ids and remove_accidental_hits=True:
 
 * ``tfrs_standard``: ``tfrs.tasks.Retrieval`` with candidate_sampling_probability (TFRS's
   standard logQ correction; the baseline);
-* ``logq_standard``: ``tfrs_logq.tasks.Retrieval(correction="standard")``;
-* ``logq_corrected``: ``tfrs_logq.tasks.Retrieval(correction="corrected")`` (q_prime exact);
+* ``logq_standard``: ``tfrs_logq.tf_keras.Retrieval(correction="standard")``;
+* ``logq_corrected``: ``tfrs_logq.tf_keras.Retrieval(correction="corrected")`` (q_prime
+exact);
 * ``proto_corrected``: :class:`FastCorrectedRetrieval`, a prototype of the same corrected loss
   with fewer passes over [A, C] (see its docstring), to measure what a leaner implementation
   of losses.py / tasks.py would gain. Its loss is checked against ``logq_corrected`` first.
@@ -37,14 +39,14 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 
-import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
 tf.get_logger().setLevel("ERROR")  # one tf.function per side: retracing warnings are expected
 import tensorflow_recommenders as tfrs  # noqa: E402
 
-import tfrs_logq.tasks  # noqa: E402
-from tfrs_logq import log_q as log_q_lib  # noqa: E402
+import tfrs_logq.tf_keras.retrieval  # noqa: E402
+from tfrs_logq.tf_keras import log_q as log_q_lib  # noqa: E402
 
 from bench.common import timing  # noqa: E402
 from bench.common.report import ruled  # noqa: E402
@@ -55,7 +57,7 @@ BASELINE = "tfrs_standard"
 class FastCorrectedRetrieval(tf.keras.layers.Layer):
   r"""Prototype: the corrected loss (in-batch, accidental hits masked) in fewer [A, C] passes.
 
-  Same value as ``tfrs_logq.tasks.Retrieval(correction="corrected")`` (sum reduction)::
+  Same value as ``tfrs_logq.tf_keras.Retrieval(correction="corrected")`` (sum reduction)::
 
       invalid[a, c] = (id_c == id_a)       # one comparison; covers the diagonal (c == a) too
       x[a, c]  = s[a, c] - log Q(c), or a huge negative constant where invalid (one where)
@@ -100,9 +102,9 @@ def make_task(side):
   if side == "tfrs_standard":
     return tfrs.tasks.Retrieval(remove_accidental_hits=True)
   if side == "logq_standard":
-    return tfrs_logq.tasks.Retrieval(correction="standard", remove_accidental_hits=True)
+    return tfrs_logq.tf_keras.Retrieval(correction="standard", remove_accidental_hits=True)
   if side == "logq_corrected":
-    return tfrs_logq.tasks.Retrieval(correction="corrected", remove_accidental_hits=True)
+    return tfrs_logq.tf_keras.Retrieval(correction="corrected", remove_accidental_hits=True)
   if side == "proto_corrected":
     return FastCorrectedRetrieval()
   raise ValueError(side)
@@ -235,7 +237,7 @@ def ablation_loss(scores, log_q, ids, eye, check, library_lse, full_q_prime):
   assert_all_finite on the [A, C] scores, losses.masked_logsumexp, and log Q' materialized
   per entry (log_q.log_q_prime) instead of a per-row shift of the LSE.
   """
-  from tfrs_logq import losses as losses_lib  # noqa: PLC0415
+  from tfrs_logq.tf_keras import losses as losses_lib  # noqa: PLC0415
 
   a = tf.shape(scores)[0]
   if eye:

@@ -19,10 +19,10 @@ import time
 
 import numpy as np
 
-import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
-from tfrs_logq.negatives.midx import MIDXSampler
+from tfrs_logq.tf_keras.negatives.midx import MIDXSampler
 
 from bench.common.report import ruled
 from bench.common.timing import time_calls

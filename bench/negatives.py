@@ -36,13 +36,18 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np
 
-import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
-from tfrs_logq import losses
-from tfrs_logq.frequency import ExactCounts
-from tfrs_logq.negatives import InBatchNegatives, MixedNegatives, UniformNegatives, score_negatives
-from tfrs_logq.negatives.midx import MIDXSampler
+from tfrs_logq.tf_keras import losses
+from tfrs_logq.tf_keras.frequency import ExactCounts
+from tfrs_logq.tf_keras.negatives import (
+  InBatchNegatives,
+  MixedNegatives,
+  UniformNegatives,
+  score_negatives,
+)
+from tfrs_logq.tf_keras.negatives.midx import MIDXSampler
 
 from bench.common.timing import min_median, time_interleaved
 

@@ -14,7 +14,7 @@ catalog probed, i.e. <= 5x; see the report.)
 
 Measured: build time, RSS delta of the build (/proc/self/statm), queries/s of the ScaNN
 searcher (all cores, batched) and of the exact top-k (tf.matmul + tf.math.top_k in chunks,
-``tfrs_logq.metrics.exact_top_k``), agreement = |ScaNN top-k ∩ exact top-k| / k. A sweep over
+``tfrs_logq.tf_keras.top_k.exact_top_k``), agreement = |ScaNN top-k ∩ exact top-k| / k. A sweep over
 num_leaves_to_search × reorder_k at query time (one build) shows the trade-off; the chosen
 setting is the fastest one with agreement >= --target_recall.
 
@@ -32,10 +32,10 @@ from absl import flags
 
 import numpy as np
 
-import tfrs_logq  # noqa: F401
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 
 from eval import index as index_lib
-from tfrs_logq import metrics
+from tfrs_logq.tf_keras import top_k as top_k_lib
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("num_items", 1_000_000, "Catalog size.")
@@ -153,9 +153,9 @@ def main(argv):
   )
 
   # Exact baseline (warm-up on a few queries first, then timed repeats).
-  metrics.exact_top_k(queries[:8], items, k)
+  top_k_lib.exact_top_k(queries[:8], items, k)
   (exact_ids, _), exact_times = index_lib.timed(
-    metrics.exact_top_k, queries, items, k, repeats=FLAGS.repeats
+    top_k_lib.exact_top_k, queries, items, k, repeats=FLAGS.repeats
   )
   exact_tp = index_lib.throughput(num_queries, exact_times)
   # Second exact baseline: ScaNN's own brute-force scorer (same ids; often faster than TF's

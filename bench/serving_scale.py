@@ -236,7 +236,7 @@ def run_point(spec: dict) -> dict:
 
 def _encoder(geo: Geometry, cluster: np.ndarray):
   """A stand-in query tower: history [B, L] -> mean of its items' cluster centres."""
-  import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   class ClusterMeanEncoder(tf.Module):
@@ -262,7 +262,7 @@ def _histories(geo: Geometry, batch: int, length: int) -> np.ndarray:
 
 
 def run_serving_build(spec: dict) -> dict:
-  import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from eval import index as index_lib  # pylint: disable=g-import-not-at-top
   from eval import serving  # pylint: disable=g-import-not-at-top
@@ -301,7 +301,7 @@ def run_serving_build(spec: dict) -> dict:
 
 
 def run_serving_load(spec: dict) -> dict:
-  import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from eval import serving  # pylint: disable=g-import-not-at-top
 

@@ -37,7 +37,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 WORKER = r"""
 import os, sys, time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-import tfrs_logq  # noqa
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 from train.config import RunConfig
 from train.trainer import Trainer

@@ -30,7 +30,7 @@ The rate of a matmul depends on its shape (on the project's 2-core machine, in X
 Executables launched asynchronously from the TensorFlow graph (the per-query scoring's nested
 [A, V] jit function of ``paper``) are not broken down by the trace: their time lands in "other
 CPU". ``--scoring_paths`` therefore also times the two exact per-query scoring paths of
-`tfrs_logq.negatives.per_query_scores` alone (forward + backward, XLA, the ML-1M shapes:
+`tfrs_logq.tf_keras.negatives.per_query_scores` alone (forward + backward, XLA, the ML-1M shapes:
 A = 13,968 queries, k = 128 uniform ids each, V = 3,417 rows, d = 128), interleaved, min and
 median of ``--repeats``: the [A, V] matmul + gather the library picks for this V, and the
 [A, k, d] gather + contraction.
@@ -114,7 +114,7 @@ def _worker(spec: dict) -> None:
 
   cfg = configs.parse_config(spec["config"])
   host_memory.configure(cfg.allocator)
-  import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from tensorflow.tsl.profiler.protobuf import xplane_pb2  # pylint: disable=g-import-not-at-top
 
@@ -175,9 +175,9 @@ def time_scoring_paths(
 ) -> dict:
   """Seconds (min, median) of forward + backward of each per-query scoring path (docstring)."""
   import numpy as np  # pylint: disable=g-import-not-at-top
-  import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfrs_logq.negatives import scoring  # pylint: disable=g-import-not-at-top
+  from tfrs_logq.tf_keras.negatives import scoring  # pylint: disable=g-import-not-at-top
 
   rng = np.random.default_rng(0)
   q = tf.Variable(rng.normal(size=(a, d)).astype(np.float32))

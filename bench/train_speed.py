@@ -165,7 +165,7 @@ def main(argv=None):
   parser.add_argument(
     "--logq",
     default="corrected",
-    help="our logQ correction (tfrs_logq.losses.CORRECTIONS); the paper "
+    help="our logQ correction (tfrs_logq.tf_keras.losses.CORRECTIONS); the paper "
     "code side is always corrected",
   )
   parser.add_argument(

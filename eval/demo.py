@@ -13,14 +13,15 @@ q_u = [x_u W, 1], c_d = [e_d, beta_d], s(u, d) = <q_u, c_d> (``--user_tower=id``
 by a user-id embedding; it is then evaluated on held-out draws of the training users, as ids
 cannot generalise to new users). One row per loss:
 
-* ``full``: full softmax over the catalog, ``tfrs_logq.losses.full_softmax_loss`` (the target the
+* ``full``: full softmax over the catalog, ``tfrs_logq.tf_keras.full_softmax.full_softmax_loss``
+(the target the
   sampled losses approximate);
-* ``NEGATIVES:CORRECTION[:CONVENTION]``: sampled softmax with ``tfrs_logq.negatives``
+* ``NEGATIVES:CORRECTION[:CONVENTION]``: sampled softmax with ``tfrs_logq.tf_keras.negatives``
   (``in_batch`` = InBatchNegatives, ``mixed`` = MixedNegatives, ``uniform`` = UniformNegatives),
-  log Q from a ``tfrs_logq.frequency.ExactCounts`` table of the training draws under the
+  log Q from a ``tfrs_logq.tf_keras.frequency.ExactCounts`` table of the training draws under the
   sampler's log-Q CONVENTION, scored by ``sampler.score`` and turned into a loss by
-  ``tfrs_logq.losses.sampled_softmax_loss(correction=CORRECTION)`` (the library computes every
-  score, log Q, accidental-hit mask and loss; this module only composes them).
+  ``tfrs_logq.tf_keras.losses.sampled_softmax_loss(correction=CORRECTION)`` (the library computes
+  every score, log Q, accidental-hit mask and loss; this module only composes them).
 
 Paired seeds: seed s fixes the initialisation, the training draws, their order and the
 samplers' random streams, identically for every row, so rows differ only by their loss. All
@@ -135,8 +136,8 @@ def define_flags() -> None:
     "rows",
     None,
     "Rows: 'full' or NEGATIVES:CORRECTION[:CONVENTION] with "
-    f"NEGATIVES in {NEGATIVES}, CORRECTION one of tfrs_logq.losses.CORRECTIONS, "
-    "CONVENTION one of tfrs_logq.negatives.CONVENTIONS (default unigram). "
+    f"NEGATIVES in {NEGATIVES}, CORRECTION one of tfrs_logq.tf_keras.losses.CORRECTIONS, "
+    "CONVENTION one of tfrs_logq.tf_keras.negatives.CONVENTIONS (default unigram). "
     "Default: full, in_batch:{none,standard,corrected}, plus "
     "in_batch:{standard,corrected}:expected_count when the library offers it.",
   )

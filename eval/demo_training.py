@@ -25,11 +25,17 @@ class Trainer:
   """All rows x seeds in one graph; ``train(num_steps)`` advances every model."""
 
   def __init__(self, cfg: DemoConfig, streams):
-    import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    from tfrs_logq import frequency, losses, negatives  # pylint: disable=g-import-not-at-top
+    from tfrs_logq.tf_keras import (  # pylint: disable=g-import-not-at-top
+      frequency,
+      full_softmax,
+      losses,
+      negatives,
+    )
 
     self._tf, self._losses, self._negatives = tf, losses, negatives
+    self._full_softmax = full_softmax
     self.cfg = cfg
     self.step = 0
     self._data = []
@@ -95,7 +101,7 @@ class Trainer:
     ids = data["items"][step]
     query = self._queries(user_var, data, data["users"][step])
     if sampler is None:  # full softmax over the whole catalog
-      return tf.reduce_mean(self._losses.full_softmax_loss(query, ids, item_var).loss)
+      return tf.reduce_mean(self._full_softmax.full_softmax_loss(query, ids, item_var).loss)
     seed = tf.stack([tf.constant(self.cfg.seeds[s], tf.int64), tf.cast(step, tf.int64)])
     scored = sampler.score(query, ids, tf.gather(item_var, ids), seed=seed, item_table=item_var)
     out = self._losses.sampled_softmax_loss(**scored.loss_kwargs(), correction=row.correction)

@@ -16,10 +16,10 @@ every test interaction), q_u = query_encoder(last max_len items of H_u, left-pad
 items are ranked by s(u, d) = <q_u, c_d>, the rated items H_u (the full input history; the
 target too when it occurs there, unless --filter_rated=except_target) are removed, and
 Recall@k = 1[r_u < k], NDCG@k = 1[r_u < k] / log2(r_u + 2) are averaged over queries for k in
---ks (tfrs_logq.metrics).
+--ks (tfrs_logq.tf_keras.top_k).
 
 Reported (JSON ``eval_results.json`` + markdown ``eval_summary.md`` + PNG in --output_dir):
-* metrics from the exact top-k (`tfrs_logq.metrics.exact_top_k`, the reference) and from the
+* metrics from the exact top-k (`tfrs_logq.tf_keras.top_k.exact_top_k`, the reference) and from the
   ScaNN index (filtering by over-fetching k + |H_u|, see eval/index.py);
 * agreement: mean |ScaNN top-k ∩ exact top-k| / k, on the filtered lists and on the raw
   (unfiltered) top-max(ks);
@@ -57,12 +57,12 @@ from absl import flags  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-import tfrs_logq  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tfrs_logq.tf_keras  # noqa: E402,F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf  # noqa: E402
 
 from eval import index as index_lib  # noqa: E402
 from eval.config import EvalConfig  # noqa: E402
-from tfrs_logq import metrics  # noqa: E402
+from tfrs_logq.tf_keras import top_k as top_k_lib  # noqa: E402
 from train import config_flags  # noqa: E402
 from train import data as data_lib  # noqa: E402
 from train import export as export_lib  # noqa: E402
@@ -235,7 +235,7 @@ def evaluate(encode, items: np.ndarray, meta: Dict, eval_set: Dict, cfg: EvalCon
   queries = encode_all(encode, data_lib.left_pad(histories, max_len), cfg.batch_size)
   encode_seconds = time.perf_counter() - t0
 
-  exact_ids, _ = metrics.exact_top_k(queries, items, kmax, rated=histories, targets=keep)
+  exact_ids, _ = top_k_lib.exact_top_k(queries, items, kmax, rated=histories, targets=keep)
   scann = index_lib.ScannIndex(items, kmax, cfg.index)
   scann_ids, _ = scann.search_filtered(queries, histories, kmax, targets=keep)
 
@@ -249,18 +249,18 @@ def evaluate(encode, items: np.ndarray, meta: Dict, eval_set: Dict, cfg: EvalCon
     "index_build_seconds": scann.build_seconds,
     "encode_seconds": encode_seconds,
     "metrics": {
-      "exact": metrics.retrieval_metrics(exact_ids, targets, ks),
-      "scann": metrics.retrieval_metrics(scann_ids, targets, ks),
+      "exact": top_k_lib.retrieval_metrics(exact_ids, targets, ks),
+      "scann": top_k_lib.retrieval_metrics(scann_ids, targets, ks),
     },
     "agreement": {f"filtered@{k}": index_lib.agreement_at_k(scann_ids, exact_ids, k) for k in ks},
   }
 
   # Raw top-kmax throughput of both searches (no filtering), after one warm-up call.
   warm = queries[: min(8, len(queries))]
-  metrics.exact_top_k(warm, items, kmax)
+  top_k_lib.exact_top_k(warm, items, kmax)
   scann.search(warm, kmax)
   (raw_exact, _), t_exact = index_lib.timed(
-    metrics.exact_top_k, queries, items, kmax, repeats=cfg.timing_repeats
+    top_k_lib.exact_top_k, queries, items, kmax, repeats=cfg.timing_repeats
   )
   (raw_scann, _), t_scann = index_lib.timed(scann.search, queries, kmax, repeats=cfg.timing_repeats)
   tp_exact = index_lib.throughput(len(queries), t_exact)
@@ -274,7 +274,7 @@ def evaluate(encode, items: np.ndarray, meta: Dict, eval_set: Dict, cfg: EvalCon
   }
 
   num_bins = cfg.num_bins
-  bins = metrics.popularity_deciles(eval_set["item_counts"], num_bins)
+  bins = top_k_lib.popularity_deciles(eval_set["item_counts"], num_bins)
   target_bins = bins[targets]
   pop = {
     "num_bins": num_bins,
@@ -282,8 +282,8 @@ def evaluate(encode, items: np.ndarray, meta: Dict, eval_set: Dict, cfg: EvalCon
     "bin b holds sorted positions [b N / B, (b + 1) N / B); bin 0 = most popular",
   }
   for k in ks:
-    means, counts = metrics.mean_by_group(
-      metrics.recall_at_k(exact_ids, targets, k), target_bins, num_bins
+    means, counts = top_k_lib.mean_by_group(
+      top_k_lib.recall_at_k(exact_ids, targets, k), target_bins, num_bins
     )
     pop[f"recall@{k}"] = means.tolist()
     pop["num_targets"] = counts.tolist()

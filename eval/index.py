@@ -1,5 +1,5 @@
 """Top-k retrieval over item embeddings through a ScaNN index (the exact top-k it is checked
-against is `tfrs_logq.metrics.exact_top_k`).
+against is `tfrs_logq.tf_keras.top_k.exact_top_k`).
 
 Scores are dot products s(u, d) = <q_u, c_d> (the temperature does not change the ranking).
 Item embeddings come as the exported matrix [num_items + 1, d] whose row 0 is padding: the
@@ -15,8 +15,8 @@ ScaNN configuration (``IndexConfig``):
 
 Rated-item filtering with an approximate index: the searcher cannot exclude items per
 query, so ``ScannIndex.search_filtered`` over-fetches K = k + |unique(H_u)| candidates
-(the most H_u can remove), drops H_u with ``metrics.filter_rated`` (the target too, unless
-``targets`` are given: see `tfrs_logq.metrics`) and keeps the top k. Queries are sorted by
+(the most H_u can remove), drops H_u with ``top_k_lib.filter_rated`` (the target too, unless
+``targets`` are given: see `tfrs_logq.tf_keras.top_k`) and keeps the top k. Queries are sorted by
 |unique(H_u)| and searched in batches so each batch over-fetches only k + (its longest
 history), capped at the catalog size. The exact top-k instead masks H_u in the score matrix
 before ``tf.math.top_k``.
@@ -28,10 +28,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
-from tfrs_logq import metrics
+from tfrs_logq.tf_keras import top_k as top_k_lib
 from train.config_flags import setting
 
 BACKENDS = ("pybind", "tf")
@@ -114,7 +114,7 @@ def scann_builder(
     ``ScannSearcher`` (backend "pybind") or the TF-ops searcher (backend "tf", serializable
     into a SavedModel with ``serialize_to_module``).
   """
-  emb = metrics.as_item_table(item_embeddings)
+  emb = top_k_lib.as_item_table(item_embeddings)
   db = emb[1:]
   cfg = config.resolve(db.shape[0], num_neighbors)
   if backend == "pybind":
@@ -155,7 +155,7 @@ class ScannIndex:
     config: Optional[IndexConfig] = None,
     backend: str = "pybind",
   ):
-    emb = metrics.as_item_table(item_embeddings)
+    emb = top_k_lib.as_item_table(item_embeddings)
     self.num_items = emb.shape[0] - 1
     self.dim = emb.shape[1]
     self.num_neighbors = num_neighbors
@@ -173,7 +173,7 @@ class ScannIndex:
     ``leaves_to_search`` / ``reorder_k`` override the built configuration for this call
     (tree mode only), which lets a benchmark sweep them without rebuilding.
     """
-    q = metrics.as_queries(queries, self.dim)
+    q = top_k_lib.as_queries(queries, self.dim)
     if int(k) != k or not 1 <= k <= self.num_items:
       raise ValueError(f"k must be in [1, {self.num_items}], got {k}")
     pre, leaves = None, None
@@ -202,7 +202,7 @@ class ScannIndex:
     # The pybind searcher pads missing results with index 0 and a NaN score, the TF ops
     # with index -1: both become empty slots (id -1, score float32 min).
     found = (idx >= 0) & np.isfinite(dist)
-    ids = np.where(found, idx + 1, metrics.EMPTY_SLOT)
+    ids = np.where(found, idx + 1, top_k_lib.EMPTY_SLOT)
     dist = np.where(found, dist, np.finfo(np.float32).min).astype(np.float32)
     return ids, dist
 
@@ -220,7 +220,7 @@ class ScannIndex:
     Returns:
       (ids int64 [Q, k], scores float32 [Q, k]); -1 for slots left empty.
     """
-    q = metrics.as_queries(queries, self.dim)
+    q = top_k_lib.as_queries(queries, self.dim)
     rows = [np.unique(np.asarray(h, np.int64)) for h in history]
     rows = [r[r > 0] for r in rows]
     if len(rows) != q.shape[0]:
@@ -229,13 +229,13 @@ class ScannIndex:
       targets = np.asarray(targets, np.int64)
     lengths = np.array([r.size for r in rows])
     order = np.argsort(lengths, kind="stable")
-    ids = np.full((q.shape[0], k), metrics.EMPTY_SLOT, np.int64)
+    ids = np.full((q.shape[0], k), top_k_lib.EMPTY_SLOT, np.int64)
     scores = np.full((q.shape[0], k), np.finfo(np.float32).min, np.float32)
     for start in range(0, len(order), batch_size):
       sel = order[start : start + batch_size]
       fetch = int(min(self.num_items, k + lengths[sel].max()))
       got_ids, got_scores = self.search(q[sel], fetch)
-      f_ids, f_scores = metrics.filter_rated(
+      f_ids, f_scores = top_k_lib.filter_rated(
         got_ids,
         got_scores,
         [rows[i] for i in sel],

@@ -12,9 +12,10 @@ log Q(d) = log(#d / N) from an ``ExactCounts`` table of the training counts (the
 "unigram" convention, for both blocks). Keras 3 backends train with ``model.fit`` and a
 ``compute_loss`` override (the keras-rs pattern) and retrieve with keras-rs's
 ``BruteForceRetrieval``; ``--backend tf_keras`` trains the same model with
-``tfrs_logq.tasks.Retrieval`` (tf-keras) and retrieves by exact top-k. Metrics: the project's
-definitions (``tfrs_logq.metrics``): the user's training items are filtered out of the ranking,
-then Recall@k and NDCG@k of the held-out item. The last line is a one-line JSON summary.
+``tfrs_logq.tf_keras.Retrieval`` (tf-keras) and retrieves by exact top-k. Metrics: the
+project's definitions (``tfrs_logq.core.ranking``): the user's training items are filtered out of
+the ranking, then Recall@k and NDCG@k of the held-out item. The last line is a one-line JSON
+summary.
 """
 
 import argparse
@@ -83,14 +84,14 @@ def load_movielens(path: pathlib.Path):
 
 
 def evaluate(user_vectors, item_vectors, test_items, histories, ks, retrieve):
-  """Recall@k / NDCG@k (tfrs_logq.metrics) after filtering each user's training items."""
-  from tfrs_logq import metrics  # pylint: disable=g-import-not-at-top
+  """Recall@k / NDCG@k (tfrs_logq.core.ranking) after filtering each user's training items."""
+  from tfrs_logq.core import ranking  # pylint: disable=g-import-not-at-top
 
   fetch = max(ks) + max(len(h) for h in histories)
   ids, scores = retrieve(user_vectors, item_vectors, fetch)
-  ids, _ = metrics.filter_rated(ids, scores, histories, max(ks), targets=test_items)
+  ids, _ = ranking.filter_rated(ids, scores, histories, max(ks), targets=test_items)
   return {
-    name: round(value, 4) for name, value in metrics.retrieval_metrics(ids, test_items, ks).items()
+    name: round(value, 4) for name, value in ranking.retrieval_metrics(ids, test_items, ks).items()
   }
 
 
@@ -162,14 +163,14 @@ def run_keras3(args, data, counts):
 
 def run_tf_keras(args, data, counts):
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfrs_logq import tasks  # pylint: disable=g-import-not-at-top
+  from tfrs_logq.tf_keras import retrieval  # pylint: disable=g-import-not-at-top
 
   train_u, train_i, test_u, test_i, histories, num_users, num_items = data
   tf.keras.utils.set_random_seed(args.seed)
   users = tf.keras.layers.Embedding(num_users + 1, args.embedding_dim)
   items = tf.keras.layers.Embedding(num_items + 1, args.embedding_dim)
   log_q_table = tf.constant(np.log(np.maximum(counts, 1) / counts.sum()), tf.float32)
-  task = tasks.Retrieval(
+  task = retrieval.Retrieval(
     correction=args.correction,
     temperature=args.temperature,
     loss=tf.keras.losses.CategoricalCrossentropy(
@@ -220,12 +221,9 @@ def run_tf_keras(args, data, counts):
 def main(argv=None):
   args = parse_args(argv)
   if args.backend == "tf_keras":
-    import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
   else:
     os.environ["KERAS_BACKEND"] = args.backend
-    # The metric definitions live in the tf-keras package; import them before Keras so that the
-    # TensorFlow backend can share the process with them (see tfrs_logq/_keras_env.py).
-    from tfrs_logq import metrics  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
   data = load_movielens(args.data)
   counts = np.bincount(data[1], minlength=data[6] + 1)
   runner = run_tf_keras if args.backend == "tf_keras" else run_keras3

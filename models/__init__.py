@@ -3,7 +3,8 @@ dropout and execution paths in `models.sasrec_ops`) and a TFRS two-tower model.
 
 Both implement the interface of `models.queries` (``training_queries`` -> `TrainingQueries`,
 ``query_embeddings``, ``serving_queries``, ``item_embeddings``, ``all_item_embeddings``,
-``build_all``); the losses live in `tfrs_logq.losses`. The Keras 3 twins are in `models.keras3`.
+``build_all``); the losses live in `tfrs_logq.tf_keras.losses`. The Keras 3 twins are in
+`models.keras3`.
 
 The tf-keras models load on first use (``from models import SASRec`` works as before), so that
 ``import models.keras3`` does not load TensorFlow or tf-keras.

@@ -17,7 +17,7 @@ A training batch holds A queries: SASRec's non-padding target positions of a ``{
 
 from typing import NamedTuple
 
-import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
 __all__ = ["TrainingQueries"]

@@ -24,10 +24,10 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
-from tfrs_logq import _static_shapes
+from tfrs_logq.tf_keras import _static_shapes
 
 from models import sasrec_ops as ops
 from models.queries import TrainingQueries

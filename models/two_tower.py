@@ -1,4 +1,4 @@
-"""TFRS-style two-tower retrieval model usable with `tfrs_logq.tasks.Retrieval`.
+"""TFRS-style two-tower retrieval model usable with `tfrs_logq.tf_keras.Retrieval`.
 
 Query tower (history and/or user id):
     h(u)  = sum_{j: hist_j != 0} E_hist[hist_j] / max(1, #{j: hist_j != 0})    mean-pooled history
@@ -10,8 +10,9 @@ Scores s(u, i) = <q(u), c(i)> / temperature. Item id 0 is padding; user id 0 is 
 bucket (what the exported history-only query encoder uses).
 
 ``compute_loss`` follows TFRS (``tfrs.Model``): it calls the task with the batch's query and
-candidate embeddings, so ``model.fit`` works with ``tfrs_logq.tasks.Retrieval(correction=...)``
-and in-batch negatives (log Q of each candidate from an optional frequency estimator).
+candidate embeddings, so ``model.fit`` works with
+``tfrs_logq.tf_keras.Retrieval(correction=...)`` and in-batch negatives (log Q of each
+candidate from an optional frequency estimator).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
-import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
 
@@ -147,7 +148,7 @@ class TwoTower(tfrs.Model):
     num_items: catalog size (ids 1..num_items, 0 padding).
     num_users: number of user ids (1..num_users; 0 = unknown) for the user embedding.
     embedding_dim: d.
-    task: a `tfrs_logq.tasks.Retrieval` (or `tfrs.tasks.Retrieval`); needed for
+    task: a `tfrs_logq.tf_keras.Retrieval` (or `tfrs.tasks.Retrieval`); needed for
       ``compute_loss`` / ``fit`` only.
     frequency_estimator: optional object with ``log_q(ids)``; ``compute_loss`` passes the
       candidates' log Q to the task (``candidate_log_sampling_probability``) and, when
@@ -264,7 +265,7 @@ class TwoTower(tfrs.Model):
   # -- tfrs.Model -------------------------------------------------------------------------------
   def compute_loss(self, features, training=False):
     if self.task is None:
-      raise ValueError("TwoTower.compute_loss needs a task (e.g. tfrs_logq.tasks.Retrieval)")
+      raise ValueError("TwoTower.compute_loss needs a task (e.g. tfrs_logq.tf_keras.Retrieval)")
     item_ids = tf.cast(features["item_id"], tf.int64)
     query = self.query_embeddings(features, training=training)
     candidates = self.item_embeddings(item_ids)

@@ -17,7 +17,7 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import tfrs_logq  # noqa: E402,F401  (sets TF_USE_LEGACY_KERAS before TF loads)
+import tfrs_logq.tf_keras  # noqa: E402,F401  (legacy Keras before TensorFlow loads)
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 

@@ -1,41 +1,58 @@
-"""tfrs_logq: corrected logQ sampled softmax for TensorFlow Recommenders.
+"""tfrs_logq: corrected logQ sampled softmax for TensorFlow Recommenders and Keras 3.
 
-Importing this package sets ``TF_USE_LEGACY_KERAS=1`` when TensorFlow is not imported yet
-(TFRS needs Keras 2) and raises a clear ImportError when ``tf.keras`` is already Keras 3.
-``import tfrs_logq.keras3`` (the Keras 3 path, any backend) and ``import tfrs_logq.core`` (the
-framework-free formulas) skip that check; it then runs before the first tf-keras submodule is
-imported, if any.
+Three packages, side by side; importing ``tfrs_logq`` itself does nothing but name them:
+
+* ``tfrs_logq.core``: the formulas, framework-free (numpy, TensorFlow or keras.ops through one
+  ``Ops`` protocol).
+* ``tfrs_logq.tf_keras``: the tf-keras (Keras 2) front for TensorFlow Recommenders; importing it
+  selects legacy Keras (``TF_USE_LEGACY_KERAS=1``) before TensorFlow loads.
+* ``tfrs_logq.keras3``: the Keras 3 front (JAX, TensorFlow, PyTorch), the same file and class
+  names.
+
+The names of the first releases, where the package root was the tf-keras front
+(``tfrs_logq.tasks.Retrieval``, ``from tfrs_logq import frequency, losses, negatives, tasks``),
+still resolve, lazily and with a DeprecationWarning, to their place in ``tfrs_logq.tf_keras``.
 """
 
-from tfrs_logq import _keras_env
+import importlib
+import warnings
+from typing import Any
 
-if _keras_env.importing_without_tf_keras():
-  _keras_env.install_legacy_keras_guard()
-else:
-  _keras_env.ensure_legacy_keras()
+__version__ = "0.2.0"
 
-__version__ = "0.1.0"
+_FRONTS = ("core", "keras3", "tf_keras")
+# Deprecated name at the root -> its module in tfrs_logq.tf_keras.
+_MOVED_MODULES = {
+  "accidental_hits": "accidental_hits",
+  "frequency": "frequency",
+  "lazy_adam": "lazy_adam",
+  "log_q": "log_q",
+  "logq_correction": "logq_correction",
+  "losses": "losses",
+  "metrics": "top_k",
+  "negatives": "negatives",
+  "sharded": "sharded",
+  "tasks": "retrieval",
+}
+_MOVED_NAMES = {
+  "Retrieval": "retrieval",
+  "SampledSoftmaxLoss": "losses",
+  "sampled_softmax_loss": "losses",
+}
 
-_SUBMODULES = (
-  "log_q",
-  "losses",
-  "accidental_hits",
-  "logq_correction",
-  "tasks",
-  "metrics",
-  "frequency",
-  "negatives",
-)
-_EXPORTS = {"SampledSoftmaxLoss": "losses", "sampled_softmax_loss": "losses", "Retrieval": "tasks"}
 
-
-def __getattr__(name):
-  """Loads submodules on first use: `import tfrs_logq; tfrs_logq.tasks.Retrieval(...)` works,
-  and a bare `import tfrs_logq` stays light (it does not pull in TFRS or ScaNN's ops)."""
-  import importlib  # pylint: disable=g-import-not-at-top
-
-  if name in _SUBMODULES:
+def __getattr__(name: str) -> Any:
+  """The fronts on first use; the former names with a DeprecationWarning."""
+  if name in _FRONTS:
     return importlib.import_module(f"tfrs_logq.{name}")
-  if name in _EXPORTS:
-    return getattr(importlib.import_module(f"tfrs_logq.{_EXPORTS[name]}"), name)
+  if name in _MOVED_MODULES or name in _MOVED_NAMES:
+    new = _MOVED_MODULES.get(name) or _MOVED_NAMES[name]
+    where = f"tfrs_logq.tf_keras.{new}" if name in _MOVED_MODULES else f"tfrs_logq.tf_keras.{name}"
+    warnings.warn(
+      f"tfrs_logq.{name} has moved to {where}; the old name will be removed",
+      DeprecationWarning,
+      stacklevel=2,
+    )
+    module = importlib.import_module(f"tfrs_logq.tf_keras.{new}")
+    return module if name in _MOVED_MODULES else getattr(module, name)
   raise AttributeError(f"module 'tfrs_logq' has no attribute {name!r}")

@@ -12,7 +12,7 @@ metrics JSON and the export metadata all take or record this one object:
     RunConfig.from_dict(json.load(f)["run_config"])     # back from an export's metadata
 
 Defaults of the frequency-estimator settings are read from the library's constructors
-(`tfrs_logq.frequency`), so the binary follows the library's choices.
+(`tfrs_logq.tf_keras.frequency`), so the binary follows the library's choices.
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ class RunConfig:
   table_optimizer: str = setting(
     "adam",
     "Optimizer: adam (tf-keras's Adam: every row of the item / user tables decays at "
-    "every step, O(|I| d) per step) or lazy_adam (tfrs_logq.lazy_adam.LazyAdam: sparse table "
+    "every step, O(|I| d) per step) or lazy_adam (tfrs_logq.tf_keras.LazyAdam: sparse table "
     "gradients update only their rows, with per-row bias correction; dense weights get Adam's "
     "update; a step's cost does not grow with the catalog).",
     choices=TABLE_OPTIMIZERS,

@@ -26,7 +26,7 @@ import json
 import os
 import re
 
-import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
 from train.choices import PS_MIN_SHARD_BYTES, STRATEGIES  # noqa: F401  (defined there)

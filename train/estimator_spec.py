@@ -1,6 +1,6 @@
 """The frequency estimator a run asks for: --frequency and its settings → (class name, arguments).
 
-One mapping for both binaries: `python -m train` builds it from `tfrs_logq.frequency`,
+One mapping for both binaries: `python -m train` builds it from `tfrs_logq.tf_keras.frequency`,
 `python -m train.keras3` from `tfrs_logq.keras3.frequency` (same class names and arguments).
 """
 

@@ -32,10 +32,10 @@ import os
 
 import numpy as np
 
-import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
-from tfrs_logq import sharded
+from tfrs_logq.tf_keras import sharded
 
 from train import data as data_lib
 

@@ -1,8 +1,8 @@
 """One replica's share of the training loss, composed of library objects.
 
     q, p, seq = model.training_queries(batch)        models.TrainingQueries: [A, d], [A], [A]
-    scored    = sampler.score(q, p, c_p, seq)         tfrs_logq.negatives (built from the config)
-    L_a       = loss(scored) | full_softmax(q, p)     tfrs_logq.losses
+    scored    = sampler.score(q, p, c_p, seq)         tfrs_logq.tf_keras.negatives (from the config)
+    L_a       = loss(scored) | full_softmax(q, p)     tfrs_logq.tf_keras.losses
     loss_r    = (1 / A) sum_{a on replica r} L_a,     A = sum_r A_r (the global batch)
 
 so that the gradients summed over replicas equal the gradient of the global-batch mean. Samplers:
@@ -20,13 +20,15 @@ has a value-dependent shape. The loss, its gradient and the estimator state equa
 path's (tests/train/test_compiled_step.py).
 """
 
-import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
-from tfrs_logq import _static_shapes
-from tfrs_logq import losses
-from tfrs_logq import negatives as neg_lib
-from tfrs_logq import sharded
+from tfrs_logq.tf_keras import _static_shapes
+from tfrs_logq.tf_keras import losses
+from tfrs_logq.tf_keras import full_softmax
+from tfrs_logq.tf_keras import gbce
+from tfrs_logq.tf_keras import negatives as neg_lib
+from tfrs_logq.tf_keras import sharded
 
 from train.choices import NEGATIVES  # noqa: F401  (defined there)
 
@@ -95,8 +97,8 @@ class Objective:
       jit_compile, frequency).
     model: a query model (`models.queries` interface).
     num_items: catalog size (ids 1..num_items, 0 = padding).
-    estimator: a `tfrs_logq.frequency` estimator (in_batch / mixed negatives).
-    midx: a `tfrs_logq.negatives.MIDXSampler` (``negatives="midx"``).
+    estimator: a `tfrs_logq.tf_keras.frequency` estimator (in_batch / mixed negatives).
+    midx: a `tfrs_logq.tf_keras.negatives.MIDXSampler` (``negatives="midx"``).
     static_shapes: the static-shape step (module docstring); None (default) = only while
       compiled by XLA.
   """
@@ -106,18 +108,18 @@ class Objective:
     self.static_shapes = None if static_shapes is None else bool(static_shapes)
     self.sampler = build_sampler(config, model, num_items, estimator, midx, self.static_shapes)
     if config.loss == "full_softmax":
-      self.loss = losses.FullSoftmaxLoss(config.temperature, id_offset=1)
+      self.loss = full_softmax.FullSoftmaxLoss(config.temperature, id_offset=1)
     elif config.loss == "sampled_softmax":
       self.loss = losses.SampledSoftmaxLoss(
         config.logq, config.q_prime, ratio_floor=config.ratio_floor
       )
     else:
       beta = (
-        losses.gbce_beta(config.num_negatives, num_items, config.gbce_t)
+        gbce.gbce_beta(config.num_negatives, num_items, config.gbce_t)
         if config.loss == "gbce"
         else 1.0
       )
-      self.loss = losses.GBCELoss(beta)
+      self.loss = gbce.GBCELoss(beta)
 
   def __call__(self, batch, step, training=True):
     """Returns dict(loss: scaled replica loss, loss_sum, weight_sum, count) for one step."""

@@ -13,7 +13,7 @@ of the loss stops training at the step whose gradient broke the weights.
 ``tf.function(fn, jit_compile=True)``: the whole replica step (the encoder, the in-batch dedup and
 subsample, the uniform draws, scoring, the loss, its gradient, the optimizer update and the
 frequency estimator's update) is one XLA computation. Traced under XLA, the objective and the
-library take their static-shape paths (`tfrs_logq._static_shapes`): no `tf.unique`, no
+library take their static-shape paths (`tfrs_logq.tf_keras._static_shapes`): no `tf.unique`, no
 one-argument `tf.where`, no `boolean_mask`; padding is masked instead of removed, so every shape is
 a function of the batch shape (what TPUs require). The result equals the uncompiled step
 (tests/train/test_compiled_step.py).
@@ -33,7 +33,7 @@ raises a ValueError there; run the same static-shape step uncompiled
 (``Objective(..., static_shapes=True)``), which is what the tests compare.
 """
 
-import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
 __all__ = ["replica_step", "make_replica_step", "check_jit_supported"]

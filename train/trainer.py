@@ -63,11 +63,11 @@ import logging
 import os
 import time
 
-import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
-from tfrs_logq import frequency
-from tfrs_logq.lazy_adam import LazyAdam
+from tfrs_logq.tf_keras import frequency
+from tfrs_logq.tf_keras.lazy_adam import LazyAdam
 
 from models.sasrec import SASRec
 from models.two_tower import TwoTower
@@ -236,7 +236,7 @@ class Trainer:
       self.estimator = build_estimator(cfg, self.data)
       self.midx = None
       if cfg.loss == "sampled_softmax" and cfg.negatives == "midx":
-        from tfrs_logq.negatives.midx import MIDXSampler  # pylint: disable=g-import-not-at-top
+        from tfrs_logq.tf_keras.negatives.midx import MIDXSampler  # pylint: disable=g-import-not-at-top
 
         self.midx = MIDXSampler(
           cfg.midx_codewords,

@@ -11,7 +11,7 @@ rank of t_u:
 
 The queries are computed by one compiled program over fixed-shape batches (`pad_batches`: the
 last one completed), and the top-k is the on-device search `tfrs_logq.core.top_k` (ties: lower
-id first), chunked over queries and items: `tfrs_logq.metrics.exact_top_k` here, the same
+id first), chunked over queries and items: `tfrs_logq.tf_keras.top_k.exact_top_k` here, the same
 function `python -m eval.evaluate` reports as its exact search; `python -m train.keras3` passes
 its Keras 3 twin `tfrs_logq.keras3.top_k.exact_top_k` (same checks, ids and ties), so this module
 imports TensorFlow only where a tf-keras model is evaluated (`evaluate`, `query_embeddings`).
@@ -77,7 +77,7 @@ def query_embeddings(model, inputs: np.ndarray, user_ids=None, batch_size: int =
   """float32 [Q, d]: ``model.serving_queries`` of left-padded histories int [Q, max_len] (and
   the queries' user ids, which a two-tower model with a user-id embedding uses), one compiled
   program (tf.function) over batches of one shape (`pad_batches`)."""
-  import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   fn = _compiled_encoder(model)
@@ -125,12 +125,12 @@ def evaluate_queries(
   """The metrics of `evaluate` from the split's query embeddings float [Q, d] and the item
   table float [num_items + 1, d] (row 0 padding), whatever framework computed them (the Keras 3
   binary, `train.keras3`, calls this with its own model's arrays). ``exact_top_k``: the search,
-  `tfrs_logq.metrics.exact_top_k` (TensorFlow) when None, or one with its signature
+  `tfrs_logq.tf_keras.top_k.exact_top_k` (TensorFlow) when None, or one with its signature
   (`tfrs_logq.core.ranking.exact_top_k_np`)."""
   if exact_top_k is None:
-    from tfrs_logq import metrics as metrics_lib  # pylint: disable=g-import-not-at-top
+    from tfrs_logq.tf_keras import top_k as top_k_lib  # pylint: disable=g-import-not-at-top
 
-    exact_top_k = metrics_lib.exact_top_k
+    exact_top_k = top_k_lib.exact_top_k
   check_split(split, filter_rated)
   table = np.asarray(table, np.float32)
   k_max = max(ks)

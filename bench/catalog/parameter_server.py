@@ -144,7 +144,7 @@ def ps_point(spec: dict) -> dict:
   os.environ["TF_CONFIG"] = json.dumps(
     {"cluster": spec["cluster"], "task": {"type": "chief", "index": 0}}
   )
-  import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   from bench import catalog_size  # pylint: disable=g-import-not-at-top
   from bench.common import memory  # pylint: disable=g-import-not-at-top

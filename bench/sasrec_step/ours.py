@@ -71,7 +71,7 @@ def remove_scoring_and_loss(trainer) -> None:
   are drawn or scored, no log Q is read); the encoder, its gradient, the embedding lookups, the
   padding mask and Adam are the real step's."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfrs_logq import losses  # pylint: disable=g-import-not-at-top
+  from tfrs_logq.tf_keras import losses  # pylint: disable=g-import-not-at-top
 
   objective = trainer.objective
 
@@ -91,7 +91,7 @@ def compile_separately(trainer, part: str) -> None:
   zero-padded to a multiple of `_PAD_ROWS` (padding rows have positive id 0: masked by the
   objective's static-shape path, and sliced off)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfrs_logq import losses  # pylint: disable=g-import-not-at-top
+  from tfrs_logq.tf_keras import losses  # pylint: disable=g-import-not-at-top
 
   objective = trainer.objective
 

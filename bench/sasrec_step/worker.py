@@ -80,7 +80,7 @@ def serve(spec: dict) -> None:
 
     cfg = SideConfig(**spec["config"])
     backend = keras3_side.select_backend(cfg, threads)  # before keras is imported
-    import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     tf.config.threading.set_intra_op_parallelism_threads(threads)
@@ -93,7 +93,7 @@ def serve(spec: dict) -> None:
     run, peak, info, trainer, make_profiler = keras3_side.setup(spec, cfg, inputs, targets)
     info = dict(info, threads=threads)
   else:
-    import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
     tf.config.threading.set_intra_op_parallelism_threads(threads)

@@ -168,7 +168,7 @@ def _lse(v):
 
 
 def _oracle_loss(row, s, ids, log_q, batch):
-  """Mean loss over the batch from the formulas (module docstring of tfrs_logq.losses)."""
+  """Mean loss over the batch from the formulas (module docstring of tfrs_logq.tf_keras.losses)."""
   distinct = sorted(set(ids.tolist()))
   if row.convention == "expected_count":  # log pi(d) - log U, pi = 1 - (1 - Q)^B
     log_q = np.log1p(-np.exp(batch * np.log1p(-np.exp(log_q)))) - math.log(len(distinct))
@@ -191,7 +191,7 @@ def _oracle_loss(row, s, ids, log_q, batch):
 
 
 def test_each_rows_loss_is_its_formula_on_the_first_batch():
-  from tfrs_logq import negatives  # pylint: disable=g-import-not-at-top
+  from tfrs_logq.tf_keras import negatives  # pylint: disable=g-import-not-at-top
 
   rows = [
     demo.parse_row(r) for r in ("full", "in_batch:none", "in_batch:standard", "in_batch:corrected")

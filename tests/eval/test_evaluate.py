@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-import tfrs_logq  # noqa: F401
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
 from eval import evaluate

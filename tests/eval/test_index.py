@@ -1,13 +1,14 @@
-"""ScaNN index: exactness against tfrs_logq.metrics.exact_top_k, agreement, over-fetch filtering
+"""ScaNN index: exactness against tfrs_logq.tf_keras.top_k.exact_top_k, agreement, over-fetch
+filtering
 (both rated-item protocols), config."""
 
 import numpy as np
 import pytest
 
-import tfrs_logq  # noqa: F401
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 
 from eval import index as index_lib
-from tfrs_logq import metrics
+from tfrs_logq.tf_keras import top_k as top_k_lib
 
 
 def _catalog(num_items, dim, seed, clusters=None):
@@ -36,18 +37,18 @@ def test_brute_force_mode_is_exact(backend):
   idx = index_lib.ScannIndex(items, 20, index_lib.IndexConfig(), backend=backend)
   assert idx.config.mode == "brute_force"  # auto: 2,000 <= 20,000 items
   ids, scores = idx.search(q, 20)
-  ex_ids, ex_scores = metrics.exact_top_k(q, items, 20)
+  ex_ids, ex_scores = top_k_lib.exact_top_k(q, items, 20)
   np.testing.assert_array_equal(ids, ex_ids)
   np.testing.assert_allclose(scores, ex_scores, rtol=1e-5, atol=1e-4)
   # Over-fetch + filter == exact masking (histories up to 30 items, k = 20).
   hist = _histories(50, 2000, 5)
   targets = np.array([h[-1] if h.size else 1 for h in hist])
   f_ids, _ = idx.search_filtered(q, hist, 20, targets=targets, batch_size=16)
-  e_ids, _ = metrics.exact_top_k(q, items, 20, rated=hist, targets=targets)
+  e_ids, _ = top_k_lib.exact_top_k(q, items, 20, rated=hist, targets=targets)
   np.testing.assert_array_equal(f_ids, e_ids)
   # The paper's protocol (the target is filtered like any rated item) agrees as well.
   f_ids, _ = idx.search_filtered(q, hist, 20, batch_size=16)
-  e_ids, _ = metrics.exact_top_k(q, items, 20, rated=hist)
+  e_ids, _ = top_k_lib.exact_top_k(q, items, 20, rated=hist)
   np.testing.assert_array_equal(f_ids, e_ids)
   assert not any(set(row) & set(h.tolist()) for row, h in zip(f_ids, hist))
 
@@ -61,7 +62,7 @@ def test_tree_mode_agrees_with_exact_on_clustered_catalog():
   idx = index_lib.ScannIndex(items, 10, cfg)
   assert idx.config.mode == "tree_ah" and idx.config.training_sample_size == 6000
   ids, _ = idx.search(q, 10)
-  ex, _ = metrics.exact_top_k(q, items, 10)
+  ex, _ = top_k_lib.exact_top_k(q, items, 10)
   assert index_lib.agreement_at_k(ids, ex, 10) >= 0.97
   # Probing a single leaf loses neighbours: the agreement must drop (the check can fail).
   few, _ = idx.search(q, 10, leaves_to_search=1, reorder_k=10)
@@ -93,7 +94,7 @@ def test_config_resolution_and_errors():
   with pytest.raises(ValueError, match="NaN"):
     bad = items.copy()
     bad[3, 1] = np.nan
-    metrics.exact_top_k(np.ones((1, 4), np.float32), bad, 3)
+    top_k_lib.exact_top_k(np.ones((1, 4), np.float32), bad, 3)
   idx = index_lib.ScannIndex(items, 5)
   with pytest.raises(ValueError, match="empty batch"):
     idx.search(np.zeros((0, 4), np.float32), 5)
@@ -102,4 +103,4 @@ def test_config_resolution_and_errors():
   with pytest.raises(ValueError, match="k must be"):
     idx.search(np.zeros((2, 4), np.float32), 51)
   with pytest.raises(ValueError, match="outside"):
-    metrics.exact_top_k(np.ones((1, 4), np.float32), items, 3, rated=[np.array([51])])
+    top_k_lib.exact_top_k(np.ones((1, 4), np.float32), items, 3, rated=[np.array([51])])

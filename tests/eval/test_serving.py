@@ -8,17 +8,17 @@ import sys
 import numpy as np
 import pytest
 
-import tfrs_logq  # noqa: F401
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
 from eval import index as index_lib
 from eval import serving
-from tfrs_logq import metrics
+from tfrs_logq.tf_keras import top_k as top_k_lib
 
 _LOAD_AND_SERVE = r"""
 import json
 import numpy as np
-import tfrs_logq
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 from eval import serving
 model = serving.load_serving_model({path!r}, import_scann={import_scann})
 out = model.signatures["serving_default"](history=__import__("tensorflow").constant(
@@ -78,7 +78,7 @@ def test_fresh_process_serves_same_ids_as_in_process_index(served):
   q = qe.serve(tf.constant(hist[:, -6:]))["embedding"].numpy()  # the encoder's last 6 columns
   np.testing.assert_allclose(scores, np.take_along_axis(q @ items.T, ids, 1), rtol=1e-4, atol=1e-4)
   # Tree search over 6 of 12 leaves with reordering: most of the exact filtered top-10.
-  ex, _ = metrics.exact_top_k(q, items, 10, rated=list(hist))
+  ex, _ = top_k_lib.exact_top_k(q, items, 10, rated=list(hist))
   assert index_lib.agreement_at_k(ids, ex, 10) >= 0.5
 
 
@@ -112,7 +112,7 @@ def test_brute_force_serving_is_exact(tiny_export, tmp_path, filter_history):
   ids = model.recommend(tf.constant(hist))["item_ids"].numpy()
   q = qe.serve(tf.constant(hist))["embedding"].numpy()
   history = list(hist) if filter_history else None
-  ex, _ = metrics.exact_top_k(q, items, 5, rated=history)  # brute-force mode: exact
+  ex, _ = top_k_lib.exact_top_k(q, items, 5, rated=history)  # brute-force mode: exact
   np.testing.assert_array_equal(ids, ex)
 
 

@@ -4,7 +4,7 @@ tests/models/test_sasrec.py)."""
 
 import numpy as np
 
-import tfrs_logq  # noqa: F401
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
 from models.sasrec_ops import block_bounds, stateless_dropout, token_index

@@ -6,7 +6,7 @@ tests/models/keras3/test_sasrec.py, whose worker sets the weights through `subla
 import numpy as np
 import pytest
 
-import tfrs_logq  # noqa: F401  (tf-keras before TensorFlow)
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 
 from models import sasrec_weights
 from models.sasrec import SASRec

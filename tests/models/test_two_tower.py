@@ -1,13 +1,13 @@
-"""Two-tower model: tower formulas against numpy; trains with tfrs_logq.tasks.Retrieval."""
+"""Two-tower model: tower formulas against numpy; trains with tfrs_logq.tf_keras.Retrieval."""
 
 import numpy as np
 
-import tfrs_logq  # noqa: F401
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
 from models.two_tower import TwoTower
-from tfrs_logq import frequency
-from tfrs_logq.tasks import Retrieval
+from tfrs_logq.tf_keras import frequency
+from tfrs_logq.tf_keras.retrieval import Retrieval
 
 
 def test_query_tower_is_mean_of_non_padding_history():

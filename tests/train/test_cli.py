@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from absl import flags
 
-import tfrs_logq  # noqa: F401
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
 from train import cli
@@ -45,7 +45,7 @@ NOISE = re.compile(
 # A gradient that is NaN from the third step on (global step 2), with a finite loss.
 NAN_GRADIENT = """
 import runpy
-import tfrs_logq
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 from train import objective
 

@@ -11,11 +11,11 @@ import types
 import numpy as np
 import pytest
 
-import tfrs_logq  # noqa: F401
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
 from models.sasrec import SASRec
-from tfrs_logq import frequency
+from tfrs_logq.tf_keras import frequency
 from train import objective as objective_lib
 from train import step as step_lib
 

@@ -13,12 +13,12 @@ import numpy as np
 import pytest
 from absl import flags
 
-import tfrs_logq  # noqa: F401
-from tfrs_logq import frequency
-from tfrs_logq import losses
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras import frequency
+from tfrs_logq.tf_keras import losses
 
-from tfrs_logq.negatives.in_batch import CONVENTIONS
-from tfrs_logq.negatives.uniform import UNIFORM_PER
+from tfrs_logq.tf_keras.negatives.in_batch import CONVENTIONS
+from tfrs_logq.tf_keras.negatives.uniform import UNIFORM_PER
 
 from models.sasrec import BLOCK_STYLES
 from train import objective

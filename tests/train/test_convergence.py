@@ -5,7 +5,7 @@ the --table_optimizer choice reaching the trainer."""
 import numpy as np
 import pytest
 
-import tfrs_logq  # noqa: F401
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
 from train import data as data_lib
@@ -62,7 +62,7 @@ def test_best_checkpoint_is_evaluated_and_the_test_curve_changes_nothing(tiny, t
 
 
 def test_table_optimizer_lazy_adam_reaches_the_trainer(tiny, tmp_path):
-  from tfrs_logq.lazy_adam import LazyAdam  # pylint: disable=g-import-not-at-top
+  from tfrs_logq.tf_keras.lazy_adam import LazyAdam  # pylint: disable=g-import-not-at-top
 
   cfg = RunConfig.create(
     model="two_tower",

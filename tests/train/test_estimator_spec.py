@@ -5,8 +5,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-import tfrs_logq  # noqa: F401
-from tfrs_logq import frequency
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras import frequency
 from train import estimator_spec
 from train.config import RunConfig
 

@@ -7,12 +7,12 @@ import types
 import numpy as np
 import pytest
 
-import tfrs_logq  # noqa: F401
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
 from models.sasrec import SASRec
-from tfrs_logq import frequency
-from tfrs_logq import negatives as neg_lib
+from tfrs_logq.tf_keras import frequency
+from tfrs_logq.tf_keras import negatives as neg_lib
 from train import objective
 
 N_ITEMS, K, L, B = 40, 16, 10, 5

@@ -16,10 +16,10 @@ import re
 import numpy as np
 import pytest
 
-import tfrs_logq  # noqa: F401
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
-from tfrs_logq import sharded
+from tfrs_logq.tf_keras import sharded
 from train import data as data_lib
 from train import distribute
 from train.config import RunConfig

@@ -11,7 +11,7 @@ import time
 
 import numpy as np
 
-import tfrs_logq  # noqa: F401
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -4,8 +4,8 @@
 import numpy as np
 import pytest
 
-import tfrs_logq  # noqa: F401
-from tfrs_logq import frequency
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras import frequency
 
 from train import data as data_lib
 from train.config import RunConfig

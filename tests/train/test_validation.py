@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-import tfrs_logq  # noqa: F401
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
 from models.sasrec import SASRec

@@ -1,10 +1,10 @@
 r"""The core of tfrs_logq: every formula of the library, written once, for any array backend.
 
-Both fronts call it: the tf-keras front (``tfrs_logq.losses``, ``log_q``, ``accidental_hits``,
-``tasks``, ``frequency``, ``negatives``) with ``core.ops.tf_ops()``, the Keras 3 front
-(``tfrs_logq.keras3``) with ``keras.ops``. A front keeps only what is specific to its framework:
-layers, variables and state, serialisation, distribution, dtype plumbing and value checks on
-tensors. Nothing here imports TensorFlow or Keras (``tf_ops`` imports TensorFlow when called).
+Both fronts call it: the tf-keras front (``tfrs_logq.tf_keras.losses``, ``log_q``,
+``accidental_hits``, ``tasks``, ``frequency``, ``negatives``) with ``core.ops.tf_ops()``, the Keras
+3 front (``tfrs_logq.keras3``) with ``keras.ops``. A front keeps only what is specific to its
+framework: layers, variables and state, serialisation, distribution, dtype plumbing and value checks
+on tensors. Nothing here imports TensorFlow or Keras (``tf_ops`` imports TensorFlow when called).
 
 Notation (one meaning everywhere): a row is a query u with positive p; s_p = s(u, p) is the
 positive score, s_i = s(u, d_i) the scores of its negatives d_1..d_N (already divided by the

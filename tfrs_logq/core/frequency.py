@@ -7,8 +7,8 @@ Exact counts (#d the count of item d, N = sum_d #d, m = ``min_count``, D the cat
                     log max(1 - 1/|D|, MIN_ONE_MINUS_Q)        (N = 0)
 
 Hash array (Yi et al. 2019, Algorithms 2 and 3, extended to c hits per step and a per-draw
-output; derivation in ``tfrs_logq.frequency.hash_array``). Per bucket: A = step of the last hit
-(0: never), B = moving estimate of steps per hit, k = hits since the first sighting (capped at
+output; derivation in ``tfrs_logq.tf_keras.frequency.hash_array``). Per bucket: A = step of the last
+hit (0: never), B = moving estimate of steps per hit, k = hits since the first sighting (capped at
 J = floor(1/alpha)); a bucket hit c times in step t, g = t - A steps after its last hit::
 
     k       = K (warmup);  J if K > 0 else 0 (no warm-up: the fixed-alpha EMA)

@@ -17,9 +17,10 @@ metrics are averaged over queries:
 Item ids are integers >= 1; id 0 is padding and is never recommended. Ranked lists are
 int arrays [Q, K] of item ids, best first; -1 marks an empty slot (it never matches).
 
-numpy only, no framework: the tf-keras front (`tfrs_logq.metrics`) re-exports these and adds
-its TensorFlow top-k; `exact_top_k_np` is the same exact search as `tfrs_logq.metrics.exact_top_k`
-(same checks, same ties: lower id first) for the Keras 3 binary, which runs without TensorFlow.
+numpy only, no framework: the tf-keras front (`tfrs_logq.tf_keras.top_k`) re-exports these and adds
+its TensorFlow top-k; `exact_top_k_np` is the same exact search as
+`tfrs_logq.tf_keras.top_k.exact_top_k` (same checks, same ties: lower id first) for the Keras 3
+binary, which runs without TensorFlow.
 """
 
 from typing import Dict, List, Optional, Sequence, Tuple, Union
@@ -335,7 +336,7 @@ def check_top_k_args(
   chunk_size: Optional[int] = None,
   max_chunk_scores: int = 1 << 25,
 ) -> Tuple[np.ndarray, np.ndarray, Optional[List[np.ndarray]], Optional[np.ndarray], int]:
-  """The argument checks of an exact top-k (`exact_top_k_np`, `tfrs_logq.metrics.exact_top_k`):
+  """The argument checks of an exact top-k (`exact_top_k_np`, `tf_keras.top_k.exact_top_k`):
   returns (item table float32 [N + 1, d], queries float32 [Q, d], rated rows or None, targets
   int64 [Q] or None, chunk_size)."""
   emb = as_item_table(item_embeddings)
@@ -369,7 +370,7 @@ def exact_top_k_np(
   chunk_size: Optional[int] = None,
   max_chunk_scores: int = 1 << 25,
 ) -> Tuple[np.ndarray, np.ndarray]:
-  """`tfrs_logq.metrics.exact_top_k` in numpy: the k best items 1..N by s(u, d) = <q_u, c_d>,
+  """`tfrs_logq.tf_keras.top_k.exact_top_k` in numpy: the k best items 1..N by s(u, d) = <q_u, c_d>,
   the rated items (all but t_u with ``targets``) and padding removed, ties lower id first;
   (ids int64 [Q, k], scores float32 [Q, k]), -1 and float32 min for slots left empty. Same
   arguments and checks."""

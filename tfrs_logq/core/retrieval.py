@@ -1,5 +1,5 @@
-r"""The retrieval task's selection and reduction (``tfrs_logq.tasks.Retrieval`` and its Keras 3
-twin ``tfrs_logq.keras3.retrieval.Retrieval``).
+r"""The retrieval task's selection and reduction (``tfrs_logq.tf_keras.Retrieval`` and its
+Keras 3 twin ``tfrs_logq.keras3.retrieval.Retrieval``).
 
     hardest k:   keep[a, i] = valid[a, i] and l_i >= (k-th largest valid l of row a)
                  (l = s - log Q, or s under ``none``; ties with the k-th value are all kept;

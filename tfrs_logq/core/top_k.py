@@ -20,7 +20,7 @@ id -1 (``ranking.EMPTY_SLOT``) and score LOW = float32 min, as in the numpy sear
 Host side (numpy, no framework): `layout` checks the arguments (``ranking.check_top_k_args``)
 and lays them out in static shapes: queries padded to a whole number of query chunks, the rated
 rows as int32 [Q, H], the table padded to a whole number of item chunks. A front compiles
-`filtered_top_k` once per (B, V, H, k) and calls it per query chunk (`tfrs_logq.metrics`,
+`filtered_top_k` once per (B, V, H, k) and calls it per query chunk (`tfrs_logq.tf_keras.top_k`,
 `tfrs_logq.keras3.top_k`).
 """
 

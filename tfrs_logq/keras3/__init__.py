@@ -1,9 +1,10 @@
 """tfrs_logq.keras3: the corrected logQ for Keras 3 (keras-rs users; JAX, TensorFlow, PyTorch).
 
 Only ``keras`` and ``keras.ops``; the formulas come from ``tfrs_logq.core``, shared with the
-tf-keras path (``tfrs_logq.losses`` & co.) and tested against it on every backend.
+tf-keras front (``tfrs_logq.tf_keras``, the same file and class names) and tested against it on
+every backend.
 
-    import tfrs_logq.keras3 as tlk      # not `from tfrs_logq import keras3` (see below)
+    import tfrs_logq.keras3 as tlk
 
 * ``SamplingProbabilityCorrection``: keras-rs's layer of that name (same arguments), without
   the 1e-6 clip, taking Q or log Q, computing in float32.
@@ -15,16 +16,16 @@ tf-keras path (``tfrs_logq.losses`` & co.) and tested against it on every backen
 * ``Retrieval``: the TFRS-style task (scores, masks, corrections, reduction) for
   ``compute_loss`` / ``train_step`` / ``add_loss``.
 * ``LazyAdam``: Adam whose embedding tables move only in the rows of the step, each row with
-  its own update count in the bias correction (the tf-keras ``tfrs_logq.LazyAdam``'s rule).
+  its own update count in the bias correction (the tf-keras ``tfrs_logq.tf_keras.LazyAdam``'s rule).
 * ``frequency.ExactCounts``, ``frequency.HashArrayEstimator``, ``frequency.CountMinSketch``:
   stateful estimators of Q.
 * ``negatives``: in-batch, uniform (per batch / sequence / query), mixed (unigram / mixture /
   expected_count; the k_b subsample), cross-replica under ``keras.distribution`` (JAX),
   ``MIDXSampler`` (the MIDX adaptive proposal); ``score_negatives``.
 
-``import tfrs_logq.keras3`` does not run the tf-keras environment switch of ``import
-tfrs_logq`` (it sets ``TF_USE_LEGACY_KERAS`` and rejects a Keras-3 ``tf.keras``), so it works in
-a process that uses only Keras 3, with any backend, also after ``import tensorflow``.
+``import tfrs_logq.keras3`` does not run the tf-keras front's switch (``import
+tfrs_logq.tf_keras`` sets ``TF_USE_LEGACY_KERAS`` and rejects a Keras-3 ``tf.keras``), so it works
+in a process that uses only Keras 3, with any backend, also after ``import tensorflow``.
 """
 
 from tfrs_logq.keras3 import frequency

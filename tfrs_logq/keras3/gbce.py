@@ -1,6 +1,7 @@
 r"""BCE and gBCE (gSASRec, Petrov & Macdonald, RecSys 2023) over a row's valid negatives, Keras 3.
 
-Notation of ``tfrs_logq.losses``: s_p the positive score, s_i the scores of the row's negatives,
+Notation of ``tfrs_logq.tf_keras.losses``: s_p the positive score, s_i the scores of the row's
+negatives,
 ``valid[i]`` whether negative i takes part, sigma the logistic sigmoid::
 
     BCE:   L = -log sigma(s_p) - sum_{i valid} log(1 - sigma(s_i))
@@ -14,11 +15,11 @@ calibration t in [0, 1] (t = 0: BCE; t = 1: beta = alpha; gSASRec uses t = 0.75,
 row's loss is the sum over its logits (gSASRec averages over the 1 + k logits: a constant
 factor).
 
-The Keras 3 twin of ``tfrs_logq.losses.gbce_loss`` / ``bce_loss`` / ``gbce_beta`` / ``GBCELoss``
-(same arguments, checks and results), from the same source, ``tfrs_logq.core.bce``, evaluated
-with ``keras.ops`` in float32. Masked negatives never reach softplus (no NaN from them); huge
-scores stay finite (softplus is linear in the tail); s_p = -inf or a valid negative at +inf gives
-+inf.
+The Keras 3 twin of ``tfrs_logq.tf_keras.gbce.gbce_loss`` / ``bce_loss`` / ``gbce_beta`` /
+``GBCELoss`` (same arguments, checks and results), from the same source, ``tfrs_logq.core.bce``,
+evaluated with ``keras.ops`` in float32. Masked negatives never reach softplus (no NaN from them);
+huge scores stay finite (softplus is linear in the tail); s_p = -inf or a valid negative at +inf
+gives +inf.
 """
 
 import keras

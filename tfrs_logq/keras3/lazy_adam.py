@@ -1,7 +1,7 @@
 r"""`LazyAdam` for Keras 3 (JAX, TensorFlow, PyTorch): Adam whose embedding tables move only in
 the rows of the step, each row with its own update count in the bias correction.
 
-The semantics of the tf-keras `tfrs_logq.lazy_adam.LazyAdam`, the formula written once in
+The semantics of the tf-keras `tfrs_logq.tf_keras.lazy_adam.LazyAdam`, the formula written once in
 `tfrs_logq.core.lazy_adam.update_rows`: for every row r of a table in the step (g_r its gradient,
 k_r the updates the row has received, this one included)
 

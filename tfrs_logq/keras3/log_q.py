@@ -1,6 +1,6 @@
 """Log sampling probabilities on the Keras 3 path (``keras.ops``): checks, conversion and Q'.
 
-Same conventions as ``tfrs_logq.log_q`` (formulas in ``tfrs_logq.core.log_q``): Q(d) is the
+Same conventions as ``tfrs_logq.tf_keras.log_q`` (formulas in ``tfrs_logq.core.log_q``): Q(d) is the
 per-draw probability of one negative slot, everything passes **log Q**, nothing is clipped, and
 
     log Q'(d) = log Q(d) - log(1 - Q(p)) = log Q(d) - log1mexp(log Q(p)).

@@ -1,6 +1,6 @@
 r"""Per-example sampled-softmax losses with none / standard / corrected logQ, Keras 3.
 
-The same four formulas as ``tfrs_logq.losses`` (the tf-keras path), from the same source,
+The same four formulas as ``tfrs_logq.tf_keras.losses`` (the tf-keras path), from the same source,
 ``tfrs_logq.core.sampled_softmax``, evaluated with ``keras.ops`` (JAX, TensorFlow, PyTorch):
 
     none                  L = -(s_p - log(e^{s_p} + sum_i e^{s_i}))
@@ -28,6 +28,7 @@ from tfrs_logq.keras3 import log_q as log_q_lib
 __all__ = [
   "CORRECTIONS",
   "Q_PRIME_MODES",
+  "LOSSES",
   "LossOutput",
   "sampled_softmax_loss",
   "masked_logsumexp",
@@ -36,6 +37,7 @@ __all__ = [
 
 CORRECTIONS = core_checks.CORRECTIONS
 Q_PRIME_MODES = core_checks.Q_PRIME_MODES
+LOSSES = core_checks.LOSSES
 
 
 class LossOutput(NamedTuple):
@@ -105,7 +107,7 @@ def sampled_softmax_loss(
 ) -> LossOutput:
   """Per-example sampled-softmax loss with the chosen logQ correction (module docstring).
 
-  Arguments, shapes and results are those of ``tfrs_logq.losses.sampled_softmax_loss``:
+  Arguments, shapes and results are those of ``tfrs_logq.tf_keras.losses.sampled_softmax_loss``:
   positive_scores [A], negative_scores [A, N], negative_log_q [N] or [A, N] (per-draw log Q),
   positive_log_q [A], valid_mask bool [A, N] (mask accidental hits with
   ``tfrs_logq.keras3.accidental_hits.accidental_hit_mask``), q_prime ``exact`` | ``proxy``.
@@ -155,7 +157,7 @@ class SampledSoftmaxLoss(keras.layers.Layer):
 
   ``call(positive_scores, negative_scores, negative_log_q=None, positive_log_q=None,
   valid_mask=None)`` returns a :class:`LossOutput`. The dtype policy is fixed to float32 so a
-  mixed_float16 / mixed_bfloat16 model is safe. Arguments of ``tfrs_logq.losses
+  mixed_float16 / mixed_bfloat16 model is safe. Arguments of ``tfrs_logq.tf_keras.losses
   .SampledSoftmaxLoss`` (``check_scores``: ValueError on non-finite concrete scores).
   """
 

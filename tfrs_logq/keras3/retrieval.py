@@ -1,6 +1,7 @@
 """Retrieval: the TFRS-style retrieval task with a choice of logQ correction, Keras 3.
 
-The Keras 3 twin of ``tfrs_logq.tasks.Retrieval`` (same arguments and semantics, minus TFRS's
+The Keras 3 twin of ``tfrs_logq.tf_keras.Retrieval`` (same arguments and semantics, minus
+TFRS's
 metric objects; evaluate with ``keras_rs.layers.BruteForceRetrieval``)::
 
     task = tfrs_logq.keras3.Retrieval(correction="corrected")

@@ -3,7 +3,7 @@
 `tfrs_logq.core.top_k`'s search (the formula, the chunking over items, the ties) compiled on the
 backend (`tfrs_logq.keras3.compiled`) and called per query chunk; the same arguments, checks and
 results as ``tfrs_logq.core.ranking.exact_top_k_np`` (the numpy search, the tests' oracle) and
-the tf-keras ``tfrs_logq.metrics.exact_top_k``.
+the tf-keras ``tfrs_logq.tf_keras.top_k.exact_top_k``.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def exact_top_k(
 ) -> Tuple[np.ndarray, np.ndarray]:
   """(ids int64 [Q, k], scores float32 [Q, k]): the k best items 1..N by <q_u, c_d>, rated
   items (all but t_u with ``targets``) and padding removed, ties lower id first, -1 for empty
-  slots. Arguments as ``tfrs_logq.metrics.exact_top_k`` (``item_chunk``: items per chunk)."""
+  slots. Arguments as ``tfrs_logq.tf_keras.top_k.exact_top_k`` (``item_chunk``: items per chunk)."""
   lay = top_k_lib.layout(
     queries, item_embeddings, k, rated, targets, chunk_size, item_chunk, max_chunk_scores
   )

@@ -82,7 +82,7 @@ def permutation(n: int, seed: int, stream_epoch: int, rng: str) -> np.ndarray:
   if check_shuffle_rng(rng) == "numpy":
     return np.random.default_rng([int(seed), 2 * int(stream_epoch)]).permutation(n)
   try:
-    import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
   except ImportError as e:
     raise ImportError(

@@ -46,7 +46,7 @@ def left_pad(histories: Sequence, max_len: Optional[int] = None) -> np.ndarray:
 def fit_length(history, max_len: int):
   """int64 tf.Tensor [B, max_len] from a left-padded int [B, L] batch of any width L (see module
   doc)."""
-  import tfrs_logq  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   history = tf.convert_to_tensor(history)

@@ -26,7 +26,7 @@ from typing import Optional
 
 import numpy as np
 
-import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
 from train.data.batches import check_positive as _check_positive
@@ -86,10 +86,9 @@ def sasrec_train_dataset(
   Yields dicts:
     "inputs":  int64 [B, max_len], left-padded with 0;
     "targets": int64 [B, max_len], the next item at each position, 0 where padding.
-  Negatives are not drawn here: the library's samplers (`tfrs_logq.negatives`) draw them in the
-  training step.
-  `drop_remainder` defaults to `repeat` (static batch shapes for an endless stream; with
-  repeat=False the last partial batch is kept). B = batch_size is the global batch.
+  Negatives are not drawn here: the library's samplers (`tfrs_logq.tf_keras.negatives`) draw them in
+  the training step. `drop_remainder` defaults to `repeat` (static batch shapes for an endless
+  stream; with repeat=False the last partial batch is kept). B = batch_size is the global batch.
   """
   _check_positive(batch_size=batch_size, max_len=max_len)
   flat_np, starts_np, ends_np = sasrec_sequences(data)

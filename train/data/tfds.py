@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-import tfrs_logq  # noqa: F401  (sets TF_USE_LEGACY_KERAS before TensorFlow loads)
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 from train.data.splits import build_sequence_data
 from train.data.records import SequenceData
 

@@ -49,9 +49,9 @@ import time
 
 import numpy as np
 
-# The application's data and metrics (numpy; `import tfrs_logq` sets TF_USE_LEGACY_KERAS) before
-# keras: on the tensorflow backend, keras imported first would make tf.keras Keras 3, which
-# `import tfrs_logq` rejects. Nothing here imports TensorFlow unless shuffle_rng="tensorflow".
+# The application's data and metrics (numpy; `train` sets TF_USE_LEGACY_KERAS) before keras: on
+# the tensorflow backend, keras imported first would make tf.keras Keras 3, which the tf-keras
+# front rejects. Nothing here imports TensorFlow unless shuffle_rng="tensorflow".
 from train import data as data_lib
 from train import validation
 from train import epochs

@@ -195,8 +195,7 @@ def test_resolve_log_q_dispatches_to_the_path_converters():
 
 def test_core_package_imports_neither_tensorflow_nor_keras():
   """In a fresh process, every module of ``tfrs_logq.core`` (and its argument checks) loads and
-  runs without pulling in an array framework (``import tfrs_logq.core`` skips the tf-keras
-  set-up of ``import tfrs_logq``)."""
+  runs without pulling in an array framework (no module of the core imports one)."""
   core_dir = pathlib.Path(core_checks.__file__).resolve().parent
   modules = sorted(p.stem for p in core_dir.glob("*.py") if p.stem != "__init__")
   assert {"checks", "ops", "sampled_softmax", "log_q", "frequency"} <= set(modules), modules

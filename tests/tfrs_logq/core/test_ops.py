@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-import tfrs_logq  # noqa: F401
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 
 from tfrs_logq.core import ops as core_ops
 

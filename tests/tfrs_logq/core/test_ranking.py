@@ -1,7 +1,7 @@
 """tfrs_logq.core.ranking.exact_top_k_np (numpy, no TensorFlow): the k best items by <q, c_d>
 with rated items (all but the target with ``targets``) and padding removed, ties lower id first,
 against a per-query oracle written from that description and against the TensorFlow
-`tfrs_logq.metrics.exact_top_k`; the same argument errors."""
+`tfrs_logq.tf_keras.top_k.exact_top_k`; the same argument errors."""
 
 import numpy as np
 import pytest
@@ -58,12 +58,12 @@ def test_ties_lower_id_first_and_empty_slots():
 
 
 def test_same_as_the_tensorflow_search():
-  from tfrs_logq import metrics  # pylint: disable=g-import-not-at-top
+  from tfrs_logq.tf_keras import top_k as top_k_lib  # pylint: disable=g-import-not-at-top
 
   q, emb, rated, targets = _problem(seed=3, num_q=40, num_items=60, dim=8)
   for t in (None, targets):
     a = ranking.exact_top_k_np(q, emb, 10, rated=rated, targets=t, chunk_size=16)
-    b = metrics.exact_top_k(q, emb, 10, rated=rated, targets=t, chunk_size=16)
+    b = top_k_lib.exact_top_k(q, emb, 10, rated=rated, targets=t, chunk_size=16)
     np.testing.assert_array_equal(a[0], b[0])
     np.testing.assert_allclose(a[1], b[1], rtol=1e-5)
 

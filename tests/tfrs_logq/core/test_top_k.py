@@ -16,8 +16,8 @@ _SPEC = importlib.util.spec_from_file_location("top_k_cases", HERE / "top_k_case
 top_k_cases = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(top_k_cases)
 
-import tfrs_logq  # noqa: E402,F401
-from tfrs_logq import metrics  # noqa: E402
+import tfrs_logq.tf_keras  # noqa: E402,F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras import top_k as tf_top_k  # noqa: E402
 from tfrs_logq.core import ranking  # noqa: E402
 from tfrs_logq.core import top_k as top_k_lib  # noqa: E402
 
@@ -65,7 +65,7 @@ def _assert_same(ids, scores, expected_ids, expected_scores, name):
 
 
 def test_tf_keras_front_equals_numpy(oracle):
-  got = top_k_cases.run_cases(metrics.exact_top_k)
+  got = top_k_cases.run_cases(tf_top_k.exact_top_k)
   for name, (ids, scores) in oracle.items():
     _assert_same(*got[name], ids, scores, name)
 
@@ -104,8 +104,8 @@ def test_layout_pads_to_static_shapes():
 def test_bad_arguments_are_refused():
   q, t = np.ones((2, 3), np.float32), np.ones((9, 3), np.float32)
   with pytest.raises(ValueError, match="must be >= k"):
-    metrics.exact_top_k(q, t, 5, item_chunk=4)
+    tf_top_k.exact_top_k(q, t, 5, item_chunk=4)
   with pytest.raises(ValueError, match="k must be in"):
-    metrics.exact_top_k(q, t, 9)
+    tf_top_k.exact_top_k(q, t, 9)
   with pytest.raises(ValueError, match="NaN or inf"):
-    metrics.exact_top_k(np.full((2, 3), np.nan, np.float32), t, 3)
+    tf_top_k.exact_top_k(np.full((2, 3), np.nan, np.float32), t, 3)

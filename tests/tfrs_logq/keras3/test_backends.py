@@ -20,17 +20,17 @@ HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 import numpy_reference as ref  # noqa: E402
 
-import tfrs_logq  # noqa: E402,F401
+import tfrs_logq.tf_keras  # noqa: E402,F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf  # noqa: E402
 from tfrs_logq.core import checks as core_checks  # noqa: E402
 from tfrs_logq.core import log_q as core_log_q  # noqa: E402
 from tfrs_logq.core import ops as core_ops  # noqa: E402
 from tfrs_logq.core import sampled_softmax as core_sampled_softmax  # noqa: E402
-from tfrs_logq import accidental_hits as tf_hits  # noqa: E402
-from tfrs_logq import frequency as tf_frequency  # noqa: E402
-from tfrs_logq import logq_correction as tf_correction  # noqa: E402
-from tfrs_logq import losses as tf_losses  # noqa: E402
-from tfrs_logq import tasks as tf_tasks  # noqa: E402
+from tfrs_logq.tf_keras import accidental_hits as tf_hits  # noqa: E402
+from tfrs_logq.tf_keras import frequency as tf_frequency  # noqa: E402
+from tfrs_logq.tf_keras import logq_correction as tf_correction  # noqa: E402
+from tfrs_logq.tf_keras import losses as tf_losses  # noqa: E402
+from tfrs_logq.tf_keras import retrieval as tf_tasks  # noqa: E402
 
 # PyTorch is in the test extra (setup.py): a missing torch fails these tests, never skips them.
 BACKENDS = ["tensorflow", "jax", "torch"]
@@ -62,7 +62,7 @@ def _loss_case(seed, a=7, num_items=12, n=13, per_row_q=False):
 
 
 def _extreme_case():
-  """Huge finite scores, +-inf scores and -inf negatives (the edge cases of tfrs_logq.losses)."""
+  """Huge finite scores, +-inf scores and -inf negatives (tf_keras.losses's edge cases)."""
   c = _loss_case(9, a=6, n=5)
   c["valid"][:] = True
   c["s_p"][:] = [1e30, np.inf, -np.inf, 0.5, 3e4, 0.0]
@@ -388,7 +388,7 @@ def test_retrieval_equals_tf_keras_task(res, index):
 def test_sampling_probability_correction_is_logits_minus_log_q_unclipped(res):
   logits, q = CASES["layers/logits"], CASES["layers/q"]
   want = logits - np.log(q)[None, :]
-  tf_layer = tf_correction.LogQCorrection()
+  tf_layer = tf_correction.SamplingProbabilityCorrection()
   for key in ("spc/prob", "spc/log", "spc/rows"):
     np.testing.assert_allclose(res[key], want, rtol=1e-6, atol=1e-6, err_msg=key)
   np.testing.assert_allclose(res["spc/prob"], tf_layer(logits, q).numpy(), rtol=1e-6)
@@ -568,7 +568,7 @@ def test_mixed_negatives_equal_the_tf_keras_pool_and_conventions(res):
   lq_uni = np.log(np.maximum(counts, 1) / counts.sum())
   k_u, size, n_b = int(CASES["neg/k_u"]), table.shape[0] - 1, first.sum()
   query = CASES["neg/query"]
-  from tfrs_logq.negatives import mixed as tf_mixed  # pylint: disable=g-import-not-at-top
+  from tfrs_logq.tf_keras.negatives import mixed as tf_mixed  # pylint: disable=g-import-not-at-top
 
   for convention in ("unigram", "mixture"):
     ids = res[f"neg/{convention}/ids"]
@@ -677,13 +677,13 @@ def _python(code, backend):
 
 def test_keras3_path_works_after_tensorflow_under_keras3_and_guards_the_tf_keras_path():
   """import tensorflow (tf.keras = Keras 3) + import tfrs_logq.keras3 works; a later import of
-  a tf-keras module still fails with the fix in the message, as `import tfrs_logq` would."""
+  a tf-keras module still fails with the fix in the message, as the tf-keras front does."""
   code = (
     "import tensorflow as tf, keras; assert tf.keras.Model.__module__.startswith('keras')\n"
     "import tfrs_logq.keras3 as tlk, numpy as np\n"
     "print(float(tlk.Retrieval()(np.eye(2, 3, dtype='float32'), np.eye(3, dtype='float32'), "
     "candidate_sampling_probability=np.full(3, 0.2, 'float32'), candidate_ids=[1, 2, 3])))\n"
-    "try:\n  import tfrs_logq.losses\nexcept ImportError as e:\n  print('ImportError', e)"
+    "try:\n  import tfrs_logq.tf_keras.losses\nexcept ImportError as e:\n  print('ImportError', e)"
   )
   out = _python(code, "tensorflow")
   assert out.returncode == 0, out.stderr[-3000:]
@@ -693,11 +693,11 @@ def test_keras3_path_works_after_tensorflow_under_keras3_and_guards_the_tf_keras
 
 def test_keras3_first_then_tf_keras_path_in_one_process():
   """JAX process: keras3 loads without TensorFlow; importing the tf-keras path afterwards sets
-  TF_USE_LEGACY_KERAS=1 before TensorFlow loads, as `import tfrs_logq` does."""
+  TF_USE_LEGACY_KERAS=1 before TensorFlow loads."""
   code = (
     "import os, sys, keras, tfrs_logq.keras3\n"
     "print('tensorflow' in sys.modules, os.environ.get('TF_USE_LEGACY_KERAS'))\n"
-    "import tfrs_logq.losses, tensorflow as tf\n"
+    "import tfrs_logq.tf_keras.losses, tensorflow as tf\n"
     "print(os.environ['TF_USE_LEGACY_KERAS'], tf.keras.Model.__module__.split('.')[0])"
   )
   out = _python(code, "jax")

@@ -29,11 +29,11 @@ def _load(name):
 
 fc = _load("features_cases")
 
-import tfrs_logq  # noqa: E402,F401
+import tfrs_logq.tf_keras  # noqa: E402,F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf  # noqa: E402
-from tfrs_logq import frequency as tf_frequency  # noqa: E402
-from tfrs_logq import losses as tf_losses  # noqa: E402
-from tfrs_logq import negatives as tf_negatives  # noqa: E402
+from tfrs_logq.tf_keras import frequency as tf_frequency  # noqa: E402
+from tfrs_logq.tf_keras import losses as tf_losses  # noqa: E402
+from tfrs_logq.tf_keras import negatives as tf_negatives  # noqa: E402
 
 BACKENDS = ["tensorflow", "jax", "torch"]
 _RUNS = {}

@@ -28,13 +28,13 @@ import pytest
 
 HERE = pathlib.Path(__file__).resolve().parent
 
-import tfrs_logq  # noqa: E402,F401
+import tfrs_logq.tf_keras  # noqa: E402,F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf  # noqa: E402
-from tfrs_logq import frequency as tf_frequency  # noqa: E402
-from tfrs_logq import losses as tf_losses  # noqa: E402
-from tfrs_logq import negatives as tf_negatives  # noqa: E402
-from tfrs_logq.negatives import in_batch as tf_in_batch  # noqa: E402
-from tfrs_logq.negatives.midx import MIDXSampler as TfMIDXSampler  # noqa: E402
+from tfrs_logq.tf_keras import frequency as tf_frequency  # noqa: E402
+from tfrs_logq.tf_keras import losses as tf_losses  # noqa: E402
+from tfrs_logq.tf_keras import negatives as tf_negatives  # noqa: E402
+from tfrs_logq.tf_keras.negatives import in_batch as tf_in_batch  # noqa: E402
+from tfrs_logq.tf_keras.negatives.midx import MIDXSampler as TfMIDXSampler  # noqa: E402
 
 
 def _load(name):

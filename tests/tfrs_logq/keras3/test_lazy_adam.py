@@ -26,9 +26,9 @@ def _load(name):
 
 cases = _load("lazy_adam_cases")
 
-import tfrs_logq  # noqa: E402,F401
+import tfrs_logq.tf_keras  # noqa: E402,F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf  # noqa: E402
-from tfrs_logq.lazy_adam import LazyAdam as TfKerasLazyAdam  # noqa: E402
+from tfrs_logq.tf_keras.lazy_adam import LazyAdam as TfKerasLazyAdam  # noqa: E402
 
 BACKENDS = ["tensorflow", "jax", "torch"]
 _RUNS = {}

@@ -17,7 +17,7 @@ import numpy as np
 
 def main(export_dir, out_path):
   # The application's config and data (tf-keras stack) first: on the tensorflow backend, keras
-  # imported first would make tf.keras Keras 3, which `import tfrs_logq` rejects.
+  # imported first would make tf.keras Keras 3, which `import tfrs_logq.tf_keras` rejects.
   from train.config import RunConfig  # pylint: disable=g-import-not-at-top
   from train import data as data_lib, validation  # pylint: disable=g-import-not-at-top
   import keras  # pylint: disable=g-import-not-at-top

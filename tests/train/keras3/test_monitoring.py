@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import pytest
 
-import tfrs_logq  # noqa: F401  (tf-keras before TensorFlow loads, as the suite's conftest)
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
 HERE = pathlib.Path(__file__).resolve().parent

@@ -26,10 +26,10 @@ import sys
 import numpy as np
 import pytest
 
-import tfrs_logq  # noqa: F401  (tf-keras before TensorFlow)
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
-from tfrs_logq import frequency
+from tfrs_logq.tf_keras import frequency
 from train import objective as tf_objective
 from train.config import RunConfig
 

@@ -13,7 +13,7 @@ import sys
 import numpy as np
 import pytest
 
-import tfrs_logq  # noqa: F401  (tf-keras before TensorFlow)
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf  # noqa: F401
 
 from models import sasrec_weights

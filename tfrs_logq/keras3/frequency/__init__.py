@@ -3,7 +3,7 @@
 ``ExactCounts`` (#d / N from a counts table), ``HashArrayEstimator`` (Yi et al. 2019 hash
 arrays, extended to several hits per step and per-draw output) and ``CountMinSketch``
 (min_j C[j, h_j(d)] / N, optional conservative update and decay), with the interface of
-``tfrs_logq.frequency`` (``update``, ``log_q``, ``log_one_minus_q``, ``log_q_prime``).
+``tfrs_logq.tf_keras.frequency`` (``update``, ``log_q``, ``log_one_minus_q``, ``log_q_prime``).
 """
 
 from tfrs_logq.keras3.frequency.base import FrequencyEstimator, MIN_ONE_MINUS_Q, log1m_exp

@@ -1,10 +1,10 @@
 """Common interface of the Keras 3 streaming estimators of Q(d), the per-draw probability.
 
-The Keras 3 twin of ``tfrs_logq.frequency.base``: every estimator is a ``keras.layers.Layer``
-whose state lives in non-trainable ``keras.Variable``s created in ``__init__`` and updated with
-backend-neutral ``keras.ops`` (``assign`` of a scattered copy), so it works inside a compiled
-JAX / TensorFlow train step (Keras threads the non-trainable state through ``jax.jit``) and on
-PyTorch, and is saved in ``.keras`` files and checkpoints.
+The Keras 3 twin of ``tfrs_logq.tf_keras.frequency.base``: every estimator is a
+``keras.layers.Layer`` whose state lives in non-trainable ``keras.Variable``s created in
+``__init__`` and updated with backend-neutral ``keras.ops`` (``assign`` of a scattered copy), so it
+works inside a compiled JAX / TensorFlow train step (Keras threads the non-trainable state through
+``jax.jit``) and on PyTorch, and is saved in ``.keras`` files and checkpoints.
 
 * ``update(ids)``: once per training step with the step's candidate ids (integer, any rank >= 1,
   flattened). An empty batch (static size 0) is a no-op.

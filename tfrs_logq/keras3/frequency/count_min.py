@@ -12,14 +12,14 @@ write; m = ``min_count``::
 
 Without decay, true <= est <= true + epsilon N with probability >= 1 - delta per id.
 
-The Keras 3 twin of ``tfrs_logq.frequency.CountMinSketch``: the same arguments, checks, update
-rule and reading (shape, checks and formulas from ``tfrs_logq.core.count_min``). Differences:
-the row hashes are the 32-bit ``keras3.frequency.hashing`` ones (not SplitMix64; int ids only),
-so two sketches agree cell for cell only where neither has collisions; the step counter is
-int32. A step's cells are grouped by a sort (``base.group_sorted``), not ``unique``, so the
-update has static shapes (jit-safe) and writes the same value to every copy of a cell. State
-(float32 table, int32 last writes with decay, float32 N, int32 step) lives in non-trainable
-variables. An empty batch (static size 0) is a no-op.
+The Keras 3 twin of ``tfrs_logq.tf_keras.frequency.CountMinSketch``: the same arguments, checks,
+update rule and reading (shape, checks and formulas from ``tfrs_logq.core.count_min``). Differences:
+the row hashes are the 32-bit ``keras3.frequency.hashing`` ones (not SplitMix64; int ids only), so
+two sketches agree cell for cell only where neither has collisions; the step counter is int32. A
+step's cells are grouped by a sort (``base.group_sorted``), not ``unique``, so the update has static
+shapes (jit-safe) and writes the same value to every copy of a cell. State (float32 table, int32
+last writes with decay, float32 N, int32 step) lives in non-trainable variables. An empty batch
+(static size 0) is a no-op.
 """
 
 from typing import Optional
@@ -41,7 +41,7 @@ sketch_shape = count_min_core.sketch_shape
 class CountMinSketch(base.FrequencyEstimator):
   """Count-min sketch: Q(d) = min_j C[j, h_j(d)] / N, optional conservative update and decay.
 
-  Args (those of ``tfrs_logq.frequency.CountMinSketch``):
+  Args (those of ``tfrs_logq.tf_keras.frequency.CountMinSketch``):
     epsilon: the additive error bound on Q (default 1e-4 when ``width`` is not given).
     delta: the failure probability per id (default 0.01 when ``depth`` is not given).
     width: cells per row instead of ceil(e / epsilon) (int or numpy integer).

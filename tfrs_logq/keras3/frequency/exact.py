@@ -3,7 +3,7 @@
     Q(d)  = #d / N,                 N = Σ_d #d
     Q'(d) = #d / (N − #p)  =  Q(d) / (1 − Q(p))
 
-The Keras 3 twin of ``tfrs_logq.frequency.ExactCounts``, same arguments and floors: an item
+The Keras 3 twin of ``tfrs_logq.tf_keras.frequency.ExactCounts``, same arguments and floors: an item
 with #d < ``min_count`` counts as ``min_count``; before anything is counted (N = 0) Q is uniform,
 1 / num_items; N − #p is floored at ``min_count``. State: ``counts`` int32 [num_items] and
 ``total`` int32 (JAX keeps 32-bit integers: up to 2**31 − 1 counted ids), updated by

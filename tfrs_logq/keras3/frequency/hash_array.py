@@ -1,6 +1,6 @@
 """Hash-array streaming frequency estimator (Yi et al. 2019, extended) on the Keras 3 path.
 
-The Keras 3 twin of ``tfrs_logq.frequency.HashArrayEstimator``: the same arguments, update
+The Keras 3 twin of ``tfrs_logq.tf_keras.frequency.HashArrayEstimator``: the same arguments, update
 rule and reading (see that module for the derivation). Per hash function h_i, A_i = step of the
 last hit, B_i = moving estimate of steps per hit, K_i = hits since the first sighting (capped at
 J = ⌊1/α⌋); a bucket hit c times in step t with gap g = t − A_i and k = K_i prior hits gets

@@ -1,5 +1,6 @@
 """Negative samplers for the Keras 3 path: in-batch, uniform (per batch / sequence / query),
-mixed, and scoring; the Keras 3 twin of ``tfrs_logq.negatives`` with static shapes (jit-safe).
+mixed, and scoring; the Keras 3 twin of ``tfrs_logq.tf_keras.negatives`` with static shapes
+(jit-safe).
 
 * ``base``: the ``Negatives`` record; dedup as a mask (``first_occurrence_mask``), the
   numbering of distinct sequences (``first_occurrence_segments``).

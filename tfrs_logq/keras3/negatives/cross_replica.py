@@ -8,7 +8,7 @@ the step for the **global** batch (GSPMD): the positives a step sees are all R r
 
 so the in-batch pool, its deduplication, the counts B, U, n_b of the log Q conventions and the
 estimators' updates are those of the global batch, as under ``tf.distribute`` on the tf-keras
-path (``tfrs_logq.negatives.cross_replica``), and the gradient of a pool row is summed over
+path (``tfrs_logq.tf_keras.negatives.cross_replica``), and the gradient of a pool row is summed over
 every query that scored it and lands on the replica that holds the row.
 
 ``all_gather_rows`` places the pool rows on every device (a replicated layout, the all-gather of

@@ -3,7 +3,7 @@ optionally subsampled to k_b distinct ids.
 
 The pool is the B positives of the (global, see ``cross_replica``) batch; all B rows are kept
 (static shapes) and ``Negatives.valid`` marks the first valid occurrence of each id, so the loss
-sees exactly the deduplicated pool of ``tfrs_logq.negatives.InBatchNegatives``. With
+sees exactly the deduplicated pool of ``tfrs_logq.tf_keras.negatives.InBatchNegatives``. With
 ``num_negatives = k_b`` (the tf-keras ``k_b`` option, same semantics) a uniformly random subset
 of n_b = min(U, k_b) of the U distinct ids is kept: row r gets the random key z[rank(r)]
 (``rank`` = its index among the valid rows, z iid uniform int32) and the k_b first occurrences

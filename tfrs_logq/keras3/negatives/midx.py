@@ -1,6 +1,7 @@
 r"""The MIDX adaptive sampler on the Keras 3 path: query-dependent proposal Q(i|z) (keras.ops).
 
-The Keras 3 twin of ``tfrs_logq.negatives.MIDXSampler`` (Chen et al., Theorem 2; formulas in
+The Keras 3 twin of ``tfrs_logq.tf_keras.negatives.MIDXSampler`` (Chen et al., Theorem 2; formulas
+in
 ``tfrs_logq.core.midx``, shared with it)::
 
     s^l_k(z)   = <z^l, c^l_k> / T                (pq: halves of z; rq: z^1 = z^2 = z)
@@ -55,7 +56,7 @@ class MIDXSampler(keras.layers.Layer):
     loss = tlk.sampled_softmax_loss(**scored.loss_kwargs(), correction="corrected")
 
   Ids are item rows + ``id_offset`` (``id_offset=1`` with ``refresh(table[1:])``: the padding
-  id 0 is never drawn). Arguments as ``tfrs_logq.negatives.MIDXSampler`` (same checks, same
+  id 0 is never drawn). Arguments as ``tfrs_logq.tf_keras.negatives.MIDXSampler`` (same checks, same
   errors); ``candidate_embedder`` (ids -> embeddings) is not part of the config.
   """
 

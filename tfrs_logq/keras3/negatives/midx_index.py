@@ -1,6 +1,6 @@
 """The MIDX inverted multi-index on the Keras 3 path: k-means codebooks and cells (keras.ops).
 
-The Keras 3 twin of ``tfrs_logq.negatives.midx_index`` / ``kmeans``: the same definitions
+The Keras 3 twin of ``tfrs_logq.tf_keras.negatives.midx_index`` / ``kmeans``: the same definitions
 (``tfrs_logq.core.midx``: pq / rq codebooks, codes k_l(i) = nearest codeword, cells
 c = k1 K + k2, counts, exclusive-cumsum offsets, items sorted by cell; ``tfrs_logq.core.kmeans``:
 Lloyd's assignment and update, K distinct random initial points, codebooks learned on at most

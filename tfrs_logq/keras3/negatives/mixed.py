@@ -7,7 +7,8 @@ layout ``per`` (shared by the batch, one set per sequence or per query). With q_
 estimator's per-draw unigram probability, B the valid pool rows, U their distinct ids (n_b = U,
 or min(U, k_b)) and D the
 uniform catalog, log Q of every slot and of each query's positive follows one convention
-(formulas in ``tfrs_logq.core.negatives``, those of ``tfrs_logq.negatives.MixedNegatives``)::
+(formulas in ``tfrs_logq.core.negatives``, those of
+``tfrs_logq.tf_keras.negatives.MixedNegatives``)::
 
     unigram (the paper's):  log Q(d) = log q_uni(d);  where q_uni(d) = 0 (never seen):
                             log(k_u / ((n_b + k_u) |D|))

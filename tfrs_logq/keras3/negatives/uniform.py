@@ -5,7 +5,7 @@ uniform draw, so for every layout (``tfrs_logq.core.negatives``)::
 
     log Q(d) = -log |D|
 
-Layouts (``per``, those of ``tfrs_logq.negatives.UniformNegatives``): ``"batch"``, k ids shared
+Layouts (``per``, those of the tf-keras ``UniformNegatives``): ``"batch"``, k ids shared
 by every query ([k]); ``"sequence"``, k ids per distinct ``sequence_ids`` value, shared by that
 sequence's queries (SASRec positions; ``sequence_ids=None``: every query is its own sequence);
 ``"query"``, k fresh ids per query. The per-sequence and per-query layouts return [A, k] ids

@@ -1,0 +1,229 @@
+"""The package layout: ``tfrs_logq.tf_keras`` and ``tfrs_logq.keras3`` are twins, and importing
+``tfrs_logq`` (or its core) changes nothing in the process.
+
+Both fronts must have the same module files and, module by module, the same public names (their
+``__all__``); what one front has and the other has not is listed below with its reason, so that
+a new difference fails here until it is either mirrored or listed.
+"""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PACKAGE = ROOT / "tfrs_logq"
+
+# Modules of one front only (private helpers, those starting with "_", are not compared).
+ONLY_TF_KERAS = {
+  "sharded": "rows of tables sharded over tf.distribute parameter servers",
+  "negatives.kmeans": "MIDX's k-means in TensorFlow (keras3 uses core.kmeans through midx_index)",
+  "negatives.midx_refresh": "the MIDX index refresh under tf.distribute strategies",
+}
+ONLY_KERAS3 = {"compiled": "one compile entry point for the jax / tensorflow / torch backends"}
+
+# Public names one front's module has and its twin has not: {module: (tf-keras only, keras3 only)}.
+NAME_EXCEPTIONS = {
+  # keras3 keeps log(1 - Q) with the estimators; tf-keras has it as log_q.log1mexp.
+  "frequency": ((), ("log1m_exp",)),
+  "frequency.base": ((), ("group_sorted", "log1m_exp")),
+  # 64-bit key mixing for tf.int64 / strings against keras.ops' 32-bit integer mixing.
+  "frequency.hashing": (("ids_to_keys", "mix64"), ("GOLDEN32", "MIX1", "MIX2", "mix32")),
+  "lazy_adam": ((), ("DEFAULT_TABLE_PATTERN",)),
+  "log_q": (("log_inclusion_probability",), ()),
+  "logq_correction": (("LogQCorrection",), ()),  # the deprecated former name
+  # tf-keras samplers are objects with .score(); keras3 composes functions of static shapes.
+  "negatives": (
+    (
+      "InBatchNegatives",
+      "MATMUL_GATHER_RATIO",
+      "NegativeSampler",
+      "dedup_first_occurrence",
+      "embed_ids",
+      "expected_count_log_q",
+      "mixture_log_q",
+      "num_replicas",
+      "per_query_scores",
+      "per_segment_scores",
+      "subsample_indices",
+      "task_candidates",
+      "validate_negatives",
+    ),
+    (
+      "MIDXRefreshCallback",
+      "first_occurrence_segments",
+      "in_batch_negatives",
+      "in_batch_pool",
+      "score_blocks",
+    ),
+  ),
+  "negatives.base": (
+    ("NegativeSampler", "validate_negatives"),
+    ("CONVENTIONS", "first_occurrence_mask", "first_occurrence_segments"),
+  ),
+  "negatives.cross_replica": (
+    ("METHODS", "in_replica_context_with_peers", "num_replicas"),
+    ("data_parallel_mesh",),
+  ),
+  "negatives.in_batch": (
+    (
+      "CONVENTIONS",
+      "InBatchNegatives",
+      "dedup_first_occurrence",
+      "expected_count_log_q",
+      "first_occurrence_mask",
+      "subsample_indices",
+    ),
+    ("convention_log_q", "in_batch_negatives", "in_batch_pool"),
+  ),
+  "negatives.midx": (("RefreshEveryNSteps",), ()),
+  "negatives.midx_index": (
+    ("QUANTIZERS", "check_int", "split_dims", "split_query"),
+    ("derive_seed", "kmeans", "nearest_centroid"),
+  ),
+  "negatives.mixed": (("CONVENTIONS", "mixture_log_q"), ()),
+  "negatives.scoring": (
+    (
+      "MATMUL_GATHER_RATIO",
+      "embed_ids",
+      "per_query_scores",
+      "per_segment_scores",
+      "task_candidates",
+    ),
+    ("BLOCK_LAYOUTS", "score_blocks"),
+  ),
+  "retrieval": ((), ("REDUCTIONS",)),
+  # tf-keras's top_k also re-exports core.ranking's metrics (the evaluation binaries use them).
+  "top_k": (
+    (
+      "EMPTY_SLOT",
+      "PAD_ID",
+      "as_item_table",
+      "as_queries",
+      "filter_rated",
+      "filtered_top_k_from_scores",
+      "filtered_top_k_tf",
+      "mean_by_group",
+      "multi_target_recall_at_k",
+      "ndcg_at_k",
+      "ndcg_at_k_tf",
+      "popularity_deciles",
+      "recall_at_k",
+      "recall_at_k_tf",
+      "retrieval_metrics",
+      "target_ranks",
+    ),
+    (),
+  ),
+}
+
+
+def _modules(front: str) -> set:
+  base = PACKAGE / front
+  names = set()
+  for path in base.rglob("*.py"):
+    parts = path.relative_to(base).with_suffix("").parts
+    if parts[-1] == "__init__":
+      parts = parts[:-1]
+    if any(p.startswith("_") for p in parts):
+      continue
+    names.add(".".join(parts))
+  return names
+
+
+def test_the_fronts_have_the_same_module_files():
+  tf_keras, keras3 = _modules("tf_keras"), _modules("keras3")
+  assert tf_keras - keras3 == set(ONLY_TF_KERAS)
+  assert keras3 - tf_keras == set(ONLY_KERAS3)
+
+
+def _run(code: str, **env_update) -> subprocess.CompletedProcess:
+  env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
+  env.update(PYTHONPATH=str(ROOT), TF_CPP_MIN_LOG_LEVEL="3", **env_update)
+  return subprocess.run(
+    [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300, cwd=ROOT
+  )
+
+
+_PUBLIC_NAMES = """
+import importlib, json
+import tfrs_logq.tf_keras, tfrs_logq.keras3
+out = {}
+for module in MODULES:
+  for front in ("tf_keras", "keras3"):
+    mod = importlib.import_module("tfrs_logq." + front + ("." + module if module else ""))
+    out[front + ":" + module] = sorted(mod.__all__)
+print(json.dumps(out))
+"""
+
+
+def test_twin_modules_export_the_same_public_names():
+  common = sorted(_modules("tf_keras") & _modules("keras3"))
+  out = _run(f"MODULES = {common!r}\n{_PUBLIC_NAMES}", KERAS_BACKEND="jax")
+  assert out.returncode == 0, out.stderr[-3000:]
+  names = json.loads(out.stdout.strip().splitlines()[-1])
+  for module in common:
+    tf_only = set(names[f"tf_keras:{module}"]) - set(names[f"keras3:{module}"])
+    k3_only = set(names[f"keras3:{module}"]) - set(names[f"tf_keras:{module}"])
+    expected = NAME_EXCEPTIONS.get(module, ((), ()))
+    assert (tf_only, k3_only) == (set(expected[0]), set(expected[1])), module
+  assert set(NAME_EXCEPTIONS) <= set(common)
+  assert names["tf_keras:"] == names["keras3:"]  # the packages' own names: identical
+
+
+def test_importing_the_package_or_its_core_changes_nothing():
+  out = _run(
+    "import os, sys; before = (dict(os.environ), list(sys.meta_path), set(sys.modules))\n"
+    "import tfrs_logq, tfrs_logq.core, tfrs_logq.core.ops\n"
+    "new = {m.split('.')[0] for m in set(sys.modules) - before[2]}\n"
+    "assert (dict(os.environ), list(sys.meta_path)) == before[:2], 'environment changed'\n"
+    "assert not new & {'tensorflow', 'tf_keras', 'keras', 'jax', 'torch'}, new\n"
+    "from tfrs_logq import keras3\n"  # a form the former root could not import
+    "assert 'TF_USE_LEGACY_KERAS' not in os.environ\n"
+    "print('ok')",
+    KERAS_BACKEND="jax",
+  )
+  assert out.returncode == 0 and out.stdout.strip().endswith("ok"), out.stderr[-3000:]
+
+
+def test_the_tf_keras_front_selects_legacy_keras_and_fails_clearly_when_too_late():
+  ok = _run(
+    "import tfrs_logq.tf_keras, os, tensorflow as tf; "
+    "print(os.environ['TF_USE_LEGACY_KERAS'], tf.keras.Model.__module__)"
+  )
+  assert ok.returncode == 0, ok.stderr[-3000:]
+  assert ok.stdout.split()[0] == "1" and ok.stdout.split()[1].startswith("tf_keras")
+  late = _run("import tensorflow as tf; tf.keras.Model; import tfrs_logq.tf_keras")
+  assert late.returncode != 0
+  assert "TF_USE_LEGACY_KERAS=1" in late.stderr and "ImportError" in late.stderr
+
+
+@pytest.mark.parametrize(
+  "old, new",
+  [
+    ("tfrs_logq.tasks.Retrieval", "tfrs_logq.tf_keras.Retrieval"),
+    ("tfrs_logq.Retrieval", "tfrs_logq.tf_keras.Retrieval"),
+    ("tfrs_logq.metrics.recall_at_k", "tfrs_logq.tf_keras.top_k.recall_at_k"),
+    ("tfrs_logq.frequency.ExactCounts", "tfrs_logq.tf_keras.frequency.ExactCounts"),
+    ("tfrs_logq.negatives.MixedNegatives", "tfrs_logq.tf_keras.negatives.MixedNegatives"),
+    ("tfrs_logq.losses.full_softmax_loss", "tfrs_logq.tf_keras.full_softmax.full_softmax_loss"),
+    ("tfrs_logq.losses.GBCELoss", "tfrs_logq.tf_keras.gbce.GBCELoss"),
+  ],
+)
+def test_the_former_names_still_resolve_with_a_deprecation_warning(old, new):
+  """The first releases' documented forms: `import tfrs_logq` (before TensorFlow) and attribute
+  access, `from tfrs_logq import frequency, losses, negatives, tasks`."""
+  code = (
+    "import warnings; warnings.simplefilter('error', DeprecationWarning)\n"
+    "import tfrs_logq.tf_keras, tfrs_logq\n"
+    f"try:\n  {old}\nexcept DeprecationWarning as e:\n  print('warned:', e)\n"
+    "warnings.simplefilter('ignore', DeprecationWarning)\n"
+    "from tfrs_logq import frequency, losses, negatives, tasks\n"
+    f"assert {old} is {new}\nprint('ok')"
+  )
+  out = _run(code)
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert "warned:" in out.stdout and "moved to" in out.stdout and out.stdout.strip().endswith("ok")

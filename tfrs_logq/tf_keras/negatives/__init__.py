@@ -1,0 +1,93 @@
+"""Negative samplers for sampled softmax: draw the negatives of a step, score them, give log Q.
+
+Every sampler is a `NegativeSampler`:
+``sampler.score(query_embeddings [A, d], positive_ids [A], positive_embeddings [A, d], *,
+temperature, seed, sequence_ids, item_table)`` returns a `ScoredCandidates` (positive_scores [A],
+negative_scores [A, N], negative_log_q [N] or [A, N], valid_mask [A, N] with accidental hits
+masked, positive_log_q [A]): the arguments of ``tfrs_logq.tf_keras.losses.sampled_softmax_loss``.
+Q is the per-draw probability of one negative slot under each sampler's stated convention.
+
+* `UniformNegatives` (`uniform`): k uniform draws from an id range or an id table, shared by the
+  batch (``per="batch"``), one set per sequence (``"sequence"``) or per query (``"query"``, the
+  paper code's per-position negatives); log Q = -log |D| exactly.
+* `InBatchNegatives` (`in_batch`): the (global) batch's positives, deduplicated (first
+  occurrence), optional ``k_b`` subsample; log Q = log q_uni (``"unigram"``) or the
+  ``"expected_count"`` convention log pi(d) - log U, pi(d) = 1 - (1 - q_uni(d))^B. Inside XLA
+  (or with ``static_shapes=True``) the pool keeps its full size and masks the duplicates
+  (``Negatives.valid``; `first_occurrence_mask`), so a compiled step has static shapes.
+* `MixedNegatives` (`mixed`): a shared in-batch block + a uniform block of any layout; log Q
+  under ``"unigram"`` (the paper's), ``"mixture"`` (per-slot mixture) or ``"expected_count"``
+  (log E[count of d among the row's n negatives] - log n; Horvitz-Thompson weights).
+* `MIDXSampler` (`midx`): adaptive query-dependent proposal, exact log Q(d|z) [A, N]; imported
+  lazily.
+* `ScoredCandidates` (`scoring`) with ``concat`` to join blocks; `score_negatives` for any
+  `Negatives`; `per_query_scores` / `per_segment_scores`: the exact scoring paths (gather, [A, V]
+  matmul + gather, batched per-sequence matmul); `task_candidates`: candidate rows for the drop-in
+  ``tfrs_logq.tf_keras.Retrieval``.
+* `all_gather_rows` (`cross_replica`): the global-batch pool under tf.distribute
+  (differentiable).
+"""
+
+import importlib.util as _importlib_util
+
+from tfrs_logq.tf_keras.negatives.base import NegativeSampler, Negatives, validate_negatives
+from tfrs_logq.tf_keras.negatives.cross_replica import all_gather_rows, num_replicas
+from tfrs_logq.tf_keras.negatives.in_batch import (
+  CONVENTIONS,
+  InBatchNegatives,
+  InBatchPool,
+  dedup_first_occurrence,
+  expected_count_log_q,
+  first_occurrence_mask,
+  subsample_indices,
+)
+from tfrs_logq.tf_keras.negatives.mixed import MixedNegatives, mixture_log_q
+from tfrs_logq.tf_keras.negatives.scoring import (
+  MATMUL_GATHER_RATIO,
+  ScoredCandidates,
+  embed_ids,
+  per_query_scores,
+  per_segment_scores,
+  score_negatives,
+  task_candidates,
+)
+from tfrs_logq.tf_keras.negatives.uniform import UNIFORM_PER, UniformNegatives
+
+__all__ = [
+  "NegativeSampler",
+  "Negatives",
+  "validate_negatives",
+  "ScoredCandidates",
+  "score_negatives",
+  "task_candidates",
+  "per_query_scores",
+  "per_segment_scores",
+  "embed_ids",
+  "MATMUL_GATHER_RATIO",
+  "UniformNegatives",
+  "UNIFORM_PER",
+  "InBatchNegatives",
+  "InBatchPool",
+  "dedup_first_occurrence",
+  "first_occurrence_mask",
+  "subsample_indices",
+  "expected_count_log_q",
+  "MixedNegatives",
+  "mixture_log_q",
+  "CONVENTIONS",
+  "all_gather_rows",
+  "num_replicas",
+  "MIDXSampler",
+]
+
+
+def __getattr__(name):
+  """Lazy export of `MIDXSampler` from `.midx` (imported on first use)."""
+  if (
+    name == "MIDXSampler"
+    and _importlib_util.find_spec("tfrs_logq.tf_keras.negatives.midx") is not None
+  ):
+    from tfrs_logq.tf_keras.negatives.midx import MIDXSampler  # pylint: disable=g-import-not-at-top
+
+    return MIDXSampler
+  raise AttributeError(f"module 'tfrs_logq.tf_keras.negatives' has no attribute {name!r}")

@@ -1,0 +1,241 @@
+"""`NegativeSampler`, the base class of every sampler, its `Negatives` record, and shared checks.
+
+A sampler draws the negatives of one training step, d_1..d_N, shared by the batch or per query,
+with log Q(d_i), and scores A queries against them. `NegativeSampler.score` returns the inputs of
+``tfrs_logq.tf_keras.losses.sampled_softmax_loss`` as a
+`tfrs_logq.tf_keras.negatives.ScoredCandidates`:
+
+    positive_scores[a]    = <q_a, c_{p_a}> / T                      [A]
+    negative_scores[a, i] = <q_a, c_{d_i}> / T                      [A, N]  (d_i may depend on a)
+    negative_log_q        = log Q(d_i)                              [N] or [A, N]
+    valid_mask[a, i]      = d_i != p_a                              [A, N]  (accidental hits)
+    positive_log_q[a]     = log Q(p_a) under the same proposal      [A] or None
+
+Q(d) is the **per-draw** probability that one negative slot holds d (it sums to 1 over the
+catalog), under the convention each sampler states. The record `Negatives(ids, embeddings,
+log_q, positive_log_q)` holds the sampled negatives themselves:
+
+* ``ids``: int64 ``[N]`` (shared by every query of the batch) or ``[A, N]`` (one set per query).
+* ``embeddings``: ``[N, d]`` (shared) or ``[A, N, d]`` (per query); row ``i`` is the candidate
+  tower's embedding of ``ids[..., i]``.
+* ``log_q``: float32 ``[N]`` or ``[A, N]``: log Q(d_i); a query-dependent proposal (MIDX) gives
+  ``[A, N]``; a log Q that does not depend on the row may stay ``[N]`` with per-query ids.
+* ``positive_log_q``: float32 ``[A]`` or ``None``: log Q(p) of each query's positive under the
+  same proposal, which the corrected loss needs for ``log Q'(d) = log Q(d) - log(1 - Q(p))``.
+* ``valid``: bool of the shape of ``ids``, or ``None`` (all valid): False marks padding slots of a
+  static-shape pool (an XLA-compiled step keeps the in-batch pool at its full size and masks the
+  duplicates instead of dropping them); scoring folds it into ``valid_mask``, and the log Q of a
+  padding slot is finite.
+
+``score(..., valid=None)``: an optional bool ``[A]`` marks padding *queries* of a static-shape
+batch (e.g. SASRec's padded positions); they are left out of any in-batch pool and of the uniform
+draws' numbering, their rows are still scored (finite) and the caller drops their loss.
+"""
+
+import numbers
+from typing import NamedTuple, Optional
+
+import tensorflow as tf
+
+__all__ = ["Negatives", "NegativeSampler", "validate_negatives"]
+
+
+class Negatives(NamedTuple):
+  """The negatives d_1..d_N of one step.
+
+  Attributes:
+    ids: int64 [N] (shared by every query) or [A, N] (one set per query).
+    embeddings: [N, d] or [A, N, d], the candidate embeddings c_{d_i}.
+    log_q: [N] or [A, N] log Q(d_i) (per-draw probability; [N] may go with per-query ids when it
+      does not depend on the row).
+    positive_log_q: [A] log Q(p_a) of each query's positive under the same proposal, or None.
+    valid: bool, shape of ``ids``: False for padding slots of a static-shape pool; None = all.
+  """
+
+  ids: tf.Tensor
+  embeddings: tf.Tensor
+  log_q: tf.Tensor
+  positive_log_q: Optional[tf.Tensor] = None
+  valid: Optional[tf.Tensor] = None
+
+  @property
+  def shared(self) -> bool:
+    """True when the negatives are shared by every query (ids of rank 1)."""
+    return self.ids.shape.rank == 1
+
+
+class NegativeSampler:
+  """Base class of the negative samplers: ``sample_negatives`` draws, ``score`` scores.
+
+  For A queries q_a with positives p_a (embeddings c_{p_a}) and the step's negatives d_i,
+  ``score`` returns ``ScoredCandidates(positive_scores = <q_a, c_{p_a}> / T,
+  negative_scores = <q_a, c_{d_i}> / T, negative_log_q = log Q(d_i), valid_mask = d_i != p_a,
+  positive_log_q = log Q(p_a))``, the arguments of
+  ``tfrs_logq.tf_keras.losses.sampled_softmax_loss``.
+
+  Subclasses implement `sample_negatives`; the default `score` is `sample_negatives` followed by
+  `tfrs_logq.tf_keras.negatives.score_negatives` (one [A, d] x [d, N] matmul for shared negatives).
+  Samplers with per-query negatives override `score` to avoid materialising [A, N, d].
+  Samplers that hold configuration implement `get_config`; `from_config(config)` is
+  ``cls(**config)``.
+  """
+
+  def sample_negatives(
+    self,
+    query_embeddings,
+    positive_ids,
+    positive_embeddings,
+    *,
+    seed=None,
+    sequence_ids=None,
+    item_table=None,
+    valid=None,
+  ) -> Negatives:
+    """The negatives of one step (`Negatives`); arguments as in `score`."""
+    raise NotImplementedError(f"{type(self).__name__} must implement sample_negatives")
+
+  def score(
+    self,
+    query_embeddings,
+    positive_ids,
+    positive_embeddings,
+    *,
+    temperature: float = 1.0,
+    seed=None,
+    sequence_ids=None,
+    item_table=None,
+    valid=None,
+  ):
+    """Draws the step's negatives and scores the queries against them.
+
+    Args:
+      query_embeddings: float ``[A, d]``.
+      positive_ids: integer ``[A]``.
+      positive_embeddings: float ``[A, d]`` (candidate embeddings of the positives).
+      temperature: scores are divided by it (> 0).
+      seed: optional ``[2]`` integer stateless seed (same seed, same negatives); None draws
+        from the stateful global RNG.
+      sequence_ids: optional integer ``[A]``: which sequence each query comes from (used by
+        per-sequence uniform negatives; None = every query is its own sequence).
+      item_table: optional ``[V, d]`` candidate table whose row ``i`` embeds id ``i`` (or a
+        zero-argument callable returning it): per-query negatives may score through one
+        [A, V] matmul + gather when that is cheaper, and samplers without a candidate
+        embedder embed from it.
+      valid: optional bool ``[A]``: False for padding queries of a static-shape batch (left
+        out of in-batch pools; their rows are scored and must be dropped by the caller).
+
+    Returns:
+      ``ScoredCandidates(positive_scores [A], negative_scores [A, N], negative_log_q [N] or
+      [A, N], valid_mask bool [A, N], positive_log_q [A] or None)``.
+    """
+    from tfrs_logq.tf_keras.negatives import scoring  # pylint: disable=g-import-not-at-top
+
+    negatives = self.sample_negatives(
+      query_embeddings,
+      positive_ids,
+      positive_embeddings,
+      seed=seed,
+      sequence_ids=sequence_ids,
+      item_table=item_table,
+      valid=valid,
+    )
+    return scoring.score_negatives(
+      query_embeddings, positive_ids, positive_embeddings, negatives, temperature=temperature
+    )
+
+  def get_config(self) -> dict:
+    """Constructor arguments of this sampler (round trip: ``cls.from_config(config)``)."""
+    raise NotImplementedError(f"{type(self).__name__} does not implement get_config")
+
+  @classmethod
+  def from_config(cls, config: dict):
+    """Rebuilds a sampler from `get_config`."""
+    return cls(**config)
+
+
+def as_ids(ids, name: str) -> tf.Tensor:
+  """Converts integer ids to an int64 tensor; raises TypeError for non-integer dtypes."""
+  ids = tf.convert_to_tensor(ids)
+  if not ids.dtype.is_integer:
+    raise TypeError(f"{name} must be integer ids (int32/int64), got dtype {ids.dtype.name}")
+  return tf.cast(ids, tf.int64)
+
+
+def as_float(x, name: str) -> tf.Tensor:
+  """Converts a float tensor to float32; raises TypeError for non-floating dtypes."""
+  x = tf.convert_to_tensor(x)
+  if not x.dtype.is_floating:
+    raise TypeError(f"{name} must be a floating tensor, got dtype {x.dtype.name}")
+  return tf.cast(x, tf.float32)
+
+
+def check_rank(x: tf.Tensor, ranks, name: str) -> None:
+  """Raises ValueError when the static rank of ``x`` is known and not in ``ranks``."""
+  ranks = (ranks,) if isinstance(ranks, int) else tuple(ranks)
+  if x.shape.rank is not None and x.shape.rank not in ranks:
+    raise ValueError(f"{name} must have rank {' or '.join(map(str, ranks))}, got shape {x.shape}")
+
+
+def check_same_dim(a: tf.Tensor, a_axis: int, b: tf.Tensor, b_axis: int, what: str):
+  """Static check that two axes agree (when both are known); returns runtime assertions."""
+  da, db = a.shape[a_axis], b.shape[b_axis]
+  if da is not None and db is not None and da != db:
+    raise ValueError(f"{what}: sizes differ ({da} vs {db}); shapes {a.shape} and {b.shape}")
+  return [
+    tf.debugging.assert_equal(
+      tf.shape(a)[a_axis], tf.shape(b)[b_axis], message=f"{what}: sizes differ"
+    )
+  ]
+
+
+def check_not_empty(x: tf.Tensor, name: str):
+  """Raises ValueError for a statically empty axis 0; returns a runtime assertion otherwise."""
+  if x.shape.rank is not None and x.shape.rank >= 1 and x.shape[0] == 0:
+    raise ValueError(f"{name} is empty (shape {x.shape}): a batch needs at least one row")
+  return [tf.debugging.assert_greater(tf.shape(x)[0], 0, message=f"{name} is empty")]
+
+
+def check_positive_int(value, name: str) -> int:
+  """Returns ``int(value)`` for a Python / numpy integer >= 1; ValueError otherwise."""
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
+    raise ValueError(f"{name} must be a positive int, got {value!r}")
+  return int(value)
+
+
+def validate_negatives(negatives: Negatives) -> Negatives:
+  """Checks ranks, dtypes and matching sizes of a `Negatives`; returns it with int64/float32.
+
+  Raises:
+    TypeError: non-integer ids, non-floating embeddings / log Q, non-bool valid.
+    ValueError: ranks or sizes that do not fit ``ids [N] | [A, N]``, ``embeddings [N, d] |
+      [A, N, d]``, ``log_q [N] | [A, N]``, ``valid`` of the shape of ids.
+  """
+  if not isinstance(negatives, Negatives):
+    raise TypeError(f"expected a Negatives, got {type(negatives).__name__}")
+  ids = as_ids(negatives.ids, "Negatives.ids")
+  emb = as_float(negatives.embeddings, "Negatives.embeddings")
+  log_q = as_float(negatives.log_q, "Negatives.log_q")
+  check_rank(ids, (1, 2), "Negatives.ids")
+  rank = ids.shape.rank
+  check_rank(emb, rank + 1, "Negatives.embeddings (rank of ids + 1)")
+  check_rank(log_q, (1, 2), "Negatives.log_q")
+  deps = check_same_dim(ids, -1, emb, -2, "Negatives ids vs embeddings")
+  deps += check_same_dim(ids, -1, log_q, -1, "Negatives ids vs log_q")
+  if rank == 2:
+    deps += check_same_dim(ids, 0, emb, 0, "Negatives ids vs embeddings (rows)")
+    if log_q.shape.rank == 2:
+      deps += check_same_dim(ids, 0, log_q, 0, "Negatives ids vs log_q (rows)")
+  pos = negatives.positive_log_q
+  if pos is not None:
+    pos = as_float(pos, "Negatives.positive_log_q")
+    check_rank(pos, 1, "Negatives.positive_log_q")
+  valid = negatives.valid
+  if valid is not None:
+    valid = tf.convert_to_tensor(valid)
+    if valid.dtype != tf.bool:
+      raise TypeError(f"Negatives.valid must be bool, got dtype {valid.dtype.name}")
+    check_rank(valid, rank, "Negatives.valid (rank of ids)")
+    deps += check_same_dim(ids, -1, valid, -1, "Negatives ids vs valid")
+  with tf.control_dependencies(deps):
+    ids = tf.identity(ids)
+  return Negatives(ids, emb, log_q, pos, valid)
