@@ -454,7 +454,7 @@ def test_hash_is_lowbias32_bit_for_bit(res):
 
 def _numpy_hash_array(cfg):
   spec = importlib.util.spec_from_file_location(
-    "_ref_hash_array", HERE.parent / "frequency" / "test_hash_array.py"
+    "_ref_hash_array", HERE.parent / "tf_keras" / "frequency" / "test_hash_array.py"
   )
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)

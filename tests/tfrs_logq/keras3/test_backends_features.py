@@ -149,7 +149,7 @@ def test_gbce_equals_numpy_and_tf_keras(res, beta):
 
 def _numpy_count_min(cfg):
   spec = importlib.util.spec_from_file_location(
-    "_ref_count_min", HERE.parent / "frequency" / "test_count_min.py"
+    "_ref_count_min", HERE.parent / "tf_keras" / "frequency" / "test_count_min.py"
   )
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
