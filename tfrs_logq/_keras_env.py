@@ -9,6 +9,7 @@ is imported, and nothing else does: ``import tfrs_logq``, ``tfrs_logq.core`` and
 """
 
 import os
+from typing import Any
 import sys
 
 _FIX = (
@@ -28,7 +29,7 @@ def prefer_legacy_keras() -> None:
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
 
 
-def ensure_legacy_keras():
+def ensure_legacy_keras() -> Any:
   """Sets TF_USE_LEGACY_KERAS=1 if possible and checks that tf.keras is Keras 2.
 
   Returns:

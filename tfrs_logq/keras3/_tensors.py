@@ -6,20 +6,26 @@ and are skipped while a backend traces a compiled function (``jax.jit``, ``tf.fu
 a failed check cannot raise; there invalid log Q shows up as a NaN / inf loss.
 """
 
+from typing import Any, Optional, Tuple, Union
+
 import numpy as np
 
 import keras
 from keras import ops
 
+# What the Keras 3 front takes and returns as an array: a tensor of the backend, or anything
+# keras.ops.convert_to_tensor accepts (numpy arrays, lists, scalars).
+Tensor = Any
+
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
 
-def dtype_of(x) -> str:
+def dtype_of(x: Tensor) -> str:
   return keras.backend.standardize_dtype(x.dtype)
 
 
-def as_float32(x, name: str):
+def as_float32(x: Tensor, name: str) -> Tensor:
   """x as a float32 tensor; TypeError for non-floating input."""
   x = ops.convert_to_tensor(x)
   if dtype_of(x) not in FLOAT_DTYPES:
@@ -27,7 +33,7 @@ def as_float32(x, name: str):
   return ops.cast(x, "float32")
 
 
-def as_ids(x, name: str):
+def as_ids(x: Tensor, name: str) -> Tensor:
   """Integer ids as a tensor (dtype kept); TypeError for anything else (strings included)."""
   if isinstance(x, (str, bytes)) or (isinstance(x, np.ndarray) and x.dtype.kind in "OSU"):
     raise TypeError(
@@ -39,7 +45,7 @@ def as_ids(x, name: str):
   return x
 
 
-def check_rank(x, ranks, name: str) -> None:
+def check_rank(x: Tensor, ranks: Union[int, Tuple[int, ...]], name: str) -> None:
   ranks = (ranks,) if isinstance(ranks, int) else tuple(ranks)
   if len(x.shape) not in ranks:
     raise ValueError(
@@ -47,7 +53,7 @@ def check_rank(x, ranks, name: str) -> None:
     )
 
 
-def check_same_dim(a, a_axis: int, b, b_axis: int, what: str) -> None:
+def check_same_dim(a: Tensor, a_axis: int, b: Tensor, b_axis: int, what: str) -> None:
   da, db = a.shape[a_axis], b.shape[b_axis]
   if da is not None and db is not None and da != db:
     raise ValueError(
@@ -55,7 +61,7 @@ def check_same_dim(a, a_axis: int, b, b_axis: int, what: str) -> None:
     )
 
 
-def concrete(x):
+def concrete(x: Tensor) -> Optional[np.ndarray]:
   """x as a numpy array when its value is known now, None while a backend traces."""
   try:
     return np.asarray(ops.convert_to_numpy(x))
@@ -63,7 +69,7 @@ def concrete(x):
     return None
 
 
-def check_log_q(log_q, name: str, slack: float) -> None:
+def check_log_q(log_q: Tensor, name: str, slack: float) -> None:
   """ValueError when a concrete log Q has NaN, +-inf or a value above ``slack`` (Q > 1)."""
   value = concrete(log_q)
   if value is None:
@@ -74,7 +80,7 @@ def check_log_q(log_q, name: str, slack: float) -> None:
     raise ValueError(f"{name} > 0: a sampling probability above 1")
 
 
-def check_probability(q, name: str, slack: float) -> None:
+def check_probability(q: Tensor, name: str, slack: float) -> None:
   """ValueError when a concrete probability is NaN, <= 0 or > 1."""
   value = concrete(q)
   if value is None:

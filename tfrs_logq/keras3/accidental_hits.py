@@ -8,21 +8,24 @@ actually removes the hits: their logits become the lowest finite value of the lo
 keras-rs 0.4's layer adds ``smallest_normal / 100`` (about 1e-40) to them, which changes nothing.
 """
 
+from typing import Any
+
 import keras
 from keras import ops
 
 from tfrs_logq.core import accidental_hits as hits_core
 from tfrs_logq.keras3 import _tensors
+from tfrs_logq.keras3._tensors import Tensor
 
 __all__ = ["accidental_hit_mask", "lowest_logit", "RemoveAccidentalHits"]
 
 
-def lowest_logit(dtype) -> float:
+def lowest_logit(dtype: Any) -> float:
   """dtype.min / 100 (float16: -6e4): finite, and exp of it is 0 in every dtype."""
   return hits_core.lowest_logit(keras.backend.standardize_dtype(dtype))
 
 
-def accidental_hit_mask(positive_ids, negative_ids):
+def accidental_hit_mask(positive_ids: Tensor, negative_ids: Tensor) -> Tensor:
   """[A, N] bool, True where negative i of row a is a real negative (id != the positive's).
 
   Args:
@@ -50,12 +53,12 @@ class RemoveAccidentalHits(keras.layers.Layer):
   does not autocast).
   """
 
-  def __init__(self, **kwargs):
+  def __init__(self, **kwargs: Any) -> None:
     kwargs.setdefault("autocast", False)
     super().__init__(**kwargs)
     self.built = True
 
-  def call(self, logits, labels, candidate_ids):
+  def call(self, logits: Tensor, labels: Tensor, candidate_ids: Tensor) -> Tensor:
     logits = ops.convert_to_tensor(logits)
     labels = ops.convert_to_tensor(labels)
     candidate_ids = _tensors.as_ids(candidate_ids, "candidate_ids")

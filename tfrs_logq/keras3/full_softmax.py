@@ -16,18 +16,21 @@ concrete (the tf-keras path raises ``tf.errors.InvalidArgumentError`` at run tim
 compiled step they cannot raise.
 """
 
+from typing import Any, Dict
+
 import keras
 from keras import ops
 
 from tfrs_logq.core import checks as core_checks
 from tfrs_logq.core import sampled_softmax as sampled_softmax_core
 from tfrs_logq.keras3 import _tensors
+from tfrs_logq.keras3._tensors import Tensor
 from tfrs_logq.keras3 import losses as losses_lib
 
 __all__ = ["full_softmax_loss", "FullSoftmaxLoss"]
 
 
-def _check_ids(cols, num_rows: int, id_offset: int) -> None:
+def _check_ids(cols: Tensor, num_rows: int, id_offset: int) -> None:
   value = _tensors.concrete(cols)
   if value is None or value.size == 0:
     return
@@ -38,9 +41,9 @@ def _check_ids(cols, num_rows: int, id_offset: int) -> None:
 
 
 def full_softmax_loss(
-  query_embeddings,
-  positive_ids,
-  candidate_embeddings,
+  query_embeddings: Tensor,
+  positive_ids: Tensor,
+  candidate_embeddings: Tensor,
   *,
   temperature: float = 1.0,
   id_offset: int = 0,
@@ -120,15 +123,17 @@ class FullSoftmaxLoss(keras.layers.Layer):
   """
 
   def __init__(
-    self, temperature: float = 1.0, id_offset: int = 0, check_scores: bool = False, **kwargs
-  ):
+    self, temperature: float = 1.0, id_offset: int = 0, check_scores: bool = False, **kwargs: Any
+  ) -> None:
     kwargs["dtype"] = "float32"
     super().__init__(**kwargs)
     self.temperature, self.id_offset = core_checks.check_full_softmax(temperature, id_offset)
     self.check_scores = bool(check_scores)
     self.built = True
 
-  def call(self, query_embeddings, positive_ids, candidate_embeddings):
+  def call(
+    self, query_embeddings: Tensor, positive_ids: Tensor, candidate_embeddings: Tensor
+  ) -> losses_lib.LossOutput:
     return full_softmax_loss(
       query_embeddings,
       positive_ids,
@@ -138,7 +143,7 @@ class FullSoftmaxLoss(keras.layers.Layer):
       check_scores=self.check_scores,
     )
 
-  def compute_output_spec(self, query_embeddings, *args, **kwargs):
+  def compute_output_spec(self, query_embeddings: Tensor, *args: Any, **kwargs: Any) -> Any:
     rows = query_embeddings.shape[:1]
     return losses_lib.LossOutput(
       keras.KerasTensor(rows, "float32"),
@@ -146,7 +151,7 @@ class FullSoftmaxLoss(keras.layers.Layer):
       keras.KerasTensor(rows, "int32"),
     )
 
-  def get_config(self):
+  def get_config(self) -> Dict[str, Any]:
     return {
       **super().get_config(),
       "temperature": self.temperature,

@@ -22,11 +22,14 @@ huge scores stay finite (softplus is linear in the tail); s_p = -inf or a valid 
 gives +inf.
 """
 
+from typing import Any, Dict, Optional
+
 import keras
 from keras import ops
 
 from tfrs_logq.core import bce as bce_core
 from tfrs_logq.keras3 import _tensors
+from tfrs_logq.keras3._tensors import Tensor
 from tfrs_logq.keras3 import losses as losses_lib
 
 __all__ = ["gbce_beta", "gbce_loss", "bce_loss", "GBCELoss"]
@@ -44,7 +47,12 @@ def gbce_beta(num_negatives: int, num_items: int, t: float) -> float:
 
 
 def gbce_loss(
-  positive_scores, negative_scores, *, beta: float, valid_mask=None, check_scores: bool = False
+  positive_scores: Tensor,
+  negative_scores: Tensor,
+  *,
+  beta: float,
+  valid_mask: Optional[Tensor] = None,
+  check_scores: bool = False,
 ) -> losses_lib.LossOutput:
   """L = beta * softplus(-s_p) + sum_{i valid} softplus(s_i)  (gBCE, module docstring).
 
@@ -72,7 +80,11 @@ def gbce_loss(
 
 
 def bce_loss(
-  positive_scores, negative_scores, valid_mask=None, *, check_scores: bool = False
+  positive_scores: Tensor,
+  negative_scores: Tensor,
+  valid_mask: Optional[Tensor] = None,
+  *,
+  check_scores: bool = False,
 ) -> losses_lib.LossOutput:
   """BCE: L = softplus(-s_p) + sum_{i valid} softplus(s_i) (:func:`gbce_loss` with beta = 1)."""
   return gbce_loss(
@@ -92,14 +104,16 @@ class GBCELoss(keras.layers.Layer):
     check_scores: raise ValueError on non-finite concrete scores (eager only).
   """
 
-  def __init__(self, beta: float = 1.0, check_scores: bool = False, **kwargs):
+  def __init__(self, beta: float = 1.0, check_scores: bool = False, **kwargs: Any) -> None:
     kwargs["dtype"] = "float32"
     super().__init__(**kwargs)
     self.beta = bce_core.check_beta(beta)
     self.check_scores = bool(check_scores)
     self.built = True
 
-  def call(self, positive_scores, negative_scores, valid_mask=None):
+  def call(
+    self, positive_scores: Tensor, negative_scores: Tensor, valid_mask: Optional[Tensor] = None
+  ) -> losses_lib.LossOutput:
     return gbce_loss(
       positive_scores,
       negative_scores,
@@ -108,7 +122,7 @@ class GBCELoss(keras.layers.Layer):
       check_scores=self.check_scores,
     )
 
-  def compute_output_spec(self, positive_scores, *args, **kwargs):
+  def compute_output_spec(self, positive_scores: Tensor, *args: Any, **kwargs: Any) -> Any:
     rows = positive_scores.shape[:1]
     return losses_lib.LossOutput(
       keras.KerasTensor(rows, "float32"),
@@ -116,5 +130,5 @@ class GBCELoss(keras.layers.Layer):
       keras.KerasTensor(rows, "int32"),
     )
 
-  def get_config(self):
+  def get_config(self) -> Dict[str, Any]:
     return {**super().get_config(), "beta": self.beta, "check_scores": self.check_scores}

@@ -17,12 +17,13 @@ broadcasts against the logits. For the positive-excluded proposal Q' of the corr
 ``tfrs_logq.keras3.log_q.log_q_prime``, ``tfrs_logq.keras3.losses`` or the ``Retrieval`` task.
 """
 
-from typing import Optional
+from typing import Any, Dict, Optional
 
 import keras
 from keras import ops
 
 from tfrs_logq.keras3 import _tensors
+from tfrs_logq.keras3._tensors import Tensor
 from tfrs_logq.keras3 import log_q as log_q_lib
 
 __all__ = ["SamplingProbabilityCorrection"]
@@ -37,7 +38,9 @@ class SamplingProbabilityCorrection(keras.layers.Layer):
     from_log: ``candidate_sampling_probability`` holds log Q instead of Q.
   """
 
-  def __init__(self, epsilon: Optional[float] = None, from_log: bool = False, **kwargs):
+  def __init__(
+    self, epsilon: Optional[float] = None, from_log: bool = False, **kwargs: Any
+  ) -> None:
     kwargs.setdefault("autocast", False)
     super().__init__(**kwargs)
     if epsilon is not None and not 0.0 < float(epsilon) < 1.0:
@@ -48,7 +51,7 @@ class SamplingProbabilityCorrection(keras.layers.Layer):
     self.from_log = bool(from_log)
     self.built = True
 
-  def call(self, logits, candidate_sampling_probability):
+  def call(self, logits: Tensor, candidate_sampling_probability: Tensor) -> Tensor:
     logits = ops.convert_to_tensor(logits)
     if self.from_log:
       log_q = log_q_lib.validate_log_q(
@@ -73,5 +76,5 @@ class SamplingProbabilityCorrection(keras.layers.Layer):
     out = _tensors.as_float32(logits, "logits") - log_q
     return ops.cast(out, logits.dtype)
 
-  def get_config(self):
+  def get_config(self) -> Dict[str, Any]:
     return {**super().get_config(), "epsilon": self.epsilon, "from_log": self.from_log}

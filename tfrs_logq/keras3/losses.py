@@ -15,7 +15,7 @@ w = 0). Inputs are cast to float32 whatever their dtype (mixed precision is safe
 never clipped, and the masked, max-shifted log-sum-exp keeps huge logits finite.
 """
 
-from typing import NamedTuple
+from typing import Any, Dict, NamedTuple, Optional, Sequence
 
 import keras
 from keras import ops
@@ -23,6 +23,7 @@ from keras import ops
 from tfrs_logq.core import checks as core_checks
 from tfrs_logq.core import sampled_softmax as sampled_softmax_core
 from tfrs_logq.keras3 import _tensors
+from tfrs_logq.keras3._tensors import Tensor
 from tfrs_logq.keras3 import log_q as log_q_lib
 
 __all__ = [
@@ -48,14 +49,20 @@ class LossOutput(NamedTuple):
   num_valid: object
 
 
-def masked_logsumexp(x, valid):
+def masked_logsumexp(x: Tensor, valid: Tensor) -> Tensor:
   """LSE over the valid entries of each row of x [A, N] (about -1e30 for an empty row)."""
   return sampled_softmax_core.masked_logsumexp(
     ops, _tensors.as_float32(x, "x"), ops.cast(valid, "bool")
   )
 
 
-def check_shapes(positive_scores, negative_scores, negative_log_q, positive_log_q, valid_mask):
+def check_shapes(
+  positive_scores: Tensor,
+  negative_scores: Tensor,
+  negative_log_q: Optional[Tensor],
+  positive_log_q: Optional[Tensor],
+  valid_mask: Optional[Tensor],
+) -> None:
   _tensors.check_rank(positive_scores, 1, "positive_scores")
   _tensors.check_rank(negative_scores, 2, "negative_scores")
   _tensors.check_same_dim(
@@ -85,7 +92,9 @@ def check_shapes(positive_scores, negative_scores, negative_log_q, positive_log_
     _tensors.check_same_dim(valid_mask, 1, negative_scores, 1, "valid_mask columns")
 
 
-def check_finite_scores(*named_scores, names=("positive_scores", "negative_scores")) -> None:
+def check_finite_scores(
+  *named_scores: Any, names: Sequence[str] = ("positive_scores", "negative_scores")
+) -> None:
   """ValueError when a concrete score is NaN or +-inf (``check_scores=True``; eager only)."""
   for name, value in zip(names, named_scores):
     concrete = _tensors.concrete(value)
@@ -94,13 +103,13 @@ def check_finite_scores(*named_scores, names=("positive_scores", "negative_score
 
 
 def sampled_softmax_loss(
-  positive_scores,
-  negative_scores,
-  negative_log_q=None,
+  positive_scores: Tensor,
+  negative_scores: Tensor,
+  negative_log_q: Optional[Tensor] = None,
   *,
   correction: str,
-  positive_log_q=None,
-  valid_mask=None,
+  positive_log_q: Optional[Tensor] = None,
+  valid_mask: Optional[Tensor] = None,
   q_prime: str = "exact",
   check_scores: bool = False,
   ratio_floor: float = 0.0,
@@ -167,8 +176,8 @@ class SampledSoftmaxLoss(keras.layers.Layer):
     q_prime: str = "exact",
     ratio_floor: float = 0.0,
     check_scores: bool = False,
-    **kwargs,
-  ):
+    **kwargs: Any,
+  ) -> None:
     kwargs["dtype"] = "float32"
     super().__init__(**kwargs)
     self.ratio_floor = core_checks.check_correction(correction, q_prime, ratio_floor)
@@ -179,12 +188,12 @@ class SampledSoftmaxLoss(keras.layers.Layer):
 
   def call(
     self,
-    positive_scores,
-    negative_scores,
-    negative_log_q=None,
-    positive_log_q=None,
-    valid_mask=None,
-  ):
+    positive_scores: Tensor,
+    negative_scores: Tensor,
+    negative_log_q: Optional[Tensor] = None,
+    positive_log_q: Optional[Tensor] = None,
+    valid_mask: Optional[Tensor] = None,
+  ) -> LossOutput:
     return sampled_softmax_loss(
       positive_scores,
       negative_scores,
@@ -197,7 +206,9 @@ class SampledSoftmaxLoss(keras.layers.Layer):
       ratio_floor=self.ratio_floor,
     )
 
-  def compute_output_spec(self, positive_scores, negative_scores, *args, **kwargs):
+  def compute_output_spec(
+    self, positive_scores: Tensor, negative_scores: Tensor, *args: Any, **kwargs: Any
+  ) -> Any:
     rows = positive_scores.shape[:1]
     return LossOutput(
       keras.KerasTensor(rows, "float32"),
@@ -205,7 +216,7 @@ class SampledSoftmaxLoss(keras.layers.Layer):
       keras.KerasTensor(rows, "int32"),
     )
 
-  def get_config(self):
+  def get_config(self) -> Dict[str, Any]:
     return {
       **super().get_config(),
       "correction": self.correction,

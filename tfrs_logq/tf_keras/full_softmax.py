@@ -11,6 +11,8 @@ every row but p a valid negative), in float32; the Keras 3 twin is
 ``tfrs_logq.keras3.full_softmax``.
 """
 
+from typing import Any, Dict
+
 import tensorflow as tf
 
 from tfrs_logq.core import checks as core_checks
@@ -24,9 +26,9 @@ _OPS = tf_ops()
 
 
 def full_softmax_loss(
-  query_embeddings,
-  positive_ids,
-  candidate_embeddings,
+  query_embeddings: tf.Tensor,
+  positive_ids: tf.Tensor,
+  candidate_embeddings: tf.Tensor,
   *,
   temperature: float = 1.0,
   id_offset: int = 0,
@@ -95,14 +97,16 @@ class FullSoftmaxLoss(tf.keras.layers.Layer):
   """
 
   def __init__(
-    self, temperature: float = 1.0, id_offset: int = 0, check_scores: bool = False, **kwargs
-  ):
+    self, temperature: float = 1.0, id_offset: int = 0, check_scores: bool = False, **kwargs: Any
+  ) -> None:
     kwargs["dtype"] = "float32"
     super().__init__(**kwargs)
     self.temperature, self.id_offset = core_checks.check_full_softmax(temperature, id_offset)
     self.check_scores = bool(check_scores)
 
-  def call(self, query_embeddings, positive_ids, candidate_embeddings):
+  def call(
+    self, query_embeddings: tf.Tensor, positive_ids: tf.Tensor, candidate_embeddings: tf.Tensor
+  ) -> LossOutput:
     return full_softmax_loss(
       query_embeddings,
       positive_ids,
@@ -112,7 +116,7 @@ class FullSoftmaxLoss(tf.keras.layers.Layer):
       check_scores=self.check_scores,
     )
 
-  def get_config(self):
+  def get_config(self) -> Dict[str, Any]:
     return {
       **super().get_config(),
       "temperature": self.temperature,

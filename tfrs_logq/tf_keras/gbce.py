@@ -17,6 +17,8 @@ factor 1 / (1 + k), which Adam removes).
 Computed by ``tfrs_logq.core.bce`` in float32; the Keras 3 twin is ``tfrs_logq.keras3.gbce``.
 """
 
+from typing import Any, Dict, Optional
+
 import tensorflow as tf
 
 from tfrs_logq.core import bce as bce_core
@@ -40,7 +42,12 @@ def gbce_beta(num_negatives: int, num_items: int, t: float) -> float:
 
 
 def gbce_loss(
-  positive_scores, negative_scores, *, beta: float, valid_mask=None, check_scores: bool = False
+  positive_scores: tf.Tensor,
+  negative_scores: tf.Tensor,
+  *,
+  beta: float,
+  valid_mask: Optional[tf.Tensor] = None,
+  check_scores: bool = False,
 ) -> LossOutput:
   """L = beta * softplus(-s_p) + sum_{i valid} softplus(s_i)  (gBCE, module docstring).
 
@@ -72,7 +79,11 @@ def gbce_loss(
 
 
 def bce_loss(
-  positive_scores, negative_scores, valid_mask=None, *, check_scores: bool = False
+  positive_scores: tf.Tensor,
+  negative_scores: tf.Tensor,
+  valid_mask: Optional[tf.Tensor] = None,
+  *,
+  check_scores: bool = False,
 ) -> LossOutput:
   """BCE: L = softplus(-s_p) + sum_{i valid} softplus(s_i) (`gbce_loss` with beta = 1)."""
   return gbce_loss(
@@ -91,13 +102,18 @@ class GBCELoss(tf.keras.layers.Layer):
     check_scores: assert that every score is finite.
   """
 
-  def __init__(self, beta: float = 1.0, check_scores: bool = False, **kwargs):
+  def __init__(self, beta: float = 1.0, check_scores: bool = False, **kwargs: Any) -> None:
     kwargs["dtype"] = "float32"
     super().__init__(**kwargs)
     self.beta = bce_core.check_beta(beta)
     self.check_scores = bool(check_scores)
 
-  def call(self, positive_scores, negative_scores, valid_mask=None):
+  def call(
+    self,
+    positive_scores: tf.Tensor,
+    negative_scores: tf.Tensor,
+    valid_mask: Optional[tf.Tensor] = None,
+  ) -> LossOutput:
     return gbce_loss(
       positive_scores,
       negative_scores,
@@ -106,5 +122,5 @@ class GBCELoss(tf.keras.layers.Layer):
       check_scores=self.check_scores,
     )
 
-  def get_config(self):
+  def get_config(self) -> Dict[str, Any]:
     return {**super().get_config(), "beta": self.beta, "check_scores": self.check_scores}

@@ -16,7 +16,7 @@ log 0), evaluated with TensorFlow; this module adds the tensor conversion and th
 checks.
 """
 
-from typing import Optional
+from typing import Optional, Union
 
 import tensorflow as tf
 
@@ -129,7 +129,7 @@ def log_q_prime(negative_log_q: tf.Tensor, positive_log_q: tf.Tensor) -> tf.Tens
   )
 
 
-def log_inclusion_probability(log_q: tf.Tensor, num_draws) -> tf.Tensor:
+def log_inclusion_probability(log_q: tf.Tensor, num_draws: Union[int, tf.Tensor]) -> tf.Tensor:
   """log pi(d) = log(1 - (1 - Q(d))^B): the log probability that d is in a pool of B draws.
 
   Computed as ``log1mexp(B * log1mexp(log Q))`` without floors, so pi = B Q (1 - O(B Q)) stays

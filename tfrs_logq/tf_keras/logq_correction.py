@@ -16,7 +16,7 @@ directly.
 """
 
 import warnings
-from typing import Optional
+from typing import Any, Dict, Optional
 
 import tensorflow as tf
 
@@ -41,7 +41,9 @@ class SamplingProbabilityCorrection(tf.keras.layers.Layer):
     from_log: the second argument of ``call`` is log Q instead of Q.
   """
 
-  def __init__(self, epsilon: Optional[float] = None, from_log: bool = False, **kwargs):
+  def __init__(
+    self, epsilon: Optional[float] = None, from_log: bool = False, **kwargs: Any
+  ) -> None:
     super().__init__(**kwargs)
     if epsilon is not None and not 0.0 < float(epsilon) < 1.0:
       raise ValueError(f"epsilon must be None (no clipping) or in (0, 1), got {epsilon!r}")
@@ -68,7 +70,7 @@ class SamplingProbabilityCorrection(tf.keras.layers.Layer):
     out = tf.cast(logits, tf.float32) - log_q
     return tf.cast(out, logits.dtype)
 
-  def get_config(self):
+  def get_config(self) -> Dict[str, Any]:
     return {**super().get_config(), "epsilon": self.epsilon, "from_log": self.from_log}
 
 
@@ -76,7 +78,7 @@ class SamplingProbabilityCorrection(tf.keras.layers.Layer):
 class LogQCorrection(SamplingProbabilityCorrection):
   """Deprecated name of `SamplingProbabilityCorrection` (kept so that saved models load)."""
 
-  def __init__(self, *args, **kwargs):
+  def __init__(self, *args: Any, **kwargs: Any) -> None:
     warnings.warn(
       "LogQCorrection is now SamplingProbabilityCorrection (tfrs_logq.tf_keras), the name of "
       "its Keras 3 twin; the old name will be removed",

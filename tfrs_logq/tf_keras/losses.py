@@ -71,7 +71,7 @@ tf-keras layers, input conversion and checks.
 
 import importlib
 import warnings
-from typing import Any, NamedTuple, Optional
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
@@ -130,7 +130,7 @@ def masked_logsumexp(x: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
   )
 
 
-def _scores(positive_scores, negative_scores):
+def _scores(positive_scores: tf.Tensor, negative_scores: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
   """Float scores as float32 [A] and [A, N] (TypeError / ValueError on bad dtypes / ranks)."""
   s_p = tf.convert_to_tensor(positive_scores)
   s_n = tf.convert_to_tensor(negative_scores)
@@ -148,7 +148,7 @@ def _scores(positive_scores, negative_scores):
   return tf.cast(s_p, tf.float32), tf.cast(s_n, tf.float32)
 
 
-def _valid_mask(valid_mask, s_n):
+def _valid_mask(valid_mask: Optional[tf.Tensor], s_n: tf.Tensor) -> Tuple[tf.Tensor, list]:
   if valid_mask is None:
     return tf.ones_like(s_n, dtype=tf.bool), []
   valid_mask = tf.convert_to_tensor(valid_mask)
@@ -163,7 +163,12 @@ def _valid_mask(valid_mask, s_n):
   ]
 
 
-def _check_log_q_shapes(s_p, s_n, negative_log_q, positive_log_q):
+def _check_log_q_shapes(
+  s_p: tf.Tensor,
+  s_n: tf.Tensor,
+  negative_log_q: Optional[tf.Tensor],
+  positive_log_q: Optional[tf.Tensor],
+) -> list:
   """Static shape checks where shapes are known; dynamic asserts otherwise."""
   a, n = tf.shape(s_p)[0], tf.shape(s_n)[1]
   checks = [
@@ -210,7 +215,9 @@ def _check_log_q_shapes(s_p, s_n, negative_log_q, positive_log_q):
   return checks
 
 
-def _assert_finite(s_p, s_n, check_scores):
+def _assert_finite(
+  s_p: tf.Tensor, s_n: tf.Tensor, check_scores: bool
+) -> Tuple[tf.Tensor, tf.Tensor]:
   if not check_scores:
     return s_p, s_n
   return (
@@ -312,8 +319,8 @@ class SampledSoftmaxLoss(tf.keras.layers.Layer):
     q_prime: str = "exact",
     ratio_floor: float = 0.0,
     check_scores: bool = False,
-    **kwargs,
-  ):
+    **kwargs: Any,
+  ) -> None:
     kwargs["dtype"] = "float32"
     super().__init__(**kwargs)
     self.ratio_floor = _check_correction(correction, q_prime, ratio_floor)
@@ -323,12 +330,12 @@ class SampledSoftmaxLoss(tf.keras.layers.Layer):
 
   def call(
     self,
-    positive_scores,
-    negative_scores,
-    negative_log_q=None,
-    positive_log_q=None,
-    valid_mask=None,
-  ):
+    positive_scores: tf.Tensor,
+    negative_scores: tf.Tensor,
+    negative_log_q: Optional[tf.Tensor] = None,
+    positive_log_q: Optional[tf.Tensor] = None,
+    valid_mask: Optional[tf.Tensor] = None,
+  ) -> LossOutput:
     return sampled_softmax_loss(
       positive_scores,
       negative_scores,
@@ -341,7 +348,7 @@ class SampledSoftmaxLoss(tf.keras.layers.Layer):
       ratio_floor=self.ratio_floor,
     )
 
-  def get_config(self):
+  def get_config(self) -> Dict[str, Any]:
     return {
       **super().get_config(),
       "correction": self.correction,

@@ -1,5 +1,5 @@
-"""`python -m train.keras3 --backend=jax --seeds=0,1,2`: three seeds as one program give, run by
-run, what three separate runs (--seed=s --nosasrec_pack_tokens --frequency_seed=0, the same other
+"""`python -m train.keras3 --backend=jax --seeds=0,1`: two seeds as one program give, run by run,
+what two separate runs (--seed=s --nosasrec_pack_tokens --frequency_seed=0, the same other
 flags) write: the same per-epoch losses, validation metrics, best epoch, early stop and test metrics
 within float tolerance (vmap changes the summation order), each in its own <model_dir>/seed<s> with
 metrics.json and a checkpoint; different seeds really differ. Rerunning the same --seeds command
@@ -30,6 +30,8 @@ TINY = [
   "--shuffle_rng=numpy",
 ]
 
+SEEDS = (0, 1)
+
 
 def _binary(*args):
   """The binary run to its end: a CompletedProcess."""
@@ -58,10 +60,11 @@ def _finish(proc):
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
-  """The stacked run and the three separate runs, started at once (their start-ups overlap)."""
+  """The stacked run and the two separate runs, started at once (their start-ups overlap); two
+  seeds, the fewest that stack (each start-up compiles a JAX program: a third costs ~2 min)."""
   root = tmp_path_factory.mktemp("seeds")
-  procs = {"stacked": _start("--seeds=0,1,2", f"--model_dir={root / 'stacked'}")}
-  for seed in (0, 1, 2):
+  procs = {"stacked": _start("--seeds=0,1", f"--model_dir={root / 'stacked'}")}
+  for seed in SEEDS:
     procs[seed] = _start(
       f"--seed={seed}",
       "--nosasrec_pack_tokens",
@@ -71,15 +74,15 @@ def runs(tmp_path_factory):
   done = {name: _finish(proc) for name, proc in procs.items()}
   for name, proc in done.items():
     assert proc.returncode == 0, f"{name}: {proc.stderr[-3000:]}"
-  separate = {seed: _metrics(root / "separate" / str(seed)) for seed in (0, 1, 2)}
+  separate = {seed: _metrics(root / "separate" / str(seed)) for seed in SEEDS}
   return root, done["stacked"], separate
 
 
 def test_each_seed_equals_its_separate_run(runs):
   root, stacked, separate = runs
-  assert stacked.stderr.count("done: seed") == 3
+  assert stacked.stderr.count("done: seed") == len(SEEDS)
   tests = []
-  for seed in (0, 1, 2):
+  for seed in SEEDS:
     got, want = _metrics(root / "stacked" / f"seed{seed}"), separate[seed]
     assert got["config"]["seed"] == seed and not got["config"]["sasrec_pack_tokens"]
     assert (got["best_epoch"], got["epochs_done"], got["global_step"], got["stopped_early"]) == (
@@ -101,16 +104,16 @@ def test_each_seed_equals_its_separate_run(runs):
         np.testing.assert_allclose(got[split][k], want[split][k], rtol=1e-4, atol=1e-5)
     assert (root / "stacked" / f"seed{seed}" / "ckpt").is_dir()
     tests.append([h["loss"] for h in got["history"]])
-  assert not np.allclose(tests[0], tests[1]) and not np.allclose(tests[1], tests[2])
+  assert not np.allclose(tests[0], tests[1])
 
 
 def test_rerun_after_the_end_trains_nothing(runs):
   root, _, _ = runs
-  before = {s: _metrics(root / "stacked" / f"seed{s}")["global_step"] for s in (0, 1, 2)}
-  again = _binary("--seeds=0,1,2", f"--model_dir={root / 'stacked'}")
+  before = {s: _metrics(root / "stacked" / f"seed{s}")["global_step"] for s in SEEDS}
+  again = _binary("--seeds=0,1", f"--model_dir={root / 'stacked'}")
   assert again.returncode == 0, again.stderr[-3000:]
   assert "resumed from" in again.stdout
-  assert {s: _metrics(root / "stacked" / f"seed{s}")["global_step"] for s in (0, 1, 2)} == before
+  assert {s: _metrics(root / "stacked" / f"seed{s}")["global_step"] for s in SEEDS} == before
 
 
 @pytest.mark.parametrize(
