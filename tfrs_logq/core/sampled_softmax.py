@@ -1,7 +1,12 @@
 r"""Sampled softmax with none / standard / standard_no_positive / corrected logQ; full softmax.
 
-Notation of ``tfrs_logq.core``: a row has the positive score s_p, negative scores s_i (valid
-ones only, n of them), per-draw log Q(d_i) of the negatives and log Q(p) of the positive.
+The formulas of the retrieval losses, written once here (the fronts' docstrings point to it).
+
+Notation (one meaning everywhere): a row is a query u with positive p; s_p = s(u, p) is the
+positive score, s_i = s(u, d_i) the scores of its negatives d_1..d_N, log Q(d_i) their per-draw
+log sampling probabilities and log Q(p) the positive's; ``valid[i]`` says whether negative i takes
+part (False for padding, accidental hits d_i == p, score masks), n is the number of valid
+negatives of the row; softplus(x) = log(1 + e^x), sigma the logistic sigmoid, sg stop-gradient.
 
     LSE_valid(x) = log sum_{i valid} e^{x_i}     (max-shifted; ~ -1e30 for a row with n = 0)
 
@@ -26,6 +31,15 @@ importance-weighted with the proposal Q' that excludes p)::
     w  = sg(1 - P̂)                        = sg(sigma((Z - log n) - s_p))
     L  = -w (s_p - Z)
     ratio_floor r > 0:  L = -w max(s_p - max(Z, log r), log r)
+
+P̂ = e^{s_p} / (e^{s_p} + (1/n) sum_i e^{s_i - log Q'(d_i)}) estimates P(p | u) (appendix B:
+(1/n) sum_i e^{s_i} / Q'(d_i) estimates sum_{d != p} e^{s_d}). The gradient of the bracket
+(s_p - Z) does not depend on the scale of Q' (a constant shift of log Q' cancels), but w does:
+Q must be the per-draw probability of one negative slot, summing to 1 over the catalog.
+``q_prime="proxy"`` (log Q' = log Q) is the paper's industrial setup. The ratio floor (off by
+default) reproduces the clamp of the paper's released corrected script, R = e^{s_p} /
+max(sum_i e^{s_i - log Q'_i}, r), loss -w log max(R, r), r = 1e-10: a row with s_p - Z < log r
+contributes the constant -w log r and no gradient; w is not clamped.
 
 Full softmax over a table of candidates is ``none`` with every candidate but p a valid
 negative: L = -s_p + log sum_d e^{s_d} = softplus(LSE_{d != p} s_d - s_p).

@@ -1,19 +1,11 @@
-r"""Full softmax over every candidate row of a table, Keras 3.
+r"""Full softmax over every candidate row of a table, Keras 3 front: `full_softmax_loss` and
+its layer `FullSoftmaxLoss`.
 
-Notation of ``tfrs_logq.tf_keras.losses``: a row is a query u with positive p, s_d = <q_u, c_d> / T
-the score of candidate row d (T the temperature). The loss is the softmax cross-entropy over the
-whole table, p excluded from the LSE, which is the same as the usual log-sum-exp over all rows::
-
-    L = -s_p + log sum_d exp(s_d)  = softplus(LSE_{d != p} s_d - s_p)
-
-The Keras 3 twin of ``tfrs_logq.tf_keras.full_softmax.full_softmax_loss`` / ``FullSoftmaxLoss``
-(same arguments, checks and results), from the same source: ``tfrs_logq.core.sampled_softmax
-.softmax_with_positive`` (the ``none`` correction with every row but p a valid negative), evaluated
-with ``keras.ops``. Computed in float32 with a max-shifted LSE: huge scores stay finite, s_p = +inf
-gives 0, a score at +inf elsewhere gives +inf, rows at -inf drop out, and the gradients are finite
-wherever the loss is. Ids outside ``[id_offset, id_offset + V)`` raise ValueError where values are
-concrete (the tf-keras path raises ``tf.errors.InvalidArgumentError`` at run time); inside a
-compiled step they cannot raise.
+The formula, L = softplus(LSE_{d != p} s_d - s_p), is ``tfrs_logq.core.sampled_softmax``'s
+(``softmax_with_positive``), evaluated with ``keras.ops`` in float32: the Keras 3 twin of
+``tfrs_logq.tf_keras.full_softmax`` (same arguments, checks and results). Ids outside
+``[id_offset, id_offset + V)`` raise ValueError where values are concrete (the tf-keras front
+raises ``tf.errors.InvalidArgumentError`` at run time); inside a compiled step they cannot raise.
 """
 
 from typing import Any, Dict

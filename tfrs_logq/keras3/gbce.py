@@ -1,25 +1,9 @@
-r"""BCE and gBCE (gSASRec, Petrov & Macdonald, RecSys 2023) over a row's valid negatives, Keras 3.
+r"""BCE and gBCE (gSASRec) over a row's valid negatives, Keras 3 front: `bce_loss`, `gbce_loss`,
+`gbce_beta` and the layer `GBCELoss`.
 
-Notation of ``tfrs_logq.tf_keras.losses``: s_p the positive score, s_i the scores of the row's
-negatives,
-``valid[i]`` whether negative i takes part, sigma the logistic sigmoid::
-
-    BCE:   L = -log sigma(s_p) - sum_{i valid} log(1 - sigma(s_i))
-             = softplus(-s_p) + sum_{i valid} softplus(s_i)
-    gBCE:  L = -log(sigma(s_p)^beta) - sum_{i valid} log(1 - sigma(s_i))
-             = beta * softplus(-s_p) + sum_{i valid} softplus(s_i)
-    beta  = alpha * (t * (1 - 1/alpha) + 1/alpha) = 1 - t * (1 - alpha),   alpha = k / (|I| - 1)
-
-with alpha the uniform negative sampling rate (k negatives per positive, |I| items) and the
-calibration t in [0, 1] (t = 0: BCE; t = 1: beta = alpha; gSASRec uses t = 0.75, k = 256). A
-row's loss is the sum over its logits (gSASRec averages over the 1 + k logits: a constant
-factor).
-
-The Keras 3 twin of ``tfrs_logq.tf_keras.gbce.gbce_loss`` / ``bce_loss`` / ``gbce_beta`` /
-``GBCELoss`` (same arguments, checks and results), from the same source, ``tfrs_logq.core.bce``,
-evaluated with ``keras.ops`` in float32. Masked negatives never reach softplus (no NaN from them);
-huge scores stay finite (softplus is linear in the tail); s_p = -inf or a valid negative at +inf
-gives +inf.
+The formulas are ``tfrs_logq.core.bce``'s, evaluated with ``keras.ops`` in float32: the Keras 3
+twin of ``tfrs_logq.tf_keras.gbce`` (same arguments, checks and results). Masked negatives never
+reach softplus (no NaN from them); s_p = -inf or a valid negative at +inf gives +inf.
 """
 
 from typing import Any, Dict, Optional
@@ -54,7 +38,7 @@ def gbce_loss(
   valid_mask: Optional[Tensor] = None,
   check_scores: bool = False,
 ) -> losses_lib.LossOutput:
-  """L = beta * softplus(-s_p) + sum_{i valid} softplus(s_i)  (gBCE, module docstring).
+  """L = beta * softplus(-s_p) + sum_{i valid} softplus(s_i)  (gBCE, ``tfrs_logq.core.bce``).
 
   Args:
     positive_scores: [A] s_p.

@@ -1,18 +1,11 @@
-r"""Per-example sampled-softmax losses with none / standard / corrected logQ, Keras 3.
+r"""Per-example sampled softmax with none / standard / standard_no_positive / corrected logQ,
+Keras 3 front: `sampled_softmax_loss` and its layer `SampledSoftmaxLoss`.
 
-The same four formulas as ``tfrs_logq.tf_keras.losses`` (the tf-keras path), from the same source,
-``tfrs_logq.core.sampled_softmax``, evaluated with ``keras.ops`` (JAX, TensorFlow, PyTorch):
-
-    none                  L = -(s_p - log(e^{s_p} + sum_i e^{s_i}))
-    standard              L = -((s_p - log Q(p))
-                                - log(e^{s_p - log Q(p)} + sum_i e^{s_i - log Q(d_i)}))
-    standard_no_positive  L = -(s_p - log(e^{s_p} + sum_i e^{s_i - log Q(d_i)}))
-    corrected             Z = LSE_i(s_i - log Q'(d_i)),  log Q' = log Q - log(1 - Q(p))  ("exact")
-                          w = sg(sigmoid(Z - log n - s_p)),  L = -w (s_p - Z)
-
-over the row's valid negatives (n of them; a row with none gives 0 and, for ``corrected``,
-w = 0). Inputs are cast to float32 whatever their dtype (mixed precision is safe), log Q is
-never clipped, and the masked, max-shifted log-sum-exp keeps huge logits finite.
+The notation, the four formulas and their limits are written once, in
+``tfrs_logq.core.sampled_softmax``; this module evaluates them with ``keras.ops`` (JAX,
+TensorFlow, PyTorch), as ``tfrs_logq.tf_keras.losses`` does on TensorFlow, with the same
+arguments and results. Inputs are cast to float32 whatever their dtype (mixed precision is safe),
+log Q is never clipped, and the masked, max-shifted log-sum-exp keeps huge logits finite.
 """
 
 from typing import Any, Dict, NamedTuple, Optional, Sequence
@@ -114,7 +107,8 @@ def sampled_softmax_loss(
   check_scores: bool = False,
   ratio_floor: float = 0.0,
 ) -> LossOutput:
-  """Per-example sampled-softmax loss with the chosen logQ correction (module docstring).
+  """Per-example sampled-softmax loss with the chosen logQ correction (formulas:
+  ``tfrs_logq.core.sampled_softmax``).
 
   Arguments, shapes and results are those of ``tfrs_logq.tf_keras.losses.sampled_softmax_loss``:
   positive_scores [A], negative_scores [A, N], negative_log_q [N] or [A, N] (per-draw log Q),

@@ -1,14 +1,9 @@
-r"""Full softmax over every candidate row of a table (tf-keras front).
+r"""Full softmax over every candidate row of a table, tf-keras front: `full_softmax_loss` and
+its layer `FullSoftmaxLoss`.
 
-Notation of ``tfrs_logq.tf_keras.losses``. Full softmax (`full_softmax_loss`), over every candidate
-row of a table (p excluded from the LSE,
-which is the same as the usual log-sum-exp over all rows)::
-
-    L = -s_p + log sum_d exp(s_d)  = softplus(LSE_{d != p} s_d - s_p)
-
-Computed by ``tfrs_logq.core.sampled_softmax.softmax_with_positive`` (the ``none`` correction with
-every row but p a valid negative), in float32; the Keras 3 twin is
-``tfrs_logq.keras3.full_softmax``.
+The formula, L = softplus(LSE_{d != p} s_d - s_p), is ``tfrs_logq.core.sampled_softmax``'s
+(``softmax_with_positive``: the ``none`` correction with every row but p a valid negative),
+computed here in float32 on TensorFlow; the Keras 3 twin is ``tfrs_logq.keras3.full_softmax``.
 """
 
 from typing import Any, Dict

@@ -1,20 +1,9 @@
-r"""BCE and gBCE over a row's valid negatives (tf-keras front).
+r"""BCE and gBCE (gSASRec) over a row's valid negatives, tf-keras front: `bce_loss`,
+`gbce_loss`, `gbce_beta` and the layer `GBCELoss`.
 
-Notation of ``tfrs_logq.tf_keras.losses``. BCE and gBCE (`bce_loss`, `gbce_loss`; gSASRec, Petrov &
-Macdonald, RecSys 2023)::
-
-    BCE:   L = -log sigma(s_p) - sum_{i valid} log(1 - sigma(s_i))
-             = softplus(-s_p) + sum_{i valid} softplus(s_i)
-    gBCE:  L = -log(sigma(s_p)^beta) - sum_{i valid} log(1 - sigma(s_i))
-             = beta * softplus(-s_p) + sum_{i valid} softplus(s_i)
-    beta  = alpha * (t * (1 - 1/alpha) + 1/alpha) = 1 - t * (1 - alpha),   alpha = k / (|I| - 1)
-
-with alpha the uniform negative sampling rate (k negatives per positive, |I| items) and the
-calibration t in [0, 1] (t = 0: BCE; t = 1: beta = alpha; gSASRec uses t = 0.75, k = 256). The
-gSASRec code averages over the 1 + k logits of a row; a row's loss here is the sum (a constant
-factor 1 / (1 + k), which Adam removes).
-
-Computed by ``tfrs_logq.core.bce`` in float32; the Keras 3 twin is ``tfrs_logq.keras3.gbce``.
+The formulas (beta from the sampling rate and the calibration t) are ``tfrs_logq.core.bce``'s,
+computed here in float32 on TensorFlow; the Keras 3 twin is ``tfrs_logq.keras3.gbce``. gSASRec
+uses t = 0.75 with k = 256 negatives.
 """
 
 from typing import Any, Dict, Optional
@@ -49,7 +38,7 @@ def gbce_loss(
   valid_mask: Optional[tf.Tensor] = None,
   check_scores: bool = False,
 ) -> LossOutput:
-  """L = beta * softplus(-s_p) + sum_{i valid} softplus(s_i)  (gBCE, module docstring).
+  """L = beta * softplus(-s_p) + sum_{i valid} softplus(s_i)  (gBCE, ``tfrs_logq.core.bce``).
 
   Args:
     positive_scores: [A] s_p.

@@ -1,72 +1,15 @@
-r"""Per-example sampled softmax with none / standard / corrected logQ (tf-keras front).
+r"""Per-example sampled softmax with none / standard / standard_no_positive / corrected logQ,
+tf-keras front: `sampled_softmax_loss` and its layer `SampledSoftmaxLoss`.
 
-Full softmax is in ``full_softmax.py``, BCE and gBCE in ``gbce.py`` (the file names of the Keras 3
-front); they share this notation. The arithmetic itself lives in tfrs_logq/core/.
+The notation, the four formulas (w, P̂, Q', the ratio floor) and their limits are written once,
+in ``tfrs_logq.core.sampled_softmax``; this module computes them on TensorFlow
+(``tfrs_logq.core.ops.tf_ops``), as ``tfrs_logq.keras3.losses`` does with ``keras.ops``, and adds
+the input conversion, the checks and the layer. Full softmax is ``full_softmax.py``, BCE and gBCE
+``gbce.py`` (the file names of the Keras 3 front).
 
-Notation (one meaning everywhere): for a row (query u with positive p),
-s_p = s(u, p) is the positive score, s_i = s(u, d_i) the scores of its negatives d_1..d_N,
-log Q(d_i) their per-draw log sampling probabilities, and ``valid[i]`` says whether negative i
-takes part (False for padding, accidental hits d_i == p, score masks). n is the number of valid
-negatives of the row. LSE is log-sum-exp over the valid negatives only; softplus(x) = log(1 + e^x)
-and sigma is the logistic sigmoid.
-
-Sampled softmax (`sampled_softmax_loss`, `SampledSoftmaxLoss`):
-
-``none`` (plain sampled softmax, positive in the denominator)::
-
-    L = -(s_p - log(exp(s_p) + sum_i exp(s_i)))  = softplus(LSE_i s_i - s_p)
-
-``standard`` (Yi et al. 2019, as ``tfrs.tasks.Retrieval`` does it: log Q subtracted from every
-column, the positive's included; the positive stays in the denominator)::
-
-    L = -((s_p - log Q(p)) - log(exp(s_p - log Q(p)) + sum_i exp(s_i - log Q(d_i))))
-
-``standard_no_positive`` (Yang et al. 2020; the positive is not corrected)::
-
-    L = -(s_p - log(exp(s_p) + sum_i exp(s_i - log Q(d_i))))
-
-``corrected`` (Khrylchenko et al. 2025, §3.3 and appendix B: the positive is not a Monte Carlo
-sample, so it leaves the denominator, and the negatives are importance-weighted with the
-proposal Q' that excludes p)::
-
-    log Q'(d) = log Q(d) - log(1 - Q(p))          (q_prime="exact")
-    log Q'(d) = log Q(d)                          (q_prime="proxy", the paper's industrial setup)
-    Z  = LSE_i (s_i - log Q'(d_i))
-    P̂ = exp(s_p) / (exp(s_p) + (1/n) sum_i exp(s_i - log Q'(d_i))) = sigmoid(s_p - (Z - log n))
-    w  = stop_gradient(1 - P̂)
-    L  = -w * (s_p - Z)
-
-The gradient of the bracket (s_p - Z) does not depend on the absolute scale of Q' (a constant
-shift of log Q' cancels in the softmax over negatives), but w does: Q must be the per-draw
-probability of one negative slot, summing to 1 over the catalog, for P̂ to estimate
-P(p | u) (appendix B: (1/n) sum_i exp(s_i) / Q'(d_i) estimates sum_{d != p} exp(s_d)).
-
-``ratio_floor = r > 0`` (``corrected`` only; off by default) reproduces the clamp of the paper's
-released corrected script, which computes the ratio R = exp(s_p) / max(sum_i exp(s_i - log Q'_i),
-r) and the loss -w log max(R, r) with r = 1e-10. In log space::
-
-    L = -w * max(s_p - max(Z, log r), log r)
-
-so a row with s_p - Z < log r (a loss above -log r ~ 23 nats for r = 1e-10) contributes the
-constant -w log r and no gradient, and a row whose corrected denominator is below r gets no
-gradient through its negatives. w is not clamped (the script computes it from an unclamped
-softmax).
-
-Edge cases. Rows with no valid negative (n = 0) give loss 0 in every sampled variant (and weight 0
-under ``corrected``: there is no estimate of the denominator). Infinite scores give the limit of
-the formula wherever it exists: s_p = +inf gives 0 in every variant (corrected: w -> 0 faster than
-|s_p - Z| grows); s_p = -inf gives +inf; a valid negative at +inf gives +inf (with a ratio floor
-r, corrected gives the clamped value -w log r in both cases); negatives at -inf drop out of the
-sums (a row whose negatives are all -inf gives 0). s_p = +inf together with a
-negative at +inf has no limit (NaN). Wherever the loss is finite the gradients are finite.
 Losses are computed in float32 whatever the input dtype (float16 / bfloat16 inputs and
-mixed-precision models are safe) with a masked, max-shifted log-sum-exp, so huge logits stay finite
-and masked entries never produce NaN gradients.
-
-The formulas are computed by the core (``tfrs_logq.core.sampled_softmax``,
-``tfrs_logq.core.bce``) on TensorFlow (``tfrs_logq.core.ops.tf_ops``), the same functions the
-Keras 3 front (``tfrs_logq.keras3.losses``) calls with ``keras.ops``; this module adds the
-tf-keras layers, input conversion and checks.
+mixed-precision models are safe) with a masked, max-shifted log-sum-exp: huge logits stay finite,
+masked entries never produce NaN gradients, and a row with no valid negative gives 0.
 """
 
 import importlib
@@ -238,7 +181,8 @@ def sampled_softmax_loss(
   check_scores: bool = False,
   ratio_floor: float = 0.0,
 ) -> LossOutput:
-  """Per-example sampled-softmax loss with the chosen logQ correction (module docstring).
+  """Per-example sampled-softmax loss with the chosen logQ correction (formulas:
+  ``tfrs_logq.core.sampled_softmax``).
 
   Args:
     positive_scores: [A] s_p (already divided by the temperature).
@@ -256,7 +200,8 @@ def sampled_softmax_loss(
     check_scores: Also assert that the scores are finite (one more pass over [A, N] in the
       forward and backward pass: off by default, on for debugging a model that produces NaN).
     ratio_floor: r in [0, 1); r > 0 clamps the ratio inside the log of ``corrected`` as the
-      paper's released script does with r = 1e-10 (module docstring); 0 (default) = off.
+      paper's released script does with r = 1e-10 (``tfrs_logq.core.sampled_softmax``); 0
+      (default) = off.
 
   Returns:
     LossOutput(loss [A], weight [A], num_valid [A]).
@@ -296,12 +241,8 @@ def sampled_softmax_loss(
 
 
 class SampledSoftmaxLoss(tf.keras.layers.Layer):
-  """Keras layer computing `sampled_softmax_loss` (per-example, float32).
-
-  With s_p, s_i the positive / negative scores, Z = LSE_i(s_i - log Q'(d_i)) and
-  w = sg(sigmoid(Z - log n - s_p)): ``corrected`` L = -w (s_p - Z); ``none`` /
-  ``standard`` / ``standard_no_positive`` L = -(s_p' - log(e^{s_p'} + sum_i e^{s_i'})) with the
-  logits s' corrected as the module docstring says. ``call(positive_scores, negative_scores,
+  """Keras layer computing `sampled_softmax_loss` (per-example, float32; the formulas:
+  ``tfrs_logq.core.sampled_softmax``). ``call(positive_scores, negative_scores,
   negative_log_q=None, positive_log_q=None, valid_mask=None)`` returns a `LossOutput`. The layer
   always computes in float32 (its dtype policy is fixed to float32 so mixed-precision models are
   safe).
