@@ -24,9 +24,8 @@ $(STAMP): setup.py
 
 venv: $(STAMP)
 
-# Two pytest processes, each test file whole in one of them (its module fixtures run once).
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q
 
 # The style gate (pyproject.toml): ruff's format (checked) and lint rules on the tree, mypy on
 # tfrs_logq/core. `$(VENV)/bin/ruff format .` fixes the formatting.

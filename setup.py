@@ -67,7 +67,7 @@ LINT_REQUIRES = ["ruff==0.16.9", "mypy==2.4.0"]
 TEST_REQUIRES = (
   APP_REQUIRES
   + KERAS3_REQUIRES
-  + ["pytest>=7", "pytest-xdist>=3.5", "scipy>=1.10", "torch==2.13.0"]
+  + ["pytest>=7", "scipy>=1.10", "torch==2.13.0"]
   + FAISS_REQUIRES
   + LINT_REQUIRES
 )
