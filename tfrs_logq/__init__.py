@@ -34,25 +34,25 @@ _MOVED_MODULES = {
   "sharded": "sharded",
   "tasks": "retrieval",
 }
-_MOVED_NAMES = {
-  "Retrieval": "retrieval",
-  "SampledSoftmaxLoss": "losses",
-  "sampled_softmax_loss": "losses",
-}
+# Deprecated names of classes and functions at the root (now tfrs_logq.tf_keras's own names).
+_MOVED_NAMES = ("Retrieval", "SampledSoftmaxLoss", "sampled_softmax_loss")
 
 
 def __getattr__(name: str) -> Any:
   """The fronts on first use; the former names with a DeprecationWarning."""
   if name in _FRONTS:
     return importlib.import_module(f"tfrs_logq.{name}")
-  if name in _MOVED_MODULES or name in _MOVED_NAMES:
-    new = _MOVED_MODULES.get(name) or _MOVED_NAMES[name]
-    where = f"tfrs_logq.tf_keras.{new}" if name in _MOVED_MODULES else f"tfrs_logq.tf_keras.{name}"
-    warnings.warn(
-      f"tfrs_logq.{name} has moved to {where}; the old name will be removed",
-      DeprecationWarning,
-      stacklevel=2,
-    )
-    module = importlib.import_module(f"tfrs_logq.tf_keras.{new}")
-    return module if name in _MOVED_MODULES else getattr(module, name)
-  raise AttributeError(f"module 'tfrs_logq' has no attribute {name!r}")
+  if name in _MOVED_MODULES:
+    where = f"tfrs_logq.tf_keras.{_MOVED_MODULES[name]}"
+  elif name in _MOVED_NAMES:
+    where = f"tfrs_logq.tf_keras.{name}"
+  else:
+    raise AttributeError(f"module 'tfrs_logq' has no attribute {name!r}")
+  warnings.warn(
+    f"tfrs_logq.{name} has moved to {where}; the old name will be removed",
+    DeprecationWarning,
+    stacklevel=2,
+  )
+  if name in _MOVED_MODULES:
+    return importlib.import_module(where)
+  return getattr(importlib.import_module("tfrs_logq.tf_keras"), name)
