@@ -27,8 +27,8 @@ venv: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q
 
-# The style gate (pyproject.toml): ruff's format (checked) and lint rules on the tree, mypy on
-# tfrs_logq/core. `$(VENV)/bin/ruff format .` fixes the formatting.
+# The style gate (pyproject.toml): ruff's format (checked) and lint rules on the tree, mypy on the
+# core and the fronts' public API. `$(VENV)/bin/ruff format .` fixes the formatting.
 lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .

@@ -62,7 +62,8 @@ BENCH_REQUIRES = APP_REQUIRES + KERAS3_REQUIRES + ["torch>=2.4"] + FAISS_REQUIRE
 # pinned to the CPU build 2.13.0, the one tested; `make test` installs it).
 # scipy: the oracle of eval/paired_stats.py's Student t (tests only; the application never
 # imports it).
-# The style gate of `make lint` / .ci/run (pyproject.toml: ruff's rules, mypy on tfrs_logq.core).
+# The style gate of `make lint` / .ci/run (pyproject.toml: ruff's rules, mypy on the
+# core and the public API of both fronts).
 LINT_REQUIRES = ["ruff==0.16.9", "mypy==2.4.0"]
 TEST_REQUIRES = (
   APP_REQUIRES
