@@ -31,6 +31,7 @@ __all__ = [
   "check_retrieval_inputs",
   "check_estimator_inputs",
   "check_full_softmax",
+  "check_clip_epsilon",
   "resolve_log_q",
   "needs_log_q",
 ]
@@ -219,6 +220,16 @@ def check_full_softmax(temperature: float, id_offset: int) -> Tuple[float, int]:
   ):
     raise ValueError(f"id_offset must be an int >= 0, got {id_offset!r}")
   return float(temperature), int(id_offset)
+
+
+def check_clip_epsilon(epsilon: Optional[float], from_log: bool) -> Optional[float]:
+  """The sampling-probability correction's clip: None (no clipping) or a float in (0, 1), and
+  never with ``from_log`` (it clips probabilities); ValueError otherwise. Returns it as a float."""
+  if epsilon is not None and not 0.0 < float(epsilon) < 1.0:
+    raise ValueError(f"epsilon must be None (no clipping) or in (0, 1), got {epsilon!r}")
+  if epsilon is not None and from_log:
+    raise ValueError("epsilon clips probabilities; it cannot be combined with from_log=True")
+  return None if epsilon is None else float(epsilon)
 
 
 def resolve_log_q(

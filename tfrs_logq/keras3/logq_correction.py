@@ -22,6 +22,7 @@ from typing import Any, Dict, Optional
 import keras
 from keras import ops
 
+from tfrs_logq.core import checks as core_checks
 from tfrs_logq.keras3 import _tensors
 from tfrs_logq.keras3._tensors import Tensor
 from tfrs_logq.keras3 import log_q as log_q_lib
@@ -43,11 +44,7 @@ class SamplingProbabilityCorrection(keras.layers.Layer):
   ) -> None:
     kwargs.setdefault("autocast", False)
     super().__init__(**kwargs)
-    if epsilon is not None and not 0.0 < float(epsilon) < 1.0:
-      raise ValueError(f"epsilon must be None (no clipping) or in (0, 1), got {epsilon!r}")
-    if epsilon is not None and from_log:
-      raise ValueError("epsilon clips probabilities; it cannot be combined with from_log=True")
-    self.epsilon = None if epsilon is None else float(epsilon)
+    self.epsilon = core_checks.check_clip_epsilon(epsilon, from_log)
     self.from_log = bool(from_log)
     self.built = True
 

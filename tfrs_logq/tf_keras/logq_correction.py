@@ -20,6 +20,7 @@ from typing import Any, Dict, Optional
 
 import tensorflow as tf
 
+from tfrs_logq.core import checks as core_checks
 from tfrs_logq.tf_keras import log_q as log_q_lib
 
 __all__ = ["SamplingProbabilityCorrection", "LogQCorrection"]
@@ -45,11 +46,7 @@ class SamplingProbabilityCorrection(tf.keras.layers.Layer):
     self, epsilon: Optional[float] = None, from_log: bool = False, **kwargs: Any
   ) -> None:
     super().__init__(**kwargs)
-    if epsilon is not None and not 0.0 < float(epsilon) < 1.0:
-      raise ValueError(f"epsilon must be None (no clipping) or in (0, 1), got {epsilon!r}")
-    if epsilon is not None and from_log:
-      raise ValueError("epsilon clips probabilities; it cannot be combined with from_log=True")
-    self.epsilon = None if epsilon is None else float(epsilon)
+    self.epsilon = core_checks.check_clip_epsilon(epsilon, from_log)
     self.from_log = bool(from_log)
 
   def call(self, logits: tf.Tensor, candidate_sampling_probability: tf.Tensor) -> tf.Tensor:
