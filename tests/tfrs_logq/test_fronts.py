@@ -201,29 +201,48 @@ def test_the_tf_keras_front_selects_legacy_keras_and_fails_clearly_when_too_late
   assert "TF_USE_LEGACY_KERAS=1" in late.stderr and "ImportError" in late.stderr
 
 
-@pytest.mark.parametrize(
-  "old, new",
-  [
-    ("tfrs_logq.tasks.Retrieval", "tfrs_logq.tf_keras.Retrieval"),
-    ("tfrs_logq.Retrieval", "tfrs_logq.tf_keras.Retrieval"),
-    ("tfrs_logq.metrics.recall_at_k", "tfrs_logq.tf_keras.top_k.recall_at_k"),
-    ("tfrs_logq.frequency.ExactCounts", "tfrs_logq.tf_keras.frequency.ExactCounts"),
-    ("tfrs_logq.negatives.MixedNegatives", "tfrs_logq.tf_keras.negatives.MixedNegatives"),
-    ("tfrs_logq.losses.full_softmax_loss", "tfrs_logq.tf_keras.full_softmax.full_softmax_loss"),
-    ("tfrs_logq.losses.GBCELoss", "tfrs_logq.tf_keras.gbce.GBCELoss"),
-  ],
-)
-def test_the_former_names_still_resolve_with_a_deprecation_warning(old, new):
+FORMER_NAMES = [
+  ("tfrs_logq.tasks.Retrieval", "tfrs_logq.tf_keras.Retrieval"),
+  ("tfrs_logq.Retrieval", "tfrs_logq.tf_keras.Retrieval"),
+  ("tfrs_logq.metrics.recall_at_k", "tfrs_logq.tf_keras.top_k.recall_at_k"),
+  ("tfrs_logq.frequency.ExactCounts", "tfrs_logq.tf_keras.frequency.ExactCounts"),
+  ("tfrs_logq.negatives.MixedNegatives", "tfrs_logq.tf_keras.negatives.MixedNegatives"),
+  ("tfrs_logq.losses.full_softmax_loss", "tfrs_logq.tf_keras.full_softmax.full_softmax_loss"),
+  ("tfrs_logq.losses.GBCELoss", "tfrs_logq.tf_keras.gbce.GBCELoss"),
+]
+
+_FORMER_NAMES = """
+import json, warnings
+import tfrs_logq.tf_keras, tfrs_logq
+from tfrs_logq import frequency, losses, negatives, tasks  # the documented from-import
+out = {}
+for old, new in PAIRS:
+  with warnings.catch_warnings():
+    warnings.simplefilter("error", DeprecationWarning)
+    try:
+      eval(old)
+      warning = None
+    except DeprecationWarning as e:
+      warning = str(e)
+  with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    out[old] = {"warning": warning, "same": eval(old) is eval(new)}
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def former_names():
+  """Every former name resolved in one fresh process (one TensorFlow start-up for all)."""
+  out = _run(f"PAIRS = {FORMER_NAMES!r}\n{_FORMER_NAMES}")
+  assert out.returncode == 0, out.stderr[-3000:]
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("old, new", FORMER_NAMES)
+def test_the_former_names_still_resolve_with_a_deprecation_warning(former_names, old, new):
   """The first releases' documented forms: `import tfrs_logq` (before TensorFlow) and attribute
   access, `from tfrs_logq import frequency, losses, negatives, tasks`."""
-  code = (
-    "import warnings; warnings.simplefilter('error', DeprecationWarning)\n"
-    "import tfrs_logq.tf_keras, tfrs_logq\n"
-    f"try:\n  {old}\nexcept DeprecationWarning as e:\n  print('warned:', e)\n"
-    "warnings.simplefilter('ignore', DeprecationWarning)\n"
-    "from tfrs_logq import frequency, losses, negatives, tasks\n"
-    f"assert {old} is {new}\nprint('ok')"
-  )
-  out = _run(code)
-  assert out.returncode == 0, out.stderr[-3000:]
-  assert "warned:" in out.stdout and "moved to" in out.stdout and out.stdout.strip().endswith("ok")
+  got = former_names[old]
+  assert got["warning"] is not None and "moved to" in got["warning"], got
+  assert got["same"], f"{old} is not {new}"
