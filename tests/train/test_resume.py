@@ -10,6 +10,7 @@ import sys
 import time
 
 import numpy as np
+import pytest
 
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
@@ -65,9 +66,29 @@ def _variables(model_dir):
   }
 
 
-def test_sigkill_mid_epoch_then_rerun_resumes_exactly(tmp_path):
-  full, killed = tmp_path / "full", tmp_path / "killed"
-  reference = _start(full)
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+  """The one uninterrupted run of ARGS both tests compare with: started when the first test asks
+  for it (beside that test's own runs); calling the fixture's value waits for its end and gives
+  its folder."""
+  full = tmp_path_factory.mktemp("uninterrupted") / "full"
+  proc = _start(full)
+  done = []
+
+  def finished():
+    if not done:
+      _finish(proc)
+      done.append(full)
+    return full
+
+  yield finished
+  if proc.poll() is None:
+    proc.kill()
+    proc.wait(timeout=30)
+
+
+def test_sigkill_mid_epoch_then_rerun_resumes_exactly(tmp_path, uninterrupted):
+  killed = tmp_path / "killed"
   victim = _start(killed)
   try:
     deadline = time.time() + 200
@@ -89,7 +110,7 @@ def test_sigkill_mid_epoch_then_rerun_resumes_exactly(tmp_path):
       victim.kill()
       victim.wait(timeout=30)
   _finish(_start(killed))  # the same command again
-  _finish(reference)
+  full = uninterrupted()
   a, b = _variables(full), _variables(killed)
   assert set(a) == set(b)
   step = [n for n in a if n.startswith("step")][0]
@@ -109,15 +130,16 @@ def test_sigkill_mid_epoch_then_rerun_resumes_exactly(tmp_path):
   )
 
 
-def test_time_budget_pauses_between_epochs_and_chunks_end_where_one_run_ends(tmp_path):
+def test_time_budget_pauses_between_epochs_and_chunks_end_where_one_run_ends(
+  tmp_path, uninterrupted
+):
   """--time_budget_minutes: a process whose next epoch would pass the budget stops after its
   epoch (exit status EXIT_PAUSED, the checkpoint kept, no metrics.json); rerunning the same
   command one chunk at a time (each does at least one epoch) ends bit-for-bit where one
   uninterrupted run ends."""
   from train.trainer import EXIT_PAUSED  # pylint: disable=g-import-not-at-top
 
-  full, chunked = tmp_path / "full", tmp_path / "chunked"
-  reference = _start(full)
+  chunked = tmp_path / "chunked"
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
   command = [
     sys.executable,
@@ -148,7 +170,7 @@ def test_time_budget_pauses_between_epochs_and_chunks_end_where_one_run_ends(tmp
   # Epoch 1 in the first process, 2 in the second, 3 in the third which then finishes (no
   # epoch left to pause before); a fourth run only re-evaluates.
   assert codes == [EXIT_PAUSED, EXIT_PAUSED, 0, 0] and epochs == [1, 2, 3, 3]
-  _finish(reference)
+  full = uninterrupted()
   a, b = _variables(full), _variables(chunked)
   assert set(a) == set(b)
   for n in a:

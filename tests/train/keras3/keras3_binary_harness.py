@@ -67,16 +67,13 @@ def kill_at_step(step: int) -> str:
   return _KILL.format(step=int(step))
 
 
-def env(backend=None, jax_cache=None, drop=()):
-  """The subprocess environment: ``backend`` as KERAS_BACKEND, JAX's persistent compilation
-  cache in ``jax_cache``, the variables in ``drop`` removed."""
+def env(backend=None, drop=()):
+  """The subprocess environment: ``backend`` as KERAS_BACKEND, the variables in ``drop``
+  removed; the rest inherited, the session's JAX compilation cache (tests/conftest.py)
+  included."""
   removed = ("TF_USE_LEGACY_KERAS", "TF_CPP_MIN_LOG_LEVEL", *drop)
   result = {k: v for k, v in os.environ.items() if k not in removed}
   result.update(PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
-  if jax_cache:
-    result.update(
-      JAX_COMPILATION_CACHE_DIR=str(jax_cache), JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0"
-    )
   if backend:
     result["KERAS_BACKEND"] = backend
   return result

@@ -20,12 +20,12 @@ HERE = pathlib.Path(__file__).resolve().parent
 
 ML100K = harness.ML100K
 TINY = harness.SYNTHETIC
-_CACHE = {}
 
 
 def _env(backend=None):
-  # JAX's compilation cache: the resumed run reuses the first runs' step
-  return harness.env(backend, jax_cache=_CACHE.get("dir"))
+  # The session's JAX compilation cache (tests/conftest.py): the resumed run reuses the first
+  # runs' step.
+  return harness.env(backend)
 
 
 def _start(args, script=None, backend=None):
@@ -41,7 +41,6 @@ def _runs(tmp_path_factory):
   if _RUNS:
     return _RUNS
   base = tmp_path_factory.mktemp("keras3_binary")
-  _CACHE["dir"] = str(base / "jax_cache")
   full, killed, tf_dir = base / "full", base / "killed", base / "tf"
   common = ML100K + ["--backend=jax", "--epochs=3"]
   procs = {
