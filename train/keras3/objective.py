@@ -21,9 +21,8 @@ and differentiates the step on every backend (``train_on_batch``); its variables
 encoder's, the samplers' seed states and the frequency estimator's. Padding positions take part
 nowhere: they are masked out of the pool (``valid``), their losses are dropped, and the uniform
 draws do not depend on where they are. The frequency estimator is updated outside the compiled
-step, before it, with the step's non-padding positives (`update_estimator`), as the tf-keras
-objective updates it at the start of its step: the Keras 3 estimators' ``update`` counts every id
-it is given, and a static-shape step could not leave the padding out.
+step, before it, with the step's positives and the padding marked not valid (`update_estimator`),
+as the tf-keras objective updates it at the start of its step.
 
 Negatives follow the tf-keras binary's settings (`train.objective.build_sampler`) exactly: the
 same RunConfig fields give the same blocks, shapes and log Q. With k = num_negatives,
@@ -156,11 +155,14 @@ def negatives_split(cfg):
 
 
 def update_estimator(cfg, estimator, batch) -> None:
-  """Counts the step's non-padding positives (streaming estimators only; outside the step)."""
+  """Counts the step's non-padding positives (streaming estimators only; outside the step).
+
+  The whole [batch, max_len] targets go in with the padding marked not valid: the update's shapes
+  are the batch's, so JAX traces it once, not once for every count of positives a batch has."""
   if cfg.frequency == "exact":
     return
-  targets = np.asarray(batch["targets"]).reshape(-1)
-  estimator.update(targets[targets != 0].astype(np.int32))
+  targets = np.asarray(batch["targets"], np.int32).reshape(-1)
+  estimator.update(targets, valid=targets != 0)
 
 
 class RetrievalModel(keras.Model):

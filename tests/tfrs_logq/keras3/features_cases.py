@@ -52,6 +52,29 @@ def stream():
 
 PROBE = np.arange(VOCAB, dtype=np.int32).reshape(6, 10)
 
+# update(ids, valid): every estimator, built twice; one counts the stream, the other the stream
+# padded to a static [6, 8] (padding at random places with random ids, valid False there).
+MASKED_ESTIMATORS = {
+  "hash_array": ("HashArrayEstimator", dict(num_buckets=13, num_hashes=2, alpha=0.2, seed=3)),
+  **{f"count_min_{k}": ("CountMinSketch", v) for k, v in COUNT_MIN_CONFIGS.items()},
+  "exact": ("ExactCounts", dict(num_items=VOCAB)),
+}
+PADDED_SHAPE = (6, 8)
+
+
+def padded_stream():
+  """[(ids [6, 8], valid [6, 8])] holding stream()'s batches, then one batch with nothing valid."""
+  rng = np.random.default_rng(3)
+  size = PADDED_SHAPE[0] * PADDED_SHAPE[1]
+  out = []
+  for ids in stream() + [np.zeros((0,), np.int32)]:
+    padded = rng.integers(0, VOCAB, size).astype(np.int32)
+    valid = np.zeros(size, bool)
+    where = rng.choice(size, ids.size, replace=False)
+    padded[where], valid[where] = ids, True
+    out.append((padded.reshape(PADDED_SHAPE), valid.reshape(PADDED_SHAPE)))
+  return out
+
 
 def negatives_case():
   rng = np.random.default_rng(13)

@@ -1,5 +1,6 @@
-"""Runs the Keras 3 full softmax, BCE / gBCE, CountMinSketch and negatives (per sequence,
-expected_count) on one backend (KERAS_BACKEND) and writes the results to an npz.
+"""Runs the Keras 3 full softmax, BCE / gBCE, CountMinSketch, every estimator's update with a
+`valid` mask, and negatives (per sequence, expected_count) on one backend (KERAS_BACKEND) and
+writes the results to an npz.
 
     KERAS_BACKEND=jax python features_worker.py OUT.npz
 
@@ -97,6 +98,52 @@ def run_count_min(out):
     out[f"cms/{name}/total"] = _np(cms.total)
     out[f"cms/{name}/step"] = _np(cms.step)
     out[f"cms/{name}/log_q_prime"] = _np(cms.log_q_prime(fc.PROBE[0], fc.PROBE[1:3, :1]))
+
+
+def run_masked_updates(out):
+  """Each estimator counts the stream (plain) and the padded stream with valid (masked); on JAX
+  the masked update is one jax.jit program for every batch (its trace count is recorded). The
+  bad `valid` arguments' errors are recorded as text."""
+  for name, (cls, kwargs) in fc.MASKED_ESTIMATORS.items():
+    plain, masked = getattr(frequency, cls)(**kwargs), getattr(frequency, cls)(**kwargs)
+    for ids in fc.stream():
+      plain.update(ids)
+    update, traces = masked.update, []
+    if backend_worker.BACKEND == "jax":
+      import jax  # pylint: disable=g-import-not-at-top
+
+      @jax.jit
+      def step(state, ids, valid, masked=masked):
+        traces.append(1)
+        with keras.StatelessScope(
+          state_mapping=list(zip(masked.non_trainable_variables, state))
+        ) as scope:
+          masked.update(ids, valid)
+        return [scope.get_current_value(v) for v in masked.non_trainable_variables]
+
+      def update(ids, valid, masked=masked):
+        state = [v.value for v in masked.non_trainable_variables]
+        for v, value in zip(masked.non_trainable_variables, step(state, ids, valid)):
+          v.assign(value)
+
+    for ids, valid in fc.padded_stream():
+      update(ids, valid)
+    for v_plain, v_masked in zip(plain.non_trainable_variables, masked.non_trainable_variables):
+      out[f"masked/{name}/plain/{v_plain.path}"] = _np(v_plain)
+      out[f"masked/{name}/masked/{v_plain.path}"] = _np(v_masked)
+    out[f"masked/{name}/traces"] = np.array(len(traces))
+  bad = [
+    (np.arange(8, dtype=np.int32), np.ones(8, np.int32)),  # not bool
+    (np.arange(8, dtype=np.int32), np.ones((2, 4), bool)),  # not ids' shape
+    (np.array([1, 99], np.int32), np.array([True, True])),  # a counted id out of range
+    (np.array([1, 99], np.int32), np.array([True, False])),  # out of range, not counted: fine
+  ]
+  for i, (ids, valid) in enumerate(bad):
+    try:
+      frequency.HashArrayEstimator(num_buckets=13, num_items=fc.VOCAB).update(ids, valid)
+      out[f"masked_bad/{i}"] = np.array("no error")
+    except Exception as e:  # pylint: disable=broad-except
+      out[f"masked_bad/{i}"] = np.array(f"{type(e).__name__}: {e}")
 
 
 def run_negatives(out):
@@ -234,6 +281,7 @@ def main():
     run_full_softmax,
     run_gbce,
     run_count_min,
+    run_masked_updates,
     run_negatives,
     run_serialisation,
     run_bad_arguments,

@@ -6,8 +6,11 @@ The Keras 3 twin of ``tfrs_logq.tf_keras.frequency.base``: every estimator is a
 works inside a compiled JAX / TensorFlow train step (Keras threads the non-trainable state through
 ``jax.jit``) and on PyTorch, and is saved in ``.keras`` files and checkpoints.
 
-* ``update(ids)``: once per training step with the step's candidate ids (integer, any rank >= 1,
-  flattened). An empty batch (static size 0) is a no-op.
+* ``update(ids, valid=None)``: once per training step with the step's candidate ids (integer, any
+  rank >= 1, flattened). ``valid`` (bool, ids' shape) marks the entries to count: the padding of
+  a static-shape batch is passed with ``valid`` False, so the update's shapes depend on the batch
+  shape only (on JAX an eager or compiled update is traced once per batch shape, not once per
+  count of positives). An update that counts nothing (static size 0, or nothing valid) is a no-op.
 * ``log_q(ids) -> float32, same shape``: log Q(d), always finite (documented floors).
 * ``log_one_minus_q(ids)``: log(1 - Q(d)), stable, 1 - Q floored at ``MIN_ONE_MINUS_Q`` = 1e-6.
 * ``log_q_prime(ids, positive_ids)``: log Q(d) - log(1 - Q(p)) with broadcasting.
@@ -34,6 +37,37 @@ MIN_ONE_MINUS_Q = log_q_core.MIN_ONE_MINUS_Q
 
 __all__ = ["FrequencyEstimator", "MIN_ONE_MINUS_Q", "log1m_exp", "group_sorted"]
 
+# `update(ids, valid)`: the entries that do not count are sent to a sentinel index, one past the
+# end of the state they would read or write (`masked_index`). Reads clamp it (`take_state`: the
+# value read is never used) and writes drop it (`scatter_state`), so the shapes stay static.
+
+
+def masked_index(index, valid, size: int):
+  """``index`` where ``valid`` (broadcast against it), else the sentinel ``size``."""
+  return ops.where(valid, index, size)
+
+
+def take_state(state, index):
+  """``state[index]`` with a sentinel index (= state size) clamped to the last entry."""
+  return ops.take(state, ops.minimum(index, state.shape[0] - 1))
+
+
+def scatter_state(state, index, values, sentinel: bool):
+  """``state`` with ``values`` written at the 1-D ``index``; with ``sentinel``, the writes at the
+  sentinel index (= state size) are dropped (written to one extra entry, then cut off)."""
+  if not sentinel:
+    return ops.scatter_update(state, ops.expand_dims(index, 1), values)
+  size = state.shape[0]
+  padded = ops.concatenate([state, ops.zeros((1,), state.dtype)])
+  return ops.scatter_update(padded, ops.expand_dims(index, 1), ops.cast(values, state.dtype))[:size]
+
+
+def num_counted(keys, valid):
+  """The number of entries counted: keys' static size, or the sum of ``valid`` (float32)."""
+  if valid is None:
+    return float(keys.shape[0])
+  return ops.sum(ops.cast(valid, "float32"))
+
 
 def log1m_exp(log_p):
   """log(1 - exp(log_p)) for log_p <= 0, stable, 1 - p floored at MIN_ONE_MINUS_Q."""
@@ -59,8 +93,9 @@ def group_sorted(values):
 class FrequencyEstimator(keras.layers.Layer):
   """Base class: id handling, log Q' and the Keras plumbing (see the module docstring).
 
-  Subclasses implement ``_update_keys(keys)`` (1-D int32 keys, static size > 0) and
-  ``_log_q_keys(keys)`` (int32 keys of any shape -> float32 log Q).
+  Subclasses implement ``_update_keys(keys, valid)`` (1-D int32 keys, static size > 0; ``valid``
+  None or 1-D bool of the same size) and ``_log_q_keys(keys)`` (int32 keys of any shape ->
+  float32 log Q).
   """
 
   def __init__(self, num_items: Optional[int] = None, validate_ids: bool = True, **kwargs):
@@ -82,13 +117,16 @@ class FrequencyEstimator(keras.layers.Layer):
       initializer=keras.initializers.Constant(value.astype(dtype)),
     )
 
-  def _keys(self, ids, *, flatten: bool):
-    """Validated int32 keys, optionally flattened to 1-D."""
+  def _keys(self, ids, *, flatten: bool, valid=None):
+    """Validated int32 keys (only the ``valid`` entries are checked), optionally flattened."""
     ids = _tensors.as_ids(ids, f"{self.name}: ids")
     if flatten and len(ids.shape) == 0:
       raise ValueError(f"{self.name}.update expects ids of rank >= 1, got a scalar")
     if self.validate_ids:
       value = _tensors.concrete(ids)
+      mask = None if valid is None else _tensors.concrete(valid)
+      if value is not None and mask is not None:
+        value = value[mask]
       if value is not None and value.size:
         if value.min() < 0:
           raise ValueError(f"{self.name}: item ids must be >= 0")
@@ -97,12 +135,35 @@ class FrequencyEstimator(keras.layers.Layer):
     keys = ops.cast(ids, "int32")
     return ops.reshape(keys, (-1,)) if flatten else keys
 
-  def update(self, ids) -> None:
-    """Counts one training step's candidate ids."""
-    keys = self._keys(ids, flatten=True)
+  def update(self, ids, valid=None) -> None:
+    """Counts one training step's candidate ids.
+
+    Args:
+      ids: integer ids, any rank >= 1.
+      valid: optional bool, same shape as ``ids``: False entries (padding of a static-shape
+        batch) are not counted, and the update's shapes do not depend on how many are True.
+    """
+    if valid is not None:
+      valid = self._valid(valid, ids)
+    keys = self._keys(ids, flatten=True, valid=valid)
     if keys.shape[0] == 0:
       return
-    self._update_keys(keys)
+    if valid is None:
+      self._update_keys(keys)
+    else:
+      self._update_keys(keys, ops.reshape(valid, (-1,)))
+
+  def _valid(self, valid, ids):
+    """``valid`` as a bool tensor of ids' shape; TypeError / ValueError otherwise."""
+    valid = ops.convert_to_tensor(valid)
+    if _tensors.dtype_of(valid) != "bool":
+      raise TypeError(f"{self.name}.update: valid must be bool, got {_tensors.dtype_of(valid)}")
+    ids_shape = tuple(ops.shape(ops.convert_to_tensor(ids)))
+    if tuple(ops.shape(valid)) != ids_shape:
+      raise ValueError(
+        f"{self.name}.update: valid {tuple(ops.shape(valid))} does not match ids {ids_shape}"
+      )
+    return valid
 
   def log_q(self, ids):
     """log Q(d), float32, same shape as ids."""
@@ -125,7 +186,7 @@ class FrequencyEstimator(keras.layers.Layer):
   def get_config(self):
     return {**super().get_config(), "num_items": self.num_items, "validate_ids": self.validate_ids}
 
-  def _update_keys(self, keys) -> None:
+  def _update_keys(self, keys, valid=None) -> None:
     raise NotImplementedError
 
   def _log_q_keys(self, keys):

@@ -98,27 +98,33 @@ class CountMinSketch(base.FrequencyEstimator):
     return count_min_core.cells(ops, hashing.bucket, keys, self.seed, self.width, self.depth)
 
   def _read(self, cells, t):
-    """Cell values decayed to step t."""
-    values = ops.take(self.table, cells)
+    """Cell values decayed to step t (the sentinel cell reads the last one: base.take_state)."""
+    values = base.take_state(self.table, cells)
     if self.last_write is None:
       return values
-    age = ops.cast(t - ops.take(self.last_write, cells), "float32")
+    age = ops.cast(t - base.take_state(self.last_write, cells), "float32")
     return count_min_core.decayed(ops, values, age, self.decay)
 
-  def _write(self, cells, values, t):
-    index = ops.expand_dims(cells, 1)
-    self.table.assign(ops.scatter_update(self.table, index, values))
+  def _write(self, cells, values, t, masked):
+    """Writes ``values`` at 1-D ``cells`` (with ``masked``, the sentinel cell's are dropped)."""
+    self.table.assign(base.scatter_state(self.table, cells, values, masked))
     if self.last_write is not None:
-      self.last_write.assign(
-        ops.scatter_update(self.last_write, index, ops.cast(ops.full_like(cells, 1) * t, "int32"))
-      )
+      written = ops.cast(ops.full_like(cells, 1) * t, "int32")
+      self.last_write.assign(base.scatter_state(self.last_write, cells, written, masked))
 
-  def _update_keys(self, keys):
-    n = keys.shape[0]
-    t_new = self.step + 1
+  def _update_keys(self, keys, valid=None):
+    n = base.num_counted(keys, valid)
+    masked = valid is not None
+    nonempty = n > 0
+    t_new = self.step + ops.cast(nonempty, "int32")
+    size = self.width * self.depth
     if self.conservative:
-      ids, counts = base.group_sorted(keys)  # c_x on every copy of x
+      # c_x on every copy of x; entries that do not count become id -1 (ids are >= 0), sorted
+      # first, and their cells the sentinel (base.masked_index).
+      ids, counts = base.group_sorted(ops.where(valid, keys, -1) if masked else keys)
       id_cells = self._cells(ids)  # [depth, n]
+      if masked:
+        id_cells = base.masked_index(id_cells, ops.expand_dims(ids >= 0, 0), size)
       estimate = count_min_core.estimate(ops, self._read(id_cells, t_new))
       wanted = ops.reshape(
         ops.broadcast_to(estimate + ops.cast(counts, "float32"), ops.shape(id_cells)), (-1,)
@@ -133,10 +139,14 @@ class CountMinSketch(base.FrequencyEstimator):
         ops, self._read(cells, t_new), ops.take(per_cell, run)
       )
     else:
-      cells, counts = base.group_sorted(self._cells(keys))  # a cell's hits this step
+      cells = self._cells(keys)
+      if masked:
+        cells = base.masked_index(cells, ops.expand_dims(valid, 0), size)
+      cells, counts = base.group_sorted(cells)  # a cell's hits this step
       new_values = count_min_core.standard_cells(ops, self._read(cells, t_new), counts)
-    self._write(cells, new_values, t_new)
-    self.total.assign(count_min_core.updated_total(self.total, float(n), self.decay))
+    self._write(cells, new_values, t_new, masked)
+    total = count_min_core.updated_total(self.total, n, self.decay)
+    self.total.assign(ops.where(nonempty, total, self.total.value))
     self.step.assign(t_new)
 
   def estimate(self, ids):

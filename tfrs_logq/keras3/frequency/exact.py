@@ -47,12 +47,17 @@ class ExactCounts(base.FrequencyEstimator):
     self.total = self._state("total", (), "int32", int(initial.sum()))
     self.built = True
 
-  def _update_keys(self, keys):
+  def _update_keys(self, keys, valid=None):
     if not self.accumulate:
       return
-    hits = ops.segment_sum(ops.ones_like(keys), keys, num_segments=self.num_items)
+    if valid is None:
+      ones, n = ops.ones_like(keys), ops.cast(keys.shape[0], "int32")
+    else:  # entries that do not count add 0 to id 0 (their id may be out of range)
+      ones = ops.cast(valid, "int32")
+      keys, n = ops.where(valid, keys, 0), ops.sum(ones)
+    hits = ops.segment_sum(ones, keys, num_segments=self.num_items)
     self.counts.assign(self.counts + hits)
-    self.total.assign(self.total + ops.cast(keys.shape[0], "int32"))
+    self.total.assign(self.total + n)
 
   def _counts_and_total(self, keys):
     return ops.cast(ops.take(self.counts, keys), "float32"), ops.cast(self.total, "float32")

@@ -82,28 +82,30 @@ class HashArrayEstimator(base.FrequencyEstimator):
     warm-up)."""
     return frequency_core.prior_hits(ops, ops.cast(hits, "float32"), self.warmup, self.warmup_hits)
 
-  def _update_keys(self, keys):
-    n = keys.shape[0]
-    t_new = self.step + 1
-    slots, counts = base.group_sorted(self._slots(keys))
-    last = ops.take(self.last_step, slots)
-    old_gap = ops.take(self.gap, slots)
-    k = self._prior_hits(ops.take(self.hits, slots))
+  def _update_keys(self, keys, valid=None):
+    n = base.num_counted(keys, valid)
+    slots = self._slots(keys)
+    masked = valid is not None
+    if masked:  # slots of entries that do not count: the sentinel (base.masked_index)
+      slots = base.masked_index(slots, valid[None, :], self.num_buckets * self.num_hashes)
+    nonempty = n > 0
+    t_new = self.step + ops.cast(nonempty, "int32")
+    slots, counts = base.group_sorted(slots)
+    last = base.take_state(self.last_step, slots)
+    old_gap = base.take_state(self.gap, slots)
+    k = self._prior_hits(base.take_state(self.hits, slots))
     c = ops.cast(counts, "float32")
     g = ops.cast(t_new - last, "float32")
     new_gap = frequency_core.updated_gap(ops, old_gap, k, c, g, self.alpha, self.warmup_hits)
     new_hits = frequency_core.updated_hits(
       ops, ops.cast(k, "int32"), counts, last, self.warmup_hits
     )
-    index = ops.expand_dims(slots, 1)
-    self.gap.assign(ops.scatter_update(self.gap, index, new_gap))
-    self.hits.assign(ops.scatter_update(self.hits, index, ops.cast(new_hits, "int32")))
-    self.last_step.assign(
-      ops.scatter_update(self.last_step, index, ops.cast(ops.full_like(slots, 1) * t_new, "int32"))
-    )
-    self.ids_per_step.assign(
-      frequency_core.updated_ids_per_step(ops, self.ids_per_step, float(n), t_new, self.alpha)
-    )
+    self.gap.assign(base.scatter_state(self.gap, slots, new_gap, masked))
+    self.hits.assign(base.scatter_state(self.hits, slots, ops.cast(new_hits, "int32"), masked))
+    new_last = ops.cast(ops.full_like(slots, 1) * t_new, "int32")
+    self.last_step.assign(base.scatter_state(self.last_step, slots, new_last, masked))
+    n_bar = frequency_core.updated_ids_per_step(ops, self.ids_per_step, n, t_new, self.alpha)
+    self.ids_per_step.assign(ops.where(nonempty, n_bar, self.ids_per_step.value))
     self.step.assign(t_new)
 
   def steps_per_hit(self, ids):
