@@ -60,6 +60,8 @@ FAISS_REQUIRES = ["faiss-cpu==1.15.1"]
 BENCH_REQUIRES = APP_REQUIRES + KERAS3_REQUIRES + ["torch>=2.4"] + FAISS_REQUIRES
 # The suite runs the Keras 3 parity tests on the TensorFlow, JAX and PyTorch backends (torch
 # pinned to the CPU build 2.13.0, the one tested; `make test` installs it).
+# pytest-xdist: `make test` runs the suite in $(PYTEST_WORKERS) processes, one test file per process
+# at a time (--dist loadfile keeps each file's module fixtures in one process).
 # scipy: the oracle of eval/paired_stats.py's Student t (tests only; the application never
 # imports it).
 # The style gate of `make lint` / .ci/run (pyproject.toml: ruff's rules, mypy on the
@@ -68,7 +70,7 @@ LINT_REQUIRES = ["ruff==0.16.9", "mypy==2.4.0"]
 TEST_REQUIRES = (
   APP_REQUIRES
   + KERAS3_REQUIRES
-  + ["pytest>=7", "scipy>=1.10", "torch==2.13.0"]
+  + ["pytest>=7", "pytest-xdist==3.8.0", "scipy>=1.10", "torch==2.13.0"]
   + FAISS_REQUIRES
   + LINT_REQUIRES
 )

@@ -89,12 +89,16 @@ def test_app_extra_provides_what_the_application_imports():
     missing = _distributions(keras3) - reqs[""] - reqs["app"] - reqs["keras3"]
     assert not missing, f"{package}/keras3 imports {missing}, in no requirement of .[app,keras3]"
   # The suite = the application + the Keras 3 path's parity tests (JAX and PyTorch backends) +
-  # pytest + scipy (an oracle only) + faiss-cpu (tests/bench/test_serving_scale.py runs the
-  # ScaNN-vs-FAISS bench end to end) + the style gate's tools (`make lint`, the lint extra).
+  # pytest + pytest-xdist (`make test`'s worker processes) + scipy (an oracle only) + faiss-cpu
+  # (tests/bench/test_serving_scale.py runs the ScaNN-vs-FAISS bench end to end) + the style
+  # gate's tools (`make lint`, the lint extra).
   assert reqs["keras3"] == {"keras", "keras-rs", "jax", "tensorboard"}
   assert reqs["lint"] == {"ruff", "mypy"}
   assert (
-    reqs["app"] | reqs["keras3"] | reqs["lint"] | {"pytest", "scipy", "torch", "faiss-cpu"}
+    reqs["app"]
+    | reqs["keras3"]
+    | reqs["lint"]
+    | {"pytest", "pytest-xdist", "scipy", "torch", "faiss-cpu"}
     == reqs["test"]
   )
   # The speed bench's PyTorch yardstick and serving_scale's FAISS are the bench extra (the suite
