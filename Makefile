@@ -24,13 +24,13 @@ $(STAMP): setup.py
 
 venv: $(STAMP)
 
-# The suite in PYTEST_WORKERS processes (pytest-xdist), a whole test file to a process; the
-# in-process parameter-server file runs last in its process (tests/conftest.py).
-# PYTEST_WORKERS=0 runs it in this process.
+# The suite in PYTEST_WORKERS processes (pytest-xdist), a whole test file to a process, handed
+# out in tests/conftest.py's order (--no-loadscope-reorder): the longest files first, the
+# in-process parameter-server file last. PYTEST_WORKERS=0 runs it in this process.
 PYTEST_WORKERS ?= 2
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile
+	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The style gate (pyproject.toml): ruff's format (checked) and lint rules on the tree, mypy on the
 # core and the fronts' public API. `$(VENV)/bin/ruff format .` fixes the formatting.

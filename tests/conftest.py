@@ -7,7 +7,7 @@
 * Locates ../shared/data (or $TFRS_LOGQ_DATA): tests that need it fail, never skip, when it
   is missing.
 * Gives the session one JAX persistent compilation cache, inherited by its JAX subprocesses.
-* Runs the in-process parameter-server tests last (`_PROCESS_CHANGING_FILES`).
+* Orders the files: the longest first, the in-process parameter-server tests last.
 * Ends the process right after pytest is done when an in-process parameter-server cluster ran
   (`train.distribute.local_cluster`): its servers cannot be stopped, and the interpreter's
   teardown would log dozens of gRPC errors after the summary line.
@@ -33,27 +33,38 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   os.environ["JAX_COMPILATION_CACHE_DIR"] = _JAX_CACHE_MADE[0]
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
-import tfrs_logq.tf_keras  # noqa: E402,F401  (legacy Keras before TensorFlow loads)
 import pytest  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
-_cpus = tf.config.list_physical_devices("CPU")
-tf.config.set_logical_device_configuration(_cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+  """In every process that runs tests (not pytest-xdist's controller, which runs none, and whose
+  TensorFlow start-up messages would be printed after the summary line): legacy Keras, then 2
+  logical CPUs before TensorFlow initialises."""
+  if config.pluginmanager.get_plugin("dsession") is not None:
+    return
+  import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+  import tensorflow as tf
+
+  cpus = tf.config.list_physical_devices("CPU")
+  tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
 
 
 _MIRRORED = []
 
 
 @pytest.fixture(scope="session")
-def mirrored_strategy() -> tf.distribute.MirroredStrategy:
+def mirrored_strategy():
   """The one MirroredStrategy over the 2 logical CPUs for the whole session.
 
   Separate MirroredStrategy instances in one process can reuse collective instance keys and
   abort each other's all_gather ("Shape mismatch in the collective instance"): every test that
   needs 2 replicas takes this fixture instead of building its own.
   """
+  import tensorflow as tf
+
   if not _MIRRORED:
     _MIRRORED.append(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
   assert _MIRRORED[0].num_replicas_in_sync == 2
@@ -79,17 +90,53 @@ def data_dir() -> pathlib.Path:
 # Test files that connect their process to an in-process cluster for good
 # (`tf.config.experimental_connect_to_cluster` cannot be undone): they run after every other file,
 # in one process or in each pytest-xdist worker, so no other file sees the changed device context.
+# (`make test` passes --no-loadscope-reorder, so pytest-xdist hands out the files in this order.)
 _PROCESS_CHANGING_FILES = ("tests/train/test_parameter_server.py",)
+# The longest files first, so that no worker starts a long file when the others are nearly done
+# (seconds of one whole 2-process run on the project's 2-core CPU, rounded; a file not listed
+# runs after these, in collection order; a stale entry costs wall-clock, never a result).
+_LONGEST_FIRST = (
+  "tests/bench/test_train_speed_keras3.py",  # 720 s
+  "tests/train/keras3/test_losses.py",  # 440 s
+  "tests/tfrs_logq/keras3/test_backends.py",  # 420 s
+  "tests/train/test_resume.py",  # 400 s
+  "tests/models/keras3/test_sasrec.py",  # 340 s
+  "tests/tfrs_logq/keras3/test_backends_samplers.py",  # 340 s
+  "tests/train/keras3/test_binary.py",  # 240 s
+  "tests/tfrs_logq/keras3/test_backends_features.py",  # 240 s
+  "tests/bench/test_seeds_program.py",  # 230 s
+  "tests/models/test_sasrec.py",  # 220 s
+  "tests/bench/test_time_to_converge.py",  # 210 s
+  "tests/bench/test_reproduce.py",  # 210 s
+  "tests/train/test_distributed.py",  # 210 s
+  "tests/train/keras3/test_seeds.py",  # 200 s
+  "tests/train/keras3/test_data_parallel.py",  # 170 s
+  "tests/train/test_parameter_server_binary.py",  # 170 s
+  "tests/train/keras3/test_negatives.py",  # 170 s
+  "tests/train/test_trainer.py",  # 160 s
+  "tests/train/test_train_binary.py",  # 160 s
+  "tests/bench/test_keras3_trajectory.py",  # 150 s
+  "tests/train/test_compiled_step.py",  # 140 s
+  "tests/train/keras3/test_jax_step.py",  # 140 s
+  "tests/eval/test_demo.py",  # 130 s
+  "tests/train/test_cli.py",  # 130 s
+  "tests/bench/test_step_ab.py",  # 110 s
+  "tests/train/keras3/test_monitoring.py",  # 110 s
+)
 
 
 def pytest_collection_modifyitems(session, config, items):
-  """Moves the tests of `_PROCESS_CHANGING_FILES` to the end, keeping every other order."""
+  """Orders the files: `_LONGEST_FIRST`, then the others, then `_PROCESS_CHANGING_FILES`; the
+  tests of a file keep their order."""
   del session, config
 
-  def changes_process(item) -> bool:
-    return item.nodeid.split("::", 1)[0] in _PROCESS_CHANGING_FILES
+  def rank(item) -> int:
+    path = item.nodeid.split("::", 1)[0]
+    if path in _PROCESS_CHANGING_FILES:
+      return len(_LONGEST_FIRST) + 1
+    return _LONGEST_FIRST.index(path) if path in _LONGEST_FIRST else len(_LONGEST_FIRST)
 
-  items[:] = [i for i in items if not changes_process(i)] + [i for i in items if changes_process(i)]
+  items.sort(key=rank)  # stable: collection order within a rank
 
 
 _EXIT_STATUS = []

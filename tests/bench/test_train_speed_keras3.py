@@ -80,9 +80,6 @@ def test_keras3_sides_run_one_step_on_a_tiny_batch(tmp_path):
   env = {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS", "KERAS_BACKEND")}
   env.update(PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
   cmd = [
-    "nice",
-    "-n",
-    "10",
     sys.executable,
     "-m",
     "bench.train_speed",
@@ -123,9 +120,6 @@ def test_profile_times_the_pieces_of_the_jax_step(tmp_path):
   env = {k: v for k, v in os.environ.items() if k not in ("TF_USE_LEGACY_KERAS", "KERAS_BACKEND")}
   env.update(PYTHONPATH=str(ROOT), JAX_PLATFORMS="cpu", CUDA_VISIBLE_DEVICES="")
   cmd = [
-    "nice",
-    "-n",
-    "10",
     sys.executable,
     "-m",
     "bench.train_speed",

@@ -35,9 +35,6 @@ def _results(tmp_path_factory):
     procs = {
       b: subprocess.Popen(
         [
-          "nice",
-          "-n",
-          "10",
           sys.executable,
           str(HERE / "dropout_worker.py"),
           str(directory / f"{b}.npz"),

@@ -87,9 +87,6 @@ def _results(tmp_path_factory):
     procs = {
       b: subprocess.Popen(
         [
-          "nice",
-          "-n",
-          "10",
           sys.executable,
           str(HERE / "sasrec_worker.py"),
           str(directory / "cases.npz"),

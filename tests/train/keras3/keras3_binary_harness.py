@@ -1,8 +1,8 @@
-"""What the `python -m train.keras3` tests share: the binary started as a subprocess (nice 10,
-CPU only, the repository on PYTHONPATH, tf-keras switches removed from the environment), the
-small ML-100K and synthetic run settings, a script that SIGKILLs the binary at a given global
-step (nothing cleaned up: the crash a resume must survive), and readers of a run's metrics.json
-and newest checkpoint."""
+"""What the `python -m train.keras3` tests share: the binary started as a subprocess (CPU only,
+the repository on PYTHONPATH, tf-keras switches removed from the environment), the small ML-100K
+and synthetic run settings, a script that SIGKILLs the binary at a given global step (nothing
+cleaned up: the crash a resume must survive), and readers of a run's metrics.json and newest
+checkpoint."""
 
 import json
 import os
@@ -81,11 +81,11 @@ def env(backend=None, drop=()):
 
 def start(args, script=None, environment=None, head=None):
   """Starts ``python -m train.keras3 ARGS`` (or ``python -c SCRIPT ARGS``, or ``python HEAD
-  ARGS``) at nice 10 with ``environment`` (default `env()`); stdout and stderr piped."""
+  ARGS``) with ``environment`` (default `env()`); stdout and stderr piped."""
   if head is None:
     head = ["-c", script] if script else ["-m", "train.keras3"]
   return subprocess.Popen(
-    ["nice", "-n", "10", sys.executable, *head, *args],
+    [sys.executable, *head, *args],
     cwd=ROOT,
     env=environment or env(),
     stdout=subprocess.PIPE,

@@ -95,7 +95,7 @@ def test_export_reloads_in_a_fresh_process(backend, data_dir, tmp_path_factory):
   export = runs["dirs"]["full"] / "export"
   out = export.parent / f"reloaded_{backend}.npz"
   proc = subprocess.run(
-    ["nice", "-n", "10", sys.executable, str(HERE / "export_worker.py"), str(export), str(out)],
+    [sys.executable, str(HERE / "export_worker.py"), str(export), str(out)],
     env=dict(_env(backend), TF_CPP_MIN_LOG_LEVEL="3"),
     capture_output=True,
     text=True,

@@ -20,8 +20,9 @@ _RUNS = {}
 
 
 def _runs(data_dir, tmp_path_factory):
-  """Every run, started together once per session (they share the 2 cores); the lazy_adam run
-  is also killed in the middle of epoch 2 (before global step 6 + 3) and rerun."""
+  """Every run, started together once per session (they share the 2 cores); once the lazy_adam
+  run has ended, the same run is killed in the middle of epoch 2 (before global step 6 + 3) and
+  rerun: its programs then come from the session's JAX compilation cache (tests/conftest.py)."""
   if _RUNS:
     return _RUNS
   assert data_dir.exists()
@@ -29,11 +30,12 @@ def _runs(data_dir, tmp_path_factory):
   procs = {}
   for name, extra in RUNS.items():
     procs[name] = harness.start(ARGS + extra + [f"--model_dir={base / name}"])
+  done = {"lazy_adam": harness.finish(procs.pop("lazy_adam"))}
   resumed = base / "lazy_adam_resumed"
   harness.killed(ARGS + RUNS["lazy_adam"] + [f"--model_dir={resumed}"], step=9)
   procs["lazy_adam_resumed"] = harness.start(ARGS + RUNS["lazy_adam"] + [f"--model_dir={resumed}"])
-  for name, proc in procs.items():
-    status, _, err = harness.finish(proc)
+  done.update((name, harness.finish(proc)) for name, proc in procs.items())
+  for name, (status, _, err) in done.items():
     assert status == 0, f"{name}: {err[-3000:]}"
     _RUNS[name] = base / name
   return _RUNS

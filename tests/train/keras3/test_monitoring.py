@@ -103,7 +103,7 @@ def _env(backend):
 
 def _python(args, backend, timeout=600):
   return subprocess.run(
-    ["nice", "-n", "10", sys.executable, *args],
+    [sys.executable, *args],
     cwd=ROOT,
     env=_env(backend),
     capture_output=True,

@@ -114,9 +114,6 @@ def _worker_outputs(tmp_path_factory):
     (tmp / f"{backend}.json").write_text(json.dumps({n: cases[n] for n in names}))
     procs[backend] = subprocess.Popen(
       [
-        "nice",
-        "-n",
-        "10",
         sys.executable,
         str(HERE / "negatives_worker.py"),
         str(tmp / f"{backend}.json"),

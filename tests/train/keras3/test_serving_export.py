@@ -51,7 +51,7 @@ def _env():
 
 def _run(args, module):
   return subprocess.run(
-    ["nice", "-n", "10", sys.executable, "-m", module, *args],
+    [sys.executable, "-m", module, *args],
     cwd=ROOT,
     env=_env(),
     capture_output=True,
