@@ -77,11 +77,8 @@ def make_eval_npz(path, num_queries=120, seed=0):
   return inputs, targets, counts
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def tiny_export(tmp_path_factory):
-  """One export per test module (not per session): its query encoder's variables live in the
-  device context of the module that made them, and a parameter-server test that ran in between
-  in the same process (pytest-xdist runs files in any order) would make that context unknown."""
   path = tmp_path_factory.mktemp("export")
   qe, items = make_export(path)
   return path, qe, items

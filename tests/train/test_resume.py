@@ -2,6 +2,7 @@
 checkpoint and ends bit-for-bit where an uninterrupted run ends (same step, optimizer state,
 estimator counts and weights: nothing lost, nothing counted twice)."""
 
+import functools
 import json
 import os
 import signal
@@ -73,12 +74,10 @@ def uninterrupted(tmp_path_factory):
   its folder."""
   full = tmp_path_factory.mktemp("uninterrupted") / "full"
   proc = _start(full)
-  done = []
 
+  @functools.cache
   def finished():
-    if not done:
-      _finish(proc)
-      done.append(full)
+    _finish(proc)
     return full
 
   yield finished
