@@ -28,6 +28,7 @@ class Trainer:
     import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     from tfrs_logq.tf_keras import (  # pylint: disable=g-import-not-at-top
+      compiled,
       frequency,
       full_softmax,
       losses,
@@ -66,7 +67,7 @@ class Trainer:
     schedule = tf.keras.optimizers.schedules.CosineDecay(cfg.learning_rate, cfg.steps, alpha=0.01)
     self._optimizer = tf.keras.optimizers.Adam(schedule)
     self._optimizer.build(self._variables)
-    self._train = tf.function(self._train_steps)
+    self._train = compiled.compile_function(self._train_steps)
 
   def _sampler(self, row: RowSpec, estimator):
     neg, k = self._negatives, self.cfg.num_negatives
@@ -108,12 +109,17 @@ class Trainer:
     return tf.reduce_mean(out.loss)
 
   def _train_steps(self, start, num_steps):
+    """Steps start .. start + num_steps - 1 as one graph loop (`tf.while_loop`)."""
     tf = self._tf
-    for step in tf.range(start, start + num_steps):
+
+    def one_step(step):
       with tf.GradientTape() as tape:
         total = tf.add_n([self._loss(m, step) for m in self.models])
       grads = tape.gradient(total, self._variables)
       self._optimizer.apply_gradients(zip(grads, self._variables))
+      return (step + 1,)
+
+    tf.while_loop(lambda step: step < start + num_steps, one_step, (start,))
 
   def batch_losses(self, step: int) -> np.ndarray:
     """Mean loss of every model (order of ``self.models``) on batch ``step``, eagerly."""

@@ -36,6 +36,8 @@ import numpy as np
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
+from tfrs_logq.tf_keras import compiled
+
 from eval import index as index_lib
 from train import data as data_lib
 from train import export as export_lib
@@ -115,7 +117,9 @@ class ServingModule(tf.Module):
   def _fit_length(self, history):
     return data_lib.fit_length(history, self.max_len) if self.max_len else history
 
-  @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int64, name="history")])
+  @compiled.compile_function(
+    input_signature=[tf.TensorSpec([None, None], tf.int64, name="history")]
+  )
   def recommend(self, history):
     """history int64 [B, L] -> {"item_ids": int64 [B, k], "scores": float32 [B, k]}."""
     checks = [

@@ -28,6 +28,7 @@ import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
 from tfrs_logq.tf_keras import _static_shapes
+from tfrs_logq.tf_keras import compiled
 
 from models import sasrec_ops as ops
 from models.queries import TrainingQueries
@@ -169,7 +170,7 @@ class SASRec(tf.keras.Model):
     # a nested jit function would be recompiled at every call of the outer program.
     if self.jit_compile_encoder and self.final_norm.built and not in_xla:
       if self._encode_xla is None:
-        self._encode_xla = tf.function(self._encode_compiled, jit_compile=True)
+        self._encode_xla = compiled.compile_function(self._encode_compiled, jit_compile=True)
       kwargs = dict(training=bool(training))
       if seed is not None and training:
         kwargs["seed"] = tf.cast(seed, tf.int64)

@@ -25,6 +25,8 @@ import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
 
+from tfrs_logq.tf_keras import compiled
+
 from models.queries import TrainingQueries
 
 __all__ = ["TwoTower", "QueryTower", "CandidateTower"]
@@ -207,7 +209,7 @@ class TwoTower(tfrs.Model):
     of a sharded table (or scoring the catalog) copies the whole table onto the chief; in a
     graph the gather runs on the parameter servers and one row comes back."""
 
-    @tf.function
+    @compiled.compile_function
     def dummy():
       with tf.name_scope(self.name):  # the variable names of a call (checkpoints, h5)
         query = self.query_embeddings(

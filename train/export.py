@@ -35,6 +35,7 @@ import numpy as np
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
+from tfrs_logq.tf_keras import compiled
 from tfrs_logq.tf_keras import sharded
 
 from train import data as data_lib
@@ -73,7 +74,9 @@ class QueryEncoder(tf.Module):
     self._serving_queries = model.serving_queries  # a bound method: not tracked
     self.max_len = int(max_len)
 
-  @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int64, name="history")])
+  @compiled.compile_function(
+    input_signature=[tf.TensorSpec([None, None], tf.int64, name="history")]
+  )
   def serve(self, history):
     embedding = self._serving_queries(data_lib.fit_length(history, self.max_len))
     return {"embedding": tf.cast(embedding, tf.float32)}
@@ -86,7 +89,7 @@ class ItemEmbeddings(tf.Module):
     super().__init__(name="item_embeddings")
     self.embeddings = tf.Variable(table, trainable=False, name="embeddings")
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.int64, name="item_ids")])
+  @compiled.compile_function(input_signature=[tf.TensorSpec([None], tf.int64, name="item_ids")])
   def serve(self, item_ids):
     return {"embedding": tf.gather(self.embeddings, item_ids)}
 

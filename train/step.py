@@ -36,6 +36,9 @@ raises a ValueError there; run the same static-shape step uncompiled
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
+from tfrs_logq.tf_keras import compiled
+
+
 __all__ = ["replica_step", "make_replica_step", "check_jit_supported"]
 
 
@@ -111,4 +114,4 @@ def make_replica_step(objective, model, optimizer, *, jit_compile: bool = False,
   def step_fn(batch, step):
     return replica_step(objective, model, optimizer, batch, step, dense_gradients=dense)
 
-  return tf.function(step_fn, jit_compile=True) if jit_compile else step_fn
+  return compiled.compile_function(step_fn, jit_compile=True) if jit_compile else step_fn

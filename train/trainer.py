@@ -66,6 +66,7 @@ import time
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
+from tfrs_logq.tf_keras import compiled
 from tfrs_logq.tf_keras import frequency
 from tfrs_logq.tf_keras.lazy_adam import LazyAdam
 
@@ -288,8 +289,8 @@ class Trainer:
       os.path.join(distribute.worker_dir(cfg.model_dir, self.strategy), "best"),
       max_to_keep=1,
     )
-    self._train_step = tf.function(self._train_step_fn)
-    self._scheduled_step = tf.function(self._scheduled_step_fn)
+    self._train_step = compiled.compile_function(self._train_step_fn)
+    self._scheduled_step = compiled.compile_function(self._scheduled_step_fn)
     self.summaries = summaries.SummaryWriter(
       os.path.join(cfg.model_dir, "tensorboard") if self.chief else None
     )

@@ -63,11 +63,11 @@ _ENCODERS = weakref.WeakKeyDictionary()
 
 
 def _compiled_encoder(model):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from tfrs_logq.tf_keras import compiled  # pylint: disable=g-import-not-at-top
 
   fn = _ENCODERS.get(model)
   if fn is None:
-    fn = _ENCODERS[model] = tf.function(
+    fn = _ENCODERS[model] = compiled.compile_function(
       lambda history, user_ids: model.serving_queries(history, user_ids=user_ids)
     )
   return fn

@@ -23,7 +23,7 @@ ONLY_TF_KERAS = {
   "negatives.kmeans": "MIDX's k-means in TensorFlow (keras3 uses core.kmeans through midx_index)",
   "negatives.midx_refresh": "the MIDX index refresh under tf.distribute strategies",
 }
-ONLY_KERAS3 = {"compiled": "one compile entry point for the jax / tensorflow / torch backends"}
+ONLY_KERAS3: dict = {}
 
 # Public names one front's module has and its twin has not: {module: (tf-keras only, keras3 only)}.
 NAME_EXCEPTIONS = {

@@ -1,6 +1,6 @@
 """Compiling a function of tensors on the current Keras 3 backend, for inference loops.
 
-    compile_function(fn)          jax: jax.jit(fn)   tensorflow: tf.function(fn)
+    compile_function(fn)          jax: jax.jit(fn)   tensorflow: tf.function(fn, autograph=False)
                                   torch: fn under torch.no_grad() (eager)
     compile_with_state(fn, vars)  the same for a function that reads Keras variables (a model's
                                   forward pass): on jax the variables' current values are passed
@@ -15,7 +15,7 @@ the binaries, `tfrs_logq.keras3.top_k`). Keras's own ``predict_on_batch`` does t
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import keras
 
@@ -32,11 +32,11 @@ def compile_function(fn: Callable) -> Callable:
   if backend == "tensorflow":
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-    return tf.function(fn)
+    return tf.function(fn, autograph=False)  # as the tf-keras front's (its docstring)
   if backend == "torch":
     import torch  # pylint: disable=g-import-not-at-top
 
-    def run(*args):
+    def run(*args: Any) -> Any:
       with torch.no_grad():
         return fn(*args)
 
@@ -52,13 +52,13 @@ def compile_with_state(fn: Callable, variables: Sequence) -> Callable:
 
   variables = list(variables)
 
-  def pure(values, *args):
+  def pure(values: list, *args: Any) -> Any:
     with keras.StatelessScope(state_mapping=list(zip(variables, values))):
       return fn(*args)
 
   jitted = jax.jit(pure)
 
-  def run(*args):
+  def run(*args: Any) -> Any:
     return jitted([v.value for v in variables], *args)
 
   return run

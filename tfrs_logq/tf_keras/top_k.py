@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from tfrs_logq.core import ops as ops_lib
 from tfrs_logq.core import top_k as top_k_lib
+from tfrs_logq.tf_keras import compiled
 from tfrs_logq.core.ranking import (  # noqa: F401  (re-exported: the numpy metrics)
   EMPTY_SLOT,
   PAD_ID,
@@ -129,7 +130,7 @@ def exact_top_k(
 @functools.lru_cache(maxsize=None)
 def _compiled_top_k(k: int, num_items: int, item_chunk: int):
   """`core.top_k.filtered_top_k` as a tf.function (one trace per shape)."""
-  return tf.function(
+  return compiled.compile_function(
     functools.partial(
       top_k_lib.filtered_top_k, ops_lib.tf_ops(), k=k, num_items=num_items, item_chunk=item_chunk
     )

@@ -40,6 +40,7 @@ import tensorflow as tf
 
 from tfrs_logq.tf_keras import _static_shapes
 from tfrs_logq.tf_keras import accidental_hits
+from tfrs_logq.tf_keras import compiled
 from tfrs_logq.tf_keras import log_q as log_q_lib
 from tfrs_logq.tf_keras import sharded
 from tfrs_logq.tf_keras.negatives.base import (
@@ -220,8 +221,12 @@ def _gather_then_dot(query, table, ids):
   return tf.einsum("ad,akd->ak", query, tf.cast(sharded.gather_rows(table, ids), query.dtype))
 
 
-_matmul_then_gather_xla = tf.function(_matmul_then_gather, jit_compile=True, reduce_retracing=True)
-_gather_then_dot_xla = tf.function(_gather_then_dot, jit_compile=True, reduce_retracing=True)
+_matmul_then_gather_xla = compiled.compile_function(
+  _matmul_then_gather, jit_compile=True, reduce_retracing=True
+)
+_gather_then_dot_xla = compiled.compile_function(
+  _gather_then_dot, jit_compile=True, reduce_retracing=True
+)
 
 
 def _num_rows(item_table, num_rows):
