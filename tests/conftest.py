@@ -6,7 +6,8 @@
   MirroredStrategy tests have two replicas on a CPU-only machine.
 * Locates ../shared/data (or $TFRS_LOGQ_DATA): tests that need it fail, never skip, when it
   is missing.
-* Gives the session one JAX persistent compilation cache, inherited by its JAX subprocesses.
+* Gives the session one JAX persistent compilation cache, inherited by its JAX subprocesses,
+  and XLA's back end at optimisation level 0 (tiny programs: the compile is the cost).
 * Orders the files: the longest first, the in-process parameter-server tests last.
 * Ends the process right after pytest is done when an in-process parameter-server cluster ran
   (`train.distribute.local_cluster`): its servers cannot be stopped, and the interpreter's
@@ -32,6 +33,19 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   _JAX_CACHE_MADE.append(tempfile.mkdtemp(prefix="tfrs_logq_test_jax_cache_"))
   os.environ["JAX_COMPILATION_CACHE_DIR"] = _JAX_CACHE_MADE[0]
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
+
+# XLA's LLVM back end at optimisation level 0 in every process of the session (in-process
+# TensorFlow reads XLA_FLAGS at its first XLA compile; the test subprocesses inherit it). The
+# suite compiles hundreds of tiny programs (every JAX test, the tf-keras jit_compile tests) and
+# runs each a few times, so LLVM's optimisation of the generated code is most of a compile and
+# buys nothing. Programs compute the same functions; float results may differ from an optimised
+# build's in the last bits, and every bit-for-bit comparison is between runs of one session.
+# (A tiny 2-epoch JAX run of the Keras 3 binary: 48.1 s of CPU at the default level, 32.0 s at
+# level 0, the project's 2-core CPU.) A level already in XLA_FLAGS is kept.
+if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+  os.environ["XLA_FLAGS"] = (
+    os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
+  ).strip()
 
 import pytest  # noqa: E402
 
