@@ -27,6 +27,8 @@ ONLY_KERAS3: dict = {}
 
 # Public names one front's module has and its twin has not: {module: (tf-keras only, keras3 only)}.
 NAME_EXCEPTIONS = {
+  # a TensorFlow function reads its variables at every call; jax needs them passed in.
+  "compiled": ((), ("compile_with_state",)),
   # keras3 keeps log(1 - Q) with the estimators; tf-keras has it as log_q.log1mexp.
   "frequency": ((), ("log1m_exp",)),
   "frequency.base": ((), ("group_sorted", "log1m_exp")),

@@ -2,8 +2,9 @@
 
     compile_function(fn, **kwargs)   tf.function(fn, autograph=False, **kwargs)
                                      (kwargs: jit_compile, input_signature, reduce_retracing)
-    compile_with_state(fn, vars)     the same: a TensorFlow function reads the variables itself
-                                     (the twin of the Keras 3 front's, which needs them on jax)
+
+The twin of the Keras 3 front's ``compiled``, less its ``compile_with_state``: a TensorFlow
+function reads the variables it uses at every call, so no variant that passes them in is needed.
 
 Without AutoGraph. ``tf.function``'s default rewrites the source of every Python function its
 trace reaches (the model, this library, Keras's layers) into graph control flow before tracing
@@ -22,12 +23,13 @@ Usable as a decorator with keyword arguments: ``@compile_function(input_signatur
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+import functools
+from typing import Any, Callable, Optional
 
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
-__all__ = ["compile_function", "compile_with_state"]
+__all__ = ["compile_function"]
 
 
 def compile_function(fn: Optional[Callable] = None, **kwargs: Any) -> Any:
@@ -36,11 +38,5 @@ def compile_function(fn: Optional[Callable] = None, **kwargs: Any) -> Any:
   if "autograph" in kwargs:
     raise ValueError("compile_function never converts with AutoGraph: drop `autograph`")
   if fn is None:
-    return lambda f: tf.function(f, autograph=False, **kwargs)
+    return functools.partial(compile_function, **kwargs)
   return tf.function(fn, autograph=False, **kwargs)
-
-
-def compile_with_state(fn: Callable, variables: Sequence) -> Callable:
-  """``compile_function(fn)``: TensorFlow functions read ``variables`` themselves."""
-  del variables
-  return compile_function(fn)

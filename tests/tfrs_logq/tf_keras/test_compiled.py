@@ -37,7 +37,7 @@ def test_jit_compile_and_state():
   v = tf.Variable([1.0, 2.0])
   double = compiled.compile_function(lambda x: 2.0 * x + v, jit_compile=True)
   np.testing.assert_allclose(double(tf.constant([1.0, 1.0])), [3.0, 4.0])
-  read = compiled.compile_with_state(lambda: v * 1.0, [v])
+  read = compiled.compile_function(lambda: v * 1.0)
   v.assign([5.0, 6.0])
   np.testing.assert_allclose(read(), [5.0, 6.0])  # reads the variable's current value
 
