@@ -113,7 +113,6 @@ _LONGEST_FIRST = (
   "tests/bench/test_train_speed_keras3.py",  # 720 s
   "tests/train/keras3/test_losses.py",  # 440 s
   "tests/tfrs_logq/keras3/test_backends.py",  # 420 s
-  "tests/train/test_resume.py",  # 400 s
   "tests/models/keras3/test_sasrec.py",  # 340 s
   "tests/tfrs_logq/keras3/test_backends_samplers.py",  # 340 s
   "tests/train/keras3/test_binary.py",  # 240 s
