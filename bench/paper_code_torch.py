@@ -40,13 +40,25 @@ import math
 
 import numpy as np
 
-__all__ = ["PaperCodeStep"]
+__all__ = ["PaperCodeStep", "default_device", "synchronize"]
 
 
 def _torch():
   import torch  # pylint: disable=g-import-not-at-top
 
   return torch
+
+
+def default_device() -> str:
+  """ "cuda" when torch sees a GPU, else "cpu"."""
+  return "cuda" if _torch().cuda.is_available() else "cpu"
+
+
+def synchronize(device) -> None:
+  """Waits for the work queued on ``device`` (a no-op on the CPU), so a timer stops after it."""
+  torch = _torch()
+  if torch.device(device).type == "cuda":
+    torch.cuda.synchronize(device)
 
 
 def _build_model(
@@ -142,6 +154,8 @@ class PaperCodeStep:
     threads: torch intra-op threads (None: torch's default).
     seed: torch's global seed (initial weights, dropout, negatives).
     ffn_activation: ReLU between the FFN maps (gSASRec-pytorch's block; False: none).
+    device: torch device of the model and the step ("cpu", "cuda", ...; None: "cuda" when
+      torch sees a GPU, else "cpu"), as the paper's script puts its model on the GPU.
   """
 
   def __init__(
@@ -159,8 +173,10 @@ class PaperCodeStep:
     threads=None,
     seed: int = 0,
     ffn_activation: bool = True,
+    device=None,
   ):
     torch = _torch()
+    self.device = torch.device(device or default_device())
     if threads:
       torch.set_num_threads(int(threads))
     torch.manual_seed(seed)
@@ -175,28 +191,32 @@ class PaperCodeStep:
     self.model = _build_model(
       num_items, max_len, dim, num_blocks, num_heads, dropout, ffn_activation
     )
+    self.model.to(self.device)
     self.model.train()
     self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3)
-    self.counts = torch.from_numpy(counts)
+    self.counts = torch.from_numpy(counts).to(self.device)
     self.total = self.counts.sum()
 
   def __call__(self, windows):
     """Runs one step on int windows [B, L + 1]; returns (mean loss, mean weight w) as floats."""
     torch = self.torch
-    windows = torch.from_numpy(np.asarray(windows, np.int64))
+    windows = torch.as_tensor(np.asarray(windows, np.int64))
     if windows.dim() != 2 or windows.size(1) != self.max_len + 1:
       raise ValueError(f"windows must be [B, {self.max_len + 1}], got {tuple(windows.shape)}")
+    windows, device = windows.to(self.device), self.device
     inputs = windows[:, :-1]
     mask = inputs != 0
     hidden = self.model(inputs)[mask]  # [A, d]
     labels = windows[:, 1:][mask]  # [A]
     a = labels.size(0)
-    uniform = torch.randint(1, self.num_items + 1, (*inputs.shape, self.num_uniform))[mask]
+    uniform = torch.randint(
+      1, self.num_items + 1, (*inputs.shape, self.num_uniform), device=device
+    )[mask]
     unique, inverse = torch.unique(labels, sorted=False, return_inverse=True)
     first = torch.argmax(
-      (torch.arange(unique.size(0))[:, None] == inverse[None]).int(), dim=1
+      (torch.arange(unique.size(0), device=device)[:, None] == inverse[None]).int(), dim=1
     )  # [U]
-    first = first[torch.randperm(first.size(0))[: self.num_in_batch]]
+    first = first[torch.randperm(first.size(0), device=device)[: self.num_in_batch]]
     in_batch = labels[first]
     ids = torch.cat([uniform, in_batch[None].tile([a, 1])], dim=-1)  # [A, N]
     table = self.model.output_embedding

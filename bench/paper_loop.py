@@ -28,6 +28,11 @@ the gSASRec layout, --data_path) or sequences (a file 'user item item ...', leav
       else: bad += 1
     load W*; metrics(val), metrics(test)                              -> --metrics_json
 
+The model, the step and the scoring run on --device (default: cuda when torch sees a GPU, as
+the paper's script puts its model there; the loader and the metrics' bookkeeping stay on the
+host). --max_seconds > 0 starts no epoch (after the first) past that much wall of the loop: a
+capped run, whose per-epoch wall and curve bound a full run's time (stopped_by_time in the JSON).
+
     metrics(split), per query u (input H_u, target t_u), in batches of --eval_batch_size:
       h_u    = model(left_pad(last L items of H_u))[last position]    [d]
       s_u    = h_u E_out^T                                             [|I| + 1], all items
@@ -94,6 +99,15 @@ def define_flags() -> None:
     "patience", 200, "Early stopping: epochs without a better validation NDCG@10 (the paper: 200)."
   )
   flags.DEFINE_integer("max_epochs", 100000, "At most this many epochs.")
+  flags.DEFINE_float(
+    "max_seconds",
+    0.0,
+    "> 0: start no epoch after this many seconds of the epoch loop (the first always runs): a "
+    "capped run, its history and phases, not a converged model (stopped_by_time in the JSON).",
+  )
+  flags.DEFINE_string(
+    "device", None, "torch device of the model and the step; default cuda when torch sees one."
+  )
   flags.DEFINE_integer("seed", 0, "torch's global seed (weights, dropout, negatives, shuffling).")
   flags.DEFINE_integer("threads", 0, "torch intra-op threads; 0 = torch's default.")
   flags.DEFINE_integer("loader_workers", 0, "DataLoader num_workers.")
@@ -149,12 +163,13 @@ def filtered_top_k(scores, inputs: Sequence, k: int):
   torch = _torch()
   lengths = [len(h) for h in inputs]
   if sum(lengths):
-    rows = torch.from_numpy(np.repeat(np.arange(len(inputs)), lengths))
+    rows = torch.from_numpy(np.repeat(np.arange(len(inputs)), lengths)).to(scores.device)
     cols = torch.from_numpy(np.concatenate([np.asarray(h, np.int64) for h in inputs]))
+    cols = cols.to(scores.device)
     scores[rows, cols] = -math.inf
   scores[:, 0] = -math.inf
   values, ids = torch.topk(scores, min(k, scores.shape[1]), dim=1)
-  return ids.numpy(), torch.isfinite(values).numpy()
+  return ids.cpu().numpy(), torch.isfinite(values).cpu().numpy()
 
 
 def metric_sums(top_ids, finite, targets, ks: Sequence[int] = KS) -> Dict[str, float]:
@@ -186,7 +201,7 @@ def evaluate(
       table = model.output_embedding.weight
       for s in range(0, n, batch_size):
         inputs = split.inputs[s : s + batch_size]
-        x = torch.from_numpy(data_lib.left_pad(inputs, max_len))
+        x = torch.from_numpy(data_lib.left_pad(inputs, max_len)).to(table.device)
         hidden = model(x)[:, -1, :]
         ids, finite = filtered_top_k(hidden @ table.T, inputs, max(ks))
         for key, v in metric_sums(ids, finite, split.targets[s : s + batch_size], ks).items():
@@ -208,6 +223,8 @@ def run(
   num_blocks: int = 2,
   patience: int = 200,
   max_epochs: int = 100000,
+  max_seconds: float = 0.0,
+  device=None,
   seed: int = 0,
   threads: int = 0,
   loader_workers: int = 0,
@@ -229,7 +246,11 @@ def run(
     num_blocks=num_blocks,
     threads=threads or None,
     seed=seed,
+    device=device,
   )
+  from bench.paper_code_torch import synchronize  # pylint: disable=g-import-not-at-top
+
+  sync = lambda: synchronize(step_fn.device)
   model = step_fn.model
   loader = train_loader(data.train_sequences, max_len, loader_workers)
   steps_per_epoch = min(MAX_BATCHES_PER_EPOCH, len(loader))
@@ -237,9 +258,13 @@ def run(
 
   history: List[dict] = []
   best, best_epoch, bad, step, best_state = -math.inf, 0, 0, 0, None
-  first_done = False
+  first_done = stopped_by_time = False
   epoch = 0
+  loop_start = time.perf_counter()
   while epoch < max_epochs and bad < patience:
+    if max_seconds > 0 and epoch and time.perf_counter() - loop_start >= max_seconds:
+      stopped_by_time = True
+      break
     epoch_start = tick = time.perf_counter()
     loss_sum = weight_sum = 0.0
     batches = iter(loader)
@@ -248,6 +273,7 @@ def run(
       step += 1
       loss_sum, weight_sum = loss_sum + loss, weight_sum + weight
       if not first_done:
+        sync()
         now = time.perf_counter()
         phases.add("first_step", now - tick)
         tick, first_done = now, True
@@ -259,6 +285,7 @@ def run(
           flush=True,
         )
     del batches
+    sync()
     now = time.perf_counter()
     phases.add("steps", now - tick)
     seconds = now - epoch_start
@@ -300,6 +327,8 @@ def run(
       num_blocks=num_blocks,
       patience=patience,
       max_epochs=max_epochs,
+      max_seconds=max_seconds,
+      device=str(step_fn.device),
       seed=seed,
       threads=torch.get_num_threads(),
       loader_workers=loader_workers,
@@ -317,6 +346,7 @@ def run(
     best_val_ndcg10=float(best) if best_state is not None else -1.0,
     train_wall_seconds=float(sum(h["wall_seconds"] for h in history)),
     stopped_early=bad >= patience,
+    stopped_by_time=stopped_by_time,
     history=history,
   )
   with phases("validation"):
@@ -338,6 +368,8 @@ def main(argv):
     num_blocks=FLAGS.num_blocks,
     patience=FLAGS.patience,
     max_epochs=FLAGS.max_epochs,
+    max_seconds=FLAGS.max_seconds,
+    device=FLAGS.device,
     seed=FLAGS.seed,
     threads=FLAGS.threads,
     loader_workers=FLAGS.loader_workers,

@@ -97,6 +97,12 @@ def parse_args(argv=None) -> argparse.Namespace:
   p.add_argument(
     "--extra_flags", default="", help="extra flags for the binaries' sides (space-separated)"
   )
+  p.add_argument(
+    "--paper_flags",
+    default="",
+    help="extra flags for the paper side (space-separated), e.g. --max_seconds=240: a capped "
+    "run whose epoch wall and curve bound its time to converge",
+  )
   p.add_argument("--out", default="bench/out/time_to_converge")
   p.add_argument("--no_plot", action="store_true")
   p.add_argument(
@@ -178,7 +184,7 @@ def paper_flags(args, run_dir: pathlib.Path) -> List[str]:
   ]
   if args.setting == "amazon_sports_loo":
     flags += [f"--val_users={args.val_users}", "--max_len=50"]
-  return flags
+  return flags + [f for f in args.paper_flags.split() if f]
 
 
 def command(args, side: str, code_dir: pathlib.Path, run_dir: pathlib.Path) -> List[str]:
@@ -255,7 +261,8 @@ def run_side(args, side: str, code_dir: pathlib.Path, run_dir: pathlib.Path) -> 
     shutil.rmtree(run_dir)
   run_dir.mkdir(parents=True)
   cmd = command(args, side.split("@")[0], code_dir, run_dir)
-  env = dict(os.environ, PYTHONPATH=str(code_dir), TF_CPP_MIN_LOG_LEVEL="2")
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(code_dir), os.environ.get("PYTHONPATH")]))
   start = time.perf_counter()
   with open(run_dir / "run.log", "w") as log:
     proc = subprocess.run(cmd, cwd=code_dir, env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -1,23 +1,30 @@
 #!/usr/bin/env bash
-# The prepared GPU session: one resumable script for a lent device machine (JAX + PyTorch, no
-# TensorFlow), run from the repository root, every part skipped when its result is already in
-# OUT and started only with time left:
+# The prepared GPU session: one script for a lent device machine (JAX + PyTorch, no
+# TensorFlow), run from the repository root; each part is capped by the time left and skipped
+# when its result is already in OUT (rerun the same command to continue):
 #
 #   bash scripts/gpu_session.sh OUT MINUTES [DATA_ROOT]
 #
-#   1. time to a converged model (bench/time_to_converge.py): ML-1M leave-one-out, mixed
-#      corrected, patience 20, `python -m train.keras3 --backend=jax` beside the paper's loop
-#      (bench/paper_loop.py, PyTorch) in one invocation                     -> OUT/ttc_ml1m
-#   2. the step, float32 against bfloat16, Keras 3 on jax (bench/step_ab.py) -> OUT/bf16_step
-#   3. N seeds as one program against N processes and N in a row (bench/seeds_program.py,
-#      ML-1M, 3 epochs)                                                      -> OUT/seeds_program
-#   4. Table 1's long runs: each row's 5 seeds as one program (--seeds=0,1,2,3,4, patience 200),
-#      killed at the deadline and resumed by the next session from their checkpoints
-#                                                                            -> OUT/table1/<row>
+#   1. env         the machine: nvidia-smi, python, jax, torch, keras       -> OUT/env.txt
+#   2. step        the SASRec step on ML-1M, Keras 3 JAX (the paper's configuration and the
+#                  binaries' defaults, bare jitted steps) beside the paper code's PyTorch step
+#                  on the GPU, interleaved in one invocation (bench/train_speed.py)
+#                                                                            -> OUT/step
+#   3. ttc_ml1m    time to a converged model: ML-1M leave-one-out, mixed corrected, patience 20,
+#                  `python -m train.keras3 --backend=jax` alone (bench/time_to_converge.py)
+#                                                                            -> OUT/ttc_ml1m
+#   4. concurrent  eight Amazon Sports runs (leave-one-out, 3,000 validation users, patience
+#                  20, seeds 0..7) at once on the GPU, each under a time budget
+#                  (bench/concurrent_runs.py)                                -> OUT/concurrent
+#   5. paper_ml1m  the paper's training loop (bench/paper_loop.py, PyTorch on the GPU) on the
+#                  same data, row and patience, capped at PAPER_SECONDS of its epoch loop: its
+#                  epoch wall and curve                                      -> OUT/paper_ml1m
 #
-# OUT comes back from the device; to continue in a later session put it back in the tree (an
-# ignored path, e.g. bench/out/gpu) and name it in the run's carry, then rerun the same command.
-# No TensorFlow there: the Keras 3 runs shuffle with numpy (--shuffle_rng=numpy).
+# Environment: PYTHON (default python), STEP_ROUNDS (5), STEP_STEPS (20), CONCURRENT_RUNS (8),
+# CONCURRENT_MINUTES (2.5: each concurrent run's --time_budget_minutes), PAPER_SECONDS (90).
+# No TensorFlow there: the Keras 3 runs shuffle with numpy (--shuffle_rng=numpy) and
+# bench/train_speed.py takes the same windows from the numpy stream. Only OUT's first two levels
+# come back from the device: everything small is also packed into OUT/session.tar.gz.
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_session.sh OUT MINUTES [DATA_ROOT]}
 MINUTES=${2:?usage: scripts/gpu_session.sh OUT MINUTES [DATA_ROOT]}
@@ -27,42 +34,50 @@ mkdir -p "$OUT"
 deadline=$(( $(date +%s) + MINUTES * 60 ))
 left() { echo $(( deadline - $(date +%s) )); }
 log() { echo "$(date -u +%H:%M:%S) $*" | tee -a "$OUT/session.log"; }
-export KERAS_BACKEND=jax TFRS_LOGQ_DATA="$DATA"
+export KERAS_BACKEND=jax TFRS_LOGQ_DATA="$DATA" PYTHONUNBUFFERED=1
 
-# part NAME DONE_FILE MIN_SECONDS COMMAND...: runs COMMAND under the time left unless DONE_FILE
-# exists or less than MIN_SECONDS are left.
+# part NAME DONE_FILE MIN_SECONDS MAX_SECONDS COMMAND...: runs COMMAND for at most MAX_SECONDS
+# (and the time left) unless DONE_FILE exists or less than MIN_SECONDS are left.
 part() {
-  local name=$1 done_file=$2 need=$3
-  shift 3
+  local name=$1 done_file=$2 need=$3 cap=$4
+  shift 4
   if [ -e "$done_file" ]; then log "$name: done before, skipped"; return 0; fi
   if [ "$(left)" -lt "$need" ]; then log "$name: $(left) s left < $need s, not started"; return 1; fi
-  log "$name: start ($(left) s left)"
-  timeout "$(left)" "$@" >> "$OUT/$name.log" 2>&1
-  log "$name: exit $?"
+  local limit; limit=$(left)
+  [ "$cap" -lt "$limit" ] && limit=$cap
+  log "$name: start (limit $limit s of $(left) s left)"
+  local t0; t0=$(date +%s)
+  timeout "$limit" "$@" >> "$OUT/$name.log" 2>&1
+  log "$name: exit $? after $(( $(date +%s) - t0 )) s"
 }
 
-part ttc_ml1m "$OUT/ttc_ml1m/time_to_converge.json" 300 \
+{
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  "$PY" -c "import sys, numpy, jax, torch, keras; print(sys.version); print('numpy', numpy.__version__, 'jax', jax.__version__, jax.devices(), 'torch', torch.__version__, torch.cuda.is_available(), 'keras', keras.__version__)"
+  nproc
+} > "$OUT/env.txt" 2>&1
+log "env: $(tr '\n' ' ' < "$OUT/env.txt" | cut -c1-400)"
+
+# Three step workers share the GPU (they take turns): JAX may not take 75 % of it in each.
+part step "$OUT/step/train_speed.json" 60 150 \
+  env XLA_PYTHON_CLIENT_MEM_FRACTION=0.3 "$PY" bench/train_speed.py \
+  --configs=paper+jax,defaults+jax --rounds="${STEP_ROUNDS:-5}" --steps="${STEP_STEPS:-20}" --matmul_n=8192 \
+  --data_path="$DATA/ml1m" --threads=8 --out="$OUT/step"
+part ttc_ml1m "$OUT/ttc_ml1m/time_to_converge.json" 60 180 \
   "$PY" bench/time_to_converge.py --setting=ml1m_loo --row=mixed_corrected --patience=20 \
-  --sides=keras3_jax,paper --data_root="$DATA" --extra_flags=--shuffle_rng=numpy \
+  --sides=keras3_jax --data_root="$DATA" --extra_flags=--shuffle_rng=numpy \
   --out="$OUT/ttc_ml1m"
-part bf16_step "$OUT/bf16_step/step_ab.md" 180 \
-  "$PY" bench/step_ab.py --before=. --after=. --binary=keras3_jax --rounds=10 --steps=5 \
-  --settings_after='{"mixed_precision": "bfloat16"}' --out="$OUT/bf16_step"
-part seeds_program "$OUT/seeds_program/seeds_program.json" 300 \
-  "$PY" -m bench.seeds_program --seeds=0,1,2,3,4 --repeats=1 \
-  --flags="--dataset=ml1m --epochs=3 --early_stopping_patience=100 --shuffle_rng=numpy" \
-  --out="$OUT/seeds_program"
-for row in mixed_corrected mixed_standard mixed_none full_softmax; do
-  case $row in
-    mixed_corrected) flags="--loss=sampled_softmax --negatives=mixed --logq=corrected" ;;
-    mixed_standard) flags="--loss=sampled_softmax --negatives=mixed --logq=standard" ;;
-    mixed_none) flags="--loss=sampled_softmax --negatives=mixed --logq=none" ;;
-    full_softmax) flags="--loss=full_softmax" ;;
-  esac
-  # shellcheck disable=SC2086
-  part "table1_$row" "$OUT/table1/$row/seed4/metrics.json" 120 \
-    "$PY" -m train.keras3 --backend=jax --dataset=ml1m --seeds=0,1,2,3,4 --noprogress \
-    --early_stopping_patience=200 --shuffle_rng=numpy --uniform_negatives=query $flags \
-    --model_dir="$OUT/table1/$row"
-done
+budget=${CONCURRENT_MINUTES:-2.5}
+part concurrent "$OUT/concurrent/concurrent_runs.json" 90 "${CONCURRENT_CAP:-$(awk "BEGIN{print int($budget*60+75)}")}" \
+  "$PY" bench/concurrent_runs.py --runs="${CONCURRENT_RUNS:-8}" --setting=amazon_sports_loo \
+  --row=mixed_corrected --patience=20 --budget_minutes="$budget" --data_root="$DATA" \
+  --extra_flags=--shuffle_rng=numpy --out="$OUT/concurrent"
+part paper_ml1m "$OUT/paper_ml1m/time_to_converge.json" 60 300 \
+  "$PY" bench/time_to_converge.py --setting=ml1m_loo --row=mixed_corrected --patience=20 \
+  --sides=paper --data_root="$DATA" --paper_flags="--max_seconds=${PAPER_SECONDS:-90}" \
+  --out="$OUT/paper_ml1m"
 log "session over ($(left) s left)"
+# Everything but the weights, in one file (the device returns at most 8 files, 2 levels deep).
+tar -czf "$OUT/session.tar.gz" -C "$OUT" --exclude='*.keras' --exclude='*.weights.h5' \
+  --exclude='*.npz' --exclude='*.ckpt*' --exclude='checkpoint*' --exclude='session.tar.gz' . \
+  && log "packed $(du -h "$OUT/session.tar.gz" | cut -f1)"

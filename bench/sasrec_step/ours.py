@@ -15,14 +15,29 @@ __all__ = ["load_batches", "our_trainer", "remove_scoring_and_loss", "compile_se
 
 def load_batches(args) -> tuple:
   """The first --num_batches batches of the training pipeline, as numpy, + the dataset
-  (``args``: train_speed's data_path, batch_size, max_len, num_batches and seed)."""
+  (``args``: train_speed's data_path, batch_size, max_len, num_batches and seed). Where
+  TensorFlow is not installed (a GPU machine with JAX and PyTorch only), the same windows from
+  the Keras 3 binary's numpy stream (`train.data.batches`, --shuffle_rng=numpy's order)."""
   from train import data as data_lib  # pylint: disable=g-import-not-at-top
+  from train.data import batches as batches_lib  # pylint: disable=g-import-not-at-top
 
   data = data_lib.load("ml1m", args.data_path)
-  ds = data_lib.sasrec_train_dataset(
-    data, batch_size=args.batch_size, max_len=args.max_len, seed=args.seed
-  )
-  batches = [{k: v.numpy() for k, v in b.items()} for b in ds.take(args.num_batches)]
+  if batches_lib.tensorflow_installed():
+    ds = data_lib.sasrec_train_dataset(
+      data, batch_size=args.batch_size, max_len=args.max_len, seed=args.seed
+    )
+    batches = [{k: v.numpy() for k, v in b.items()} for b in ds.take(args.num_batches)]
+  else:
+    batches = list(
+      batches_lib.sasrec_batches(
+        data,
+        batch_size=args.batch_size,
+        max_len=args.max_len,
+        seed=args.seed,
+        num_batches=args.num_batches,
+        rng="numpy",
+      )
+    )
   inputs = np.stack([b["inputs"] for b in batches])
   targets = np.stack([b["targets"] for b in batches])
   # windows [B, L + 1] of the paper code: inputs followed by the last target.

@@ -35,12 +35,20 @@ def matmul_peak_tf(n: int, repeats: int = 5) -> float:
   return 2 * n**3 / time_calls(lambda: tf.matmul(a, b).numpy(), repeats)[0] / 1e9
 
 
-def matmul_peak_torch(n: int, repeats: int = 5) -> float:
-  """The same in PyTorch."""
+def matmul_peak_torch(n: int, repeats: int = 5, device="cpu") -> float:
+  """The same in PyTorch, on ``device`` (waiting for each product)."""
   import torch  # pylint: disable=g-import-not-at-top
 
-  a, b = torch.randn(n, n), torch.randn(n, n)
-  return 2 * n**3 / time_calls(lambda: torch.matmul(a, b), repeats)[0] / 1e9
+  from bench.paper_code_torch import synchronize  # pylint: disable=g-import-not-at-top
+
+  a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+
+  def product():
+    out = torch.matmul(a, b)
+    synchronize(device)
+    return out
+
+  return 2 * n**3 / time_calls(product, repeats)[0] / 1e9
 
 
 def serve(spec: dict) -> None:
@@ -72,19 +80,26 @@ def serve(spec: dict) -> None:
       threads=threads,
       seed=spec["seed"],
     )
-    run = lambda i: step_fn(windows[i])
-    peak = matmul_peak_torch
-    info = dict(threads=torch.get_num_threads(), framework=f"torch {torch.__version__}")
+    run = lambda i: step_fn(windows[i])  # its loss.item() waits for the step, as in the script
+    peak = lambda n: matmul_peak_torch(n, device=step_fn.device)
+    info = dict(
+      threads=torch.get_num_threads(),
+      framework=f"torch {torch.__version__}",
+      device=str(step_fn.device),
+    )
   elif spec["config"]["framework"] != "tf_keras":  # a Keras 3 side (keras3_side)
     from bench.sasrec_step import keras3_side  # pylint: disable=g-import-not-at-top
 
     cfg = SideConfig(**spec["config"])
     backend = keras3_side.select_backend(cfg, threads)  # before keras is imported
-    import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    from train.data import batches as batches_lib  # pylint: disable=g-import-not-at-top
 
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
-    tf.get_logger().setLevel("ERROR")
+    if batches_lib.tensorflow_installed():  # else JAX alone (a GPU machine without TensorFlow)
+      import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+      import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+      tf.config.threading.set_intra_op_parallelism_threads(threads)
+      tf.get_logger().setLevel("ERROR")
     import keras  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
 
     if backend == "jax":

@@ -121,6 +121,7 @@ def test_binary_writes_the_metrics_json(tmp_path):
     assert 0 <= h["seconds"] <= h["wall_seconds"]
   assert len(proc.stdout.strip().splitlines()) == m["epochs_done"] + 1  # epochs + summary
 
+  assert m["paper_loop"]["device"] == "cpu" and m["stopped_by_time"] is False  # no GPU here
   phases = m["phases"]
   assert set(phases) == {"first_step", "steps", "validation", "checkpoints", "test", "export"}
   assert all(v >= 0 for v in phases.values()) and phases["export"] == 0.0
@@ -196,3 +197,17 @@ def test_collate_keeps_the_last_items_left_padded():
 
   windows = paper_loop.collate(3)([np.array([1, 2, 3, 4, 5]), np.array([7, 8])])
   assert windows.tolist() == [[2, 3, 4, 5], [0, 0, 7, 8]]
+
+
+def test_max_seconds_caps_the_loop_after_a_whole_epoch(tmp_path):
+  from bench import paper_loop  # pylint: disable=g-import-not-at-top
+
+  data = write_gsasrec_folder(tmp_path / "data")
+  common = dict(dataset="gsasrec", data_path=str(data), max_len=20, dim=16, num_blocks=1)
+  capped = paper_loop.run(**common, max_epochs=5, patience=5, max_seconds=1e-9, report=len)
+  assert capped["stopped_by_time"] and not capped["stopped_early"]
+  assert capped["epochs_done"] == 1 and capped["global_step"] == capped["steps_per_epoch"]
+  assert capped["paper_loop"]["max_seconds"] == 1e-9 and capped["paper_loop"]["device"] == "cpu"
+  assert capped["test"]["num_queries"] == NUM_USERS  # a capped run still ends with its metrics
+  free = paper_loop.run(**common, max_epochs=2, patience=5, report=len)
+  assert free["epochs_done"] == 2 and not free["stopped_by_time"]
