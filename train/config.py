@@ -281,7 +281,8 @@ class RunConfig:
     0.0,
     "Pause before an epoch that would end past this many minutes of training in this "
     "process (counted from the start of training; the next epoch's length is estimated by the "
-    "last one; every process does at least one epoch): the checkpoint of the last epoch is "
+    "last one, less the process's first step (its compilation); every process does at least "
+    "one epoch): the checkpoint of the last epoch is "
     "kept, nothing is evaluated or exported, and `python -m train` exits with status 3; rerun "
     "the same command to continue exactly. 0 = no limit. For machines lent in chunks of time.",
   )

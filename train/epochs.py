@@ -281,11 +281,14 @@ class EpochLoop:
         self.flush()
         return t.pause(time.time() - started)
       epoch_start = time.time()
+      compiling = self.phases.seconds["first_step"]
       self._epoch(state, history)
       if first_epoch and hasattr(t, "after_first_epoch"):
         t.after_first_epoch()
       first_epoch = False
-      last_wall = time.time() - epoch_start
+      # The next epoch's length is estimated by this one's, less the process's first step if it
+      # was in it (tracing and compilation: most of a first epoch on an accelerator).
+      last_wall = time.time() - epoch_start - (self.phases.seconds["first_step"] - compiling)
 
   def _steps(self, e: int, t) -> Tuple[float, float, int, float]:
     """Runs epoch e's steps of trainer t; (loss sum, weight sum, steps, seconds)."""

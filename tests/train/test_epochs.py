@@ -3,6 +3,7 @@ stopping, the history and report line, the deferred reads of the step values, th
 stop naming the failing step, the time budget, the phases; and both trainers run on it."""
 
 import math
+import time
 import types
 
 import pytest
@@ -136,6 +137,23 @@ def test_time_budget_pauses_before_an_epoch_that_would_not_fit():
   t = FakeTrainer([[1.0] * 4] * 10, [0.1 * i for i in range(1, 11)], budget=1e-9)
   out = epochs.EpochLoop(t).run([], started=0.0)
   assert out == dict(paused=True, epochs_done=1)  # the first epoch always runs
+
+
+def test_time_budget_estimates_the_next_epoch_without_the_first_step():
+  """A first step of 0.6 s (compilation) and instant other steps, a 1 s budget: the next
+  epochs are estimated at ~0 s, not at the first epoch's 0.6 s, so the run goes on."""
+  t = FakeTrainer([[1.0] * 4] * 5, [0.1 * i for i in range(1, 6)], budget=1.0 / 60, max_epochs=5)
+  steps = t.epoch_steps
+
+  def slow_first_step(e):
+    for i, item in enumerate(steps(e)):
+      if e == 0 and i == 0:
+        time.sleep(0.6)
+      yield item
+
+  t.epoch_steps = slow_first_step
+  out = epochs.EpochLoop(t).run([], started=time.time())
+  assert out is None and t.state["epoch"] == 5  # finished: no pause after the first epoch
 
 
 class Clock:

@@ -69,6 +69,13 @@ flags.DEFINE_enum(
   "(needs TensorFlow installed); numpy = numpy's generator keyed by the seed "
   "(another order; no TensorFlow needed).",
 )
+flags.DEFINE_string(
+  "compilation_cache",
+  settings.default_compilation_cache(),
+  "--backend=jax: a folder where compiled programs are kept between runs (JAX's persistent "
+  "compilation cache): a later run of the same shapes loads them instead of compiling. "
+  "Empty: off. Default: JAX_COMPILATION_CACHE_DIR if set, else ~/.cache/tfrs_logq/jax.",
+)
 flags.DEFINE_list(
   "seeds",
   [],

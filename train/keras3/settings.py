@@ -7,6 +7,13 @@ line before keras is imported (Keras reads it once, on import), and with --backe
 reads it once, when its CPU backend starts), so the host CPU is N JAX devices for
 --strategy=mirrored (`train.keras3.parallel`).
 
+On jax, compiled programs are kept on disk between runs (JAX's persistent compilation cache,
+``JAX_COMPILATION_CACHE_DIR``, set before jax is imported): --compilation_cache=DIR (default: the
+caller's ``JAX_COMPILATION_CACHE_DIR``, else ~/.cache/tfrs_logq/jax under ``XDG_CACHE_HOME``;
+empty: off). A run whose programs an earlier run compiled (another seed or row of the same
+shapes, a resumed chunk, a rerun) loads them instead of compiling: on an accelerator most of a
+short run's first minute (docs/results/time_to_converge/).
+
 Data parallelism (--strategy=mirrored, --cpu_replicas > 0) is ``keras.distribution`` on JAX:
 `check_supported` refuses it on the other backends ("needs --backend=jax").
 """
@@ -22,6 +29,7 @@ __all__ = [
   "DEFAULT_BACKEND",
   "backend_from_argv",
   "check_supported",
+  "default_compilation_cache",
   "flag_from_argv",
   "host_device_flags",
   "select_backend",
@@ -45,6 +53,7 @@ _SUPPORTED = {
   ),
 }
 _HOST_DEVICES = "--xla_force_host_platform_device_count"
+_CACHE_ENV = "JAX_COMPILATION_CACHE_DIR"
 
 
 def flag_from_argv(name: str, default: str, argv: Optional[Sequence[str]] = None) -> str:
@@ -75,9 +84,19 @@ def host_device_flags(xla_flags: str, count: int) -> str:
   return " ".join(kept + [f"{_HOST_DEVICES}={count}"])
 
 
+def default_compilation_cache() -> str:
+  """The caller's ``JAX_COMPILATION_CACHE_DIR`` if set (empty: off), else
+  ``$XDG_CACHE_HOME/tfrs_logq/jax`` (``XDG_CACHE_HOME`` defaults to ~/.cache)."""
+  if _CACHE_ENV in os.environ:
+    return os.environ[_CACHE_ENV]
+  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  return os.path.join(base, "tfrs_logq", "jax")
+
+
 def select_backend(argv: Optional[Sequence[str]] = None) -> str:
-  """Sets KERAS_BACKEND from --backend (before keras is imported) and, on jax with
-  --cpu_replicas=N > 0, XLA_FLAGS' host device count N (before jax is imported); returns the
+  """Sets KERAS_BACKEND from --backend (before keras is imported) and, on jax, before jax is
+  imported: XLA_FLAGS' host device count N with --cpu_replicas=N > 0, and
+  ``JAX_COMPILATION_CACHE_DIR`` from --compilation_cache (removed when it is empty); returns the
   backend's name."""
   name = backend_from_argv(argv)
   if name in BACKENDS:
@@ -85,6 +104,12 @@ def select_backend(argv: Optional[Sequence[str]] = None) -> str:
   replicas = flag_from_argv("cpu_replicas", "0", argv)
   if name == "jax" and replicas.isdigit() and int(replicas) > 0:
     os.environ["XLA_FLAGS"] = host_device_flags(os.environ.get("XLA_FLAGS", ""), int(replicas))
+  if name == "jax":
+    cache = flag_from_argv("compilation_cache", default_compilation_cache(), argv)
+    if cache:
+      os.environ[_CACHE_ENV] = os.path.abspath(os.path.expanduser(cache))
+    else:
+      os.environ.pop(_CACHE_ENV, None)
   return name
 
 
