@@ -13,15 +13,25 @@
 #   3. ttc_ml1m    time to a converged model: ML-1M leave-one-out, mixed corrected, patience 20,
 #                  `python -m train.keras3 --backend=jax` alone (bench/time_to_converge.py)
 #                                                                            -> OUT/ttc_ml1m
+#      ttc_ml1m_warm  the same run again, its programs from the compilation cache
+#                                                                            -> OUT/ttc_ml1m_warm
 #   4. concurrent  eight Amazon Sports runs (leave-one-out, 3,000 validation users, patience
-#                  20, seeds 0..7) at once on the GPU, each under a time budget
-#                  (bench/concurrent_runs.py)                                -> OUT/concurrent
-#   5. paper_ml1m  the paper's training loop (bench/paper_loop.py, PyTorch on the GPU) on the
-#                  same data, row and patience, capped at PAPER_SECONDS of its epoch loop: its
-#                  epoch wall and curve                                      -> OUT/paper_ml1m
+#                  20, seeds 0..7) at once on the GPU (bench/concurrent_runs.py; a time budget
+#                  per run with CONCURRENT_MINUTES > 0)                      -> OUT/concurrent
+#   5. paper_ml1m  ours beside the paper's training loop (bench/paper_loop.py, PyTorch on the
+#                  GPU) in one invocation, same data, row and patience; the paper loop capped at
+#                  PAPER_SECONDS of its epoch loop                           -> OUT/paper_ml1m
 #
 # Environment: PYTHON (default python), STEP_ROUNDS (5), STEP_STEPS (20), CONCURRENT_RUNS (8),
-# CONCURRENT_MINUTES (2.5: each concurrent run's --time_budget_minutes), PAPER_SECONDS (90).
+# CONCURRENT_MINUTES (0: none; else each concurrent run's --time_budget_minutes), CONCURRENT_CAP
+# (seconds for the whole part; default 225 with no budget), PAPER_SECONDS (240).
+# On a machine with JAX and PyTorch but no keras (as on 2026-11-27): bring keras 3.15.1, namex and
+# optree as wheels and the data inside the tree (ignored folders, e.g. .whl and .devdata), then
+#   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl &&
+#   export PYTHONPATH=/tmp/site:$PWD && PYTHON=python3 bash scripts/gpu_session.sh /tmp/gs 9 \
+#     "$PWD/.devdata"
+# (the repository root must be on PYTHONPATH: the bench scripts import bench.*). That lease's
+# results: docs/results/time_to_converge/h200_2026-11-27/.
 # No TensorFlow there: the Keras 3 runs shuffle with numpy (--shuffle_rng=numpy) and
 # bench/train_speed.py takes the same windows from the numpy stream. Only OUT's first two levels
 # come back from the device: everything small is also packed into OUT/session.tar.gz.
@@ -61,20 +71,26 @@ log "env: $(tr '\n' ' ' < "$OUT/env.txt" | cut -c1-400)"
 # Three step workers share the GPU (they take turns): JAX may not take 75 % of it in each.
 part step "$OUT/step/train_speed.json" 60 150 \
   env XLA_PYTHON_CLIENT_MEM_FRACTION=0.3 "$PY" bench/train_speed.py \
-  --configs=paper+jax,defaults+jax --rounds="${STEP_ROUNDS:-5}" --steps="${STEP_STEPS:-20}" --matmul_n=8192 \
-  --data_path="$DATA/ml1m" --threads=8 --out="$OUT/step"
+  --configs=paper+jax,defaults+jax --rounds="${STEP_ROUNDS:-5}" --steps="${STEP_STEPS:-20}" \
+  --matmul_n=8192 --data_path="$DATA/ml1m" --threads=8 --out="$OUT/step"
 part ttc_ml1m "$OUT/ttc_ml1m/time_to_converge.json" 60 180 \
   "$PY" bench/time_to_converge.py --setting=ml1m_loo --row=mixed_corrected --patience=20 \
   --sides=keras3_jax --data_root="$DATA" --extra_flags=--shuffle_rng=numpy \
   --out="$OUT/ttc_ml1m"
-budget=${CONCURRENT_MINUTES:-2.5}
-part concurrent "$OUT/concurrent/concurrent_runs.json" 90 "${CONCURRENT_CAP:-$(awk "BEGIN{print int($budget*60+75)}")}" \
+# The same run again: its programs now come from the compilation cache (--compilation_cache).
+part ttc_ml1m_warm "$OUT/ttc_ml1m_warm/time_to_converge.json" 60 180 \
+  "$PY" bench/time_to_converge.py --setting=ml1m_loo --row=mixed_corrected --patience=20 \
+  --sides=keras3_jax --data_root="$DATA" --extra_flags=--shuffle_rng=numpy \
+  --out="$OUT/ttc_ml1m_warm"
+budget=${CONCURRENT_MINUTES:-0}
+part concurrent "$OUT/concurrent/concurrent_runs.json" 90 "${CONCURRENT_CAP:-225}" \
   "$PY" bench/concurrent_runs.py --runs="${CONCURRENT_RUNS:-8}" --setting=amazon_sports_loo \
   --row=mixed_corrected --patience=20 --budget_minutes="$budget" --data_root="$DATA" \
   --extra_flags=--shuffle_rng=numpy --out="$OUT/concurrent"
 part paper_ml1m "$OUT/paper_ml1m/time_to_converge.json" 60 300 \
   "$PY" bench/time_to_converge.py --setting=ml1m_loo --row=mixed_corrected --patience=20 \
-  --sides=paper --data_root="$DATA" --paper_flags="--max_seconds=${PAPER_SECONDS:-90}" \
+  --sides=keras3_jax,paper --data_root="$DATA" --extra_flags=--shuffle_rng=numpy \
+  --paper_flags="--max_seconds=${PAPER_SECONDS:-240}" \
   --out="$OUT/paper_ml1m"
 log "session over ($(left) s left)"
 # Everything but the weights, in one file (the device returns at most 8 files, 2 levels deep).

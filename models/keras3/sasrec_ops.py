@@ -116,11 +116,13 @@ class Tokens(NamedTuple):
   slots: object
 
 
-def token_index(inputs, buckets: Optional[int] = TOKEN_BUCKETS) -> Tokens:
+def token_index(inputs, buckets: Optional[int] = TOKEN_BUCKETS, min_capacity: int = 0) -> Tokens:
   """`Tokens` (numpy) of left-padded ids [B, L] (0 = padding), on the host.
 
   buckets: None -> C = T; else C = T rounded up to a multiple of ceil(B L / buckets), at least
   that and at most B L (at most ``buckets`` distinct C per batch shape).
+  min_capacity: C is at least this (at most B L): one capacity for every batch that fits it,
+  so one compiled program (an accelerator's run: `train.keras3.trainer`).
   """
   valid = np.asarray(inputs) != 0
   if valid.ndim != 2:
@@ -133,6 +135,7 @@ def token_index(inputs, buckets: Optional[int] = TOKEN_BUCKETS) -> Tokens:
   if buckets:
     quantum = -(-n // int(buckets))
     capacity = min(max(-(-count // quantum), 1) * quantum, n)
+  capacity = min(max(capacity, int(min_capacity)), n)
   slots = np.full(n, capacity, np.int32)
   slots[rows] = np.arange(count, dtype=np.int32)
   rows = np.concatenate([rows, np.full(capacity - count, n, np.int32)])
@@ -171,10 +174,12 @@ def likely_capacities(
   return sorted(caps)
 
 
-def with_token_index(batch: dict, buckets: Optional[int] = TOKEN_BUCKETS) -> dict:
+def with_token_index(
+  batch: dict, buckets: Optional[int] = TOKEN_BUCKETS, min_capacity: int = 0
+) -> dict:
   """A {"inputs", "targets", ...} numpy batch plus its `token_index` ("token_rows" [C],
   "token_slots" [B, L]): the packed batch `batch_tokens` reads back."""
-  tokens = token_index(batch["inputs"], buckets)
+  tokens = token_index(batch["inputs"], buckets, min_capacity)
   return dict(batch, token_rows=tokens.rows, token_slots=tokens.slots)
 
 

@@ -15,8 +15,9 @@ positives, then runs the compiled Keras step (objective, gradients, Adam): on ja
 With --sasrec_pack_tokens (the default, as python -m train) each batch carries its token index
 (`models.keras3.sasrec_ops.with_token_index`, computed here on the host: "token_rows" [C],
 "token_slots" [B, L]) and the encoder's per-token layers run on the packed non-padding tokens (at
-most 8 compiled shapes per batch shape); not under --strategy=mirrored, whose batches are split
-by rows (a line in the log says so). After the epoch: exact validation
+most 8 compiled shapes per batch shape; on an accelerator at least the largest likely capacity,
+so one program); not under --strategy=mirrored, whose batches are split by rows (a line in the
+log says so). After the epoch: exact validation
 Recall/NDCG@10,20 (`train.validation.evaluate_queries`, the tf-keras binary's metrics): the
 queries by the serving encoder compiled once (`tfrs_logq.keras3.compiled`, fixed-shape batches),
 the top-k on the device (`tfrs_logq.keras3.top_k`, chunked over queries and items), the best
@@ -151,6 +152,13 @@ class Trainer:
     # host's cores are free while the device trains); on a CPU the compilations would take the
     # training's cores, for shapes that may never come: there each compiles when it first comes.
     self.precompile_shapes = self.jax_step is not None and jax_step.on_accelerator()
+    # On an accelerator every packed batch takes at least the largest likely token capacity:
+    # one step program instead of one per capacity (on an H200 an ML-1M run waited ~19 s for
+    # its 4 capacities to compile one after another; the extra filler rows cost the device
+    # little). Deterministic: the capacity depends on the batch alone, never on compile timing.
+    self.token_floor = 0
+    if self.pack_tokens and self.precompile_shapes:
+      self.token_floor = max(self._likely_capacities())
     self.epoch = self.step = self.best_epoch = self.bad_epochs = 0
     self._saved = None  # (epoch, step) of the last checkpoint on disk
     self.best_metric = -1.0
@@ -216,7 +224,9 @@ class Trainer:
       rng=self.shuffle_rng,
     ):
       batch = {k: v.astype(np.int32) for k, v in batch.items()}
-      yield sasrec_ops.with_token_index(batch) if self.pack_tokens else batch
+      if self.pack_tokens:
+        batch = sasrec_ops.with_token_index(batch, min_capacity=self.token_floor)
+      yield batch
 
   def train_step(self, batch):
     """One step: the estimator's update, then the compiled Keras step; returns (its loss, its
@@ -308,23 +318,27 @@ class Trainer:
   def precompile(self, batch: dict) -> None:
     """Compiles the jax step for every input shape the run is likely to see, from its first
     batch: with --sasrec_pack_tokens every token capacity a batch reaches except with
-    probability ~1e-9 (`models.keras3.sasrec_ops.likely_capacities`), the first batch's first;
-    traced now, compiled in the background (`train.keras3.jax_step`)."""
+    probability ~1e-9 (`models.keras3.sasrec_ops.likely_capacities`) from the token floor up
+    (on an accelerator the largest: one program), the first batch's first; traced now,
+    compiled in the background (`train.keras3.jax_step`)."""
     examples = [batch]
     if self.pack_tokens:
-      _, starts, ends = batches_lib.sasrec_sequences(self.data)
-      capacities = sasrec_ops.likely_capacities(
-        ends - starts - 1, self.cfg.batch_size, self.cfg.max_len
-      )
       first = batch["token_rows"].shape[0]
+      capacities = sorted({first, *(c for c in self._likely_capacities() if c >= self.token_floor)})
       examples += [
         dict(batch, token_rows=np.zeros((c,), np.int32)) for c in capacities if c != first
       ]
       self.report(
-        f"compiling the step for {len(examples)} token capacities "
-        f"{sorted({first, *capacities})} at the start (in the background)"
+        f"compiling the step for {len(examples)} token capacities {capacities} at the start "
+        "(in the background)"
       )
     self.jax_step.precompile(examples)
+
+  def _likely_capacities(self) -> list:
+    """The token capacities a batch reaches except with probability ~1e-9
+    (`models.keras3.sasrec_ops.likely_capacities`)."""
+    _, starts, ends = batches_lib.sasrec_sequences(self.data)
+    return sasrec_ops.likely_capacities(ends - starts - 1, self.cfg.batch_size, self.cfg.max_len)
 
   def progbar(self, steps: int):
     return keras.utils.Progbar(

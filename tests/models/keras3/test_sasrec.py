@@ -145,18 +145,20 @@ def test_packed_encoder_is_the_padded_function_with_the_same_gradients(
   assert bool(got[f"{name}/packed_dropout_differs"])
 
 
-def test_token_index_against_a_loop():
+@pytest.mark.parametrize("floor", [0, 17, 10**6])
+def test_token_index_against_a_loop(floor):
   """Each non-padding position (row-major) gets the next packed row; padding positions the
-  capacity C; C = T rounded up to a multiple of ceil(B L / 8) (at most B L); filler rows B L."""
+  capacity C; C = T rounded up to a multiple of ceil(B L / 8), at least ``min_capacity``, at
+  most B L; filler rows B L."""
   from models.keras3 import sasrec_ops  # pylint: disable=g-import-not-at-top
 
   for seed, (b, l) in enumerate([(5, 12), (3, 7), (1, 1), (4, 200)]):
     x = np.random.default_rng(seed).integers(0, 3, size=(b, l))
     x[0] = 0 if seed == 2 else x[0]
-    rows, slots = sasrec_ops.token_index(x)
+    rows, slots = sasrec_ops.token_index(x, min_capacity=floor)
     real = [i * l + j for i in range(b) for j in range(l) if x[i, j] != 0]
     quantum = -(-(b * l) // 8)
-    capacity = min(b * l, quantum * max(1, -(-len(real) // quantum)))
+    capacity = min(b * l, max(floor, quantum * max(1, -(-len(real) // quantum))))
     assert len(rows) == capacity and rows.dtype == np.int32 and slots.shape == (b, l)
     assert list(rows[: len(real)]) == real and set(rows[len(real) :]) <= {b * l}
     for k, flat in enumerate(real):

@@ -50,10 +50,30 @@ def run(cfg, data, use_jax_step, validate_at=6):
   )
 
 
+def on_an_accelerator(cfg, data):
+  """One epoch as on a GPU (``on_accelerator`` patched): every batch's token capacity and the
+  step programs compiled."""
+  from train.keras3 import jax_step  # pylint: disable=g-import-not-at-top
+
+  jax_step.on_accelerator = lambda: True
+  t = trainer_lib.Trainer(cfg, data=data, report=lambda line: None, shuffle_rng="numpy")
+  capacities = [int(b["token_rows"].shape[0]) for b in t.epoch_batches(0)]
+  t.begin_epoch(0)
+  losses = [float(loss) for loss, _, _ in t.epoch_steps(0)]
+  return dict(
+    floor=t.token_floor,
+    likely=[int(c) for c in t._likely_capacities()],  # pylint: disable=protected-access
+    capacities=capacities,
+    losses=losses,
+    programs=dict(compiled=t.jax_step.programs, late=t.jax_step.late),
+  )
+
+
 def main():
   cfg = config_flags.parse(RunConfig, sys.argv[1:])
   data = cfg.data.load()
   out = dict(train_on_batch=run(cfg, data, False), jax_step=run(cfg, data, True))
+  out["accelerator"] = on_an_accelerator(cfg, data)
   print("RESULT " + json.dumps(out))
 
 

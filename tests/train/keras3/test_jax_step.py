@@ -26,7 +26,7 @@ FLAGS = [*harness.SYNTHETIC, "--logq=corrected", "--negatives=mixed", "--steps_p
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
-  """The worker's four runs (one process)."""
+  """The worker's runs (one process)."""
   model_dir = tmp_path_factory.mktemp("jax_step")
   proc = subprocess.run(
     [sys.executable, str(HERE / "jax_step_worker.py"), *FLAGS, f"--model_dir={model_dir}"],
@@ -63,3 +63,14 @@ def test_validation_mid_epoch_sees_the_steps_taken(out):
   assert lean["step"] == reference["step"] == 6
   np.testing.assert_allclose(lean["sums"], reference["sums"], rtol=0, atol=0)
   assert lean["validation"] == reference["validation"]
+
+
+def test_on_an_accelerator_every_batch_takes_the_largest_likely_capacity(out):
+  """One step program on a GPU: the token floor is the largest likely capacity, every batch
+  of the epoch is packed to it (none of these small batches exceeds it), one program compiled
+  at the start and none late; the steps train (finite losses)."""
+  acc = out["accelerator"]
+  assert acc["floor"] == max(acc["likely"]) and len(acc["likely"]) >= 2  # there was a choice
+  assert acc["capacities"] == [acc["floor"]] * 4
+  assert acc["programs"] == dict(compiled=1, late=0)
+  assert len(acc["losses"]) == 4 and all(np.isfinite(acc["losses"]))
