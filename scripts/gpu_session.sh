@@ -21,6 +21,8 @@
 #   5. paper_ml1m  ours beside the paper's training loop (bench/paper_loop.py, PyTorch on the
 #                  GPU) in one invocation, same data, row and patience; the paper loop capped at
 #                  PAPER_SECONDS of its epoch loop                           -> OUT/paper_ml1m
+#   6. table1_*    Table 1's long runs with the time left: each row's 5 seeds as one program
+#                  (--seeds=0,1,2,3,4), patience 200                         -> OUT/table1/<row>
 #
 # Environment: PYTHON (default python), STEP_ROUNDS (5), STEP_STEPS (20), CONCURRENT_RUNS (8),
 # CONCURRENT_MINUTES (0: none; else each concurrent run's --time_budget_minutes), CONCURRENT_CAP
@@ -92,6 +94,22 @@ part paper_ml1m "$OUT/paper_ml1m/time_to_converge.json" 60 300 \
   --sides=keras3_jax,paper --data_root="$DATA" --extra_flags=--shuffle_rng=numpy \
   --paper_flags="--max_seconds=${PAPER_SECONDS:-240}" \
   --out="$OUT/paper_ml1m"
+# Table 1's long runs with the time left: a row's 5 seeds as one program (--seeds), patience 200,
+# per-position uniform negatives. A row cut by the deadline resumes from its checkpoints only on
+# the same machine (they stay out of session.tar.gz: 5 seeds' checkpoints are tens of MiB).
+for row in mixed_corrected mixed_standard mixed_none full_softmax; do
+  case $row in
+    mixed_corrected) flags="--loss=sampled_softmax --negatives=mixed --logq=corrected" ;;
+    mixed_standard) flags="--loss=sampled_softmax --negatives=mixed --logq=standard" ;;
+    mixed_none) flags="--loss=sampled_softmax --negatives=mixed --logq=none" ;;
+    full_softmax) flags="--loss=full_softmax" ;;
+  esac
+  # shellcheck disable=SC2086
+  part "table1_$row" "$OUT/table1/$row/seed4/metrics.json" 120 900 \
+    "$PY" -m train.keras3 --backend=jax --dataset=ml1m --data_path="$DATA/ml1m" \
+    --seeds=0,1,2,3,4 --noprogress --early_stopping_patience=200 --shuffle_rng=numpy \
+    --uniform_negatives=query $flags --model_dir="$OUT/table1/$row"
+done
 log "session over ($(left) s left)"
 # Everything but the weights, in one file (the device returns at most 8 files, 2 levels deep).
 tar -czf "$OUT/session.tar.gz" -C "$OUT" --exclude='*.keras' --exclude='*.weights.h5' \
