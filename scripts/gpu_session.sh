@@ -112,6 +112,7 @@ for row in mixed_corrected mixed_standard mixed_none full_softmax; do
 done
 log "session over ($(left) s left)"
 # Everything but the weights, in one file (the device returns at most 8 files, 2 levels deep).
-tar -czf "$OUT/session.tar.gz" -C "$OUT" --exclude='*.keras' --exclude='*.weights.h5' \
-  --exclude='*.npz' --exclude='*.ckpt*' --exclude='checkpoint*' --exclude='session.tar.gz' . \
-  && log "packed $(du -h "$OUT/session.tar.gz" | cut -f1)"
+pack=$(mktemp "${TMPDIR:-/tmp}/gpu_session.XXXXXX")  # outside OUT, which it packs
+tar -czf "$pack" -C "$OUT" --exclude='*.keras' --exclude='*.weights.h5' --exclude='*.npz' \
+  --exclude='*.ckpt*' --exclude='checkpoint*' --exclude='session.tar.gz' . \
+  && mv "$pack" "$OUT/session.tar.gz" && log "packed $(du -h "$OUT/session.tar.gz" | cut -f1)"
