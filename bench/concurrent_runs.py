@@ -28,11 +28,9 @@ import sys
 import time
 from typing import List
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-  sys.path.insert(0, str(ROOT))
+from bench import time_to_converge as ttc
 
-from bench import time_to_converge as ttc  # noqa: E402  pylint: disable=g-import-not-at-top
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 BACKENDS = ("jax", "tensorflow", "torch")
 EPOCH_LINE = re.compile(r"^epoch (\d+) step (\d+) ")
