@@ -5,20 +5,56 @@ from Python numbers whatever the framework (`train.epochs` writes them):
     per epoch (at its last step):           val/recall@k, val/ndcg@k (k = 10, 20),
                                             test/... (with --test_curve), train/epoch_loss
 
-into ``model_dir/tensorboard`` with ``tf.summary``; where TensorFlow is not installed (the
-binary runs without it), with the ``tensorboard`` package's own event writer (scalar
-``simple_value`` summaries, which TensorBoard shows the same way); with neither, the writer is a
-no-op and says so once. ``directory=None`` (a non-chief worker) is a silent no-op.
+into ``model_dir/tensorboard/events.out.tfevents.*``, one file per process, in the format
+``tf.summary.scalar`` writes (a float32 scalar tensor with the ``scalars`` plugin's metadata; one
+event per step): TensorBoard and ``tf.compat.v1.train.summary_iterator`` read it as they read
+tf.summary's. The file is written here, from the ``tensorboard`` package's protocol buffers,
+and never through TensorFlow: importing TensorFlow (~9 s on the project's CPU) only for the
+summaries was most of the Keras 3 binary's start-up on JAX, and the package's own writer imports
+TensorFlow whenever it is installed. The record framing (TFRecord):
+
+    uint64 length | uint32 masked_crc32c(length) | event bytes | uint32 masked_crc32c(bytes)
+
+(little-endian). Without the ``tensorboard`` package the writer is a no-op and says so once;
+``directory=None`` (a non-chief worker) is a silent no-op.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
+import socket
+import struct
 import time
-from typing import Mapping, Optional
+from typing import BinaryIO, Mapping, Optional
 
-__all__ = ["SummaryWriter"]
+__all__ = ["SummaryWriter", "masked_crc32c"]
+
+_FILE_COUNTER = itertools.count()
+
+
+def _crc32c_table() -> list:
+  table = []
+  for byte in range(256):
+    crc = byte
+    for _ in range(8):
+      crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1  # Castagnoli, reflected
+    table.append(crc)
+  return table
+
+
+_TABLE = _crc32c_table()
+
+
+def masked_crc32c(data: bytes) -> int:
+  """CRC-32C of ``data``, masked as TFRecord files mask it: ((crc >> 15 | crc << 17) +
+  0xA282EAD8) mod 2^32."""
+  crc = 0xFFFFFFFF
+  for byte in data:
+    crc = _TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+  crc ^= 0xFFFFFFFF
+  return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
 class SummaryWriter:
@@ -27,58 +63,52 @@ class SummaryWriter:
 
   def __init__(self, directory: Optional[str]):
     self.directory = directory
-    self._tf = self._writer = self._events = None
+    self._file: Optional[BinaryIO] = None
     if directory is None:
       return
     try:
-      import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    except ImportError:
-      tf = None
-    if tf is not None:
-      self._tf = tf
-      os.makedirs(directory, exist_ok=True)
-      self._writer = tf.summary.create_file_writer(directory)
-      return
-    try:
       # pylint: disable=g-import-not-at-top
-      from tensorboard.compat.proto import event_pb2, summary_pb2
-      from tensorboard.summary.writer.event_file_writer import EventFileWriter
+      from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
     except ImportError:
-      logging.warning(
-        "neither TensorFlow nor TensorBoard is importable: no TensorBoard summaries in %s",
-        directory,
-      )
+      logging.warning("tensorboard is not importable: no TensorBoard summaries in %s", directory)
       return
-    os.makedirs(directory, exist_ok=True)
-    self._protos = (event_pb2, summary_pb2)
-    self._events = EventFileWriter(directory)
-    logging.info(
-      "TensorFlow is not importable: TensorBoard summaries in %s written by the "
-      "tensorboard package",
-      directory,
+    self._pb = (event_pb2, summary_pb2, tensor_pb2, types_pb2)
+    self._metadata = summary_pb2.SummaryMetadata(
+      plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars")
     )
+    os.makedirs(directory, exist_ok=True)
+    name = "events.out.tfevents.%010d.%s.%d.%d.v2" % (
+      time.time(),
+      socket.gethostname(),
+      os.getpid(),
+      next(_FILE_COUNTER),
+    )
+    self._file = open(os.path.join(directory, name), "ab")
+    self._write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
+    self.flush()
+
+  def _write(self, event) -> None:
+    data = event.SerializeToString()
+    header = struct.pack("<Q", len(data))
+    assert self._file is not None
+    self._file.write(header + struct.pack("<I", masked_crc32c(header)))
+    self._file.write(data + struct.pack("<I", masked_crc32c(data)))
 
   def scalars(self, step: int, values: Mapping[str, float]) -> None:
-    if self._events is not None:
-      event_pb2, summary_pb2 = self._protos
-      self._events.add_event(
-        event_pb2.Event(
-          wall_time=time.time(),
-          step=int(step),
-          summary=summary_pb2.Summary(
-            value=[
-              summary_pb2.Summary.Value(tag=tag, simple_value=float(value))
-              for tag, value in values.items()
-            ]
-          ),
+    if self._file is None:
+      return
+    event_pb2, summary_pb2, tensor_pb2, types_pb2 = self._pb
+    summary = summary_pb2.Summary(
+      value=[
+        summary_pb2.Summary.Value(
+          tag=tag,
+          metadata=self._metadata,
+          tensor=tensor_pb2.TensorProto(dtype=types_pb2.DT_FLOAT, float_val=[float(value)]),
         )
-      )
-      return
-    if self._writer is None:
-      return
-    with self._writer.as_default(step=int(step)):
-      for tag, value in values.items():
-        self._tf.summary.scalar(tag, float(value))
+        for tag, value in values.items()
+      ]
+    )
+    self._write(event_pb2.Event(wall_time=time.time(), step=int(step), summary=summary))
 
   def epoch(self, step: int, metrics: Mapping[str, float], epoch_loss: float) -> None:
     """An epoch's validation (and ``test_*``) metrics, without the query counts, and its mean
@@ -93,7 +123,10 @@ class SummaryWriter:
     self.flush()
 
   def flush(self) -> None:
-    if self._writer is not None:
-      self._writer.flush()
-    if self._events is not None:
-      self._events.flush()
+    if self._file is not None:
+      self._file.flush()
+
+  def close(self) -> None:
+    if self._file is not None:
+      self._file.close()
+      self._file = None

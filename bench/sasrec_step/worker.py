@@ -92,9 +92,7 @@ def serve(spec: dict) -> None:
 
     cfg = SideConfig(**spec["config"])
     backend = keras3_side.select_backend(cfg, threads)  # before keras is imported
-    from train.data import batches as batches_lib  # pylint: disable=g-import-not-at-top
-
-    if batches_lib.tensorflow_installed():  # else JAX alone (a GPU machine without TensorFlow)
+    if backend == "tensorflow":  # a JAX side imports no TensorFlow, as on a GPU machine
       import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
       import tensorflow as tf  # pylint: disable=g-import-not-at-top
 

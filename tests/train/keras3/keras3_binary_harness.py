@@ -14,6 +14,11 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
+# Both run settings shuffle with numpy: the binary's default (the tf-keras binary's order,
+# TensorFlow's stateless shuffle) would import TensorFlow into every Keras 3 process (~9 s of this
+# CPU each); that order is tested in tests/train/data/test_batches.py and followed by the tf-keras
+# comparisons (bench/keras3_trajectory.py), and the default's error without TensorFlow in
+# test_without_tensorflow.py (which drops the flag).
 # ML-100K, small enough for a test: 6 steps per epoch of 32 sequences of at most 30 items.
 ML100K = [
   "--dataset=movielens_raw",
@@ -26,6 +31,7 @@ ML100K = [
   "--steps_per_epoch=6",
   "--learning_rate=0.01",
   "--noprogress",
+  "--shuffle_rng=numpy",
 ]
 # Synthetic data, tinier still: 5 steps per epoch of 16 sequences, the hash-array estimator.
 SYNTHETIC = [
@@ -44,6 +50,7 @@ SYNTHETIC = [
   "--learning_rate=0.01",
   "--frequency=hash_array",
   "--noprogress",
+  "--shuffle_rng=numpy",
 ]
 
 _KILL = """

@@ -38,6 +38,7 @@ TINY = [
   "--learning_rate=0.01",
   "--noprogress",
   "--logq=corrected",
+  "--shuffle_rng=numpy",  # no TensorFlow in the jax and torch runs (keras3_binary_harness.py)
 ]
 
 # From the third step on (global step 2 done), the loss gets + p * sqrt(0 * sum(E_out) + 1 - p)
