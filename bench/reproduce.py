@@ -103,7 +103,7 @@ from eval.config import EvalConfig
 from train import config_flags
 from train import data as data_lib
 from train.config import RunConfig
-from train.trainer import EXIT_PAUSED
+from train.epochs import EXIT_PAUSED
 
 FLAGS = flags.FLAGS
 # --time_budget_minutes: no run is started (or resumed) with less time left than this.
@@ -279,7 +279,7 @@ def _train_and_evaluate(
   the commands instead.
 
   --time_budget_minutes = T > 0 is this invocation's budget: each training process gets what
-  is left of T (it pauses between epochs, `train.trainer.EXIT_PAUSED`), no run starts with less
+  is left of T (it pauses between epochs, `train.epochs.EXIT_PAUSED`), no run starts with less
   than MIN_CHUNK_MINUTES left, and the first pause ends the invocation; rerunning it continues
   the paused run from its checkpoint (its train log is appended to, its training time summed).
   The evaluation after a finished training is not counted against T."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional, Sequence, Tuple
 
-from eval.index import IndexConfig
+from eval.index_config import IndexConfig
 from train import config_flags
 from train.config_flags import setting
 from train.validation import FILTER_RATED

@@ -12,7 +12,7 @@ in the export's metadata. The batch size is GLOBAL (split over the replicas of -
 epoch, best NDCG@10, patience counter), TensorBoard summaries (train/loss, train/mean_weight,
 val/recall@k, val/ndcg@k) and metrics.json; rerunning the same command resumes exactly where the
 last finished epoch left off; with --time_budget_minutes=T it pauses (checkpoint kept, exit
-status 3 = `train.trainer.EXIT_PAUSED`) before an epoch that would end past T minutes, so a long
+status 3 = `train.epochs.EXIT_PAUSED`) before an epoch that would end past T minutes, so a long
 run can be done in chunks by rerunning the command. --export_dir writes the serving SavedModels
 (train/export.py). The paper's reference code calls an "epoch" min(100, batches per pass) = 48
 steps on ML-1M (--steps_per_epoch=48, or 0 = one pass).

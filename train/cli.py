@@ -22,7 +22,7 @@ wins.
 Exit statuses: 0 done; 1 an error (e.g. `EXIT_ERROR` for a non-finite loss); 2 bad input
 (`EXIT_BAD_INPUT`: a flag, a flag combination, a missing or malformed data file, a folder that is
 not an export): ONE line ``error: ...`` on stderr, with the traceback before it at
---verbosity=debug; 3 paused (`train.trainer.EXIT_PAUSED`); 4 a parameter server was lost
+--verbosity=debug; 3 paused (`train.epochs.EXIT_PAUSED`); 4 a parameter server was lost
 (`train.trainer.EXIT_PS_LOST`, one line naming it and the command that resumes); 130 interrupted
 by Ctrl-C (`EXIT_INTERRUPTED`).
 """

@@ -41,6 +41,7 @@ import time
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple, TypeVar
 
 __all__ = [
+  "EXIT_PAUSED",
   "EpochLoop",
   "NonFiniteError",
   "Phases",
@@ -53,6 +54,9 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+# Exit status of both binaries when the time budget paused the run (rerun to continue).
+EXIT_PAUSED = 3
 
 
 class NonFiniteError(FloatingPointError):

@@ -81,7 +81,7 @@ from train import host_memory
 from train import summaries
 from train import validation
 from train.config import RunConfig
-from train.epochs import NonFiniteError, best_step
+from train.epochs import EXIT_PAUSED, NonFiniteError, best_step
 from train import step as step_lib
 from train.objective import Objective
 
@@ -144,8 +144,6 @@ def build_estimator(cfg: RunConfig, data) -> frequency.FrequencyEstimator:
   return estimator_spec.build(frequency, cfg, data)
 
 
-# Exit status of `python -m train` when the time budget paused the run (rerun to continue).
-EXIT_PAUSED = 3
 # Exit status of the chief when a parameter server was lost (restart it, rerun to resume).
 EXIT_PS_LOST = 4
 

@@ -58,7 +58,7 @@ from train import validation
 from train import epochs
 from train import summaries
 from train.data import batches as batches_lib
-from train.epochs import NonFiniteError
+from train.epochs import EXIT_PAUSED, NonFiniteError
 
 import keras  # noqa: E402
 from keras import ops  # noqa: E402
@@ -72,8 +72,6 @@ from train.keras3 import objective as objective_lib
 from train.keras3 import parallel
 
 __all__ = ["EXIT_PAUSED", "NonFiniteError", "Trainer", "query_embeddings"]
-
-EXIT_PAUSED = 3
 
 
 def query_embeddings(encoder, inputs: np.ndarray, batch_size: int, encode=None) -> np.ndarray:

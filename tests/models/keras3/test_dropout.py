@@ -11,6 +11,8 @@ import sys
 import numpy as np
 import pytest
 
+import without_tensorflow
+
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
 BACKENDS = ["jax", "tensorflow", "torch"]
@@ -39,7 +41,7 @@ def _results(tmp_path_factory):
           str(HERE / "dropout_worker.py"),
           str(directory / f"{b}.npz"),
         ],
-        env=dict(env, KERAS_BACKEND=b),
+        env=without_tensorflow.for_backend(dict(env, KERAS_BACKEND=b), b),
         stderr=subprocess.PIPE,
         text=True,
       )

@@ -11,6 +11,8 @@ import sys
 import numpy as np
 import pytest
 
+import without_tensorflow
+
 HERE = pathlib.Path(__file__).resolve().parent
 _SPEC = importlib.util.spec_from_file_location("top_k_cases", HERE / "top_k_cases.py")
 top_k_cases = importlib.util.module_from_spec(_SPEC)
@@ -75,6 +77,7 @@ def test_keras3_front_equals_numpy(oracle, backend, tmp_path):
   out = tmp_path / "top_k.npz"
   env = dict(os.environ, KERAS_BACKEND=backend)
   env.pop("TF_USE_LEGACY_KERAS", None)
+  env = without_tensorflow.for_backend(env, backend)
   subprocess.run(
     [sys.executable, str(HERE / "top_k_worker.py"), str(out)], env=env, check=True, timeout=600
   )

@@ -1,10 +1,12 @@
 """tfrs_logq.keras3 on every Keras 3 backend against the tf-keras path and numpy references.
 
 Each backend runs ``backend_worker.py`` in its own process with ``KERAS_BACKEND`` set (and no
-``TF_USE_LEGACY_KERAS``): a process that uses only Keras 3. The worker writes its results; the
-tests here compare them with the tf-keras implementation (this process) and with numpy oracles
-written from the formulas. TensorFlow and JAX are required (the tests fail when jax is missing);
-PyTorch runs when it is installed (an optional backend, not part of the ``keras3`` extra).
+``TF_USE_LEGACY_KERAS``): a process that uses only Keras 3; on jax and torch TensorFlow is hidden
+from it (tests/without_tensorflow.py), as on a machine without TensorFlow. The worker writes its
+results; the tests here compare them with the tf-keras implementation (this process) and with
+numpy oracles written from the formulas. TensorFlow and JAX are required (the tests fail when jax
+is missing); PyTorch runs when it is installed (an optional backend, not part of the ``keras3``
+extra).
 """
 
 import importlib.util
@@ -15,6 +17,8 @@ import sys
 
 import numpy as np
 import pytest
+
+import without_tensorflow
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
@@ -189,7 +193,9 @@ CASES = _cases()
 _RUNS = {}
 
 
-def _clean_env(backend):
+def _clean_env(backend, tensorflow=False):
+  """The worker's environment: Keras 3 on ``backend``; TensorFlow hidden off the tensorflow
+  backend unless ``tensorflow`` (tests/without_tensorflow.py)."""
   env = {k: v for k, v in os.environ.items() if k != "TF_USE_LEGACY_KERAS"}
   env.update(
     KERAS_BACKEND=backend,
@@ -198,7 +204,7 @@ def _clean_env(backend):
     JAX_PLATFORMS="cpu",
     CUDA_VISIBLE_DEVICES="",
   )
-  return env
+  return env if tensorflow else without_tensorflow.for_backend(env, backend)
 
 
 def _start_workers(tmp_path_factory):
@@ -665,10 +671,10 @@ def test_get_config_and_keras_file_round_trips(res, name):
 # ---- the environment switch --------------------------------------------------------------------
 
 
-def _python(code, backend):
+def _python(code, backend, tensorflow=False):
   return subprocess.run(
     [sys.executable, "-c", code],
-    env=_clean_env(backend),
+    env=_clean_env(backend, tensorflow),
     capture_output=True,
     text=True,
     timeout=300,
@@ -700,7 +706,7 @@ def test_keras3_first_then_tf_keras_path_in_one_process():
     "import tfrs_logq.tf_keras.losses, tensorflow as tf\n"
     "print(os.environ['TF_USE_LEGACY_KERAS'], tf.keras.Model.__module__.split('.')[0])"
   )
-  out = _python(code, "jax")
+  out = _python(code, "jax", tensorflow=True)
   assert out.returncode == 0, out.stderr[-3000:]
   assert out.stdout.split() == ["False", "None", "1", "tf_keras"], out.stdout
 

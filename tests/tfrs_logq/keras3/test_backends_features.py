@@ -17,6 +17,8 @@ import sys
 import numpy as np
 import pytest
 
+import without_tensorflow
+
 HERE = pathlib.Path(__file__).resolve().parent
 import numpy_reference as ref  # noqa: E402
 
@@ -49,7 +51,7 @@ def _clean_env(backend):
     JAX_PLATFORMS="cpu",
     CUDA_VISIBLE_DEVICES="",
   )
-  return env
+  return without_tensorflow.for_backend(env, backend)
 
 
 def results(backend, tmp_path_factory):

@@ -26,6 +26,8 @@ import sys
 import numpy as np
 import pytest
 
+import without_tensorflow
+
 HERE = pathlib.Path(__file__).resolve().parent
 
 import tfrs_logq.tf_keras  # noqa: E402,F401  (legacy Keras before TensorFlow loads)
@@ -144,7 +146,7 @@ def _clean_env(backend):
     JAX_PLATFORMS="cpu",
     CUDA_VISIBLE_DEVICES="",
   )
-  return env
+  return without_tensorflow.for_backend(env, backend)
 
 
 def results(backend, tmp_path_factory):

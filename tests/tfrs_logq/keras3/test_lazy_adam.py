@@ -14,6 +14,8 @@ import sys
 import numpy as np
 import pytest
 
+import without_tensorflow
+
 HERE = pathlib.Path(__file__).resolve().parent
 
 
@@ -43,7 +45,7 @@ def _env(backend):
     JAX_PLATFORMS="cpu",
     CUDA_VISIBLE_DEVICES="",
   )
-  return env
+  return without_tensorflow.for_backend(env, backend)
 
 
 @pytest.fixture(scope="module", params=BACKENDS)

@@ -26,6 +26,8 @@ import sys
 import numpy as np
 import pytest
 
+import without_tensorflow
+
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
@@ -121,7 +123,7 @@ def _worker_outputs(tmp_path_factory):
         str(tmp / f"{backend}.npz"),
       ],
       cwd=ROOT,
-      env=dict(env, KERAS_BACKEND=backend),
+      env=without_tensorflow.for_backend(dict(env, KERAS_BACKEND=backend), backend),
       stdout=subprocess.PIPE,
       stderr=subprocess.PIPE,
       text=True,

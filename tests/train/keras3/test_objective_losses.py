@@ -13,6 +13,8 @@ import sys
 import numpy as np
 import pytest
 
+import without_tensorflow
+
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf  # noqa: F401
 
@@ -123,7 +125,7 @@ def _results(tmp_path_factory):
           str(directory / "cases.npz"),
           str(directory / f"{b}.npz"),
         ],
-        env={**env, "KERAS_BACKEND": b},
+        env=without_tensorflow.for_backend({**env, "KERAS_BACKEND": b}, b),
         cwd=str(ROOT),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -9,26 +9,11 @@ import json
 import pytest
 
 import keras3_binary_harness as harness
+import without_tensorflow
 import tensorflow as tf  # this test process reads the event files; the binary has no TensorFlow
 
-_BLOCK = """import sys
-class _NoTensorFlow:
-  def find_spec(self, name, path=None, target=None):
-    if name.split(".")[0] in ("tensorflow", "tf_keras", "tensorflow_recommenders", "scann",
-                              "tensorflow_datasets"):
-      raise ModuleNotFoundError(f"No module named {name!r} (blocked by the test)")
-    return None
-sys.meta_path.insert(0, _NoTensorFlow())
-"""
 
-
-def _env(tmp_path):
-  site = tmp_path / "site"
-  site.mkdir(exist_ok=True)
-  (site / "sitecustomize.py").write_text(_BLOCK)
-  env = harness.env("jax")
-  env["PYTHONPATH"] = f"{site}:{env['PYTHONPATH']}"
-  return env
+ENV = without_tensorflow.hide(harness.env("jax"))
 
 
 def test_trains_and_exports_without_tensorflow(tmp_path):
@@ -42,7 +27,7 @@ def test_trains_and_exports_without_tensorflow(tmp_path):
       f"--model_dir={model_dir}",
       f"--export_dir={model_dir / 'export'}",
     ],
-    environment=_env(tmp_path),
+    environment=ENV,
   )
   status, out, err = harness.finish(proc)
   assert status == 0, err[-3000:]
@@ -68,7 +53,7 @@ def test_tensorflow_order_without_tensorflow_is_one_error_line(tmp_path):
   proc = harness.start(
     [a for a in harness.SYNTHETIC if not a.startswith("--shuffle_rng")]  # the default
     + ["--backend=jax", "--epochs=1", f"--model_dir={tmp_path / 'run'}"],
-    environment=_env(tmp_path),
+    environment=ENV,
   )
   status, _, err = harness.finish(proc, timeout=300)
   assert status == 2, err[-3000:]
