@@ -14,11 +14,6 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 
-# Both run settings shuffle with numpy: the binary's default (the tf-keras binary's order,
-# TensorFlow's stateless shuffle) would import TensorFlow into every Keras 3 process (~9 s of this
-# CPU each); that order is tested in tests/train/data/test_batches.py and followed by the tf-keras
-# comparisons (bench/keras3_trajectory.py), and the default's error without TensorFlow in
-# test_without_tensorflow.py (which drops the flag).
 # ML-100K, small enough for a test: 6 steps per epoch of 32 sequences of at most 30 items.
 ML100K = [
   "--dataset=movielens_raw",
@@ -31,7 +26,6 @@ ML100K = [
   "--steps_per_epoch=6",
   "--learning_rate=0.01",
   "--noprogress",
-  "--shuffle_rng=numpy",
 ]
 # Synthetic data, tinier still: 5 steps per epoch of 16 sequences, the hash-array estimator.
 SYNTHETIC = [
@@ -50,7 +44,6 @@ SYNTHETIC = [
   "--learning_rate=0.01",
   "--frequency=hash_array",
   "--noprogress",
-  "--shuffle_rng=numpy",
 ]
 
 _KILL = """
@@ -86,11 +79,20 @@ def env(backend=None, drop=()):
   return result
 
 
-def start(args, script=None, environment=None, head=None):
+def start(args, script=None, environment=None, head=None, shuffle="numpy"):
   """Starts ``python -m train.keras3 ARGS`` (or ``python -c SCRIPT ARGS``, or ``python HEAD
-  ARGS``) with ``environment`` (default `env()`); stdout and stderr piped."""
+  ARGS``) with ``environment`` (default `env()`); stdout and stderr piped.
+
+  The binary (and SCRIPT, which runs it) gets ``--shuffle_rng=SHUFFLE`` before ARGS (a later
+  flag in ARGS wins; None: the binary's default). numpy, because the default (the tf-keras
+  binary's order, TensorFlow's stateless shuffle) would import TensorFlow into every Keras 3
+  process (~9 s of this CPU each): that order is tested in tests/train/data/test_batches.py and
+  followed by the tf-keras comparisons (bench/keras3_trajectory.py), the default's error without
+  TensorFlow in test_without_tensorflow.py."""
   if head is None:
     head = ["-c", script] if script else ["-m", "train.keras3"]
+    if shuffle is not None:
+      args = [f"--shuffle_rng={shuffle}", *args]
   return subprocess.Popen(
     [sys.executable, *head, *args],
     cwd=ROOT,
