@@ -2,6 +2,8 @@
 
     while epoch < epochs and bad_epochs < patience:
       pause           if a time budget T is set and now + the last epoch's wall > start + T
+      Ctrl-C          raises KeyboardInterrupt here, before an epoch, or after the running step
+                      (a second Ctrl-C at once): `interrupts_between_steps`
       begin_epoch(e)  (--negatives=midx: the index refresh)
       steps           trainer.epoch_steps(e) yields (loss, mean weight w, global step) per step;
                       the values may be device scalars: they are read (a host synchronisation)
@@ -36,6 +38,7 @@ import json
 import math
 import os
 import queue
+import signal
 import threading
 import time
 from typing import Dict, Iterable, Iterator, List, Optional, Tuple, TypeVar
@@ -43,6 +46,7 @@ from typing import Dict, Iterable, Iterator, List, Optional, Tuple, TypeVar
 __all__ = [
   "EXIT_PAUSED",
   "EpochLoop",
+  "interrupts_between_steps",
   "NonFiniteError",
   "Phases",
   "ShapeLog",
@@ -57,6 +61,43 @@ T = TypeVar("T")
 
 # Exit status of both binaries when the time budget paused the run (rerun to continue).
 EXIT_PAUSED = 3
+
+
+_INTERRUPT = threading.Event()
+
+
+@contextlib.contextmanager
+def interrupts_between_steps() -> Iterator[None]:
+  """Within it, Ctrl-C (SIGINT) takes effect between two steps: the first one sets a flag that
+  `EpochLoop` reads after every step and before every epoch, and raises KeyboardInterrupt
+  there; a second one raises at once. A KeyboardInterrupt raised inside a framework's own code
+  (TensorFlow's executor or tf.data iterator half-built) leaves objects whose finalisers print
+  tracebacks at exit. Only where Python's own handler is installed, in the main thread;
+  elsewhere nothing changes."""
+  if (
+    threading.current_thread() is not threading.main_thread()
+    or signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+  ):
+    yield
+    return
+
+  def handler(signum, frame):
+    if _INTERRUPT.is_set():
+      signal.default_int_handler(signum, frame)
+    _INTERRUPT.set()
+
+  _INTERRUPT.clear()
+  signal.signal(signal.SIGINT, handler)
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _INTERRUPT.clear()
+
+
+def _stop_if_interrupted() -> None:
+  if _INTERRUPT.is_set():
+    raise KeyboardInterrupt
 
 
 class NonFiniteError(FloatingPointError):
@@ -270,10 +311,15 @@ class EpochLoop:
   def run(self, history: List[dict], started: float) -> Optional[dict]:
     """Trains until early stopping or --epochs; returns the trainer's pause result when the
     time budget ends first, else None (the caller finishes)."""
+    with interrupts_between_steps():
+      return self._run(history, started)
+
+  def _run(self, history: List[dict], started: float) -> Optional[dict]:
     t, cfg = self.trainer, self.trainer.cfg
     last_wall = None
     first_epoch = True
     while True:
+      _stop_if_interrupted()
       state = t.get_state()
       if self.done():
         return None
@@ -316,6 +362,7 @@ class EpochLoop:
     tick = time.perf_counter()
     for item in t.epoch_steps(e):
       pending.append(item)
+      _stop_if_interrupted()
       if not self._first_step_done:  # the first step: tracing and compilation
         read()
         now = time.perf_counter()

@@ -268,3 +268,38 @@ def test_shape_log_counts_each_new_shape_once():
   assert log.seen(dict(inputs=np.zeros((4, 5)), token_rows=np.zeros(9)), 3)
   assert [s["step"] for s in log.shapes] == [1, 3] and len(lines) == 2
   assert "new input shape #2" in lines[1]
+
+
+def test_ctrl_c_takes_effect_after_the_running_step_and_a_second_one_at_once():
+  """SIGINT inside step 2: the step finishes, step 3 never starts, KeyboardInterrupt leaves the
+  loop; Python's handler is back afterwards. Two SIGINTs inside one step: the second raises
+  inside it."""
+  import os
+  import signal
+
+  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+  t = FakeTrainer([[1.0, 1.0, 1.0, 1.0]], [0.1], max_epochs=1)
+  inner = t.epoch_steps
+
+  def interrupted(e, times=1):
+    for i, item in enumerate(inner(e)):
+      if i == 1:
+        for _ in range(times):
+          os.kill(os.getpid(), signal.SIGINT)
+          time.sleep(0.01)  # the handler runs in the main thread's next bytecodes
+        t.calls.append(("after kill", item[2]))
+      yield item
+
+  t.epoch_steps = interrupted
+  with pytest.raises(KeyboardInterrupt):
+    epochs.EpochLoop(t).run([], time.time())
+  assert [c for c in t.calls if c[0] != "begin"] == [("step", 1), ("step", 2), ("after kill", 2)]
+  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+  t = FakeTrainer([[1.0, 1.0, 1.0, 1.0]], [0.1], max_epochs=1)
+  inner = t.epoch_steps
+  t.epoch_steps = lambda e: interrupted(e, times=2)
+  with pytest.raises(KeyboardInterrupt):
+    epochs.EpochLoop(t).run([], time.time())
+  assert ("after kill", 2) not in t.calls and ("step", 2) in t.calls
+  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
