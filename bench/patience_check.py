@@ -1,9 +1,10 @@
 r"""Does a shorter early-stopping patience select a worse model? Checked on runs' own curves.
 
 A run trained with patience P_max and ``--test_curve`` holds, per epoch e, the validation
-NDCG@10 v_e and the test metrics t_e. Training is deterministic and resumable, so the run with
-patience P < P_max is this run's prefix: it stops at the first epoch where P epochs have passed
-without a better v, and selects
+NDCG@10 v_e, and the test metrics t_e at every epoch e that improves on the best v so far (the
+only epochs any patience can select: e*(P) below is always one of them). Training is
+deterministic and resumable, so the run with patience P < P_max is this run's prefix: it stops
+at the first epoch where P epochs have passed without a better v, and selects
 
     e*(P) = argmax_{e <= stop(P)} v_e   (first maximum),    stop(P) = min{e : e - e*(e) = P}
 

@@ -21,12 +21,22 @@
 #   5. paper_ml1m  ours beside the paper's training loop (bench/paper_loop.py, PyTorch on the
 #                  GPU) in one invocation, same data, row and patience; the paper loop capped at
 #                  PAPER_SECONDS of its epoch loop                           -> OUT/paper_ml1m
-#   6. table1_*    Table 1's long runs with the time left: each row's 5 seeds as one program
-#                  (--seeds=0,1,2,3,4), patience 200                         -> OUT/table1/<row>
+#   6. table1_<row>_<arm>  Table 1's long runs with the time left: each row's 5 seeds as one
+#                  program (--seeds=0,1,2,3,4), patience 200, the test split evaluated at every
+#                  improving epoch (--test_curve: every shorter patience's result is in the same
+#                  run, bench/patience_check.py); arm = the uniform negatives (query: drawn per
+#                  position, as the paper's code; sequence: once per sequence)
+#                                                                            -> OUT/table1/<row>_<arm>
+#                  A run cut by the time left keeps its curve: each seed's last checkpoint's
+#                  state (history included) is written to <seed>/last_state.json.
 #
-# Environment: PYTHON (default python), STEP_ROUNDS (5), STEP_STEPS (20), CONCURRENT_RUNS (8),
+# Environment: PYTHON (default python), PARTS (the parts to run, space-separated names or their
+# first word before "_"; default all; e.g. "ttc_ml1m table1"), STEP_ROUNDS (5), STEP_STEPS (20), CONCURRENT_RUNS (8),
 # CONCURRENT_MINUTES (0: none; else each concurrent run's --time_budget_minutes), CONCURRENT_CAP
-# (seconds for the whole part; default 225 with no budget), PAPER_SECONDS (240).
+# (seconds for the whole part; default 225 with no budget), PAPER_SECONDS (240), TABLE1_ROWS
+# (mixed_corrected mixed_standard mixed_none full_softmax), TABLE1_ARMS (query), TABLE1_CAP
+# (seconds per table1 part, 900), TABLE1_FLAGS (more flags of the table1 runs, e.g.
+# --checkpoint_every_seconds=15).
 # On a machine with JAX and PyTorch but no keras (as on 2026-11-27): bring keras 3.15.1, namex and
 # optree as wheels and the data inside the tree (ignored folders, e.g. .whl and .devdata), then
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl &&
@@ -53,13 +63,17 @@ export KERAS_BACKEND=jax TFRS_LOGQ_DATA="$DATA" PYTHONUNBUFFERED=1
 part() {
   local name=$1 done_file=$2 need=$3 cap=$4
   shift 4
+  case " ${PARTS:-all} " in
+    *" all "* | *" $name "* | *" ${name%%_*} "*) ;;
+    *) log "$name: not in PARTS, skipped"; return 0 ;;
+  esac
   if [ -e "$done_file" ]; then log "$name: done before, skipped"; return 0; fi
   if [ "$(left)" -lt "$need" ]; then log "$name: $(left) s left < $need s, not started"; return 1; fi
   local limit; limit=$(left)
   [ "$cap" -lt "$limit" ] && limit=$cap
   log "$name: start (limit $limit s of $(left) s left)"
   local t0; t0=$(date +%s)
-  timeout "$limit" "$@" >> "$OUT/$name.log" 2>&1
+  timeout -k 30 "$limit" "$@" >> "$OUT/$name.log" 2>&1
   log "$name: exit $? after $(( $(date +%s) - t0 )) s"
 }
 
@@ -97,19 +111,40 @@ part paper_ml1m "$OUT/paper_ml1m/time_to_converge.json" 60 300 \
 # Table 1's long runs with the time left: a row's 5 seeds as one program (--seeds), patience 200,
 # per-position uniform negatives. A row cut by the deadline resumes from its checkpoints only on
 # the same machine (they stay out of session.tar.gz: 5 seeds' checkpoints are tens of MiB).
-for row in mixed_corrected mixed_standard mixed_none full_softmax; do
+for row in ${TABLE1_ROWS:-mixed_corrected mixed_standard mixed_none full_softmax}; do
   case $row in
     mixed_corrected) flags="--loss=sampled_softmax --negatives=mixed --logq=corrected" ;;
     mixed_standard) flags="--loss=sampled_softmax --negatives=mixed --logq=standard" ;;
     mixed_none) flags="--loss=sampled_softmax --negatives=mixed --logq=none" ;;
     full_softmax) flags="--loss=full_softmax" ;;
   esac
-  # shellcheck disable=SC2086
-  part "table1_$row" "$OUT/table1/$row/seed4/metrics.json" 120 900 \
-    "$PY" -m train.keras3 --backend=jax --dataset=ml1m --data_path="$DATA/ml1m" \
-    --seeds=0,1,2,3,4 --noprogress --early_stopping_patience=200 --shuffle_rng=numpy \
-    --uniform_negatives=query $flags --model_dir="$OUT/table1/$row"
+  for arm in ${TABLE1_ARMS:-query}; do
+    # shellcheck disable=SC2086
+    part "table1_${row}_$arm" "$OUT/table1/${row}_$arm/seed4/metrics.json" 120 \
+      "${TABLE1_CAP:-900}" \
+      "$PY" -m train.keras3 --backend=jax --dataset=ml1m --data_path="$DATA/ml1m" \
+      --seeds=0,1,2,3,4 --noprogress --early_stopping_patience=200 --shuffle_rng=numpy \
+      --test_curve --uniform_negatives="$arm" $flags ${TABLE1_FLAGS:-} \
+      --model_dir="$OUT/table1/${row}_$arm"
+  done
 done
+# The curves of runs cut by the deadline: each seed's last checkpoint's state (numpy only).
+if [ -d "$OUT/table1" ]; then
+  "$PY" - "$OUT/table1" <<'PYEOF' >> "$OUT/session.log" 2>&1
+import glob, json, os, re, sys
+import numpy as np
+for ckpt_dir in sorted(glob.glob(os.path.join(sys.argv[1], "*", "seed*", "ckpt"))):
+  names = [(re.fullmatch(r"ckpt-(\d+)\.npz", os.path.basename(p)), p)
+           for p in glob.glob(os.path.join(ckpt_dir, "ckpt-*.npz"))]
+  found = [(int(m.group(1)), p) for m, p in names if m]
+  if found:
+    with np.load(max(found)[1]) as ckpt:
+      state = json.loads(str(ckpt["state"]))
+    with open(os.path.join(os.path.dirname(ckpt_dir), "last_state.json"), "w") as f:
+      json.dump(state, f)
+    print(ckpt_dir, "epoch", state.get("epoch"), "best", state.get("best_epoch"))
+PYEOF
+fi
 log "session over ($(left) s left)"
 # Everything but the weights, in one file (the device returns at most 8 files, 2 levels deep).
 pack=$(mktemp "${TMPDIR:-/tmp}/gpu_session.XXXXXX")  # outside OUT, which it packs

@@ -12,7 +12,9 @@
       non-finite      a NaN / inf loss (a non-finite gradient makes the binaries' loss NaN)
                       raises `NonFiniteError` naming the first such step; nothing newer than
                       the last finished epoch's checkpoint is written
-      validation      metrics = validate("val") (+ "test" with --test_curve, never selected on)
+      validation      metrics = validate("val"); with --test_curve also validate("test") at
+                      the epochs that improve on the best (never selected on): the selected
+                      epoch of any patience is one of them (bench/patience_check.py)
       early stopping  improved = NDCG@10 > best: best, best_epoch = NDCG@10, e + 1, bad = 0 and
                       save_best(e + 1); else bad += 1
       history         one record per epoch (`epoch_record`), summaries, the report line
@@ -382,10 +384,10 @@ class EpochLoop:
     loss_sum, weight_sum, n, seconds = self._steps(e, t)
     with self.phases("validation"):
       metrics = t.validate("val")
-    if cfg.test_curve:  # recorded only: selection stays on validation
+    improved = metrics["ndcg@10"] > state["best_metric"]
+    if cfg.test_curve and improved:  # recorded only: selection stays on validation
       with self.phases("test"):
         metrics.update({f"test_{k}": v for k, v in t.validate("test").items()})
-    improved = metrics["ndcg@10"] > state["best_metric"]
     step = t.get_state()["step"]
     if improved:
       t.set_state(best_metric=metrics["ndcg@10"], best_epoch=e + 1, bad_epochs=0)

@@ -3,7 +3,8 @@ from Python numbers whatever the framework (`train.epochs` writes them):
 
     per step s (the global step after it):  train/loss, train/mean_weight
     per epoch (at its last step):           val/recall@k, val/ndcg@k (k = 10, 20),
-                                            test/... (with --test_curve), train/epoch_loss
+                                            test/... (--test_curve: improving epochs),
+                                            train/epoch_loss
 
 into ``model_dir/tensorboard/events.out.tfevents.*``, one file per process, in the format
 ``tf.summary.scalar`` writes (a float32 scalar tensor with the ``scalars`` plugin's metadata; one

@@ -25,9 +25,10 @@ Recall/NDCG@10,20); the best model is kept in ``model_dir/best``; training stops
 on validation and test. The metrics JSON records it with the steps to the best epoch
 (``best_step``), the validation curve (``history``: one record per epoch, with its training and
 wall-clock seconds) and the wall-clock of all epochs (``train_wall_seconds``, summed over
-resumed chunks). ``test_curve`` also evaluates the test split after every epoch (``test_*`` keys
-of the history; never used for selection), so that a shorter patience can be checked against a
-longer one on the same run (``bench/patience_check.py``).
+resumed chunks). ``test_curve`` also evaluates the test split after every epoch that improves the
+best (``test_*`` keys of the history; never used for selection): a shorter patience selects one
+of those epochs, so it can be checked against a longer one on the same run
+(``bench/patience_check.py``).
 
 Failures. A non-finite loss or gradient (`train.step` makes the step's loss NaN when a gradient
 is not finite) stops training at that step with `NonFiniteError` naming it: nothing newer than

@@ -1,9 +1,12 @@
 """scripts/gpu_session.sh: with no time left nothing starts and every part says so in order (after
 the machine's description); a part whose result is in OUT is skipped as done; OUT is packed into
-session.tar.gz; without its arguments it prints its usage."""
+session.tar.gz; PARTS and TABLE1_* choose the parts; a cut Table 1 run's last checkpoint state is
+written beside it; without its arguments it prints its usage."""
 
+import os
 import pathlib
 import subprocess
+import sys
 import tarfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -14,16 +17,21 @@ PARTS = [
   "ttc_ml1m_warm",
   "concurrent",
   "paper_ml1m",
-  "table1_mixed_corrected",
-  "table1_mixed_standard",
-  "table1_mixed_none",
-  "table1_full_softmax",
+  "table1_mixed_corrected_query",
+  "table1_mixed_standard_query",
+  "table1_mixed_none_query",
+  "table1_full_softmax_query",
 ]
 
 
-def _run(*args):
+def _run(*args, env=None):
   return subprocess.run(
-    ["bash", "scripts/gpu_session.sh", *args], cwd=ROOT, capture_output=True, text=True, timeout=60
+    ["bash", "scripts/gpu_session.sh", *args],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=60,
+    env=None if env is None else {**os.environ, **env},
   )
 
 
@@ -46,3 +54,38 @@ def test_no_time_left_starts_nothing(tmp_path):
 def test_usage():
   proc = _run()
   assert proc.returncode != 0 and "usage: scripts/gpu_session.sh OUT MINUTES" in proc.stderr
+
+
+def test_parts_and_table1_arms_choose_what_runs(tmp_path):
+  env = dict(PARTS="ttc_ml1m table1", TABLE1_ROWS="mixed_none", TABLE1_ARMS="query sequence")
+  proc = _run(str(tmp_path), "0", env=env)
+  assert proc.returncode == 0, proc.stderr
+  lines = (tmp_path / "session.log").read_text().splitlines()
+  said = {line.split()[1].rstrip(":"): line for line in lines[:-2]}
+  assert list(said) == [
+    "env", "step", "ttc_ml1m", "ttc_ml1m_warm", "concurrent", "paper_ml1m",
+    "table1_mixed_none_query", "table1_mixed_none_sequence",
+  ]  # fmt: skip
+  for name in ("step", "ttc_ml1m_warm", "concurrent", "paper_ml1m"):
+    assert "not in PARTS, skipped" in said[name]
+  for name in ("ttc_ml1m", "table1_mixed_none_query", "table1_mixed_none_sequence"):
+    assert "not started" in said[name]
+
+
+def test_a_cut_table1_run_keeps_its_last_checkpoint_state(tmp_path):
+  import json
+
+  import numpy as np
+
+  ckpt = tmp_path / "table1" / "mixed_none_query" / "seed3" / "ckpt"
+  ckpt.mkdir(parents=True)
+  for step, epoch in ((48, 1), (96, 2)):
+    state = dict(epoch=epoch, best_epoch=1, history=[dict(epoch=e + 1) for e in range(epoch)])
+    np.savez(ckpt / f"ckpt-{step}.npz", v0=np.zeros(2), state=np.array(json.dumps(state)))
+  (ckpt / "ckpt-144.npz.tmp.npz").write_bytes(b"partial write")  # never read
+  proc = _run(str(tmp_path), "0", env=dict(PARTS="none", PYTHON=sys.executable))
+  assert proc.returncode == 0, proc.stderr
+  state = json.loads((ckpt.parent / "last_state.json").read_text())
+  assert state["epoch"] == 2 and len(state["history"]) == 2
+  with tarfile.open(tmp_path / "session.tar.gz") as tar:
+    assert "./table1/mixed_none_query/seed3/last_state.json" in tar.getnames()

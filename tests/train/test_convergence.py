@@ -57,6 +57,10 @@ def test_best_checkpoint_is_evaluated_and_the_test_curve_changes_nothing(tiny, t
   for m in ("recall@10", "ndcg@10", "recall@20", "ndcg@20"):
     assert curve["test"][m] == pytest.approx(curve["history"][best][f"test_{m}"], abs=1e-6)
     assert plain["test"][m] == pytest.approx(curve["test"][m], abs=1e-6)
+  # The test split is evaluated exactly at the epochs that improve on the best validation
+  # NDCG@10 (the selected epoch of any patience is one of them).
+  improving = [e for e, v in enumerate(val) if v > max(val[:e], default=-np.inf)]
+  assert [e for e, h in enumerate(curve["history"]) if "test_ndcg@10" in h] == improving
   assert curve["train_wall_seconds"] >= sum(h["seconds"] for h in curve["history"]) > 0
   assert all(h["wall_seconds"] >= h["seconds"] for h in curve["history"])
 

@@ -34,11 +34,11 @@ serving SavedModels, `export`). --strategy=mirrored
 split, weights replicated, the in-batch pool gathered onto every device), the rest as above.
 
 TensorBoard (``model_dir/tensorboard``, `train.summaries`): the tf-keras binary's tags,
-train/loss and train/mean_weight per step, val/* (test/* with test_curve) and train/epoch_loss
-per epoch. Failures: a non-finite loss, or a step whose gradients were not all finite (counted
-by the optimizer inside the compiled step, `train.keras3.finite`), stops training at that step
-with `NonFiniteError` naming it and the last finished epoch's checkpoint, which is kept (nothing
-newer is written), as `train.trainer` does.
+train/loss and train/mean_weight per step, val/* (test/* at improving epochs with test_curve)
+and train/epoch_loss per epoch. Failures: a non-finite loss, or a step whose gradients were not
+all finite (counted by the optimizer inside the compiled step, `train.keras3.finite`), stops
+training at that step with `NonFiniteError` naming it and the last finished epoch's checkpoint,
+which is kept (nothing newer is written), as `train.trainer` does.
 """
 
 from __future__ import annotations
