@@ -270,14 +270,24 @@ def test_shape_log_counts_each_new_shape_once():
   assert "new input shape #2" in lines[1]
 
 
-def test_ctrl_c_takes_effect_after_the_running_step_and_a_second_one_at_once():
+@pytest.fixture
+def sigint_handler():
+  """Python's own SIGINT handler for the test, whatever the suite was started with (a shell
+  starts a background job with SIGINT ignored); the previous handler afterwards."""
+  import signal
+
+  before = signal.signal(signal.SIGINT, signal.default_int_handler)
+  yield
+  signal.signal(signal.SIGINT, before)
+
+
+def test_ctrl_c_takes_effect_after_the_running_step_and_a_second_one_at_once(sigint_handler):
   """SIGINT inside step 2: the step finishes, step 3 never starts, KeyboardInterrupt leaves the
   loop; Python's handler is back afterwards. Two SIGINTs inside one step: the second raises
   inside it."""
   import os
   import signal
 
-  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
   t = FakeTrainer([[1.0, 1.0, 1.0, 1.0]], [0.1], max_epochs=1)
   inner = t.epoch_steps
 
@@ -303,3 +313,30 @@ def test_ctrl_c_takes_effect_after_the_running_step_and_a_second_one_at_once():
     epochs.EpochLoop(t).run([], time.time())
   assert ("after kill", 2) not in t.calls and ("step", 2) in t.calls
   assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_an_ignored_sigint_stays_ignored():
+  """A process started with SIGINT ignored (`nohup cmd &`) keeps ignoring it: the loop installs
+  no handler and trains to the end."""
+  import os
+  import signal
+
+  before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+  try:
+    t = FakeTrainer([[1.0, 1.0, 1.0]], [0.1], max_epochs=1)
+    inner = t.epoch_steps
+
+    def interrupted(e):
+      for i, item in enumerate(inner(e)):
+        if i == 0:
+          assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+          os.kill(os.getpid(), signal.SIGINT)
+          time.sleep(0.01)
+        yield item
+
+    t.epoch_steps = interrupted
+    epochs.EpochLoop(t).run([], time.time())
+    assert [c for c in t.calls if c[0] == "step"] == [("step", 1), ("step", 2), ("step", 3)]
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+  finally:
+    signal.signal(signal.SIGINT, before)

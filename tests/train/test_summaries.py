@@ -9,8 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf
+from tensorboard_events import read_scalars
 from train import summaries
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -29,23 +28,13 @@ def test_crc32c_check_value_and_the_tensorboard_packages_mask():
     assert summaries.masked_crc32c(data) == masked_crc32c(data), n
 
 
-def _read(directory):
-  found, plugins = {}, set()
-  for path in sorted(pathlib.Path(directory).glob("events.out.tfevents.*")):
-    for event in tf.compat.v1.train.summary_iterator(str(path)):
-      for value in event.summary.value:
-        found.setdefault(value.tag, {})[event.step] = float(tf.make_ndarray(value.tensor))
-        plugins.add(value.metadata.plugin_data.plugin_name)
-  return found, plugins
-
-
 def test_tensorflows_reader_reads_the_steps_and_the_epoch(tmp_path):
   writer = summaries.SummaryWriter(str(tmp_path / "tb"))
   writer.scalars(1, {"train/loss": 2.5, "train/mean_weight": 0.75})
   writer.scalars(2, {"train/loss": 1.25, "train/mean_weight": 0.5})
   writer.epoch(2, {"ndcg@10": 0.125, "num_queries": 7, "test_ndcg@10": 0.0625}, epoch_loss=1.875)
   writer.close()
-  found, plugins = _read(tmp_path / "tb")
+  found, plugins = read_scalars(tmp_path / "tb")
   assert found == {
     "train/loss": {1: 2.5, 2: 1.25},
     "train/mean_weight": {1: 0.75, 2: 0.5},
@@ -72,5 +61,5 @@ def test_writing_imports_no_tensorflow(tmp_path):
     [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120
   )
   assert proc.returncode == 0, proc.stderr[-2000:]
-  found, _ = _read(tmp_path / "tb")
+  found, _ = read_scalars(tmp_path / "tb")
   assert found == {"train/loss": {1: pytest.approx(1.0)}}

@@ -17,8 +17,7 @@ import sys
 import numpy as np
 import pytest
 
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf
+from tensorboard_events import read_scalars
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
@@ -154,18 +153,9 @@ def test_nan_gradient_stops_at_its_step_and_keeps_the_last_epoch(nan_run):
       assert np.all(np.isfinite(v)), k
 
 
-def _scalars(directory):
-  found = {}
-  for path in sorted(pathlib.Path(directory).glob("events.out.tfevents.*")):
-    for event in tf.compat.v1.train.summary_iterator(str(path)):
-      for value in event.summary.value:
-        found.setdefault(value.tag, {})[event.step] = float(tf.make_ndarray(value.tensor))
-  return found
-
-
 def test_tensorboard_scalars_are_the_tf_keras_binarys_tags(nan_run):
   model_dir, out = nan_run
-  scalars = _scalars(model_dir / "tensorboard")
+  scalars, _ = read_scalars(model_dir / "tensorboard")
   with np.load(model_dir / "ckpt" / "ckpt-2.npz") as f:
     epoch1 = json.loads(str(f["state"]))["history"][0]
   # per step: the two finished steps of epoch 1 and the finished step of epoch 2, not step 3

@@ -10,7 +10,7 @@ import pytest
 
 import keras3_binary_harness as harness
 import without_tensorflow
-import tensorflow as tf  # this test process reads the event files; the binary has no TensorFlow
+from tensorboard_events import read_scalars  # TensorFlow's reader; the binary has none
 
 
 ENV = without_tensorflow.hide(harness.env("jax"))
@@ -38,11 +38,7 @@ def test_trains_and_exports_without_tensorflow(tmp_path):
   assert (model_dir / "export" / "query_encoder.keras").is_file()
   meta = json.loads((model_dir / "export" / "metadata.json").read_text())
   assert meta["backend"] == "jax"
-  scalars = {}
-  for path in (model_dir / "tensorboard").glob("events.out.tfevents.*"):
-    for event in tf.compat.v1.train.summary_iterator(str(path)):
-      for value in event.summary.value:
-        scalars.setdefault(value.tag, {})[event.step] = float(tf.make_ndarray(value.tensor))
+  scalars, _ = read_scalars(model_dir / "tensorboard")  # TensorFlow reads, in this process
   assert sorted(scalars["train/loss"]) == list(range(1, 11))  # 2 epochs of 5 steps
   assert sorted(scalars["val/ndcg@10"]) == [5, 10]
   assert scalars["val/ndcg@10"][10] == pytest.approx(metrics["history"][1]["val_ndcg@10"], rel=1e-6)
