@@ -43,7 +43,12 @@
 #   export PYTHONPATH=/tmp/site:$PWD && PYTHON=python3 bash scripts/gpu_session.sh /tmp/gs 9 \
 #     "$PWD/.devdata"
 # (the repository root must be on PYTHONPATH: the bench scripts import bench.*). That lease's
-# results: docs/results/time_to_converge/h200_2026-11-27/.
+# results: docs/results/time_to_converge/h200_2026-11-27/. The next lease (prepared 2026-11-28,
+# when loans were paused): the ML-1M run after the token floor, then Table 1's negatives factor
+# with both arms at patience 200 (patience 20 read off the same runs: bench/patience_check.py),
+#   PARTS="ttc_ml1m table1" TABLE1_ROWS=mixed_corrected TABLE1_ARMS="query sequence" \
+#   TABLE1_CAP=220 TABLE1_FLAGS=--checkpoint_every_seconds=15 PYTHON=python3 \
+#   bash scripts/gpu_session.sh /tmp/gs 9 "$PWD/.devdata"
 # No TensorFlow there: the Keras 3 runs shuffle with numpy (--shuffle_rng=numpy) and
 # bench/train_speed.py takes the same windows from the numpy stream. Only OUT's first two levels
 # come back from the device: everything small is also packed into OUT/session.tar.gz.
