@@ -206,10 +206,10 @@ class RunConfig:
   test_curve: bool = setting(
     False,
     "Also evaluate the test split after every epoch that improves the best validation "
-    "NDCG@10 and record it in the history (test_* keys; never used to select the model): the "
-    "model any shorter patience would have selected is one of those epochs', so one run at a "
-    "long patience reports the shorter ones too (bench/patience_check.py). Costs one test "
-    "evaluation per improving epoch.",
+    "NDCG@10 and record it in the history (test_* keys; never used to select the model): any "
+    "shorter patience selects one of those epochs, so one run at a long patience reports the "
+    "shorter ones too (bench/patience_check.py). Costs one test evaluation per improving "
+    "epoch.",
   )
   seed: int = setting(0, "Seed of initialisation, data order, negatives and dropout.")
   jit_compile: bool = setting(False, "Compile the SASRec encoder and scoring with XLA.")
