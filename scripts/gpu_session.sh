@@ -31,9 +31,10 @@
 #                  state (history included) is written to <seed>/last_state.json.
 #
 # Environment: PYTHON (default python), PARTS (the parts to run, space-separated names or their
-# first word before "_"; default all; e.g. "ttc_ml1m table1"), STEP_ROUNDS (5), STEP_STEPS (20), CONCURRENT_RUNS (8),
-# CONCURRENT_MINUTES (0: none; else each concurrent run's --time_budget_minutes), CONCURRENT_CAP
-# (seconds for the whole part; default 225 with no budget), PAPER_SECONDS (240), TABLE1_ROWS
+# first word before "_"; default all; e.g. "ttc_ml1m table1"), STEP_ROUNDS (5), STEP_STEPS (20),
+# CONCURRENT_RUNS (8), CONCURRENT_MINUTES (0: none; else each concurrent run's
+# --time_budget_minutes), CONCURRENT_CAP (seconds for the whole part; default 225 with no
+# budget), PAPER_SECONDS (240), TABLE1_ROWS
 # (mixed_corrected mixed_standard mixed_none full_softmax), TABLE1_ARMS (query), TABLE1_CAP
 # (seconds per table1 part, 900), TABLE1_FLAGS (more flags of the table1 runs, e.g.
 # --checkpoint_every_seconds=15).
@@ -114,7 +115,7 @@ part paper_ml1m "$OUT/paper_ml1m/time_to_converge.json" 60 300 \
   --paper_flags="--max_seconds=${PAPER_SECONDS:-240}" \
   --out="$OUT/paper_ml1m"
 # Table 1's long runs with the time left: a row's 5 seeds as one program (--seeds), patience 200,
-# per-position uniform negatives. A row cut by the deadline resumes from its checkpoints only on
+# per arm of uniform negatives (TABLE1_ARMS). A row cut by the deadline resumes from its checkpoints only on
 # the same machine (they stay out of session.tar.gz: 5 seeds' checkpoints are tens of MiB).
 for row in ${TABLE1_ROWS:-mixed_corrected mixed_standard mixed_none full_softmax}; do
   case $row in
@@ -133,17 +134,16 @@ for row in ${TABLE1_ROWS:-mixed_corrected mixed_standard mixed_none full_softmax
       --model_dir="$OUT/table1/${row}_$arm"
   done
 done
-# The curves of runs cut by the deadline: each seed's last checkpoint's state (numpy only).
+# The curves of runs cut by the deadline: each seed's last checkpoint's state.
 if [ -d "$OUT/table1" ]; then
   "$PY" - "$OUT/table1" <<'PYEOF' >> "$OUT/session.log" 2>&1
-import glob, json, os, re, sys
+import glob, json, os, sys
 import numpy as np
+from train.keras3.checkpoints import latest
 for ckpt_dir in sorted(glob.glob(os.path.join(sys.argv[1], "*", "seed*", "ckpt"))):
-  names = [(re.fullmatch(r"ckpt-(\d+)\.npz", os.path.basename(p)), p)
-           for p in glob.glob(os.path.join(ckpt_dir, "ckpt-*.npz"))]
-  found = [(int(m.group(1)), p) for m, p in names if m]
-  if found:
-    with np.load(max(found)[1]) as ckpt:
+  path = latest(ckpt_dir)
+  if path:
+    with np.load(path) as ckpt:
       state = json.loads(str(ckpt["state"]))
     with open(os.path.join(os.path.dirname(ckpt_dir), "last_state.json"), "w") as f:
       json.dump(state, f)
