@@ -26,7 +26,7 @@
 #                  improving epoch (--test_curve: every shorter patience's result is in the same
 #                  run, bench/patience_check.py); arm = the uniform negatives (query: drawn per
 #                  position, as the paper's code; sequence: once per sequence)
-#                                                                            -> OUT/table1/<row>_<arm>
+#                                                                 -> OUT/table1/<row>_<arm>
 #                  A run cut by the time left keeps its curve: each seed's last checkpoint's
 #                  state (history included) is written to <seed>/last_state.json.
 #
@@ -115,8 +115,8 @@ part paper_ml1m "$OUT/paper_ml1m/time_to_converge.json" 60 300 \
   --paper_flags="--max_seconds=${PAPER_SECONDS:-240}" \
   --out="$OUT/paper_ml1m"
 # Table 1's long runs with the time left: a row's 5 seeds as one program (--seeds), patience 200,
-# per arm of uniform negatives (TABLE1_ARMS). A row cut by the deadline resumes from its checkpoints only on
-# the same machine (they stay out of session.tar.gz: 5 seeds' checkpoints are tens of MiB).
+# per arm of uniform negatives (TABLE1_ARMS). A row cut by the deadline resumes from its
+# checkpoints only on the same machine (they stay out of session.tar.gz: 5 seeds' checkpoints are tens of MiB).
 for row in ${TABLE1_ROWS:-mixed_corrected mixed_standard mixed_none full_softmax}; do
   case $row in
     mixed_corrected) flags="--loss=sampled_softmax --negatives=mixed --logq=corrected" ;;
