@@ -116,7 +116,8 @@ part paper_ml1m "$OUT/paper_ml1m/time_to_converge.json" 60 300 \
   --out="$OUT/paper_ml1m"
 # Table 1's long runs with the time left: a row's 5 seeds as one program (--seeds), patience 200,
 # per arm of uniform negatives (TABLE1_ARMS). A row cut by the deadline resumes from its
-# checkpoints only on the same machine (they stay out of session.tar.gz: 5 seeds' checkpoints are tens of MiB).
+# checkpoints only on the same machine (they stay out of session.tar.gz: 5 seeds' checkpoints
+# are tens of MiB).
 for row in ${TABLE1_ROWS:-mixed_corrected mixed_standard mixed_none full_softmax}; do
   case $row in
     mixed_corrected) flags="--loss=sampled_softmax --negatives=mixed --logq=corrected" ;;
