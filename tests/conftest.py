@@ -7,7 +7,7 @@
 * Locates ../shared/data (or $TFRS_LOGQ_DATA): tests that need it fail, never skip, when it
   is missing.
 * Gives the session one JAX persistent compilation cache, inherited by its JAX subprocesses,
-  and XLA's back end at optimisation level 0 (tiny programs: the compile is the cost).
+  and XLA's CPU back end set for compile speed (tiny programs: the compile is the cost).
 * Orders the files: the longest first, the in-process parameter-server tests last.
 * Ends the process right after pytest is done when an in-process parameter-server cluster ran
   (`train.distribute.local_cluster`): its servers cannot be stopped, and the interpreter's
@@ -34,18 +34,28 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   os.environ["JAX_COMPILATION_CACHE_DIR"] = _JAX_CACHE_MADE[0]
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
-# XLA's LLVM back end at optimisation level 0 in every process of the session (in-process
-# TensorFlow reads XLA_FLAGS at its first XLA compile; the test subprocesses inherit it). The
-# suite compiles hundreds of tiny programs (every JAX test, the tf-keras jit_compile tests) and
-# runs each a few times, so LLVM's optimisation of the generated code is most of a compile and
-# buys nothing. Programs compute the same functions; float results may differ from an optimised
-# build's in the last bits, and every bit-for-bit comparison is between runs of one session.
-# (A tiny 2-epoch JAX run of the Keras 3 binary: 48.1 s of CPU at the default level, 32.0 s at
-# level 0, the project's 2-core CPU.) A level already in XLA_FLAGS is kept.
-if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
-  os.environ["XLA_FLAGS"] = (
-    os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0"
-  ).strip()
+# XLA's CPU back end set for compile speed in every process of the session (in-process TensorFlow
+# reads XLA_FLAGS at its first XLA compile; the test subprocesses inherit it). The suite compiles
+# hundreds of tiny programs (every JAX test, the tf-keras jit_compile tests) and runs each a few
+# times, so the compile is the cost and optimising the generated code buys nothing:
+# * LLVM at optimisation level 0 (a tiny 2-epoch JAX run of the Keras 3 binary: 48.1 s of CPU at
+#   the default level, 32.0 s at level 0, the project's 2-core CPU);
+# * XLA's elemental emitters instead of its fusion emitters, and LLVM's expensive passes off: an
+#   eager JAX process compiles one program per op and shape (features_worker.py on jax: 915
+#   compiles); that worker took 0.68x the CPU of level 0 alone (median of 4 interleaved pairs,
+#   2-core CPU), with bit-identical results. A whole jitted train step compiles no faster this way
+#   (1.02x), nor does the tf-keras jit_compile file (0.96x, 2 pairs).
+# Programs compute the same functions; float results may differ from an optimised build's in the
+# last bits, and every bit-for-bit comparison is between runs of one session. A setting of one of
+# these flags already in XLA_FLAGS is kept.
+_XLA_TEST_FLAGS = (
+  "--xla_backend_optimization_level=0",
+  "--xla_cpu_use_fusion_emitters=false",
+  "--xla_llvm_disable_expensive_passes=true",
+)
+for _flag in _XLA_TEST_FLAGS:
+  if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
 
 import pytest  # noqa: E402
 
