@@ -20,6 +20,8 @@ import shutil
 import sys
 import tempfile
 
+import xla_flags  # tests/ (pytest.ini's pythonpath)
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 # One JAX persistent compilation cache for the whole session, made by the first process that loads
@@ -35,27 +37,9 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
   os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 # XLA's CPU back end set for compile speed in every process of the session (in-process TensorFlow
-# reads XLA_FLAGS at its first XLA compile; the test subprocesses inherit it). The suite compiles
-# hundreds of tiny programs (every JAX test, the tf-keras jit_compile tests) and runs each a few
-# times, so the compile is the cost and optimising the generated code buys nothing:
-# * LLVM at optimisation level 0 (a tiny 2-epoch JAX run of the Keras 3 binary: 48.1 s of CPU at
-#   the default level, 32.0 s at level 0, the project's 2-core CPU);
-# * XLA's elemental emitters instead of its fusion emitters, and LLVM's expensive passes off: an
-#   eager JAX process compiles one program per op and shape (features_worker.py on jax: 915
-#   compiles); that worker took 0.68x the CPU of level 0 alone (median of 4 interleaved pairs,
-#   2-core CPU), with bit-identical results. A whole jitted train step compiles no faster this way
-#   (1.02x), nor does the tf-keras jit_compile file (0.96x, 2 pairs).
-# Programs compute the same functions; float results may differ from an optimised build's in the
-# last bits, and every bit-for-bit comparison is between runs of one session. A setting of one of
-# these flags already in XLA_FLAGS is kept.
-_XLA_TEST_FLAGS = (
-  "--xla_backend_optimization_level=0",
-  "--xla_cpu_use_fusion_emitters=false",
-  "--xla_llvm_disable_expensive_passes=true",
-)
-for _flag in _XLA_TEST_FLAGS:
-  if _flag.split("=")[0] not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _flag).strip()
+# reads XLA_FLAGS at its first XLA compile; the test subprocesses inherit it): why and what it
+# costs in tests/xla_flags.py. A setting of one of these flags already in XLA_FLAGS is kept.
+os.environ["XLA_FLAGS"] = xla_flags.with_session_flags(os.environ.get("XLA_FLAGS", ""))
 
 import pytest  # noqa: E402
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import keras3_binary_harness as harness
+import xla_flags
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
@@ -26,12 +27,13 @@ FLAGS = [*harness.SYNTHETIC, "--logq=corrected", "--negatives=mixed", "--steps_p
 
 @pytest.fixture(scope="module")
 def out(tmp_path_factory):
-  """The worker's runs (one process)."""
+  """The worker's runs (one process), with XLA's fusion emitters: the bit-for-bit claims
+  between two programs hold for the code generation users get (tests/xla_flags.py)."""
   model_dir = tmp_path_factory.mktemp("jax_step")
   proc = subprocess.run(
     [sys.executable, str(HERE / "jax_step_worker.py"), *FLAGS, f"--model_dir={model_dir}"],
     cwd=ROOT,
-    env=harness.env("jax"),
+    env=xla_flags.fusion_emitters(harness.env("jax")),
     capture_output=True,
     text=True,
     timeout=600,
