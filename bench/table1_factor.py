@@ -1,0 +1,299 @@
+r"""One factor of Table 1, two arms: the same rows and seeds of `bench/reproduce.py` run twice with
+one setting changed (e.g. --uniform_negatives=query against =sequence), compared row by row on
+paired seeds (`eval.paired_stats`).
+
+    python -m bench.table1_factor --a=runs/query --b=runs/sequence \
+        --names=per-position,per-sequence --setting=ml1m_loo --budget= \
+        --out=docs/results/table1/negatives_factor
+
+Each arm is a `bench/reproduce.py` --out folder, read as `<arm>/<budget>/<setting>/<row>/seed<s>`
+(`--budget=` for a tree kept without its budget level); a run is finished when its
+eval/eval_results.json exists (`bench.table1.results`). For each row, with A_s and B_s the exact
+test metric of seed s in the two arms:
+
+    d_s = A_s − B_s,   interval = mean d ± t_{0.975, n−1} · s.e.(d),
+    verdict "equivalent" iff 0 ∈ interval ⊂ (−m · mean B, +m · mean B)   (m = --margin),
+
+and the same over every (row, seed) pair of the rows together ("all rows"), which assumes one
+effect of the factor on every row. Also written: per run the best epoch, the epoch it stopped at,
+the steps to the best epoch and the training wall-clock (`timing.json`; runs that shared a
+machine have times that cannot be compared), and the validation curves (val NDCG@10 by epoch,
+one thin line per seed, one panel per row) as `curves.png`. The paper's figure is beside each row
+where Table 1 has it. The report is `factor.md` (and `factor.json`) in --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import sys
+from typing import Dict, List, Optional, Sequence
+
+from bench.table1.results import collect
+from bench.table1.rows import PAPER, ROWS
+from eval import paired_stats
+
+METRICS = ("recall@20", "ndcg@20")
+CURVE = "val_ndcg@10"
+
+
+def _fmt(x: Optional[float], digits: int = 4, sign: bool = True) -> str:
+  if x is None:
+    return "—"
+  return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
+
+
+def _rows_found(arm: pathlib.Path, budget: str, setting: str) -> List[str]:
+  folder = arm / budget / setting
+  if not folder.is_dir():
+    return []
+  return sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name in ROWS)
+
+
+def load(
+  arms: Sequence[pathlib.Path], budget: str, setting: str, rows: Optional[Sequence[str]] = None
+) -> Dict:
+  """{row: ({seed: record} of arm A, {seed: record} of arm B)} for the rows asked for (default:
+  the rows either arm holds), finished runs only; ValueError for an unknown row or no run."""
+  for arm in arms:
+    if not arm.is_dir():
+      raise ValueError(f"{arm}: no such folder")
+  if rows is None:
+    rows = sorted(set().union(*(_rows_found(a, budget, setting) for a in arms)))
+  unknown = [r for r in rows if r not in ROWS]
+  if unknown:
+    raise ValueError(f"unknown rows {unknown}; rows are those of bench/table1/rows.py")
+  if not rows:
+    raise ValueError(f"no row folder under {[str(a / budget / setting) for a in arms]}")
+  out = {}
+  for row in rows:
+    per_arm = tuple(
+      collect(a, budget, [setting], [row])[0].get(setting, {}).get(row, {}) for a in arms
+    )
+    out[row] = per_arm
+  if not any(runs for pair in out.values() for runs in pair):
+    raise ValueError(f"no finished run (eval/eval_results.json) under {[str(a) for a in arms]}")
+  return out
+
+
+def _epochs_done(record: dict) -> Optional[int]:
+  curve = record.get("curve") or []
+  return len(curve) or None
+
+
+def statistics(data: Dict, setting: str, margin: float) -> Dict:
+  """Per row and over all rows: each arm's mean ± s.e. and the paired difference A − B."""
+  paper = PAPER.get(setting, {})
+  rows = {}
+  pooled: Dict[str, tuple] = {m: ({}, {}) for m in METRICS}
+  for row, (a, b) in data.items():
+    per_metric = {}
+    for m in METRICS:
+      va = {s: float(r["metrics"][m]) for s, r in a.items() if m in r["metrics"]}
+      vb = {s: float(r["metrics"][m]) for s, r in b.items() if m in r["metrics"]}
+      mb = paired_stats.mean_se([vb[s] for s in sorted(set(va) & set(vb))])
+      diff = paired_stats.paired_difference(
+        va, vb, margin=(margin * abs(mb["mean"]) if mb["mean"] is not None else None)
+      )
+      per_metric[m] = dict(
+        a=paired_stats.mean_se(list(va.values())),
+        b=paired_stats.mean_se(list(vb.values())),
+        difference={k: diff[k] for k in ("n", "seeds", "mean", "se", "ci", "positive", "verdict")},
+      )
+      for s in set(va) & set(vb):
+        pooled[m][0][(row, s)] = va[s]
+        pooled[m][1][(row, s)] = vb[s]
+    rows[row] = dict(
+      label=ROWS[row][0],
+      seeds_a=sorted(a),
+      seeds_b=sorted(b),
+      paper=dict(zip(METRICS, paper[row])) if row in paper else None,
+      metrics=per_metric,
+    )
+  over_rows = {}
+  for m in METRICS:
+    va, vb = pooled[m]
+    keys = sorted(va)
+    mb = paired_stats.mean_se([vb[k] for k in keys])
+    diff = paired_stats.paired_difference(
+      [va[k] for k in keys],
+      [vb[k] for k in keys],
+      margin=(margin * abs(mb["mean"]) if mb["mean"] is not None else None),
+    )
+    over_rows[m] = {k: diff[k] for k in ("n", "mean", "se", "ci", "positive", "verdict")}
+  return dict(setting=setting, margin=margin, rows=rows, all_rows=over_rows)
+
+
+def _interval(d: dict) -> str:
+  if d["ci"] is None:
+    return f"{_fmt(d['mean'])} (no interval: {d['n']} pair{'s' if d['n'] != 1 else ''})"
+  low, high = d["ci"]
+  return f"{_fmt(d['mean'])} [{_fmt(low)}, {_fmt(high)}]"
+
+
+def report(data: Dict, stats: Dict, names: Sequence[str], budget: str) -> List[str]:
+  """The Markdown lines of the report (module docstring)."""
+  a_name, b_name = names
+  lines = [
+    f"{a_name} (A) against {b_name} (B), setting {stats['setting']}, exact test metrics of the "
+    f"best checkpoint; paired by seed; 95 % intervals (Student's t, n − 1 degrees of freedom); "
+    f"verdict margin ± {stats['margin']:.0%} of B's mean.",
+    "",
+    f"| row | metric | paper | {a_name}: mean ± s.e. (n) | {b_name}: mean ± s.e. (n) | "
+    "A − B, 95 % interval | A ahead in | verdict |",
+    "|---|---|---|---|---|---|---|---|",
+  ]
+  for row, r in stats["rows"].items():
+    for m in METRICS:
+      s = r["metrics"][m]
+      cells = []
+      for arm in ("a", "b"):
+        ms = s[arm]
+        cells.append(
+          "—"
+          if ms["mean"] is None
+          else f"{ms['mean']:.4f} ± {_fmt(ms['se'], sign=False)} ({ms['n']})"
+        )
+      d = s["difference"]
+      paper = _fmt(r["paper"][m], sign=False) if r["paper"] else "—"
+      lines.append(
+        f"| {r['label']} | {m} | {paper} | {cells[0]} | {cells[1]} | {_interval(d)} | "
+        f"{d['positive']}/{d['n']} | {d['verdict']} |"
+      )
+  lines += [
+    "",
+    "All rows together (every (row, seed) pair; assumes one effect of the factor on every row):",
+    "",
+    "| metric | pairs | A − B, 95 % interval | A ahead in | verdict |",
+    "|---|---|---|---|---|",
+  ]
+  for m in METRICS:
+    d = stats["all_rows"][m]
+    lines.append(f"| {m} | {d['n']} | {_interval(d)} | {d['positive']}/{d['n']} | {d['verdict']} |")
+  lines += [
+    "",
+    "Per run: best epoch / epoch stopped at, steps to the best epoch, exact test R@20 and "
+    "NDCG@20, training wall-clock (s, `timing.json`).",
+    "",
+    f"| row | seed | {a_name} | {b_name} |",
+    "|---|---|---|---|",
+  ]
+  for row, (a, b) in data.items():
+    for seed in sorted(set(a) | set(b)):
+      cells = []
+      for runs in (a, b):
+        r = runs.get(seed)
+        if r is None:
+          cells.append("not finished")
+          continue
+        wall = r.get("train_seconds")
+        cells.append(
+          f"{r.get('best_epoch', '—')} / {_epochs_done(r) or '—'}, {r.get('best_step', '—')}, "
+          f"{r['metrics']['recall@20']:.4f}, {r['metrics']['ndcg@20']:.4f}, "
+          + ("—" if wall is None else f"{wall:.0f}")
+        )
+      lines.append(f"| {ROWS[row][0]} | {seed} | {cells[0]} | {cells[1]} |")
+  lines += [
+    "",
+    f"Budget level read: {budget!r}. Curves: `curves.png` (validation NDCG@10 by epoch).",
+  ]
+  return lines
+
+
+def plot_curves(data: Dict, names: Sequence[str], path: pathlib.Path) -> bool:
+  """Validation NDCG@10 by epoch, one panel per row, a thin line per seed (solid A, dashed B),
+  the best epoch marked; False when no run has a curve."""
+  panels = [
+    (row, pair)
+    for row, pair in data.items()
+    if any(r.get("curve") for runs in pair for r in runs.values())
+  ]
+  if not panels:
+    return False
+  import matplotlib  # pylint: disable=g-import-not-at-top
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+
+  fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
+  for ax, (row, pair) in zip(axes[0], panels):
+    for arm_i, (runs, name, style) in enumerate(zip(pair, names, ("-", "--"))):
+      for seed, r in sorted(runs.items()):
+        curve = [c for c in r.get("curve") or [] if CURVE in c]
+        if not curve:
+          continue
+        epochs = list(range(1, len(curve) + 1))
+        line = ax.plot(
+          epochs,
+          [c[CURVE] for c in curve],
+          style,
+          lw=0.9,
+          color=f"C{seed}",
+          label=f"{name}, seed {seed}",
+        )[0]
+        best = r.get("best_epoch")
+        if best and best <= len(curve):
+          ax.plot(
+            [best],
+            [curve[best - 1][CURVE]],
+            "o" if arm_i == 0 else "s",
+            ms=4,
+            color=line.get_color(),
+          )
+    ax.set_title(ROWS[row][0], fontsize=9)
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("validation NDCG@10")
+    ax.legend(fontsize=6)
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+  return True
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--a", required=True, help="arm A: a bench/reproduce.py --out folder")
+  parser.add_argument("--b", required=True, help="arm B (the reference of the margin)")
+  parser.add_argument("--names", default="A,B", help="the arms' names, comma-separated")
+  parser.add_argument("--setting", default="ml1m_loo", help="the setting compared")
+  parser.add_argument(
+    "--budget", default="full", help="budget level of the tree (cpu, full; empty for none)"
+  )
+  parser.add_argument("--rows", default="", help="rows, comma-separated (default: all found)")
+  parser.add_argument(
+    "--margin", type=float, default=0.02, help="relative margin (0.02 = ± 2 %% of B's mean)"
+  )
+  parser.add_argument("--out", default=None, help="folder for factor.md, factor.json, curves.png")
+  args = parser.parse_args(argv)
+  names = args.names.split(",")
+  if len(names) != 2 or not all(names):
+    parser.error(f"--names needs two names, got {args.names!r}")
+  if not args.margin > 0:
+    parser.error(f"--margin must be > 0, got {args.margin}")
+  rows = [r for r in args.rows.split(",") if r] or None
+  try:
+    data = load([pathlib.Path(args.a), pathlib.Path(args.b)], args.budget, args.setting, rows)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  stats = statistics(data, args.setting, args.margin)
+  lines = report(data, stats, names, args.budget)
+  text = "\n".join(lines) + "\n"
+  print(text, end="")
+  if args.out:
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "factor.md").write_text(text)
+    (out / "factor.json").write_text(json.dumps(dict(names=names, **stats), indent=2) + "\n")
+    plot_curves(data, names, out / "curves.png")
+  over = stats["all_rows"]["recall@20"]
+  print(
+    f"summary: {names[0]} − {names[1]}, R@20 over {over['n']} pairs of "
+    f"{len(data)} rows: {_interval(over)}, {over['verdict']}"
+  )
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
