@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import shlex
 import sys
 from typing import Dict, List, Optional, Sequence
 
@@ -279,6 +280,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 2
   stats = statistics(data, args.setting, args.margin)
   lines = report(data, stats, names, args.budget)
+  command = " ".join(["python -m bench.table1_factor", *map(shlex.quote, argv or sys.argv[1:])])
+  lines = [f"Written by `{command}` (from the repository root).", ""] + lines
   text = "\n".join(lines) + "\n"
   print(text, end="")
   if args.out:

@@ -138,7 +138,9 @@ def test_main_writes_report_json_and_curves(tmp_path, capsys):
   assert tf1.main([f"--a={a}", f"--b={b}", "--names=p,q", f"--out={out}"]) == 0
   printed = capsys.readouterr().out
   assert printed.splitlines()[-1].startswith("summary: p − q, R@20 over 6 pairs of 2 rows:")
-  assert (out / "factor.md").read_text().startswith("p (A) against q (B)")
+  text = (out / "factor.md").read_text()
+  assert text.startswith(f"Written by `python -m bench.table1_factor --a={a} --b={b} --names=p,q")
+  assert "\np (A) against q (B)" in text
   saved = json.loads((out / "factor.json").read_text())
   assert saved["names"] == ["p", "q"] and saved["all_rows"]["recall@20"]["n"] == 6
   assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
