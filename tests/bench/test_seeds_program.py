@@ -43,3 +43,34 @@ def test_three_arrangements_same_models(tmp_path):
   np.testing.assert_allclose(ndcg["program"], ndcg["serial"], atol=1e-4)
   np.testing.assert_allclose(ndcg["program"], ndcg["parallel"], atol=1e-4)
   assert (tmp_path / "seeds_program.md").read_text().startswith("# N seeds")
+
+
+def test_rows_as_one_program_same_models(tmp_path):
+  """--logqs=none,corrected with 1 seed: four arrangements (row_programs added) train the same
+  two models (one per row), and the two rows differ."""
+  proc = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "bench.seeds_program",
+      "--seeds=0",
+      "--logqs=none,corrected",
+      "--repeats=1",
+      f"--flags={FLAGS}",
+      f"--out={tmp_path}",
+    ],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=900,
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "row_programs/program" in proc.stdout.strip().splitlines()[-1]
+  result = json.loads((tmp_path / "seeds_program.json").read_text())
+  assert result["logqs"] == ["none", "corrected"]
+  assert set(result["ratios"]) == {"parallel/program", "serial/program", "row_programs/program"}
+  ndcg = result["test_ndcg10"]
+  for name in ("serial", "parallel", "row_programs"):
+    np.testing.assert_allclose(ndcg["program"], ndcg[name], atol=1e-4, err_msg=name)
+  assert len(ndcg["program"][0]) == 2
+  assert (tmp_path / "runs" / "program_r0" / "corrected" / "seed0" / "metrics.json").is_file()

@@ -83,6 +83,13 @@ flags.DEFINE_list(
   "(train.keras3.seeds): one run per seed in <model_dir>/seed<s>, as separate "
   "runs with --seed=s and --nosasrec_pack_tokens write; --seed is ignored.",
 )
+flags.DEFINE_list(
+  "logqs",
+  [],
+  "With --seeds: also train these --logq values (rows that differ only in the correction) "
+  "in the same program: one run per (logq, seed) in <model_dir>/<logq>/seed<s>, as separate "
+  "runs with --logq=v --seed=s --nosasrec_pack_tokens write; --logq is ignored.",
+)
 cli.declare_verbosity_flag()
 
 
@@ -113,6 +120,10 @@ def main(argv):
   with cli.bad_input():  # a missing or malformed data file, data that contradicts the flags
     data = cfg.data.load()
   os.makedirs(cfg.model_dir, exist_ok=True)
+  if FLAGS.logqs and not FLAGS.seeds:
+    cli.fail(
+      "--logqs trains its rows as one program with --seeds: give --seeds", cli.EXIT_BAD_INPUT
+    )
   if FLAGS.seeds:
     _run_seeds(cfg, data, trainer_lib)
     return
@@ -158,15 +169,17 @@ def _run_seeds(cfg, data, trainer_lib) -> None:
   from train.keras3 import seeds as seeds_lib  # pylint: disable=g-import-not-at-top
 
   with cli.bad_input():
-    seeds = seeds_lib.check_seeds(cfg, [int(s) for s in FLAGS.seeds], FLAGS.backend)
+    logqs = list(FLAGS.logqs) or None
+    seeds = seeds_lib.check_seeds(cfg, [int(s) for s in FLAGS.seeds], FLAGS.backend, logqs)
     runs = seeds_lib.SeedRuns(
       cfg,
       data,
       seeds,
       report=_say,
-      make_trainer=lambda c, d, r: trainer_lib.Trainer(
-        c, data=d, report=r, shuffle_rng=FLAGS.shuffle_rng
+      make_trainer=lambda c, d, r, v: trainer_lib.Trainer(
+        c, data=d, report=r, shuffle_rng=FLAGS.shuffle_rng, logq_variants=v
       ),
+      logqs=logqs,
     )
   try:
     results = runs.run()
@@ -177,9 +190,10 @@ def _run_seeds(cfg, data, trainer_lib) -> None:
       cli.EXIT_ERROR,
       e,
     )
-  for seed, result in zip(seeds, results):
+  for (logq, seed), result in zip(runs.runs, results):
+    name = f"seed {seed}" if logq is None else f"{logq} seed {seed}"
     print(
-      f"done: seed {seed}, step {result['global_step']}, best epoch {result['best_epoch']}, "
+      f"done: {name}, step {result['global_step']}, best epoch {result['best_epoch']}, "
       f"val ndcg@10 {result['val']['ndcg@10']:.4f}, test ndcg@10 "
       f"{result['test']['ndcg@10']:.4f}",
       file=sys.stderr,

@@ -64,6 +64,7 @@ import keras
 from keras import ops
 
 import tfrs_logq.keras3 as tlk
+from tfrs_logq.core import checks as core_checks
 from tfrs_logq.keras3 import negatives as neg_lib
 from tfrs_logq.keras3.negatives import mixed as mixed_lib
 
@@ -76,6 +77,7 @@ __all__ = [
   "build_encoder",
   "build_estimator",
   "build_midx",
+  "check_logq_variants",
   "negatives_split",
   "update_estimator",
 ]
@@ -154,6 +156,23 @@ def negatives_split(cfg):
   return k_b, k - k_b
 
 
+def check_logq_variants(cfg, logq_variants) -> list:
+  """The distinct --logq values of one program's runs (``RetrievalModel``'s logq_variants),
+  checked: ValueError unless the loss is sampled_softmax, each value is a --logq choice and
+  cfg.logq is one of them."""
+  variants = [str(v) for v in logq_variants]
+  if not variants or len(set(variants)) != len(variants):
+    raise ValueError(f"--logqs needs distinct values, got {variants}")
+  unknown = [v for v in variants if v not in core_checks.CORRECTIONS]
+  if unknown:
+    raise ValueError(f"--logqs: {unknown} not among {list(core_checks.CORRECTIONS)}")
+  if cfg.loss != "sampled_softmax":
+    raise ValueError(f"--logqs needs --loss=sampled_softmax (the logQ corrections), got {cfg.loss}")
+  if cfg.logq not in variants:
+    raise ValueError(f"--logq={cfg.logq} is not among the program's --logqs {variants}")
+  return variants
+
+
 def update_estimator(cfg, estimator, batch) -> None:
   """Counts the step's non-padding positives (streaming estimators only; outside the step).
 
@@ -175,9 +194,20 @@ class RetrievalModel(keras.Model):
       temperature, seed).
     encoder: the Keras 3 SASRec.
     estimator: a `tfrs_logq.keras3.frequency` estimator (in-batch and mixed negatives).
+    logq_variants: None, or the --logq values of the runs of one compiled program
+      (`train.keras3.seeds`, --logqs; cfg.logq among them, loss sampled_softmax): the model
+      computes the sampled softmax of every variant on the same scores and keeps the one of the
+      int32 variable ``logq_index`` (cfg.logq's position), a carried part of the step's state,
+      so runs stacked along vmap each keep their own variant:
+
+          loss_i = out_{v(i)}.loss_i,   w_i = out_{v(i)}.weight_i,   v = logq_variants[logq_index]
+
+      The other variants' losses get a zero cotangent (a select, never 0 · x), so the gradient
+      is the chosen variant's; they are computed and dropped (the loss is a small part of the
+      step: the scores, the encoder and the negatives are computed once).
   """
 
-  def __init__(self, cfg, encoder: SASRec, estimator, **kwargs):
+  def __init__(self, cfg, encoder: SASRec, estimator, logq_variants=None, **kwargs):
     super().__init__(**kwargs)
     self.cfg, self.encoder, self.estimator = cfg, encoder, estimator
     num_items = encoder.num_items
@@ -219,6 +249,17 @@ class RetrievalModel(keras.Model):
     else:  # bce (beta = 1) / gbce (gSASRec's beta of k uniform negatives, |I| items, t)
       beta = tlk.gbce_beta(cfg.num_negatives, num_items, cfg.gbce_t) if cfg.loss == "gbce" else 1.0
       self.loss_layer = tlk.GBCELoss(beta, name=cfg.loss)
+    self.variant_layers = None
+    if logq_variants is not None:
+      variants = check_logq_variants(cfg, logq_variants)
+      # The run's own variant is cfg.logq's position; every variant's layer is built alike.
+      self.variant_layers = [
+        tlk.SampledSoftmaxLoss(v, cfg.q_prime, ratio_floor=cfg.ratio_floor, name=f"ss_{v}")
+        for v in variants
+      ]
+      self.logq_index = keras.Variable(
+        variants.index(cfg.logq), dtype="int32", trainable=False, name="logq_index"
+      )
     self.mean_weight = keras.metrics.Mean(name="mean_weight")
 
   def refresh_index(self) -> None:
@@ -298,11 +339,28 @@ class RetrievalModel(keras.Model):
     else:
       candidates = self.candidates(tq, pos_emb, batch_size=batch["targets"].shape[0])
       scored = self.score(tq.queries, tq.positive_ids, pos_emb, candidates)
+    if self.variant_layers is not None:
+      return self._selected_variant(scored) + (tq.valid,)
     if self.cfg.loss == "sampled_softmax":
       out = self.loss_layer(**scored.loss_kwargs())
     else:
       out = self.loss_layer(scored.positive_scores, scored.negative_scores, scored.valid_mask)
     return out.loss, out.weight, tq.valid
+
+  def _selected_variant(self, scored):
+    """(loss, w) of the variant ``logq_index`` selects (class docstring, logq_variants)."""
+    kwargs = scored.loss_kwargs()
+    index = ops.convert_to_tensor(self.logq_index)
+    loss = weight = None
+    for k, layer in enumerate(self.variant_layers):
+      out = layer(**kwargs)
+      if loss is None:
+        loss, weight = out.loss, out.weight
+        continue
+      chosen = ops.equal(index, k)
+      loss = ops.where(chosen, out.loss, loss)
+      weight = ops.where(chosen, out.weight, weight)
+    return loss, weight
 
   def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
     """The mean loss over the real (non-padding) positions."""

@@ -12,13 +12,19 @@
                        (`train.epochs.EpochLoop.epoch`); a run that stops leaves the stack
                        (the next step compiles for S - 1)
     finish           = each run's `Trainer.finish` (best model on validation and test)
+    rows (--logqs)   = rows that differ only in --logq join the program: one run per
+                       (logq, seed) in <model_dir>/<logq>/seed<s>; every run's model computes
+                       the sampled softmax of each listed variant on its scores and keeps its
+                       own (`train.keras3.objective.RetrievalModel`, logq_variants), so the
+                       stack is still one traced step, R x S models
 
 The program is traced once, so whatever is a Python constant in the step is shared: every batch
 has one shape across the runs (the encoder runs padded, --sasrec_pack_tokens off: the packed
 encoder's shape and dropout masks depend on each batch's token count), and the streaming
 estimators' hash functions are those of --frequency_seed (default: the flags' --seed) in every
 run. A run of these flags with --seed=s, --nosasrec_pack_tokens and that --frequency_seed alone
-gives the same results up to float rounding (tests/train/keras3/test_seeds.py); everything
+(and --logq=v for a row of --logqs) gives the same results up to float rounding
+(tests/train/keras3/test_seeds.py); everything
 else random (initialisation, data order, dropout, negatives) is the seed's own, held in the
 runs' stacked state. Resuming: each run restores its own
 checkpoint; runs at different epochs train in groups by epoch until they meet. Not with
@@ -41,13 +47,16 @@ from train import epochs
 __all__ = ["SeedRuns", "check_seeds", "seed_config"]
 
 
-def seed_config(cfg, seed: int):
+def seed_config(cfg, seed: int, logq=None):
   """The configuration of run ``seed``: --seed, its own model_dir / export_dir / metrics_json
-  folder (``seed<s>``), the padded encoder, and the estimator's hash seed of the flags
-  (--frequency_seed, default the flags' --seed: the hash functions are constants of the
-  compiled step, so the runs of one program share them)."""
-  sub = lambda path: None if not path else os.path.join(path, f"seed{seed}")  # noqa: E731
+  folder (``seed<s>``; ``<logq>/seed<s>`` and --logq=logq when a logq is given, --logqs), the
+  padded encoder, and the estimator's hash seed of the flags (--frequency_seed, default the
+  flags' --seed: the hash functions are constants of the compiled step, so the runs of one
+  program share them)."""
+  folder = f"seed{seed}" if logq is None else os.path.join(str(logq), f"seed{seed}")
+  sub = lambda path: None if not path else os.path.join(path, folder)  # noqa: E731
   return cfg.replace(
+    logq=cfg.logq if logq is None else str(logq),
     seed=int(seed),
     model_dir=sub(cfg.model_dir),
     export_dir=sub(cfg.export_dir),
@@ -55,7 +64,7 @@ def seed_config(cfg, seed: int):
       None
       if not cfg.metrics_json
       else os.path.join(
-        os.path.dirname(cfg.metrics_json), f"seed{seed}", os.path.basename(cfg.metrics_json)
+        os.path.dirname(cfg.metrics_json), folder, os.path.basename(cfg.metrics_json)
       )
     ),
     sasrec_pack_tokens=False,
@@ -63,8 +72,13 @@ def seed_config(cfg, seed: int):
   )
 
 
-def check_seeds(cfg, seeds: Sequence[int], backend: str) -> List[int]:
-  """The distinct seeds, checked against the settings (ValueError names the reason)."""
+def check_seeds(cfg, seeds: Sequence[int], backend: str, logqs=None) -> List[int]:
+  """The distinct seeds, checked against the settings, and the --logqs if given (ValueError
+  names the reason)."""
+  if logqs is not None:
+    from train.keras3 import objective  # pylint: disable=g-import-not-at-top
+
+    objective.check_logq_variants(cfg.replace(logq=str(list(logqs)[0])), logqs)
   seeds = [int(s) for s in seeds]
   if len(set(seeds)) != len(seeds) or not seeds:
     raise ValueError(f"--seeds needs distinct seeds, got {seeds}")
@@ -113,19 +127,29 @@ class SeedRuns:
     cfg: the flags' `train.config.RunConfig` (its --seed is replaced by each seed).
     data: the loaded data (shared by the runs).
     seeds: distinct ints.
-    make_trainer: (cfg, data, report) -> a `train.keras3.trainer.Trainer`.
-    report: a callable taking one line; each run's lines are prefixed "[seed s] ".
+    make_trainer: (cfg, data, report, logq_variants) -> a `train.keras3.trainer.Trainer`
+      (logq_variants: None, or ``logqs``: `train.keras3.objective.RetrievalModel`'s).
+    report: a callable taking one line; each run's lines are prefixed "[seed s] " ("[logq
+      seed s] " with logqs).
+    logqs: None, or distinct --logq values: rows that differ only in the correction, in the
+      same program (--logqs): one run per (logq, seed), logq-major, in <model_dir>/<logq>/seed<s>;
+      each run's step keeps its own variant (``logq_index``, a carried variable), so the stack
+      is still one traced step.
   """
 
-  def __init__(self, cfg, data, seeds: Sequence[int], make_trainer: Callable, report=print):
+  def __init__(
+    self, cfg, data, seeds: Sequence[int], make_trainer: Callable, report=print, logqs=None
+  ):
     self.seeds = [int(s) for s in seeds]
+    self.logqs = None if logqs is None else [str(v) for v in logqs]
+    self.runs = [(v, s) for v in (self.logqs or [None]) for s in self.seeds]
     self.report = report
     self.trainers = []
-    for s in self.seeds:
-      run_cfg = seed_config(cfg, s)
+    for v, s in self.runs:
+      run_cfg = seed_config(cfg, s, v)
       os.makedirs(run_cfg.model_dir, exist_ok=True)
-      prefix = f"[seed {s}] "
-      t = make_trainer(run_cfg, data, lambda line, p=prefix: report(p + line))
+      prefix = f"[seed {s}] " if v is None else f"[{v} seed {s}] "
+      t = make_trainer(run_cfg, data, lambda line, p=prefix: report(p + line), self.logqs)
       if t.jax_step is None:
         raise ValueError("--seeds needs the jax step (--backend=jax, one device)")
       self.trainers.append(t)

@@ -106,7 +106,7 @@ def build_optimizer(cfg):
 class Trainer:
   """Builds the model, optimizer and estimator and runs the epochs (module docstring)."""
 
-  def __init__(self, cfg, data, report=None, shuffle_rng: str = "tensorflow"):
+  def __init__(self, cfg, data, report=None, shuffle_rng: str = "tensorflow", logq_variants=None):
     self.cfg, self.data = cfg, data
     self.shuffle_rng = batches_lib.check_shuffle_rng(shuffle_rng)
     self.report = report or logging.info
@@ -119,7 +119,9 @@ class Trainer:
       keras.distribution.set_distribution(self.distribution)
     self.encoder = objective_lib.build_encoder(cfg, data.num_items)
     self.estimator = objective_lib.build_estimator(cfg, data)
-    self.model = objective_lib.RetrievalModel(cfg, self.encoder, self.estimator, name="retrieval")
+    self.model = objective_lib.RetrievalModel(
+      cfg, self.encoder, self.estimator, logq_variants=logq_variants, name="retrieval"
+    )
     self.model.built = True
     jit = (
       True

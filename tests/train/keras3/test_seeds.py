@@ -3,7 +3,8 @@ what two separate runs (--seed=s --nosasrec_pack_tokens --frequency_seed=0, the 
 flags) write: the same per-epoch losses, validation metrics, best epoch, early stop and test metrics
 within float tolerance (vmap changes the summation order), each in its own <model_dir>/seed<s> with
 metrics.json and a checkpoint; different seeds really differ. Rerunning the same --seeds command
-after it finished trains nothing more. Flags that cannot be stacked are refused."""
+after it finished trains nothing more. Rows that differ only in --logq (--logqs) in the same
+program give, run by run, what --logq=v alone gives. Flags that cannot be stacked are refused."""
 
 import json
 import pathlib
@@ -112,6 +113,64 @@ def test_each_seed_equals_its_separate_run(runs):
   assert not np.allclose(tests[0], tests[1])
 
 
+@pytest.fixture(scope="module")
+def rows(runs):
+  """Rows that differ only in --logq as one program (`--seeds=0 --logqs=none,corrected`) and
+  the separate run of the none row; the corrected row's separate run is `runs`'s seed 0."""
+  root = runs[0]
+  stacked = _start("--seeds=0", "--logqs=none,corrected", f"--model_dir={root / 'rows'}")
+  alone = _finish(
+    _start(
+      "--seed=0",
+      "--logq=none",
+      "--nosasrec_pack_tokens",
+      "--frequency_seed=0",
+      f"--model_dir={root / 'none_alone'}",
+    )
+  )
+  stacked = _finish(stacked)
+  for name, proc in (("rows", stacked), ("none alone", alone)):
+    assert proc.returncode == 0, f"{name}: {proc.stderr[-3000:]}"
+  separate = {"none": _metrics(root / "none_alone"), "corrected": runs[2][0]}
+  return root, stacked, separate
+
+
+def test_each_row_equals_its_separate_run(rows):
+  """Each (logq, seed 0) run of the program trains what --logq=v --seed=0 alone trains: the same
+  losses, weights, validation curve, best epoch and test metrics (so the gradient is the chosen
+  variant's), in <model_dir>/<logq>/seed0; and the two rows really differ."""
+  root, stacked, separate = rows
+  assert stacked.stderr.count("done: none seed 0") == 1
+  assert stacked.stderr.count("done: corrected seed 0") == 1
+  losses = []
+  for logq in ("none", "corrected"):
+    got, want = _metrics(root / "rows" / logq / "seed0"), separate[logq]
+    assert got["config"]["logq"] == logq and got["config"]["seed"] == 0
+    assert (got["best_epoch"], got["epochs_done"], got["global_step"]) == (
+      want["best_epoch"],
+      want["epochs_done"],
+      want["global_step"],
+    )
+    for key in ("loss", "mean_weight", "val_ndcg@10", "val_recall@20"):
+      np.testing.assert_allclose(
+        [h[key] for h in got["history"]],
+        [h[key] for h in want["history"]],
+        rtol=1e-4,
+        atol=1e-5,
+        err_msg=f"{logq} {key}",
+      )
+    for k in ("ndcg@10", "recall@20"):
+      np.testing.assert_allclose(got["test"][k], want["test"][k], rtol=1e-4, atol=1e-5)
+    losses.append([h["loss"] for h in got["history"]])
+  assert not np.allclose(losses[0], losses[1])
+  # corrected's weight w = 1 − P̂(p|u) < 1; none's is 1: each run kept its own variant's.
+  weights = {
+    logq: [h["mean_weight"] for h in _metrics(root / "rows" / logq / "seed0")["history"]]
+    for logq in ("none", "corrected")
+  }
+  assert np.allclose(weights["none"], 1.0) and max(weights["corrected"]) < 1.0
+
+
 def test_rerun_after_the_end_trains_nothing(runs):
   root, _, _ = runs
   before = {s: _metrics(root / "stacked" / f"seed{s}")["global_step"] for s in SEEDS}
@@ -127,6 +186,12 @@ def test_rerun_after_the_end_trains_nothing(runs):
     (["--seeds=0,0"], "distinct seeds"),
     (["--seeds=0,1", "--negatives=midx"], "negatives=midx"),
     (["--seeds=0,1", "--time_budget_minutes=5"], "time_budget_minutes"),
+    (["--seeds=0", "--logqs=none,none"], "distinct values"),
+    (
+      ["--seeds=0", "--logqs=none,corrected", "--loss=gbce", "--negatives=uniform"],
+      "--loss=sampled_softmax",
+    ),
+    (["--logqs=none,corrected"], "give --seeds"),
   ],
 )
 def test_refused(flags, message, tmp_path):
