@@ -21,12 +21,14 @@
 #   5. paper_ml1m  ours beside the paper's training loop (bench/paper_loop.py, PyTorch on the
 #                  GPU) in one invocation, same data, row and patience; the paper loop capped at
 #                  PAPER_SECONDS of its epoch loop                           -> OUT/paper_ml1m
-#   6. table1_<row>_<arm>  Table 1's long runs with the time left: each row's 5 seeds as one
-#                  program (--seeds=0,1,2,3,4), patience 200, the test split evaluated at every
+#   6. table1_mixed_<arm>, table1_full_softmax_<arm>  Table 1's long runs with the time left:
+#                  the mixed rows of TABLE1_ROWS (none, standard = standard_no_positive,
+#                  corrected) x 5 seeds as one program (--seeds=0,1,2,3,4 --logqs=...), full
+#                  softmax's 5 seeds as another; patience 200, the test split evaluated at every
 #                  improving epoch (--test_curve: every shorter patience's result is in the same
 #                  run, bench/patience_check.py); arm = the uniform negatives (query: drawn per
 #                  position, as the paper's code; sequence: once per sequence)
-#                                                                 -> OUT/table1/<row>_<arm>
+#                  -> OUT/table1/mixed_<arm>/<logq>/seed<s>, OUT/table1/full_softmax_<arm>/seed<s>
 #                  A run cut by the time left keeps its curve: each seed's last checkpoint's
 #                  state (history included) is written to <seed>/last_state.json.
 #
@@ -114,26 +116,44 @@ part paper_ml1m "$OUT/paper_ml1m/time_to_converge.json" 60 300 \
   --sides=keras3_jax,paper --data_root="$DATA" --extra_flags=--shuffle_rng=numpy \
   --paper_flags="--max_seconds=${PAPER_SECONDS:-240}" \
   --out="$OUT/paper_ml1m"
-# Table 1's long runs with the time left: a row's 5 seeds as one program (--seeds), patience 200,
-# per arm of uniform negatives (TABLE1_ARMS). A row cut by the deadline resumes from its
-# checkpoints only on the same machine (they stay out of session.tar.gz: 5 seeds' checkpoints
-# are tens of MiB).
+# Table 1's long runs with the time left, patience 200, per arm of uniform negatives
+# (TABLE1_ARMS): the mixed rows (they differ only in --logq) as one program, 5 seeds each
+# (--seeds --logqs: 3 rows x 5 seeds = 15 models in one step), full softmax as its own program.
+# The paper's "standard logQ" row is standard_no_positive (bench/table1/rows.py). A program cut
+# by the deadline resumes from its checkpoints only on the same machine (they stay out of
+# session.tar.gz: 15 runs' checkpoints are tens of MiB).
+logqs=""
+last=""
+full=""
 for row in ${TABLE1_ROWS:-mixed_corrected mixed_standard mixed_none full_softmax}; do
   case $row in
-    mixed_corrected) flags="--loss=sampled_softmax --negatives=mixed --logq=corrected" ;;
-    mixed_standard) flags="--loss=sampled_softmax --negatives=mixed --logq=standard" ;;
-    mixed_none) flags="--loss=sampled_softmax --negatives=mixed --logq=none" ;;
-    full_softmax) flags="--loss=full_softmax" ;;
+    mixed_none) last=none ;;
+    mixed_standard) last=standard_no_positive ;;
+    mixed_corrected) last=corrected ;;
+    full_softmax) full=1; continue ;;
+    *) echo "TABLE1_ROWS: unknown row $row" >&2; exit 2 ;;
   esac
-  for arm in ${TABLE1_ARMS:-query}; do
+  logqs="${logqs:+$logqs,}$last"
+done
+for arm in ${TABLE1_ARMS:-query}; do
+  if [ -n "$logqs" ]; then
     # shellcheck disable=SC2086
-    part "table1_${row}_$arm" "$OUT/table1/${row}_$arm/seed4/metrics.json" 120 \
+    part "table1_mixed_$arm" "$OUT/table1/mixed_$arm/$last/seed4/metrics.json" 120 \
+      "${TABLE1_CAP:-900}" \
+      "$PY" -m train.keras3 --backend=jax --dataset=ml1m --data_path="$DATA/ml1m" \
+      --seeds=0,1,2,3,4 --logqs="$logqs" --noprogress --early_stopping_patience=200 \
+      --shuffle_rng=numpy --test_curve --uniform_negatives="$arm" --loss=sampled_softmax \
+      --negatives=mixed ${TABLE1_FLAGS:-} --model_dir="$OUT/table1/mixed_$arm"
+  fi
+  if [ -n "$full" ]; then
+    # shellcheck disable=SC2086
+    part "table1_full_softmax_$arm" "$OUT/table1/full_softmax_$arm/seed4/metrics.json" 120 \
       "${TABLE1_CAP:-900}" \
       "$PY" -m train.keras3 --backend=jax --dataset=ml1m --data_path="$DATA/ml1m" \
       --seeds=0,1,2,3,4 --noprogress --early_stopping_patience=200 --shuffle_rng=numpy \
-      --test_curve --uniform_negatives="$arm" $flags ${TABLE1_FLAGS:-} \
-      --model_dir="$OUT/table1/${row}_$arm"
-  done
+      --test_curve --uniform_negatives="$arm" --loss=full_softmax ${TABLE1_FLAGS:-} \
+      --model_dir="$OUT/table1/full_softmax_$arm"
+  fi
 done
 # The curves of runs cut by the deadline: each seed's last checkpoint's state.
 if [ -d "$OUT/table1" ]; then
@@ -141,7 +161,9 @@ if [ -d "$OUT/table1" ]; then
 import glob, json, os, sys
 import numpy as np
 from train.keras3.checkpoints import latest
-for ckpt_dir in sorted(glob.glob(os.path.join(sys.argv[1], "*", "seed*", "ckpt"))):
+dirs = glob.glob(os.path.join(sys.argv[1], "*", "seed*", "ckpt"))
+dirs += glob.glob(os.path.join(sys.argv[1], "*", "*", "seed*", "ckpt"))  # a --logqs program's
+for ckpt_dir in sorted(dirs):
   path = latest(ckpt_dir)
   if path:
     with np.load(path) as ckpt:

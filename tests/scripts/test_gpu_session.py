@@ -17,9 +17,7 @@ PARTS = [
   "ttc_ml1m_warm",
   "concurrent",
   "paper_ml1m",
-  "table1_mixed_corrected_query",
-  "table1_mixed_standard_query",
-  "table1_mixed_none_query",
+  "table1_mixed_query",
   "table1_full_softmax_query",
 ]
 
@@ -64,12 +62,35 @@ def test_parts_and_table1_arms_choose_what_runs(tmp_path):
   said = {line.split()[1].rstrip(":"): line for line in lines[:-2]}
   assert list(said) == [
     "env", "step", "ttc_ml1m", "ttc_ml1m_warm", "concurrent", "paper_ml1m",
-    "table1_mixed_none_query", "table1_mixed_none_sequence",
+    "table1_mixed_query", "table1_mixed_sequence",
   ]  # fmt: skip
   for name in ("step", "ttc_ml1m_warm", "concurrent", "paper_ml1m"):
     assert "not in PARTS, skipped" in said[name]
-  for name in ("ttc_ml1m", "table1_mixed_none_query", "table1_mixed_none_sequence"):
+  for name in ("ttc_ml1m", "table1_mixed_query", "table1_mixed_sequence"):
     assert "not started" in said[name]
+
+
+def test_table1_mixed_rows_are_one_program_with_the_papers_standard(tmp_path):
+  """The mixed rows of TABLE1_ROWS go into one --seeds --logqs program per arm, the paper's
+  standard row as standard_no_positive (bench/table1/rows.py), in TABLE1_ROWS's order; a program
+  whose last run finished is skipped as done; an unknown row is refused."""
+  from bench.table1.rows import ROWS
+
+  marker = tmp_path / "table1" / "mixed_query" / "corrected" / "seed4" / "metrics.json"
+  marker.parent.mkdir(parents=True)
+  marker.write_text("{}")
+  env = dict(PARTS="table1", TABLE1_ROWS="mixed_none mixed_standard mixed_corrected")
+  proc = _run(str(tmp_path), "0", env=env)
+  assert proc.returncode == 0, proc.stderr
+  said = (tmp_path / "session.log").read_text()
+  assert "table1_mixed_query: done before, skipped" in said
+  script = (ROOT / "scripts" / "gpu_session.sh").read_text()
+  for row, logq in (("mixed_none", "none"), ("mixed_standard", "standard_no_positive"),
+                    ("mixed_corrected", "corrected")):  # fmt: skip
+    assert ROWS[row][1]["logq"] == logq
+    assert f"{row}) last={logq} ;;" in script
+  bad = _run(str(tmp_path / "bad"), "0", env=dict(PARTS="table1", TABLE1_ROWS="mixed_sideways"))
+  assert bad.returncode == 2 and "unknown row mixed_sideways" in bad.stderr
 
 
 def test_a_cut_table1_run_keeps_its_last_checkpoint_state(tmp_path):
@@ -77,7 +98,7 @@ def test_a_cut_table1_run_keeps_its_last_checkpoint_state(tmp_path):
 
   import numpy as np
 
-  ckpt = tmp_path / "table1" / "mixed_none_query" / "seed3" / "ckpt"
+  ckpt = tmp_path / "table1" / "mixed_query" / "none" / "seed3" / "ckpt"
   ckpt.mkdir(parents=True)
   for step, epoch in ((48, 1), (96, 2)):
     state = dict(epoch=epoch, best_epoch=1, history=[dict(epoch=e + 1) for e in range(epoch)])
@@ -88,4 +109,4 @@ def test_a_cut_table1_run_keeps_its_last_checkpoint_state(tmp_path):
   state = json.loads((ckpt.parent / "last_state.json").read_text())
   assert state["epoch"] == 2 and len(state["history"]) == 2
   with tarfile.open(tmp_path / "session.tar.gz") as tar:
-    assert "./table1/mixed_none_query/seed3/last_state.json" in tar.getnames()
+    assert "./table1/mixed_query/none/seed3/last_state.json" in tar.getnames()
