@@ -27,6 +27,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from bench.common import arms
 from eval import paired_stats
 
 METRICS = ("recall@20", "ndcg@20", "recall@10", "ndcg@10")
@@ -102,22 +103,10 @@ def compare(
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--a", required=True, help="arm A: a folder of seed<s>/metrics.json")
-  parser.add_argument("--b", required=True, help="arm B (the reference of the margin)")
-  parser.add_argument("--names", default="A,B", help="the arms' names, comma-separated")
-  parser.add_argument(
-    "--margin",
-    type=float,
-    default=0.02,
-    help="relative equivalence margin (0.02 = ± 2 %% of B's mean)",
-  )
+  arms.add_arguments(parser, "a folder of seed<s>/metrics.json")
   parser.add_argument("--out", default=None, help="also write the Markdown here")
   args = parser.parse_args(argv)
-  names = args.names.split(",")
-  if len(names) != 2:
-    parser.error(f"--names needs two names, got {args.names!r}")
-  if not args.margin > 0:
-    parser.error(f"--margin must be > 0, got {args.margin}")
+  names = arms.checked_names(parser, args)
   try:
     lines = compare(load_arm(args.a), load_arm(args.b), names, args.margin)
   except ValueError as e:

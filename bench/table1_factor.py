@@ -31,6 +31,7 @@ import shlex
 import sys
 from typing import Dict, List, Optional, Sequence
 
+from bench.common import arms
 from bench.table1.results import collect
 from bench.table1.rows import PAPER, ROWS
 from eval import paired_stats
@@ -254,24 +255,15 @@ def plot_curves(data: Dict, names: Sequence[str], path: pathlib.Path) -> bool:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument("--a", required=True, help="arm A: a bench/reproduce.py --out folder")
-  parser.add_argument("--b", required=True, help="arm B (the reference of the margin)")
-  parser.add_argument("--names", default="A,B", help="the arms' names, comma-separated")
+  arms.add_arguments(parser, "a bench/reproduce.py --out folder")
   parser.add_argument("--setting", default="ml1m_loo", help="the setting compared")
   parser.add_argument(
     "--budget", default="full", help="budget level of the tree (cpu, full; empty for none)"
   )
   parser.add_argument("--rows", default="", help="rows, comma-separated (default: all found)")
-  parser.add_argument(
-    "--margin", type=float, default=0.02, help="relative margin (0.02 = ± 2 %% of B's mean)"
-  )
   parser.add_argument("--out", default=None, help="folder for factor.md, factor.json, curves.png")
   args = parser.parse_args(argv)
-  names = args.names.split(",")
-  if len(names) != 2 or not all(names):
-    parser.error(f"--names needs two names, got {args.names!r}")
-  if not args.margin > 0:
-    parser.error(f"--margin must be > 0, got {args.margin}")
+  names = arms.checked_names(parser, args)
   rows = [r for r in args.rows.split(",") if r] or None
   try:
     data = load([pathlib.Path(args.a), pathlib.Path(args.b)], args.budget, args.setting, rows)

@@ -1,6 +1,6 @@
 """bench/seeds_program.py on a tiny synthetic run, 2 seeds, 1 round: the three arrangements
 run, train the same models (equal test NDCG@10 up to float rounding) and the report is
-written with both ratios."""
+written with both ratios; with --logqs, rows x seeds and a fourth arrangement."""
 
 import json
 import pathlib
@@ -19,25 +19,31 @@ FLAGS = (
 )
 
 
-def test_three_arrangements_same_models(tmp_path):
+def _bench(out, *args):
+  """`python -m bench.seeds_program ARGS` on the tiny run, 1 round, into ``out``: its stdout and
+  seeds_program.json."""
   proc = subprocess.run(
     [
       sys.executable,
       "-m",
       "bench.seeds_program",
-      "--seeds=0,1",
+      *args,
       "--repeats=1",
       f"--flags={FLAGS}",
-      f"--out={tmp_path}",
-    ],
+      f"--out={out}",
+    ],  # fmt: skip
     cwd=ROOT,
     capture_output=True,
     text=True,
     timeout=900,
   )
   assert proc.returncode == 0, proc.stderr[-3000:]
-  assert proc.stdout.strip().splitlines()[-1].startswith("summary: seeds_program: parallel/")
-  result = json.loads((tmp_path / "seeds_program.json").read_text())
+  return proc.stdout, json.loads((out / "seeds_program.json").read_text())
+
+
+def test_three_arrangements_same_models(tmp_path):
+  stdout, result = _bench(tmp_path, "--seeds=0,1")
+  assert stdout.strip().splitlines()[-1].startswith("summary: seeds_program: parallel/")
   assert set(result["ratios"]) == {"parallel/program", "serial/program"}
   ndcg = result["test_ndcg10"]
   np.testing.assert_allclose(ndcg["program"], ndcg["serial"], atol=1e-4)
@@ -47,26 +53,9 @@ def test_three_arrangements_same_models(tmp_path):
 
 def test_rows_as_one_program_same_models(tmp_path):
   """--logqs=none,corrected with 1 seed: four arrangements (row_programs added) train the same
-  two models (one per row), and the two rows differ."""
-  proc = subprocess.run(
-    [
-      sys.executable,
-      "-m",
-      "bench.seeds_program",
-      "--seeds=0",
-      "--logqs=none,corrected",
-      "--repeats=1",
-      f"--flags={FLAGS}",
-      f"--out={tmp_path}",
-    ],
-    cwd=ROOT,
-    capture_output=True,
-    text=True,
-    timeout=900,
-  )
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  assert "row_programs/program" in proc.stdout.strip().splitlines()[-1]
-  result = json.loads((tmp_path / "seeds_program.json").read_text())
+  two models (one per row)."""
+  stdout, result = _bench(tmp_path, "--seeds=0", "--logqs=none,corrected")
+  assert "row_programs/program" in stdout.strip().splitlines()[-1]
   assert result["logqs"] == ["none", "corrected"]
   assert set(result["ratios"]) == {"parallel/program", "serial/program", "row_programs/program"}
   ndcg = result["test_ndcg10"]

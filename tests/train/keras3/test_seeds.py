@@ -84,6 +84,29 @@ def runs(tmp_path_factory):
   return root, done["stacked"], separate
 
 
+def _assert_same_run(got, want, keys, label):
+  """Two runs' metrics.json agree: stops, every epoch's ``keys``, val and test metrics."""
+  assert (got["best_epoch"], got["epochs_done"], got["global_step"], got["stopped_early"]) == (
+    want["best_epoch"],
+    want["epochs_done"],
+    want["global_step"],
+    want["stopped_early"],
+  ), label
+  for key in keys:
+    np.testing.assert_allclose(
+      [h[key] for h in got["history"]],
+      [h[key] for h in want["history"]],
+      rtol=1e-4,
+      atol=1e-5,
+      err_msg=f"{label} {key}",
+    )
+  for split in ("val", "test"):
+    for k in ("ndcg@10", "recall@20"):
+      np.testing.assert_allclose(
+        got[split][k], want[split][k], rtol=1e-4, atol=1e-5, err_msg=f"{label} {split} {k}"
+      )
+
+
 def test_each_seed_equals_its_separate_run(runs):
   root, stacked, separate = runs
   assert stacked.stderr.count("done: seed") == len(SEEDS)
@@ -91,23 +114,7 @@ def test_each_seed_equals_its_separate_run(runs):
   for seed in SEEDS:
     got, want = _metrics(root / "stacked" / f"seed{seed}"), separate[seed]
     assert got["config"]["seed"] == seed and not got["config"]["sasrec_pack_tokens"]
-    assert (got["best_epoch"], got["epochs_done"], got["global_step"], got["stopped_early"]) == (
-      want["best_epoch"],
-      want["epochs_done"],
-      want["global_step"],
-      want["stopped_early"],
-    )
-    for key in ("loss", "val_ndcg@10", "val_recall@20"):
-      np.testing.assert_allclose(
-        [h[key] for h in got["history"]],
-        [h[key] for h in want["history"]],
-        rtol=1e-4,
-        atol=1e-5,
-        err_msg=f"seed {seed} {key}",
-      )
-    for split in ("val", "test"):
-      for k in ("ndcg@10", "recall@20"):
-        np.testing.assert_allclose(got[split][k], want[split][k], rtol=1e-4, atol=1e-5)
+    _assert_same_run(got, want, ("loss", "val_ndcg@10", "val_recall@20"), f"seed {seed}")
     assert (root / "stacked" / f"seed{seed}" / "ckpt").is_dir()
     tests.append([h["loss"] for h in got["history"]])
   assert not np.allclose(tests[0], tests[1])
@@ -146,21 +153,7 @@ def test_each_row_equals_its_separate_run(rows):
   for logq in ("none", "corrected"):
     got, want = _metrics(root / "rows" / logq / "seed0"), separate[logq]
     assert got["config"]["logq"] == logq and got["config"]["seed"] == 0
-    assert (got["best_epoch"], got["epochs_done"], got["global_step"]) == (
-      want["best_epoch"],
-      want["epochs_done"],
-      want["global_step"],
-    )
-    for key in ("loss", "mean_weight", "val_ndcg@10", "val_recall@20"):
-      np.testing.assert_allclose(
-        [h[key] for h in got["history"]],
-        [h[key] for h in want["history"]],
-        rtol=1e-4,
-        atol=1e-5,
-        err_msg=f"{logq} {key}",
-      )
-    for k in ("ndcg@10", "recall@20"):
-      np.testing.assert_allclose(got["test"][k], want["test"][k], rtol=1e-4, atol=1e-5)
+    _assert_same_run(got, want, ("loss", "mean_weight", "val_ndcg@10", "val_recall@20"), logq)
     losses.append([h["loss"] for h in got["history"]])
   assert not np.allclose(losses[0], losses[1])
   # corrected's weight w = 1 − P̂(p|u) < 1; none's is 1: each run kept its own variant's.
