@@ -156,20 +156,17 @@ def negatives_split(cfg):
   return k_b, k - k_b
 
 
-def check_logq_variants(cfg, logq_variants) -> list:
-  """The distinct --logq values of one program's runs (``RetrievalModel``'s logq_variants),
-  checked: ValueError unless the loss is sampled_softmax, each value is a --logq choice and
-  cfg.logq is one of them."""
+def check_logq_variants(loss: str, logq_variants) -> list:
+  """The distinct --logq values of one program's runs (``RetrievalModel``'s logq_variants, in
+  order), checked: ValueError unless each is a --logq choice and the loss is sampled_softmax."""
   variants = [str(v) for v in logq_variants]
   if not variants or len(set(variants)) != len(variants):
     raise ValueError(f"--logqs needs distinct values, got {variants}")
   unknown = [v for v in variants if v not in core_checks.CORRECTIONS]
   if unknown:
     raise ValueError(f"--logqs: {unknown} not among {list(core_checks.CORRECTIONS)}")
-  if cfg.loss != "sampled_softmax":
-    raise ValueError(f"--logqs needs --loss=sampled_softmax (the logQ corrections), got {cfg.loss}")
-  if cfg.logq not in variants:
-    raise ValueError(f"--logq={cfg.logq} is not among the program's --logqs {variants}")
+  if loss != "sampled_softmax":
+    raise ValueError(f"--logqs needs --loss=sampled_softmax (the logQ corrections), got {loss}")
   return variants
 
 
@@ -194,8 +191,9 @@ class RetrievalModel(keras.Model):
       temperature, seed).
     encoder: the Keras 3 SASRec.
     estimator: a `tfrs_logq.keras3.frequency` estimator (in-batch and mixed negatives).
-    logq_variants: None, or the --logq values of the runs of one compiled program
-      (`train.keras3.seeds`, --logqs; cfg.logq among them, loss sampled_softmax): the model
+    logq_variants: None, or {--logq value: its ratio floor} of the runs of one compiled
+      program (`train.keras3.seeds`, --logqs; cfg.logq among them, loss sampled_softmax;
+      every run of the program gets the same mapping, so each traces the same losses): the model
       computes the sampled softmax of every variant on the same scores and keeps the one of the
       int32 variable ``logq_index`` (cfg.logq's position), a carried part of the step's state,
       so runs stacked along vmap each keep their own variant:
@@ -251,10 +249,12 @@ class RetrievalModel(keras.Model):
       self.loss_layer = tlk.GBCELoss(beta, name=cfg.loss)
     self.variant_layers = None
     if logq_variants is not None:
-      variants = check_logq_variants(cfg, logq_variants)
+      variants = check_logq_variants(cfg.loss, logq_variants)
+      if cfg.logq not in variants:
+        raise ValueError(f"--logq={cfg.logq} is not among the program's --logqs {variants}")
       # The run's own variant is cfg.logq's position; every variant's layer is built alike.
       self.variant_layers = [
-        tlk.SampledSoftmaxLoss(v, cfg.q_prime, ratio_floor=cfg.ratio_floor, name=f"ss_{v}")
+        tlk.SampledSoftmaxLoss(v, cfg.q_prime, ratio_floor=float(logq_variants[v]), name=f"ss_{v}")
         for v in variants
       ]
       self.logq_index = keras.Variable(

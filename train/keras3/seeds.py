@@ -44,7 +44,13 @@ import numpy as np
 
 from train import epochs
 
-__all__ = ["SeedRuns", "check_seeds", "seed_config"]
+__all__ = ["SeedRuns", "check_seeds", "seed_config", "variant_floors"]
+
+
+def variant_floors(cfg, logqs) -> dict:
+  """{logq: ratio floor} of a program's rows: the flags' --ratio_floor on the corrected row (the
+  only correction it clamps), 0 on the others."""
+  return {str(v): (cfg.ratio_floor if v == "corrected" else 0.0) for v in logqs}
 
 
 def seed_config(cfg, seed: int, logq=None):
@@ -57,6 +63,7 @@ def seed_config(cfg, seed: int, logq=None):
   sub = lambda path: None if not path else os.path.join(path, folder)  # noqa: E731
   return cfg.replace(
     logq=cfg.logq if logq is None else str(logq),
+    ratio_floor=cfg.ratio_floor if logq is None else variant_floors(cfg, [logq])[str(logq)],
     seed=int(seed),
     model_dir=sub(cfg.model_dir),
     export_dir=sub(cfg.export_dir),
@@ -78,7 +85,7 @@ def check_seeds(cfg, seeds: Sequence[int], backend: str, logqs=None) -> List[int
   if logqs is not None:
     from train.keras3 import objective  # pylint: disable=g-import-not-at-top
 
-    objective.check_logq_variants(cfg.replace(logq=str(list(logqs)[0])), logqs)
+    objective.check_logq_variants(cfg.loss, logqs)
   seeds = [int(s) for s in seeds]
   if len(set(seeds)) != len(seeds) or not seeds:
     raise ValueError(f"--seeds needs distinct seeds, got {seeds}")
@@ -128,7 +135,8 @@ class SeedRuns:
     data: the loaded data (shared by the runs).
     seeds: distinct ints.
     make_trainer: (cfg, data, report, logq_variants) -> a `train.keras3.trainer.Trainer`
-      (logq_variants: None, or ``logqs``: `train.keras3.objective.RetrievalModel`'s).
+      (logq_variants: None, or `variant_floors` of ``logqs``:
+      `train.keras3.objective.RetrievalModel`'s).
     report: a callable taking one line; each run's lines are prefixed "[seed s] " ("[logq
       seed s] " with logqs).
     logqs: None, or distinct --logq values: rows that differ only in the correction, in the
@@ -142,6 +150,7 @@ class SeedRuns:
   ):
     self.seeds = [int(s) for s in seeds]
     self.logqs = None if logqs is None else [str(v) for v in logqs]
+    variants = None if self.logqs is None else variant_floors(cfg, self.logqs)
     self.runs = [(v, s) for v in (self.logqs or [None]) for s in self.seeds]
     self.report = report
     self.trainers = []
@@ -149,7 +158,7 @@ class SeedRuns:
       run_cfg = seed_config(cfg, s, v)
       os.makedirs(run_cfg.model_dir, exist_ok=True)
       prefix = f"[seed {s}] " if v is None else f"[{v} seed {s}] "
-      t = make_trainer(run_cfg, data, lambda line, p=prefix: report(p + line), self.logqs)
+      t = make_trainer(run_cfg, data, lambda line, p=prefix: report(p + line), variants)
       if t.jax_step is None:
         raise ValueError("--seeds needs the jax step (--backend=jax, one device)")
       self.trainers.append(t)

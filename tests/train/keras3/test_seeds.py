@@ -164,6 +164,24 @@ def test_each_row_equals_its_separate_run(rows):
   assert np.allclose(weights["none"], 1.0) and max(weights["corrected"]) < 1.0
 
 
+def test_ratio_floor_goes_to_the_corrected_row_only(tmp_path):
+  """--ratio_floor clamps the corrected loss only (a none run with it is refused): in a
+  --logqs program the corrected row keeps it and the others run with 0, as their separate runs
+  must."""
+  proc = _binary(
+    "--seeds=0",
+    "--logqs=none,corrected",
+    "--ratio_floor=1e-10",
+    "--epochs=1",
+    f"--model_dir={tmp_path}",
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  floors = {
+    v: _metrics(tmp_path / v / "seed0")["config"]["ratio_floor"] for v in ("none", "corrected")
+  }
+  assert floors == {"none": 0.0, "corrected": 1e-10}
+
+
 def test_rerun_after_the_end_trains_nothing(runs):
   root, _, _ = runs
   before = {s: _metrics(root / "stacked" / f"seed{s}")["global_step"] for s in SEEDS}
