@@ -155,7 +155,9 @@ def report(data: Dict, stats: Dict, names: Sequence[str], budget: str) -> List[s
         cells.append(
           "—"
           if ms["mean"] is None
-          else f"{ms['mean']:.4f} ± {_fmt(ms['se'], sign=False)} ({ms['n']})"
+          else f"{ms['mean']:.4f} ({ms['n']})"
+          if ms["se"] is None
+          else f"{ms['mean']:.4f} ± {ms['se']:.4f} ({ms['n']})"
         )
       d = s["difference"]
       paper = _fmt(r["paper"][m], sign=False) if r["paper"] else "—"

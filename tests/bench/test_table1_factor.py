@@ -129,6 +129,8 @@ def test_two_pairs_and_one_pair(tmp_path):
   assert one["n"] == 1 and one["ci"] is None
   lines = tf1.report(data, stats, ["x", "y"], "full")
   assert any("(no interval: 1 pair)" in line for line in lines)
+  one_seed = next(line for line in lines if line.startswith("| Mixed, improved logQ | recall@20 |"))
+  assert "| 0.4000 (1) | 0.3900 (1) |" in one_seed  # one value: no spread shown
   assert stats["all_rows"]["recall@20"]["n"] == 3
 
 
