@@ -123,11 +123,24 @@ def main(argv=None) -> None:
     help="rows that differ only in --logq, e.g. none,corrected: runs are (logq, seed) pairs, "
     "and a fourth arrangement, one --seeds program per row in a row, is timed",
   )
+  parser.add_argument(
+    "--arrangements",
+    default="",
+    help="the arrangements timed, comma-separated, program among them (default: all: program, "
+    "parallel, serial, and row_programs with --logqs)",
+  )
   parser.add_argument("--out", default="bench/out/seeds_program")
   args = parser.parse_args(argv)
   seeds = [int(s) for s in args.seeds.split(",")]
   logqs = [v for v in args.logqs.split(",") if v] or None
   arrangements = ARRANGEMENTS + (("row_programs",) if logqs else ())
+  if args.arrangements:
+    chosen = tuple(a for a in args.arrangements.split(",") if a)
+    if "program" not in chosen or not set(chosen) <= set(arrangements):
+      parser.error(
+        f"--arrangements: program and any of {list(arrangements[1:])}, got {args.arrangements!r}"
+      )
+    arrangements = tuple(a for a in arrangements if a in chosen)
   flags = shlex.split(args.flags)
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,7 @@
 """bench/seeds_program.py on a tiny synthetic run, 2 seeds, 1 round: the three arrangements
 run, train the same models (equal test NDCG@10 up to float rounding) and the report is
-written with both ratios; with --logqs, rows x seeds and a fourth arrangement."""
+written with both ratios; with --logqs, rows x seeds and a fourth arrangement; --arrangements
+picks a subset (program among them)."""
 
 import json
 import pathlib
@@ -8,6 +9,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -52,14 +54,24 @@ def test_three_arrangements_same_models(tmp_path):
 
 
 def test_rows_as_one_program_same_models(tmp_path):
-  """--logqs=none,corrected with 1 seed: four arrangements (row_programs added) train the same
-  two models (one per row)."""
-  stdout, result = _bench(tmp_path, "--seeds=0", "--logqs=none,corrected")
-  assert "row_programs/program" in stdout.strip().splitlines()[-1]
+  """--logqs=none,corrected with 1 seed: the rows' program and one --seeds program per row
+  (--arrangements picks the two; parallel and serial are the seeds' test's) train the same two
+  models (one per row)."""
+  stdout, result = _bench(
+    tmp_path, "--seeds=0", "--logqs=none,corrected", "--arrangements=program,row_programs"
+  )
+  assert stdout.strip().splitlines()[-1].startswith("summary: seeds_program: row_programs/")
   assert result["logqs"] == ["none", "corrected"]
-  assert set(result["ratios"]) == {"parallel/program", "serial/program", "row_programs/program"}
+  assert set(result["ratios"]) == {"row_programs/program"}
   ndcg = result["test_ndcg10"]
-  for name in ("serial", "parallel", "row_programs"):
-    np.testing.assert_allclose(ndcg["program"], ndcg[name], atol=1e-4, err_msg=name)
+  np.testing.assert_allclose(ndcg["program"], ndcg["row_programs"], atol=1e-4)
   assert len(ndcg["program"][0]) == 2
   assert (tmp_path / "runs" / "program_r0" / "corrected" / "seed0" / "metrics.json").is_file()
+
+
+def test_arrangements_without_program_are_refused(tmp_path, capsys):
+  from bench import seeds_program
+
+  with pytest.raises(SystemExit):
+    seeds_program.main(["--arrangements=serial,parallel", f"--out={tmp_path}"])
+  assert "--arrangements: program and any of" in capsys.readouterr().err
