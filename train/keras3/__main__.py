@@ -102,6 +102,8 @@ def main(argv):
   with cli.bad_input():
     cfg = config_flags.from_flags(RunConfig)
     settings.check_supported(cfg, FLAGS.backend)
+    if FLAGS.logqs and not FLAGS.seeds:
+      raise ValueError("--logqs trains its rows as one program with --seeds: give --seeds")
     if FLAGS.shuffle_rng == "tensorflow" and not batches.tensorflow_installed():
       raise ValueError(
         "--shuffle_rng=tensorflow (python -m train's batch order) needs "
@@ -120,10 +122,6 @@ def main(argv):
   with cli.bad_input():  # a missing or malformed data file, data that contradicts the flags
     data = cfg.data.load()
   os.makedirs(cfg.model_dir, exist_ok=True)
-  if FLAGS.logqs and not FLAGS.seeds:
-    cli.fail(
-      "--logqs trains its rows as one program with --seeds: give --seeds", cli.EXIT_BAD_INPUT
-    )
   if FLAGS.seeds:
     _run_seeds(cfg, data, trainer_lib)
     return
