@@ -18,7 +18,7 @@ PARTS = [
   "concurrent",
   "paper_ml1m",
   "table1_mixed_query",
-  "table1_full_softmax_query",
+  "table1_full_softmax",
 ]
 
 
@@ -73,7 +73,8 @@ def test_parts_and_table1_arms_choose_what_runs(tmp_path):
 def test_table1_mixed_rows_are_one_program_with_the_papers_standard(tmp_path):
   """The mixed rows of TABLE1_ROWS go into one --seeds --logqs program per arm, the paper's
   standard row as standard_no_positive (bench/table1/rows.py), in TABLE1_ROWS's order; a program
-  whose last run finished is skipped as done; an unknown row is refused."""
+  whose last run finished is skipped as done; full softmax runs once whatever the arms; an
+  unknown row is refused."""
   from bench.table1.rows import ROWS
 
   marker = tmp_path / "table1" / "mixed_query" / "corrected" / "seed4" / "metrics.json"
@@ -89,6 +90,15 @@ def test_table1_mixed_rows_are_one_program_with_the_papers_standard(tmp_path):
                     ("mixed_corrected", "corrected")):  # fmt: skip
     assert ROWS[row][1]["logq"] == logq
     assert f"{row}) last={logq} ;;" in script
+  both = dict(PARTS="table1", TABLE1_ROWS="mixed_none full_softmax", TABLE1_ARMS="query sequence")
+  proc = _run(str(tmp_path / "arms"), "0", env=both)
+  assert proc.returncode == 0, proc.stderr
+  parts = [
+    line.split()[1].rstrip(":")
+    for line in (tmp_path / "arms" / "session.log").read_text().splitlines()
+  ]
+  table1 = [p for p in parts if p.startswith("table1")]
+  assert table1 == ["table1_mixed_query", "table1_mixed_sequence", "table1_full_softmax"]
   bad = _run(str(tmp_path / "bad"), "0", env=dict(PARTS="table1", TABLE1_ROWS="mixed_sideways"))
   assert bad.returncode == 2 and "unknown row mixed_sideways" in bad.stderr
 
