@@ -79,11 +79,6 @@ def load(
   return out
 
 
-def _epochs_done(record: dict) -> Optional[int]:
-  curve = record.get("curve") or []
-  return len(curve) or None
-
-
 def statistics(data: Dict, setting: str, margin: float) -> Dict:
   """Per row and over all rows: each arm's mean ± s.e. and the paired difference A − B."""
   paper = PAPER.get(setting, {})
@@ -193,7 +188,7 @@ def report(data: Dict, stats: Dict, names: Sequence[str], budget: str) -> List[s
           continue
         wall = r.get("train_seconds")
         cells.append(
-          f"{r.get('best_epoch', '—')} / {_epochs_done(r) or '—'}, {r.get('best_step', '—')}, "
+          f"{r.get('best_epoch', '—')} / {r.get('epochs_done', '—')}, {r.get('best_step', '—')}, "
           f"{r['metrics']['recall@20']:.4f}, {r['metrics']['ndcg@20']:.4f}, "
           + ("—" if wall is None else f"{wall:.0f}")
         )

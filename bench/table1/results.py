@@ -65,7 +65,14 @@ def load_run(out: pathlib.Path, budget: str, setting: str, row: str, seed: int) 
     if isinstance(h, dict) and "step" in h
   ]
   if isinstance(train_metrics, dict):
-    for key in ("best_step", "best_epoch", "global_step", "stopped_early", "train_wall_seconds"):
+    for key in (
+      "best_step",
+      "best_epoch",
+      "epochs_done",
+      "global_step",
+      "stopped_early",
+      "train_wall_seconds",
+    ):
       if key in train_metrics:
         record[key] = train_metrics[key]
   if isinstance(train_metrics, dict) and "config" in train_metrics:

@@ -28,7 +28,14 @@ def _run(root, budget, row, seed, recall, ndcg, best_epoch=3, epochs=6, finished
       json.dumps({"metrics": {"exact": {"recall@20": recall, "ndcg@20": ndcg}}})
     )
   (d / "train_metrics.json").write_text(
-    json.dumps(dict(best_epoch=best_epoch, best_step=48 * best_epoch, global_step=48 * epochs))
+    json.dumps(
+      dict(
+        best_epoch=best_epoch,
+        best_step=48 * best_epoch,
+        global_step=48 * epochs,
+        epochs_done=epochs,
+      )
+    )
   )
   (d / "timing.json").write_text(json.dumps(dict(train_seconds=100.0 + seed)))
   history = [
@@ -104,7 +111,7 @@ def test_unfinished_run_is_left_out_of_its_pair_and_shown(tmp_path):
   assert any(
     line.startswith("| Mixed, without logQ | 3 |") and "not finished" in line for line in lines
   )
-  # Per-run cells: best epoch / epochs run (the history's length), steps to best, wall-clock.
+  # Per-run cells: best epoch / epochs run (train_metrics.json), steps to best, wall-clock.
   assert any(
     "| Mixed, without logQ | 0 | 3 / 6, 144, 0.3600, 0.1800, 100 |" in line for line in lines
   )
