@@ -25,10 +25,18 @@ L = 200, d = 128, 2 blocks, 1 head, dropout 0.5 everywhere):
       occurrences of the batch's unique labels (a [U, A] comparison), shuffled, the first 128,
       shared by all queries: ids [A, 256] and their embeddings E_out[ids] [A, 256, d]
     s_p    = <H_a, E_out[p_a]>,  s_n = <H_a, E_out[ids]>   (einsum, then cast to float64)
-    s_n    = -inf where ids == p_a (accidental hits)
-    r      = max(c(ids) / (sum(c) - c(p_a)), 1e-10)        c = training-set item counts: Q'(d)
-    L_a    = -log max(exp(s_p) / max(sum_n exp(s_n - log r), 1e-10), 1e-10)
-    w_a    = sg(1 - softmax([s_p, s_n - log r - log max(n_a, 1e-10)])_0)
+    s_n    = -inf where ids == p_a (accidental hits)               n_a = #(ids != p_a)
+    then the loss of the script (``logq``; c = training-set item counts; `row_losses`):
+      corrected (train_mns_log_new):
+        r    = max(c(ids) / (sum(c) - c(p_a)), 1e-10)         Q'(d)
+        L_a  = -log max(exp(s_p) / max(sum_n exp(s_n - log r), 1e-10), 1e-10)
+        w_a  = sg(1 - softmax([s_p, s_n - log r - log max(n_a, 1e-10)])_0)
+      standard (train_mns_log_old: the negatives corrected by log Q(d) = log(c(d) / sum(c)), the
+        positive's score uncorrected, in the denominator; Q floored at 1e-10 as r is, so that an
+        item unseen in training gives a finite loss):
+        L_a  = -log_softmax([s_p, s_n - log Q(ids)])_0,        w_a = 1
+      none (the same script without a correction):
+        L_a  = -log_softmax([s_p, s_n])_0,                     w_a = 1
     loss   = mean_a(w_a L_a); backward; Adam(lr 1e-3) step
 
 Weights: truncated normal (std 0.02, cut at +-0.04), LayerNorm gains 1, biases 0.
@@ -40,7 +48,10 @@ import math
 
 import numpy as np
 
-__all__ = ["PaperCodeStep", "default_device", "synchronize"]
+__all__ = ["LOGQS", "PaperCodeStep", "default_device", "row_losses", "synchronize"]
+
+# The scripts' losses (module docstring), by the name of the row they train.
+LOGQS = ("corrected", "standard", "none")
 
 
 def _torch():
@@ -59,6 +70,29 @@ def synchronize(device) -> None:
   torch = _torch()
   if torch.device(device).type == "cuda":
     torch.cuda.synchronize(device)
+
+
+def row_losses(logq: str, s_p, s_n, valid, neg_counts, pos_counts, total):
+  """Per-query loss L_a and weight w_a of the script ``logq`` (module docstring), as it computes
+  them: s_p float64 [A, 1], s_n float64 [A, N], valid bool [A, N] (ids != p_a), neg_counts
+  c(ids) [A, N], pos_counts c(p_a) [A], total sum(c). Masks s_n where not valid (a copy)."""
+  torch = _torch()
+  s_n = s_n.masked_fill(~valid, -math.inf)
+  if logq == "corrected":
+    ratio = torch.clamp(neg_counts / (total - pos_counts)[:, None], min=1e-10)
+    s_c = s_n - torch.log(ratio)
+    loss = -torch.log(
+      torch.clamp(torch.exp(s_p[:, 0]) / torch.clamp(torch.exp(s_c).sum(-1), min=1e-10), min=1e-10)
+    )
+    n = torch.clamp(valid.sum(-1, keepdim=True).to(torch.float64), min=1e-10)
+    weight = (1.0 - torch.softmax(torch.cat([s_p, s_c - torch.log(n)], 1), -1)[:, 0]).detach()
+    return loss, weight
+  if logq == "standard":
+    s_n = s_n - torch.log(torch.clamp(neg_counts / total, min=1e-10))
+  elif logq != "none":
+    raise ValueError(f"logq must be one of {LOGQS}, got {logq!r}")
+  loss = -torch.log_softmax(torch.cat([s_p, s_n], 1), -1)[:, 0]
+  return loss, torch.ones_like(loss)
 
 
 def _build_model(
@@ -154,6 +188,7 @@ class PaperCodeStep:
     threads: torch intra-op threads (None: torch's default).
     seed: torch's global seed (initial weights, dropout, negatives).
     ffn_activation: ReLU between the FFN maps (gSASRec-pytorch's block; False: none).
+    logq: the script's loss: "corrected", "standard" or "none" (module docstring).
     device: torch device of the model and the step ("cpu", "cuda", ...; None: "cuda" when
       torch sees a GPU, else "cpu"), as the paper's script puts its model on the GPU.
   """
@@ -174,8 +209,12 @@ class PaperCodeStep:
     seed: int = 0,
     ffn_activation: bool = True,
     device=None,
+    logq: str = "corrected",
   ):
     torch = _torch()
+    if logq not in LOGQS:
+      raise ValueError(f"logq must be one of {LOGQS}, got {logq!r}")
+    self.logq = logq
     self.device = torch.device(device or default_device())
     if threads:
       torch.set_num_threads(int(threads))
@@ -196,6 +235,28 @@ class PaperCodeStep:
     self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3)
     self.counts = torch.from_numpy(counts).to(self.device)
     self.total = self.counts.sum()
+
+  def state_dict(self) -> dict:
+    """What a resumed run needs: the weights, Adam's state and torch's random generators (the
+    dropout, the negatives and the loader's shuffling all draw from them)."""
+    torch = self.torch
+    state = dict(
+      model=self.model.state_dict(),
+      optimizer=self.optimizer.state_dict(),
+      cpu_rng=torch.get_rng_state(),
+    )
+    if self.device.type == "cuda":
+      state["cuda_rng"] = torch.cuda.get_rng_state(self.device)
+    return state
+
+  def load_state_dict(self, state: dict) -> None:
+    """Restores `state_dict`'s output (on this step's device)."""
+    torch = self.torch
+    self.model.load_state_dict(state["model"])
+    self.optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["cpu_rng"])
+    if self.device.type == "cuda" and "cuda_rng" in state:
+      torch.cuda.set_rng_state(state["cuda_rng"], self.device)
 
   def __call__(self, windows):
     """Runs one step on int windows [B, L + 1]; returns (mean loss, mean weight w) as floats."""
@@ -223,14 +284,9 @@ class PaperCodeStep:
     s_p = torch.einsum("ad,ad->a", hidden, table(labels))[:, None].to(torch.float64)
     s_n = torch.einsum("ad,and->an", hidden, table(ids)).to(torch.float64)
     valid = labels[:, None] != ids
-    s_n[~valid] = -torch.inf
-    ratio = torch.clamp(self.counts[ids] / (self.total - self.counts[labels])[:, None], min=1e-10)
-    s_c = s_n - torch.log(ratio)
-    loss = -torch.log(
-      torch.clamp(torch.exp(s_p[:, 0]) / torch.clamp(torch.exp(s_c).sum(-1), min=1e-10), min=1e-10)
+    loss, weight = row_losses(
+      self.logq, s_p, s_n, valid, self.counts[ids], self.counts[labels], self.total
     )
-    n = torch.clamp(valid.sum(-1, keepdim=True).to(torch.float64), min=1e-10)
-    weight = (1.0 - torch.softmax(torch.cat([s_p, s_c - torch.log(n)], 1), -1)[:, 0]).detach()
     loss = (loss * weight).mean()
     loss.backward()
     self.optimizer.step()

@@ -4,6 +4,8 @@ r"""The logQ paper's training script as a whole run: its epoch loop around `Pape
     python -m bench.paper_loop --dataset=sequences --val_users=3000 --max_len=50 \
         --data_path=../shared/data/amazon-sports/sequences.txt --metrics_json=/tmp/sports.json
     python -m bench.paper_loop --max_epochs=1 --metrics_json=/tmp/smoke.json   # one epoch
+    python -m bench.paper_loop --logq=standard --patience=20 --seed=1 \
+        --checkpoint_dir=/tmp/p/ckpt --metrics_json=/tmp/p/metrics.json    # resumable
 
 Written for `bench/time_to_converge.py` from the description of the paper's script (a
 gSASRec-pytorch fork; the mixed-negatives script with the corrected logQ loss), so that "the
@@ -32,6 +34,18 @@ The model, the step and the scoring run on --device (default: cuda when torch se
 the paper's script puts its model there; the loader and the metrics' bookkeeping stay on the
 host). --max_seconds > 0 starts no epoch (after the first) past that much wall of the loop: a
 capped run, whose per-epoch wall and curve bound a full run's time (stopped_by_time in the JSON).
+--logq picks the script: corrected (train_mns_log_new), standard (train_mns_log_old) or none
+(`paper_code_torch.row_losses`).
+
+Resumable (--checkpoint_dir): after every epoch the weights, Adam's state, torch's generators,
+the best weights and the loop's counters and history go to <dir>/paper_loop.pt (written
+atomically); the same command continues from there, and on the CPU the resumed run is the
+uninterrupted one, epoch for epoch (tests/bench/test_paper_loop.py). With --max_seconds it is a
+run in chunks: each invocation writes the best weights' metrics so far and exits with status 3
+until the run has stopped (`while python -m bench.paper_loop ... --checkpoint_dir=D
+--max_seconds=540; [ $? -eq 3 ]; do :; done`). A stopped run resumed with a larger --patience
+goes on as a run with that patience would have: the patience-20 run is the start of the
+patience-200 one. A checkpoint of another run (the settings of IDENTITY, the data) is refused.
 
     metrics(split), per query u (input H_u, target t_u), in batches of --eval_batch_size:
       h_u    = model(left_pad(last L items of H_u))[last position]    [d]
@@ -62,6 +76,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
+from bench.paper_code_torch import LOGQS
 from train import data as data_lib
 from train import epochs as epochs_lib
 
@@ -70,6 +85,11 @@ FLAGS = flags.FLAGS
 KS = (10, 20)
 BATCH_SIZE = 128
 MAX_BATCHES_PER_EPOCH = 100
+CHECKPOINT = "paper_loop.pt"
+PAUSED = 3  # the exit status of a run paused by --max_seconds with --checkpoint_dir
+# What a checkpoint must agree on with the command that resumes it (the patience, the caps, the
+# device, threads and batch sizes of evaluation may change).
+IDENTITY = ("dataset", "val_users", "max_len", "dim", "num_blocks", "seed", "logq")
 
 
 def define_flags() -> None:
@@ -109,6 +129,20 @@ def define_flags() -> None:
     "device", None, "torch device of the model and the step; default cuda when torch sees one."
   )
   flags.DEFINE_integer("seed", 0, "torch's global seed (weights, dropout, negatives, shuffling).")
+  flags.DEFINE_enum(
+    "logq",
+    "corrected",
+    list(LOGQS),
+    "The script's loss: corrected (mixed negatives, corrected logQ), standard (the paper's "
+    "'standard logQ' row: negatives corrected, the positive not) or none.",
+  )
+  flags.DEFINE_string(
+    "checkpoint_dir",
+    None,
+    "Resumable run: the state after every epoch goes to <dir>/paper_loop.pt, and the same "
+    "command resumes from it (a larger --patience or --max_epochs goes on from where it "
+    "stopped). A run paused by --max_seconds exits with status 3.",
+  )
   flags.DEFINE_integer("threads", 0, "torch intra-op threads; 0 = torch's default.")
   flags.DEFINE_integer("loader_workers", 0, "DataLoader num_workers.")
   flags.DEFINE_integer("eval_batch_size", 512, "Validation / test queries per batch.")
@@ -213,6 +247,34 @@ def evaluate(
   return out
 
 
+def _save(path: str, step_fn, best_state, loop: dict) -> None:
+  """Writes the checkpoint atomically (a temporary file, then a rename)."""
+  torch = _torch()
+  tmp = path + ".tmp"
+  torch.save(
+    dict(step=step_fn.state_dict(), best_state=best_state, loop=json.dumps(loop, default=float)),
+    tmp,
+  )
+  os.replace(tmp, path)
+
+
+def _load(path: str, identity: dict):
+  """(step state, best state, loop dict) of the checkpoint at ``path``; ValueError when it was
+  written by a run that differs in ``identity`` (IDENTITY's settings and the data)."""
+  torch = _torch()
+  state = torch.load(path, map_location="cpu", weights_only=True)
+  loop = json.loads(state["loop"])
+  differ = {
+    k: (loop["identity"].get(k), v) for k, v in identity.items() if loop["identity"].get(k) != v
+  }
+  if differ:
+    raise ValueError(
+      f"{path} was written by another run; (its, this command's) settings differ: {differ}. "
+      "Use another --checkpoint_dir, or the run's own settings."
+    )
+  return state["step"], state["best_state"], loop
+
+
 def run(
   *,
   dataset: str = "ml1m",
@@ -226,13 +288,19 @@ def run(
   max_seconds: float = 0.0,
   device=None,
   seed: int = 0,
+  logq: str = "corrected",
+  checkpoint_dir=None,
   threads: int = 0,
   loader_workers: int = 0,
   eval_batch_size: int = 512,
   progress: bool = False,
   report=print,
 ) -> dict:
-  """Trains as the paper's script does (module docstring); returns the metrics JSON's dict."""
+  """Trains as the paper's script does (module docstring); returns the metrics JSON's dict.
+
+  With ``checkpoint_dir`` the run's state is saved after every epoch and a later call with the
+  same settings (IDENTITY) goes on from it: the same epochs, losses and metrics as one call, on
+  the CPU exactly (torch's generators are part of the state)."""
   from bench.paper_code_torch import PaperCodeStep  # pylint: disable=g-import-not-at-top
 
   torch = _torch()
@@ -247,6 +315,7 @@ def run(
     threads=threads or None,
     seed=seed,
     device=device,
+    logq=logq,
   )
   from bench.paper_code_torch import synchronize  # pylint: disable=g-import-not-at-top
 
@@ -255,14 +324,36 @@ def run(
   loader = train_loader(data.train_sequences, max_len, loader_workers)
   steps_per_epoch = min(MAX_BATCHES_PER_EPOCH, len(loader))
   evaluate_split = lambda split: evaluate(model, split, max_len=max_len, batch_size=eval_batch_size)
+  identity = dict(
+    dataset=dataset,
+    val_users=val_users,
+    max_len=max_len,
+    dim=dim,
+    num_blocks=num_blocks,
+    seed=seed,
+    logq=logq,
+    data_fingerprint=data_lib.fingerprint(data),
+  )
 
   history: List[dict] = []
   best, best_epoch, bad, step, best_state = -math.inf, 0, 0, 0, None
+  resumed_at: List[int] = []
+  path = os.path.join(checkpoint_dir, CHECKPOINT) if checkpoint_dir else None
+  if path and os.path.exists(path):
+    step_state, best_state, loop = _load(path, identity)
+    step_fn.load_state_dict(step_state)
+    history, step, bad = loop["history"], loop["step"], loop["bad"]
+    best, best_epoch = loop["best"], loop["best_epoch"]
+    resumed_at = loop["resumed_at"] + [len(history)]
+    phases = epochs_lib.Phases(loop["phases"])
+    report(f"resumed from {path}: epoch {len(history)}, step {step}, best epoch {best_epoch}")
+  elif path:
+    os.makedirs(checkpoint_dir, exist_ok=True)
   first_done = stopped_by_time = False
-  epoch = 0
+  epoch = len(history)
   loop_start = time.perf_counter()
   while epoch < max_epochs and bad < patience:
-    if max_seconds > 0 and epoch and time.perf_counter() - loop_start >= max_seconds:
+    if max_seconds > 0 and first_done and time.perf_counter() - loop_start >= max_seconds:
       stopped_by_time = True
       break
     epoch_start = tick = time.perf_counter()
@@ -312,6 +403,19 @@ def run(
       metrics,
     )
     history.append(record)
+    if path:
+      with phases("checkpoints"):
+        loop = dict(
+          identity=identity,
+          history=history,
+          step=step,
+          bad=bad,
+          best=best,
+          best_epoch=best_epoch,
+          resumed_at=resumed_at,
+          phases=phases.as_dict(),
+        )
+        _save(path, step_fn, best_state, loop)
     report(epochs_lib.report_line(record, improved))
 
   if best_state is not None:
@@ -330,13 +434,16 @@ def run(
       max_seconds=max_seconds,
       device=str(step_fn.device),
       seed=seed,
+      logq=logq,
+      checkpoint_dir=checkpoint_dir,
+      resumed_at_epochs=resumed_at,
       threads=torch.get_num_threads(),
       loader_workers=loader_workers,
       eval_batch_size=eval_batch_size,
       batch_size=BATCH_SIZE,
       torch=torch.__version__,
     ),
-    data_fingerprint=data_lib.fingerprint(data),
+    data_fingerprint=identity["data_fingerprint"],
     num_items=data.num_items,
     steps_per_epoch=steps_per_epoch,
     global_step=step,
@@ -371,6 +478,8 @@ def main(argv):
     max_seconds=FLAGS.max_seconds,
     device=FLAGS.device,
     seed=FLAGS.seed,
+    logq=FLAGS.logq,
+    checkpoint_dir=FLAGS.checkpoint_dir,
     threads=FLAGS.threads,
     loader_workers=FLAGS.loader_workers,
     eval_batch_size=FLAGS.eval_batch_size,
@@ -387,6 +496,9 @@ def main(argv):
     f"{result['test']['recall@20']:.4f} N@20 {result['test']['ndcg@20']:.4f} -> {path}",
     flush=True,
   )
+  if FLAGS.checkpoint_dir and result["stopped_by_time"]:
+    print(f"paused by --max_seconds: the same command resumes from {FLAGS.checkpoint_dir}")
+    sys.exit(PAUSED)
 
 
 if __name__ == "__main__":

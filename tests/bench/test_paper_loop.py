@@ -211,3 +211,138 @@ def test_max_seconds_caps_the_loop_after_a_whole_epoch(tmp_path):
   assert capped["test"]["num_queries"] == NUM_USERS  # a capped run still ends with its metrics
   free = paper_loop.run(**common, max_epochs=2, patience=5, report=len)
   assert free["epochs_done"] == 2 and not free["stopped_by_time"]
+
+
+def _np_script_losses(logq, s_p, s_n, valid, neg_counts, pos_counts, total):
+  """The scripts' per-query loss and weight from bench/paper_code_torch.py's description, in
+  numpy float64, with the gradients of w_a L_a (w a constant) with respect to s_p and s_n."""
+  s_n = np.where(valid, s_n, -np.inf)
+  if logq == "corrected":
+    ratio = np.maximum(neg_counts / (total - pos_counts)[:, None], 1e-10)
+    s_c = s_n - np.log(ratio)
+    z = np.exp(s_c).sum(1)
+    loss = -np.log(np.maximum(np.exp(s_p) / np.maximum(z, 1e-10), 1e-10))
+    n = np.maximum(valid.sum(1), 1e-10)
+    p_hat = np.exp(s_p) / (np.exp(s_p) + z / n)
+    w = 1.0 - p_hat
+    # Away from the clamps: L = -s_p + log z, dL/ds_p = -1, dL/ds_n = softmax(s_c).
+    return loss, w, -w, w[:, None] * np.exp(s_c) / z[:, None]
+  if logq == "standard":
+    s_n = s_n - np.log(neg_counts / total)
+  logits = np.concatenate([s_p[:, None], s_n], 1)
+  probs = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+  return -np.log(probs[:, 0]), np.ones_like(s_p), probs[:, 0] - 1.0, probs[:, 1:]
+
+
+@pytest.mark.parametrize("logq", ["corrected", "standard", "none"])
+def test_script_losses_and_gradients_match_the_description(logq):
+  import torch  # pylint: disable=g-import-not-at-top
+  from bench import paper_code_torch  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(3)
+  a, n = 9, 12
+  s_p = rng.normal(size=a) * 3 + 4  # around log(1/Q'): P^ spread over (0, 1)
+  s_n = rng.normal(size=(a, n)) * 2
+  valid = rng.random((a, n)) > 0.2
+  valid[0] = True
+  neg_counts = rng.integers(1, 50, (a, n)).astype(np.float32)
+  pos_counts = rng.integers(1, 50, a).astype(np.float32)
+  total = np.float32(2000.0)
+  sp_t = torch.tensor(s_p[:, None], requires_grad=True)
+  sn_t = torch.tensor(s_n, requires_grad=True)
+  loss, w = paper_code_torch.row_losses(
+    logq,
+    sp_t,
+    sn_t,
+    torch.from_numpy(valid),
+    torch.from_numpy(neg_counts),
+    torch.from_numpy(pos_counts),
+    torch.tensor(total),
+  )
+  (loss * w).sum().backward()
+  want_loss, want_w, want_gp, want_gn = _np_script_losses(
+    logq, s_p, s_n, valid, neg_counts.astype(np.float64), pos_counts.astype(np.float64), total
+  )
+  np.testing.assert_allclose(loss.detach().numpy(), want_loss, rtol=1e-6)
+  np.testing.assert_allclose(w.numpy(), want_w, rtol=1e-6)
+  assert not w.requires_grad  # the weight is a constant of the gradient
+  np.testing.assert_allclose(sp_t.grad.numpy()[:, 0], want_gp, rtol=1e-6, atol=1e-9)
+  np.testing.assert_allclose(sn_t.grad.numpy(), np.where(valid, want_gn, 0.0), rtol=1e-6, atol=1e-9)
+  if logq == "corrected":
+    assert np.all((w.numpy() > 0) & (w.numpy() < 1)) and np.ptp(w.numpy()) > 0.05
+  with pytest.raises(ValueError, match="logq must be one of"):
+    paper_code_torch.PaperCodeStep(5, np.ones(6), logq="tfrs")
+
+
+def _strip_times(history):
+  return [{k: v for k, v in h.items() if "seconds" not in k} for h in history]
+
+
+@pytest.mark.parametrize("logq", ["corrected", "standard"])
+def test_a_resumed_run_is_the_uninterrupted_run(tmp_path, logq):
+  from bench import paper_loop  # pylint: disable=g-import-not-at-top
+
+  data = write_gsasrec_folder(tmp_path / "data")
+  common = dict(
+    dataset="gsasrec", data_path=str(data), max_len=20, dim=16, num_blocks=1, threads=1, seed=0
+  )
+  common["logq"] = logq
+  whole = paper_loop.run(**common, max_epochs=12, patience=2, report=len)
+  assert whole["stopped_early"] and 3 < whole["epochs_done"] < 12  # stops by patience 2
+
+  ckpt = str(tmp_path / "ckpt")
+  lines: list = []
+  first = paper_loop.run(**common, max_epochs=3, patience=2, checkpoint_dir=ckpt, report=len)
+  assert first["epochs_done"] == 3 and (tmp_path / "ckpt" / paper_loop.CHECKPOINT).exists()
+  second = paper_loop.run(
+    **common, max_epochs=12, patience=2, checkpoint_dir=ckpt, report=lines.append
+  )
+  assert lines[0].startswith("resumed from") and "epoch 3" in lines[0]
+  assert second["paper_loop"]["resumed_at_epochs"] == [3]
+  assert _strip_times(second["history"]) == _strip_times(whole["history"])
+  for key in ("epochs_done", "global_step", "best_epoch", "best_step", "stopped_early"):
+    assert second[key] == whole[key], key
+  assert second["val"] == whole["val"] and second["test"] == whole["test"]
+  w = [h["mean_weight"] for h in whole["history"]]
+  assert all(x < 1 for x in w) if logq == "corrected" else all(x == 1 for x in w)
+
+  # The stopped run, resumed with a larger patience, is the start of the longer-patience run.
+  longer = paper_loop.run(**common, max_epochs=14, patience=4, report=len)
+  more = paper_loop.run(**common, max_epochs=14, patience=4, checkpoint_dir=ckpt, report=len)
+  assert more["epochs_done"] > whole["epochs_done"] and more["paper_loop"]["resumed_at_epochs"]
+  assert _strip_times(more["history"]) == _strip_times(longer["history"])
+  assert more["test"] == longer["test"]
+
+  with pytest.raises(ValueError, match="seed"):
+    paper_loop.run(**dict(common, seed=5), max_epochs=14, patience=4, checkpoint_dir=ckpt)
+
+
+def test_a_paused_binary_exits_3_and_resumes(tmp_path):
+  data = write_gsasrec_folder(tmp_path / "data")
+  out, ckpt = tmp_path / "run" / "metrics.json", tmp_path / "ckpt"
+  cmd = [
+    sys.executable,
+    "-m",
+    "bench.paper_loop",
+    "--dataset=gsasrec",
+    f"--data_path={data}",
+    "--max_len=20",
+    "--dim=16",
+    "--num_blocks=1",
+    "--max_epochs=3",
+    "--patience=5",
+    "--threads=1",
+    "--logq=none",
+    "--max_seconds=1e-9",
+    f"--checkpoint_dir={ckpt}",
+    f"--metrics_json={out}",
+  ]
+  env = dict(os.environ, OMP_NUM_THREADS="1")
+  rcs, epochs = [], []
+  for _ in range(4):
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    rcs.append(proc.returncode)
+    epochs.append(json.loads(out.read_text())["epochs_done"])
+  assert rcs == [3, 3, 0, 0], proc.stderr[-3000:]  # an epoch per call, then done
+  assert epochs == [1, 2, 3, 3]
+  assert json.loads(out.read_text())["paper_loop"]["logq"] == "none"
