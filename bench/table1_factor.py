@@ -15,10 +15,17 @@ test metric of seed s in the two arms:
     verdict "equivalent" iff 0 ∈ interval ⊂ (−m · mean B, +m · mean B)   (m = --margin),
 
 and the same over every (row, seed) pair of the rows together ("all rows"), which assumes one
-effect of the factor on every row. Also written: per run the best epoch, the epoch it stopped at,
-the steps to the best epoch and the training wall-clock (`timing.json`; runs that shared a
-machine have times that cannot be compared), and the validation curves (val NDCG@10 by epoch,
-one thin line per seed, one panel per row) as `curves.png`. The paper's figure is beside each row
+effect of the factor on every row. ``--unpaired``: the two arms' seeds do not pair (the paper's
+own scripts against ours: two programs that draw their randomness differently), so each row gets
+Welch's difference of the means (`eval.paired_stats.independent_difference`), and a single run
+of A is placed against B's 95 % prediction interval of one more run; no pooled row. An arm may
+be a tree of `bench/paper_loop.py` runs, <arm>/<logq>/seed<s>/metrics.json (corrected, standard,
+none: the rows mixed_corrected, mixed_standard, mixed_none).
+
+Also written: per run the best epoch, the epoch it stopped at, the steps to the best epoch and
+the training wall-clock (`timing.json`; runs that shared a machine have times that cannot be
+compared), and the validation curves (val NDCG@10 by epoch, one thin line per seed, one panel per
+row) as `curves.png`. The paper's figure is beside each row
 where Table 1 has it. The report is `factor.md` (and `factor.json`) in --out.
 """
 
@@ -33,6 +40,8 @@ from typing import Dict, List, Optional, Sequence
 
 from bench.common import arms
 from bench.table1.results import collect
+from bench.table1.results import collect_paper_loop
+from bench.table1.results import is_paper_loop_tree
 from bench.table1.rows import PAPER, ROWS
 from eval import paired_stats
 
@@ -47,6 +56,8 @@ def _fmt(x: Optional[float], digits: int = 4, sign: bool = True) -> str:
 
 
 def _rows_found(arm: pathlib.Path, budget: str, setting: str) -> List[str]:
+  if is_paper_loop_tree(arm):
+    return sorted(collect_paper_loop(arm))
   folder = arm / budget / setting
   if not folder.is_dir():
     return []
@@ -71,7 +82,10 @@ def load(
   out = {}
   for row in rows:
     per_arm = tuple(
-      collect(a, budget, [setting], [row])[0].get(setting, {}).get(row, {}) for a in arms
+      collect_paper_loop(a, [row]).get(row, {})
+      if is_paper_loop_tree(a)
+      else collect(a, budget, [setting], [row])[0].get(setting, {}).get(row, {})
+      for a in arms
     )
     out[row] = per_arm
   if not any(runs for pair in out.values() for runs in pair):
@@ -79,8 +93,32 @@ def load(
   return out
 
 
-def statistics(data: Dict, setting: str, margin: float) -> Dict:
-  """Per row and over all rows: each arm's mean ± s.e. and the paired difference A − B."""
+def _independent(va: Dict, vb: Dict, margin: float) -> dict:
+  """Welch's A − B (the seeds do not pair), shaped as a paired difference's record; with one run
+  of A, where it falls against B's 95 % prediction interval of one more run."""
+  mb = paired_stats.mean_se(list(vb.values()))
+  diff = paired_stats.independent_difference(
+    va, vb, margin=(margin * abs(mb["mean"]) if mb["mean"] is not None else None)
+  )
+  out = {k: diff[k] for k in ("mean", "se", "df", "ci", "verdict")}
+  out.update(n=diff["n_first"] + diff["n_second"], seeds=None, positive=None)
+  out["n_a"], out["n_b"] = diff["n_first"], diff["n_second"]
+  if diff["n_first"] == 1:
+    pred = paired_stats.prediction_interval(list(vb.values()))["ci"]
+    out["b_prediction_interval"] = pred
+    if pred is not None:
+      (value,) = va.values()
+      out["verdict"] = (
+        "inside B's prediction interval"
+        if pred[0] <= value <= pred[1]
+        else "outside B's prediction interval"
+      )
+  return out
+
+
+def statistics(data: Dict, setting: str, margin: float, unpaired: bool = False) -> Dict:
+  """Per row and over all rows: each arm's mean ± s.e. and the paired difference A − B; with
+  ``unpaired``, Welch's difference per row (`_independent`) and no pooled row."""
   paper = PAPER.get(setting, {})
   rows = {}
   pooled: Dict[str, tuple] = {m: ({}, {}) for m in METRICS}
@@ -89,6 +127,13 @@ def statistics(data: Dict, setting: str, margin: float) -> Dict:
     for m in METRICS:
       va = {s: float(r["metrics"][m]) for s, r in a.items() if m in r["metrics"]}
       vb = {s: float(r["metrics"][m]) for s, r in b.items() if m in r["metrics"]}
+      if unpaired:
+        per_metric[m] = dict(
+          a=paired_stats.mean_se(list(va.values())),
+          b=paired_stats.mean_se(list(vb.values())),
+          difference=_independent(va, vb, margin),
+        )
+        continue
       mb = paired_stats.mean_se([vb[s] for s in sorted(set(va) & set(vb))])
       diff = paired_stats.paired_difference(
         va, vb, margin=(margin * abs(mb["mean"]) if mb["mean"] is not None else None)
@@ -108,7 +153,9 @@ def statistics(data: Dict, setting: str, margin: float) -> Dict:
       paper=dict(zip(METRICS, paper[row])) if row in paper else None,
       metrics=per_metric,
     )
-  over_rows = {}
+  over_rows: Dict[str, dict] = {}
+  if unpaired:
+    return dict(setting=setting, margin=margin, unpaired=True, rows=rows, all_rows=over_rows)
   for m in METRICS:
     va, vb = pooled[m]
     keys = sorted(va)
@@ -119,10 +166,17 @@ def statistics(data: Dict, setting: str, margin: float) -> Dict:
       margin=(margin * abs(mb["mean"]) if mb["mean"] is not None else None),
     )
     over_rows[m] = {k: diff[k] for k in ("n", "mean", "se", "ci", "positive", "verdict")}
-  return dict(setting=setting, margin=margin, rows=rows, all_rows=over_rows)
+  return dict(setting=setting, margin=margin, unpaired=False, rows=rows, all_rows=over_rows)
 
 
 def _interval(d: dict) -> str:
+  if d["ci"] is None and d.get("n_a") is not None:
+    pred = d.get("b_prediction_interval")
+    return f"{_fmt(d['mean'])} (no interval: {d['n_a']} + {d['n_b']} runs)" + (
+      f"; B's prediction interval [{_fmt(pred[0], sign=False)}, {_fmt(pred[1], sign=False)}]"
+      if pred
+      else ""
+    )
   if d["ci"] is None:
     return f"{_fmt(d['mean'])} (no interval: {d['n']} pair{'s' if d['n'] != 1 else ''})"
   low, high = d["ci"]
@@ -132,10 +186,16 @@ def _interval(d: dict) -> str:
 def report(data: Dict, stats: Dict, names: Sequence[str], budget: str) -> List[str]:
   """The Markdown lines of the report (module docstring)."""
   a_name, b_name = names
+  how = (
+    "independent runs (the seeds do not pair); 95 % intervals of Welch's difference "
+    "(Student's t, Welch–Satterthwaite degrees of freedom); one run of A: against B's 95 % "
+    "prediction interval of one more run"
+    if stats.get("unpaired")
+    else "paired by seed; 95 % intervals (Student's t, n − 1 degrees of freedom)"
+  )
   lines = [
     f"{a_name} (A) against {b_name} (B), setting {stats['setting']}, exact test metrics of the "
-    f"best checkpoint; paired by seed; 95 % intervals (Student's t, n − 1 degrees of freedom); "
-    f"verdict margin ± {stats['margin']:.0%} of B's mean.",
+    f"best checkpoint; {how}; verdict margin ± {stats['margin']:.0%} of B's mean.",
     "",
     f"| row | metric | paper | {a_name}: mean ± s.e. (n) | {b_name}: mean ± s.e. (n) | "
     "A − B, 95 % interval | A ahead in | verdict |",
@@ -156,18 +216,23 @@ def report(data: Dict, stats: Dict, names: Sequence[str], budget: str) -> List[s
         )
       d = s["difference"]
       paper = _fmt(r["paper"][m], sign=False) if r["paper"] else "—"
+      ahead = "—" if d["positive"] is None else f"{d['positive']}/{d['n']}"
       lines.append(
         f"| {r['label']} | {m} | {paper} | {cells[0]} | {cells[1]} | {_interval(d)} | "
-        f"{d['positive']}/{d['n']} | {d['verdict']} |"
+        f"{ahead} | {d['verdict']} |"
       )
-  lines += [
-    "",
-    "All rows together (every (row, seed) pair; assumes one effect of the factor on every row):",
-    "",
-    "| metric | pairs | A − B, 95 % interval | A ahead in | verdict |",
-    "|---|---|---|---|---|",
-  ]
-  for m in METRICS:
+  lines += (
+    []
+    if stats.get("unpaired")
+    else [
+      "",
+      "All rows together (every (row, seed) pair; assumes one effect of the factor on every row):",
+      "",
+      "| metric | pairs | A − B, 95 % interval | A ahead in | verdict |",
+      "|---|---|---|---|---|",
+    ]
+  )
+  for m in stats["all_rows"]:
     d = stats["all_rows"][m]
     lines.append(f"| {m} | {d['n']} | {_interval(d)} | {d['positive']}/{d['n']} | {d['verdict']} |")
   lines += [
@@ -259,6 +324,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   )
   parser.add_argument("--rows", default="", help="rows, comma-separated (default: all found)")
   parser.add_argument("--out", default=None, help="folder for factor.md, factor.json, curves.png")
+  parser.add_argument(
+    "--unpaired",
+    action="store_true",
+    help="the arms' seeds do not pair (e.g. the paper's own scripts against ours): Welch's "
+    "difference per row, no pooled row",
+  )
   args = parser.parse_args(argv)
   names = arms.checked_names(parser, args)
   rows = [r for r in args.rows.split(",") if r] or None
@@ -267,7 +338,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2
-  stats = statistics(data, args.setting, args.margin)
+  stats = statistics(data, args.setting, args.margin, args.unpaired)
   lines = report(data, stats, names, args.budget)
   command = " ".join(["python -m bench.table1_factor", *map(shlex.quote, argv or sys.argv[1:])])
   lines = [f"Written by `{command}` (from the repository root).", ""] + lines
@@ -279,6 +350,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     (out / "factor.md").write_text(text)
     (out / "factor.json").write_text(json.dumps(dict(names=names, **stats), indent=2) + "\n")
     plot_curves(data, names, out / "curves.png")
+  if args.unpaired:
+    for row, r in stats["rows"].items():
+      d = r["metrics"]["recall@20"]["difference"]
+      print(f"summary: {names[0]} − {names[1]}, {row} R@20: {_interval(d)}, {d['verdict']}")
+    return 0
   over = stats["all_rows"]["recall@20"]
   print(
     f"summary: {names[0]} − {names[1]}, R@20 over {over['n']} pairs of "

@@ -33,6 +33,19 @@ both (mappings seed -> value; a seed in only one of them is left out), or positi
               "undefined" (a nan difference), ONE_SEED (n = 1: no interval),
               NO_COMMON_SEED (n = 0).
 
+Independent difference A − B (``independent_difference``), for two sets of runs whose seeds
+do not pair (e.g. two programs that draw their randomness differently): with n_A, n_B runs, their
+means and their variances s_A², s_B² (ddof 1),
+
+    D = mean A − mean B,   s.e.(D) = sqrt(s_A² / n_A + s_B² / n_B),
+    nu = s.e.(D)⁴ / ((s_A² / n_A)² / (n_A − 1) + (s_B² / n_B)² / (n_B − 1))   (Welch–Satterthwaite),
+    interval D ± t_{1 - (1 - c) / 2, nu} · s.e.(D),  verdict as for a paired difference;
+
+below two runs on either side there is no interval (ONE_SEED). Where both spreads are zero the
+interval is [D, D]. Prediction interval of one more run of B (``prediction_interval``, n_B >= 2):
+mean B ± t_{1 - (1 - c) / 2, n_B − 1} · s_B · sqrt(1 + 1 / n_B): a single run of A outside it is
+unlikely (1 − c) to be a run of B.
+
 With a practical margin m > 0 (``margin``, absolute, in the metric's units; a scalar or an array
 of the values' shape), an interval that contains 0 and lies inside (-m, +m) is EQUIVALENT
 ("equivalent"): the data exclude a difference as large as m either way. This is the
@@ -62,6 +75,8 @@ __all__ = [
   "t_critical",
   "mean_se",
   "paired_difference",
+  "independent_difference",
+  "prediction_interval",
 ]
 
 CONFIDENCE = 0.95
@@ -347,3 +362,70 @@ def paired_difference(first, second, confidence: float = CONFIDENCE, margin=None
     low, high = _out(stats["mean"] - half), _out(stats["mean"] + half)
     stats.update(t=t, half_width=half, ci=[low, high], verdict=_verdict(low, high, margin))
   return stats
+
+
+def _scalar_runs(values, name: str) -> np.ndarray:
+  v = _per_seed(values, name)
+  if v.ndim != 1:
+    raise ValueError(f"{name} must hold one number per run, got values of shape {v.shape[1:]}")
+  return v
+
+
+def independent_difference(first, second, confidence: float = CONFIDENCE, margin=None) -> dict:
+  """Welch's difference mean(first) − mean(second) of two independent sets of runs (module
+  docstring): {n_first, n_second, mean, se, df, confidence, t, half_width, ci, verdict};
+  se .. ci None below two runs on a side (verdict ONE_SEED; NO_COMMON_SEED when a side is
+  empty). ``first``, ``second``: sequences of numbers (or mappings seed -> number: the seeds are
+  not paired, only the values are used)."""
+  _check_confidence(confidence)
+  if isinstance(first, Mapping):
+    first = [first[k] for k in sorted(first)]
+  if isinstance(second, Mapping):
+    second = [second[k] for k in sorted(second)]
+  a, b = _scalar_runs(first, "first"), _scalar_runs(second, "second")
+  m = _check_margin(margin, ())
+  out = dict(
+    n_first=int(a.size),
+    n_second=int(b.size),
+    mean=float(a.mean() - b.mean()) if a.size and b.size else None,
+    se=None,
+    df=None,
+    confidence=confidence,
+    t=None,
+    half_width=None,
+    ci=None,
+    margin=None if m is None else float(m),
+  )
+  if not (a.size and b.size):
+    out["verdict"] = NO_COMMON_SEED
+    return out
+  if a.size < 2 or b.size < 2:
+    out["verdict"] = ONE_SEED
+    return out
+  va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+  se = math.sqrt(va + vb)
+  if se == 0.0:
+    half, df, t = 0.0, None, None
+  else:
+    df = se**4 / (va**2 / (a.size - 1) + vb**2 / (b.size - 1))
+    t = t_critical(confidence, df)
+    half = t * se
+  low, high = out["mean"] - half, out["mean"] + half
+  out.update(se=se, df=df, t=t, half_width=half, ci=[low, high])
+  out["verdict"] = _verdict(low, high, m) if np.isfinite(low + high) else UNDEFINED
+  return out
+
+
+def prediction_interval(values, confidence: float = CONFIDENCE) -> dict:
+  """{n, mean, std, confidence, ci}: where one more run of ``values``' kind falls with
+  probability ``confidence`` (module docstring); ci None below two values."""
+  _check_confidence(confidence)
+  v = _scalar_runs(values, "values")
+  out = _mean_se(v)
+  out.pop("se")
+  out["confidence"] = confidence
+  out["ci"] = None
+  if v.size >= 2:
+    half = t_critical(confidence, v.size - 1) * out["std"] * math.sqrt(1 + 1 / v.size)
+    out["ci"] = [out["mean"] - half, out["mean"] + half]
+  return out

@@ -160,3 +160,48 @@ if __name__ == "__main__":  # python -m bench.table1.results RUN_DIR
   )
   _parser.add_argument("run_dir", type=pathlib.Path)
   write_binary_test_results(_parser.parse_args().run_dir)
+
+
+# `bench/paper_loop.py --logq` -> the Table 1 row its script trains.
+PAPER_LOOP_ROWS = {
+  "corrected": "mixed_corrected",
+  "standard": "mixed_standard",
+  "none": "mixed_none",
+}
+
+
+def is_paper_loop_tree(out: pathlib.Path) -> bool:
+  """Whether `out` holds runs of the paper's own scripts: <out>/<logq>/seed<s>/metrics.json."""
+  return any(out.glob("*/seed*/metrics.json")) and all(
+    p.parent.parent.name in PAPER_LOOP_ROWS for p in out.glob("*/seed*/metrics.json")
+  )
+
+
+def collect_paper_loop(
+  out: pathlib.Path, rows: Optional[Sequence[str]] = None
+) -> Dict[str, Dict[int, dict]]:
+  """{row: {seed: record}} of the finished `bench/paper_loop.py` runs under `out`, laid out as
+  <out>/<logq>/seed<s>/metrics.json (a run is finished when its JSON is there and it was not
+  stopped by --max_seconds); records as `load_run`'s: test metrics, the validation curve, best
+  epoch, epochs, steps to the best epoch and the training wall-clock (train_seconds)."""
+  found: Dict[str, Dict[int, dict]] = {}
+  for logq, row in PAPER_LOOP_ROWS.items():
+    if rows is not None and row not in rows:
+      continue
+    for folder in sorted((out / logq).glob("seed*")):
+      m = read_json(folder / "metrics.json")
+      if not folder.name[4:].isdigit() or not isinstance(m, dict) or "test" not in m:
+        continue
+      if m.get("stopped_by_time"):
+        continue
+      seed = int(folder.name[4:])
+      record = dict(row=row, seed=seed, run_dir=str(folder), metrics=m["test"])
+      record["curve"] = [
+        {k: h[k] for k in ("step", *CURVES) if k in h} for h in m.get("history") or []
+      ]
+      for key in ("best_step", "best_epoch", "epochs_done", "global_step", "stopped_early"):
+        if key in m:
+          record[key] = m[key]
+      record["train_seconds"] = m.get("train_wall_seconds")
+      found.setdefault(row, {})[seed] = record
+  return found

@@ -167,3 +167,55 @@ def test_bad_arguments_are_refused(tmp_path, capsys):
     tf1.main([f"--a={a}", f"--b={b}", "--names=one"])
   with pytest.raises(SystemExit):
     tf1.main([f"--a={a}", f"--b={b}", "--margin=0"])
+
+
+def _paper_run(root, logq, seed, recall, epochs=5, best=3, stopped_by_time=False):
+  """A bench/paper_loop.py metrics JSON, where the paper-code queue keeps it."""
+  d = root / logq / f"seed{seed}"
+  d.mkdir(parents=True)
+  history = [
+    {"epoch": e, "step": 48 * e, "val_ndcg@10": 0.01 * e, "wall_seconds": 100.0}
+    for e in range(1, epochs + 1)
+  ]
+  m = dict(
+    test={"recall@20": recall, "ndcg@20": recall / 2},
+    history=history,
+    best_epoch=best,
+    best_step=48 * best,
+    epochs_done=epochs,
+    global_step=48 * epochs,
+    stopped_early=True,
+    stopped_by_time=stopped_by_time,
+    train_wall_seconds=100.0 * epochs,
+  )
+  (d / "metrics.json").write_text(json.dumps(m))
+
+
+def test_paper_code_arm_unpaired_welch_and_prediction_interval(tmp_path):
+  from scipy import stats as st  # pylint: disable=g-import-not-at-top
+
+  _, ours = _trees(tmp_path, budget="")
+  paper = tmp_path / "paper"
+  for seed, r in enumerate([0.39, 0.395]):
+    _paper_run(paper, "none", seed, r)
+  _paper_run(paper, "corrected", 0, 0.40)
+  _paper_run(paper, "corrected", 1, 0.30, stopped_by_time=True)  # paused: not finished
+  data = tf1.load([paper, ours], "", "ml1m_loo")
+  assert sorted(data) == ["mixed_corrected", "mixed_none"]
+  assert sorted(data["mixed_corrected"][0]) == [0]
+  stats = tf1.statistics(data, "ml1m_loo", margin=0.02, unpaired=True)
+  assert stats["all_rows"] == {}
+  d = stats["rows"]["mixed_none"]["metrics"]["recall@20"]["difference"]
+  ref = st.ttest_ind([0.39, 0.395], B["mixed_none"], equal_var=False)
+  assert d["ci"] == pytest.approx(list(ref.confidence_interval(0.95)), rel=1e-9)
+  assert d["verdict"] == "ahead" and (d["n_a"], d["n_b"]) == (2, 3)
+  # One paper run: placed against our prediction interval of one more run.
+  one = stats["rows"]["mixed_corrected"]["metrics"]["recall@20"]["difference"]
+  b = np.asarray(B["mixed_corrected"])
+  half = st.t.ppf(0.975, 2) * b.std(ddof=1) * np.sqrt(1 + 1 / 3)
+  assert one["b_prediction_interval"] == pytest.approx([b.mean() - half, b.mean() + half])
+  assert one["verdict"] == "inside B's prediction interval" and one["ci"] is None
+  lines = tf1.report(data, stats, ["paper code", "ours"], "")
+  assert "independent runs" in lines[0] and not any(line.startswith("All rows") for line in lines)
+  assert any("| Mixed, without logQ | 0 | 3 / 5, 144, 0.3900, 0.1950, 500 |" in x for x in lines)
+  assert tf1.main([f"--a={paper}", f"--b={ours}", "--budget=", "--unpaired"]) == 0

@@ -211,3 +211,46 @@ def test_one_common_seed_gives_no_interval_and_none_no_statistic():
     0,
     ps.NO_COMMON_SEED,
   )
+
+
+def test_independent_difference_is_welchs_interval():
+  rng = np.random.default_rng(5)
+  for n_a, n_b in ((3, 3), (2, 6), (5, 3)):
+    a = rng.normal(0.38, 0.01, n_a)
+    b = rng.normal(0.37, 0.004, n_b)
+    got = ps.independent_difference(list(a), list(b), confidence=0.9)
+    ref = stats.ttest_ind(a, b, equal_var=False)
+    low, high = ref.confidence_interval(0.9)
+    assert got["df"] == pytest.approx(ref.df, rel=1e-10)
+    assert got["ci"] == pytest.approx([low, high], rel=1e-9)
+    assert got["mean"] / got["se"] == pytest.approx(ref.statistic, rel=1e-10)
+    assert (got["n_first"], got["n_second"]) == (n_a, n_b)
+  # Seeds are not paired: a mapping's keys are ignored.
+  by_seed = ps.independent_difference({0: 1.0, 1: 3.0}, {7: 1.0, 9: 2.0, 4: 0.5})
+  assert by_seed["mean"] == pytest.approx(2.0 - 3.5 / 3)
+  assert ps.independent_difference([1.0, 2.0], [5.0, 6.0])["verdict"] == "behind"
+  one = ps.independent_difference([0.4], [0.37, 0.38, 0.39])
+  assert one["verdict"] == ps.ONE_SEED and one["ci"] is None
+  assert one["mean"] == pytest.approx(0.02)
+  flat = ps.independent_difference([1.0, 1.0], [0.5, 0.5])
+  assert flat["ci"] == [0.5, 0.5] and flat["verdict"] == "ahead"
+  assert ps.independent_difference([], [1.0])["verdict"] == ps.NO_COMMON_SEED
+  with pytest.raises(ValueError, match="one number per run"):
+    ps.independent_difference([[1.0, 2.0]], [[1.0, 2.0]])
+
+
+def test_prediction_interval_covers_one_more_run():
+  v = [0.365, 0.386, 0.384]
+  got = ps.prediction_interval(v)
+  m, s = np.mean(v), np.std(v, ddof=1)
+  half = stats.t.ppf(0.975, 2) * s * np.sqrt(1 + 1 / 3)
+  assert got["ci"] == pytest.approx([m - half, m + half], rel=1e-10)
+  # Coverage: one more draw of the same normal falls inside 95 % of the time.
+  rng = np.random.default_rng(0)
+  inside = 0
+  for _ in range(4000):
+    x = rng.normal(size=4)
+    low, high = ps.prediction_interval(list(x[:3]))["ci"]
+    inside += low <= x[3] <= high
+  assert 0.94 < inside / 4000 < 0.96
+  assert ps.prediction_interval([0.4])["ci"] is None
