@@ -32,6 +32,11 @@
 #                  -> OUT/table1/mixed_<arm>/<logq>/seed<s>, OUT/table1/full_softmax/seed<s>
 #                  A run cut by the time left keeps its curve: each seed's last checkpoint's
 #                  state (history included) is written to <seed>/last_state.json.
+#   7. paper_runs_<logq>_s<seed>  the paper's own scripts converged (bench/paper_loop.py,
+#                  PyTorch on the GPU): logq in PAPER_LOGQS (corrected standard), seeds
+#                  PAPER_SEEDS (0 1 2), patience PAPER_PATIENCE (200); each resumable from its
+#                  checkpoint (--checkpoint_dir, on the same machine) and paused by --max_seconds
+#                  before its part's cap (PAPER_RUNS_CAP, 600 s)  -> OUT/paper/<logq>/seed<s>
 #
 # Environment: PYTHON (default python), PARTS (the parts to run, space-separated names or their
 # first word before "_"; default all; e.g. "ttc_ml1m table1"), STEP_ROUNDS (5), STEP_STEPS (20),
@@ -40,7 +45,7 @@
 # budget), PAPER_SECONDS (240), TABLE1_ROWS
 # (mixed_corrected mixed_standard mixed_none full_softmax), TABLE1_ARMS (query), TABLE1_CAP
 # (seconds per table1 part, 900), TABLE1_FLAGS (more flags of the table1 runs, e.g.
-# --checkpoint_every_seconds=15).
+# --checkpoint_every_seconds=15), PAPER_LOGQS, PAPER_SEEDS, PAPER_PATIENCE, PAPER_RUNS_CAP (7.).
 # On a machine with JAX and PyTorch but no keras (as on 2026-11-27): bring keras 3.15.1, namex and
 # optree as wheels and the data inside the tree (ignored folders, e.g. .whl and .devdata), then
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl &&
@@ -156,6 +161,20 @@ if [ -n "$full" ]; then
     --seeds=0,1,2,3,4 --noprogress --early_stopping_patience=200 --shuffle_rng=numpy \
     --test_curve --loss=full_softmax ${TABLE1_FLAGS:-} --model_dir="$OUT/table1/full_softmax"
 fi
+# The paper's own scripts to their early stop, one part per run; "done" once the run has stopped
+# (its metrics.json is written at every pause too: the best epoch so far).
+for logq in ${PAPER_LOGQS:-corrected standard}; do
+  for seed in ${PAPER_SEEDS:-0 1 2}; do
+    dir="$OUT/paper/$logq/seed$seed"
+    cap=${PAPER_RUNS_CAP:-600}
+    [ "$(left)" -lt "$cap" ] && cap=$(left)
+    part "paper_runs_${logq}_s$seed" "$dir/done" 120 "$cap" \
+      bash -c '"$0" -m bench.paper_loop --dataset=ml1m --data_path="$1/ml1m" --logq="$2" \
+        --seed="$3" --patience="$4" --checkpoint_dir="$5" --max_seconds="$6" \
+        --metrics_json="$5/metrics.json" && touch "$5/done"' \
+      "$PY" "$DATA" "$logq" "$seed" "${PAPER_PATIENCE:-200}" "$dir" "$(( cap - 90 ))"
+  done
+done
 # The curves of runs cut by the deadline: each seed's last checkpoint's state.
 if [ -d "$OUT/table1" ]; then
   "$PY" - "$OUT/table1" <<'PYEOF' >> "$OUT/session.log" 2>&1
@@ -178,5 +197,5 @@ log "session over ($(left) s left)"
 # Everything but the weights, in one file (the device returns at most 8 files, 2 levels deep).
 pack=$(mktemp "${TMPDIR:-/tmp}/gpu_session.XXXXXX")  # outside OUT, which it packs
 tar -czf "$pack" -C "$OUT" --exclude='*.keras' --exclude='*.weights.h5' --exclude='*.npz' \
-  --exclude='*.ckpt*' --exclude='checkpoint*' --exclude='session.tar.gz' . \
+  --exclude='*.ckpt*' --exclude='checkpoint*' --exclude='*.pt' --exclude='session.tar.gz' . \
   && mv "$pack" "$OUT/session.tar.gz" && log "packed $(du -h "$OUT/session.tar.gz" | cut -f1)"

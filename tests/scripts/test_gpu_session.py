@@ -19,16 +19,16 @@ PARTS = [
   "paper_ml1m",
   "table1_mixed_query",
   "table1_full_softmax",
-]
+] + [f"paper_runs_{logq}_s{seed}" for logq in ("corrected", "standard") for seed in (0, 1, 2)]
 
 
-def _run(*args, env=None):
+def _run(*args, env=None, timeout=60):
   return subprocess.run(
     ["bash", "scripts/gpu_session.sh", *args],
     cwd=ROOT,
     capture_output=True,
     text=True,
-    timeout=60,
+    timeout=timeout,
     env=None if env is None else {**os.environ, **env},
   )
 
@@ -62,7 +62,7 @@ def test_parts_and_table1_arms_choose_what_runs(tmp_path):
   said = {line.split()[1].rstrip(":"): line for line in lines[:-2]}
   assert list(said) == [
     "env", "step", "ttc_ml1m", "ttc_ml1m_warm", "concurrent", "paper_ml1m",
-    "table1_mixed_query", "table1_mixed_sequence",
+    "table1_mixed_query", "table1_mixed_sequence", *PARTS[8:],
   ]  # fmt: skip
   for name in ("step", "ttc_ml1m_warm", "concurrent", "paper_ml1m"):
     assert "not in PARTS, skipped" in said[name]
@@ -120,3 +120,42 @@ def test_a_cut_table1_run_keeps_its_last_checkpoint_state(tmp_path):
   assert state["epoch"] == 2 and len(state["history"]) == 2
   with tarfile.open(tmp_path / "session.tar.gz") as tar:
     assert "./table1/mixed_query/none/seed3/last_state.json" in tar.getnames()
+
+
+def test_paper_runs_train_the_papers_script_to_its_stop(tmp_path):
+  """Part 7 on the CPU with a small gSASRec folder as the data's ml1m: the paper's script
+  (bench/paper_loop.py) runs to its early stop, resumable from its checkpoint, which stays out
+  of the packed results; a rerun finds it done."""
+  sys.path.insert(0, str(ROOT / "tests" / "bench"))
+  try:
+    from test_paper_loop import write_gsasrec_folder  # pylint: disable=g-import-not-at-top
+  finally:
+    sys.path.pop(0)
+  data = tmp_path / "data"
+  write_gsasrec_folder(data / "ml1m")
+  env = dict(
+    PARTS="paper_runs_none_s1",
+    PAPER_LOGQS="none",
+    PAPER_SEEDS="1",
+    PAPER_PATIENCE="2",
+    PYTHON=sys.executable,
+    OMP_NUM_THREADS="1",
+  )
+  out = tmp_path / "out"
+  proc = _run(str(out), "3", str(data), env=env, timeout=170)
+  assert proc.returncode == 0, proc.stderr
+  run = out / "paper" / "none" / "seed1"
+  assert (run / "done").exists(), (out / "paper_runs_none_s1.log").read_text()[-2000:]
+  import json  # pylint: disable=g-import-not-at-top
+
+  m = json.loads((run / "metrics.json").read_text())
+  assert m["stopped_early"] and m["paper_loop"]["logq"] == "none" and m["paper_loop"]["seed"] == 1
+  assert (run / "paper_loop.pt").exists()
+  with tarfile.open(out / "session.tar.gz") as tar:
+    names = tar.getnames()
+  assert "./paper/none/seed1/metrics.json" in names and not any(n.endswith(".pt") for n in names)
+  again = _run(str(out), "3", str(data), env=env)
+  assert (
+    again.returncode == 0
+    and "paper_runs_none_s1: done before, skipped" in (out / "session.log").read_text()
+  )
