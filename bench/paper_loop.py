@@ -45,7 +45,7 @@ run in chunks: each invocation writes the best weights' metrics so far and exits
 until the run has stopped (`while python -m bench.paper_loop ... --checkpoint_dir=D
 --max_seconds=540; [ $? -eq 3 ]; do :; done`). A stopped run resumed with a larger --patience
 goes on as a run with that patience would have: the patience-20 run is the start of the
-patience-200 one. A checkpoint of another run (the settings of IDENTITY, the data) is refused.
+patience-200 one. A checkpoint of another run (other data, model, seed or --logq) is refused.
 
     metrics(split), per query u (input H_u, target t_u), in batches of --eval_batch_size:
       h_u    = model(left_pad(last L items of H_u))[last position]    [d]
@@ -87,9 +87,6 @@ BATCH_SIZE = 128
 MAX_BATCHES_PER_EPOCH = 100
 CHECKPOINT = "paper_loop.pt"
 PAUSED = 3  # the exit status of a run paused by --max_seconds with --checkpoint_dir
-# What a checkpoint must agree on with the command that resumes it (the patience, the caps, the
-# device, threads and batch sizes of evaluation may change).
-IDENTITY = ("dataset", "val_users", "max_len", "dim", "num_blocks", "seed", "logq")
 
 
 def define_flags() -> None:
@@ -260,7 +257,7 @@ def _save(path: str, step_fn, best_state, loop: dict) -> None:
 
 def _load(path: str, identity: dict):
   """(step state, best state, loop dict) of the checkpoint at ``path``; ValueError when it was
-  written by a run that differs in ``identity`` (IDENTITY's settings and the data)."""
+  written by a run that differs in ``identity`` (the run's settings and its data)."""
   torch = _torch()
   state = torch.load(path, map_location="cpu", weights_only=True)
   loop = json.loads(state["loop"])
@@ -299,8 +296,8 @@ def run(
   """Trains as the paper's script does (module docstring); returns the metrics JSON's dict.
 
   With ``checkpoint_dir`` the run's state is saved after every epoch and a later call with the
-  same settings (IDENTITY) goes on from it: the same epochs, losses and metrics as one call, on
-  the CPU exactly (torch's generators are part of the state)."""
+  same settings (data, model, seed, logq) goes on from it: the same epochs, losses and metrics
+  as one call, on the CPU exactly (torch's generators are part of the state)."""
   from bench.paper_code_torch import PaperCodeStep  # pylint: disable=g-import-not-at-top
 
   torch = _torch()
@@ -324,7 +321,9 @@ def run(
   loader = train_loader(data.train_sequences, max_len, loader_workers)
   steps_per_epoch = min(MAX_BATCHES_PER_EPOCH, len(loader))
   evaluate_split = lambda split: evaluate(model, split, max_len=max_len, batch_size=eval_batch_size)
-  identity = dict(
+  # What a checkpoint must agree on with the command that resumes it (the patience, the caps,
+  # the device, threads and evaluation batches may change).
+  settings = dict(
     dataset=dataset,
     val_users=val_users,
     max_len=max_len,
@@ -332,8 +331,8 @@ def run(
     num_blocks=num_blocks,
     seed=seed,
     logq=logq,
-    data_fingerprint=data_lib.fingerprint(data),
   )
+  identity = dict(settings, data_fingerprint=data_lib.fingerprint(data))
 
   history: List[dict] = []
   best, best_epoch, bad, step, best_state = -math.inf, 0, 0, 0, None
@@ -423,18 +422,12 @@ def run(
       model.load_state_dict(best_state)
   result = dict(
     paper_loop=dict(
-      dataset=dataset,
+      settings,
       data_path=data_path,
-      val_users=val_users,
-      max_len=max_len,
-      dim=dim,
-      num_blocks=num_blocks,
       patience=patience,
       max_epochs=max_epochs,
       max_seconds=max_seconds,
       device=str(step_fn.device),
-      seed=seed,
-      logq=logq,
       checkpoint_dir=checkpoint_dir,
       resumed_at_epochs=resumed_at,
       threads=torch.get_num_threads(),

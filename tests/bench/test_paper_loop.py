@@ -50,6 +50,22 @@ def write_gsasrec_folder(root: pathlib.Path, seed: int = 0) -> pathlib.Path:
   return root
 
 
+def _command(data, *flags):
+  """The binary on a small folder with a small model (one thread)."""
+  return [
+    sys.executable,
+    "-m",
+    "bench.paper_loop",
+    "--dataset=gsasrec",
+    f"--data_path={data}",
+    "--max_len=20",
+    "--dim=16",
+    "--num_blocks=1",
+    "--threads=1",
+    *flags,
+  ]
+
+
 def test_binary_writes_the_metrics_json(tmp_path):
   pytest.importorskip("torch")
   data = write_gsasrec_folder(tmp_path / "data")
@@ -57,20 +73,7 @@ def test_binary_writes_the_metrics_json(tmp_path):
   env = dict(os.environ, OMP_NUM_THREADS="1")
   start = time.perf_counter()
   proc = subprocess.run(
-    [
-      sys.executable,
-      "-m",
-      "bench.paper_loop",
-      "--dataset=gsasrec",
-      f"--data_path={data}",
-      "--max_len=20",
-      "--dim=16",
-      "--num_blocks=1",
-      "--max_epochs=3",
-      "--patience=2",
-      "--threads=1",
-      f"--metrics_json={out}",
-    ],
+    _command(data, "--max_epochs=3", "--patience=2", f"--metrics_json={out}"),
     cwd=ROOT,
     env=env,
     capture_output=True,
@@ -320,23 +323,15 @@ def test_a_resumed_run_is_the_uninterrupted_run(tmp_path, logq):
 def test_a_paused_binary_exits_3_and_resumes(tmp_path):
   data = write_gsasrec_folder(tmp_path / "data")
   out, ckpt = tmp_path / "run" / "metrics.json", tmp_path / "ckpt"
-  cmd = [
-    sys.executable,
-    "-m",
-    "bench.paper_loop",
-    "--dataset=gsasrec",
-    f"--data_path={data}",
-    "--max_len=20",
-    "--dim=16",
-    "--num_blocks=1",
+  cmd = _command(
+    data,
     "--max_epochs=3",
     "--patience=5",
-    "--threads=1",
     "--logq=none",
     "--max_seconds=1e-9",
     f"--checkpoint_dir={ckpt}",
     f"--metrics_json={out}",
-  ]
+  )
   env = dict(os.environ, OMP_NUM_THREADS="1")
   rcs, epochs = [], []
   for _ in range(4):
