@@ -4,7 +4,8 @@ Written for this bench from the description of the paper's code (a gSASRec-pytor
 mixed-negatives script with the corrected logQ loss), reproducing its computation, its dtypes and
 its memory layout, so that "ours vs the paper code" is measured in one run on one machine. It is
 eager PyTorch, as the paper code runs. PyTorch is an optional extra (``pip install torch``): this
-module imports it lazily and nothing in the test suite needs it.
+module imports it lazily (the test extra installs it: the scripts' losses and the whole loop are
+tested in tests/bench/test_paper_loop.py).
 
 One step on a batch of left-padded windows ``w`` int [B, L + 1] (0 = padding; ML-1M: B = 128,
 L = 200, d = 128, 2 blocks, 1 head, dropout 0.5 everywhere):
