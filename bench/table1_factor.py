@@ -238,7 +238,8 @@ def report(data: Dict, stats: Dict, names: Sequence[str], budget: str) -> List[s
   lines += [
     "",
     "Per run: best epoch / epoch stopped at, steps to the best epoch, exact test R@20 and "
-    "NDCG@20, training wall-clock (s, `timing.json`).",
+    "NDCG@20, training wall-clock (s: `timing.json`, else the binary's train_wall_seconds, "
+    "summed over resumed chunks).",
     "",
     f"| row | seed | {a_name} | {b_name} |",
     "|---|---|---|---|",
@@ -251,7 +252,7 @@ def report(data: Dict, stats: Dict, names: Sequence[str], budget: str) -> List[s
         if r is None:
           cells.append("not finished")
           continue
-        wall = r.get("train_seconds")
+        wall = r.get("train_seconds", r.get("train_wall_seconds"))
         cells.append(
           f"{r.get('best_epoch', '—')} / {r.get('epochs_done', '—')}, {r.get('best_step', '—')}, "
           f"{r['metrics']['recall@20']:.4f}, {r['metrics']['ndcg@20']:.4f}, "

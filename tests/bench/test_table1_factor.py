@@ -115,6 +115,17 @@ def test_unfinished_run_is_left_out_of_its_pair_and_shown(tmp_path):
   assert any(
     "| Mixed, without logQ | 0 | 3 / 6, 144, 0.3600, 0.1800, 100 |" in line for line in lines
   )
+  # A run without timing.json (a run continued by the binary itself): its train_wall_seconds.
+  d = a / "full" / "ml1m_loo" / "mixed_none" / "seed1"
+  (d / "timing.json").unlink()
+  metrics = json.loads((d / "train_metrics.json").read_text())
+  (d / "train_metrics.json").write_text(json.dumps(dict(metrics, train_wall_seconds=777.0)))
+  data = tf1.load([a, b], "full", "ml1m_loo", ["mixed_none"])
+  lines = tf1.report(data, tf1.statistics(data, "ml1m_loo", margin=0.02), ["x", "y"], "full")
+  assert any(
+    line.startswith("| Mixed, without logQ | 1 | 3 / 6, 144, 0.3700, 0.1850, 777 |")
+    for line in lines
+  )
 
 
 def test_two_pairs_and_one_pair(tmp_path):
