@@ -379,3 +379,26 @@ def test_frequency_seed_is_the_hash_seed(tiny):
     assert (
       build_estimator(RunConfig.create(frequency=kind, seed=3, frequency_seed=9), tiny).seed == 9
     )
+
+
+def test_a_stopped_run_continued_with_a_longer_patience_is_that_patiences_run(tiny, tmp_path):
+  """The patience factor's method (docs/results/table1/patience_factor/): a run stopped by
+  patience 1, rerun on a copy of its folder with patience 3, is the run trained with patience 3
+  from the start: the same epochs, losses and validation curve, best epoch and test metrics."""
+  import shutil  # pylint: disable=g-import-not-at-top
+
+  def run(folder, patience):
+    return _small_trainer(
+      tiny, tmp_path / folder, epochs=14, early_stopping_patience=patience, learning_rate=0.02
+    ).run()
+
+  short = run("short", 1)
+  longer = run("long", 3)
+  assert short["stopped_early"] and short["epochs_done"] < longer["epochs_done"]
+  shutil.copytree(tmp_path / "short", tmp_path / "continued")
+  continued = run("continued", 3)
+  strip = lambda h: [{k: v for k, v in e.items() if "seconds" not in k} for e in h]
+  assert strip(continued["history"]) == strip(longer["history"])
+  for key in ("epochs_done", "global_step", "best_epoch", "best_step", "stopped_early"):
+    assert continued[key] == longer[key], key
+  assert continued["test"] == longer["test"] and continued["val"] == longer["val"]
