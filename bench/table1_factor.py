@@ -79,13 +79,14 @@ def load(
     raise ValueError(f"unknown rows {unknown}; rows are those of bench/table1/rows.py")
   if not rows:
     raise ValueError(f"no row folder under {[str(a / budget / setting) for a in arms]}")
+  paper_trees = [is_paper_loop_tree(a) for a in arms]
   out = {}
   for row in rows:
     per_arm = tuple(
       collect_paper_loop(a, [row]).get(row, {})
-      if is_paper_loop_tree(a)
+      if paper
       else collect(a, budget, [setting], [row])[0].get(setting, {}).get(row, {})
-      for a in arms
+      for a, paper in zip(arms, paper_trees)
     )
     out[row] = per_arm
   if not any(runs for pair in out.values() for runs in pair):

@@ -38,6 +38,29 @@ def read_json(path: pathlib.Path):
     return None
 
 
+# What a run's metrics JSON says of its training, copied into its record.
+TRAINING_KEYS = (
+  "best_step",
+  "best_epoch",
+  "epochs_done",
+  "global_step",
+  "stopped_early",
+  "train_wall_seconds",
+)
+
+
+def _add_training(record: dict, metrics, history) -> None:
+  """Adds to ``record`` the validation curve of ``history`` (its CURVES keys by step) and the
+  TRAINING_KEYS that ``metrics`` (a run's metrics JSON, or None) holds."""
+  record["curve"] = [
+    {k: h[k] for k in ("step", *CURVES) if k in h}
+    for h in history
+    if isinstance(h, dict) and "step" in h
+  ]
+  if isinstance(metrics, dict):
+    record.update({key: metrics[key] for key in TRAINING_KEYS if key in metrics})
+
+
 def load_run(out: pathlib.Path, budget: str, setting: str, row: str, seed: int) -> Optional[dict]:
   """The record of one finished run (None if its eval results are absent or unreadable):
   exact and ScaNN metrics, recall by popularity decile, the validation curve, timing, and the
@@ -59,22 +82,7 @@ def load_run(out: pathlib.Path, budget: str, setting: str, row: str, seed: int) 
     or (train_metrics or {}).get("history")
     or []
   )  # in its metrics JSON only
-  record["curve"] = [
-    {k: h[k] for k in ("step", *CURVES) if k in h}
-    for h in history
-    if isinstance(h, dict) and "step" in h
-  ]
-  if isinstance(train_metrics, dict):
-    for key in (
-      "best_step",
-      "best_epoch",
-      "epochs_done",
-      "global_step",
-      "stopped_early",
-      "train_wall_seconds",
-    ):
-      if key in train_metrics:
-        record[key] = train_metrics[key]
+  _add_training(record, train_metrics, history)
   if isinstance(train_metrics, dict) and "config" in train_metrics:
     try:
       record["train_flags"] = RunConfig.from_dict(train_metrics["config"]).to_flags(
@@ -182,8 +190,8 @@ def collect_paper_loop(
 ) -> Dict[str, Dict[int, dict]]:
   """{row: {seed: record}} of the finished `bench/paper_loop.py` runs under `out`, laid out as
   <out>/<logq>/seed<s>/metrics.json (a run is finished when its JSON is there and it was not
-  stopped by --max_seconds); records as `load_run`'s: test metrics, the validation curve, best
-  epoch, epochs, steps to the best epoch and the training wall-clock (train_seconds)."""
+  stopped by --max_seconds); records as `load_run`'s: test metrics, the validation curve and
+  the TRAINING_KEYS (best epoch, epochs, steps to the best epoch, training wall-clock)."""
   found: Dict[str, Dict[int, dict]] = {}
   for logq, row in PAPER_LOOP_ROWS.items():
     if rows is not None and row not in rows:
@@ -196,12 +204,6 @@ def collect_paper_loop(
         continue
       seed = int(folder.name[4:])
       record = dict(row=row, seed=seed, run_dir=str(folder), metrics=m["test"])
-      record["curve"] = [
-        {k: h[k] for k in ("step", *CURVES) if k in h} for h in m.get("history") or []
-      ]
-      for key in ("best_step", "best_epoch", "epochs_done", "global_step", "stopped_early"):
-        if key in m:
-          record[key] = m[key]
-      record["train_seconds"] = m.get("train_wall_seconds")
+      _add_training(record, m, m.get("history") or [])
       found.setdefault(row, {})[seed] = record
   return found
