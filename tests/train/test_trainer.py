@@ -1,6 +1,8 @@
 """train.trainer: every estimator and tower setting of the RunConfig reaches the object built
 (get_config of the estimators; the two-tower's layers), so no flag is silently ignored."""
 
+import shutil
+
 import numpy as np
 import pytest
 
@@ -385,7 +387,6 @@ def test_a_stopped_run_continued_with_a_longer_patience_is_that_patiences_run(ti
   """The patience factor's method (docs/results/table1/patience_factor/): a run stopped by
   patience 1, rerun on a copy of its folder with patience 3, is the run trained with patience 3
   from the start: the same epochs, losses and validation curve, best epoch and test metrics."""
-  import shutil  # pylint: disable=g-import-not-at-top
 
   def run(folder, patience):
     return _small_trainer(
