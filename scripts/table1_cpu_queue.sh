@@ -40,6 +40,8 @@ DATA=$(cd "${3:-$ROOT/../shared/data}" && pwd) || exit 2
 PY=${PYTHON:-$ROOT/.venv/bin/python}
 DRY=${DRY_RUN:-0}
 RESULTS=$ROOT/docs/results/table1
+OURS=${OURS_COMMIT:-e2e26cb}
+PAPER=${PAPER_COMMIT:-3076b96}
 if [ "${NICE:-0}" -gt 0 ] && [ "$DRY" != 1 ]; then
   # Under the scheduler's autogroups a thread's nice counts only inside its session's group:
   # lower the group too (this queue's own session when started with setsid).
@@ -84,35 +86,35 @@ run() { # run MARKER SRC COMMAND...: runs COMMAND in the worktree SRC unless MAR
 }
 
 patience_queue() {
-  local src out row seed run dest
-  src=$(worktree "${OURS_COMMIT:-e2e26cb}") || exit 1
+  local src out row seed folder dest
+  src=$(worktree "$OURS") || exit 1
   out=$WORK/patience
   for spec in ${PATIENCE_RUNS:-mixed_none:2 mixed_corrected:0 mixed_corrected:1 \
     mixed_corrected:2 mixed_standard:0 mixed_standard:1 mixed_standard:2}; do
     row=${spec%%:*}
     seed=${spec##*:}
-    run=$out/full/ml1m_loo/$row/seed$seed
+    folder=$out/full/ml1m_loo/$row/seed$seed
     dest=$RESULTS/patience_factor/runs/p200_query/ml1m_loo/$row/seed$seed
     run "$dest/eval/eval_results.json" "$src" "$PY" -m bench.reproduce \
       --noreference_model --jit_compile=true --budget=full --patience=200 --test_curve \
       --settings=ml1m_loo --ml1m_dir="$DATA/ml1m" --rows="$row" --seeds="$seed" \
       --uniform_negatives=query --out="$out" || continue
-    if [ ! -f "$run/eval/eval_results.json" ]; then
+    if [ ! -f "$folder/eval/eval_results.json" ]; then
       log "$row seed $seed did not finish"
       continue
     fi
     mkdir -p "$dest/model" "$dest/eval"
-    cp "$run/train_metrics.json" "$run/timing.json" "$dest/"
-    cp "$run/model/history.json" "$dest/model/"
-    cp "$run/eval/eval_results.json" "$dest/eval/"
+    cp "$folder/train_metrics.json" "$folder/timing.json" "$dest/"
+    cp "$folder/model/history.json" "$dest/model/"
+    cp "$folder/eval/eval_results.json" "$dest/eval/"
     commit "table1 patience run: ml1m_loo $row seed $seed (query negatives), patience 200 from \
-scratch with --test_curve, cpu (code ${OURS_COMMIT:-e2e26cb})" "$dest" && log "committed $row seed $seed"
+scratch with --test_curve, cpu (code $OURS)" "$dest" && log "committed $row seed $seed"
   done
 }
 
 paper_queue() {
   local src logq seed ckpt dest
-  src=$(worktree "${PAPER_COMMIT:-3076b96}") || exit 1
+  src=$(worktree "$PAPER") || exit 1
   for spec in ${PAPER_RUNS:-corrected:0 standard:0 corrected:1 standard:1 corrected:2 \
     standard:2}; do
     logq=${spec%%:*}
@@ -124,8 +126,8 @@ paper_queue() {
       --device=cpu --checkpoint_dir="$ckpt" --metrics_json="$ckpt/metrics.json" || continue
     mkdir -p "$dest"
     cp "$ckpt/metrics.json" "$dest/"
-    commit "table1 paper-code run: ml1m $logq seed $seed, patience 20, cpu (code \
-${PAPER_COMMIT:-3076b96})" "$dest" && log "committed $logq seed $seed"
+    commit "table1 paper-code run: ml1m $logq seed $seed, patience 20, cpu (code $PAPER)" \
+      "$dest" && log "committed $logq seed $seed"
   done
 }
 
