@@ -13,7 +13,7 @@ P this script prints e*(P), the steps to it and t_{e*(P)} − t_{e*(P_max)}, bes
 of the same metric (the s.e. over seeds of a row in a reproduce report, --noise_json), so the
 reader sees whether the shorter patience moves the result by less than the seed noise.
 
-    python bench/patience_check.py --runs=DIR[,DIR...] --patiences=3,5,10,20 \
+    python bench/patience_check.py --runs=DIR[,DIR...] --patiences=3,5,10,20 [--window=20] \
         [--noise_json=docs/results/converged/ml100k_temporal/reproduce_full.json] \
         [--out=docs/results/converged/ml100k_temporal]      # writes patience_check.md
 
@@ -24,6 +24,12 @@ a copy of its folder) are checked too: their one test evaluation (train_metrics.
 the selected epoch of the run's own patience; a shorter patience that selects the same epoch
 selects the same checkpoint, so its Δ is exactly 0, and one that selects another epoch is
 reported as "other epoch: needs --test_curve" instead of a number.
+
+``--window=W`` (runs whose test curve covers every epoch) adds, per run, the curves' level by
+windows of W epochs, [1, W], [W + 1, 2W], ...: the mean of the test metrics and of v over each
+window. It tells the two readings of a longer patience's gain apart: if the test level itself
+rises with training, the gain is the longer training; if it is flat and only t_{e*(P)} is higher,
+the gain is the pick of a lucky peak of a noisy validation curve.
 """
 
 from __future__ import annotations
@@ -87,6 +93,42 @@ def check_run(
   return rows
 
 
+def window_levels(history: List[dict], window: int) -> List[dict]:
+  """Per window of ``window`` epochs (the history's order; the last window may be shorter): its
+  first and last epoch and the mean of v and of each test metric over it. Every epoch needs a
+  test value (a run trained with --test_curve)."""
+  if window < 1:
+    raise ValueError(f"window must be at least 1 epoch, got {window}")
+  missing = [h["epoch"] for h in history if any(f"test_{m}" not in h for m in METRICS)]
+  if missing:
+    raise ValueError(
+      f"no test value at epochs {missing[:5]}{' ...' if len(missing) > 5 else ''}: "
+      "--window needs a test curve at every epoch"
+    )
+  levels = []
+  for a in range(0, len(history), window):
+    part = history[a : a + window]
+    row = dict(first=part[0]["epoch"], last=part[-1]["epoch"])
+    row["val_ndcg@10"] = sum(h["val_ndcg@10"] for h in part) / len(part)
+    for m in METRICS:
+      row[m] = sum(h[f"test_{m}"] for h in part) / len(part)
+    levels.append(row)
+  return levels
+
+
+def _window_table(name: str, levels: List[dict], selected: Dict[int, int]) -> List[str]:
+  """Markdown rows of one run's window levels; ``selected``: patience -> selected epoch."""
+  lines = []
+  for lv in levels:
+    picks = [f"P={p}: {e}" for p, e in selected.items() if lv["first"] <= e <= lv["last"]]
+    lines.append(
+      f"| {name} | {lv['first']}–{lv['last']} | {lv['val_ndcg@10']:.4f} | "
+      + " | ".join(f"{lv[m]:.4f}" for m in METRICS)
+      + f" | {', '.join(picks)} |"
+    )
+  return lines
+
+
 def _evaluated(run_dir: pathlib.Path) -> Optional[tuple]:
   """(best epoch, test metrics) from the run's train_metrics.json, or None."""
   path = run_dir / "train_metrics.json"
@@ -126,6 +168,13 @@ def _parser() -> argparse.ArgumentParser:
     help="A reproduce_full.json / reproduce_cpu.json whose row statistics give "
     "the seed noise (s.e.) of each metric.",
   )
+  parser.add_argument(
+    "--window",
+    type=int,
+    default=0,
+    help="Also print the curves' mean level over windows of this many epochs (runs with a "
+    "test value at every epoch); 0: no window table.",
+  )
   parser.add_argument("--out", default=None, help="Also write patience_check.md in this folder.")
   return parser
 
@@ -141,6 +190,12 @@ def main(argv=None):
     "|---|---|---|---|" + "---|" * len(METRICS),
   ]
   worst = 0.0
+  windows = [
+    "| run | epochs | mean val ndcg@10 | "
+    + " | ".join(f"mean test {m}" for m in METRICS)
+    + " | selected here |",
+    "|---|---|---|" + "---|" * (len(METRICS) + 1),
+  ]
   for run in runs:
     run_dir = pathlib.Path(run)
     history = json.loads((run_dir / "model" / "history.json").read_text())
@@ -171,7 +226,18 @@ def main(argv=None):
         f"| {name} | {r['patience']} | {r['epoch']} ({r['step']}) | "
         f"{'yes' if r['stopped'] else 'no: the run ended first'} | " + " | ".join(cells) + " |"
       )
+    if args.window:
+      try:
+        levels = window_levels(history, args.window)
+      except ValueError as e:
+        sys.exit(f"error: {run_dir}: {e}")
+      windows += _window_table(name, levels, {r["patience"]: r["epoch"] for r in rows})
   table = "\n".join(lines)
+  if args.window:
+    table += (
+      f"\n\nThe curves' level by windows of {args.window} epochs (means over each window; "
+      '"selected here": the epochs the patiences select):\n\n' + "\n".join(windows)
+    )
   if args.out:
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -179,6 +245,7 @@ def main(argv=None):
       "# Patience check\n\nWritten by `python bench/patience_check.py "
       f"--runs={','.join(runs)} --patiences={','.join(map(str, patiences))}"
       + (f" --noise_json={args.noise_json}" if args.noise_json else "")
+      + (f" --window={args.window}" if args.window else "")
       + "`.\n\n"
       "Each row: the epoch that early stopping with that patience selects on this run's "
       "validation NDCG@10 curve, and its test metrics; Δ = minus the longest patience's; "

@@ -89,3 +89,62 @@ def test_run_without_test_curve_uses_its_own_evaluation(tmp_path):
     text=True,
   )
   assert bad.returncode != 0 and "no test value" in bad.stderr
+
+
+def _curve_history(n, seed=0):
+  rng = np.random.default_rng(seed)
+  return [
+    dict(
+      epoch=e + 1,
+      step=7 * (e + 1),
+      **{"val_ndcg@10": float(rng.random())},
+      **{f"test_{m}": float(rng.random()) for m in patience_check.METRICS},
+    )
+    for e in range(n)
+  ]
+
+
+def test_window_levels_are_the_means_of_consecutive_windows():
+  history = _curve_history(23)
+  levels = patience_check.window_levels(history, 5)
+  # From the description: epochs 1-5, 6-10, ..., 21-23; each value the plain mean over its window.
+  val = np.array([h["val_ndcg@10"] for h in history])
+  assert [(lv["first"], lv["last"]) for lv in levels] == [
+    (1, 5),
+    (6, 10),
+    (11, 15),
+    (16, 20),
+    (21, 23),
+  ]
+  for i, lv in enumerate(levels):
+    np.testing.assert_allclose(lv["val_ndcg@10"], val[5 * i : 5 * i + 5].mean(), rtol=1e-12)
+    for m in patience_check.METRICS:
+      test = np.array([h[f"test_{m}"] for h in history])
+      np.testing.assert_allclose(lv[m], test[5 * i : 5 * i + 5].mean(), rtol=1e-12)
+
+
+def test_window_needs_a_test_value_at_every_epoch(tmp_path):
+  history = _curve_history(6)
+  del history[3]["test_recall@20"]
+  try:
+    patience_check.window_levels(history, 2)
+  except ValueError as e:
+    assert "epochs [4]" in str(e)
+  else:
+    raise AssertionError("a missing test value was not reported")
+  run = tmp_path / "mixed_none" / "seed0"
+  (run / "model").mkdir(parents=True)
+  (run / "model" / "history.json").write_text(json.dumps(history))
+  base = [sys.executable, "-m", "bench.patience_check", f"--runs={run}", "--patiences=1,5"]
+  bad = subprocess.run(base + ["--window=2"], capture_output=True, text=True)
+  assert bad.returncode != 0 and "needs a test curve at every epoch" in bad.stderr
+  history[3]["test_recall@20"] = 0.5
+  (run / "model" / "history.json").write_text(json.dumps(history))
+  out = subprocess.run(base + ["--window=4"], capture_output=True, text=True, check=True).stdout
+  rows = [l for l in out.splitlines() if l.startswith("| mixed_none/seed0 | ")]
+  window_rows = [l for l in rows if "–" in l.split("|")[2]]
+  assert [l.split("|")[2].strip() for l in window_rows] == ["1–4", "5–6"]
+  selected = {r["patience"]: r["epoch"] for r in patience_check.check_run(history, [1, 5])}
+  for p, e in selected.items():
+    row = window_rows[0] if e <= 4 else window_rows[1]
+    assert f"P={p}: {e}" in row
