@@ -246,7 +246,7 @@ def main(argv=None):
       f"--runs={','.join(runs)} --patiences={','.join(map(str, patiences))}"
       + (f" --noise_json={args.noise_json}" if args.noise_json else "")
       + (f" --window={args.window}" if args.window else "")
-      + "`.\n\n"
+      + f" --out={args.out}`.\n\n"
       "Each row: the epoch that early stopping with that patience selects on this run's "
       "validation NDCG@10 curve, and its test metrics; Δ = minus the longest patience's; "
       "seed s.e. = the standard error over seeds of the same row in the main report.\n\n"

@@ -59,7 +59,9 @@ def test_cli_reports_the_test_metric_of_each_patience(tmp_path):
   assert "| 1 | 2 (20) | yes |" in rows[0] and "0.3100 (-0.0800)" in rows[0]  # 0.31 vs 0.35 + 0.04
   assert "| 2 | 2 (20) | yes |" in rows[1] and "| 4 | 5 (50) | yes | 0.3900 (+0.0000)" in rows[2]
   assert out.strip().splitlines()[-1].startswith("SUMMARY patience_check")
-  assert (tmp_path / "patience_check.md").read_text().startswith("# Patience check")
+  report = (tmp_path / "patience_check.md").read_text()
+  assert report.startswith("# Patience check")
+  assert f"--patiences=1,2,4 --out={tmp_path}`" in report  # the command, --out included
 
 
 def test_run_without_test_curve_uses_its_own_evaluation(tmp_path):
