@@ -39,6 +39,7 @@ import shlex
 import sys
 from typing import Dict, List, Optional, Sequence
 
+from bench import paper_loop
 from eval import paired_stats
 
 DEFAULT_KEYS = ("loss", "val_ndcg@10", "val_recall@20")
@@ -56,15 +57,6 @@ def _history_of(obj, source: str) -> List[dict]:
   return history
 
 
-def _checkpoint_history(path: pathlib.Path) -> List[dict]:
-  import torch  # pylint: disable=g-import-not-at-top  (only a paper_loop checkpoint needs it)
-
-  state = torch.load(path, map_location="cpu", weights_only=True)
-  if not isinstance(state, dict) or "loop" not in state:
-    raise ValueError(f"{path}: not a bench.paper_loop checkpoint (no 'loop')")
-  return _history_of(json.loads(state["loop"]), str(path))
-
-
 def load_history(run: str) -> List[dict]:
   """The per-epoch records of ``run`` (module docstring: RUN); ValueError if it has none."""
   path = pathlib.Path(run)
@@ -75,8 +67,8 @@ def load_history(run: str) -> List[dict]:
     path = found[0]
   if not path.is_file():
     raise ValueError(f"{run}: no such file or folder")
-  if path.suffix == ".pt":
-    return _checkpoint_history(path)
+  if path.suffix == ".pt":  # a paper_loop checkpoint (torch, imported only then)
+    return _history_of(paper_loop.read_checkpoint(path)[1], str(path))
   return _history_of(json.loads(path.read_text()), str(path))
 
 

@@ -255,12 +255,19 @@ def _save(path: str, step_fn, best_state, loop: dict) -> None:
   os.replace(tmp, path)
 
 
+def read_checkpoint(path) -> tuple:
+  """(the checkpoint's tensors and states, its loop dict: identity, counters, history) at
+  ``path``; ValueError when the file is not a checkpoint of this loop."""
+  state = _torch().load(path, map_location="cpu", weights_only=True)
+  if not isinstance(state, dict) or "loop" not in state:
+    raise ValueError(f"{path}: not a bench.paper_loop checkpoint (no 'loop')")
+  return state, json.loads(state["loop"])
+
+
 def _load(path: str, identity: dict):
   """(step state, best state, loop dict) of the checkpoint at ``path``; ValueError when it was
   written by a run that differs in ``identity`` (the run's settings and its data)."""
-  torch = _torch()
-  state = torch.load(path, map_location="cpu", weights_only=True)
-  loop = json.loads(state["loop"])
+  state, loop = read_checkpoint(path)
   differ = {
     k: (loop["identity"].get(k), v) for k, v in identity.items() if loop["identity"].get(k) != v
   }

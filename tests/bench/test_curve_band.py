@@ -86,6 +86,9 @@ def test_load_history_reads_every_kind_of_run(tmp_path):
     curve_band.load_history(str(tmp_path / "empty"))
   with pytest.raises(ValueError, match="no history"):
     curve_band.load_history(str(tmp_path / "bad.json"))
+  torch.save(dict(step={}), tmp_path / "other.pt")
+  with pytest.raises(ValueError, match="not a bench.paper_loop checkpoint"):
+    curve_band.load_history(str(tmp_path / "other.pt"))
   with pytest.raises(ValueError, match="no such file"):
     curve_band.load_history(str(tmp_path / "missing"))
 
