@@ -16,6 +16,7 @@ import tensorflow as tf
 from train import distribute
 
 MIN_SHARD_BYTES = 512  # tables of 41 x 8 float32 (1312 bytes) split in 2; small weights do not
+STEPS = 50  # per epoch: enough for every failure to land inside a run of 4 epochs
 
 
 def test_lost_parameter_servers_reads_the_ps_task_from_the_error():
@@ -131,10 +132,10 @@ def _steps(text, pattern):
 
 def test_binary_cluster_recovers_from_killed_chief_worker_and_ps(tmp_path):
   """`python -m train --strategy=parameter_server` as processes (chief, 2 workers, 1 ps from
-  TF_CONFIG on 127.0.0.1), 4 epochs of 200 steps, three failures in one run:
+  TF_CONFIG on 127.0.0.1), 4 epochs of STEPS steps, three failures in one run:
 
   1. the chief is SIGKILLed after its first epoch's checkpoint and restarted alone (workers and
-     ps kept): it logs "resumed from .../ckpt-200: epoch 1, step 200" and its epochs go on from
+     ps kept): it logs "resumed from .../ckpt-STEPS: epoch 1, step STEPS" and its epochs go on from
      there (2, 3, ...);
   2. worker 1 is SIGKILLed after epoch 2: the coordinator runs its steps on worker 0 (at least
      once: a step in flight may already have reached the ps, so global steps are >= the number
@@ -161,7 +162,7 @@ def test_binary_cluster_recovers_from_killed_chief_worker_and_ps(tmp_path):
       "--num_blocks=1",
       "--num_negatives=16",
       "--batch_size=8",
-      "--steps_per_epoch=200",
+      f"--steps_per_epoch={STEPS}",
       "--epochs=4",
       "--frequency=count_min",
       "--progress=false",
@@ -173,12 +174,12 @@ def test_binary_cluster_recovers_from_killed_chief_worker_and_ps(tmp_path):
     cluster.start("worker", 0)
     worker_1, _ = cluster.start("worker", 1)
     chief, log = cluster.start("chief")
-    _wait_for_line(chief, log, "epoch 1 step 200 ")
+    _wait_for_line(chief, log, f"epoch 1 step {STEPS} ")
     cluster.kill(chief)  # 1. the chief
     chief, log = cluster.start("chief")
     text = _wait_for_line(chief, log, "epoch 2 step ")
-    assert re.search(r"resumed from \S+/ckpt/ckpt-200: epoch 1, step 200,", text), text
-    assert _steps(text, r"epoch 2 step (\d+) ") == [400]
+    assert re.search(rf"resumed from \S+/ckpt/ckpt-{STEPS}: epoch 1, step {STEPS},", text), text
+    assert _steps(text, r"epoch 2 step (\d+) ") == [2 * STEPS]
     cluster.kill(worker_1)  # 2. a worker
     _wait_for_line(chief, log, "epoch 3 step ")
     cluster.kill(ps)  # 3. the ps
@@ -187,7 +188,7 @@ def test_binary_cluster_recovers_from_killed_chief_worker_and_ps(tmp_path):
     assert chief.returncode == trainer_lib.EXIT_PS_LOST, text[-3000:]
     last = text.strip().splitlines()[-1]
     step_3 = _steps(text, r"epoch 3 step (\d+) ")[0]
-    assert step_3 >= 600
+    assert step_3 >= 3 * STEPS
     assert last.startswith(f"error: ps 0 ({cluster.cluster['ps'][0]}) was lost"), last
     assert (
       f"the checkpoint of epoch 3 (step {step_3}) in {run / 'ckpt'} is kept" in last
@@ -201,11 +202,11 @@ def test_binary_cluster_recovers_from_killed_chief_worker_and_ps(tmp_path):
     text = log.read_text()
     assert chief.returncode == 0, text[-3000:]
     assert f"resumed from {run / 'ckpt'}/ckpt-{step_3}: epoch 3, step {step_3}," in text, text
-    assert _steps(text, r"epoch 4 step (\d+) ")[0] >= step_3 + 200
+    assert _steps(text, r"epoch 4 step (\d+) ")[0] >= step_3 + STEPS
     assert "done: step" in text
   finally:
     cluster.stop_all()
   metrics = json.loads((run / "metrics.json").read_text())
-  assert metrics["epochs_done"] == 4 and metrics["global_step"] >= 800
+  assert metrics["epochs_done"] == 4 and metrics["global_step"] >= 4 * STEPS
   assert [h["epoch"] for h in metrics["history"]] == [1, 2, 3, 4]
   assert all(np.isfinite(h["loss"]) for h in metrics["history"])
