@@ -21,15 +21,19 @@
 #   5. paper_ml1m  ours beside the paper's training loop (bench/paper_loop.py, PyTorch on the
 #                  GPU) in one invocation, same data, row and patience; the paper loop capped at
 #                  PAPER_SECONDS of its epoch loop                           -> OUT/paper_ml1m
-#   6. table1_mixed_<arm>, table1_full_softmax  Table 1's long runs with the time left:
-#                  the mixed rows of TABLE1_ROWS (none, standard = standard_no_positive,
-#                  corrected) x 5 seeds as one program (--seeds=0,1,2,3,4 --logqs=...), full
-#                  softmax's 5 seeds as another (once: it has no uniform negatives); patience
+#   6. table1_mixed_<arm>, table1_inbatch, table1_<row>_<arm>, table1_full_softmax
+#                  Table 1's long runs with the time left: the mixed rows of TABLE1_ROWS
+#                  (mixed_none, mixed_standard = standard_no_positive, mixed_corrected) x 5
+#                  seeds as one program per arm (--seeds=0,1,2,3,4 --logqs=...), the in-batch
+#                  rows (inbatch_none / _standard / _corrected) as one program (once: no
+#                  uniform negatives), ss_uniform, bce and gbce (bench/table1/rows.py) each a
+#                  5-seed program per arm, full softmax's 5 seeds once; patience
 #                  200, the test split evaluated at every
 #                  improving epoch (--test_curve: every shorter patience's result is in the same
 #                  run, bench/patience_check.py); arm = the uniform negatives (query: drawn per
 #                  position, as the paper's code; sequence: once per sequence)
-#                  -> OUT/table1/mixed_<arm>/<logq>/seed<s>, OUT/table1/full_softmax/seed<s>
+#                  -> OUT/table1/mixed_<arm>/<logq>/seed<s>, OUT/table1/inbatch/<logq>/seed<s>,
+#                     OUT/table1/<row>_<arm>/seed<s>, OUT/table1/full_softmax/seed<s>
 #                  A run cut by the time left keeps its curve: each seed's last checkpoint's
 #                  state (history included) is written to <seed>/last_state.json.
 #   7. paper_runs_<logq>_s<seed>  the paper's own scripts converged (bench/paper_loop.py,
@@ -43,7 +47,8 @@
 # CONCURRENT_RUNS (8), CONCURRENT_MINUTES (0: none; else each concurrent run's
 # --time_budget_minutes), CONCURRENT_CAP (seconds for the whole part; default 225 with no
 # budget), PAPER_SECONDS (240), TABLE1_ROWS
-# (mixed_corrected mixed_standard mixed_none full_softmax), TABLE1_ARMS (query), TABLE1_CAP
+# (mixed_corrected mixed_standard mixed_none full_softmax; all ten rows: add inbatch_none
+# inbatch_standard inbatch_corrected ss_uniform bce gbce), TABLE1_ARMS (query), TABLE1_CAP
 # (seconds per table1 part, 900), TABLE1_FLAGS (more flags of the table1 runs, e.g.
 # --checkpoint_every_seconds=15), PAPER_LOGQS, PAPER_SEEDS, PAPER_PATIENCE, PAPER_RUNS_CAP (7.).
 # On a machine with JAX and PyTorch but no keras (as on 2026-11-27): bring keras 3.15.1, namex and
@@ -124,42 +129,74 @@ part paper_ml1m "$OUT/paper_ml1m/time_to_converge.json" 60 300 \
   --out="$OUT/paper_ml1m"
 # Table 1's long runs with the time left, patience 200, per arm of uniform negatives
 # (TABLE1_ARMS): the mixed rows (they differ only in --logq) as one program, 5 seeds each
-# (--seeds --logqs: 3 rows x 5 seeds = 15 models in one step), full softmax as its own program.
+# (--seeds --logqs: 3 rows x 5 seeds = 15 models in one step), the in-batch rows likewise, the
+# uniform-only rows (sampled softmax, BCE, gBCE) and full softmax each as its own program.
 # The paper's "standard logQ" row is standard_no_positive (bench/table1/rows.py). A program cut
 # by the deadline resumes from its checkpoints only on the same machine (they stay out of
 # session.tar.gz: 15 runs' checkpoints are tens of MiB).
 logqs=""
 last=""
+inbatch=""
+inbatch_last=""
+singles=""
 full=""
 for row in ${TABLE1_ROWS:-mixed_corrected mixed_standard mixed_none full_softmax}; do
   case $row in
-    mixed_none) last=none ;;
-    mixed_standard) last=standard_no_positive ;;
-    mixed_corrected) last=corrected ;;
+    mixed_none | inbatch_none) logq=none ;;
+    mixed_standard | inbatch_standard) logq=standard_no_positive ;;
+    mixed_corrected | inbatch_corrected) logq=corrected ;;
+    ss_uniform | bce | gbce) singles="$singles $row"; continue ;;
     full_softmax) full=1; continue ;;
     *) echo "TABLE1_ROWS: unknown row $row" >&2; exit 2 ;;
   esac
-  logqs="${logqs:+$logqs,}$last"
+  if [ "${row%%_*}" = mixed ]; then
+    logqs="${logqs:+$logqs,}$logq"
+    last=$logq
+  else
+    inbatch="${inbatch:+$inbatch,}$logq"
+    inbatch_last=$logq
+  fi
 done
+common=(--backend=jax --dataset=ml1m --data_path="$DATA/ml1m" --seeds=0,1,2,3,4 --noprogress
+  --early_stopping_patience=200 --shuffle_rng=numpy --test_curve)
 for arm in ${TABLE1_ARMS:-query}; do
   if [ -n "$logqs" ]; then
     # shellcheck disable=SC2086
     part "table1_mixed_$arm" "$OUT/table1/mixed_$arm/$last/seed4/metrics.json" 120 \
       "${TABLE1_CAP:-900}" \
-      "$PY" -m train.keras3 --backend=jax --dataset=ml1m --data_path="$DATA/ml1m" \
-      --seeds=0,1,2,3,4 --logqs="$logqs" --noprogress --early_stopping_patience=200 \
-      --shuffle_rng=numpy --test_curve --uniform_negatives="$arm" --loss=sampled_softmax \
-      --negatives=mixed ${TABLE1_FLAGS:-} --model_dir="$OUT/table1/mixed_$arm"
+      "$PY" -m train.keras3 "${common[@]}" --logqs="$logqs" --uniform_negatives="$arm" \
+      --loss=sampled_softmax --negatives=mixed ${TABLE1_FLAGS:-} \
+      --model_dir="$OUT/table1/mixed_$arm"
   fi
+  # The rows with uniform negatives only (bench/table1/rows.py's settings), a program each.
+  for row in $singles; do
+    case $row in
+      ss_uniform) flags=(--loss=sampled_softmax) ;;
+      bce) flags=(--loss=bce --num_negatives=1) ;;
+      gbce) flags=(--loss=gbce) ;;
+    esac
+    # shellcheck disable=SC2086
+    part "table1_${row}_$arm" "$OUT/table1/${row}_$arm/seed4/metrics.json" 120 \
+      "${TABLE1_CAP:-900}" \
+      "$PY" -m train.keras3 "${common[@]}" "${flags[@]}" --negatives=uniform --logq=none \
+      --uniform_negatives="$arm" ${TABLE1_FLAGS:-} --model_dir="$OUT/table1/${row}_$arm"
+  done
 done
+# The in-batch rows: no uniform negatives, so one program whatever the arms.
+if [ -n "$inbatch" ]; then
+  # shellcheck disable=SC2086
+  part "table1_inbatch" "$OUT/table1/inbatch/$inbatch_last/seed4/metrics.json" 120 \
+    "${TABLE1_CAP:-900}" \
+    "$PY" -m train.keras3 "${common[@]}" --logqs="$inbatch" --loss=sampled_softmax \
+    --negatives=in_batch ${TABLE1_FLAGS:-} --model_dir="$OUT/table1/inbatch"
+fi
 # Full softmax scores every item: no uniform negatives, so one program whatever the arms.
 if [ -n "$full" ]; then
   # shellcheck disable=SC2086
   part "table1_full_softmax" "$OUT/table1/full_softmax/seed4/metrics.json" 120 \
     "${TABLE1_CAP:-900}" \
-    "$PY" -m train.keras3 --backend=jax --dataset=ml1m --data_path="$DATA/ml1m" \
-    --seeds=0,1,2,3,4 --noprogress --early_stopping_patience=200 --shuffle_rng=numpy \
-    --test_curve --loss=full_softmax ${TABLE1_FLAGS:-} --model_dir="$OUT/table1/full_softmax"
+    "$PY" -m train.keras3 "${common[@]}" --loss=full_softmax ${TABLE1_FLAGS:-} \
+    --model_dir="$OUT/table1/full_softmax"
 fi
 # The paper's own scripts to their early stop, one part per run; "done" once the run has stopped
 # (its metrics.json is written at every pause too: the best epoch so far).

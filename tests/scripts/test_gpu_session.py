@@ -86,10 +86,10 @@ def test_table1_mixed_rows_are_one_program_with_the_papers_standard(tmp_path):
   said = (tmp_path / "session.log").read_text()
   assert "table1_mixed_query: done before, skipped" in said
   script = (ROOT / "scripts" / "gpu_session.sh").read_text()
-  for row, logq in (("mixed_none", "none"), ("mixed_standard", "standard_no_positive"),
-                    ("mixed_corrected", "corrected")):  # fmt: skip
-    assert ROWS[row][1]["logq"] == logq
-    assert f"{row}) last={logq} ;;" in script
+  for kind, logq in (("none", "none"), ("standard", "standard_no_positive"),
+                     ("corrected", "corrected")):  # fmt: skip
+    assert ROWS[f"mixed_{kind}"][1]["logq"] == ROWS[f"inbatch_{kind}"][1]["logq"] == logq
+    assert f"mixed_{kind} | inbatch_{kind}) logq={logq} ;;" in script
   both = dict(PARTS="table1", TABLE1_ROWS="mixed_none full_softmax", TABLE1_ARMS="query sequence")
   proc = _run(str(tmp_path / "arms"), "0", env=both)
   assert proc.returncode == 0, proc.stderr
@@ -101,6 +101,39 @@ def test_table1_mixed_rows_are_one_program_with_the_papers_standard(tmp_path):
   assert table1 == ["table1_mixed_query", "table1_mixed_sequence", "table1_full_softmax"]
   bad = _run(str(tmp_path / "bad"), "0", env=dict(PARTS="table1", TABLE1_ROWS="mixed_sideways"))
   assert bad.returncode == 2 and "unknown row mixed_sideways" in bad.stderr
+
+
+def test_all_ten_rows_are_parts_with_the_settings_of_bench_table1_rows(tmp_path):
+  """Every ML-1M row of bench/table1/rows.py that Table 1 has is a TABLE1_ROWS name: the mixed
+  rows one program per arm, the uniform-only rows (sampled softmax, BCE, gBCE) one program each
+  per arm, the in-batch rows one program and full softmax one, in that order; the uniform-only
+  rows' flags are the rows' settings."""
+  from bench.table1.rows import ROWS
+
+  rows = (
+    "mixed_none mixed_standard mixed_corrected inbatch_none inbatch_standard inbatch_corrected "
+    "ss_uniform bce gbce full_softmax"
+  )
+  env = dict(PARTS="table1", TABLE1_ROWS=rows, TABLE1_ARMS="query sequence")
+  proc = _run(str(tmp_path), "0", env=env)
+  assert proc.returncode == 0, proc.stderr
+  parts = [
+    line.split()[1].rstrip(":") for line in (tmp_path / "session.log").read_text().splitlines()
+  ]
+  assert [p for p in parts if p.startswith("table1")] == [
+    "table1_mixed_query", "table1_ss_uniform_query", "table1_bce_query", "table1_gbce_query",
+    "table1_mixed_sequence", "table1_ss_uniform_sequence", "table1_bce_sequence",
+    "table1_gbce_sequence", "table1_inbatch", "table1_full_softmax",
+  ]  # fmt: skip
+  assert set(rows.split()) <= set(ROWS)
+  script = (ROOT / "scripts" / "gpu_session.sh").read_text()
+  for row in ("ss_uniform", "bce", "gbce"):
+    settings = ROWS[row][1]
+    assert settings["negatives"] == "uniform" and settings["logq"] == "none"
+    flags = f"--loss={settings['loss']}"
+    if "num_negatives" in settings:
+      flags += f" --num_negatives={settings['num_negatives']}"
+    assert f"{row}) flags=({flags}) ;;" in script
 
 
 def test_a_cut_table1_run_keeps_its_last_checkpoint_state(tmp_path):
