@@ -108,7 +108,8 @@ def test_all_ten_rows_are_parts_with_the_settings_of_bench_table1_rows(tmp_path)
   rows one program per arm, the uniform-only rows (sampled softmax, BCE, gBCE) one program each
   per arm, the in-batch rows one program and full softmax one, in that order; the uniform-only
   rows' flags are the rows' settings."""
-  from bench.table1.rows import ROWS
+  from bench.table1.rows import PAPER_CONVENTION, ROWS
+  from train.config import RunConfig
 
   rows = (
     "mixed_none mixed_standard mixed_corrected inbatch_none inbatch_standard inbatch_corrected "
@@ -126,6 +127,8 @@ def test_all_ten_rows_are_parts_with_the_settings_of_bench_table1_rows(tmp_path)
     "table1_gbce_sequence", "table1_inbatch", "table1_full_softmax",
   ]  # fmt: skip
   assert set(rows.split()) <= set(ROWS)
+  # the script leaves log Q's convention to the binary: its default is the rows' (the paper's)
+  assert RunConfig().log_q_convention == PAPER_CONVENTION
   script = (ROOT / "scripts" / "gpu_session.sh").read_text()
   for row in ("ss_uniform", "bce", "gbce"):
     settings = ROWS[row][1]
