@@ -135,9 +135,7 @@ part paper_ml1m "$OUT/paper_ml1m/time_to_converge.json" 60 300 \
 # by the deadline resumes from its checkpoints only on the same machine (they stay out of
 # session.tar.gz: 15 runs' checkpoints are tens of MiB).
 logqs=""
-last=""
 inbatch=""
-inbatch_last=""
 singles=""
 full=""
 for row in ${TABLE1_ROWS:-mixed_corrected mixed_standard mixed_none full_softmax}; do
@@ -151,10 +149,8 @@ for row in ${TABLE1_ROWS:-mixed_corrected mixed_standard mixed_none full_softmax
   esac
   if [ "${row%%_*}" = mixed ]; then
     logqs="${logqs:+$logqs,}$logq"
-    last=$logq
   else
     inbatch="${inbatch:+$inbatch,}$logq"
-    inbatch_last=$logq
   fi
 done
 common=(--backend=jax --dataset=ml1m --data_path="$DATA/ml1m" --seeds=0,1,2,3,4 --noprogress
@@ -162,7 +158,7 @@ common=(--backend=jax --dataset=ml1m --data_path="$DATA/ml1m" --seeds=0,1,2,3,4 
 for arm in ${TABLE1_ARMS:-query}; do
   if [ -n "$logqs" ]; then
     # shellcheck disable=SC2086
-    part "table1_mixed_$arm" "$OUT/table1/mixed_$arm/$last/seed4/metrics.json" 120 \
+    part "table1_mixed_$arm" "$OUT/table1/mixed_$arm/${logqs##*,}/seed4/metrics.json" 120 \
       "${TABLE1_CAP:-900}" \
       "$PY" -m train.keras3 "${common[@]}" --logqs="$logqs" --uniform_negatives="$arm" \
       --loss=sampled_softmax --negatives=mixed ${TABLE1_FLAGS:-} \
@@ -185,7 +181,7 @@ done
 # The in-batch rows: no uniform negatives, so one program whatever the arms.
 if [ -n "$inbatch" ]; then
   # shellcheck disable=SC2086
-  part "table1_inbatch" "$OUT/table1/inbatch/$inbatch_last/seed4/metrics.json" 120 \
+  part "table1_inbatch" "$OUT/table1/inbatch/${inbatch##*,}/seed4/metrics.json" 120 \
     "${TABLE1_CAP:-900}" \
     "$PY" -m train.keras3 "${common[@]}" --logqs="$inbatch" --loss=sampled_softmax \
     --negatives=in_batch ${TABLE1_FLAGS:-} --model_dir="$OUT/table1/inbatch"
