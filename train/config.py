@@ -21,6 +21,7 @@ import dataclasses
 from typing import Any, Dict, Optional, Sequence, Tuple
 
 from tfrs_logq.core import checks as core_checks
+from tfrs_logq.core import cross_batch as cross_batch_core
 from tfrs_logq.core.frequency import DEFAULTS as ESTIMATOR_DEFAULTS
 
 from models.sasrec_settings import BLOCK_STYLES, DEFAULT_ATTENTION_BLOCKS, DEFAULT_PACK_TOKENS
@@ -32,6 +33,7 @@ from train.host_memory import HOST_ALLOCATORS
 from train.validation import FILTER_RATED
 
 __all__ = [
+  "CROSS_BATCH_MODES",
   "FILTER_RATED",
   "FREQUENCIES",
   "LOG_Q_CONVENTIONS",
@@ -48,6 +50,7 @@ LOSSES = core_checks.LOSSES
 UNIFORM_NEGATIVES = core_checks.UNIFORM_PER
 LOG_Q_CONVENTIONS = core_checks.LOG_Q_CONVENTIONS
 FREQUENCIES = ("exact", "hash_array", "count_min")
+CROSS_BATCH_MODES = cross_batch_core.MODES
 TABLE_OPTIMIZERS = ("adam", "lazy_adam")
 
 
@@ -146,6 +149,23 @@ class RunConfig:
   temperature: float = setting(1.0, "Scores are <q, c> / temperature.")
   gbce_t: float = setting(0.75, "gBCE calibration parameter t in [0, 1].")
   midx_codewords: int = setting(32, "MIDX codewords per codebook.")
+  cross_batch: int = setting(
+    0,
+    "Cross-batch memory: the positives of the last M batches as more negatives, one more "
+    "block beside any --negatives (0 = off); its log Q follows --log_q_convention "
+    "(docs/negatives.md). Needs --loss=sampled_softmax.",
+  )
+  cross_batch_slots: int = setting(
+    0,
+    "Memory slots per batch: a uniform subset of at most this many distinct positives of "
+    "each batch is kept (0 = --num_negatives); the memory has M times as many.",
+  )
+  cross_batch_mode: str = setting(
+    "ids",
+    "ids (the memory keeps ids, scored with the current item table: exact for id towers) or "
+    "embeddings (it keeps the item tower's outputs, stop-gradient: up to M steps stale).",
+    choices=CROSS_BATCH_MODES,
+  )
   # ------------------------------------------------------------------------ frequency of Q(d)
   frequency: str = setting(
     "exact",
@@ -320,6 +340,8 @@ class RunConfig:
         raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
     for name in (
       "steps_per_epoch",
+      "cross_batch",
+      "cross_batch_slots",
       "frequency_buckets",
       "cpu_replicas",
       "ratio_floor",
@@ -361,6 +383,16 @@ class RunConfig:
       )
     if self.loss == "sampled_softmax" and self.negatives == "mixed" and self.num_negatives < 2:
       raise ValueError("mixed negatives need num_negatives >= 2 (split in-batch / uniform)")
+    if self.cross_batch and self.loss != "sampled_softmax":
+      raise ValueError(
+        f"cross_batch={self.cross_batch}: the memory's negatives are for the sampled softmax "
+        f"(--loss=sampled_softmax), got loss={self.loss}"
+      )
+    if self.cross_batch and self.strategy == "parameter_server":
+      raise ValueError(
+        "strategy=parameter_server does not support cross_batch (the memory is replicated "
+        "state written by every replica; it is not placed on the ps tasks)"
+      )
     if self.table_optimizer == "lazy_adam" and self.jit_compile_step:
       raise ValueError(
         "table_optimizer=lazy_adam updates the distinct rows of a sparse gradient "

@@ -8,6 +8,9 @@
 so that the gradients summed over replicas equal the gradient of the global-batch mean. Samplers:
 ``uniform`` (k per batch / sequence / query), ``in_batch`` (k_b = k of the global batch),
 ``mixed`` (k // 2 in-batch + the rest uniform), ``midx``; bce / gbce use uniform negatives.
+With ``--cross_batch=M`` a memory of the last M global batches' positives (`build_memory`) is one
+more block (``JoinedNegatives``: each block keeps its own Q(p) in Q'); the step scores it, then
+pushes its own positives (training steps only).
 Randomness is stateless: negatives use a seed from (seed, step) shared by all replicas, dropout
 one that also folds in the replica id. The frequency estimator is updated once per step with the
 global batch's positive ids (unless ``frequency == "exact"``) before log Q is read.
@@ -88,6 +91,43 @@ def build_sampler(config, model, num_items: int, estimator=None, midx=None, stat
   return neg_lib.MixedNegatives(in_batch, uniform(k - k_b), convention=c.log_q_convention)
 
 
+def push_rows(config) -> int:
+  """Rows of one push into the memory: the global batch's queries (SASRec: its B L positions,
+  padding marked not valid)."""
+  return config.batch_size * (config.max_len if config.model == "sasrec" else 1)
+
+
+def build_memory(config, model, estimator):
+  """The --cross_batch memory (None when 0): the last M global batches' positives, at most
+  --cross_batch_slots (0: --num_negatives) distinct ones of each, log Q under
+  --log_q_convention, scored with the current item table (ids) or kept embeddings."""
+  c = config
+  if not c.cross_batch:
+    return None
+  if estimator is None:
+    raise ValueError("cross_batch needs a frequency estimator (log q_uni of the memory's ids)")
+  rows = push_rows(c)
+  return neg_lib.CrossBatchNegatives(
+    estimator,
+    c.cross_batch,
+    rows,
+    slots_per_batch=min(rows, c.cross_batch_slots or c.num_negatives),
+    mode=c.cross_batch_mode,
+    embedding_dim=c.embedding_dim if c.cross_batch_mode == "embeddings" else None,
+    convention=c.log_q_convention,
+    candidate_embedder=model.item_embeddings,
+    seed=c.seed,
+    name="cross_batch",
+  )
+
+
+def pad_rows(x, rows: int, value=0):
+  """``x`` [n, ...] padded with ``value`` to ``rows`` rows along axis 0 (n <= rows)."""
+  extra = rows - tf.shape(x)[0]
+  pad = tf.concat([[[0, extra]], tf.zeros([tf.rank(x) - 1, 2], tf.int32)], axis=0)
+  return tf.pad(x, pad, constant_values=value)
+
+
 class Objective:
   """``objective(batch, step, training) -> dict(loss, loss_sum, weight_sum, count)``.
 
@@ -107,6 +147,10 @@ class Objective:
     self.config, self.model, self.estimator = config, model, estimator
     self.static_shapes = None if static_shapes is None else bool(static_shapes)
     self.sampler = build_sampler(config, model, num_items, estimator, midx, self.static_shapes)
+    self.memory = build_memory(config, model, estimator)
+    if self.memory is not None:
+      rebase = config.logq == "corrected" and config.q_prime == "exact"
+      self.sampler = neg_lib.JoinedNegatives([self.sampler, self.memory], rebase_q_prime=rebase)
     if config.loss == "full_softmax":
       self.loss = full_softmax.FullSoftmaxLoss(config.temperature, id_offset=1)
     elif config.loss == "sampled_softmax":
@@ -151,12 +195,27 @@ class Objective:
       loss = tf.where(valid, loss, tf.zeros_like(loss))
       weight = tf.where(valid, weight, tf.zeros_like(weight))
     loss_sum = tf.reduce_sum(loss)
+    if self.memory is not None and training:
+      with tf.control_dependencies([loss_sum]):  # the step scores the memory, then pushes
+        self._push(pos_ids, valid)
     return dict(
       loss=loss_sum / tf.maximum(total, 1.0),
       loss_sum=loss_sum,
       weight_sum=tf.reduce_sum(weight),
       count=count,
     )
+
+  def _push(self, pos_ids, valid):
+    """This replica's positives (padded to its static share of `push_rows`) into the memory."""
+    rows = push_rows(self.config) // max(neg_lib.num_replicas(), 1)
+    if valid is None:
+      valid = tf.ones_like(pos_ids, tf.bool)
+    ids = pad_rows(pos_ids, rows)
+    valid = pad_rows(valid, rows, False)
+    emb = None
+    if self.memory.mode == "embeddings":
+      emb = self.model.item_embeddings(ids)
+    self.memory.update(ids, emb, valid=valid)
 
   def per_query_loss(self, q, pos_ids, seq_ids, seed, valid=None) -> losses.LossOutput:
     """`LossOutput` of the A queries ``q`` with positives ``pos_ids`` (negatives from ``seed``);

@@ -6,7 +6,7 @@ loop itself is `train.epochs`, shared with `python -m train.keras3`; the model, 
 data, validation and export it composes live in their own modules.)
 
 Exact resume. Everything that changes during training lives in one `tf.train.Checkpoint`
-(model, optimizer slots, frequency estimator, MIDX index, global step, epoch, best validation
+(model, optimizer slots, frequency estimator, MIDX index, cross-batch memory, global step, epoch, best validation
 NDCG@10, epochs without improvement) saved at the end of every epoch. The data of epoch e is a
 fresh deterministic stream seeded with (seed, e) and all in-step randomness (negatives, dropout)
 is stateless and keyed by (seed, global step), so rerunning the same command after a crash
@@ -275,6 +275,8 @@ class Trainer:
     )
     if self.midx is not None:
       trackables["midx"] = self.midx
+    if self.objective.memory is not None:  # --cross_batch: the memory resumes exactly
+      trackables["cross_batch"] = self.objective.memory
     self.checkpoint = tf.train.Checkpoint(**trackables)
     self.model_dir = cfg.model_dir
     self.manager = tf.train.CheckpointManager(

@@ -1,6 +1,6 @@
 """SIGKILL a training run mid-epoch and rerun the same command: it resumes from the last
 checkpoint and ends bit-for-bit where an uninterrupted run ends (same step, optimizer state,
-estimator counts and weights: nothing lost, nothing counted twice)."""
+estimator counts, cross-batch memory and weights: nothing lost, nothing counted twice)."""
 
 import functools
 import json
@@ -32,6 +32,7 @@ ARGS = [
   "--epochs=2",
   "--frequency=count_min",
   "--negatives=mixed",
+  "--cross_batch=3",  # the memory of the last 3 batches is part of the checkpoint
   "--progress=false",
 ]
 
@@ -117,7 +118,11 @@ def test_sigkill_mid_epoch_then_rerun_resumes_exactly(tmp_path, uninterrupted):
   estimator = [n for n in a if n.startswith("estimator")]
   optimizer = [n for n in a if "OPTIMIZER_SLOT" in n or n.startswith("optimizer")]
   assert estimator and optimizer
-  for n in estimator:  # counts: nothing lost or double counted
+  memory = [n for n in a if n.startswith("cross_batch")]
+  pushed = [n for n in memory if "num_pushed" in n]
+  assert pushed and any("ids" in n for n in memory), memory
+  assert int(a[pushed[0]]) == 120  # one push per training step
+  for n in estimator + memory:  # counts and the memory: nothing lost or double counted
     np.testing.assert_array_equal(a[n], b[n], err_msg=n)
   for n in a:
     np.testing.assert_allclose(a[n], b[n], rtol=1e-5, atol=1e-6, err_msg=n)

@@ -18,9 +18,17 @@ Q is the per-draw probability of one negative slot under each sampler's stated c
 * `MixedNegatives` (`mixed`): a shared in-batch block + a uniform block of any layout; log Q
   under ``"unigram"`` (the paper's), ``"mixture"`` (per-slot mixture) or ``"expected_count"``
   (log E[count of d among the row's n negatives] - log n; Horvitz-Thompson weights).
+* `CrossBatchNegatives` (`cross_batch`): a FIFO memory of the last M pushes' positives (ids,
+  scored with the current tower, or stored embeddings, up to M steps stale), deduplicated, the
+  newest copy winning; log Q under ``"unigram"`` or ``"expected_count"`` over the pushes' draws
+  (`tfrs_logq.core.cross_batch`); score, then ``update`` once per step.
+* `JoinedNegatives` (`joined`): several samplers' blocks (in-batch + memory + uniform ...) scored
+  block by block and joined by `join_blocks`, each later block's log Q rebased to the first
+  block's Q(p) for ``corrected`` / ``q_prime="exact"`` (``rebase_q_prime``).
 * `MIDXSampler` (`midx`): adaptive query-dependent proposal, exact log Q(d|z) [A, N]; imported
   lazily.
-* `ScoredCandidates` (`scoring`) with ``concat`` to join blocks; `score_negatives` for any
+* `ScoredCandidates` (`scoring`) with ``concat`` to join blocks (`join_blocks`: with the
+  per-block rebase of log Q); `score_negatives` for any
   `Negatives`; `per_query_scores` / `per_segment_scores`: the exact scoring paths (gather, [A, V]
   matmul + gather, batched per-sequence matmul); `task_candidates`: candidate rows for the drop-in
   ``tfrs_logq.tf_keras.Retrieval``.
@@ -31,6 +39,7 @@ Q is the per-draw probability of one negative slot under each sampler's stated c
 import importlib.util as _importlib_util
 
 from tfrs_logq.tf_keras.negatives.base import NegativeSampler, Negatives, validate_negatives
+from tfrs_logq.tf_keras.negatives.cross_batch import CrossBatchNegatives
 from tfrs_logq.tf_keras.negatives.cross_replica import all_gather_rows, num_replicas
 from tfrs_logq.tf_keras.negatives.in_batch import (
   CONVENTIONS,
@@ -41,11 +50,13 @@ from tfrs_logq.tf_keras.negatives.in_batch import (
   first_occurrence_mask,
   subsample_indices,
 )
+from tfrs_logq.tf_keras.negatives.joined import JoinedNegatives
 from tfrs_logq.tf_keras.negatives.mixed import MixedNegatives, mixture_log_q
 from tfrs_logq.tf_keras.negatives.scoring import (
   MATMUL_GATHER_RATIO,
   ScoredCandidates,
   embed_ids,
+  join_blocks,
   per_query_scores,
   per_segment_scores,
   score_negatives,
@@ -58,6 +69,7 @@ __all__ = [
   "Negatives",
   "validate_negatives",
   "ScoredCandidates",
+  "join_blocks",
   "score_negatives",
   "task_candidates",
   "per_query_scores",
@@ -75,6 +87,8 @@ __all__ = [
   "MixedNegatives",
   "mixture_log_q",
   "CONVENTIONS",
+  "CrossBatchNegatives",
+  "JoinedNegatives",
   "all_gather_rows",
   "num_replicas",
   "MIDXSampler",

@@ -34,9 +34,12 @@ Scoring paths (all exact; they differ in cost only):
 negatives).
 """
 
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, NamedTuple, Optional, Sequence
 
 import tensorflow as tf
+
+from tfrs_logq.core import cross_batch as cross_batch_core
+from tfrs_logq.core.ops import tf_ops
 
 from tfrs_logq.tf_keras import _static_shapes
 from tfrs_logq.tf_keras import accidental_hits
@@ -54,6 +57,7 @@ from tfrs_logq.tf_keras.negatives.base import (
 
 __all__ = [
   "ScoredCandidates",
+  "join_blocks",
   "score_negatives",
   "task_candidates",
   "per_query_scores",
@@ -130,6 +134,57 @@ class ScoredCandidates(NamedTuple):
     return ScoredCandidates(
       first.positive_scores, tf.concat(scores, axis=1), log_q, tf.concat(valid, axis=1), pos_log_q
     )
+
+
+def join_blocks(blocks: Sequence[ScoredCandidates], *, rebase_q_prime: bool) -> ScoredCandidates:
+  """Joins blocks of negatives of the same A queries along N, each with its own proposal.
+
+  As `ScoredCandidates.concat` (scores, masks and log Q concatenated along N; positive_scores
+  and positive_log_q from the first block). The loss takes one positive log Q per row, the
+  first block's Q_1(p), for log Q' = log Q - log(1 - Q(p)); with ``rebase_q_prime`` (use it
+  with ``correction="corrected"`` and ``q_prime="exact"``) every block k >= 1 has its log Q
+  replaced by `tfrs_logq.core.cross_batch.rebased_block_log_q` ([A, N_k]), so that the loss's
+  Q' step yields the block's own log Q_k(d) - log(1 - Q_k(p)). Without it (``"proxy"``,
+  ``standard``, ``standard_no_positive``) the blocks' log Q are used unchanged.
+
+  Entries a block masks (``valid_mask`` False) keep their own log Q (finite, <= 0; the shift
+  could lift them above 0, which the loss rejects, and they take no part in it).
+
+  Raises:
+    ValueError: no block, a block that is not a `ScoredCandidates`, or (``rebase_q_prime``) a
+      block without ``positive_log_q``.
+  """
+  blocks = list(blocks)
+  if not blocks:
+    raise ValueError("join_blocks needs at least one block")
+  for b in blocks:
+    if not isinstance(b, ScoredCandidates):
+      raise ValueError(f"join_blocks takes ScoredCandidates, got {type(b).__name__}")
+  if rebase_q_prime:
+    missing = [k for k, b in enumerate(blocks) if b.positive_log_q is None]
+    if missing:
+      raise ValueError(
+        f"join_blocks(rebase_q_prime=True) needs every block's positive_log_q; blocks {missing} "
+        "have none"
+      )
+    ops = tf_ops()
+    reference = tf.cast(blocks[0].positive_log_q, tf.float32)
+    rebased = blocks[:1]
+    for b in blocks[1:]:
+      log_q = tf.cast(b.negative_log_q, tf.float32)
+      shifted = cross_batch_core.rebased_block_log_q(
+        ops, log_q, tf.cast(b.positive_log_q, tf.float32), reference
+      )
+      # Masked entries (padding slots, accidental hits) keep their own finite log Q <= 0: the
+      # shift could lift them above 0, which the loss's check of log Q rejects.
+      valid = tf.broadcast_to(tf.cast(b.valid_mask, tf.bool), tf.shape(shifted))
+      rebased.append(
+        b._replace(
+          negative_log_q=tf.where(valid, shifted, tf.broadcast_to(log_q, tf.shape(shifted)))
+        )
+      )
+    blocks = rebased
+  return ScoredCandidates.concat(*blocks)
 
 
 def check_queries(query_embeddings, positive_ids, positive_embeddings):
