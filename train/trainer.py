@@ -5,11 +5,11 @@ parameter-server coordinator — with its checkpoint, resume and early-stopping 
 loop itself is `train.epochs`, shared with `python -m train.keras3`; the model, objective, step,
 data, validation and export it composes live in their own modules.)
 
-Exact resume. Everything that changes during training lives in one `tf.train.Checkpoint`
-(model, optimizer slots, frequency estimator, MIDX index, cross-batch memory, global step, epoch, best validation
-NDCG@10, epochs without improvement) saved at the end of every epoch. The data of epoch e is a
-fresh deterministic stream seeded with (seed, e) and all in-step randomness (negatives, dropout)
-is stateless and keyed by (seed, global step), so rerunning the same command after a crash
+Exact resume. Everything that changes during training lives in one `tf.train.Checkpoint` (model,
+optimizer slots, frequency estimator, MIDX index, cross-batch memory, global step, epoch, best
+validation NDCG@10, epochs without improvement) saved at the end of every epoch. The data of epoch e
+is a fresh deterministic stream seeded with (seed, e) and all in-step randomness (negatives,
+dropout) is stateless and keyed by (seed, global step), so rerunning the same command after a crash
 restores the last finished epoch and replays the interrupted one bit for bit: no step is lost or
 counted twice. A run that already finished only re-evaluates and re-exports.
 
