@@ -1,7 +1,8 @@
 r"""Negative sampling cost per batch (uniform, in-batch, mixed, MIDX); mixed-vs-in-batch step cost.
 
     python bench/negatives.py [--quick] [--catalogs 10000,100000,1000000] [--codewords 16,64,128]
-                              [--batch 256] [--k-u 256] [--dim 64] [--out bench/out]
+                              [--batch 256] [--k-u 256] [--dim 64] [--memory-slots 8192]
+                              [--out bench/out]
 
 Set-up per catalog size |D|: an item embedding table [|D|, dim] (the candidate tower), an
 ``ExactCounts`` estimator with Zipf(1) counts, batches of ``--batch`` positives drawn from the same
@@ -18,8 +19,13 @@ Zipf(1) popularity. Each sampler runs as one compiled ``tf.function`` that retur
   Its sampling cost is O(A K d + A K^2 + A S): it must grow with K, not with |D|.
 
 Second table: one compiled two-tower training step (id towers, positive scores, negatives,
-``score_negatives``, corrected ``sampled_softmax_loss``, gradients, SGD apply) with in-batch vs
+``sampler.score``, corrected ``sampled_softmax_loss``, gradients, SGD apply) with in-batch vs
 mixed negatives, at each catalog size; ratio mixed / in-batch is the overhead of the uniform half.
+With ``--memory-slots S`` > 0 two more sides: mixed + a ``CrossBatchNegatives`` memory of S slots
+(the last S / --batch batches' positives, joined by ``JoinedNegatives``, pushed after each
+step) in ``ids`` mode (scored with the current table, gradient into its rows) and in
+``embeddings`` mode (stored outputs); their ratio to mixed is the memory's step overhead (the
+memory is filled before timing).
 
 Timing: --warmup calls, then --repeats rounds of --calls calls each, sides interleaved round by
 round; per side min and median of the per-call mean over rounds, ratios against a baseline of the
@@ -42,16 +48,18 @@ import tensorflow as tf
 from tfrs_logq.tf_keras import losses
 from tfrs_logq.tf_keras.frequency import ExactCounts
 from tfrs_logq.tf_keras.negatives import (
+  CrossBatchNegatives,
   InBatchNegatives,
+  JoinedNegatives,
   MixedNegatives,
   UniformNegatives,
-  score_negatives,
 )
 from tfrs_logq.tf_keras.negatives.midx import MIDXSampler
 
 from bench.common.timing import min_median, time_interleaved
 
 BASELINE = "in_batch"
+MEMORY_MODES = ("ids", "embeddings")
 
 
 def parse_args(argv=None):
@@ -66,6 +74,9 @@ def parse_args(argv=None):
   p.add_argument("--repeats", type=int, default=7)
   p.add_argument("--calls", type=int, default=5)
   p.add_argument("--num-users", type=int, default=10000)
+  p.add_argument(
+    "--memory-slots", type=int, default=0, help="slots of a cross-batch memory (0: no memory)"
+  )
   p.add_argument("--out", default="bench/out")
   args = p.parse_args(argv)
   if args.quick:
@@ -149,37 +160,61 @@ def step_fns(size, args, rng):
   users = tf.Variable(rng.normal(scale=0.1, size=(args.num_users, args.dim)).astype(np.float32))
   user_batches = [tf.constant(rng.integers(0, args.num_users, size=args.batch)) for _ in batches]
   embed = lambda ids: tf.gather(table, ids)  # noqa: E731
-  samplers = {
-    "in_batch": InBatchNegatives(estimator),
-    "mixed": MixedNegatives(
+
+  def mixed():
+    return MixedNegatives(
       InBatchNegatives(estimator),
       UniformNegatives(embed, args.k_u, id_range=(0, size)),
       convention="mixture",
-    ),
-  }
+    )
+
+  samplers = {"in_batch": InBatchNegatives(estimator), "mixed": mixed()}
+  memories = {}
+  if args.memory_slots:
+    num_batches = max(args.memory_slots // args.batch, 1)
+    for mode in MEMORY_MODES:
+      memory = CrossBatchNegatives(
+        estimator,
+        num_batches,
+        args.batch,
+        mode=mode,
+        embedding_dim=args.dim if mode == "embeddings" else None,
+        candidate_embedder=embed,
+        seed=0,
+      )
+      memories[f"memory_{mode}"] = memory
+      samplers[f"memory_{mode}"] = JoinedNegatives([mixed(), memory])
   opt = tf.keras.optimizers.SGD(0.01)
   state = {"i": 0}
 
-  def make(sampler):
+  def make(name, sampler):
+    memory = memories.get(name)
+
     @tf.function
-    def step(user_ids, item_ids):
+    def step(user_ids, item_ids, seed):
       with tf.GradientTape() as tape:
         q = tf.gather(users, user_ids)
         p = tf.gather(table, item_ids)
-        scored = score_negatives(q, item_ids, p, sampler(item_ids, p))
+        scored = sampler.score(q, item_ids, p, seed=seed)
         out = losses.sampled_softmax_loss(**scored.loss_kwargs(), correction="corrected")
         loss = tf.reduce_mean(out.loss)
       grads = tape.gradient(loss, [users, table])
       opt.apply_gradients(zip(grads, [users, table]))
+      if memory is not None:  # scored, then pushed
+        memory.update(item_ids, p)
       return loss
 
     def call():
       state["i"] = (state["i"] + 1) % len(batches)
-      return sync(step(user_batches[state["i"]], batches[state["i"]]))
+      seed = tf.constant([0, state["i"]], tf.int64)
+      return sync(step(user_batches[state["i"]], batches[state["i"]], seed))
 
+    if memory is not None:  # a full memory before timing (the step's cost does not depend on it)
+      for _ in range(memory.memory_size // args.batch):
+        call()
     return call
 
-  return {name: make(s) for name, s in samplers.items()}
+  return {name: make(name, s) for name, s in samplers.items()}
 
 
 def summarize(times):
@@ -222,6 +257,12 @@ def main(argv=None):
       f"mixed {res['mixed'][0]:7.2f}/{res['mixed'][1]:7.2f}  "
       f"ratio min x{ratio_min:.2f} median x{ratio_med:.2f}"
     )
+    for mode in MEMORY_MODES if args.memory_slots else ():
+      m = res[f"memory_{mode}"]
+      print(
+        f"{size:>9} mixed + memory of {args.memory_slots} slots ({mode}) {m[0]:7.2f}/{m[1]:7.2f}"
+        f"  vs mixed: min x{m[0] / res['mixed'][0]:.2f} median x{m[1] / res['mixed'][1]:.2f}"
+      )
 
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
@@ -257,6 +298,11 @@ def main(argv=None):
     f"{sampling[large][f'midx_K{ks[-1]}'][1]:.2f}; MIDX K={ks[-1]} time x{midx_cat:.2f} "
     f"from |D|={small} to {large} vs x{midx_k:.2f} from K={ks[0]} to {ks[-1]}; "
     f"mixed/in_batch train step x{step_ratio:.2f}"
+    + "".join(
+      f"; mixed+memory({args.memory_slots}, {mode})/mixed step x"
+      f"{steps[large][f'memory_{mode}'][1] / steps[large]['mixed'][1]:.2f}"
+      for mode in (MEMORY_MODES if args.memory_slots else ())
+    )
   )
 
 
