@@ -123,6 +123,16 @@ NAME_EXCEPTIONS = {
 }
 
 
+# Arguments of the two Retrieval tasks that one front has and the other has not, by method:
+# {method: (tf-keras only, keras3 only)}; every other argument has the same name, position, kind
+# and default on both fronts.
+TASK_ARGUMENT_EXCEPTIONS = {
+  # the switches of TFRS's metric objects (Keras 3 has none: the constructor's metrics,
+  # batch_metrics and loss_metrics keep their positions and accept None only).
+  "call": (("compute_metrics", "compute_batch_metrics"), ()),
+}
+
+
 def _modules(front: str) -> set:
   base = PACKAGE / front
   names = set()
@@ -158,15 +168,30 @@ for module in MODULES:
   for front in ("tf_keras", "keras3"):
     mod = importlib.import_module("tfrs_logq." + front + ("." + module if module else ""))
     out[front + ":" + module] = sorted(mod.__all__)
+import inspect
+for front in ("tf_keras", "keras3"):
+  task = importlib.import_module("tfrs_logq." + front + ".retrieval").Retrieval
+  for method in ("__init__", "call"):
+    out["signature:" + front + ":" + method] = [
+      [p.name, p.kind.name, repr(p.default)]
+      for p in inspect.signature(getattr(task, method)).parameters.values()
+    ]
 print(json.dumps(out))
 """
 
 
-def test_twin_modules_export_the_same_public_names():
+@pytest.fixture(scope="module")
+def public_names():
+  """Both fronts' public names and their Retrieval signatures, in one fresh process."""
   common = sorted(_modules("tf_keras") & _modules("keras3"))
   out = _run(f"MODULES = {common!r}\n{_PUBLIC_NAMES}", KERAS_BACKEND="jax")
   assert out.returncode == 0, out.stderr[-3000:]
-  names = json.loads(out.stdout.strip().splitlines()[-1])
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_twin_modules_export_the_same_public_names(public_names):
+  common = sorted(_modules("tf_keras") & _modules("keras3"))
+  names = public_names
   for module in common:
     tf_only = set(names[f"tf_keras:{module}"]) - set(names[f"keras3:{module}"])
     k3_only = set(names[f"keras3:{module}"]) - set(names[f"tf_keras:{module}"])
@@ -174,6 +199,17 @@ def test_twin_modules_export_the_same_public_names():
     assert (tf_only, k3_only) == (set(expected[0]), set(expected[1])), module
   assert set(NAME_EXCEPTIONS) <= set(common)
   assert names["tf_keras:"] == names["keras3:"]  # the packages' own names: identical
+
+
+@pytest.mark.parametrize("method", ["__init__", "call"])
+def test_both_retrieval_tasks_take_the_same_arguments(public_names, method):
+  """Same names, order, kinds (positional / keyword-only) and defaults, but the listed ones."""
+  tf_only, k3_only = TASK_ARGUMENT_EXCEPTIONS.get(method, ((), ()))
+  tf_keras = public_names[f"signature:tf_keras:{method}"]
+  keras3 = public_names[f"signature:keras3:{method}"]
+  assert {p[0] for p in tf_keras} - {p[0] for p in keras3} == set(tf_only)
+  assert {p[0] for p in keras3} - {p[0] for p in tf_keras} == set(k3_only)
+  assert [p for p in tf_keras if p[0] not in tf_only] == [p for p in keras3 if p[0] not in k3_only]
 
 
 def test_importing_the_package_or_its_core_changes_nothing():

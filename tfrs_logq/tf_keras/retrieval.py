@@ -86,13 +86,6 @@ __all__ = ["Retrieval", "UPDATE_FREQUENCY_MODES"]
 # updated elsewhere, or holds fixed counts).
 UPDATE_FREQUENCY_MODES = ("training", "always", "never")
 
-_REDUCTIONS = {
-  tf.keras.losses.Reduction.SUM: "sum",
-  tf.keras.losses.Reduction.NONE: "none",
-  tf.keras.losses.Reduction.SUM_OVER_BATCH_SIZE: "mean",
-  tf.keras.losses.Reduction.AUTO: "mean",
-}
-
 
 def _reduction_of(loss: Optional[tf.keras.losses.Loss]) -> str:
   """Maps TFRS's ``loss`` argument onto a reduction; only softmax cross-entropy makes sense."""
@@ -104,12 +97,7 @@ def _reduction_of(loss: Optional[tf.keras.losses.Loss]) -> str:
       "a tf.keras.losses.CategoricalCrossentropy(from_logits=True) (used for its reduction), "
       f"got {type(loss).__name__}"
     )
-  config = loss.get_config()
-  if not config.get("from_logits", False) or config.get("label_smoothing", 0.0):
-    raise ValueError(
-      "`loss` must be CategoricalCrossentropy(from_logits=True) without label smoothing"
-    )
-  return _REDUCTIONS[loss.reduction]
+  return retrieval_core.loss_reduction(loss.get_config(), loss.reduction)
 
 
 def _as_float32(x, name: str) -> tf.Tensor:
@@ -336,17 +324,14 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
       log_q_sources="candidate_log_sampling_probability, or a frequency_estimator",
     )
 
-    if mask_hits:
-      # Row a's own column has the positive's id, so this also leaves the positive out.
-      valid = accidental_hits.accidental_hit_mask(candidate_ids[:num_queries], candidate_ids)
-    else:
-      valid = tf.not_equal(
-        tf.range(num_queries)[:, tf.newaxis], tf.range(num_candidates)[tf.newaxis, :]
-      )
-    if score_mask is not None:
-      valid = tf.logical_and(valid, tf.cast(score_mask, tf.bool))
-    positive_scores = tf.linalg.diag_part(scores)
-    positive_log_q = log_q[:num_queries] if log_q is not None else None
+    # Row a's own column has the positive's id, so the hit mask also leaves the positive out.
+    hits = (
+      accidental_hits.accidental_hit_mask(candidate_ids[:num_queries], candidate_ids)
+      if mask_hits
+      else None
+    )
+    valid = retrieval_core.in_batch_valid(tf_ops(), num_queries, num_candidates, hits, score_mask)
+    positive_scores, positive_log_q = retrieval_core.positives(tf_ops(), scores, log_q, num_queries)
     negative_scores, negative_log_q = scores, log_q
 
     if self.negative_sampler is not None:
@@ -354,7 +339,6 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
         query,
         candidates[:num_queries],
         candidate_ids[:num_queries],
-        positive_scores,
         positive_log_q,
         scores,
         log_q,
@@ -456,7 +440,6 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     query,
     positive_embeddings,
     positive_ids,
-    positive_scores,
     positive_log_q,
     scores,
     log_q,
@@ -465,8 +448,6 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     item_table,
   ):
     """Joins the in-batch block [A, C] and the sampler's block [A, N] (module docstring)."""
-    from tfrs_logq.tf_keras.negatives import scoring  # pylint: disable=g-import-not-at-top
-
     extra = self.negative_sampler.score(
       query,
       positive_ids,
@@ -477,28 +458,20 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
       item_table=item_table,
     )
     extra_scores = self._maybe_check(tf.cast(extra.negative_scores, tf.float32))
-    extra_log_q = tf.cast(extra.negative_log_q, tf.float32)
-    if self.correction == "corrected" and self.q_prime == "exact":
-      if extra.positive_log_q is None:
-        raise ValueError(
-          "correction='corrected' with q_prime='exact' needs the "
-          "negative_sampler's positive_log_q (Q(p) under its proposal), got None"
-        )
-      # The loss subtracts log(1 - Q_b(p)) from every column; the sampler block needs
-      # log(1 - Q_s(p)) instead.
-      shift = log_q_lib.log1mexp(tf.cast(extra.positive_log_q, tf.float32)) - log_q_lib.log1mexp(
-        positive_log_q
-      )
-      extra_log_q = extra_log_q - shift[:, tf.newaxis]
-    if log_q is None:  # correction "none": log Q is not used, the blocks still need one.
-      log_q = tf.zeros(tf.shape(scores)[1:], tf.float32)
-      positive_log_q = tf.zeros_like(positive_scores)
-    in_batch = scoring.ScoredCandidates(positive_scores, scores, log_q, valid, positive_log_q)
-    sampled = scoring.ScoredCandidates(
-      positive_scores, extra_scores, extra_log_q, tf.cast(extra.valid_mask, tf.bool), positive_log_q
+    extra_positive_log_q = extra.positive_log_q
+    if extra_positive_log_q is not None:
+      extra_positive_log_q = tf.cast(extra_positive_log_q, tf.float32)
+    extra_log_q = retrieval_core.sampled_block_log_q(
+      tf_ops(),
+      self.correction,
+      self.q_prime,
+      tf.cast(extra.negative_log_q, tf.float32),
+      extra_positive_log_q,
+      positive_log_q,
     )
-    joined = scoring.ScoredCandidates.concat(in_batch, sampled)
-    return joined.negative_scores, joined.negative_log_q, joined.valid_mask
+    return retrieval_core.join_blocks(
+      tf_ops(), (scores, log_q, valid), (extra_scores, extra_log_q, extra.valid_mask)
+    )
 
   def _logits(self, scores, log_q):
     """s - log Q (SamplingProbabilityCorrection), or s under correction="none"."""

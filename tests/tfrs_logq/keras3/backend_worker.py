@@ -8,10 +8,12 @@ nothing about the values: test_backends.py compares them with the tf-keras path 
 references. It records, besides the arrays, whether TensorFlow / the tf-keras switch were loaded.
 """
 
+import inspect
 import os
 import sys
 import tempfile
 import time
+import warnings
 
 import numpy as np
 
@@ -120,6 +122,210 @@ def run_retrieval(cases, out):
     out[base + "/grad_query"], out[base + "/grad_cand"] = grads(
       fn, cases[base + "/query"], cases[base + "/cand"]
     )
+
+
+class _StubSampler:
+  """A negative sampler with fixed draws from its own proposal Q_s: UniformNegatives' layouts,
+  shared ids [N] or per query [A, N], log Q_s of each draw and Q_s(p) of the positives (None:
+  no positive_log_q). Records the keywords of its last ``score`` call."""
+
+  def __init__(self, table, ids, log_q, positive_log_q):
+    self.table, self.ids, self.log_q, self.positive_log_q = table, ids, log_q, positive_log_q
+    self.received = None
+
+  def score(
+    self,
+    query_embeddings,
+    positive_ids,
+    positive_embeddings,
+    *,
+    temperature=1.0,
+    seed=None,
+    sequence_ids=None,
+    item_table=None,
+    valid=None,
+  ):
+    self.received = dict(seed=seed, sequence_ids=sequence_ids, item_table=item_table, valid=valid)
+    negs = negatives.Negatives(
+      self.ids,
+      ops.take(ops.convert_to_tensor(self.table), self.ids, axis=0),
+      self.log_q,
+      positive_log_q=self.positive_log_q,
+    )
+    return negatives.score_negatives(
+      query_embeddings, positive_ids, positive_embeddings, negs, temperature=temperature
+    )
+
+
+class _MIDXLike(_StubSampler):
+  """The stub behind ``MIDXSampler.score``'s own signature (no sequence_ids, no valid)."""
+
+  def score(self, query_embeddings, positive_ids, positive_embeddings, **kwargs):
+    self.keywords = sorted(kwargs)
+    return super().score(query_embeddings, positive_ids, positive_embeddings, **kwargs)
+
+
+_MIDXLike.score.__signature__ = inspect.signature(negatives.MIDXSampler.score)
+
+
+class _TemperatureOnly(_StubSampler):
+  """A sampler whose score takes no seed (a seed given to the task is an error)."""
+
+  def score(self, query_embeddings, positive_ids, positive_embeddings, *, temperature=1.0):
+    return super().score(
+      query_embeddings, positive_ids, positive_embeddings, temperature=temperature
+    )
+
+
+def _error(fn):
+  """'TypeName: message' of what fn raises ('' when it raises nothing)."""
+  try:
+    with warnings.catch_warnings():
+      warnings.simplefilter("ignore", DeprecationWarning)
+      fn()
+  except Exception as e:  # pylint: disable=broad-except
+    return np.array(f"{type(e).__name__}: {e}")
+  return np.array("")
+
+
+def _sampler_of(cases, base, positive_log_q=True, cls=_StubSampler):
+  return cls(
+    cases[base + "/table"],
+    cases[base + "/extra"],
+    cases[base + "/lq_s"],
+    cases[base + "/lqp_s"] if positive_log_q else None,
+  )
+
+
+def run_sampler_task(cases, out):
+  """Retrieval(negative_sampler=...): the stub's block after the in-batch block, its errors."""
+  for key in sorted(k for k in cases if k.startswith("sampler_task/") and k.endswith("/query")):
+    base = key[: -len("/query")]
+    kwargs = dict(eval(str(cases[base + "/kwargs"])))  # pylint: disable=eval-used
+    call = dict(eval(str(cases[base + "/call"])))  # pylint: disable=eval-used
+    inputs = {name: cases[f"{base}/{name}"] for name in call.values()}
+    task = tlk.Retrieval(negative_sampler=_sampler_of(cases, base), **kwargs)
+
+    def fn(q, c, task=task, call=call, inputs=inputs):
+      return task(q, c, **{arg: inputs[name] for arg, name in call.items()})
+
+    out[base + "/loss"] = _np(fn(cases[base + "/query"], cases[base + "/cand"]))
+    out[base + "/grad_query"], out[base + "/grad_cand"] = grads(
+      fn, cases[base + "/query"], cases[base + "/cand"]
+    )
+  base = "sampler_task/0"
+  q, c, ids, p = (cases[f"{base}/{k}"] for k in ("query", "cand", "ids", "prob"))
+  with_sampler = tlk.Retrieval(negative_sampler=_sampler_of(cases, base))
+  no_positive = tlk.Retrieval(negative_sampler=_sampler_of(cases, base, positive_log_q=False))
+  midx_like = _sampler_of(cases, base, cls=_MIDXLike)
+  midx_task = tlk.Retrieval(negative_sampler=midx_like, loss="none")
+  seed = np.array([3, 4], np.int32)
+  temperature_only = tlk.Retrieval(
+    negative_sampler=_sampler_of(cases, base, cls=_TemperatureOnly), loss="none"
+  )
+  out["sampler/temperature_only/loss"] = _np(
+    temperature_only(q, c, candidate_sampling_probability=p, candidate_ids=ids)
+  )
+  out["sampler/midx_like/loss"] = _np(
+    midx_task(q, c, candidate_sampling_probability=p, candidate_ids=ids, seed=seed, item_table=c)
+  )
+  out["sampler/midx_like/keywords"] = np.array(midx_like.keywords)
+  out["sampler/midx_like/seed"] = _np(midx_like.received["seed"])
+  errors = {
+    "no_ids": lambda: with_sampler(q, c, candidate_sampling_probability=p),
+    "max_sim": lambda: with_sampler(
+      np.stack([q, q], axis=1), c, candidate_sampling_probability=p, candidate_ids=ids
+    ),
+    "no_positive_log_q": lambda: no_positive(
+      q, c, candidate_sampling_probability=p, candidate_ids=ids
+    ),
+    "not_a_sampler": lambda: tlk.Retrieval(negative_sampler=object()),
+    "get_config": with_sampler.get_config,
+    # a seed for a sampler whose score takes none
+    "seed_not_taken": lambda: temperature_only(
+      q, c, candidate_sampling_probability=p, candidate_ids=ids, seed=seed
+    ),
+  }
+  for name, fn in errors.items():
+    out[f"sampler/error/{name}"] = _error(fn)
+
+
+def _deprecations(make):
+  """(made object, messages of the DeprecationWarnings raised while making it)."""
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    made = make()
+  return made, [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
+
+
+def run_task_arguments(cases, out):
+  """Retrieval's constructor: loss= (a reduction name or a CategoricalCrossentropy),
+  reduction= and the former positional order (deprecated), config round trips, errors."""
+  base = "task/0"
+  q, c, ids, p = (cases[f"{base}/{k}"] for k in ("query", "cand", "ids", "prob"))
+
+  def loss_of(task):
+    return _np(task(q, c, candidate_sampling_probability=p, candidate_ids=ids))
+
+  for name in tlk.retrieval.REDUCTIONS:
+    task, warned = _deprecations(lambda name=name: tlk.Retrieval(loss=name, correction="standard"))
+    out[f"args/loss/{name}"], out[f"args/loss/{name}/warnings"] = loss_of(task), np.array(warned)
+    task, warned = _deprecations(
+      lambda name=name: tlk.Retrieval(reduction=name, correction="standard")
+    )
+    out[f"args/reduction/{name}"] = loss_of(task)
+    out[f"args/reduction/{name}/warnings"] = np.array(warned)
+  for name in ("sum", "sum_over_batch_size", "mean", "none"):
+    # positional, as tf-keras's loss
+    task = tlk.Retrieval(
+      keras.losses.CategoricalCrossentropy(from_logits=True, reduction=name), correction="standard"
+    )
+    out[f"args/cce/{name}"], out[f"args/cce/{name}/reduction"] = loss_of(task), task.reduction
+  out["args/cce/default/reduction"] = np.array(
+    tlk.Retrieval(keras.losses.CategoricalCrossentropy(from_logits=True)).reduction
+  )
+  # tf-keras's positional order: (loss, metrics, batch_metrics, loss_metrics, temperature,
+  # num_hard_negatives, remove_accidental_hits, name, correction, q_prime)
+  task, warned = _deprecations(
+    lambda: tlk.Retrieval("mean", None, None, None, 0.5, 4, True, "positional", "standard")
+  )
+  out["args/positional"], out["args/positional/warnings"] = loss_of(task), np.array(warned)
+  out["args/positional/name"] = np.array(task.name)
+  # the former order: (correction, q_prime, temperature, num_hard_negatives,
+  # remove_accidental_hits, reduction, ...)
+  task, warned = _deprecations(lambda: tlk.Retrieval("standard", "exact", 0.5, 4, True, "mean"))
+  out["args/former"], out["args/former/warnings"] = loss_of(task), np.array(warned)
+  task, warned = _deprecations(lambda: tlk.Retrieval("none"))
+  out["args/former_none/correction"] = np.array(task.correction)
+  out["args/former_none/reduction"] = np.array(task.reduction)
+  out["args/former_none/warnings"] = np.array(warned)
+  # a config written with reduction= (before loss=) loads without a warning
+  config = tlk.Retrieval(loss="mean", correction="standard", temperature=0.5).get_config()
+  config["reduction"] = config.pop("loss")
+  task, warned = _deprecations(lambda: tlk.Retrieval.from_config(config))
+  out["args/old_config"], out["args/old_config/warnings"] = loss_of(task), np.array(warned)
+  out["args/old_config/loss"] = np.array(task.get_config()["loss"])
+  errors = {
+    "loss_name": lambda: tlk.Retrieval(loss="avg"),
+    "loss_probabilities": lambda: tlk.Retrieval(loss=keras.losses.CategoricalCrossentropy()),
+    "loss_smoothing": lambda: tlk.Retrieval(
+      loss=keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=0.1)
+    ),
+    "loss_mse": lambda: tlk.Retrieval(loss=keras.losses.MeanSquaredError()),
+    "loss_weighted_mean": lambda: tlk.Retrieval(
+      loss=keras.losses.CategoricalCrossentropy(
+        from_logits=True, reduction="mean_with_sample_weight"
+      )
+    ),
+    "loss_and_reduction": lambda: tlk.Retrieval(loss="sum", reduction="mean"),
+    "metrics": lambda: tlk.Retrieval(metrics=[keras.metrics.Mean()]),
+    "batch_metrics": lambda: tlk.Retrieval(batch_metrics=[keras.metrics.AUC()]),
+    "former_too_many": lambda: tlk.Retrieval("none", *([None] * 10)),
+    "former_twice": lambda: tlk.Retrieval("none", "exact", q_prime="proxy"),
+  }
+  for name, fn in errors.items():
+    out[f"args/error/{name}"] = _error(fn)
+  out["args/empty_metrics"] = _error(lambda: tlk.Retrieval(metrics=[], loss_metrics=()))
 
 
 def run_layers(cases, out):
@@ -259,7 +465,7 @@ class _AddLoss(keras.Model):
     self.users = keras.layers.Embedding(8, 4)
     self.items = keras.layers.Embedding(12, 4)
     self.task = tlk.Retrieval(
-      correction="corrected", reduction="mean", frequency_estimator=frequency.ExactCounts(12)
+      loss="mean", correction="corrected", frequency_estimator=frequency.ExactCounts(12)
     )
 
   def call(self, inputs, training=False):
@@ -351,16 +557,24 @@ def run_serialisation(cases, out):
     "RemoveAccidentalHits": (tlk.RemoveAccidentalHits(), lambda l: l(logits, labels, ids)),
     "Retrieval": (
       tlk.Retrieval(
-        "standard",
+        loss="mean",
+        correction="standard",
         temperature=0.5,
         num_hard_negatives=5,
         remove_accidental_hits=True,
-        reduction="mean",
+      ),
+      lambda l: l(task_q, task_c, candidate_sampling_probability=task_p, candidate_ids=task_ids),
+    ),
+    "RetrievalWithLossObject": (
+      tlk.Retrieval(
+        keras.losses.CategoricalCrossentropy(from_logits=True, reduction="sum"),
+        correction="standard",
+        num_hard_negatives=5,
       ),
       lambda l: l(task_q, task_c, candidate_sampling_probability=task_p, candidate_ids=task_ids),
     ),
     "RetrievalWithEstimator": (
-      tlk.Retrieval("corrected", frequency_estimator=exact, update_frequency="never"),
+      tlk.Retrieval(correction="corrected", frequency_estimator=exact, update_frequency="never"),
       lambda l: l(task_q, task_c, candidate_ids=task_ids),
     ),
     "ExactCounts": (exact, lambda l: l.log_q(probe)),
@@ -388,7 +602,15 @@ def main():
   # After importing keras and tfrs_logq.keras3, before keras's own fit / saving utilities
   # (which may load TensorFlow for data handling on any backend).
   out = {"env/tensorflow_loaded": np.array("tensorflow" in sys.modules)}
-  for section in (run_losses, run_retrieval, run_layers, run_estimators, run_negatives):
+  for section in (
+    run_losses,
+    run_retrieval,
+    run_sampler_task,
+    run_task_arguments,
+    run_layers,
+    run_estimators,
+    run_negatives,
+  ):
     start = time.process_time()
     section(cases, out)
     print(f"{section.__name__}: {time.process_time() - start:.1f} s", file=sys.stderr)

@@ -109,9 +109,7 @@ TASK_CASES = [  # (Keras 3 kwargs, call arguments -> case arrays)
     dict(candidate_log_sampling_probability="log_prob", candidate_ids="ids"),
   ),
   (
-    dict(
-      correction="standard", remove_accidental_hits=True, num_hard_negatives=4, reduction="mean"
-    ),
+    dict(correction="standard", remove_accidental_hits=True, num_hard_negatives=4, loss="mean"),
     dict(candidate_sampling_probability="prob", candidate_ids="ids", sample_weight="weight"),
   ),
   (
@@ -124,6 +122,59 @@ TASK_CASES = [  # (Keras 3 kwargs, call arguments -> case arrays)
     ),
   ),
   (dict(correction="none"), dict()),
+]
+
+
+def _sampler_task_case(seed, layout, a=10, extra=6, d=5, num_items=15, n=6):
+  """In-batch candidates with Q_b, and a sampler's draws from its own proposal Q_s: shared
+  [N] (UniformNegatives' per-batch layout) or per query [A, N], with an accidental hit."""
+  rng = np.random.default_rng(100 + seed)
+  q_b = np.maximum(rng.dirichlet(np.ones(num_items) * 0.5), 1e-3)
+  q_b /= q_b.sum()
+  q_s = rng.dirichlet(np.ones(num_items))
+  ids = rng.choice(num_items, size=a + extra, p=q_b).astype(np.int32)
+  drawn = rng.choice(num_items, size=(n,) if layout == "shared" else (a, n), p=q_s)
+  drawn = drawn.astype(np.int32)
+  if layout == "shared":
+    drawn[0] = ids[0]
+  else:
+    drawn[1, 0] = ids[1]
+  return dict(
+    query=rng.normal(size=(a, d)).astype(np.float32),
+    cand=rng.normal(size=(a + extra, d)).astype(np.float32),
+    ids=ids,
+    prob=q_b[ids].astype(np.float32),
+    weight=rng.uniform(0.5, 2.0, size=a).astype(np.float32),
+    mask=rng.uniform(size=(a, a + extra)) > 0.2,
+    table=rng.normal(size=(num_items, d)).astype(np.float32),
+    extra=drawn,
+    lq_s=np.log(q_s[drawn]).astype(np.float32),
+    lqp_s=np.log(q_s[ids[:a]]).astype(np.float32),
+  )
+
+
+_WITH_Q = dict(candidate_sampling_probability="prob", candidate_ids="ids")
+SAMPLER_TASK_CASES = [  # (Keras 3 kwargs besides negative_sampler, sampler layout, call)
+  (dict(correction="corrected", loss="none"), "shared", _WITH_Q),
+  (dict(correction="corrected", q_prime="proxy", loss="none"), "shared", _WITH_Q),
+  (dict(correction="standard", loss="none"), "shared", _WITH_Q),
+  (dict(correction="standard_no_positive", loss="none"), "shared", _WITH_Q),
+  (dict(correction="none", loss="none"), "shared", dict(candidate_ids="ids")),
+  (
+    dict(correction="corrected", temperature=0.7, num_hard_negatives=6, loss="none"),
+    "query",
+    _WITH_Q,
+  ),
+  (
+    dict(
+      correction="standard",
+      remove_accidental_hits=True,
+      num_hard_negatives=5,
+      loss="mean",
+    ),
+    "query",
+    dict(_WITH_Q, sample_weight="weight", score_mask="mask"),
+  ),
 ]
 
 
@@ -157,6 +208,11 @@ def _cases():
       out[f"task/{i}/{key}"] = value.astype(np.float32) if value.dtype == np.float64 else value
     out[f"task/{i}/kwargs"] = np.array(repr(kwargs))
     out[f"task/{i}/call"] = np.array(repr(call))
+  for i, (kwargs, layout, call) in enumerate(SAMPLER_TASK_CASES):
+    for key, value in _sampler_task_case(i, layout).items():
+      out[f"sampler_task/{i}/{key}"] = value
+    out[f"sampler_task/{i}/kwargs"] = np.array(repr(kwargs))
+    out[f"sampler_task/{i}/call"] = np.array(repr(call))
   rng = np.random.default_rng(3)
   out["layers/logits"] = rng.normal(0, 3, (5, 8)).astype(np.float32)
   out["layers/q"] = rng.dirichlet(np.ones(8)).astype(np.float32)
@@ -361,13 +417,22 @@ def test_shared_formulas_on_tensorflow_equal_the_tf_keras_losses():
 # ---- the task --------------------------------------------------------------------------------
 
 
+_TF_REDUCTIONS = {
+  "sum": tf.keras.losses.Reduction.SUM,
+  "mean": tf.keras.losses.Reduction.SUM_OVER_BATCH_SIZE,
+  "none": tf.keras.losses.Reduction.NONE,
+}
+
+
+def _tf_loss_object(name):
+  """The tf-keras task's ``loss`` for a Keras 3 reduction name."""
+  return tf.keras.losses.CategoricalCrossentropy(from_logits=True, reduction=_TF_REDUCTIONS[name])
+
+
 def _tf_task(kwargs):
   kwargs = dict(kwargs)
-  reduction = kwargs.pop("reduction", "sum")
-  if reduction == "mean":
-    kwargs["loss"] = tf.keras.losses.CategoricalCrossentropy(
-      from_logits=True, reduction=tf.keras.losses.Reduction.SUM_OVER_BATCH_SIZE
-    )
+  if "loss" in kwargs:
+    kwargs["loss"] = _tf_loss_object(kwargs["loss"])
   return tf_tasks.Retrieval(**kwargs)
 
 
@@ -386,6 +451,272 @@ def test_retrieval_equals_tf_keras_task(res, index):
   np.testing.assert_allclose(res[base + "/loss"], loss.numpy(), rtol=2e-6)
   np.testing.assert_allclose(res[base + "/grad_query"], g_query.numpy(), rtol=2e-5, atol=1e-6)
   np.testing.assert_allclose(res[base + "/grad_cand"], g_cand.numpy(), rtol=2e-5, atol=1e-6)
+
+
+# ---- the task with a negative sampler ------------------------------------------------------------
+
+
+def _np_sampler_task(case, kwargs, call):
+  """The task's loss from the formulas of the tfrs_logq.tf_keras.retrieval docstring: the
+  in-batch block, then the sampler block; under corrected / exact each block's Q' excludes p
+  from its own proposal (log Q'(d) = log Q_blk(d) - log(1 - Q_blk(p))); k hardest by s - log Q'
+  (s under none); reduced as ``loss``."""
+  f64 = np.float64
+  t = kwargs.get("temperature", 1.0)
+  correction, q_prime = kwargs["correction"], kwargs.get("q_prime", "exact")
+  q, c, ids = case["query"].astype(f64), case["cand"].astype(f64), case["ids"]
+  a = q.shape[0]
+  s_in = q @ c.T / t
+  emb = case["table"][case["extra"]].astype(f64)
+  s_ex = q @ emb.T / t if emb.ndim == 2 else np.einsum("ad,and->an", q, emb) / t
+  drawn = np.broadcast_to(case["extra"], s_ex.shape)
+  if correction == "corrected" or kwargs.get("remove_accidental_hits"):
+    v_in = ids[:a, None] != ids[None, :]
+  else:
+    v_in = ~np.eye(a, len(ids), dtype=bool)
+  if "score_mask" in call:
+    v_in = v_in & case["mask"]
+  valid = np.concatenate([v_in, drawn != ids[:a, None]], axis=1)
+  lq_b = np.log(case["prob"].astype(f64)) if "candidate_sampling_probability" in call else None
+  lq_b = np.zeros(len(ids)) if lq_b is None else lq_b
+  lp_b, lp_s = lq_b[:a], case["lqp_s"].astype(f64)
+  lq_in = np.broadcast_to(lq_b, s_in.shape)
+  lq_ex = np.broadcast_to(case["lq_s"].astype(f64), s_ex.shape)
+  if correction == "corrected" and q_prime == "exact":
+    lq_in = lq_in - np.log1p(-np.exp(lp_b))[:, None]
+    lq_ex = lq_ex - np.log1p(-np.exp(lp_s))[:, None]
+  s_n, lq = np.concatenate([s_in, s_ex], 1), np.concatenate([lq_in, lq_ex], 1)
+  k = kwargs.get("num_hard_negatives")
+  if k:
+    logits = np.where(valid, s_n if correction == "none" else s_n - lq, -np.inf)
+    valid = valid & (logits >= -np.sort(-logits, axis=1)[:, k - 1 : k])
+  s_p = np.diag(s_in[:, :a])
+  losses = []
+  for r in range(a):
+    e, l = s_n[r][valid[r]], lq[r][valid[r]]
+    if correction == "none":
+      losses.append(-(s_p[r] - np.logaddexp.reduce(np.append(e, s_p[r]))))
+    elif correction == "standard":
+      pos = s_p[r] - lp_b[r]
+      losses.append(-(pos - np.logaddexp.reduce(np.append(e - l, pos))))
+    elif correction == "standard_no_positive":
+      losses.append(-(s_p[r] - np.logaddexp.reduce(np.append(e - l, s_p[r]))))
+    else:
+      z = np.logaddexp.reduce(e - l)
+      p_hat = 1.0 / (1.0 + np.exp(-(s_p[r] - z + np.log(e.size))))
+      losses.append(-(1.0 - p_hat) * (s_p[r] - z))
+  losses = np.array(losses)
+  if "sample_weight" in call:
+    losses = losses * case["weight"]
+  reduction = kwargs.get("loss", "sum")
+  return losses if reduction == "none" else losses.sum() / (a if reduction == "mean" else 1)
+
+
+class _TfStubSampler:
+  """The worker's stub sampler on the tf-keras front: the same fixed draws, log Q_s, Q_s(p)."""
+
+  def __init__(self, case):
+    self.case = case
+
+  def score(
+    self,
+    query,
+    positive_ids,
+    positive_embeddings,
+    *,
+    temperature=1.0,
+    seed=None,
+    sequence_ids=None,
+    item_table=None,
+    valid=None,
+  ):
+    del seed, sequence_ids, item_table, valid
+    from tfrs_logq.tf_keras.negatives import scoring  # pylint: disable=g-import-not-at-top
+
+    extra = tf.constant(self.case["extra"], tf.int64)
+    emb = tf.gather(tf.constant(self.case["table"]), extra)
+    if emb.shape.rank == 2:
+      scores = tf.matmul(query, emb, transpose_b=True) / temperature
+    else:
+      scores = tf.einsum("ad,and->an", query, emb) / temperature
+    drawn = tf.broadcast_to(extra, tf.shape(scores))
+    return scoring.ScoredCandidates(
+      tf.reduce_sum(query * positive_embeddings, -1) / temperature,
+      scores,
+      tf.constant(self.case["lq_s"]),
+      tf.not_equal(drawn, tf.cast(positive_ids, tf.int64)[:, None]),
+      tf.constant(self.case["lqp_s"]),
+    )
+
+
+def _sampler_case_arrays(index):
+  base = f"sampler_task/{index}"
+  return {k[len(base) + 1 :]: v for k, v in CASES.items() if k.startswith(base + "/")}
+
+
+@pytest.mark.parametrize("index", range(len(SAMPLER_TASK_CASES)))
+def test_sampler_block_is_joined_as_the_tf_keras_task_joins_it(res, index):
+  """negative_sampler: its block after the in-batch one, each block's own Q(p) in Q' under
+  corrected / exact, log Q unchanged under proxy / standard, zeros for none, its own hit
+  mask, k hardest over both blocks: the numpy formula and the tf-keras task (loss and
+  gradients) on the same inputs."""
+  kwargs, _, call = SAMPLER_TASK_CASES[index]
+  case = _sampler_case_arrays(index)
+  base = f"sampler_task/{index}"
+  np.testing.assert_allclose(
+    res[base + "/loss"], _np_sampler_task(case, kwargs, call), rtol=2e-5, atol=2e-6
+  )
+  query, cand = tf.constant(case["query"]), tf.constant(case["cand"])
+  task = _tf_task(dict(kwargs, negative_sampler=_TfStubSampler(case)))
+  with tf.GradientTape() as tape:
+    tape.watch([query, cand])
+    loss = task(query, cand, **{arg: tf.constant(case[name]) for arg, name in call.items()})
+  g_query, g_cand = tape.gradient(loss, [query, cand])
+  np.testing.assert_allclose(res[base + "/loss"], loss.numpy(), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(res[base + "/grad_query"], g_query.numpy(), rtol=2e-5, atol=1e-6)
+  np.testing.assert_allclose(res[base + "/grad_cand"], g_cand.numpy(), rtol=2e-5, atol=1e-6)
+
+
+def test_sampler_keywords_follow_its_score_signature_and_errors_match_tf_keras(res):
+  """A sampler's score gets the keywords it takes (MIDXSampler.score's signature: temperature,
+  seed, item_table; none of sequence_ids / valid), a value for one it does not take is a
+  TypeError; the tf-keras task's errors: no candidate_ids, max-sim queries, no positive_log_q
+  under corrected / exact, not a sampler, get_config."""
+  want = res["sampler_task/0/loss"]
+  np.testing.assert_allclose(res["sampler/midx_like/loss"], want, rtol=1e-6)
+  np.testing.assert_allclose(res["sampler/temperature_only/loss"], want, rtol=1e-6)
+  assert list(res["sampler/midx_like/keywords"]) == ["item_table", "seed", "temperature"]
+  np.testing.assert_array_equal(res["sampler/midx_like/seed"], [3, 4])
+  expected = {
+    "no_ids": ("ValueError", "candidate_ids"),
+    "max_sim": ("ValueError", "max-sim"),
+    "no_positive_log_q": ("ValueError", "positive_log_q"),
+    "not_a_sampler": ("TypeError", "negative_sampler"),
+    "get_config": ("NotImplementedError", "negative sampler"),
+    "seed_not_taken": ("TypeError", "seed="),
+  }
+  for name, (kind, words) in expected.items():
+    got = str(res[f"sampler/error/{name}"])
+    assert got.startswith(kind + ":") and words in got, (name, got)
+
+
+def test_core_retrieval_steps_on_tensorflow():
+  """core.retrieval's shared steps with tf_ops(): the in-batch mask, the positives, the sampler
+  block's log Q (rebased only under corrected / exact) and the join of [N] and [A, N] blocks."""
+  from tfrs_logq.core import retrieval as core_retrieval  # pylint: disable=g-import-not-at-top
+
+  ops = core_ops.tf_ops()
+  rng = np.random.default_rng(7)
+  scores = rng.normal(size=(3, 5)).astype(np.float32)
+  hits = rng.uniform(size=(3, 5)) > 0.3
+  mask = rng.uniform(size=(3, 5)) > 0.3
+  np.testing.assert_array_equal(
+    core_retrieval.in_batch_valid(ops, 3, 5).numpy(), ~np.eye(3, 5, dtype=bool)
+  )
+  np.testing.assert_array_equal(
+    core_retrieval.in_batch_valid(ops, 3, 5, tf.constant(hits), mask).numpy(), hits & mask
+  )
+  log_q = np.log(rng.dirichlet(np.ones(5))).astype(np.float32)
+  s_p, lp = core_retrieval.positives(ops, tf.constant(scores), tf.constant(log_q), 3)
+  np.testing.assert_array_equal(s_p.numpy(), np.diag(scores))
+  np.testing.assert_array_equal(lp.numpy(), log_q[:3])
+  assert core_retrieval.positives(ops, tf.constant(scores), None, 3)[1] is None
+  block_lq = np.log(rng.dirichlet(np.ones(4))).astype(np.float32)
+  block_lp = np.log(np.array([0.1, 0.4, 0.05], np.float32))
+  for correction, q_prime in (("corrected", "proxy"), ("standard", "exact"), ("none", "exact")):
+    same = core_retrieval.sampled_block_log_q(ops, correction, q_prime, block_lq, None, lp)
+    assert same is block_lq
+  rebased = core_retrieval.sampled_block_log_q(
+    ops, "corrected", "exact", tf.constant(block_lq), tf.constant(block_lp), lp
+  )
+  shift = np.log1p(-np.exp(block_lp)) - np.log1p(-np.exp(log_q[:3]))
+  np.testing.assert_allclose(rebased.numpy(), block_lq[None, :] - shift[:, None], rtol=1e-6)
+  with pytest.raises(ValueError, match="positive_log_q"):
+    core_retrieval.sampled_block_log_q(ops, "corrected", "exact", block_lq, None, lp)
+  block_s = rng.normal(size=(3, 4)).astype(np.float32)
+  block_v = np.array([True, False, True, True])
+  for lq_b, want_lq in (
+    (block_lq, np.concatenate([log_q, block_lq])),  # [N] blocks stay [C + N]
+    (rebased, np.concatenate([np.broadcast_to(log_q, (3, 5)), rebased.numpy()], 1)),
+  ):
+    s, lq, v = core_retrieval.join_blocks(
+      ops,
+      (tf.constant(scores), tf.constant(log_q), tf.constant(hits)),
+      (tf.constant(block_s), lq_b, tf.constant(block_v)),
+    )
+    np.testing.assert_array_equal(s.numpy(), np.concatenate([scores, block_s], 1))
+    np.testing.assert_allclose(lq.numpy(), want_lq, rtol=1e-6)
+    np.testing.assert_array_equal(v.numpy(), np.concatenate([hits, np.tile(block_v, (3, 1))], 1))
+  _, lq, _ = core_retrieval.join_blocks(
+    ops, (tf.constant(scores), None, tf.constant(hits)), (tf.constant(block_s), None, block_v)
+  )
+  np.testing.assert_array_equal(lq.numpy(), np.zeros(9))  # correction none: zeros
+
+
+def _tf_task_loss(*args, **kwargs):
+  base = "task/0"
+  return tf_tasks.Retrieval(*args, **kwargs)(
+    tf.constant(CASES[base + "/query"]),
+    tf.constant(CASES[base + "/cand"]),
+    candidate_sampling_probability=tf.constant(CASES[base + "/prob"]),
+    candidate_ids=tf.constant(CASES[base + "/ids"]),
+  ).numpy()
+
+
+def test_loss_argument_maps_reductions_as_tf_keras_and_reduction_is_deprecated(res):
+  """loss= takes a reduction name or a CategoricalCrossentropy(from_logits=True) (sum -> sum,
+  sum_over_batch_size / mean -> mean, none -> none: the tf-keras task's values); reduction=
+  gives the same result with one DeprecationWarning; bad losses are ValueErrors."""
+  for name in ("sum", "mean", "none"):
+    want = _tf_task_loss(loss=_tf_loss_object(name), correction="standard")
+    np.testing.assert_allclose(res[f"args/loss/{name}"], want, rtol=2e-6, err_msg=name)
+    np.testing.assert_array_equal(res[f"args/reduction/{name}"], res[f"args/loss/{name}"])
+    assert res[f"args/loss/{name}/warnings"].size == 0
+    (warning,) = res[f"args/reduction/{name}/warnings"]
+    assert "reduction=" in warning and "loss=" in warning
+  np.testing.assert_allclose(
+    res["args/loss/sum"], _tf_task_loss(correction="standard"), rtol=2e-6
+  )  # the default of both: a sum, as TFRS
+  cce = {"sum": "sum", "sum_over_batch_size": "mean", "mean": "mean", "none": "none"}
+  for name, reduction in cce.items():
+    assert str(res[f"args/cce/{name}/reduction"]) == reduction, name
+    np.testing.assert_array_equal(res[f"args/cce/{name}"], res[f"args/loss/{reduction}"])
+  assert str(res["args/cce/default/reduction"]) == "mean"  # sum_over_batch_size, as tf-keras
+  for name in (
+    "loss_name",
+    "loss_probabilities",
+    "loss_smoothing",
+    "loss_mse",
+    "loss_weighted_mean",
+    "loss_and_reduction",
+    "metrics",
+    "batch_metrics",
+  ):
+    assert str(res[f"args/error/{name}"]).startswith("ValueError:"), name
+  assert str(res["args/empty_metrics"]) == ""
+
+
+def test_positional_arguments_follow_tf_keras_and_the_former_order_warns(res):
+  """The tf-keras order (loss, metrics, batch_metrics, loss_metrics, temperature,
+  num_hard_negatives, remove_accidental_hits, name, correction, q_prime) gives the tf-keras
+  task's loss; the former order (a correction name first) still works with a
+  DeprecationWarning, Retrieval("none") included; a config written with reduction= loads."""
+  want = _tf_task_loss(_tf_loss_object("mean"), None, None, None, 0.5, 4, True, "t", "standard")
+  np.testing.assert_allclose(res["args/positional"], want, rtol=2e-6)
+  assert res["args/positional/warnings"].size == 0
+  assert str(res["args/positional/name"]) == "positional"
+  np.testing.assert_array_equal(res["args/former"], res["args/positional"])
+  (warning,) = res["args/former/warnings"]
+  assert "positional" in warning and "keyword" in warning
+  assert str(res["args/former_none/correction"]) == "none"
+  assert str(res["args/former_none/reduction"]) == "sum"
+  assert res["args/former_none/warnings"].size == 1
+  assert str(res["args/error/former_too_many"]).startswith("TypeError:")
+  assert str(res["args/error/former_twice"]).startswith("TypeError:")
+  want = _tf_task_loss(loss=_tf_loss_object("mean"), correction="standard", temperature=0.5)
+  np.testing.assert_allclose(res["args/old_config"], want, rtol=2e-6)
+  assert res["args/old_config/warnings"].size == 0
+  assert str(res["args/old_config/loss"]) == "mean"
 
 
 # ---- layers ----------------------------------------------------------------------------------
@@ -648,6 +979,7 @@ SERIALISED = [
   "SamplingProbabilityCorrection",
   "RemoveAccidentalHits",
   "Retrieval",
+  "RetrievalWithLossObject",
   "RetrievalWithEstimator",
   "ExactCounts",
   "HashArrayEstimator",
