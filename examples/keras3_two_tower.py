@@ -117,7 +117,7 @@ def run_keras3(args, data, counts):
       self.task = tlk.Retrieval(
         correction=args.correction,
         temperature=args.temperature,
-        reduction="mean",
+        loss="mean",
         frequency_estimator=tlk.frequency.ExactCounts(num_items + 1, counts=counts),
         update_frequency="never",
         name="task",

@@ -30,7 +30,11 @@ Modules (each states its formulas in its docstring):
 * ``frequency``: the exact-counts and hash-array estimators' update and read formulas.
 * ``count_min``: the count-min sketch's shape, checks, (conservative, decayed) update and read.
 * ``accidental_hits``: the hit mask and the lowest finite logit of a dtype.
-* ``retrieval``: the task's hardest-k selection and weighted reduction.
+* ``retrieval``: the task's shared steps: the in-batch valid mask, the positives, the sampler
+  block's log Q under each correction and the join, hardest-k, the loss -> reduction map and the
+  weighted reduction.
+* ``cross_batch``: the cross-batch memory (FIFO slots, newest-first read order, its log Q under
+  unigram / expected_count over the pushes' draws) and the rebase of a joined block's log Q.
 * ``kmeans``: Lloyd's k-means (assignment, update, initialisation) of the MIDX codebooks.
 * ``midx``: the MIDX inverted multi-index (codes -> cells, counts, offsets, sorted items) and
   proposal (codeword scores, cell log-weights, log Z, log Q(i|z), the item inside a cell), and

@@ -64,14 +64,18 @@ MODES = ("ids", "embeddings")
 CONVENTIONS = core_checks.LOG_Q_CONVENTIONS
 
 
-def _positive_int(value, name: str) -> int:
+def _positive_int(value: object, name: str) -> int:
   if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
     raise ValueError(f"{name} must be a positive int, got {value!r}")
   return int(value)
 
 
 def check_memory(
-  num_batches, batch_size, slots_per_batch=None, mode: str = "ids", convention: str = "unigram"
+  num_batches: object,
+  batch_size: object,
+  slots_per_batch: object = None,
+  mode: str = "ids",
+  convention: str = "unigram",
 ) -> Tuple[int, int, int]:
   """(M, B, S) of a memory's arguments; ValueError for bad ones (the same on both fronts).
 
