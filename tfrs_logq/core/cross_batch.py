@@ -39,7 +39,8 @@ Q' step yields the block's own::
     log Q_s(d) - (log(1 - Q_s(p)) - log(1 - Q_1(p)))   ->   loss: - log(1 - Q_1(p))
                                                         = log Q_s(d) - log(1 - Q_s(p))
 
-(under ``q_prime="proxy"``, ``standard`` and ``standard_no_positive`` log Q is used unchanged).
+(under ``q_prime="proxy"``, ``standard`` and ``standard_no_positive`` log Q is used unchanged;
+entries a block masks keep their own log Q).
 """
 
 import numbers
@@ -154,10 +155,20 @@ def memory_log_q(
 
 
 def rebased_block_log_q(
-  ops: Ops, block_log_q: Tensor, block_positive_log_q: Tensor, reference_positive_log_q: Tensor
+  ops: Ops,
+  block_log_q: Tensor,
+  block_positive_log_q: Tensor,
+  reference_positive_log_q: Tensor,
+  valid: Optional[Tensor] = None,
 ) -> Tensor:
-  """log Q_s(d) - (log(1 - Q_s(p)) - log(1 - Q_1(p))) per row: [N] or [A, N] -> [A, N]."""
+  """log Q_s(d) - (log(1 - Q_s(p)) - log(1 - Q_1(p))) per row: [N] or [A, N] -> [A, N].
+
+  With ``valid`` (bool [A, N]) entries that take no part keep their own log Q (finite, <= 0;
+  the shift could lift them above 0)."""
   shift = log_q_lib.log1mexp(ops, block_positive_log_q) - log_q_lib.log1mexp(
     ops, reference_positive_log_q
   )
-  return block_log_q - ops.expand_dims(shift, -1)
+  rebased = block_log_q - ops.expand_dims(shift, -1)
+  if valid is None:
+    return rebased
+  return ops.where(valid, rebased, block_log_q + ops.zeros_like(rebased))

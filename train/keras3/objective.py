@@ -52,6 +52,12 @@ The index (codebooks, cells, refresh count) and the draws' seed state are variab
 model, so they are checkpointed and a resumed run redraws what the uninterrupted run drew.
 Padding positions score against the id 1 (their loss is dropped; every row draws from its own
 proposal, so they change no other row's negatives).
+
+--cross_batch=M adds the library's ``CrossBatchNegatives`` (`build_memory`, the tf-keras
+binary's settings) as one more block, joined by ``join_blocks`` (each block keeps its own Q(p) in
+Q' under --logq=corrected, --q_prime=exact): the step scores the memory of the last M batches'
+positions, then pushes its own (training calls only; the memory's variables are carried in the
+step's state and checkpointed with the model's).
 """
 
 from __future__ import annotations
@@ -76,6 +82,7 @@ __all__ = [
   "RetrievalModel",
   "build_encoder",
   "build_estimator",
+  "build_memory",
   "build_midx",
   "check_logq_variants",
   "negatives_split",
@@ -137,6 +144,29 @@ def build_midx(cfg, num_items: int):
     seed=cfg.seed,
     num_negatives=cfg.num_negatives,
     name="midx",
+  )
+
+
+def build_memory(cfg, encoder: SASRec, estimator, cross_replica: bool):
+  """The library's Keras 3 ``CrossBatchNegatives`` of --cross_batch=M (None when 0): the
+  tf-keras binary's memory (`train.objective.build_memory`): pushes of the B L positions
+  (padding not valid), at most --cross_batch_slots (0: --num_negatives) distinct positives kept
+  of each, log Q under --log_q_convention, --cross_batch_mode ids or embeddings."""
+  if not cfg.cross_batch:
+    return None
+  rows = cfg.batch_size * cfg.max_len
+  return neg_lib.CrossBatchNegatives(
+    estimator,
+    cfg.cross_batch,
+    rows,
+    slots_per_batch=min(rows, cfg.cross_batch_slots or cfg.num_negatives),
+    mode=cfg.cross_batch_mode,
+    embedding_dim=cfg.embedding_dim if cfg.cross_batch_mode == "embeddings" else None,
+    convention=cfg.log_q_convention,
+    candidate_embedder=encoder.item_embeddings,
+    cross_replica=cross_replica,
+    seed=cfg.seed,
+    name="cross_batch",
   )
 
 
@@ -237,6 +267,12 @@ class RetrievalModel(keras.Model):
     else:  # in_batch: the k_b subsample's keys, as MixedNegatives draws them
       self.in_batch_seed_generator = keras.random.SeedGenerator(
         mixed_lib.in_batch_seed(cfg.seed), name="in_batch_seed"
+      )
+    self.memory = build_memory(cfg, encoder, estimator, self.cross_replica)
+    if self.memory is not None and logq_variants is not None:
+      raise ValueError(
+        "--cross_batch with --logqs: the memory block's log Q is rebased for one correction "
+        "(corrected, q_prime exact) or none; run the corrections as separate programs"
       )
     if cfg.loss == "full_softmax":
       self.loss_layer = tlk.FullSoftmaxLoss(cfg.temperature, id_offset=1, name="full_softmax")
@@ -339,6 +375,19 @@ class RetrievalModel(keras.Model):
     else:
       candidates = self.candidates(tq, pos_emb, batch_size=batch["targets"].shape[0])
       scored = self.score(tq.queries, tq.positive_ids, pos_emb, candidates)
+    if self.memory is not None:  # score the last M batches' positives, then push this one
+      remembered = self.memory.score(
+        tq.queries,
+        tq.positive_ids,
+        pos_emb,
+        temperature=self.cfg.temperature,
+        valid=tq.valid,
+      )
+      rebase = self.cfg.logq == "corrected" and self.cfg.q_prime == "exact"
+      scored = neg_lib.join_blocks([scored, remembered], rebase_q_prime=rebase)
+      if training:
+        embeddings = pos_emb if self.memory.mode == "embeddings" else None
+        self.memory.update(tq.positive_ids, embeddings, valid=tq.valid)
     if self.variant_layers is not None:
       return self._selected_variant(scored) + (tq.valid,)
     if self.cfg.loss == "sampled_softmax":

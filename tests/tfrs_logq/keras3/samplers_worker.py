@@ -1,5 +1,5 @@
-"""Runs the Keras 3 MIDX sampler and the k_b in-batch subsample on one backend (KERAS_BACKEND)
-and writes the results to an npz.
+"""Runs the Keras 3 MIDX sampler, the k_b in-batch subsample, the cross-batch memory and
+join_blocks on one backend (KERAS_BACKEND) and writes the results to an npz.
 
     KERAS_BACKEND=jax python samplers_worker.py CASES.npz OUT.npz
 
@@ -17,7 +17,7 @@ import numpy as np
 import keras
 from keras import ops
 
-from tfrs_logq.keras3 import losses, negatives
+from tfrs_logq.keras3 import frequency, losses, negatives
 
 import backend_worker
 
@@ -287,6 +287,322 @@ def run_in_batch_subsample(cases, out):
   )
 
 
+# ---- cross-batch memory --------------------------------------------------------------------------
+
+CROSS_BATCH = {  # tag -> (mode, slots_per_batch, convention, estimator)
+  "ids_ec": ("ids", None, "expected_count", "table"),
+  "emb_sub_ec": ("embeddings", 3, "expected_count", "exact"),
+  "ids_uni": ("ids", None, "unigram", "exact"),  # float16
+  "emb_uni": ("embeddings", None, "unigram", "exact"),  # bfloat16
+}
+CB_RUNS = ("ids_ec", "emb_sub_ec")  # read after each of the pushes
+CB_DTYPES = (("float16", "ids_uni"), ("bfloat16", "emb_uni"))  # read after 3 pushes
+_COMPILED = {}
+
+
+class _TableLogQ:
+  """An estimator stand-in: log q_uni from a fixed table (-inf: an id it does not count)."""
+
+  def __init__(self, table):
+    self.table = ops.convert_to_tensor(table)
+
+  def log_q(self, ids):
+    return ops.take(self.table, ops.cast(ids, "int32"))
+
+
+def _cb_memory(cases, tag, seed=5):
+  mode, slots, convention, kind = CROSS_BATCH[tag]
+  if kind == "exact":
+    estimator = frequency.ExactCounts(len(cases["cb/counts"]), counts=cases["cb/counts"])
+  else:
+    estimator = _TableLogQ(cases["cb/log_q_table"])
+  return negatives.CrossBatchNegatives(
+    estimator,
+    int(cases["cb/num_batches"]),
+    cases["cb/push_ids"].shape[1],
+    slots_per_batch=slots,
+    mode=mode,
+    embedding_dim=cases["cb/table"].shape[1],
+    convention=convention,
+    seed=seed,
+    name=f"memory_{tag}",
+  )
+
+
+def _compiled(key, memory, fn, *args):
+  """fn(memory, *args) -> tensors, with memory's state updated in place. On JAX: one jax.jit
+  per key (a config and a call), traced on the first memory given and run on the state of any
+  memory of that config (eager JAX compiles every op per shape: seconds per config); elsewhere
+  the eager call (tests/tfrs_logq/keras3 cover eager JAX elsewhere, and train_on_batch here)."""
+  if backend_worker.BACKEND != "jax":
+    return fn(memory, *args)
+  import jax  # pylint: disable=g-import-not-at-top
+
+  if key not in _COMPILED:
+    template = memory
+
+    def stateless(values, *a):
+      with keras.StatelessScope(state_mapping=list(zip(template.variables, values))) as scope:
+        result = fn(template, *a)
+        return result, [scope.get_current_value(v) for v in template.variables]
+
+    _COMPILED[key] = jax.jit(stateless)
+  result, values = _COMPILED[key]([v.value for v in memory.variables], *args)
+  for variable, value in zip(memory.variables, values):
+    variable.assign(value)
+  return result
+
+
+def _cb_push_args(cases, memory, t, dtype):
+  """(ids, valid[, embeddings]) of push t; the item tower at push time in embeddings mode."""
+  ids, valid = cases["cb/push_ids"][t], cases["cb/push_valid"][t]
+  if memory.mode == "ids":
+    return ids, valid
+  return ids, valid, ops.cast(cases["cb/push_tables"][t][ids], dtype)
+
+
+def _cb_push(cases, tag, memory, t, dtype="float32", seed=None):
+  def push(m, i, v, e=None):
+    m.update(i, e, valid=v, seed=seed)
+    return ()
+
+  _compiled((tag, "push", dtype, seed), memory, push, *_cb_push_args(cases, memory, t, dtype))
+
+
+def _cb_inputs(cases, dtype):
+  cast = lambda x: ops.cast(ops.convert_to_tensor(cases[x]), dtype)  # noqa: E731
+  return cast("cb/query"), cases["cb/pos_ids"], cast("cb/pos_emb"), cast("cb/table")
+
+
+def _cb_read(cases, tag, memory, dtype="float32", push=None, what="sample"):
+  """As numpy, after push number ``push`` when given (one compiled program on JAX):
+  ``sample``: sample_negatives, its score_negatives and the corrected loss; ``score``:
+  score(...) and its loss; ``full``: both, and log_q of every id."""
+
+  def read(m, *push_args):
+    if push_args:
+      m.update(push_args[0], push_args[2] if len(push_args) > 2 else None, valid=push_args[1])
+    query, pos, pos_emb, table = _cb_inputs(cases, dtype)
+    result = {}
+    if what in ("sample", "full"):
+      negs = m.sample_negatives(query, pos, pos_emb, item_table=table)
+      scored = negatives.score_negatives(query, pos, pos_emb, negs, temperature=0.5)
+      result.update(negs._asdict())
+      result.update({f"sampled/{k}": v for k, v in scored._asdict().items()})
+    if what in ("score", "full"):
+      scored = m.score(query, pos, pos_emb, temperature=0.5, item_table=table)
+      result.update({f"score/{k}": v for k, v in scored._asdict().items()})
+    if what == "full":  # every id, as many as slots + positives (the shape of the reads)
+      probe = np.arange(m.memory_size + len(pos)) % cases["cb/table"].shape[0]
+      result["probe_log_q"] = m.log_q(probe)
+    result["loss"] = losses.sampled_softmax_loss(
+      **scored.loss_kwargs(), correction="corrected"
+    ).loss
+    return result
+
+  args = () if push is None else _cb_push_args(cases, memory, push, dtype)
+  result = _compiled((tag, what, dtype, push is None), memory, read, *args)
+  return {k: _np(v) for k, v in result.items()}
+
+
+def _cb_state(memory):
+  return [_np(v) for v in memory.variables]
+
+
+def _holder(layer):
+  holder = backend_worker._Holder(layer)  # pylint: disable=protected-access
+  holder(np.zeros((1, 1), np.float32))
+  return holder
+
+
+def _grads_or_zeros(fn, *arrays):
+  """Gradients of sum(fn(*arrays)) on TensorFlow / PyTorch; an input without a path to the
+  output gets zeros."""
+  if backend_worker.BACKEND == "tensorflow":
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+    xs = [tf.constant(a) for a in arrays]
+    with tf.GradientTape() as tape:
+      tape.watch(xs)
+      total = ops.sum(fn(*xs))
+    g = tape.gradient(total, xs, unconnected_gradients=tf.UnconnectedGradients.ZERO)
+    return [_np(v) for v in g]
+  import torch  # pylint: disable=g-import-not-at-top
+
+  xs = [torch.tensor(a, requires_grad=True) for a in arrays]
+  ops.sum(fn(*xs)).backward()
+  return [np.zeros_like(a) if x.grad is None else _np(x.grad) for a, x in zip(arrays, xs)]
+
+
+@keras.saving.register_keras_serializable(package="tfrs_logq_tests")
+class _MemoryStep(keras.Model):
+  """A train step that scores its rows against the memory, then pushes them (ids mode)."""
+
+  def __init__(self, memory, table, **kwargs):
+    super().__init__(**kwargs)
+    self.memory = memory
+    self.items = keras.layers.Embedding(
+      table.shape[0], table.shape[1], embeddings_initializer=keras.initializers.Constant(table)
+    )
+    self.tower = keras.layers.Dense(table.shape[1], use_bias=False)
+
+  def call(self, inputs):
+    ids, valid = inputs["ids"], inputs["valid"]
+    pos_emb = self.items(ids)
+    scored = self.memory.score(
+      self.tower(inputs["x"]), ids, pos_emb, item_table=self.items.embeddings
+    )
+    loss = losses.sampled_softmax_loss(**scored.loss_kwargs(), correction="corrected").loss
+    self.memory.update(ids, pos_emb, valid=valid)
+    return loss
+
+
+def run_cross_batch(cases, out):
+  """The memory after T = 0..5 pushes (M = 3) of two configs, half-precision embeddings of two
+  more, save / restore, the seed of update, gradients, a compiled train step, join_blocks."""
+  pushes = cases["cb/push_ids"].shape[0]
+  for tag in CB_RUNS:
+    memory = _cb_memory(cases, tag)
+    before = _cb_state(memory)  # a read (sample_negatives, score, log_q) changes nothing
+    for t in range(pushes + 1):
+      read = _cb_read(
+        cases, tag, memory, push=t - 1 if t else None, what="full" if t == 0 else "sample"
+      )
+      for name, value in read.items():
+        out[f"cb/{tag}/{t}/{name}"] = value
+      if t == 0:
+        out[f"cb/{tag}/pure"] = np.array(
+          all(np.array_equal(a, b) for a, b in zip(before, _cb_state(memory)))
+        )
+    before = _cb_state(memory)
+    for name, value in _cb_read(cases, tag, memory, what="full").items():
+      out[f"cb/{tag}/final/{name}"] = value
+    out[f"cb/{tag}/pure"] &= all(np.array_equal(a, b) for a, b in zip(before, _cb_state(memory)))
+    out[f"cb/{tag}/num_pushed"] = _np(memory.num_pushed)
+  # float16 (ids mode: the table) / bfloat16 (embeddings mode: the pushes) embeddings, queries
+  for dtype, tag in CB_DTYPES:
+    memory = _cb_memory(cases, tag)
+    for t in range(3):
+      read = _cb_read(cases, tag, memory, dtype, push=t, what="score")
+    for name, value in read.items():
+      out[f"cb/{tag}/3/{name}"] = value
+    out[f"cb/{tag}/memory_dtype"] = np.array(
+      "none"
+      if memory.embeddings is None
+      else keras.backend.standardize_dtype(memory.embeddings.dtype)
+    )
+  # save / restore after 2 pushes: the restored memory scores and pushes as the uninterrupted one
+  with tempfile.TemporaryDirectory() as directory:
+    for tag in CB_RUNS:
+      memory = _cb_memory(cases, tag)
+      for t in range(2):
+        _cb_read(cases, tag, memory, push=t)
+      path = os.path.join(directory, f"{tag}.weights.h5")
+      _holder(memory).save_weights(path)
+      fresh = _cb_memory(cases, tag)  # never pushed: the state exists from __init__
+      _holder(fresh).load_weights(path)
+      clone = negatives.CrossBatchNegatives.from_config(memory.get_config())
+      clone.set_weights(memory.get_weights())  # the memory, not the generator (Keras's weights)
+      for name, layer in (("run", memory), ("file", fresh), ("set_weights", clone)):
+        read = _cb_read(cases, tag, layer, push=2)
+        for field in ("ids", "valid", "log_q", "embeddings", "sampled/negative_scores", "loss"):
+          out[f"cb/restore/{tag}/{name}/{field}"] = read[field]
+      out[f"cb/restore/{tag}/config_same"] = np.array(clone.get_config() == memory.get_config())
+  if backend_worker.BACKEND != "jax":  # (one more compile on JAX for the same ops)
+    # update(seed=...) instead of the layer's generator: the same subsample whatever its seed
+    for layer_seed in (5, 6):
+      memory = _cb_memory(cases, "emb_sub_ec", seed=layer_seed)
+      _cb_push(cases, "emb_sub_ec", memory, 0, seed=7)
+      out[f"cb/seeded/{layer_seed}"] = _np(memory.ids) * _np(memory.filled)
+  run_cross_batch_gradients(cases, out)
+  run_cross_batch_train_step(cases, out)
+  run_join_blocks(cases, out)
+
+
+def run_cross_batch_gradients(cases, out):
+  """d loss / d table: ids mode reaches the memory ids' rows; embeddings mode nothing (eager
+  TensorFlow and PyTorch: the embeddings-mode push runs inside the differentiated function)."""
+  if backend_worker.BACKEND == "jax":
+    return
+  memory = _cb_memory(cases, "ids_ec")
+  for t in range(3):
+    _cb_push(cases, "ids_ec", memory, t)
+  q, pos, pos_emb = cases["cb/query"], cases["cb/pos_ids"], cases["cb/pos_emb"]
+
+  def ids_loss(table):
+    scored = memory.score(q, pos, pos_emb, temperature=0.5, item_table=table)
+    return losses.sampled_softmax_loss(**scored.loss_kwargs(), correction="corrected").loss
+
+  out["cb/grad/ids"] = _grads_or_zeros(ids_loss, cases["cb/table"])[0]
+  memory = _cb_memory(cases, "emb_uni")
+  ids, valid = cases["cb/push_ids"][0], cases["cb/push_valid"][0]
+
+  def emb_loss(table, query):
+    memory.update(ids, ops.take(table, ids, axis=0), valid=valid)
+    scored = memory.score(query, pos, pos_emb, temperature=0.5)
+    return losses.sampled_softmax_loss(**scored.loss_kwargs(), correction="corrected").loss
+
+  out["cb/grad/emb_table"], out["cb/grad/emb_query"] = _grads_or_zeros(
+    emb_loss, cases["cb/table"], q
+  )
+
+
+def run_cross_batch_train_step(cases, out):
+  """Score then push inside a compiled JAX train step (model.train_on_batch), against a twin fed
+  the same pushes (the same generator seed: the same subsamples; other embeddings)."""
+  if backend_worker.BACKEND != "jax":
+    return
+  tag = "emb_sub_ec"
+  memory = _cb_memory(cases, tag)
+  model = _MemoryStep(memory, cases["cb/table"])
+  model.compile(optimizer="sgd", loss=lambda y_true, y_pred: y_pred)
+  twin = _cb_memory(cases, tag)
+  steps = []
+  for t in range(cases["cb/step_x"].shape[0]):
+    ids, valid = cases["cb/push_ids"][t], cases["cb/push_valid"][t]
+    x = {"x": cases["cb/step_x"][t], "ids": ids, "valid": valid}
+    weight = valid.astype(np.float32)
+    steps.append(model.train_on_batch(x, np.zeros(ids.shape, np.float32), sample_weight=weight))
+    _cb_read(cases, tag, twin, push=t)
+  out["cb/train/losses"] = np.array(steps, np.float32)
+  names = ("ids", "filled", "push_draws", "push_distinct", "push_kept", "num_pushed")
+  out["cb/train/same"] = np.array(
+    [np.array_equal(_np(getattr(memory, n)), _np(getattr(twin, n))) for n in names]
+    + [np.array_equal(_np(memory.seed_generator.state), _np(twin.seed_generator.state))]
+  )
+  out["cb/train/num_pushed"] = _np(memory.num_pushed)
+  out["cb/train/embeddings_moved"] = np.array(
+    not np.allclose(_np(model.items.embeddings), cases["cb/table"])
+  )
+
+
+def run_join_blocks(cases, out):
+  blocks = []
+  for k in range(3):
+    pre = f"join/{k}"
+    blocks.append(
+      negatives.ScoredCandidates(
+        cases[f"{pre}/s_p"],
+        cases[f"{pre}/s_n"],
+        cases[f"{pre}/lq"],
+        cases[f"{pre}/valid"],
+        cases[f"{pre}/pos_lq"],
+      )
+    )
+  for rebase in (True, False):
+    join = lambda b, rebase=rebase: negatives.join_blocks(b, rebase_q_prime=rebase)  # noqa: E731
+    if backend_worker.BACKEND == "jax":  # one compile, not one per eager op
+      import jax  # pylint: disable=g-import-not-at-top
+
+      join = jax.jit(join)
+    for name, value in join(blocks)._asdict().items():
+      out[f"join/{rebase}/{name}"] = _np(value)
+  no_positive = blocks[:1] + [blocks[1]._replace(positive_log_q=None)]
+  out["join/missing"] = np.array(
+    _error(lambda: negatives.join_blocks(no_positive, rebase_q_prime=True))
+  )
+
+
 def main():
   cases = dict(np.load(sys.argv[1], allow_pickle=False))
   out = {}
@@ -296,6 +612,7 @@ def main():
     run_midx_serialisation,
     run_bad_arguments,
     run_in_batch_subsample,
+    run_cross_batch,
   ):
     section(cases, out)
   out["env/backend"] = np.array(backend_worker.BACKEND)

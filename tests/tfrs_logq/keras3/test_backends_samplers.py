@@ -14,7 +14,12 @@ and with numpy oracles written from the formulas:
 * draws: Pearson chi-square of many draws against Q(.|z);
 * k_b: the kept ids are those of the tf-keras sampler with the same keys (n_b = min(U, k_b)),
   log Q equals the tf-keras convention's, and with random keys each distinct id is kept with
-  probability k_b / U.
+  probability k_b / U;
+* cross-batch memory (``CrossBatchNegatives``): a Python list of the pushes as the FIFO, read
+  newest first, dedup with the newest copy winning, log Q under ``unigram`` / ``expected_count``
+  from the pushes' draws (``tfrs_logq.core.cross_batch``'s docstring), the row's accidental hits,
+  the DESIGN.md corrected loss; stale embeddings, half precision, save / restore, gradients, a
+  compiled JAX train step; ``join_blocks``'s rebase of each block's Q'.
 """
 
 import importlib.util
@@ -89,6 +94,75 @@ def tf_kb_sampler(convention, k_b):
   ), est
 
 
+CB_M, CB_V, CB_TEMPERATURE = 3, 13, 0.5
+CB_PUSH_IDS = np.array(
+  [
+    [3, 5, 3, 7, 12, 1],
+    [2, 5, 8, 8, 9, 0],
+    [4, 6, 2, 10, 12, 3],
+    [7, 7, 7, 1, 11, 0],
+    [5, 9, 4, 6, 2, 12],
+  ],
+  np.int32,
+)
+CB_PUSH_VALID = np.array(
+  [
+    [1, 1, 1, 1, 0, 1],
+    [1, 1, 1, 1, 1, 0],
+    [1, 1, 1, 1, 0, 1],
+    [1, 1, 1, 1, 1, 0],
+    [1, 1, 1, 1, 1, 0],
+  ],
+  bool,
+)  # id 12 is only ever a padding row
+CB_COUNTS = np.array([1, 5, 3, 9, 2, 4, 2, 6, 1, 3, 1, 2, 7])
+CB_TAGS = {  # the worker's CROSS_BATCH: tag -> (mode, S, convention, estimator)
+  "ids_ec": ("ids", 6, "expected_count", "table"),
+  "emb_sub_ec": ("embeddings", 3, "expected_count", "exact"),
+  "ids_uni": ("ids", 6, "unigram", "exact"),
+  "emb_uni": ("embeddings", 6, "unigram", "exact"),
+}
+CB_RUNS = ("ids_ec", "emb_sub_ec")  # read after 0, 1, ..., 5 pushes
+CB_DTYPES = {"ids_uni": "float16", "emb_uni": "bfloat16"}  # read after 3 pushes
+CB_NOT_COUNTED = 8  # the "table" estimator's log q_uni(8) = -inf
+CB_SCORED_FIELDS = (
+  "positive_scores",
+  "negative_scores",
+  "negative_log_q",
+  "valid_mask",
+  "positive_log_q",
+)
+
+
+def cross_batch_cases():
+  rng = np.random.default_rng(31)
+  log_q = np.log(CB_COUNTS / CB_COUNTS.sum()).astype(np.float32)
+  table_log_q = log_q.copy()
+  table_log_q[CB_NOT_COUNTED] = -np.inf
+  table = rng.normal(size=(CB_V, 4)).astype(np.float32)
+  cases = {
+    "cb/num_batches": np.array(CB_M),
+    "cb/push_ids": CB_PUSH_IDS,
+    "cb/push_valid": CB_PUSH_VALID,
+    "cb/counts": CB_COUNTS,
+    "cb/log_q_table": table_log_q,
+    "cb/table": table,
+    "cb/push_tables": (table[None] + rng.normal(size=(5, CB_V, 4))).astype(np.float32),
+    "cb/query": rng.normal(size=(4, 4)).astype(np.float32),
+    "cb/pos_ids": np.array([5, 7, 2, 11], np.int32),
+    "cb/pos_emb": rng.normal(size=(4, 4)).astype(np.float32),
+    "cb/step_x": rng.normal(size=(3, 6, 4)).astype(np.float32),
+  }
+  for k, (n, per_query) in enumerate(((3, False), (2, False), (4, True))):
+    cases[f"join/{k}/s_p"] = rng.normal(size=4).astype(np.float32)
+    cases[f"join/{k}/s_n"] = rng.normal(size=(4, n)).astype(np.float32)
+    shape = (4, n) if per_query else (n,)
+    cases[f"join/{k}/lq"] = np.log(rng.uniform(0.01, 0.3, size=shape)).astype(np.float32)
+    cases[f"join/{k}/valid"] = rng.uniform(size=(4, n)) < 0.8
+    cases[f"join/{k}/pos_lq"] = np.log(rng.uniform(0.05, 0.5, size=4)).astype(np.float32)
+  return cases
+
+
 def build_cases():
   """The tf-keras side: refreshed samplers (state to copy), embeddings, subsample keys."""
   cases = {"midx/k": np.array(K), "midx/temperature": np.array(TEMPERATURE)}
@@ -133,6 +207,7 @@ def build_cases():
       ).numpy(),
     }
   )
+  cases.update(cross_batch_cases())
   _CASES.update(cases)
   return cases
 
@@ -461,3 +536,306 @@ def test_mixed_subsample_get_config_and_keras_file_round_trip(res):
   assert bool(res["kb/serial/config_same"]) and int(res["kb/serial/num_in_batch"]) == 3
   np.testing.assert_array_equal(res["kb/serial/clone"], res["kb/serial/before"])
   np.testing.assert_array_equal(res["kb/serial/after"], res["kb/serial/before"])
+
+
+# ---- cross-batch memory --------------------------------------------------------------------------
+
+
+def cb_log_q_unigram(kind):
+  """log q_uni of every id: counts / N (every count >= min_count = 1), or the table's."""
+  log_q = np.log(CB_COUNTS / CB_COUNTS.sum())
+  if kind == "table":
+    log_q[CB_NOT_COUNTED] = -np.inf
+  return log_q
+
+
+def cb_block(res, tag, t):
+  """(ids [S], filled [S]) of push t. S = B: slot j = row j, filled at the first valid row of
+  each id. S < B: the newest block right after push t, as the worker read it (its subset is
+  random; test_cross_batch_subsample_keeps_min_u_k_distinct_ids checks it)."""
+  s = CB_TAGS[tag][1]
+  ids, valid = CB_PUSH_IDS[t], CB_PUSH_VALID[t]
+  if s < len(ids):
+    return res[f"cb/{tag}/{t + 1}/ids"][:s], res[f"cb/{tag}/{t + 1}/valid"][:s]
+  seen, filled = set(), []
+  for i, v in zip(ids, valid):
+    filled.append(bool(v) and i not in seen)
+    seen.update([i] if v else [])
+  return ids, np.array(filled)
+
+
+class CbOracle:
+  """The memory after T pushes from the docstring: a list of the pushes as the FIFO, read newest
+  first (block j holds push T - 1 - j), dedup with the newest copy winning, log Q per convention."""
+
+  def __init__(self, res, tag, num_pushed):
+    _, s, self.convention, kind = CB_TAGS[tag]
+    self.log_q_uni = cb_log_q_unigram(kind)
+    self.pushes = list(range(max(0, num_pushed - CB_M), num_pushed))  # in the memory
+    self.ids = np.zeros(CB_M * s, np.int64)
+    self.origin = np.full(CB_M * s, -1)  # the push a slot holds
+    filled = np.zeros(CB_M * s, bool)
+    for j in range(CB_M):
+      t = num_pushed - 1 - j
+      if t >= 0:
+        self.ids[j * s : (j + 1) * s], filled[j * s : (j + 1) * s] = cb_block(res, tag, t)
+        self.origin[j * s : (j + 1) * s] = t
+    self.valid, seen = np.zeros(CB_M * s, bool), set()
+    for k in range(CB_M * s):
+      if filled[k] and self.ids[k] not in seen:
+        seen.add(self.ids[k])
+        self.valid[k] = np.isfinite(self.log_q_uni[self.ids[k]])
+    self.stats = [
+      (
+        CB_PUSH_VALID[t].sum(),
+        np.unique(CB_PUSH_IDS[t][CB_PUSH_VALID[t]]).size,
+        cb_block(res, tag, t)[1].sum(),
+      )
+      for t in self.pushes
+    ]
+
+  def log_q(self, ids):
+    """unigram: log q_uni; expected_count: log pi_M(d) - log max(U_M, 1),
+    pi_M = 1 - prod_m (1 - (1 - (1 - q)^{B_m}) n_m / U_m)."""
+    log_q = self.log_q_uni[ids]
+    if self.convention != "expected_count":
+      return log_q
+    q = np.exp(log_q)
+    not_in = np.ones_like(q)
+    for b, u, n in self.stats:
+      not_in *= 1 - (1 - (1 - q) ** b) * n / u
+    with np.errstate(divide="ignore"):
+      return np.log(1 - not_in) - np.log(max(self.valid.sum(), 1))
+
+  def embeddings(self, mode, tables=None):
+    """ids mode: the current table; embeddings mode: the table at the slot's push."""
+    c = _CASES
+    if mode == "ids":
+      return c["cb/table"][self.ids] if tables is None else tables[self.ids]
+    pushed = c["cb/push_tables"] if tables is None else tables
+    return pushed[np.maximum(self.origin, 0), self.ids]
+
+
+def np_corrected_loss(s_p, s_n, log_q, pos_log_q, valid):
+  """DESIGN.md: L = -w (s_p - Z), Z = LSE_valid(s_i - log Q'(d_i)), log Q' = log Q - log(1 - Q(p)),
+  w = 1 - sigma(s_p - (Z - log n)); n = 0: L = 0."""
+  s_p, s_n = np.asarray(s_p, np.float64), np.asarray(s_n, np.float64)
+  log_q_prime = np.broadcast_to(log_q, s_n.shape) - np.log1p(-np.exp(pos_log_q))[:, None]
+  loss = np.zeros(len(s_p))
+  for a in range(len(s_p)):
+    v = valid[a]
+    n = v.sum()
+    if n == 0:
+      continue
+    x = s_n[a, v] - log_q_prime[a, v]
+    z = x.max() + np.log(np.exp(x - x.max()).sum())
+    w = 1 - 1 / (1 + np.exp(-(s_p[a] - (z - np.log(n)))))
+    loss[a] = -w * (s_p[a] - z)
+  return loss
+
+
+def cb_reads(res, tag):
+  """(T, prefix of the read, scored names) of a run: T = 0..5, and the final full read."""
+  pushes = len(CB_PUSH_IDS)
+  reads = [
+    (t, f"cb/{tag}/{t}", ("sampled", "score") if t == 0 else ("sampled",))
+    for t in range(pushes + 1)
+  ]
+  return reads + [(pushes, f"cb/{tag}/final", ("sampled", "score"))]
+
+
+def _cb_rounded(x, dtype):
+  return tf.cast(tf.cast(x, dtype), tf.float64).numpy()
+
+
+def check_cross_batch_scores(res, prefix, tag, oracle, names, dtype="float32"):
+  """valid_mask = valid AND d != p (the row's hits); scores of the oracle's embeddings; log Q;
+  the corrected loss of the DESIGN.md formula."""
+  c = _CASES
+  mode = CB_TAGS[tag][0]
+  query, pos_emb, pos = c["cb/query"], c["cb/pos_emb"], c["cb/pos_ids"]
+  tables = None
+  if dtype != "float32":
+    query, pos_emb = _cb_rounded(query, dtype), _cb_rounded(pos_emb, dtype)
+    tables = _cb_rounded(c["cb/table"] if mode == "ids" else c["cb/push_tables"], dtype)
+  emb = oracle.embeddings(mode, tables).astype(np.float64)
+  want_mask = oracle.valid[None, :] & (oracle.ids[None, :] != pos[:, None])
+  s_p = (query * pos_emb).sum(1) / CB_TEMPERATURE
+  s_n = query @ emb.T / CB_TEMPERATURE
+  log_q = oracle.log_q(oracle.ids)
+  pos_log_q = oracle.log_q(pos)
+  if not oracle.pushes:  # empty memory: the unigram value stands in for log Q(p) (finite)
+    pos_log_q = oracle.log_q_uni[pos]
+  for name in names:
+    got = {k: res[f"{prefix}/{name}/{k}"] for k in ("valid_mask", "negative_scores")}
+    np.testing.assert_array_equal(got["valid_mask"], want_mask, err_msg=f"{prefix}/{name}")
+    assert got["negative_scores"].dtype == np.float32
+    np.testing.assert_allclose(res[f"{prefix}/{name}/positive_scores"], s_p, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+      got["negative_scores"][:, oracle.valid], s_n[:, oracle.valid], rtol=1e-5, atol=1e-5
+    )
+    neg_log_q = res[f"{prefix}/{name}/negative_log_q"]
+    assert np.isfinite(neg_log_q).all()
+    np.testing.assert_allclose(neg_log_q[oracle.valid], log_q[oracle.valid], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+      res[f"{prefix}/{name}/positive_log_q"], pos_log_q, rtol=1e-5, atol=1e-5
+    )
+  loss = res[f"{prefix}/loss"]
+  assert np.isfinite(loss).all()
+  want = np_corrected_loss(s_p, s_n, np.where(oracle.valid, log_q, 0.0), pos_log_q, want_mask)
+  np.testing.assert_allclose(loss, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("tag", CB_RUNS)
+def test_cross_batch_memory_is_a_fifo_of_the_last_pushes_with_the_newest_copy(res, tag):
+  _, s, _, kind = CB_TAGS[tag]
+  finite = np.isfinite(cb_log_q_unigram(kind))
+  for t, prefix, _ in cb_reads(res, tag):
+    oracle = CbOracle(res, tag, t)
+    ids, valid = res[f"{prefix}/ids"], res[f"{prefix}/valid"]
+    assert ids.shape == valid.shape == (CB_M * s,) and ids.dtype == np.int32
+    np.testing.assert_array_equal(valid, oracle.valid, err_msg=prefix)
+    np.testing.assert_array_equal(ids[valid], oracle.ids[valid], err_msg=prefix)
+    assert len(set(ids[valid])) == valid.sum()  # one slot per id
+    assert not valid[min(t, CB_M) * s :].any()  # warm-up blocks
+    assert 12 not in ids[valid]  # a padding row never enters
+    if s == len(CB_PUSH_IDS[0]):  # all rows kept: the distinct ids of the last min(T, M) pushes
+      last = [CB_PUSH_IDS[p][CB_PUSH_VALID[p]] for p in range(max(0, t - CB_M), t)]
+      want = set(np.concatenate(last)) if last else set()
+      assert set(ids[valid]) == {i for i in want if finite[i]}, prefix
+  assert int(res[f"cb/{tag}/num_pushed"]) == len(CB_PUSH_IDS)
+  assert bool(res[f"cb/{tag}/pure"])  # reads never modify the memory
+
+
+def test_cross_batch_subsample_keeps_min_u_k_distinct_ids(res):
+  tag = "emb_sub_ec"
+  s = CB_TAGS[tag][1]
+  for t in range(len(CB_PUSH_IDS)):
+    ids, filled = cb_block(res, tag, t)
+    kept = ids[filled]
+    rows = CB_PUSH_IDS[t]
+    distinct = np.unique(rows[CB_PUSH_VALID[t]])
+    assert len(kept) == min(distinct.size, s) == len(set(kept))  # n_m = min(U_m, k)
+    assert set(kept) <= set(distinct)
+    first_row = [int(np.flatnonzero((rows == i) & CB_PUSH_VALID[t])[0]) for i in kept]
+    assert first_row == sorted(first_row)  # slots in increasing row order
+  if "cb/seeded/5" in res:  # update(seed=...): the same subsample whatever the layer's seed
+    np.testing.assert_array_equal(res["cb/seeded/5"], res["cb/seeded/6"])
+    distinct = np.unique(CB_PUSH_IDS[0][CB_PUSH_VALID[0]])
+    assert (res["cb/seeded/5"] > 0).sum() == min(distinct.size, s)
+
+
+@pytest.mark.parametrize("tag", CB_RUNS)
+def test_cross_batch_log_q_of_slots_positives_and_any_id(res, tag):
+  for t, prefix, _ in cb_reads(res, tag):
+    oracle = CbOracle(res, tag, t)
+    log_q = res[f"{prefix}/log_q"]
+    assert np.isfinite(log_q).all()  # empty slots too
+    np.testing.assert_allclose(
+      log_q[oracle.valid], oracle.log_q(oracle.ids)[oracle.valid], rtol=1e-5, atol=1e-5
+    )
+    pos = _CASES["cb/pos_ids"]
+    want = oracle.log_q(pos) if t else oracle.log_q_uni[pos]  # empty: the unigram stands in
+    np.testing.assert_allclose(res[f"{prefix}/positive_log_q"], want, rtol=1e-5, atol=1e-5)
+    if f"{prefix}/probe_log_q" in res:  # log_q(ids): every id (-inf: Q = 0)
+      probe = np.arange(len(log_q) + len(pos)) % CB_V
+      np.testing.assert_allclose(
+        res[f"{prefix}/probe_log_q"], oracle.log_q(probe), rtol=1e-5, atol=1e-5
+      )
+
+
+@pytest.mark.parametrize("tag", CB_RUNS)
+def test_cross_batch_score_masks_hits_and_gives_the_corrected_loss(res, tag):
+  for t, prefix, names in cb_reads(res, tag):
+    check_cross_batch_scores(res, prefix, tag, CbOracle(res, tag, t), names)
+  empty = res[f"cb/{tag}/0/loss"]
+  np.testing.assert_array_equal(empty, np.zeros_like(empty))  # an empty memory: n = 0
+
+
+def test_cross_batch_embeddings_mode_is_stale_and_ids_mode_follows_the_table(res):
+  c = _CASES
+  t = len(CB_PUSH_IDS)
+  ids_mode = CbOracle(res, "ids_ec", t)
+  got = res[f"cb/ids_ec/{t}/embeddings"]
+  np.testing.assert_allclose(got[ids_mode.valid], c["cb/table"][ids_mode.ids][ids_mode.valid])
+  stale = CbOracle(res, "emb_sub_ec", t)
+  got = res[f"cb/emb_sub_ec/{t}/embeddings"][stale.valid]
+  pushed = c["cb/push_tables"][stale.origin, stale.ids][stale.valid]
+  np.testing.assert_allclose(got, pushed)
+  assert not np.allclose(got, c["cb/table"][stale.ids][stale.valid])
+  assert len(set(stale.origin[stale.valid])) > 1  # from several pushes
+
+
+@pytest.mark.parametrize("tag", sorted(CB_DTYPES))
+def test_cross_batch_half_precision_keeps_float32_masks_and_a_finite_loss(res, tag):
+  dtype = CB_DTYPES[tag]
+  check_cross_batch_scores(res, f"cb/{tag}/3", tag, CbOracle(res, tag, 3), ("score",), dtype)
+  mode = CB_TAGS[tag][0]
+  assert str(res[f"cb/{tag}/memory_dtype"]) == ("float32" if mode == "embeddings" else "none")
+
+
+@pytest.mark.parametrize("tag", CB_RUNS)
+def test_cross_batch_restored_state_scores_and_pushes_as_the_uninterrupted_run(res, tag):
+  """After 2 pushes: a .weights.h5 round trip into a fresh layer (the generator state too) and
+  get_weights / set_weights into a from_config clone; then push 3 and read."""
+  fields = ("ids", "valid", "log_q", "embeddings", "sampled/negative_scores", "loss")
+  base = f"cb/restore/{tag}"
+  copies = ("file", "set_weights") if CB_TAGS[tag][1] == 6 else ("file",)  # S < B: the generator
+  for name in copies:
+    for field in fields:
+      np.testing.assert_array_equal(
+        res[f"{base}/{name}/{field}"], res[f"{base}/run/{field}"], err_msg=f"{name}/{field}"
+      )
+  for field in fields:  # the uninterrupted run is the main one after 3 pushes
+    np.testing.assert_array_equal(res[f"{base}/run/{field}"], res[f"cb/{tag}/3/{field}"])
+  assert bool(res[f"{base}/config_same"])
+
+
+def test_cross_batch_gradient_reaches_memory_rows_in_ids_mode_only(res):
+  if "cb/grad/ids" not in res:
+    pytest.skip("checked on TensorFlow and PyTorch (eager pushes inside the gradient)")
+  oracle = CbOracle(res, "ids_ec", 3)
+  used = res["cb/ids_ec/3/sampled/valid_mask"].any(0)  # a valid negative of some row
+  rows = np.isin(np.arange(CB_V), oracle.ids[used])
+  norm = np.abs(res["cb/grad/ids"]).sum(1)
+  np.testing.assert_array_equal(norm > 0, rows)
+  assert not res["cb/grad/emb_table"].any()  # stop_gradient at the push
+  assert np.abs(res["cb/grad/emb_query"]).sum() > 0
+
+
+def test_cross_batch_update_inside_a_compiled_jax_train_step(res):
+  if "cb/train/losses" not in res:
+    pytest.skip("JAX only: model.train_on_batch compiles score, loss and push in one step")
+  losses_ = res["cb/train/losses"]
+  assert np.isfinite(losses_).all() and losses_[0] == 0 and (losses_[1:] != 0).all()
+  assert res["cb/train/same"].all()  # the eager twin's ids, slots, counts and generator
+  assert int(res["cb/train/num_pushed"]) == 3 and bool(res["cb/train/embeddings_moved"])
+
+
+def test_join_blocks_concatenates_and_rebases_each_blocks_q_prime(res):
+  c = _CASES
+  n = [c[f"join/{k}/s_n"].shape[1] for k in range(3)]
+  lq = [np.broadcast_to(c[f"join/{k}/lq"], (4, n[k])).astype(np.float64) for k in range(3)]
+  pos = [c[f"join/{k}/pos_lq"].astype(np.float64) for k in range(3)]
+  log1m = lambda x: np.log1p(-np.exp(x))  # noqa: E731
+  for rebase in (True, False):
+    got = {k: res[f"join/{rebase}/{k}"] for k in CB_SCORED_FIELDS}
+    np.testing.assert_array_equal(got["positive_scores"], c["join/0/s_p"])
+    np.testing.assert_array_equal(got["positive_log_q"], c["join/0/pos_lq"])
+    np.testing.assert_array_equal(
+      got["negative_scores"], np.concatenate([c[f"join/{k}/s_n"] for k in range(3)], 1)
+    )
+    np.testing.assert_array_equal(
+      got["valid_mask"], np.concatenate([c[f"join/{k}/valid"] for k in range(3)], 1)
+    )
+    want = [lq[0]] + [
+      lq[k] - (log1m(pos[k]) - log1m(pos[0]))[:, None] if rebase else lq[k] for k in (1, 2)
+    ]
+    np.testing.assert_allclose(got["negative_log_q"], np.concatenate(want, 1), rtol=1e-5)
+    if rebase:  # the loss's one Q' step (the first block's Q(p)) gives each block its own Q'
+      split = np.split(got["negative_log_q"] - log1m(pos[0])[:, None], np.cumsum(n)[:-1], 1)
+      for k in range(3):
+        np.testing.assert_allclose(split[k], lq[k] - log1m(pos[k])[:, None], rtol=1e-5)
+  assert str(res["join/missing"]).startswith("ValueError") and "positive_log_q" in str(
+    res["join/missing"]
+  )

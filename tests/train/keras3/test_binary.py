@@ -1,6 +1,7 @@
 """`python -m train.keras3` (SASRec on Keras 3): it trains (the loss goes down) on ML-100K on
 JAX and on synthetic data on TensorFlow; a run killed mid-epoch and rerun with the same command
-ends with the same checkpoint (every variable: weights, Adam moments, estimator, seed states),
+ends with the same checkpoint (every variable: weights, Adam moments, estimator, seed states, the
+--cross_batch memory of the last 2 batches),
 history and test metrics as an uninterrupted run (the TensorFlow run's checkpoint holds the
 hash-array estimator's state, updated every step); the exported query encoder reloads in
 a fresh process (jax and tensorflow) and gives the same validation metrics; --help lists the
@@ -42,7 +43,7 @@ def _runs(tmp_path_factory):
     return _RUNS
   base = tmp_path_factory.mktemp("keras3_binary")
   full, killed, tf_dir = base / "full", base / "killed", base / "tf"
-  common = ML100K + ["--backend=jax", "--epochs=3"]
+  common = ML100K + ["--backend=jax", "--epochs=3", "--cross_batch=2"]
   procs = {
     "full": _start(common + [f"--model_dir={full}", f"--export_dir={full / 'export'}"]),
     # SIGKILL (nothing cleaned up) in the middle of epoch 3, before global step 2 * 6 + 3,
@@ -83,8 +84,10 @@ def test_killed_and_resumed_run_equals_the_uninterrupted_run(data_dir, tmp_path_
   code, out, err = runs["resumed"]
   assert code == 0, err[-3000:]
   assert "resumed from" in out and "epoch 2, step 12" in out
-  name, _, values = harness.last_checkpoint(runs["dirs"]["full"])
+  name, paths, values = harness.last_checkpoint(runs["dirs"]["full"])
   assert name == "ckpt-18.npz" and len(values) > 20
+  pushed = [i for i, p in enumerate(paths) if p == "cross_batch/num_pushed"]
+  assert len(pushed) == 1 and int(values[f"v{pushed[0]}"]) == 18  # one push per step
   harness.assert_same_run(runs["dirs"]["full"], runs["dirs"]["killed"])
 
 

@@ -13,10 +13,16 @@ mixed, and scoring; the Keras 3 twin of ``tfrs_logq.tf_keras.negatives`` with st
   block (in-batch pool, uniform block) for ``score_blocks``.
 * ``midx``: ``MIDXSampler``, the MIDX adaptive proposal Q(i|z) (``tfrs_logq.core.midx``), and
   ``MIDXRefreshCallback``.
+* ``cross_batch``: ``CrossBatchNegatives``, a FIFO memory of the last M pushes' positives
+  (``ids`` / ``embeddings`` mode, dedup over the memory, log Q ``unigram`` / ``expected_count``
+  from ``tfrs_logq.core.cross_batch``); ``update`` after scoring.
+* ``joined``: ``JoinedNegatives``, several samplers' blocks as one (``join_blocks``), each with
+  its own Q(p) in Q'.
 * ``cross_replica``: the in-batch pool is the global batch under ``keras.distribution`` data
   parallelism (JAX); ``all_gather_rows`` lays it out on every device.
 * ``scoring``: ``score_negatives`` -> the arguments of ``sampled_softmax_loss``;
-  ``score_blocks``, the same from embeddings given block by block.
+  ``score_blocks``, the same from embeddings given block by block; ``join_blocks``, several
+  samplers' scores joined along N (each block's own Q(p) in Q' with ``rebase_q_prime``).
 
 In-batch negatives keep all B rows and mark the ones that take part in ``Negatives.valid``
 (first occurrence of each id, not padding), so the loss sees exactly the deduplicated pool of the
@@ -30,11 +36,18 @@ from tfrs_logq.keras3.negatives.base import (
   first_occurrence_mask,
   first_occurrence_segments,
 )
+from tfrs_logq.keras3.negatives.cross_batch import CrossBatchNegatives
+from tfrs_logq.keras3.negatives.joined import JoinedNegatives
 from tfrs_logq.keras3.negatives.cross_replica import all_gather_rows
 from tfrs_logq.keras3.negatives.in_batch import InBatchPool, in_batch_negatives, in_batch_pool
 from tfrs_logq.keras3.negatives.midx import MIDXRefreshCallback, MIDXSampler
 from tfrs_logq.keras3.negatives.mixed import MixedNegatives
-from tfrs_logq.keras3.negatives.scoring import ScoredCandidates, score_blocks, score_negatives
+from tfrs_logq.keras3.negatives.scoring import (
+  ScoredCandidates,
+  join_blocks,
+  score_blocks,
+  score_negatives,
+)
 from tfrs_logq.keras3.negatives.uniform import UNIFORM_PER, UniformNegatives
 
 __all__ = [
@@ -51,6 +64,9 @@ __all__ = [
   "ScoredCandidates",
   "score_negatives",
   "score_blocks",
+  "join_blocks",
+  "CrossBatchNegatives",
+  "JoinedNegatives",
   "all_gather_rows",
   "MIDXSampler",
   "MIDXRefreshCallback",

@@ -8,17 +8,25 @@ The results are the arguments of ``tfrs_logq.keras3.losses.sampled_softmax_loss`
 shared negatives [N, d], an einsum for per-query ones [A, N, d]). ``score_blocks`` gives the same
 result from the negatives' embeddings in blocks (shared [k, d], per sequence [B, k, d], per query
 [A, k, d]), so that the [A, N, d] embeddings of a step are never formed.
+
+``join_blocks`` joins the ``ScoredCandidates`` of several samplers (in-batch, cross-batch memory,
+uniform, MIDX) along N; the loss takes one positive log Q per row, the first block's Q_1(p), so
+with ``rebase_q_prime`` (``correction="corrected"``, ``q_prime="exact"``) every later block's
+log Q is shifted to keep its own proposal's Q_k(p) in Q' (``tfrs_logq.core.cross_batch``)::
+
+    log Q_k(d) - (log(1 - Q_k(p)) - log(1 - Q_1(p)))                              [A, N_k]
 """
 
 from typing import NamedTuple
 
 from keras import ops
 
+from tfrs_logq.core import cross_batch as cross_batch_core
 from tfrs_logq.keras3 import _tensors
 from tfrs_logq.keras3 import accidental_hits
 from tfrs_logq.keras3.negatives.base import Negatives
 
-__all__ = ["ScoredCandidates", "score_negatives", "score_blocks", "BLOCK_LAYOUTS"]
+__all__ = ["ScoredCandidates", "score_negatives", "score_blocks", "join_blocks", "BLOCK_LAYOUTS"]
 
 BLOCK_LAYOUTS = ("shared", "sequence", "query")
 
@@ -141,4 +149,57 @@ def score_blocks(
     negatives.log_q,
     valid,
     negatives.positive_log_q,
+  )
+
+
+def join_blocks(blocks, *, rebase_q_prime: bool) -> ScoredCandidates:
+  """Several blocks' ``ScoredCandidates`` as one, concatenated along N (module docstring).
+
+  positive_scores and positive_log_q are the first block's; valid_mask [A, sum N_k]. With
+  ``rebase_q_prime`` block k >= 1 gets ``core.cross_batch.rebased_block_log_q`` ([A, N_k]),
+  which needs every block's positive_log_q (ValueError otherwise); without it each block's log Q
+  is kept as it is (negative_log_q [sum N_k] when every block's is shared [N_k], else
+  [A, sum N_k]).
+  """
+  blocks = list(blocks)
+  if not blocks:
+    raise ValueError("join_blocks needs at least one block")
+  if rebase_q_prime:
+    missing = [k for k, block in enumerate(blocks) if block.positive_log_q is None]
+    if missing:
+      raise ValueError(
+        f"join_blocks(rebase_q_prime=True) needs every block's positive_log_q; blocks {missing} "
+        "have none"
+      )
+  first = blocks[0]
+  scores, masks, log_qs = [], [], []
+  for block in blocks:
+    s_n = _tensors.as_float32(block.negative_scores, "negative_scores")
+    _tensors.check_rank(s_n, 2, "negative_scores")
+    scores.append(s_n)
+    masks.append(ops.broadcast_to(ops.cast(block.valid_mask, "bool"), ops.shape(s_n)))
+    log_qs.append(_tensors.as_float32(block.negative_log_q, "negative_log_q"))
+  reference = None
+  if rebase_q_prime:
+    reference = _tensors.as_float32(first.positive_log_q, "positive_log_q")
+    for k in range(1, len(blocks)):
+      log_qs[k] = cross_batch_core.rebased_block_log_q(
+        ops,
+        log_qs[k],
+        _tensors.as_float32(blocks[k].positive_log_q, "positive_log_q"),
+        reference,
+        masks[k],  # masked entries keep their own log Q (the shift could lift them above 0)
+      )
+  if all(len(lq.shape) == 1 for lq in log_qs):
+    negative_log_q = ops.concatenate(log_qs, axis=0)
+  else:
+    negative_log_q = ops.concatenate(
+      [ops.broadcast_to(lq, ops.shape(s_n)) for lq, s_n in zip(log_qs, scores)], axis=1
+    )
+  return ScoredCandidates(
+    first.positive_scores,
+    ops.concatenate(scores, axis=1),
+    negative_log_q,
+    ops.concatenate(masks, axis=1),
+    first.positive_log_q,
   )

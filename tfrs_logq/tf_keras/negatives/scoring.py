@@ -172,17 +172,13 @@ def join_blocks(blocks: Sequence[ScoredCandidates], *, rebase_q_prime: bool) -> 
     rebased = blocks[:1]
     for b in blocks[1:]:
       log_q = tf.cast(b.negative_log_q, tf.float32)
-      shifted = cross_batch_core.rebased_block_log_q(
-        ops, log_q, tf.cast(b.positive_log_q, tf.float32), reference
-      )
       # Masked entries (padding slots, accidental hits) keep their own finite log Q <= 0: the
       # shift could lift them above 0, which the loss's check of log Q rejects.
-      valid = tf.broadcast_to(tf.cast(b.valid_mask, tf.bool), tf.shape(shifted))
-      rebased.append(
-        b._replace(
-          negative_log_q=tf.where(valid, shifted, tf.broadcast_to(log_q, tf.shape(shifted)))
-        )
+      valid = tf.broadcast_to(tf.cast(b.valid_mask, tf.bool), tf.shape(b.negative_scores))
+      shifted = cross_batch_core.rebased_block_log_q(
+        ops, log_q, tf.cast(b.positive_log_q, tf.float32), reference, valid
       )
+      rebased.append(b._replace(negative_log_q=shifted))
     blocks = rebased
   return ScoredCandidates.concat(*blocks)
 
