@@ -839,3 +839,48 @@ def test_join_blocks_concatenates_and_rebases_each_blocks_q_prime(res):
   assert str(res["join/missing"]).startswith("ValueError") and "positive_log_q" in str(
     res["join/missing"]
   )
+
+
+def test_cross_batch_memory_equals_the_tf_keras_twin(res):
+  """The two fronts' CrossBatchNegatives, built with the same arguments and fed the same pushes,
+  read the same memory after every push: slots, validity, log Q, scores, masks and the corrected
+  loss (the S = B configuration, whose content does not depend on random draws)."""
+  _, s, convention, _ = CB_TAGS["ids_ec"]
+  table_log_q = tf.constant(_CASES["cb/log_q_table"])
+
+  class TableLogQ:
+    def log_q(self, ids):
+      return tf.gather(table_log_q, ids)
+
+  memory = tf_negatives.CrossBatchNegatives(
+    TableLogQ(),
+    CB_M,
+    CB_PUSH_IDS.shape[1],
+    slots_per_batch=s,
+    mode="ids",
+    convention=convention,
+    seed=5,
+  )
+  c = _CASES
+  query, pos, pos_emb, table = c["cb/query"], c["cb/pos_ids"], c["cb/pos_emb"], c["cb/table"]
+  for t in range(len(CB_PUSH_IDS) + 1):
+    if t:
+      memory.update(CB_PUSH_IDS[t - 1], valid=CB_PUSH_VALID[t - 1])
+    negs = memory.sample_negatives(query, pos, pos_emb, item_table=table)
+    scored = tf_negatives.score_negatives(query, pos, pos_emb, negs, temperature=CB_TEMPERATURE)
+    loss = tf_losses.sampled_softmax_loss(**scored.loss_kwargs(), correction="corrected").loss
+    prefix = f"cb/ids_ec/{t}"
+    valid = res[f"{prefix}/valid"]
+    np.testing.assert_array_equal(negs.valid.numpy(), valid, err_msg=prefix)
+    np.testing.assert_array_equal(negs.ids.numpy()[valid], res[f"{prefix}/ids"][valid])
+    np.testing.assert_allclose(negs.log_q.numpy()[valid], res[f"{prefix}/log_q"][valid], 1e-5)
+    np.testing.assert_allclose(
+      negs.positive_log_q.numpy(), res[f"{prefix}/positive_log_q"], rtol=1e-5, atol=1e-6
+    )
+    np.testing.assert_array_equal(
+      scored.valid_mask.numpy(), res[f"{prefix}/sampled/valid_mask"], err_msg=prefix
+    )
+    got = scored.negative_scores.numpy()[:, valid]
+    want = res[f"{prefix}/sampled/negative_scores"][:, valid]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(loss.numpy(), res[f"{prefix}/loss"], rtol=1e-4, atol=1e-5)
