@@ -1,0 +1,174 @@
+r"""The world of bench/world_scale.py at 10^5-10^6 items: `eval.synthetic_world`, chunked.
+
+* The world and its held-out users are the demo's (`eval.synthetic_world.make_world`, users
+  x_u ~ N(0, I_f) from ``default_rng([world_seed, 3])``).
+* The training stream of seed s is `eval.synthetic_world.training_stream`'s, drawn over chunks
+  of the training users (P(.|u) of all of them at once is [U, |D|] float64: 32 GB at 4,096 users
+  and 10^6 items): the pool x_u and the rows' users from ``default_rng([s, 1])`` in the same
+  order, then each chunk's rows draw their item d ~ P(.|u) by `sample_items`. Same distribution
+  as the demo's stream (i.i.d. (user, next item) rows), not the same draws.
+* The initial weights of seed s are the demo's (``default_rng([s, 2])``: W [f, d] then the item
+  table [|D|, d], N(0, 0.1^2), and a zero bias column): the same for every row (paired).
+* The oracle's cache (``world-KEY.npz``): Q(d) = E_u P(d|u) over the held-out users, its
+  popularity bins and the oracle top-k_max of every held-out user; the streams are cached as
+  ``stream-KEY.npz``. Both are pure functions of their settings, so any folder may reuse them.
+
+Chunks are sized from a memory budget: a chunk of c users holds about ``arrays`` [c, |D|]
+float64 arrays at once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import time
+from typing import Callable, NamedTuple, Optional
+
+import numpy as np
+
+from eval import synthetic_world as world_lib
+from eval.demo_metrics import top_k
+
+__all__ = [
+  "WorldData",
+  "Stream",
+  "chunk_users",
+  "cache_key",
+  "held_out_users",
+  "prepare_world",
+  "training_stream",
+  "load_stream",
+  "initial_weights",
+]
+
+DEFAULT_MEMORY_BYTES = 1_500_000_000
+
+
+class WorldData(NamedTuple):
+  world: world_lib.World
+  eval_x: np.ndarray  # [U, f] held-out users
+  popularity: np.ndarray  # [D] Q(d) = E_u P(d|u) over them
+  bins: np.ndarray  # [D] popularity bin (0 = most popular tenth)
+  oracle_top: np.ndarray  # int32 [U, k_max] the true top-k_max of every held-out user
+
+
+class Stream(NamedTuple):
+  user_features: np.ndarray  # [U_train, f]
+  users: np.ndarray  # uint16 [steps, B]
+  items: np.ndarray  # int32 [steps, B]
+  counts: np.ndarray  # int64 [D] the stream's item counts (ExactCounts of the demo)
+
+
+def chunk_users(num_items: int, arrays: int = 6, memory_bytes: int = DEFAULT_MEMORY_BYTES) -> int:
+  """Users per chunk: ``arrays`` [c, num_items] float64 arrays within ``memory_bytes``."""
+  return max(1, int(memory_bytes // (arrays * 8 * num_items)))
+
+
+def cache_key(fields: dict) -> str:
+  """A short, stable hash of a settings dict (the cache files' names)."""
+  text = json.dumps(fields, sort_keys=True, default=str)
+  return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def held_out_users(world: world_lib.World, settings) -> np.ndarray:
+  return world_lib.sample_users(
+    world, settings.eval_users, np.random.default_rng([settings.world_seed, 3])
+  )
+
+
+def _save(path: pathlib.Path, **arrays) -> None:
+  """np.savez to a temporary name, then rename (a killed run leaves no half file)."""
+  tmp = path.with_name(path.name + ".tmp.npz")
+  np.savez(tmp, **arrays)
+  os.replace(tmp, path)
+
+
+def prepare_world(settings, cache_dir, memory_bytes: int = DEFAULT_MEMORY_BYTES, log=print):
+  """The world, its held-out users, Q(d), the bins and the oracle's top-k_max (cached)."""
+  s = settings
+  world = world_lib.make_world(s.num_items, s.feature_dim, s.zipf, s.tau, s.world_seed)
+  x = held_out_users(world, s)
+  k_max = max(s.ks)
+  path = pathlib.Path(cache_dir) / f"world-{cache_key(s.world_fields())}.npz"
+  if path.exists():
+    with np.load(path) as f:
+      return WorldData(world, x, f["popularity"], f["bins"], f["oracle_top"])
+  start = time.time()
+  chunk = chunk_users(s.num_items, 3, memory_bytes)
+  popularity = np.zeros(s.num_items)
+  oracle_top = np.empty((s.eval_users, k_max), np.int32)
+  for a in range(0, s.eval_users, chunk):
+    p = world_lib.true_probabilities(world, x[a : a + chunk])
+    popularity += p.sum(axis=0)
+    oracle_top[a : a + chunk] = top_k(p, k_max)
+  popularity /= s.eval_users
+  bins = world_lib.popularity_bins(popularity, s.num_bins)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  _save(path, popularity=popularity, bins=bins, oracle_top=oracle_top)
+  log(f"  world: oracle top-{k_max} of {s.eval_users} held-out users ({time.time() - start:.0f} s)")
+  return WorldData(world, x, popularity, bins, oracle_top)
+
+
+def training_stream(
+  world: world_lib.World,
+  num_users: int,
+  steps: int,
+  batch_size: int,
+  seed: int,
+  memory_bytes: int = DEFAULT_MEMORY_BYTES,
+) -> Stream:
+  """The stream of seed ``seed`` (module docstring), drawn chunk by chunk of training users."""
+  rng = np.random.default_rng([seed, 1])
+  x = world_lib.sample_users(world, num_users, rng)
+  users = rng.integers(0, num_users, size=(steps, batch_size)).astype(np.uint16)
+  flat = users.ravel()
+  order = np.argsort(flat, kind="stable")  # uint16: a radix sort
+  starts = np.searchsorted(flat[order], np.arange(num_users + 1))
+  items = np.empty(flat.shape, np.int32)
+  chunk = chunk_users(world.num_items, 4, memory_bytes)
+  for a in range(0, num_users, chunk):
+    b = min(a + chunk, num_users)
+    rows = order[starts[a] : starts[b]]
+    if rows.size:
+      p = world_lib.true_probabilities(world, x[a:b])
+      items[rows] = world_lib.sample_items(p, flat[rows].astype(np.int64) - a, rng)
+  items = items.reshape(users.shape)
+  counts = np.bincount(items.ravel(), minlength=world.num_items)
+  return Stream(x, users, items, counts)
+
+
+def load_stream(
+  world: world_lib.World,
+  settings,
+  seed: int,
+  cache_dir,
+  memory_bytes: int = DEFAULT_MEMORY_BYTES,
+  log: Optional[Callable] = print,
+) -> Stream:
+  """`training_stream` of ``seed``, from the cache when it is there."""
+  s = settings
+  names = ("num_items", "feature_dim", "zipf", "tau", "world_seed", "train_users", "steps")
+  fields = {n: getattr(s, n) for n in names} | dict(batch_size=s.batch_size, seed=seed)
+  path = pathlib.Path(cache_dir) / f"stream-{cache_key(fields)}.npz"
+  if path.exists():
+    with np.load(path) as f:
+      return Stream(f["user_features"], f["users"], f["items"], f["counts"])
+  start = time.time()
+  stream = training_stream(world, s.train_users, s.steps, s.batch_size, seed, memory_bytes)
+  path.parent.mkdir(parents=True, exist_ok=True)
+  _save(path, **stream._asdict())
+  if log:
+    log(f"  stream of seed {seed}: {s.steps} x {s.batch_size} draws ({time.time() - start:.0f} s)")
+  return stream
+
+
+def initial_weights(settings, seed: int):
+  """(W float32 [f, d], item table float32 [|D|, d + 1]): the demo's draws (module docstring)."""
+  s = settings
+  rng = np.random.default_rng([seed, 2])
+  user = rng.normal(scale=0.1, size=(s.feature_dim, s.embedding_dim)).astype(np.float32)
+  table = np.zeros((s.num_items, s.embedding_dim + 1), np.float32)
+  table[:, :-1] = rng.normal(scale=0.1, size=(s.num_items, s.embedding_dim))
+  return user, table

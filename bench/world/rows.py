@@ -1,0 +1,220 @@
+"""The arms (rows) of bench/world_scale.py and the settings of one world: names, parsing, checks.
+
+A row is ``full`` (full softmax over the catalog) or ``SOURCE:CORRECTION[:CONVENTION]``:
+
+    SOURCE       in_batch     the batch's positives, deduplicated (at most k distinct ids)
+                 mixed        k // 2 in-batch + k - k // 2 uniform (the binaries' split)
+                 xbatchM      the in-batch block joined with a memory of the last M batches'
+                              positives (ids mode, at most k slots a push), M >= 1
+                 midx         k' draws per query from the library's MIDX proposal Q(i|q)
+    CORRECTION   none | standard | standard_no_positive | corrected (the library's)
+    CONVENTION   unigram | mixture | expected_count (log Q of the in-batch / memory slots;
+                 default: --convention); MIDX's log Q is its proposal's, it takes none
+
+Everything here is plain Python (no Keras): the CLI checks its arguments before JAX loads.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import List, NamedTuple, Sequence, Tuple
+
+from tfrs_logq.core import checks as core_checks
+
+__all__ = [
+  "CORRECTIONS",
+  "CONVENTIONS",
+  "SOURCES",
+  "REFERENCE_ROW",
+  "RowSpec",
+  "Settings",
+  "parse_row",
+  "parse_rows",
+  "default_rows",
+  "check_settings",
+  "settings_tag",
+]
+
+CORRECTIONS = tuple(core_checks.CORRECTIONS)
+CONVENTIONS = tuple(core_checks.LOG_Q_CONVENTIONS)
+SOURCES = ("in_batch", "mixed", "xbatch4", "xbatch16", "xbatch64", "midx")  # the default grid
+DEFAULT_CORRECTIONS = ("none", "standard", "corrected")
+REFERENCE_ROW = "mixed:corrected"  # the step-cost baseline (bench/README.md: ratios to it)
+_XBATCH = re.compile(r"^xbatch([1-9][0-9]*)$")
+
+
+class RowSpec(NamedTuple):
+  """One arm: ``source`` ('full', 'in_batch', 'mixed', 'xbatch', 'midx'), the correction, the
+  log-Q convention and the memory's M (xbatch only)."""
+
+  source: str
+  correction: str = "none"
+  convention: str = "unigram"
+  memory: int = 0
+
+  @property
+  def name(self) -> str:
+    if self.source == "full":
+      return "full"
+    src = f"xbatch{self.memory}" if self.source == "xbatch" else self.source
+    base = f"{src}:{self.correction}"
+    return base if self.convention == "unigram" else f"{base}:{self.convention}"
+
+  @property
+  def file_name(self) -> str:
+    """The row's name as a file name (':' -> '-')."""
+    return self.name.replace(":", "-")
+
+
+class Settings(NamedTuple):
+  """One world and its training budget (the same for every row and seed of a folder)."""
+
+  num_items: int = 100_000
+  batch_size: int = 512
+  steps: int = 10000
+  num_negatives: int = 0  # k; 0: the batch size
+  midx_negatives: int = 128  # k' per query (0: k; its cost on JAX grows as A k' K^2)
+  learning_rate: float = 0.02
+  embedding_dim: int = 16
+  feature_dim: int = 16
+  zipf: float = 1.1
+  tau: float = 4.0
+  world_seed: int = 0
+  train_users: int = 4096
+  eval_users: int = 2000
+  ks: Tuple[int, ...] = (10, 100, 1000)
+  num_bins: int = 10
+  midx_codewords: int = 32
+  midx_refresh: int = 500
+  full_max_logits: int = 450_000_000
+
+  @property
+  def k(self) -> int:
+    return self.num_negatives or self.batch_size
+
+  @property
+  def k_midx(self) -> int:
+    return self.midx_negatives or self.k
+
+  def world_fields(self) -> dict:
+    """The fields that fix the world and its held-out users (the oracle's cache key)."""
+    names = ("num_items", "feature_dim", "zipf", "tau", "world_seed", "eval_users", "num_bins")
+    return {n: getattr(self, n) for n in names} | {"k_max": max(self.ks)}
+
+  def as_dict(self) -> dict:
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self._asdict().items()}
+
+
+def parse_row(text: str, convention: str = "unigram") -> RowSpec:
+  """'full' | 'SOURCE:CORRECTION[:CONVENTION]' -> RowSpec (ValueError naming what is wrong);
+  ``convention`` is the default of a row that names none."""
+  parts = text.strip().split(":")
+  if parts == ["full"]:
+    return RowSpec("full")
+  if len(parts) not in (2, 3) or not all(parts):
+    raise ValueError(f"--rows: {text!r} is not 'full' or SOURCE:CORRECTION[:CONVENTION]")
+  source, correction = parts[0], parts[1]
+  memory = 0
+  match = _XBATCH.match(source)
+  if match:
+    source, memory = "xbatch", int(match.group(1))
+  elif source not in ("in_batch", "mixed", "midx"):
+    raise ValueError(
+      f"--rows: {text!r}: the source must be in_batch, mixed, xbatchM (M >= 1) or midx"
+    )
+  if correction not in CORRECTIONS:
+    raise ValueError(f"--rows: {text!r}: the correction must be one of {list(CORRECTIONS)}")
+  if len(parts) == 3:
+    convention = parts[2]
+    if source == "midx":
+      raise ValueError(f"--rows: {text!r}: MIDX's log Q is its proposal's, it takes no convention")
+  if convention not in CONVENTIONS:
+    raise ValueError(f"--rows: {text!r}: the convention must be one of {list(CONVENTIONS)}")
+  return RowSpec(source, correction, "unigram" if source == "midx" else convention, memory)
+
+
+def parse_rows(texts: Sequence[str], convention: str = "unigram") -> List[RowSpec]:
+  rows = [parse_row(t, convention) for t in texts if t.strip()]
+  names = [r.name for r in rows]
+  if not rows:
+    raise ValueError("--rows: no rows given")
+  if len(set(names)) != len(names):
+    raise ValueError(f"--rows: duplicate rows in {names}")
+  return rows
+
+
+def default_rows(settings: Settings, convention: str = "unigram") -> List[RowSpec]:
+  """The grid: every SOURCE x none / standard / corrected, and full softmax where it fits."""
+  rows = [parse_row(f"{s}:{c}", convention) for s in SOURCES for c in DEFAULT_CORRECTIONS]
+  if full_fits(settings):
+    rows.append(RowSpec("full"))
+  return rows
+
+
+def full_fits(settings: Settings) -> bool:
+  """Full softmax's [B, |D|] float32 logits (and their gradient) fit: B |D| <= full_max_logits."""
+  return settings.batch_size * settings.num_items <= settings.full_max_logits
+
+
+def _positive(value, name: str) -> None:
+  if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+    raise ValueError(f"--{name} must be a positive int, got {value!r}")
+
+
+def check_settings(settings: Settings, rows: Sequence[RowSpec]) -> Settings:
+  """ValueError naming the first bad setting (a row that does not fit included)."""
+  s = settings
+  for name in (
+    "num_items",
+    "batch_size",
+    "steps",
+    "learning_rate",
+    "embedding_dim",
+    "feature_dim",
+    "train_users",
+    "eval_users",
+    "num_bins",
+    "midx_codewords",
+    "midx_refresh",
+    "full_max_logits",
+  ):
+    value = getattr(s, name)
+    if name == "learning_rate":
+      if not (isinstance(value, float) and value > 0):
+        raise ValueError(f"--learning_rate must be > 0, got {value!r}")
+      continue
+    _positive(value, name)
+  for name in ("num_negatives", "midx_negatives"):
+    value = getattr(s, name)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+      raise ValueError(f"--{name} must be an int >= 0 (0: the default), got {value!r}")
+  if not s.zipf >= 0 or not s.tau >= 0:
+    raise ValueError(f"--zipf and --tau must be >= 0, got {s.zipf}, {s.tau}")
+  if not s.ks or any(isinstance(k, bool) or not isinstance(k, int) or k <= 0 for k in s.ks):
+    raise ValueError(f"--ks must be positive ints, got {list(s.ks)}")
+  if list(s.ks) != sorted(set(s.ks)):
+    raise ValueError(f"--ks must be increasing, got {list(s.ks)}")
+  if max(s.ks) > s.num_items or s.num_bins > s.num_items:
+    raise ValueError(
+      f"--ks ({max(s.ks)}) and --num_bins ({s.num_bins}) must be <= --num_items ({s.num_items})"
+    )
+  if s.num_items >= 2**31 - 1:
+    raise ValueError(f"--num_items must be < 2**31 - 1 (int32 ids), got {s.num_items}")
+  if s.train_users > 65535:
+    raise ValueError(f"--train_users must be <= 65535 (uint16 stream), got {s.train_users}")
+  if s.midx_codewords > s.num_items:
+    raise ValueError(
+      f"--midx_codewords ({s.midx_codewords}) must be <= --num_items ({s.num_items})"
+    )
+  for row in rows:
+    if row.source == "full" and not full_fits(s):
+      raise ValueError(
+        f"--rows: full softmax does not fit at batch {s.batch_size} x {s.num_items} items "
+        f"(B |D| > --full_max_logits = {s.full_max_logits})"
+      )
+  return s
+
+
+def settings_tag(settings: Settings) -> str:
+  """The folder of one (num_items, batch_size) point under --out."""
+  return f"items{settings.num_items}_batch{settings.batch_size}"

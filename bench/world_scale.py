@@ -1,0 +1,492 @@
+r"""Negatives sources x logQ corrections at 10^5-10^6 items, against a synthetic world's truth.
+
+    python bench/world_scale.py --num_items=1e5,1e6 --batch_size=512 --steps=10000 --seeds=0,1,2
+    python bench/world_scale.py --rows=mixed:corrected,xbatch16:standard,full --out=DIR
+    python bench/world_scale.py --out=DIR --report_only --compare=mixed:corrected,mixed:standard
+    python bench/world_scale.py --quick                      # a small smoke of the pipeline
+
+The world is the demo's (`eval.synthetic_world`: it knows P(d|u); Zipf popularity; a two-tower
+q_u = [x_u W, 1], c_d = [e_d, beta_d] can represent the truth exactly) at --num_items items.
+Every row trains that two-tower on the Keras 3 library with the JAX backend
+(`bench.world.training`: the library's samplers, scores, log Q, masks and losses; sparse row
+updates, so a step does not cost O(|D| d)), then is measured against the truth on held-out
+users (`bench.world.metrics`: KL(P‖P̂), recall@k against the oracle's top k, HR@k of a held-out
+draw, calibration and mass by popularity decile; numpy float64, chunked over users).
+
+Rows (--rows, default: the grid): ``SOURCE:CORRECTION[:CONVENTION]`` with SOURCE in_batch,
+mixed (k // 2 in-batch + k - k // 2 uniform), xbatchM (the in-batch block joined with a memory
+of the last M batches' positives, ids mode; the grid has M = 4, 16, 64), midx (k' draws per
+query from the MIDX proposal, refreshed every --midx_refresh steps); CORRECTION none |
+standard | standard_no_positive | corrected; CONVENTION the in-batch / memory log Q (default
+--convention, unigram); and ``full`` (full softmax, where B |D| <= --full_max_logits). k =
+--num_negatives (default: the batch size). Log q_uni: exact counts of the seed's stream.
+
+Paired seeds: seed s fixes the training stream, the initial weights and the samplers' seeds,
+the same for every row; the world and the held-out users are fixed by --world_seed.
+
+Resume: every finished (row, seed) run writes OUT/itemsN_batchB/runs/ROW__seedS.json and is
+skipped when the script is run again with the same settings (another setting in the same
+folder is an error: use another --out); --time_budget_minutes stops before a run that would
+not finish in time, so a long grid can be split across sessions. World, oracle and streams are
+cached in OUT/cache/.
+
+Step cost: before training, each invocation times its rows' steps interleaved with the mixed
+row's (mixed:corrected; --timing_rounds rounds of --timing_steps steps each, after warm-up, in
+rotated order), and reports each row's median / min step as a ratio to mixed's (absolute
+times labelled with the machine). Each run also records the median / min of its own training
+steps.
+
+MIDX: k' = --midx_negatives (128) draws per query, K = --midx_codewords (32, the binaries').
+The library's Keras 3 ``MIDXSampler`` draws its cells with ``keras.random.categorical``, which
+on JAX forms Gumbel noise of shape [A, k', K^2]: a step costs O(A k' K^2) (512 x 128 x 1024
+= 67M draws at B = 512), so k' = k (= B) does not fit; a MIDX row is a GPU row.
+
+Cost (steps: median ms on the project's 2 shared CPU cores, Keras 3.15 / jax 0.10 CPU; the
+ratio to mixed is what carries over to another machine). At 10^5 items, B = 512: in_batch 2,
+mixed 3-6, xbatch4 12, xbatch16 42, xbatch64 180, full 310-830, midx 3,600; at 10^6 items the
+sampled rows cost the same (in_batch 4, mixed 6, xbatch64 430: no O(|D|) term); at B = 4096 the
+in-batch block and the memory grow as B^2 M (in_batch 190, mixed 210, xbatch4 1,300, full 4,400
+at 10^5). The metrics take ~20 s a run at 10^5 items and ~3 min at 10^6 (2,000 users); the
+oracle's pass and a seed's stream (4,096 users) ~15-20 s at 10^5 and ~2-4 min at 10^6, once.
+So at 10,000 steps and 3 seeds the B = 512 grid without MIDX takes ~9-13 h (10^5, full
+softmax included) and ~15 h (10^6) there; MIDX (~10 h a run at B = 512) and B = 4096 (a run:
+~35 min in_batch / mixed, ~3.6 h xbatch4, ~12 h xbatch16 and full, ~80 h MIDX; xbatch64's
+[4096, 266k] scores do not fit in 23 GB) are for an accelerator.
+
+Outputs per OUT/itemsN_batchB/: runs/*.json (one per row x seed), timing/*.json (one per
+invocation), references.json (oracle and most-popular rows), report.md and summary.json (rows
+over seeds, paired differences with 95 % t intervals: corrected − standard etc., the growth of
+the advantage with k, expected_count − unigram, the share of the gap to full softmax that a
+memory / MIDX closes; `bench.world.report`), recall_at_k.png. The last line of stdout is a
+one-line summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import time
+from typing import Dict, List, Optional, Sequence
+
+from bench.common.report import summary_line, write_json
+from bench.world import report as report_lib
+from bench.world import rows as rows_lib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+class _Parser(argparse.ArgumentParser):
+  """argparse with a one-line error (no usage block)."""
+
+  def error(self, message):
+    self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _int_list(text: str, name: str) -> List[int]:
+  out = []
+  for part in text.split(","):
+    part = part.strip()
+    if not part:
+      continue
+    try:
+      value = float(part)
+    except ValueError:
+      raise ValueError(f"--{name}: {part!r} is not a number") from None
+    if value != int(value):
+      raise ValueError(f"--{name}: {part!r} is not an integer")
+    out.append(int(value))
+  if not out:
+    raise ValueError(f"--{name}: no values given")
+  return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+  d = rows_lib.Settings()
+  p = _Parser(
+    prog="world_scale.py",
+    description=__doc__.splitlines()[0],
+    formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+  )
+  add = p.add_argument
+  add("--num_items", default="1e5", help="catalog sizes |D|, comma-separated (1e5,1e6)")
+  add("--batch_size", default="512", help="batch sizes B, comma-separated (512,4096)")
+  add("--steps", type=int, default=d.steps, help="training steps of every run")
+  add("--seeds", default="0,1,2", help="paired seeds (same stream and initial weights per seed)")
+  add("--rows", default="", help="comma-separated rows (module docstring); default: the grid")
+  add("--convention", default="unigram", help="log Q convention of rows that name none")
+  add("--num_negatives", type=int, default=0, help="k (0: the batch size)")
+  add("--midx_negatives", type=int, default=d.midx_negatives, help="MIDX draws per query (0: k)")
+  add("--midx_codewords", type=int, default=d.midx_codewords, help="MIDX codewords K")
+  add("--midx_refresh", type=int, default=d.midx_refresh, help="MIDX index refresh period")
+  add("--learning_rate", type=float, default=d.learning_rate, help="Adam's rate (cosine to 1%%)")
+  add("--embedding_dim", type=int, default=d.embedding_dim, help="model dimension (+1 bias)")
+  add("--feature_dim", type=int, default=d.feature_dim, help="user feature dimension f")
+  add("--zipf", type=float, default=d.zipf, help="Zipf exponent of the popularity bias")
+  add("--tau", type=float, default=d.tau, help="peakedness of the preferences")
+  add("--world_seed", type=int, default=d.world_seed, help="seed of the world and held-out users")
+  add("--train_users", type=int, default=d.train_users, help="training user pool")
+  add("--eval_users", type=int, default=d.eval_users, help="held-out users of the metrics")
+  add("--ks", default="10,100,1000", help="cut-offs k of recall@k and HR@k")
+  add("--full_max_logits", type=float, default=d.full_max_logits, help="full softmax: max B |D|")
+  add("--eval_memory_gb", type=float, default=1.5, help="memory of one chunk of the metrics")
+  add("--timing_rounds", type=int, default=4, help="interleaved timing rounds (0: no timing)")
+  add("--timing_steps", type=int, default=5, help="timed steps per row and round")
+  add("--time_budget_minutes", type=float, default=0.0, help="stop before exceeding (0: none)")
+  add("--out", default="bench/out/world_scale", help="output folder")
+  add("--report_only", action="store_true", help="only rewrite the reports from OUT")
+  add(
+    "--compare",
+    action="append",
+    default=[],
+    help="A,B: paired A − B of every metric (repeatable; added to the report)",
+  )
+  add("--quick", action="store_true", help="a small world and budget: a smoke, not evidence")
+  return p
+
+
+QUICK = dict(
+  num_items="2000",
+  batch_size="128",
+  steps=200,
+  seeds="0,1",
+  rows="in_batch:corrected,mixed:corrected,midx:corrected,full",
+  train_users=1024,
+  eval_users=300,
+  ks="10,100",
+  midx_codewords=16,
+  midx_negatives=32,
+  midx_refresh=50,
+  timing_rounds=2,
+)
+
+
+def settings_from(args) -> List[rows_lib.Settings]:
+  ks = tuple(_int_list(args.ks, "ks"))
+  out = []
+  for n in _int_list(args.num_items, "num_items"):
+    for b in _int_list(args.batch_size, "batch_size"):
+      out.append(
+        rows_lib.Settings(
+          num_items=n,
+          batch_size=b,
+          steps=args.steps,
+          num_negatives=args.num_negatives,
+          midx_negatives=args.midx_negatives,
+          learning_rate=float(args.learning_rate),
+          embedding_dim=args.embedding_dim,
+          feature_dim=args.feature_dim,
+          zipf=float(args.zipf),
+          tau=float(args.tau),
+          world_seed=args.world_seed,
+          train_users=args.train_users,
+          eval_users=args.eval_users,
+          ks=ks,
+          midx_codewords=args.midx_codewords,
+          midx_refresh=args.midx_refresh,
+          full_max_logits=int(args.full_max_logits),
+        )
+      )
+  return out
+
+
+def _commit() -> Optional[str]:
+  try:
+    out = subprocess.run(
+      ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+    )
+    dirty = subprocess.run(
+      ["git", "status", "--porcelain", "--untracked-files=no"],
+      cwd=ROOT,
+      capture_output=True,
+      text=True,
+      timeout=10,
+    )
+  except (OSError, subprocess.SubprocessError):
+    return None
+  if out.returncode != 0:
+    return None
+  return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+
+
+def _run_path(folder: pathlib.Path, row, seed: int) -> pathlib.Path:
+  return folder / "runs" / f"{row.file_name}__seed{seed}.json"
+
+
+def _check_folder(folder: pathlib.Path, settings: rows_lib.Settings) -> None:
+  """ValueError when FOLDER/runs holds a run of other settings."""
+  mine = json.loads(json.dumps(settings.as_dict()))
+  for path in sorted((folder / "runs").glob("*.json")):
+    theirs = json.loads(path.read_text()).get("settings", {})
+    diff = [k for k in mine if theirs.get(k) != mine[k]]
+    if diff:
+      k = diff[0]
+      raise ValueError(
+        f"{path} was run with {k}={theirs.get(k)!r}, this invocation has {mine[k]!r}: "
+        "use another --out"
+      )
+
+
+def _setup_backend() -> None:
+  """KERAS_BACKEND=jax before Keras loads (ValueError if another backend is in use)."""
+  backend = os.environ.setdefault("KERAS_BACKEND", "jax")
+  if backend != "jax":
+    raise ValueError(f"world_scale runs on the JAX backend (KERAS_BACKEND=jax), got {backend!r}")
+  if "keras" in sys.modules:
+    import keras  # pylint: disable=g-import-not-at-top
+
+    if keras.backend.backend() != "jax":
+      raise ValueError(f"Keras is already loaded with the {keras.backend.backend()} backend")
+
+
+def run_setting(settings, rows, seeds, folder: pathlib.Path, args, deadline, log) -> Dict:
+  """Trains and evaluates the pending (row, seed) runs of one setting; returns counts."""
+  from bench.common.timing import rotated  # pylint: disable=g-import-not-at-top
+  from bench.world import data, metrics, training  # pylint: disable=g-import-not-at-top
+
+  cache = folder.parent / "cache"
+  memory = int(args.eval_memory_gb * 1e9)
+  pending = [(r, s) for s in seeds for r in rows if not _run_path(folder, r, s).exists()]
+  done = {"new": 0, "skipped": len(rows) * len(seeds) - len(pending), "left": 0}
+  if not pending:
+    return done
+  machine, commit = training.machine_label(), _commit()
+  log(
+    f"{rows_lib.settings_tag(settings)}: {len(pending)} runs to go ({done['skipped']} done) "
+    f"on {machine}"
+  )
+  wd = data.prepare_world(settings, cache, memory, log)
+  chunk = data.chunk_users(settings.num_items, 8, memory)
+  if not (folder / "references.json").exists():
+    refs = metrics.evaluate(
+      wd.world,
+      wd.eval_x,
+      metrics.reference_models(wd.popularity),
+      wd.bins,
+      settings.ks,
+      settings.num_bins,
+      chunk,
+      wd.oracle_top,
+    )
+    write_json(str(folder), "references.json", refs)
+  streams: Dict[int, object] = {}
+
+  def stream(seed):
+    if seed not in streams:
+      streams.clear()
+      streams[seed] = data.load_stream(wd.world, settings, seed, cache, memory, log)
+    return streams[seed]
+
+  # ---- the step cost of this invocation's rows beside mixed, interleaved
+  seed0 = pending[0][1]
+  arms: Dict[str, object] = {}
+  timing: Dict[str, Dict] = {}
+  if args.timing_rounds > 0:
+    reference = rows_lib.parse_row(rows_lib.REFERENCE_ROW)
+    distinct = list({r.name: r for r, _ in pending}.values())
+    timed = training.timing_rows(distinct, reference)
+    st = stream(seed0)
+    init = data.initial_weights(settings, seed0)
+    arms = {r.name: training.Arm(r, settings, seed0, st.counts) for r in timed}
+    states = {n: a.initial_state(*init) for n, a in arms.items()}
+    start = time.time()
+    timing = training.time_rows(
+      arms,
+      states,
+      st.user_features,
+      st.users,
+      st.items,
+      args.timing_rounds,
+      args.timing_steps,
+      rotated=rotated,
+    )
+    del states
+    ref_ms = timing[reference.name]["median_ms"]
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
+    write_json(
+      str(folder / "timing"),
+      f"{stamp}.json",
+      dict(when=stamp, machine=machine, commit=commit, reference=reference.name, rows=timing),
+    )
+    log(
+      f"  step ms on {machine} (median / min, × {reference.name}; {time.time() - start:.0f} s): "
+      + ", ".join(
+        f"{n} {t['median_ms']:.1f} / {t['min_ms']:.1f} (× {t['median_ms'] / ref_ms:.2f})"
+        for n, t in timing.items()
+      )
+    )
+  eval_seconds = None
+  for i, (row, seed) in enumerate(pending):
+    if deadline is not None:
+      t = timing.get(row.name, {}).get("median_ms")
+      estimate = (t or 0.0) * settings.steps / 1e3 + (eval_seconds or 0.0)
+      if time.time() + estimate > deadline:
+        done["left"] = len(pending) - i
+        log(f"  --time_budget_minutes: {done['left']} runs left (run again to resume)")
+        break
+    start = time.time()
+    st = stream(seed)
+    arm = arms.pop(row.name) if seed == seed0 and row.name in arms else None
+    arm = arm or training.Arm(row, settings, seed, st.counts)
+    arm.refresh_seconds = []  # the timing phase's refreshes are not this run's
+    state = arm.initial_state(*data.initial_weights(settings, seed))
+    info = training.train(arm, state, st.user_features, st.users, st.items, settings.steps)
+    w, table = arm.weights(state)
+    del state
+    eval_start = time.time()
+    result = metrics.evaluate(
+      wd.world,
+      wd.eval_x,
+      {"model": metrics.model_log_probs(w, table)},
+      wd.bins,
+      settings.ks,
+      settings.num_bins,
+      chunk,
+      wd.oracle_top,
+    )["model"]
+    eval_seconds = time.time() - eval_start
+    t = timing.get(row.name)
+    ref = timing.get(rows_lib.REFERENCE_ROW)
+    run = dict(
+      row=row.name,
+      seed=seed,
+      settings=settings.as_dict(),
+      machine=machine,
+      commit=commit,
+      when=datetime.datetime.now().isoformat(timespec="seconds"),
+      metrics=result,
+      train=info,
+      eval_seconds=eval_seconds,
+      wall_seconds=time.time() - start,
+      step_vs_mixed=(t["median_ms"] / ref["median_ms"]) if t and ref else None,
+    )
+    path = _run_path(folder, row, seed)
+    write_json(str(path.parent), path.name, run)
+    done["new"] += 1
+    ks = settings.ks
+    log(
+      f"  [{i + 1}/{len(pending)}] {row.name} seed {seed}: KL {result['kl']:.3f}, "
+      + ", ".join(f"R@{k} {result['recall'][str(k)]:.4f}" for k in ks)
+      + ", "
+      + ", ".join(f"HR@{k} {result['hit_rate'][str(k)]:.4f}" for k in ks)
+      + f"; step {info['step_ms_median']:.1f} ms"
+      + (f" (× mixed {run['step_vs_mixed']:.2f})" if run["step_vs_mixed"] else "")
+      + f"; train {info['seconds']:.0f} s, eval {eval_seconds:.0f} s"
+    )
+  return done
+
+
+def write_reports(folder: pathlib.Path, compares, log) -> Optional[Dict]:
+  if not any((folder / "runs").glob("*.json")):
+    return None
+  summary = report_lib.summarise(folder, compares)
+  text = report_lib.format_markdown(summary)
+  (folder / "report.md").write_text(text)
+  write_json(str(folder), "summary.json", summary)
+  report_lib.plot_recall(summary, folder / "recall_at_k.png")
+  log(text)
+  return summary
+
+
+def _headline(tag: str, summary: Optional[Dict], done: Dict) -> str:
+  part = f"{tag} {done['new']} new / {done['skipped']} done / {done['left']} left"
+  if not summary:
+    return part
+  ks = summary["ks"]
+  k = ks[-1]
+  best = max(summary["order"], key=lambda n: summary["rows"][n][f"recall@{k}"]["mean"])
+  part += f", best R@{k} {best} {summary['rows'][best][f'recall@{k}']['mean']:.4f}"
+  for p in summary["pairs"]:
+    if p["kind"] == "correction" and p["a"].endswith("corrected") and ":standard" in p["b"]:
+      d = p["metrics"][f"recall@{k}"]
+      half = "" if d["half_width"] is None else f" ± {d['half_width']:.4f}"
+      part += f", {p['a']} − standard ΔR@{k} {d['mean']:+.4f}{half}"
+      break
+  return part
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  parser = build_parser()
+  args = parser.parse_args(argv)
+  if args.quick:
+    defaults = build_parser().parse_args([])
+    for name, value in QUICK.items():
+      if getattr(args, name) == getattr(defaults, name):
+        setattr(args, name, value)
+  start = time.time()
+  try:
+    seeds = _int_list(args.seeds, "seeds")
+    if len(set(seeds)) != len(seeds):
+      raise ValueError(f"--seeds must be distinct, got {seeds}")
+    if args.convention not in rows_lib.CONVENTIONS:
+      raise ValueError(f"--convention must be one of {list(rows_lib.CONVENTIONS)}")
+    for name in ("timing_rounds", "timing_steps"):
+      if getattr(args, name) < 0 or (name == "timing_steps" and args.timing_steps == 0):
+        raise ValueError(f"--{name} must be {'>= 0' if name == 'timing_rounds' else '> 0'}")
+    if not args.eval_memory_gb > 0 or args.time_budget_minutes < 0:
+      raise ValueError("--eval_memory_gb must be > 0 and --time_budget_minutes >= 0")
+    compares = []
+    for text in args.compare:
+      pair = [t.strip() for t in text.split(",")]
+      if len(pair) != 2 or not all(pair):
+        raise ValueError(f"--compare needs A,B, got {text!r}")
+      compares.append(tuple(rows_lib.parse_row(t, args.convention).name for t in pair))
+    plan = []
+    for settings in [] if args.report_only else settings_from(args):
+      if args.rows:
+        rows = rows_lib.parse_rows(args.rows.split(","), args.convention)
+      else:
+        rows = rows_lib.default_rows(settings, args.convention)
+      rows_lib.check_settings(settings, rows)
+      folder = pathlib.Path(args.out) / rows_lib.settings_tag(settings)
+      _check_folder(folder, settings)
+      plan.append((settings, rows, folder))
+    if not args.report_only:
+      _setup_backend()
+      from bench.world import training  # pylint: disable=g-import-not-at-top
+
+      if not training.cross_batch_available():
+        for i, (settings, rows, folder) in enumerate(plan):
+          if args.rows and any(r.source == "xbatch" for r in rows):
+            raise ValueError(
+              "--rows: xbatchM rows need tfrs_logq.keras3.negatives.CrossBatchNegatives and "
+              "join_blocks, which this checkout does not have yet"
+            )
+          kept = [r for r in rows if r.source != "xbatch"]
+          if len(kept) < len(rows):
+            print("note: the xbatchM rows are left out (no Keras 3 CrossBatchNegatives yet)")
+          plan[i] = (settings, kept, folder)
+  except ValueError as e:
+    parser.exit(2, f"{parser.prog}: error: {e}\n")
+  deadline = start + args.time_budget_minutes * 60 if args.time_budget_minutes else None
+  parts = []
+  if args.report_only:  # every settings folder under OUT, whatever the settings flags say
+    plan = [(None, None, f) for f in sorted(pathlib.Path(args.out).glob("*/runs")) if f.is_dir()]
+    plan = [(None, None, f.parent) for _, _, f in plan]
+  for settings, rows, folder in plan:
+    done = {"new": 0, "skipped": 0, "left": 0}
+    if args.report_only:
+      done["skipped"] = len(list((folder / "runs").glob("*.json")))
+    else:
+      done = run_setting(settings, rows, seeds, folder, args, deadline, print)
+    try:
+      summary = write_reports(folder, compares, print)
+    except ValueError as e:
+      parser.exit(2, f"{parser.prog}: error: {e}\n")
+    parts.append(_headline(folder.name, summary, done))
+  if not parts:
+    parts = [f"no runs under {args.out}"]
+  print(
+    summary_line(
+      parts, head="world_scale", note=f"{time.time() - start:.0f} s; outputs in {args.out}"
+    )
+  )
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
