@@ -102,7 +102,7 @@ def build_memory(config, model, estimator):
   --cross_batch_slots (0: --num_negatives) distinct ones of each, log Q under
   --log_q_convention, scored with the current item table (ids) or kept embeddings."""
   c = config
-  if not c.cross_batch:
+  if not getattr(c, "cross_batch", 0):  # (a duck-typed config without the setting: off)
     return None
   if estimator is None:
     raise ValueError("cross_batch needs a frequency estimator (log q_uni of the memory's ids)")

@@ -152,7 +152,7 @@ def build_memory(cfg, encoder: SASRec, estimator, cross_replica: bool):
   tf-keras binary's memory (`train.objective.build_memory`): pushes of the B L positions
   (padding not valid), at most --cross_batch_slots (0: --num_negatives) distinct positives kept
   of each, log Q under --log_q_convention, --cross_batch_mode ids or embeddings."""
-  if not cfg.cross_batch:
+  if not getattr(cfg, "cross_batch", 0):  # (a duck-typed config without the setting: off)
     return None
   rows = cfg.batch_size * cfg.max_len
   return neg_lib.CrossBatchNegatives(
