@@ -33,6 +33,7 @@ from tfrs_logq.tf_keras import gbce
 from tfrs_logq.tf_keras import negatives as neg_lib
 from tfrs_logq.tf_keras import sharded
 
+from train import negatives_plan
 from train.choices import NEGATIVES  # noqa: F401  (defined there)
 
 
@@ -63,60 +64,57 @@ def global_sum(x):
 
 
 def build_sampler(config, model, num_items: int, estimator=None, midx=None, static_shapes=None):
-  """The library sampler the config asks for (None for the full softmax)."""
-  k, c = config.num_negatives, config
+  """The library sampler of the config's `train.negatives_plan.NegativesPlan` (None for the
+  full softmax)."""
+  plan = negatives_plan.negatives_plan(config)
   uniform = lambda n: neg_lib.UniformNegatives(  # noqa: E731
     model.item_embeddings,
     n,
     id_range=(1, num_items + 1),
-    per=c.uniform_negatives,
-    jit_compile=c.jit_compile,
+    per=plan.uniform_per,
+    jit_compile=config.jit_compile,
     static_shapes=static_shapes,
   )
-  if c.loss == "full_softmax":
+  if plan.source == "full":
     return None
-  if c.loss in ("bce", "gbce") or c.negatives == "uniform":
-    return uniform(k)
-  if c.negatives == "midx":
+  if plan.source == "uniform":
+    return uniform(plan.num_uniform)
+  if plan.source == "midx":
     if midx is None:
       raise ValueError("negatives='midx' needs a MIDXSampler")
-    midx.num_negatives = k if midx.num_negatives is None else midx.num_negatives
+    midx.num_negatives = plan.num_midx if midx.num_negatives is None else midx.num_negatives
     return midx
-  k_b = k if c.negatives == "in_batch" else k // 2
   in_batch = neg_lib.InBatchNegatives(
-    estimator, num_negatives=k_b, convention=c.log_q_convention, static_shapes=static_shapes
+    estimator,
+    num_negatives=plan.num_in_batch,
+    convention=plan.convention,
+    static_shapes=static_shapes,
   )
-  if c.negatives == "in_batch":
+  if plan.source == "in_batch":
     return in_batch
-  return neg_lib.MixedNegatives(in_batch, uniform(k - k_b), convention=c.log_q_convention)
-
-
-def push_rows(config) -> int:
-  """Rows of one push into the memory: the global batch's queries (SASRec: its B L positions,
-  padding marked not valid)."""
-  return config.batch_size * (config.max_len if config.model == "sasrec" else 1)
+  return neg_lib.MixedNegatives(in_batch, uniform(plan.num_uniform), convention=plan.convention)
 
 
 def build_memory(config, model, estimator):
-  """The --cross_batch memory (None when 0): the last M global batches' positives, at most
-  --cross_batch_slots (0: --num_negatives) distinct ones of each, log Q under
-  --log_q_convention, scored with the current item table (ids) or kept embeddings."""
-  c = config
-  if not getattr(c, "cross_batch", 0):  # (a duck-typed config without the setting: off)
+  """The --cross_batch memory of the plan (None when 0): the last M global batches' positives,
+  log Q under --log_q_convention, scored with the current item table (ids) or kept
+  embeddings."""
+  plan = negatives_plan.negatives_plan(config)
+  if plan.memory is None:
     return None
   if estimator is None:
     raise ValueError("cross_batch needs a frequency estimator (log q_uni of the memory's ids)")
-  rows = push_rows(c)
+  m = plan.memory
   return neg_lib.CrossBatchNegatives(
     estimator,
-    c.cross_batch,
-    rows,
-    slots_per_batch=min(rows, c.cross_batch_slots or c.num_negatives),
-    mode=c.cross_batch_mode,
-    embedding_dim=c.embedding_dim if c.cross_batch_mode == "embeddings" else None,
-    convention=c.log_q_convention,
+    m.num_batches,
+    m.batch_size,
+    slots_per_batch=m.slots_per_batch,
+    mode=m.mode,
+    embedding_dim=config.embedding_dim if m.mode == "embeddings" else None,
+    convention=plan.convention,
     candidate_embedder=model.item_embeddings,
-    seed=c.seed,
+    seed=config.seed,
     name="cross_batch",
   )
 
@@ -206,8 +204,8 @@ class Objective:
     )
 
   def _push(self, pos_ids, valid):
-    """This replica's positives (padded to its static share of `push_rows`) into the memory."""
-    rows = push_rows(self.config) // max(neg_lib.num_replicas(), 1)
+    """This replica's positives (padded to its static share of a push) into the memory."""
+    rows = self.memory.batch_size // max(neg_lib.num_replicas(), 1)
     if valid is None:
       valid = tf.ones_like(pos_ids, tf.bool)
     ids = pad_rows(pos_ids, rows)

@@ -76,6 +76,7 @@ from tfrs_logq.keras3.negatives import mixed as mixed_lib
 
 from models.keras3 import SASRec
 from train import estimator_spec
+from train import negatives_plan
 
 __all__ = [
   "Candidates",
@@ -148,21 +149,21 @@ def build_midx(cfg, num_items: int):
 
 
 def build_memory(cfg, encoder: SASRec, estimator, cross_replica: bool):
-  """The library's Keras 3 ``CrossBatchNegatives`` of --cross_batch=M (None when 0): the
-  tf-keras binary's memory (`train.objective.build_memory`): pushes of the B L positions
-  (padding not valid), at most --cross_batch_slots (0: --num_negatives) distinct positives kept
-  of each, log Q under --log_q_convention, --cross_batch_mode ids or embeddings."""
-  if not getattr(cfg, "cross_batch", 0):  # (a duck-typed config without the setting: off)
+  """The library's Keras 3 ``CrossBatchNegatives`` of the run's `train.negatives_plan` (None
+  without --cross_batch): the tf-keras binary's memory (`train.objective.build_memory`), pushes
+  of the B L positions (padding not valid), log Q under --log_q_convention."""
+  plan = negatives_plan.negatives_plan(cfg)
+  if plan.memory is None:
     return None
-  rows = cfg.batch_size * cfg.max_len
+  m = plan.memory
   return neg_lib.CrossBatchNegatives(
     estimator,
-    cfg.cross_batch,
-    rows,
-    slots_per_batch=min(rows, cfg.cross_batch_slots or cfg.num_negatives),
-    mode=cfg.cross_batch_mode,
-    embedding_dim=cfg.embedding_dim if cfg.cross_batch_mode == "embeddings" else None,
-    convention=cfg.log_q_convention,
+    m.num_batches,
+    m.batch_size,
+    slots_per_batch=m.slots_per_batch,
+    mode=m.mode,
+    embedding_dim=cfg.embedding_dim if m.mode == "embeddings" else None,
+    convention=plan.convention,
     candidate_embedder=encoder.item_embeddings,
     cross_replica=cross_replica,
     seed=cfg.seed,
@@ -171,19 +172,11 @@ def build_memory(cfg, encoder: SASRec, estimator, cross_replica: bool):
 
 
 def negatives_split(cfg):
-  """(k_b, k_u): the in-batch and uniform negatives of --negatives / --num_negatives, the
-  tf-keras binary's (`train.objective.build_sampler`): in_batch (k, 0), mixed (k // 2,
+  """(k_b, k_u): the in-batch and uniform negatives of the run's `train.negatives_plan` (the
+  tf-keras binary's, `train.objective.build_sampler`): in_batch (k, 0), mixed (k // 2,
   k - k // 2), uniform (0, k); bce / gbce: uniform (0, k) whatever --negatives; full_softmax
   and midx (its k negatives are MIDX draws): none (0, 0)."""
-  k = cfg.num_negatives
-  if cfg.loss == "full_softmax":
-    return 0, 0
-  if cfg.loss in ("bce", "gbce") or cfg.negatives == "uniform":
-    return 0, k
-  if cfg.negatives == "midx":
-    return 0, 0
-  k_b = k if cfg.negatives == "in_batch" else k // 2
-  return k_b, k - k_b
+  return negatives_plan.negatives_plan(cfg).split
 
 
 def check_logq_variants(loss: str, logq_variants) -> list:
