@@ -37,12 +37,11 @@ NAME_EXCEPTIONS = {
   "lazy_adam": ((), ("DEFAULT_TABLE_PATTERN",)),
   "log_q": (("log_inclusion_probability",), ()),
   "logq_correction": (("LogQCorrection",), ()),  # the deprecated former name
-  # tf-keras samplers are objects with .score(); keras3 composes functions of static shapes.
+  # tf-keras samplers also have dynamic-shape paths (dedup, per-query / per-segment scoring);
+  # keras3 composes functions of static shapes (pools, blocks) besides its sampler classes.
   "negatives": (
     (
-      "InBatchNegatives",
       "MATMUL_GATHER_RATIO",
-      "NegativeSampler",
       "dedup_first_occurrence",
       "embed_ids",
       "expected_count_log_q",
@@ -63,7 +62,7 @@ NAME_EXCEPTIONS = {
     ),
   ),
   "negatives.base": (
-    ("NegativeSampler", "validate_negatives"),
+    ("validate_negatives",),
     ("CONVENTIONS", "first_occurrence_mask", "first_occurrence_segments"),
   ),
   "negatives.cross_replica": (
@@ -73,7 +72,6 @@ NAME_EXCEPTIONS = {
   "negatives.in_batch": (
     (
       "CONVENTIONS",
-      "InBatchNegatives",
       "dedup_first_occurrence",
       "expected_count_log_q",
       "first_occurrence_mask",

@@ -603,6 +603,20 @@ def run_join_blocks(cases, out):
   )
 
 
+def run_in_batch_sampler(cases, out):
+  """The InBatchNegatives class (the tf-keras sampler's arguments): score(...) of the k_b case
+  without a subsample, under both conventions."""
+  pos_ids, valid = cases["kb/pos_ids"], cases["kb/valid"]
+  emb = cases["kb/emb"][pos_ids]
+  for convention in ("unigram", "expected_count"):
+    sampler = negatives.InBatchNegatives(
+      _TableLogQ(cases["kb/log_q_table"]), convention=convention, cross_replica=False
+    )
+    scored = sampler.score(cases["kb/query"], pos_ids, emb, temperature=0.5, valid=valid)
+    for name, value in scored._asdict().items():
+      out[f"ibs/{convention}/{name}"] = _np(value)
+
+
 def main():
   cases = dict(np.load(sys.argv[1], allow_pickle=False))
   out = {}
@@ -612,6 +626,7 @@ def main():
     run_midx_serialisation,
     run_bad_arguments,
     run_in_batch_subsample,
+    run_in_batch_sampler,
     run_cross_batch,
   ):
     section(cases, out)

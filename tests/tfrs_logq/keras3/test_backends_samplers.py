@@ -884,3 +884,28 @@ def test_cross_batch_memory_equals_the_tf_keras_twin(res):
     want = res[f"{prefix}/sampled/negative_scores"][:, valid]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(loss.numpy(), res[f"{prefix}/loss"], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("convention", ["unigram", "expected_count"])
+def test_in_batch_sampler_class_scores_as_the_tf_keras_sampler(res, convention):
+  """``InBatchNegatives(estimator, convention=...).score(...)``, the same class and arguments on
+  both fronts: the same scores, log Q, masks and positive log Q (no subsample: the tf-keras
+  static-shape pool, padding rows masked)."""
+  c = kb_case()
+  sampler, _ = tf_kb_sampler(convention, None)
+  sampler.static_shapes = True  # the Keras 3 pool keeps every row, masked
+  pos_ids, valid = c["pos_ids"], c["valid"]
+  want = sampler.score(
+    c["query"], pos_ids, c["emb"][pos_ids], temperature=0.5, valid=tf.constant(valid)
+  )
+  mask = want.valid_mask.numpy()
+  got = {k: res[f"ibs/{convention}/{k}"] for k in want._fields}
+  np.testing.assert_array_equal(got["valid_mask"], mask)
+  for name in ("positive_scores", "positive_log_q"):
+    np.testing.assert_allclose(got[name], getattr(want, name).numpy(), rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(
+    got["negative_scores"][mask], want.negative_scores.numpy()[mask], rtol=1e-5, atol=1e-6
+  )
+  lq_got = np.broadcast_to(got["negative_log_q"], mask.shape)[mask]
+  lq_want = np.broadcast_to(want.negative_log_q.numpy(), mask.shape)[mask]
+  np.testing.assert_allclose(lq_got, lq_want, rtol=1e-5, atol=1e-6)

@@ -2,10 +2,12 @@
 mixed, and scoring; the Keras 3 twin of ``tfrs_logq.tf_keras.negatives`` with static shapes
 (jit-safe).
 
-* ``base``: the ``Negatives`` record; dedup as a mask (``first_occurrence_mask``), the
+* ``base``: the ``Negatives`` record, the ``NegativeSampler`` protocol (``sample_negatives``,
+  ``score``) of both fronts; dedup as a mask (``first_occurrence_mask``), the
   numbering of distinct sequences (``first_occurrence_segments``).
-* ``in_batch``: ``in_batch_negatives`` (log Q ``unigram`` / ``expected_count``; optional
-  ``k_b`` subsample, ``num_negatives``).
+* ``in_batch``: ``InBatchNegatives`` (the tf-keras sampler's arguments, the shared
+  ``NegativeSampler`` protocol) over ``in_batch_negatives`` (log Q ``unigram`` /
+  ``expected_count``; optional ``k_b`` subsample, ``num_negatives``).
 * ``uniform``: ``UniformNegatives`` (``per="batch" | "sequence" | "query"``), log Q = -log |D|;
   ``block`` embeds its draws as one block of ``score_blocks``.
 * ``mixed``: ``MixedNegatives`` (``unigram`` | ``mixture`` | ``expected_count``; optional
@@ -32,6 +34,7 @@ rule, ``tfrs_logq.core.negatives.subsample_first_occurrences``).
 
 from tfrs_logq.keras3.negatives.base import (
   CONVENTIONS,
+  NegativeSampler,
   Negatives,
   first_occurrence_mask,
   first_occurrence_segments,
@@ -39,7 +42,12 @@ from tfrs_logq.keras3.negatives.base import (
 from tfrs_logq.keras3.negatives.cross_batch import CrossBatchNegatives
 from tfrs_logq.keras3.negatives.joined import JoinedNegatives
 from tfrs_logq.keras3.negatives.cross_replica import all_gather_rows
-from tfrs_logq.keras3.negatives.in_batch import InBatchPool, in_batch_negatives, in_batch_pool
+from tfrs_logq.keras3.negatives.in_batch import (
+  InBatchNegatives,
+  InBatchPool,
+  in_batch_negatives,
+  in_batch_pool,
+)
 from tfrs_logq.keras3.negatives.midx import MIDXRefreshCallback, MIDXSampler
 from tfrs_logq.keras3.negatives.mixed import MixedNegatives
 from tfrs_logq.keras3.negatives.scoring import (
@@ -51,7 +59,9 @@ from tfrs_logq.keras3.negatives.scoring import (
 from tfrs_logq.keras3.negatives.uniform import UNIFORM_PER, UniformNegatives
 
 __all__ = [
+  "NegativeSampler",
   "Negatives",
+  "InBatchNegatives",
   "CONVENTIONS",
   "first_occurrence_mask",
   "first_occurrence_segments",

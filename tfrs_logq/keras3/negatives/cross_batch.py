@@ -81,7 +81,7 @@ class _Memory(NamedTuple):
 
 
 @keras.saving.register_keras_serializable(package="tfrs_logq")
-class CrossBatchNegatives(keras.layers.Layer):
+class CrossBatchNegatives(keras.layers.Layer, base.NegativeSampler):
   """The positives of the last M pushes as shared negatives, with log Q (module docstring).
 
   Usage (one training step)::

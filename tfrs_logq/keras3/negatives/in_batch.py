@@ -31,8 +31,15 @@ from tfrs_logq.core import negatives as negatives_core
 from tfrs_logq.keras3 import _tensors
 from tfrs_logq.keras3.negatives import base
 from tfrs_logq.keras3.negatives import cross_replica as cross_replica_lib
+from tfrs_logq.keras3.negatives import scoring
 
-__all__ = ["InBatchPool", "in_batch_pool", "convention_log_q", "in_batch_negatives"]
+__all__ = [
+  "InBatchNegatives",
+  "InBatchPool",
+  "in_batch_pool",
+  "convention_log_q",
+  "in_batch_negatives",
+]
 
 
 class InBatchPool(NamedTuple):
@@ -183,3 +190,125 @@ def in_batch_negatives(
     log_q=convention_log_q(negatives.log_q, pool, convention),
     positive_log_q=convention_log_q(negatives.positive_log_q, pool, convention),
   )
+
+
+class InBatchNegatives(base.NegativeSampler):
+  """Deduplicated (optionally subsampled, cross-replica) in-batch negatives: the tf-keras
+  ``InBatchNegatives`` with the same arguments, as a sampler of the shared protocol
+  (``base.NegativeSampler``). The negatives are :func:`in_batch_negatives` of the queries'
+  positives, log q_uni from ``frequency_estimator.log_q``; the sampler only reads the estimator.
+
+  Args:
+    frequency_estimator: any object with ``log_q(ids)`` (log per-draw q_uni), e.g. a
+      ``tfrs_logq.keras3.frequency`` estimator; may be None when every call passes
+      ``candidate_log_q``.
+    num_negatives: k_b; None keeps every distinct id.
+    cross_replica: lay the pool out on every device under ``keras.distribution``.
+    convention: ``"unigram"`` (= ``"mixture"`` here) or ``"expected_count"``.
+    static_shapes: the Keras 3 path always has static shapes: None or True (False raises).
+
+  The k_b subsample's randomness is the call's ``seed`` (an int, a ``keras.random.SeedGenerator``
+  (inside a compiled JAX step: a layer's) or None: Keras's global generator).
+  """
+
+  def __init__(
+    self,
+    frequency_estimator=None,
+    *,
+    num_negatives: Optional[int] = None,
+    cross_replica: bool = True,
+    convention: str = "unigram",
+    static_shapes: Optional[bool] = None,
+  ):
+    if frequency_estimator is not None and not callable(
+      getattr(frequency_estimator, "log_q", None)
+    ):
+      raise TypeError(
+        "frequency_estimator must have a log_q(ids) method, got "
+        f"{type(frequency_estimator).__name__}"
+      )
+    if convention not in base.CONVENTIONS:
+      raise ValueError(f"convention must be one of {base.CONVENTIONS}, got {convention!r}")
+    if static_shapes is not None and not static_shapes:
+      raise ValueError("static_shapes=False: the Keras 3 path has static shapes only")
+    self.frequency_estimator = frequency_estimator
+    self.num_negatives = check_num_negatives(num_negatives)
+    self.cross_replica = bool(cross_replica)
+    self.convention = convention
+    self.static_shapes = None if static_shapes is None else True
+
+  def get_config(self) -> dict:
+    """Constructor arguments; ``frequency_estimator`` is returned as the object itself."""
+    return dict(
+      frequency_estimator=self.frequency_estimator,
+      num_negatives=self.num_negatives,
+      cross_replica=self.cross_replica,
+      convention=self.convention,
+      static_shapes=self.static_shapes,
+    )
+
+  def unigram_log_q(self, ids):
+    """log q_uni(d) of any ids from the estimator, float32."""
+    if self.frequency_estimator is None:
+      raise ValueError(
+        "InBatchNegatives has no frequency_estimator: pass candidate_log_q to the call, or "
+        "give an estimator to compute log Q of arbitrary ids"
+      )
+    return _tensors.as_float32(self.frequency_estimator.log_q(ids), "log_q(ids)")
+
+  def __call__(
+    self, positive_ids, positive_embeddings, *, candidate_log_q=None, valid=None, seed=None
+  ) -> base.Negatives:
+    """:func:`in_batch_negatives` of the batch's positives under the sampler's settings."""
+    log_q = self.unigram_log_q(positive_ids) if candidate_log_q is None else candidate_log_q
+    return in_batch_negatives(
+      positive_ids,
+      positive_embeddings,
+      log_q,
+      valid,
+      convention=self.convention,
+      cross_replica=self.cross_replica,
+      num_negatives=self.num_negatives,
+      seed=seed,
+    )
+
+  def sample_negatives(
+    self,
+    query_embeddings,
+    positive_ids,
+    positive_embeddings,
+    *,
+    seed=None,
+    sequence_ids=None,
+    item_table=None,
+    valid=None,
+  ) -> base.Negatives:
+    """`__call__` on the queries' positives (the in-batch pool; ``valid`` leaves padding out)."""
+    del query_embeddings, sequence_ids, item_table
+    return self(positive_ids, positive_embeddings, valid=valid, seed=seed)
+
+  def score(
+    self,
+    query_embeddings,
+    positive_ids,
+    positive_embeddings,
+    *,
+    temperature: float = 1.0,
+    seed=None,
+    sequence_ids=None,
+    item_table=None,
+    valid=None,
+  ) -> scoring.ScoredCandidates:
+    """``score_negatives`` of `sample_negatives` (one [A, d] x [d, N] matmul)."""
+    negatives = self.sample_negatives(
+      query_embeddings,
+      positive_ids,
+      positive_embeddings,
+      seed=seed,
+      sequence_ids=sequence_ids,
+      item_table=item_table,
+      valid=valid,
+    )
+    return scoring.score_negatives(
+      query_embeddings, positive_ids, positive_embeddings, negatives, temperature=temperature
+    )

@@ -14,12 +14,12 @@ from typing import Sequence
 
 import keras
 
-from tfrs_logq.keras3.negatives import scoring
+from tfrs_logq.keras3.negatives import base, scoring
 
 __all__ = ["JoinedNegatives"]
 
 
-class JoinedNegatives(keras.layers.Layer):
+class JoinedNegatives(keras.layers.Layer, base.NegativeSampler):
   """Blocks of negatives scored one after the other and joined (module docstring).
 
   Args:
