@@ -43,6 +43,8 @@ __all__ = [
   "proposal",
   "code_log_q",
   "cell_codes",
+  "first_code_logits",
+  "second_code_logits",
   "items_in_cells",
 ]
 
@@ -205,6 +207,20 @@ def code_log_q(ops: Ops, s1: Tensor, s2: Tensor, log_z: Tensor, k1: Tensor, k2: 
     + ops.take_along_axis(s2, ops.cast(k2, "int32"), axis=-1)
     - log_z
   )
+
+
+def first_code_logits(ops: Ops, joint: Tensor, num_codewords: int) -> Tensor:
+  """log P(k1|z) + log Z = LSE_{k2} joint[k1 K + k2]: [A, K^2] -> [A, K] (the first stage of an
+  exact two-stage draw of a cell: k1 from these logits, then k2 | k1)."""
+  return ops.logsumexp(ops.reshape(joint, (-1, num_codewords, num_codewords)), axis=-1)
+
+
+def second_code_logits(ops: Ops, joint: Tensor, k1: Tensor, num_codewords: int) -> Tensor:
+  """log P(k2 | k1, z) + const = joint[k1 K + k2] of drawn first codes k1 (int [A, S]):
+  [A, S, K] (P(k1, k2) = P(k1) P(k2 | k1): the two stages draw a cell exactly)."""
+  grid = ops.reshape(joint, (-1, num_codewords, num_codewords))  # [A, K, K]
+  rows = ops.expand_dims(ops.cast(k1, "int32"), -1)  # [A, S, 1]
+  return ops.take_along_axis(grid, rows, axis=1)  # [A, S, K]
 
 
 def cell_codes(cells: Tensor, num_codewords: int) -> Tuple[Tensor, Tensor]:

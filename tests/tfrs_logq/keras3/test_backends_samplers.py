@@ -828,14 +828,19 @@ def test_join_blocks_concatenates_and_rebases_each_blocks_q_prime(res):
     np.testing.assert_array_equal(
       got["valid_mask"], np.concatenate([c[f"join/{k}/valid"] for k in range(3)], 1)
     )
+    # rebased where the block's entry is valid; a masked entry keeps its own log Q
     want = [lq[0]] + [
-      lq[k] - (log1m(pos[k]) - log1m(pos[0]))[:, None] if rebase else lq[k] for k in (1, 2)
+      np.where(c[f"join/{k}/valid"], lq[k] - (log1m(pos[k]) - log1m(pos[0]))[:, None], lq[k])
+      if rebase
+      else lq[k]
+      for k in (1, 2)
     ]
     np.testing.assert_allclose(got["negative_log_q"], np.concatenate(want, 1), rtol=1e-5)
     if rebase:  # the loss's one Q' step (the first block's Q(p)) gives each block its own Q'
       split = np.split(got["negative_log_q"] - log1m(pos[0])[:, None], np.cumsum(n)[:-1], 1)
       for k in range(3):
-        np.testing.assert_allclose(split[k], lq[k] - log1m(pos[k])[:, None], rtol=1e-5)
+        v = c[f"join/{k}/valid"]
+        np.testing.assert_allclose(split[k][v], (lq[k] - log1m(pos[k])[:, None])[v], rtol=1e-5)
   assert str(res["join/missing"]).startswith("ValueError") and "positive_log_q" in str(
     res["join/missing"]
   )

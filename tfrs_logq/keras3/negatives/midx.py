@@ -222,14 +222,15 @@ class MIDXSampler(keras.layers.Layer):
     )
 
   def _seeds(self, seed):
-    """(cell seed, item seed): the layer's SeedGenerator (seed None) or two ints from ``seed``."""
+    """(first-code seed, item seed, second-code seed): the layer's SeedGenerator (seed None) or
+    three ints from ``seed``."""
     if seed is None:
-      return self.seed_generator, self.seed_generator
+      return self.seed_generator, self.seed_generator, self.seed_generator
     if isinstance(seed, keras.random.SeedGenerator):
-      return seed, seed
+      return seed, seed, seed
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
       raise ValueError(f"seed must be None, an int or a keras.random.SeedGenerator, got {seed!r}")
-    return (midx_index.derive_seed(int(seed), 1, 0), midx_index.derive_seed(int(seed), 1, 1))
+    return tuple(midx_index.derive_seed(int(seed), 1, j) for j in (0, 1, 2))
 
   def sample(self, query_embeddings, num_samples: int, seed=None):
     """Draws S iid items per query from Q(.|z) and returns their exact log Q(i|z).
@@ -246,12 +247,19 @@ class MIDXSampler(keras.layers.Layer):
     self._check_ready()
     num_samples = midx_core.check_int(num_samples, "num_samples", 1)
     z = self._check_queries(query_embeddings)
-    cell_seed, item_seed = self._seeds(seed)
+    cell_seed, item_seed, second_seed = self._seeds(seed)
     s1, s2, joint, log_z = self._proposal(z)
-    cells = ops.cast(
-      keras.random.categorical(joint, num_samples, dtype="int32", seed=cell_seed), "int32"
+    # A cell in two exact stages, k1 then k2 | k1: categorical draws over K classes, not K^2
+    # (a draw over C classes costs A S C on some backends: JAX's Gumbel noise).
+    k = self.num_codewords
+    first = midx_core.first_code_logits(ops, joint, k)  # [A, K]
+    k1 = ops.cast(
+      keras.random.categorical(first, num_samples, dtype="int32", seed=cell_seed), "int32"
     )
-    k1, k2 = midx_core.cell_codes(cells, self.num_codewords)
+    second = midx_core.second_code_logits(ops, joint, k1, k)  # [A, S, K]
+    k2 = keras.random.categorical(ops.reshape(second, (-1, k)), 1, dtype="int32", seed=second_seed)
+    k2 = ops.reshape(ops.cast(k2, "int32"), ops.shape(k1))
+    cells = k1 * k + k2
     log_q = midx_core.code_log_q(ops, s1, s2, log_z, k1, k2)
     bits = keras.random.randint(ops.shape(cells), 0, _INT32_MAX, dtype="int32", seed=item_seed)
     rows = midx_core.items_in_cells(
