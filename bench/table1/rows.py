@@ -110,6 +110,29 @@ ROWS: Dict[str, tuple] = {
       table_optimizer="lazy_adam",
     ),
   ),
+  # Not in the paper: mixed negatives joined with a cross-batch memory of the last 16 batches'
+  # positives (--cross_batch: 16 pushes of at most --num_negatives distinct ids each), the memory's
+  # log Q by the row's convention.
+  "xbatch16_corrected": (
+    "Mixed + memory of 16 batches, improved logQ",
+    dict(
+      loss="sampled_softmax",
+      negatives="mixed",
+      cross_batch=16,
+      logq="corrected",
+      log_q_convention=PAPER_CONVENTION,
+    ),
+  ),
+  "xbatch16_expected_count_corrected": (
+    "Mixed + memory of 16 batches, improved logQ, expected-count log Q",
+    dict(
+      loss="sampled_softmax",
+      negatives="mixed",
+      cross_batch=16,
+      logq="corrected",
+      log_q_convention="expected_count",
+    ),
+  ),
 }
 # Not in the paper: rows trained by the Keras 3 binary (python -m train.keras3 --backend=B, the
 # same run settings) instead of python -m train; row -> (the tf-keras row, backend). Their test
@@ -151,6 +174,7 @@ PAPER_ROWS = [
   if r != "mixed_standard_tfrs"
   and not r.startswith("mixed_expected_count")
   and not r.endswith("_lazy_adam")
+  and not r.startswith("xbatch")
   and r not in KERAS3_ROWS
 ]
 
@@ -209,6 +233,20 @@ CONVENTION_PAIRS = tuple(
 OPTIMIZER_PAIRS = (
   ("mixed_corrected_lazy_adam", "mixed_corrected", "corrected: LazyAdam − Adam tables"),
 )
+# The negatives source, at equal loss and convention: a memory joined to mixed − mixed.
+SOURCE_PAIRS = (
+  ("xbatch16_corrected", "mixed_corrected", "corrected: mixed + memory of 16 batches − mixed"),
+  (
+    "xbatch16_expected_count_corrected",
+    "mixed_expected_count_corrected",
+    "corrected, expected-count log Q: mixed + memory of 16 batches − mixed",
+  ),
+  (
+    "xbatch16_expected_count_corrected",
+    "xbatch16_corrected",
+    "corrected, memory of 16 batches: expected-count − unigram log Q",
+  ),
+)
 # The binary, at equal settings: Keras 3 on a backend − tf-keras.
 BINARY_PAIRS = tuple(
   (k3, row, f"{row.replace('mixed_', '', 1)}: Keras 3 {backend.upper()} − tf-keras")
@@ -221,7 +259,7 @@ CURVES = ("val_recall@20", "val_ndcg@10")
 def paired_rows(rows: Sequence[str]) -> List[tuple]:
   """(first row, second row, label) of every pair of PAIR_FAMILIES x PAIR_CONTRASTS and of
   CONVENTION_PAIRS whose two rows are both in `rows`, within the rows of one binary (suffix
-  "" or "_keras3_B"), then the OPTIMIZER_PAIRS and BINARY_PAIRS there."""
+  "" or "_keras3_B"), then the OPTIMIZER_PAIRS, SOURCE_PAIRS and BINARY_PAIRS there."""
   pairs = []
   for suffix in BINARY_SUFFIXES:
     tag = f" (Keras 3 {suffix.rsplit('_', 1)[1].upper()})" if suffix else ""
@@ -233,7 +271,7 @@ def paired_rows(rows: Sequence[str]) -> List[tuple]:
     for a, b, label in CONVENTION_PAIRS:
       if a + suffix in rows and b + suffix in rows:
         pairs.append((a + suffix, b + suffix, label + tag))
-  for a, b, label in OPTIMIZER_PAIRS + BINARY_PAIRS:
+  for a, b, label in OPTIMIZER_PAIRS + SOURCE_PAIRS + BINARY_PAIRS:
     if a in rows and b in rows:
       pairs.append((a, b, label))
   return pairs

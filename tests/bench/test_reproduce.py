@@ -497,18 +497,27 @@ def test_time_budget_pauses_the_invocation_and_a_rerun_continues(tmp_path):
   assert proc.returncode == 0 and "SCENARIO OK" in proc.stdout, proc.stderr[-3000:]
 
 
-def test_lazy_adam_row_sets_the_table_optimizer_and_pairs_with_adam(tmp_path):
-  rows = "mixed_corrected,mixed_corrected_lazy_adam"
+def test_lazy_adam_and_memory_rows_set_their_settings_and_pair_with_mixed(tmp_path):
+  rows = "mixed_corrected,mixed_corrected_lazy_adam,xbatch16_corrected"
   proc = _run(
     ["--dry_run", f"--rows={rows}", "--seeds=0", "--settings=ml1m_loo", f"--out={tmp_path}"]
   )
   assert proc.returncode == 0, proc.stderr[-2000:]
   train = [_config(l) for l in proc.stdout.splitlines() if " -m train " in l]
-  got = sorted((c.logq, c.log_q_convention, c.table_optimizer) for c in train)
-  assert got == [("corrected", "unigram", "adam"), ("corrected", "unigram", "lazy_adam")]
+  got = sorted(
+    (c.logq, c.log_q_convention, c.table_optimizer, c.negatives, c.cross_batch) for c in train
+  )
+  assert got == [
+    ("corrected", "unigram", "adam", "mixed", 0),
+    ("corrected", "unigram", "adam", "mixed", 16),
+    ("corrected", "unigram", "lazy_adam", "mixed", 0),
+  ]
   labels, paper_rows = _pair_labels_and_paper_rows(rows)
-  assert labels == ["corrected: LazyAdam − Adam tables"]
-  assert "mixed_corrected_lazy_adam" not in paper_rows
+  assert labels == [
+    "corrected: LazyAdam − Adam tables",
+    "corrected: mixed + memory of 16 batches − mixed",
+  ]
+  assert not {"mixed_corrected_lazy_adam", "xbatch16_corrected"} & set(paper_rows)
 
 
 def test_keras3_rows_run_the_keras3_binary_and_pair_with_their_tf_keras_row(tmp_path):
