@@ -6,7 +6,8 @@ seed's stream (B rows (u, p)):
 
     in_batch   negatives = in_batch_negatives(p, c_p, log q_uni(p), convention, k_b = k)
                scored    = score_negatives(q, p, c_p, negatives)
-    mixed      negatives, blocks = MixedNegatives(k - k // 2, num_in_batch = k // 2).blocks(...)
+    mixed      negatives, blocks = MixedNegatives(InBatchNegatives(k_b = k // 2),
+                                                    UniformNegatives(k - k // 2)).blocks(...)
                scored    = score_blocks(q, p, c_p, negatives, blocks)
     xbatchM    scored    = join_blocks([in-batch as above, CrossBatchNegatives(M, B, slots k,
                            ids mode).score(q, p, c_p)], rebase_q_prime = corrected)
@@ -107,12 +108,9 @@ class Arm:
       self.in_batch_seed = keras.random.SeedGenerator(seed * 7919 + 1)
     if row.source == "mixed":
       self.mixed = neg.MixedNegatives(
-        k - k // 2,
-        id_range=(0, s.num_items),
+        neg.InBatchNegatives(None, num_negatives=k // 2, cross_replica=False),
+        neg.UniformNegatives(None, k - k // 2, id_range=(0, s.num_items), seed=seed * 7919 + 2),
         convention=row.convention,
-        seed=seed * 7919 + 2,
-        cross_replica=False,
-        num_in_batch=k // 2,
       )
       layers.append(self.mixed)
     elif row.source == "midx":
@@ -123,6 +121,7 @@ class Arm:
         dim=s.embedding_dim + 1,
         seed=seed * 7919 + 3,
         num_negatives=s.k_midx,
+        candidate_embedder=self._embed,
       )
       layers.append(self.midx)
     elif row.source == "xbatch":
@@ -178,7 +177,7 @@ class Arm:
       )
       return neg.score_blocks(q, ids, pos_emb, negatives, blocks)
     if src == "midx":
-      return self.midx.score(q, ids, pos_emb, candidate_embedder=self._embed)
+      return self.midx.score(q, ids, pos_emb)
     remembered = self.memory.score(q, ids, pos_emb)
     return neg.join_blocks(
       [self._in_batch(q, ids, pos_emb), remembered],

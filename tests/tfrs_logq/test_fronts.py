@@ -174,15 +174,59 @@ for front in ("tf_keras", "keras3"):
       [p.name, p.kind.name, repr(p.default)]
       for p in inspect.signature(getattr(task, method)).parameters.values()
     ]
+for front in ("tf_keras", "keras3"):
+  negatives = importlib.import_module("tfrs_logq." + front + ".negatives")
+  for sampler in SAMPLERS:
+    for method in SAMPLER_METHODS:
+      out["sampler:" + front + ":" + sampler + "." + method] = [
+        [p.name, p.kind.name, repr(p.default)]
+        for p in inspect.signature(getattr(getattr(negatives, sampler), method)).parameters.values()
+      ]
 print(json.dumps(out))
 """
+
+# The sampler classes of both fronts' negatives package: the same arguments, in the same order,
+# for the constructor and the protocol's two methods.
+SAMPLERS = (
+  "InBatchNegatives",
+  "UniformNegatives",
+  "MixedNegatives",
+  "CrossBatchNegatives",
+  "JoinedNegatives",
+  "MIDXSampler",
+)
+SAMPLER_METHODS = ("__init__", "sample_negatives", "score")
+# {(sampler, method): (tf-keras only, keras3 only)}, each with its reason.
+SAMPLER_ARGUMENT_EXCEPTIONS = {
+  # A Keras 3 sampler that draws is a Layer: its randomness is a keras.random.SeedGenerator made
+  # from a constructor seed (state that advances inside a compiled JAX step); tf-keras takes a
+  # stateless seed per call. **kwargs: the Layer's own arguments (name, dtype).
+  ("UniformNegatives", "__init__"): ((), ("seed", "kwargs")),
+  ("MixedNegatives", "__init__"): ((), ("kwargs",)),
+  ("CrossBatchNegatives", "__init__"): ((), ("kwargs",)),
+  ("JoinedNegatives", "__init__"): ((), ("kwargs",)),
+  # the former Keras 3 keyword candidate_embedder=, kept with a DeprecationWarning.
+  ("MIDXSampler", "score"): ((), ("deprecated",)),
+}
+
+# {(sampler, method): arguments whose defaults differ}: the Keras 3 constructors still parse
+# their former forms, UniformNegatives(k, id_range) and MixedNegatives(k_u, id_range=...)
+# (DeprecationWarning), so these arguments default to None there and are required on tf-keras.
+SAMPLER_DEFAULT_EXCEPTIONS = {
+  ("UniformNegatives", "__init__"): ("candidate_embedder", "num_negatives"),
+  ("MixedNegatives", "__init__"): ("uniform",),
+}
 
 
 @pytest.fixture(scope="module")
 def public_names():
   """Both fronts' public names and their Retrieval signatures, in one fresh process."""
   common = sorted(_modules("tf_keras") & _modules("keras3"))
-  out = _run(f"MODULES = {common!r}\n{_PUBLIC_NAMES}", KERAS_BACKEND="jax")
+  out = _run(
+    f"MODULES = {common!r}\nSAMPLERS = {SAMPLERS!r}\nSAMPLER_METHODS = {SAMPLER_METHODS!r}\n"
+    f"{_PUBLIC_NAMES}",
+    KERAS_BACKEND="jax",
+  )
   assert out.returncode == 0, out.stderr[-3000:]
   return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -208,6 +252,26 @@ def test_both_retrieval_tasks_take_the_same_arguments(public_names, method):
   assert {p[0] for p in tf_keras} - {p[0] for p in keras3} == set(tf_only)
   assert {p[0] for p in keras3} - {p[0] for p in tf_keras} == set(k3_only)
   assert [p for p in tf_keras if p[0] not in tf_only] == [p for p in keras3 if p[0] not in k3_only]
+
+
+@pytest.mark.parametrize("sampler", SAMPLERS)
+def test_both_fronts_samplers_take_the_same_arguments(public_names, sampler):
+  """Constructor, sample_negatives and score: same names, order, kinds and defaults, but the
+  listed ones (SAMPLER_ARGUMENT_EXCEPTIONS)."""
+  for method in SAMPLER_METHODS:
+    tf_only, k3_only = SAMPLER_ARGUMENT_EXCEPTIONS.get((sampler, method), ((), ()))
+    tf_keras = public_names[f"sampler:tf_keras:{sampler}.{method}"]
+    keras3 = public_names[f"sampler:keras3:{sampler}.{method}"]
+    where = f"{sampler}.{method}"
+    assert {p[0] for p in tf_keras} - {p[0] for p in keras3} == set(tf_only), where
+    assert {p[0] for p in keras3} - {p[0] for p in tf_keras} == set(k3_only), where
+    loose = SAMPLER_DEFAULT_EXCEPTIONS.get((sampler, method), ())
+    same = lambda p: p[:2] if p[0] in loose else p  # noqa: E731
+    assert [same(p) for p in tf_keras if p[0] not in tf_only] == [
+      same(p) for p in keras3 if p[0] not in k3_only
+    ], where
+  assert {s for s, _ in SAMPLER_ARGUMENT_EXCEPTIONS} <= set(SAMPLERS)
+  assert {s for s, _ in SAMPLER_DEFAULT_EXCEPTIONS} <= set(SAMPLERS)
 
 
 def test_importing_the_package_or_its_core_changes_nothing():

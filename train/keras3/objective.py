@@ -28,8 +28,8 @@ Negatives follow the tf-keras binary's settings (`train.objective.build_sampler`
 same RunConfig fields give the same blocks, shapes and log Q. With k = num_negatives,
 ``negatives_split(cfg)`` = (k_b, k_u): in_batch (k, 0), mixed (k // 2, k - k // 2), uniform
 (0, k). The in-batch block is the deduplicated pool of the batch's non-padding positions
-subsampled to at most k_b distinct ids (the tf-keras ``InBatchNegatives(num_negatives=k_b)``
-rule: ``MixedNegatives(num_in_batch=k_b)`` / ``in_batch_negatives(num_negatives=k_b)``), k_b
+subsampled to at most k_b distinct ids (the ``InBatchNegatives(num_negatives=k_b)`` rule of
+both fronts, inside ``MixedNegatives``), k_b
 slots when k_b < B L (the tf-keras static-shape pool), n_b = min(U, k_b) of them valid; the k_u
 uniform ones are laid out per --uniform_negatives; log Q follows --log_q_convention. So an
 ML-1M step (B L = 25,600 positions, k = 256) scores [B L, 128 + 128] negatives, as the tf-keras
@@ -131,10 +131,11 @@ def build_estimator(cfg, data):
   return estimator_spec.build(tlk.frequency, cfg, data)
 
 
-def build_midx(cfg, num_items: int):
+def build_midx(cfg, num_items: int, candidate_embedder=None):
   """The library's Keras 3 ``MIDXSampler`` of --negatives=midx (the tf-keras trainer's settings:
   --midx_codewords, pq, temperature, ``id_offset=1``, --seed; k = --num_negatives per query),
-  its index state created for |I| items of --embedding_dim (checkpointable before a refresh)."""
+  its index state created for |I| items of --embedding_dim (checkpointable before a refresh);
+  ``candidate_embedder``: the encoder's item embeddings (ids -> [.., d])."""
   return neg_lib.MIDXSampler(
     cfg.midx_codewords,
     "pq",
@@ -144,6 +145,7 @@ def build_midx(cfg, num_items: int):
     id_offset=1,
     seed=cfg.seed,
     num_negatives=cfg.num_negatives,
+    candidate_embedder=candidate_embedder,
     name="midx",
   )
 
@@ -242,19 +244,29 @@ class RetrievalModel(keras.Model):
       pass  # every other item is a negative: no sampler
     elif cfg.loss in ("bce", "gbce") or cfg.negatives == "uniform":
       self.uniform = neg_lib.UniformNegatives(
-        num_uniform, id_range=catalog, seed=cfg.seed, per=cfg.uniform_negatives, name="uniform"
-      )
-    elif cfg.negatives == "midx":
-      self.midx = build_midx(cfg, num_items)
-    elif cfg.negatives == "mixed":
-      self.mixed = neg_lib.MixedNegatives(
+        None,
         num_uniform,
         id_range=catalog,
-        convention=cfg.log_q_convention,
         seed=cfg.seed,
         per=cfg.uniform_negatives,
-        cross_replica=self.cross_replica,
-        num_in_batch=self.num_in_batch,
+        name="uniform",
+      )
+    elif cfg.negatives == "midx":
+      self.midx = build_midx(cfg, num_items, encoder.item_embeddings)
+    elif cfg.negatives == "mixed":
+      self.mixed = neg_lib.MixedNegatives(
+        neg_lib.InBatchNegatives(
+          estimator, num_negatives=self.num_in_batch, cross_replica=self.cross_replica
+        ),
+        neg_lib.UniformNegatives(
+          None,
+          num_uniform,
+          id_range=catalog,
+          seed=cfg.seed,
+          per=cfg.uniform_negatives,
+          name="uniform",
+        ),
+        convention=cfg.log_q_convention,
         name="mixed",
       )
     else:  # in_batch: the k_b subsample's keys, as MixedNegatives draws them
@@ -363,7 +375,6 @@ class RetrievalModel(keras.Model):
         ids,
         pos_emb,
         temperature=self.cfg.temperature,
-        candidate_embedder=self.encoder.item_embeddings,
       )
     else:
       candidates = self.candidates(tq, pos_emb, batch_size=batch["targets"].shape[0])

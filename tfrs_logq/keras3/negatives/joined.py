@@ -10,6 +10,7 @@ after the step has been scored. Randomness: each block's own seed generator (Ker
 keep theirs); a ``seed`` argument is passed to every block unchanged.
 """
 
+import numbers
 from typing import Sequence
 
 import keras
@@ -41,6 +42,30 @@ class JoinedNegatives(keras.layers.Layer, base.NegativeSampler):
     self.rebase_q_prime = bool(rebase_q_prime)
     self.built = True
 
+  def sample_negatives(
+    self,
+    query_embeddings,
+    positive_ids,
+    positive_embeddings,
+    *,
+    seed=None,
+    sequence_ids=None,
+    item_table=None,
+    valid=None,
+  ):
+    """Not available: the blocks are scored one by one (`score`)."""
+    del query_embeddings, positive_ids, positive_embeddings, seed, sequence_ids, item_table, valid
+    raise NotImplementedError(
+      "JoinedNegatives scores block by block (score); sample each block's negatives from it"
+    )
+
+  def _block_seeds(self, seed):
+    """One seed per block: an int seed k-th block gets seed + k (distinct draws); None or a
+    ``keras.random.SeedGenerator`` (it advances at every draw) is shared."""
+    if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
+      return [int(seed) + k for k in range(len(self.blocks))]
+    return [seed] * len(self.blocks)
+
   def score(
     self,
     query_embeddings,
@@ -53,19 +78,19 @@ class JoinedNegatives(keras.layers.Layer, base.NegativeSampler):
     item_table=None,
     valid=None,
   ) -> scoring.ScoredCandidates:
-    """Every block's ``score`` joined along N (``scoring.join_blocks``)."""
+    """Every block's ``score`` (one seed each) joined along N (``scoring.join_blocks``)."""
     scored = [
       block.score(
         query_embeddings,
         positive_ids,
         positive_embeddings,
         temperature=temperature,
-        seed=seed,
+        seed=block_seed,
         sequence_ids=sequence_ids,
         item_table=item_table,
         valid=valid,
       )
-      for block in self.blocks
+      for block, block_seed in zip(self.blocks, self._block_seeds(seed))
     ]
     return scoring.join_blocks(scored, rebase_q_prime=self.rebase_q_prime)
 

@@ -25,6 +25,7 @@ derived from (``seed``, refresh count), so refreshes are reproducible on each ba
 """
 
 import numbers
+import warnings
 from typing import Callable, Optional
 
 import numpy as np
@@ -35,7 +36,7 @@ from keras import ops
 from tfrs_logq.core import midx as midx_core
 from tfrs_logq.keras3 import _tensors
 from tfrs_logq.keras3.negatives import midx_index
-from tfrs_logq.keras3.negatives.base import Negatives
+from tfrs_logq.keras3.negatives.base import NegativeSampler, Negatives
 from tfrs_logq.keras3.negatives.scoring import ScoredCandidates, score_negatives
 
 __all__ = ["MIDXSampler", "MIDXRefreshCallback"]
@@ -44,7 +45,7 @@ _INT32_MAX = 2**31 - 1
 
 
 @keras.saving.register_keras_serializable(package="tfrs_logq")
-class MIDXSampler(keras.layers.Layer):
+class MIDXSampler(keras.layers.Layer, NegativeSampler):
   """Samples S negatives per query from the MIDX proposal Q(i|z) (module docstring).
 
   Usage:
@@ -57,7 +58,9 @@ class MIDXSampler(keras.layers.Layer):
 
   Ids are item rows + ``id_offset`` (``id_offset=1`` with ``refresh(table[1:])``: the padding
   id 0 is never drawn). Arguments as ``tfrs_logq.tf_keras.negatives.MIDXSampler`` (same checks, same
-  errors); ``candidate_embedder`` (ids -> embeddings) is not part of the config.
+  errors); ``candidate_embedder`` (ids -> embeddings) is not part of the config. ``jit_compile``
+  is accepted for the tf-keras signature (Keras 3 compiles the whole step); ``sample_negatives``
+  and ``score`` are the samplers' common protocol.
   """
 
   def __init__(
@@ -75,6 +78,7 @@ class MIDXSampler(keras.layers.Layer):
     chunk_size: int = 16384,
     num_negatives: Optional[int] = None,
     candidate_embedder: Optional[Callable] = None,
+    jit_compile: bool = False,
     **kwargs,
   ):
     super().__init__(**kwargs)
@@ -103,6 +107,7 @@ class MIDXSampler(keras.layers.Layer):
     self.chunk_size = int(chunk_size)
     self.num_negatives = num_negatives
     self.candidate_embedder = candidate_embedder
+    self.jit_compile = bool(jit_compile)
     self.num_items = None
     self.dim = None
     self._index_built = False
@@ -347,6 +352,29 @@ class MIDXSampler(keras.layers.Layer):
       positive_log_q = self.log_prob(query_embeddings, positive_ids)
     return Negatives(ids=ids, embeddings=emb, log_q=log_q, positive_log_q=positive_log_q)
 
+  def sample_negatives(
+    self,
+    query_embeddings,
+    positive_ids,
+    positive_embeddings,
+    *,
+    seed=None,
+    sequence_ids=None,
+    item_table=None,
+    valid=None,
+  ) -> Negatives:
+    """`negatives` with ``num_negatives`` per query, embedded by ``candidate_embedder`` or the
+    rows of ``item_table``; ``positive_log_q = log Q(p|z)`` (``sequence_ids`` and ``valid`` are
+    not needed: every query draws from its own proposal)."""
+    del positive_embeddings, sequence_ids, valid
+    return self.negatives(
+      query_embeddings,
+      self._num_negatives(),
+      item_table=item_table,
+      positive_ids=positive_ids,
+      seed=seed,
+    )
+
   def score(
     self,
     query_embeddings,
@@ -355,12 +383,28 @@ class MIDXSampler(keras.layers.Layer):
     *,
     temperature: float = 1.0,
     seed=None,
-    candidate_embedder: Optional[Callable] = None,
+    sequence_ids=None,
     item_table=None,
+    valid=None,
+    **deprecated,
   ) -> ScoredCandidates:
     """``num_negatives`` MIDX negatives per query scored by ``score_negatives``:
     negative_log_q = log Q(d|z) [A, S], positive_log_q = log Q(p|z) [A], accidental hits
-    masked (the arguments of ``sampled_softmax_loss``)."""
+    masked (the arguments of ``sampled_softmax_loss``). ``sequence_ids`` and ``valid`` are not
+    needed (every query draws from its own proposal; padding rows are dropped by the loss's
+    weights). ``candidate_embedder=`` still works, with a DeprecationWarning: give it to the
+    constructor (or pass ``item_table``)."""
+    del sequence_ids, valid
+    candidate_embedder = deprecated.pop("candidate_embedder", None)
+    if deprecated:
+      raise TypeError(f"MIDXSampler.score got unexpected arguments {sorted(deprecated)}")
+    if candidate_embedder is not None:
+      warnings.warn(
+        "MIDXSampler.score(candidate_embedder=...) is deprecated: give it to the constructor "
+        "(MIDXSampler(..., candidate_embedder=...)) or pass item_table",
+        DeprecationWarning,
+        stacklevel=2,
+      )
     if not temperature > 0:
       raise ValueError(f"temperature must be > 0, got {temperature!r}")
     negs = self.negatives(
@@ -389,6 +433,7 @@ class MIDXSampler(keras.layers.Layer):
       "kmeans_max_points": self.kmeans_max_points,
       "chunk_size": self.chunk_size,
       "num_negatives": self.num_negatives,
+      "jit_compile": self.jit_compile,
     }
 
 

@@ -26,7 +26,9 @@ or per query [A, k_u, d]); ``call`` lays the blocks out as one [P + k_u, d] or [
 tensor. So a model scores the negatives of a SASRec step without forming [A, P + k_u, d].
 """
 
-from typing import Callable, Optional, Sequence, Tuple
+import numbers
+import warnings
+from typing import Callable, Optional
 
 import keras
 from keras import ops
@@ -35,9 +37,14 @@ from tfrs_logq.core import negatives as negatives_core
 from tfrs_logq.keras3 import _tensors
 from tfrs_logq.keras3.negatives import base
 from tfrs_logq.keras3.negatives import in_batch
-from tfrs_logq.keras3.negatives.uniform import UniformNegatives
+from tfrs_logq.keras3.negatives import scoring
+from tfrs_logq.keras3.negatives.in_batch import InBatchNegatives
+from tfrs_logq.keras3.negatives.uniform import UniformNegatives, embed
 
 __all__ = ["MixedNegatives"]
+
+# The former (flat) constructor's arguments after k_u: the layer's config keeps this form.
+_FLAT = ("id_range", "candidate_ids", "seed", "per", "cross_replica", "num_in_batch")
 
 
 def in_batch_seed(seed: int) -> int:
@@ -45,60 +52,87 @@ def in_batch_seed(seed: int) -> int:
   return (int(seed) * 2654435761 + 0x9E3779B9) % (2**31 - 1)
 
 
-@keras.saving.register_keras_serializable(package="tfrs_logq")
-class MixedNegatives(keras.layers.Layer):
-  """In-batch + k_u uniform negatives with log Q under one convention (module docstring).
+def _blocks_from_flat(num_uniform, flat: dict):
+  """(InBatchNegatives, UniformNegatives) of the flat arguments (the layer's config)."""
+  unknown = set(flat) - set(_FLAT)
+  if unknown:
+    raise TypeError(f"MixedNegatives got unexpected arguments {sorted(unknown)}")
+  uniform = UniformNegatives(
+    None,
+    num_uniform,
+    id_range=flat.get("id_range"),
+    candidate_ids=flat.get("candidate_ids"),
+    seed=flat.get("seed"),
+    per=flat.get("per") or "batch",
+    name="uniform",
+  )
+  sampler = InBatchNegatives(
+    None,
+    num_negatives=in_batch.check_num_negatives(flat.get("num_in_batch"), "num_in_batch"),
+    cross_replica=bool(flat.get("cross_replica", True)),
+  )
+  return sampler, uniform
 
-  ``call(positive_ids [B], positive_embeddings [B, d], *, candidate_embedder, log_q_unigram,
-  valid=None, sequence_ids=None)``: ``candidate_embedder`` maps int ids ([k_u] or [B, k_u]) to
-  embeddings ([k_u, d] or [B, k_u, d]; the candidate tower), ``log_q_unigram`` maps ids to
-  log q_uni (e.g. a ``keras3.frequency`` estimator's ``log_q``); Keras 3 wants these two
-  non-tensor arguments as keywords. Returns Negatives(ids, embeddings, log_q, valid of
-  [P + k_u] (per ``"batch"``) or [B, P + k_u] (per ``"sequence"`` / ``"query"``),
-  positive_log_q [B]); P = B, or k_b when ``num_in_batch`` = k_b < B.
+
+@keras.saving.register_keras_serializable(package="tfrs_logq")
+class MixedNegatives(keras.layers.Layer, base.NegativeSampler):
+  """In-batch + k_u uniform negatives with log Q under one convention (module docstring): the
+  tf-keras ``MixedNegatives`` with the same arguments, as a sampler of the shared protocol.
+
+  ``call(positive_ids [B], positive_embeddings [B, d], *, candidate_embedder=None,
+  log_q_unigram=None, valid=None, sequence_ids=None, in_batch_keys=None, seed=None)``:
+  ``candidate_embedder`` maps int ids ([k_u] or [B, k_u]) to embeddings (default: the uniform
+  block's), ``log_q_unigram`` maps ids to log q_uni (default: ``in_batch.frequency_estimator``'s
+  ``log_q``). Returns Negatives(ids, embeddings, log_q, valid of [P + k_u] (per ``"batch"``) or
+  [B, P + k_u] (per ``"sequence"`` / ``"query"``), positive_log_q [B]); P = B, or k_b when
+  ``in_batch.num_negatives`` = k_b < B.
 
   Args:
-    num_uniform: k_u.
-    id_range / candidate_ids: the uniform catalog (as ``UniformNegatives``).
+    in_batch: an ``InBatchNegatives`` (its ``num_negatives`` k_b, ``cross_replica`` and
+      ``frequency_estimator``; its own ``convention`` is ignored: this sampler's applies).
+    uniform: a ``UniformNegatives`` (its catalog gives ``|D|``, its ``per`` the uniform layout,
+      its ``seed`` the draws; the k_b subsample has a generator of its own, from that seed).
     convention: ``unigram`` (the paper's), ``mixture`` or ``expected_count``.
-    seed: seed of the uniform draws.
-    per: layout of the uniform block: ``batch`` | ``sequence`` | ``query``.
-    cross_replica: lay the in-batch pool out on every device under ``keras.distribution``.
-    num_in_batch: k_b, keep at most this many distinct in-batch ids (a uniform subset, the
-      tf-keras ``InBatchNegatives(num_negatives=k_b)``; None: all); n_b = min(U, k_b). Its
-      randomness: the layer's own ``keras.random.SeedGenerator`` (from ``seed``).
+
+  ``MixedNegatives(num_uniform, id_range=..., convention=..., seed=..., per=...,
+  cross_replica=..., num_in_batch=...)`` (the former Keras 3 form) still works, with a
+  DeprecationWarning; the layer's config keeps that flat form (no estimator, no embedder).
   """
 
-  def __init__(
-    self,
-    num_uniform: int,
-    id_range: Optional[Tuple[int, int]] = None,
-    candidate_ids: Optional[Sequence[int]] = None,
-    convention: str = "unigram",
-    seed: Optional[int] = None,
-    per: str = "batch",
-    cross_replica: bool = True,
-    num_in_batch: Optional[int] = None,
-    **kwargs,
-  ):
+  def __init__(self, in_batch, uniform=None, *, convention: str = "unigram", **kwargs):
+    flat = {k: kwargs.pop(k) for k in _FLAT if k in kwargs}
+    if isinstance(in_batch, numbers.Integral) and not isinstance(in_batch, bool):
+      warnings.warn(
+        "MixedNegatives(num_uniform, id_range=..., ...) is deprecated: use "
+        "MixedNegatives(InBatchNegatives(estimator, num_negatives=k_b), "
+        "UniformNegatives(embedder, k_u, id_range=...), convention=...) as on tf-keras",
+        DeprecationWarning,
+        stacklevel=2,
+      )
+      if uniform is not None:  # the former second positional argument
+        flat.setdefault("id_range", uniform)
+      in_batch, uniform = _blocks_from_flat(in_batch, flat)
+    elif flat:
+      raise TypeError(
+        f"MixedNegatives(in_batch, uniform) takes no {sorted(flat)}: they are the blocks' own "
+        "arguments"
+      )
     super().__init__(**kwargs)
+    if not isinstance(in_batch, InBatchNegatives):
+      raise TypeError(f"in_batch must be an InBatchNegatives, got {type(in_batch).__name__}")
+    if not isinstance(uniform, UniformNegatives):
+      raise TypeError(f"uniform must be a UniformNegatives, got {type(uniform).__name__}")
     if convention not in base.CONVENTIONS:
       raise ValueError(f"convention must be one of {base.CONVENTIONS}, got {convention!r}")
-    self.num_in_batch = in_batch.check_num_negatives(num_in_batch, "num_in_batch")
+    self.in_batch = in_batch
+    self.uniform = uniform
     self.convention = convention
-    self.cross_replica = bool(cross_replica)
-    self.uniform = UniformNegatives(
-      num_uniform,
-      id_range=id_range,
-      candidate_ids=candidate_ids,
-      seed=seed,
-      per=per,
-      name="uniform",
-    )
+    self.num_in_batch = in_batch.num_negatives
+    self.cross_replica = in_batch.cross_replica
     self.in_batch_seed_generator = None
     if self.num_in_batch is not None:
       self.in_batch_seed_generator = keras.random.SeedGenerator(
-        None if seed is None else in_batch_seed(seed)
+        None if uniform.seed is None else in_batch_seed(uniform.seed)
       )
     self.built = True
 
@@ -117,24 +151,39 @@ class MixedNegatives(keras.layers.Layer):
       return negatives_core.two_block_log_q(ops, in_batch_part, num_in_batch, k_u, size)
     return negatives_core.unigram_log_q(ops, log_q_unigram, num_in_batch, k_u, size)
 
+  def _seeds(self, seed):
+    """(the k_b subsample's seed, the uniform draws' seed): the generators, or from a call's
+    int seed (or one ``keras.random.SeedGenerator`` for both)."""
+    if seed is None:
+      return self.in_batch_seed_generator, None
+    if isinstance(seed, numbers.Integral):
+      return in_batch_seed(int(seed)), int(seed)
+    return seed, seed
+
   def blocks(
     self,
     positive_ids,
     positive_embeddings,
     *,
-    candidate_embedder: Callable,
-    log_q_unigram: Callable,
+    candidate_embedder: Optional[Callable] = None,
+    log_q_unigram: Optional[Callable] = None,
     valid=None,
     sequence_ids=None,
     in_batch_keys=None,
     num_sequences: Optional[int] = None,
+    seed=None,
   ):
     """(Negatives with ``embeddings=None``, ((layout, embeddings), ...)) for ``score_blocks``:
     the negatives of ``call`` (same arguments and draws) and their embeddings by block (module
     docstring). ``num_sequences`` = B: the A rows are a row-major [B, L] grid, so per-sequence
     uniform draws form a [B, k_u, d] block (else [A, k_u, d])."""
+    if candidate_embedder is None:
+      candidate_embedder = self.uniform.candidate_embedder
+    if log_q_unigram is None:
+      log_q_unigram = self.in_batch.unigram_log_q
     if not callable(candidate_embedder) or not callable(log_q_unigram):
       raise TypeError("candidate_embedder and log_q_unigram must be callables of ids")
+    seed_b, seed_u = self._seeds(seed)
     ids = ops.cast(_tensors.as_ids(positive_ids, "positive_ids"), "int32")
     pool = in_batch.in_batch_pool(
       ids,
@@ -143,7 +192,7 @@ class MixedNegatives(keras.layers.Layer):
       valid,
       self.cross_replica,
       num_negatives=self.num_in_batch,
-      seed=self.in_batch_seed_generator,
+      seed=seed_b,
       keys=in_batch_keys,
     )
     batch = pool.negatives
@@ -155,13 +204,13 @@ class MixedNegatives(keras.layers.Layer):
     )
     k_u = self.uniform.num_negatives
     if self.uniform.shared:
-      uniform_ids = self.uniform()
+      uniform_ids = self.uniform(seed=seed_u)
       all_ids = ops.concatenate([batch.ids, uniform_ids])
       slot_valid = ops.concatenate([batch.valid, ops.ones((k_u,), "bool")])
     else:
       rows = ids.shape[0]
       uniform_ids = self.uniform(
-        num_queries=rows, sequence_ids=sequence_ids, valid=valid
+        num_queries=rows, sequence_ids=sequence_ids, valid=valid, seed=seed_u
       )  # [A, k_u]
       pool_size = batch.ids.shape[0]
       all_ids = ops.concatenate(
@@ -185,14 +234,16 @@ class MixedNegatives(keras.layers.Layer):
     positive_ids,
     positive_embeddings,
     *,
-    candidate_embedder: Callable,
-    log_q_unigram: Callable,
+    candidate_embedder: Optional[Callable] = None,
+    log_q_unigram: Optional[Callable] = None,
     valid=None,
     sequence_ids=None,
     in_batch_keys=None,
+    seed=None,
   ):  # pylint: disable=arguments-differ
     """``in_batch_keys``: optional int32 [B], the keys of the k_b subsample (instead of a draw
-    from the layer's generator)."""
+    from the layer's generator); ``seed``: an int or a ``keras.random.SeedGenerator`` instead of
+    the layer's generators."""
     negatives, ((_, pool), (layout, uniform)) = self.blocks(
       positive_ids,
       positive_embeddings,
@@ -201,6 +252,7 @@ class MixedNegatives(keras.layers.Layer):
       valid=valid,
       sequence_ids=sequence_ids,
       in_batch_keys=in_batch_keys,
+      seed=seed,
     )
     if layout == "shared":
       embeddings = ops.concatenate([pool, uniform], axis=0)
@@ -210,6 +262,63 @@ class MixedNegatives(keras.layers.Layer):
         [ops.broadcast_to(ops.expand_dims(pool, 0), (rows,) + tuple(pool.shape)), uniform], axis=1
       )
     return negatives._replace(embeddings=embeddings)
+
+  def _embedder(self, item_table):
+    embedder = self.uniform.candidate_embedder
+    return lambda ids: embed(ids, embedder, item_table, "MixedNegatives")  # noqa: E731
+
+  def sample_negatives(
+    self,
+    query_embeddings,
+    positive_ids,
+    positive_embeddings,
+    *,
+    seed=None,
+    sequence_ids=None,
+    item_table=None,
+    valid=None,
+  ) -> base.Negatives:
+    """``call`` on the queries' positives, the uniform block embedded by its
+    ``candidate_embedder`` or from ``item_table`` (per-query layouts materialise [A, N, d])."""
+    del query_embeddings
+    return self(
+      positive_ids,
+      positive_embeddings,
+      candidate_embedder=self._embedder(item_table),
+      valid=valid,
+      sequence_ids=sequence_ids,
+      seed=seed,
+    )
+
+  def score(
+    self,
+    query_embeddings,
+    positive_ids,
+    positive_embeddings,
+    *,
+    temperature: float = 1.0,
+    seed=None,
+    sequence_ids=None,
+    item_table=None,
+    valid=None,
+  ) -> scoring.ScoredCandidates:
+    """Scores of the shared in-batch block (one matmul) joined with the uniform block's, by
+    ``score_blocks`` (no [A, N, d] tensor for the in-batch block), log Q under the convention:
+    positive_scores [A], negative_scores [A, P + k_u], negative_log_q, valid_mask, positive_log_q
+    [A]."""
+    if not temperature > 0:
+      raise ValueError(f"temperature must be > 0, got {temperature!r}")
+    negatives, blocks = self.blocks(
+      positive_ids,
+      positive_embeddings,
+      candidate_embedder=self._embedder(item_table),
+      valid=valid,
+      sequence_ids=sequence_ids,
+      seed=seed,
+    )
+    return scoring.score_blocks(
+      query_embeddings, positive_ids, positive_embeddings, negatives, blocks, temperature
+    )
 
   def get_config(self):
     u = self.uniform
@@ -224,3 +333,12 @@ class MixedNegatives(keras.layers.Layer):
       "cross_replica": self.cross_replica,
       "num_in_batch": self.num_in_batch,
     }
+
+  @classmethod
+  def from_config(cls, config):
+    """From the flat config of `get_config` (no DeprecationWarning)."""
+    config = dict(config)
+    num_uniform = config.pop("num_uniform")
+    flat = {k: config.pop(k) for k in _FLAT if k in config}
+    sampler, uniform = _blocks_from_flat(num_uniform, flat)
+    return cls(sampler, uniform, **config)

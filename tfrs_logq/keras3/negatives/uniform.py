@@ -27,7 +27,8 @@ share the draws of its first row: ``sequence_ids`` = row // L).
 """
 
 import numbers
-from typing import Optional, Sequence, Tuple
+import warnings
+from typing import Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -38,61 +39,113 @@ from tfrs_logq.core import checks as core_checks
 from tfrs_logq.core import negatives as negatives_core
 from tfrs_logq.keras3 import _tensors
 from tfrs_logq.keras3.negatives import base
+from tfrs_logq.keras3.negatives import scoring
 
 __all__ = ["UNIFORM_PER", "UniformNegatives"]
 
 UNIFORM_PER = core_checks.UNIFORM_PER
 
 
-def _per(per: Optional[str], per_query: bool) -> str:
-  if per is None:
-    return "query" if per_query else "batch"
+def _per(per: str, per_query: bool) -> str:
   if per not in UNIFORM_PER:
     raise ValueError(f"per must be one of {UNIFORM_PER}, got {per!r}")
-  if per_query and per != "query":
-    raise ValueError(f"per_query=True means per='query', got per={per!r}")
+  if per_query:
+    if per not in ("batch", "query"):
+      raise ValueError(f"per_query=True means per='query', got per={per!r}")
+    return "query"
   return per
 
 
+def _positive_int(value, name: str) -> int:
+  if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
+    raise ValueError(f"{name} must be a positive int, got {value!r}")
+  return int(value)
+
+
+def embed(ids, candidate_embedder: Optional[Callable], item_table, owner: str):
+  """float32 embeddings of ``ids``: ``candidate_embedder(ids)``, else rows of ``item_table``."""
+  if candidate_embedder is not None:
+    return _tensors.as_float32(candidate_embedder(ids), "candidate_embedder(ids)")
+  if item_table is None:
+    raise ValueError(f"{owner} needs a candidate_embedder or an item_table to embed its ids")
+  return ops.take(_tensors.as_float32(item_table, "item_table"), ids, axis=0)
+
+
 @keras.saving.register_keras_serializable(package="tfrs_logq")
-class UniformNegatives(keras.layers.Layer):
+class UniformNegatives(keras.layers.Layer, base.NegativeSampler):
   """k_u uniform draws (with replacement) from an id range or an id table; log Q = -log |D|.
 
-  ``call(num_queries=None, sequence_ids=None, valid=None)`` returns int32 ids [k_u] (per
-  ``"batch"``) or [A, k_u] (``"sequence"``, ``"query"``; A = ``num_queries``, or the length of
-  ``sequence_ids`` / ``valid``). Embed them with the candidate tower yourself.
+  The tf-keras ``UniformNegatives`` with the same arguments, as a sampler of the shared protocol
+  (``sample_negatives`` / ``score``); ``call(num_queries=None, sequence_ids=None, valid=None)``
+  returns the int32 ids alone: [k_u] (per ``"batch"``) or [A, k_u] (``"sequence"``,
+  ``"query"``; A = ``num_queries``, or the length of ``sequence_ids`` / ``valid``).
 
   Args:
-    num_negatives: k_u, a positive Python or numpy int (stored as int; bool and float raise).
+    candidate_embedder: callable or Keras layer mapping int ids [m] (or [A, k]) to embeddings,
+      or None to embed from the ``item_table`` given to ``score`` / ``sample_negatives``. The
+      model owns it: it is not part of the layer's config.
+    num_negatives: k_u, a positive Python or numpy int (bool and float raise).
     id_range: (lo, hi): the catalog is lo <= id < hi (Python or numpy ints).
     candidate_ids: alternatively a 1-D table of distinct integer ids.
-    per_query: one set of k_u draws per query (the same as ``per="query"``).
-    seed: seed of the layer's ``keras.random.SeedGenerator``.
-    per: ``"batch"`` | ``"sequence"`` | ``"query"`` (module docstring); None: from per_query.
+    per: ``"batch"`` | ``"sequence"`` | ``"query"`` (module docstring).
+    jit_compile: accepted for the tf-keras signature; Keras 3 compiles the whole step (the
+      backend's jit), so there is no separate scoring path to compile.
+    static_shapes: the Keras 3 path always has static shapes: None or True (False raises).
+    seed: seed of the layer's ``keras.random.SeedGenerator`` (the draws of calls without a
+      ``seed``; the tf-keras sampler takes its stateless seed per call instead).
+
+  ``UniformNegatives(num_negatives, id_range, ...)`` (k first, the former Keras 3 form) and
+  ``per_query=True`` still work, with a DeprecationWarning.
   """
 
   def __init__(
     self,
-    num_negatives: int,
+    candidate_embedder: Optional[Callable] = None,
+    num_negatives: Optional[int] = None,
+    *,
     id_range: Optional[Tuple[int, int]] = None,
     candidate_ids: Optional[Sequence[int]] = None,
-    per_query: bool = False,
+    per: str = "batch",
+    jit_compile: bool = False,
+    static_shapes: Optional[bool] = None,
     seed: Optional[int] = None,
-    per: Optional[str] = None,
     **kwargs,
   ):
-    super().__init__(**kwargs)
-    if (
-      isinstance(num_negatives, bool)
-      or not isinstance(num_negatives, numbers.Integral)
-      or num_negatives <= 0
+    per_query = bool(kwargs.pop("per_query", False))
+    if per_query:
+      warnings.warn(
+        "UniformNegatives(per_query=True) is deprecated: use per='query'",
+        DeprecationWarning,
+        stacklevel=2,
+      )
+    if isinstance(candidate_embedder, numbers.Integral) and not isinstance(
+      candidate_embedder, bool
     ):
-      raise ValueError(f"num_negatives must be a positive int, got {num_negatives!r}")
-    num_negatives = int(num_negatives)
+      warnings.warn(
+        "UniformNegatives(num_negatives, id_range, ...) is deprecated: use "
+        "UniformNegatives(candidate_embedder, num_negatives, id_range=..., ...) as on tf-keras",
+        DeprecationWarning,
+        stacklevel=2,
+      )
+      if num_negatives is not None:  # the former second positional argument
+        if id_range is not None:
+          raise TypeError("UniformNegatives got id_range twice")
+        id_range = num_negatives  # type: ignore[assignment]
+      candidate_embedder, num_negatives = None, candidate_embedder
+    super().__init__(**kwargs)
+    if candidate_embedder is not None and not callable(candidate_embedder):
+      raise TypeError("candidate_embedder must be callable (ids -> embeddings) or None")
+    if num_negatives is None:
+      raise TypeError("UniformNegatives needs num_negatives")
+    self.num_negatives = _positive_int(num_negatives, "num_negatives")
     if (id_range is None) == (candidate_ids is None):
       raise ValueError("give exactly one of id_range=(lo, hi) or candidate_ids")
-    self.per = _per(per, bool(per_query))
-    self.num_negatives = num_negatives
+    if static_shapes is not None and not static_shapes:
+      raise ValueError("static_shapes=False: the Keras 3 path has static shapes only")
+    self.candidate_embedder = candidate_embedder
+    self.per = _per(per, per_query)
+    self.jit_compile = bool(jit_compile)
+    self.static_shapes = None if static_shapes is None else True
     self.seed = seed
     self.id_range, table = core_checks.check_catalog(id_range, candidate_ids)
     if self.id_range is not None:
@@ -117,18 +170,19 @@ class UniformNegatives(keras.layers.Layer):
     """log Q(d) = -log |D| for every id (float32, shape of ids)."""
     return ops.full(ops.shape(ids), negatives_core.uniform_log_q(self.catalog_size), "float32")
 
-  def _draw(self, shape):
+  def _draw(self, shape, seed=None):
+    seed = self.seed_generator if seed is None else seed
     if self.id_range is not None:
       lo, hi = self.id_range
-      return keras.random.randint(shape, lo, hi, dtype="int32", seed=self.seed_generator)
-    rows = keras.random.randint(
-      shape, 0, self.catalog_size, dtype="int32", seed=self.seed_generator
-    )
+      return keras.random.randint(shape, lo, hi, dtype="int32", seed=seed)
+    rows = keras.random.randint(shape, 0, self.catalog_size, dtype="int32", seed=seed)
     return ops.take(ops.convert_to_tensor(np.asarray(self.candidate_ids, np.int32)), rows)
 
-  def call(self, num_queries: Optional[int] = None, sequence_ids=None, valid=None):  # pylint: disable=arguments-differ
+  def call(self, num_queries: Optional[int] = None, sequence_ids=None, valid=None, seed=None):  # pylint: disable=arguments-differ
+    """The draws (class docstring); ``seed``: an int or a ``keras.random.SeedGenerator`` instead
+    of the layer's generator."""
     if self.shared:
-      return self._draw((self.num_negatives,))
+      return self._draw((self.num_negatives,), seed)
     if sequence_ids is not None:
       sequence_ids = _tensors.as_ids(sequence_ids, "sequence_ids")
       _tensors.check_rank(sequence_ids, 1, "sequence_ids")
@@ -144,7 +198,7 @@ class UniformNegatives(keras.layers.Layer):
     for name, given in (("sequence_ids", sequence_ids), ("valid", valid)):
       if given is not None and given.shape[0] not in (None, a):
         raise ValueError(f"{name} must have one entry per query ({a}), got {given.shape[0]}")
-    draws = self._draw((a, self.num_negatives))
+    draws = self._draw((a, self.num_negatives), seed)
     if self.per == "sequence" and sequence_ids is not None:
       _, segment = base.first_occurrence_segments(sequence_ids, valid)
       return ops.take(draws, segment, axis=0)
@@ -152,6 +206,63 @@ class UniformNegatives(keras.layers.Layer):
       rank = ops.cumsum(ops.cast(valid, "int32")) - ops.cast(valid, "int32")
       return ops.take(draws, ops.minimum(rank, a - 1), axis=0)
     return draws
+
+  def sample_negatives(
+    self,
+    query_embeddings,
+    positive_ids,
+    positive_embeddings,
+    *,
+    seed=None,
+    sequence_ids=None,
+    item_table=None,
+    valid=None,
+  ) -> base.Negatives:
+    """The step's draws, embedded: Negatives(ids [k_u] or [A, k_u], embeddings [k_u, d] or
+    [A, k_u, d], log_q [k_u] (= -log |D|), positive_log_q [A]); per-query layouts materialise
+    [A, k_u, d] (a model that scores per-sequence draws on a [B, L] grid uses ``block``)."""
+    del query_embeddings, positive_embeddings
+    pos_ids = _tensors.as_ids(positive_ids, "positive_ids")
+    _tensors.check_rank(pos_ids, 1, "positive_ids")
+    if self.shared:
+      ids = self(seed=seed)
+    else:
+      ids = self(num_queries=pos_ids.shape[0], sequence_ids=sequence_ids, valid=valid, seed=seed)
+    embeddings = embed(ids, self.candidate_embedder, item_table, "UniformNegatives")
+    return base.Negatives(
+      ids=ids,
+      embeddings=embeddings,
+      log_q=self.log_q(ids if self.shared else ids[0]),
+      positive_log_q=self.log_q(pos_ids),
+    )
+
+  def score(
+    self,
+    query_embeddings,
+    positive_ids,
+    positive_embeddings,
+    *,
+    temperature: float = 1.0,
+    seed=None,
+    sequence_ids=None,
+    item_table=None,
+    valid=None,
+  ) -> scoring.ScoredCandidates:
+    """``score_negatives`` of `sample_negatives` (accidental hits masked per row): float32
+    positive_scores [A], negative_scores [A, k_u], negative_log_q [k_u], valid_mask [A, k_u],
+    positive_log_q [A]."""
+    negatives = self.sample_negatives(
+      query_embeddings,
+      positive_ids,
+      positive_embeddings,
+      seed=seed,
+      sequence_ids=sequence_ids,
+      item_table=item_table,
+      valid=valid,
+    )
+    return scoring.score_negatives(
+      query_embeddings, positive_ids, positive_embeddings, negatives, temperature=temperature
+    )
 
   def block(self, ids, candidate_embedder, num_sequences: Optional[int] = None):
     """(layout, embeddings) of ``ids`` (this layer's draws) for ``score_blocks`` (module
@@ -172,11 +283,14 @@ class UniformNegatives(keras.layers.Layer):
     return layout, embeddings
 
   def get_config(self):
+    """The layer's config: every argument but ``candidate_embedder`` (the model's layer)."""
     return {
       **super().get_config(),
       "num_negatives": self.num_negatives,
       "id_range": None if self.id_range is None else list(self.id_range),
       "candidate_ids": self.candidate_ids,
       "per": self.per,
+      "jit_compile": self.jit_compile,
+      "static_shapes": self.static_shapes,
       "seed": self.seed,
     }

@@ -59,7 +59,19 @@ class JoinedNegatives(NegativeSampler, tf.Module):
     seeds = tf.random.experimental.stateless_split(seed, num=len(self.blocks))
     return [seeds[k] for k in range(len(self.blocks))]
 
-  def sample_negatives(self, *args, **kwargs):
+  def sample_negatives(
+    self,
+    query_embeddings,
+    positive_ids,
+    positive_embeddings,
+    *,
+    seed=None,
+    sequence_ids=None,
+    item_table=None,
+    valid=None,
+  ):
+    """Not available: the blocks are scored one by one (`score`)."""
+    del query_embeddings, positive_ids, positive_embeddings, seed, sequence_ids, item_table, valid
     raise NotImplementedError(
       "JoinedNegatives scores block by block (score); sample each block's negatives from it"
     )
