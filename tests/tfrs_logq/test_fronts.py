@@ -43,7 +43,6 @@ NAME_EXCEPTIONS = {
     (
       "MATMUL_GATHER_RATIO",
       "dedup_first_occurrence",
-      "embed_ids",
       "expected_count_log_q",
       "mixture_log_q",
       "num_replicas",
@@ -88,7 +87,6 @@ NAME_EXCEPTIONS = {
   "negatives.scoring": (
     (
       "MATMUL_GATHER_RATIO",
-      "embed_ids",
       "per_query_scores",
       "per_segment_scores",
       "task_candidates",

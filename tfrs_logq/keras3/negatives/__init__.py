@@ -53,6 +53,7 @@ from tfrs_logq.keras3.negatives.mixed import MixedNegatives
 from tfrs_logq.keras3.negatives.scoring import (
   ScoredCandidates,
   join_blocks,
+  embed_ids,
   score_blocks,
   score_negatives,
 )
@@ -73,6 +74,7 @@ __all__ = [
   "MixedNegatives",
   "ScoredCandidates",
   "score_negatives",
+  "embed_ids",
   "score_blocks",
   "join_blocks",
   "CrossBatchNegatives",

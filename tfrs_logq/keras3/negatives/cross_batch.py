@@ -59,7 +59,7 @@ from tfrs_logq.keras3 import _tensors
 from tfrs_logq.keras3.negatives import base
 from tfrs_logq.keras3.negatives import cross_replica as cross_replica_lib
 from tfrs_logq.keras3.negatives import in_batch
-from tfrs_logq.keras3.negatives.scoring import ScoredCandidates, score_negatives
+from tfrs_logq.keras3.negatives.scoring import ScoredCandidates, embed_ids, score_negatives
 
 __all__ = ["CrossBatchNegatives"]
 
@@ -223,14 +223,12 @@ class CrossBatchNegatives(keras.layers.Layer, base.NegativeSampler):
 
   # ---------------------------------------------------------------------------- negatives
   def _embed(self, ids, item_table):
-    if self.candidate_embedder is not None:
-      return _tensors.as_float32(self.candidate_embedder(ids), "candidate_embedder(ids)")
-    if item_table is None:
-      raise ValueError(
-        "CrossBatchNegatives(mode='ids') needs a candidate_embedder or an item_table to embed "
-        "the memory's ids"
-      )
-    return ops.take(_tensors.as_float32(item_table, "item_table"), ids, axis=0)
+    return embed_ids(
+      ids,
+      candidate_embedder=self.candidate_embedder,
+      item_table=item_table,
+      owner="CrossBatchNegatives(mode='ids')",
+    )
 
   def sample_negatives(
     self,

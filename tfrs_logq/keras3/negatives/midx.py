@@ -37,7 +37,7 @@ from tfrs_logq.core import midx as midx_core
 from tfrs_logq.keras3 import _tensors
 from tfrs_logq.keras3.negatives import midx_index
 from tfrs_logq.keras3.negatives.base import NegativeSampler, Negatives
-from tfrs_logq.keras3.negatives.scoring import ScoredCandidates, score_negatives
+from tfrs_logq.keras3.negatives.scoring import ScoredCandidates, embed_ids, score_negatives
 
 __all__ = ["MIDXSampler", "MIDXRefreshCallback"]
 
@@ -321,14 +321,12 @@ class MIDXSampler(keras.layers.Layer, NegativeSampler):
     return self.num_negatives
 
   def _embed(self, ids, candidate_embedder, item_table):
-    embedder = candidate_embedder or self.candidate_embedder
-    if embedder is not None:
-      return _tensors.as_float32(embedder(ids), "candidate_embedder(ids)")
-    if item_table is None:
-      raise ValueError(
-        "MIDXSampler needs a candidate_embedder or an item_table to embed the sampled ids"
-      )
-    return ops.take(_tensors.as_float32(item_table, "item_table"), ids, axis=0)
+    return embed_ids(
+      ids,
+      candidate_embedder=candidate_embedder or self.candidate_embedder,
+      item_table=item_table,
+      owner="MIDXSampler",
+    )
 
   def negatives(
     self,

@@ -39,7 +39,7 @@ from tfrs_logq.keras3.negatives import base
 from tfrs_logq.keras3.negatives import in_batch
 from tfrs_logq.keras3.negatives import scoring
 from tfrs_logq.keras3.negatives.in_batch import InBatchNegatives
-from tfrs_logq.keras3.negatives.uniform import UniformNegatives, embed
+from tfrs_logq.keras3.negatives.uniform import UniformNegatives
 
 __all__ = ["MixedNegatives"]
 
@@ -265,7 +265,9 @@ class MixedNegatives(keras.layers.Layer, base.NegativeSampler):
 
   def _embedder(self, item_table):
     embedder = self.uniform.candidate_embedder
-    return lambda ids: embed(ids, embedder, item_table, "MixedNegatives")  # noqa: E731
+    return lambda ids: scoring.embed_ids(  # noqa: E731
+      ids, candidate_embedder=embedder, item_table=item_table, owner="MixedNegatives"
+    )
 
   def sample_negatives(
     self,

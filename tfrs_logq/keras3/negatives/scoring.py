@@ -17,7 +17,7 @@ log Q is shifted to keep its own proposal's Q_k(p) in Q' (``tfrs_logq.core.cross
     log Q_k(d) - (log(1 - Q_k(p)) - log(1 - Q_1(p)))                              [A, N_k]
 """
 
-from typing import NamedTuple
+from typing import Callable, NamedTuple, Optional
 
 from keras import ops
 
@@ -26,7 +26,14 @@ from tfrs_logq.keras3 import _tensors
 from tfrs_logq.keras3 import accidental_hits
 from tfrs_logq.keras3.negatives.base import Negatives
 
-__all__ = ["ScoredCandidates", "score_negatives", "score_blocks", "join_blocks", "BLOCK_LAYOUTS"]
+__all__ = [
+  "ScoredCandidates",
+  "score_negatives",
+  "score_blocks",
+  "join_blocks",
+  "embed_ids",
+  "BLOCK_LAYOUTS",
+]
 
 BLOCK_LAYOUTS = ("shared", "sequence", "query")
 
@@ -50,6 +57,18 @@ class ScoredCandidates(NamedTuple):
       positive_log_q=self.positive_log_q,
       valid_mask=self.valid_mask,
     )
+
+
+def embed_ids(
+  ids, *, candidate_embedder: Optional[Callable] = None, item_table=None, owner="the sampler"
+):
+  """float32 embeddings of ``ids`` (any shape): ``candidate_embedder(ids)`` if given, else the
+  rows of ``item_table`` [V, d] (row i embeds id i); ``owner`` names the sampler in the error."""
+  if candidate_embedder is not None:
+    return _tensors.as_float32(candidate_embedder(ids), "candidate_embedder(ids)")
+  if item_table is None:
+    raise ValueError(f"{owner} needs a candidate_embedder or an item_table to embed its ids")
+  return ops.take(_tensors.as_float32(item_table, "item_table"), ids, axis=0)
 
 
 def score_negatives(

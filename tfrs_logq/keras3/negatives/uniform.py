@@ -62,15 +62,6 @@ def _positive_int(value, name: str) -> int:
   return int(value)
 
 
-def embed(ids, candidate_embedder: Optional[Callable], item_table, owner: str):
-  """float32 embeddings of ``ids``: ``candidate_embedder(ids)``, else rows of ``item_table``."""
-  if candidate_embedder is not None:
-    return _tensors.as_float32(candidate_embedder(ids), "candidate_embedder(ids)")
-  if item_table is None:
-    raise ValueError(f"{owner} needs a candidate_embedder or an item_table to embed its ids")
-  return ops.take(_tensors.as_float32(item_table, "item_table"), ids, axis=0)
-
-
 @keras.saving.register_keras_serializable(package="tfrs_logq")
 class UniformNegatives(keras.layers.Layer, base.NegativeSampler):
   """k_u uniform draws (with replacement) from an id range or an id table; log Q = -log |D|.
@@ -228,7 +219,12 @@ class UniformNegatives(keras.layers.Layer, base.NegativeSampler):
       ids = self(seed=seed)
     else:
       ids = self(num_queries=pos_ids.shape[0], sequence_ids=sequence_ids, valid=valid, seed=seed)
-    embeddings = embed(ids, self.candidate_embedder, item_table, "UniformNegatives")
+    embeddings = scoring.embed_ids(
+      ids,
+      candidate_embedder=self.candidate_embedder,
+      item_table=item_table,
+      owner="UniformNegatives",
+    )
     return base.Negatives(
       ids=ids,
       embeddings=embeddings,
