@@ -183,7 +183,7 @@ class Retrieval(keras.layers.Layer):
     negative_sampler: optional sampler of extra negatives: anything with ``score(query,
       positive_ids, positive_embeddings, *, temperature, seed, sequence_ids, item_table, valid)
       -> ScoredCandidates`` (``tfrs_logq.keras3.negatives``; keywords its ``score`` does not
-      take are left out when the task has nothing for them, e.g. ``MIDXSampler``). Not with
+      take are left out when the task has nothing for them). Not with
       max-sim; needs ``candidate_ids``.
     update_frequency: ``training`` | ``always`` | ``never`` (estimator updates).
     check_scores: raise ValueError on non-finite concrete scores (eager only).
