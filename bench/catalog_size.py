@@ -54,223 +54,20 @@ and a 1e8 memory projection; writes catalog_size_ps.md / .json (bench/catalog/pa
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import pathlib
-import select
-import signal
 import statistics
 import sys
 import time
-import types
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
-from bench.common import memory  # noqa: E402
 from bench.common.report import gib, markdown_header, markdown_row, summary_line  # noqa: E402
 from bench.common.timing import min_median  # noqa: E402
-
-VARIANTS = (
-  "mixed+exact",
-  "mixed+hash_array",
-  "mixed+count_min",
-  "full",
-  "mixed+hash_array@adam",
-  "mixed+hash_array@lazy_adam",
-)
-OPTIMIZERS = ("sgd", "adam", "lazy_adam")
-
-
-def full_softmax_bytes(batch: int, num_items: int, dim: int) -> int:
-  """Projected memory of a full-softmax step: logits, their softmax and gradient [B, |I|],
-  plus the table, its gathered copy, its dense gradient and one spare [|I| + 1, d]."""
-  return 4 * (3 * batch * num_items + 4 * (num_items + 1) * dim)
-
-
-def zipf_probabilities(num_items: int) -> np.ndarray:
-  """P(i) = log((i + 1) / i) / log(|I| + 1) for i = 1..|I| (index 0 = 0): the law of
-  floor(exp(u log(|I| + 1))) with u ~ U(0, 1)."""
-  i = np.arange(1, num_items + 1, dtype=np.float64)
-  return np.concatenate([[0.0], np.log1p(1.0 / i) / np.log(num_items + 1.0)])
-
-
-def zipf_ids(rng: np.random.Generator, num_items: int, size: int) -> np.ndarray:
-  ids = np.floor(np.exp(rng.random(size) * np.log(num_items + 1.0))).astype(np.int64)
-  return np.clip(ids, 1, num_items)
-
-
-def build_point(spec: dict):
-  """The model, estimator, objective, optimizer, step counter, item table and 4 batches of one
-  point, built by the training binary's code (under the current tf.distribute scope: the
-  parameter-server side calls it in ParameterServerStrategy's). Returns a SimpleNamespace."""
-  import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from train.config import RunConfig  # pylint: disable=g-import-not-at-top
-  from train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
-  from train.objective import Objective  # pylint: disable=g-import-not-at-top
-
-  v, b, d, users = spec["num_items"], spec["batch_size"], spec["dim"], spec["num_users"]
-  variant, _, optimizer_name = spec["variant"].partition("@")
-  loss, _, frequency = variant.partition("+")
-  settings = dict(
-    model="two_tower",
-    use_user_id=True,
-    use_history=False,
-    embedding_dim=d,
-    batch_size=b,
-    seed=spec["seed"],
-    progress=False,
-    loss="full_softmax" if loss == "full" else "sampled_softmax",
-  )
-  if loss != "full":
-    settings.update(
-      negatives="mixed",
-      num_negatives=spec["num_negatives"],
-      uniform_negatives="batch",
-      logq="corrected",
-      frequency=frequency,
-      frequency_buckets=spec["buckets"],
-    )
-  cfg = RunConfig.create(**settings)
-  p = zipf_probabilities(v)
-  data = types.SimpleNamespace(
-    num_items=v, num_users=users, item_counts=np.round(p * 1e9).astype(np.int64)
-  )
-  model = trainer_lib.build_model(cfg, data).build_all()
-  estimator = trainer_lib.build_estimator(cfg, data) if loss != "full" else None
-  del data, p
-  objective = Objective(cfg, model, v, estimator)
-  variables = model.trainable_variables
-  if optimizer_name in ("adam", "lazy_adam"):
-    from tfrs_logq.tf_keras.lazy_adam import LazyAdam  # pylint: disable=g-import-not-at-top
-
-    # what train/trainer.py builds for --table_optimizer=adam / lazy_adam
-    optimizer = LazyAdam(1e-3) if optimizer_name == "lazy_adam" else tf.keras.optimizers.Adam(1e-3)
-    optimizer.build(variables)
-  else:
-    optimizer = tf.keras.optimizers.legacy.SGD(0.05)  # sparse rows: scatter into the table
-  step = tf.Variable(0, dtype=tf.int64)
-  rng = np.random.default_rng(spec["seed"])
-  batches = [
-    dict(
-      user_id=tf.constant(rng.integers(1, users + 1, b)), item_id=tf.constant(zipf_ids(rng, v, b))
-    )
-    for _ in range(4)
-  ]
-  return types.SimpleNamespace(
-    model=model,
-    estimator=estimator,
-    objective=objective,
-    variables=variables,
-    optimizer=optimizer,
-    step=step,
-    table=model.candidate_tower.item_embedding.embeddings,
-    batches=batches,
-  )
-
-
-def estimator_bytes(estimator) -> int:
-  """Bytes of the estimator's variables (0 without one)."""
-  if estimator is None:
-    return 0
-  return sum(int(np.prod(w.shape)) * w.dtype.size for w in estimator.weights)
-
-
-def _point(spec: dict) -> dict:
-  """One (variant, |I|) point, in this process; returns the measurements."""
-  import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-  tf.get_logger().setLevel("ERROR")
-  rss_import = memory.status_kib("VmRSS")
-  built = build_point(spec)
-  objective, variables, optimizer = built.objective, built.variables, built.optimizer
-  step, table, batches, estimator = built.step, built.table, built.batches, built.estimator
-
-  @tf.function
-  def train_step(batch):
-    with tf.GradientTape() as tape:
-      terms = objective(batch, step, training=True)
-    grads = tape.gradient(terms["loss"], variables)
-    rows = tf.constant(-1, tf.int64)
-    for var, g in zip(variables, grads):
-      if var is table and g is not None:
-        rows = (
-          tf.size(g.indices, out_type=tf.int64)
-          if isinstance(g, tf.IndexedSlices)
-          else tf.shape(g, out_type=tf.int64)[0]
-        )
-    optimizer.apply_gradients([(g, var) for g, var in zip(grads, variables) if g is not None])
-    step.assign_add(1)
-    return terms["loss"], rows
-
-  rss_setup = memory.status_kib("VmRSS")
-  for i in range(spec["warmup"]):
-    train_step(batches[i % 4])[0].numpy()
-  reset = memory.reset_peak_rss()
-  times, value, rows = [], float("nan"), -1
-  for i in range(spec["steps"]):
-    start = time.perf_counter()
-    value, rows = (float(t) for t in train_step(batches[i % 4]))
-    times.append(time.perf_counter() - start)
-  state = estimator_bytes(estimator)
-  return dict(
-    times=times,
-    loss=value,
-    peak_rss_kib=memory.peak_rss_kib(reset),
-    rss_import_kib=rss_import,
-    rss_setup_kib=rss_setup,
-    table_bytes=int(np.prod(table.shape)) * 4,
-    estimator_bytes=state,
-    table_grad_rows=int(rows),
-  )
-
-
-def _run_point(spec: dict, timeout: float, point=None) -> dict:
-  """``point`` (default `_point`) in a child process of its own, so that each point's memory is
-  measured alone.
-
-  The child is forked from this process, which has imported TensorFlow and the application but
-  never run an op (so no runtime threads exist yet and forking is safe): each point then costs
-  its own setup and steps only, not another import.
-  """
-  read_fd, write_fd = os.pipe()
-  pid = os.fork()
-  if pid == 0:  # the child
-    os.close(read_fd)
-    try:
-      out = (point or _point)(spec)
-    except BaseException as e:  # pylint: disable=broad-except
-      lines = [l.strip() for l in str(e).splitlines() if l.strip()]
-      out = dict(error=f"{type(e).__name__}: {lines[-1] if lines else ''}"[:300])
-    with os.fdopen(write_fd, "w") as f:
-      f.write(json.dumps(out))
-    os._exit(0)
-  os.close(write_fd)
-  chunks, deadline = [], time.time() + timeout
-  with os.fdopen(read_fd, "r") as f:
-    while True:
-      ready, _, _ = select.select([f], [], [], max(0.0, deadline - time.time()))
-      if not ready:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-        return dict(error=f"timeout after {timeout:g} s")
-      chunk = f.read()
-      if not chunk:
-        break
-      chunks.append(chunk)
-  _, status = os.waitpid(pid, 0)
-  if not chunks:
-    return dict(error=f"the point's process died (status {status}; out of memory?)")
-  return json.loads("".join(chunks))
-
-
-def _fmt_size(n: int) -> str:
-  e = int(round(np.log10(n)))
-  return f"1e{e}" if 10**e == n else f"{n:.0e}".replace("+0", "").replace("+", "")
+from bench.catalog import points  # noqa: E402
 
 
 def _table(rows) -> list:
@@ -292,7 +89,7 @@ def _table(rows) -> list:
     m = r["result"]
     if "skipped" in m or "error" in m:
       lines.append(
-        f"| {r['variant']} | {_fmt_size(r['num_items'])} | "
+        f"| {r['variant']} | {points.fmt_size(r['num_items'])} | "
         f"{m.get('skipped') or m['error']} ||||||||"
       )
       continue
@@ -302,7 +99,7 @@ def _table(rows) -> list:
       markdown_row(
         [
           r["variant"],
-          _fmt_size(r["num_items"]),
+          points.fmt_size(r["num_items"]),
           f"{t_min:.1f}",
           f"{t_med:.1f}",
           gib(peak),
@@ -315,18 +112,6 @@ def _table(rows) -> list:
       )
     )
   return lines
-
-
-def log_log_axes(panels) -> None:
-  """Log-log axes against the catalog size for ((axis, title, unit), ...), grid and legend."""
-  for ax, title, unit in panels:
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    ax.set_xlabel("catalog size |I|")
-    ax.set_ylabel(unit)
-    ax.set_title(title)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
 
 
 def _plot(rows, path):
@@ -350,7 +135,7 @@ def _plot(rows, path):
     )
   sizes = sorted({r["num_items"] for r in rows})
   ax_m.plot(sizes, [(n + 1) * 64 * 4 / 2**30 for n in sizes], "k:", label="item table")
-  log_log_axes(((ax_t, "median step time", "ms"), (ax_m, "peak memory", "GiB")))
+  points.log_log_axes(((ax_t, "median step time", "ms"), (ax_m, "peak memory", "GiB")))
   fig.suptitle(
     "Two-tower step (B = 256, d = 64, sparse SGD unless @adam / @lazy_adam): sampled "
     "(mixed, corrected logQ) vs full softmax",
@@ -359,22 +144,6 @@ def _plot(rows, path):
   fig.tight_layout()
   fig.savefig(path, dpi=120)
   plt.close(fig)
-
-
-def _merge(old: dict, new: dict) -> dict:
-  """Pools the timed steps of two passes over a point; memory: the larger peak."""
-  if "times" not in old:
-    return new
-  if "times" not in new:
-    return old
-  out = dict(old, times=old["times"] + new["times"])
-  if (
-    old.get("peak_rss_kib")
-    and new.get("peak_rss_kib")
-    and new["peak_rss_kib"] > old["peak_rss_kib"]
-  ):
-    out.update(peak_rss_kib=new["peak_rss_kib"], rss_import_kib=new["rss_import_kib"])
-  return out
 
 
 def _summary(rows, sizes) -> str:
@@ -389,7 +158,7 @@ def _summary(rows, sizes) -> str:
     med = [statistics.median(p["result"]["times"]) * 1e3 for p in pts]
     part = (
       f"{variant} {med[0]:.0f} -> {med[-1]:.0f} ms "
-      f"({_fmt_size(pts[0]['num_items'])} -> {_fmt_size(pts[-1]['num_items'])})"
+      f"({points.fmt_size(pts[0]['num_items'])} -> {points.fmt_size(pts[-1]['num_items'])})"
     )
     if not variant.startswith("full"):
       est = [p["result"]["estimator_bytes"] / 2**20 for p in pts]
@@ -397,7 +166,7 @@ def _summary(rows, sizes) -> str:
     parts.append(part)
   return summary_line(
     parts,
-    head=f"median step, |I| {_fmt_size(sizes[0])} -> {_fmt_size(sizes[-1])}",
+    head=f"median step, |I| {points.fmt_size(sizes[0])} -> {points.fmt_size(sizes[-1])}",
     note="shared machine: compare shapes",
   )
 
@@ -413,7 +182,7 @@ def main(argv=None):
     help="comma-separated catalog sizes |I|",
   )
   parser.add_argument(
-    "--variants", default=",".join(VARIANTS), help=f"comma-separated, from {VARIANTS}"
+    "--variants", default=",".join(points.VARIANTS), help=f"comma-separated, from {points.VARIANTS}"
   )
   parser.add_argument("--batch_size", type=int, default=256)
   parser.add_argument("--dim", type=int, default=64)
@@ -468,15 +237,15 @@ def main(argv=None):
     args.sizes, args.passes, args.steps, args.warmup = "10000,100000,1000000", 1, 3, 1
   sizes = sorted(int(float(s)) for s in args.sizes.split(",") if s)
   variants = [v for v in args.variants.split(",") if v]
-  bases = {v.partition("@")[0] for v in VARIANTS}
+  bases = {v.partition("@")[0] for v in points.VARIANTS}
   bad = [
     v
     for v in variants
-    if v.partition("@")[0] not in bases or v.partition("@")[2] not in ("",) + OPTIMIZERS
+    if v.partition("@")[0] not in bases or v.partition("@")[2] not in ("",) + points.OPTIMIZERS
   ]
   if bad or not sizes or sizes[0] < 1 or args.passes < 1 or args.steps < 1:
     raise ValueError(
-      f"--variants must be from {VARIANTS}, optionally @{'|'.join(OPTIMIZERS)} "
+      f"--variants must be from {points.VARIANTS}, optionally @{'|'.join(points.OPTIMIZERS)} "
       f"(got {bad}); --sizes, --passes and --steps positive"
     )
   # Imported once here, before any op runs; every point is a fork of this process.
@@ -516,15 +285,15 @@ def main(argv=None):
           warmup=args.warmup,
           seed=args.seed,
         )
-        need = full_softmax_bytes(args.batch_size, v, args.dim) / 2**30
+        need = points.full_softmax_bytes(args.batch_size, v, args.dim) / 2**30
         if variant.startswith("full") and need > args.max_gib:
           result = dict(skipped=f"skipped: projected {need:.0f} GiB > --max_gib {args.max_gib:g}")
         elif variant.endswith("@adam") and v > args.adam_max_items:
           result = dict(skipped=f"skipped: > --adam_max_items {args.adam_max_items:g}")
         else:
-          result = _run_point(spec, args.timeout)
+          result = points.run_point(spec, args.timeout)
         key = (variant, v)
-        results[key] = _merge(results[key], result) if key in results else result
+        results[key] = points.merge(results[key], result) if key in results else result
         row = dict(variant=variant, num_items=v, result=result)
         print(f"pass {sweep + 1}: " + _table([row])[-1], flush=True)
   rows = [

@@ -1,1 +1,2 @@
-"""The parts of bench/catalog_size.py: `parameter_server`, its cluster side (--parameter_server)."""
+"""The parts of bench/catalog_size.py: `points` (one measured step per variant and size,
+shared) and `parameter_server`, its cluster side (--parameter_server)."""

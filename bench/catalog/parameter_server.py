@@ -4,7 +4,7 @@ r"""The parameter-server side of bench/catalog_size.py (``--parameter_server``).
         --out=docs/results/catalog_size_ps
 
 The same two-tower point as the one-process side (mixed negatives, hash-array estimator,
-LazyAdam: ``mixed+hash_array@lazy_adam``, built by `bench.catalog_size.build_point`, i.e. the
+LazyAdam: ``mixed+hash_array@lazy_adam``, built by `bench.catalog.points.build_point`, i.e. the
 training binary's code) on a local multi-process cluster: ``--ps_shards`` ps processes and one
 worker process (`train.distribute.run_server`, started fresh for each point), the chief being the
 point's own (forked) process with `train.distribute.parameter_server_strategy` (tables
@@ -146,7 +146,7 @@ def ps_point(spec: dict) -> dict:
   )
   import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from bench import catalog_size  # pylint: disable=g-import-not-at-top
+  from bench.catalog import points  # pylint: disable=g-import-not-at-top
   from bench.common import memory  # pylint: disable=g-import-not-at-top
   from train import distribute  # pylint: disable=g-import-not-at-top
 
@@ -154,7 +154,7 @@ def ps_point(spec: dict) -> dict:
   strategy = distribute.parameter_server_strategy()
   coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
   with strategy.scope():
-    built = catalog_size.build_point(spec)
+    built = points.build_point(spec)
   objective, variables, optimizer = built.objective, built.variables, built.optimizer
   step = built.step
   shards = len(getattr(built.table, "variables", [built.table]))
@@ -210,7 +210,7 @@ def ps_point(spec: dict) -> dict:
       for name, pid in pids.items()
     },
     table_bytes=int(np.prod(built.table.shape)) * 4,
-    estimator_bytes=catalog_size.estimator_bytes(built.estimator),
+    estimator_bytes=points.estimator_bytes(built.estimator),
   )
 
 
@@ -235,7 +235,7 @@ def _bytes(n) -> str:
 
 def report(results: dict, sizes, num_ps: int, dim: int = 64) -> tuple:
   """(markdown table lines, projection lines, summary) of {(side, |I|): measurements}."""
-  from bench.catalog_size import _fmt_size  # pylint: disable=g-import-not-at-top
+  from bench.catalog.points import fmt_size  # pylint: disable=g-import-not-at-top
   from bench.common.report import markdown_header, markdown_row, summary_line  # pylint: disable=g-import-not-at-top
   from bench.common.timing import min_median  # pylint: disable=g-import-not-at-top
 
@@ -264,7 +264,7 @@ def report(results: dict, sizes, num_ps: int, dim: int = 64) -> tuple:
     for side in ("one", "ps"):
       m = results.get((side, v), {})
       if "times" not in m:
-        lines.append(f"| {_fmt_size(v)} | {side} | {m.get('error', 'not run')} |" + "|" * 11)
+        lines.append(f"| {fmt_size(v)} | {side} | {m.get('error', 'not run')} |" + "|" * 11)
         continue
       t_min, t_med = min_median(np.array(m["times"]) * 1e3)
       ratio = "" if base is None else f"{np.median(m['times']) / base:.2f}"
@@ -272,7 +272,7 @@ def report(results: dict, sizes, num_ps: int, dim: int = 64) -> tuple:
         lines.append(
           markdown_row(
             [
-              _fmt_size(v),
+              fmt_size(v),
               "one process",
               f"{t_min:.1f}",
               f"{t_med:.1f}",
@@ -295,7 +295,7 @@ def report(results: dict, sizes, num_ps: int, dim: int = 64) -> tuple:
       lines.append(
         markdown_row(
           [
-            _fmt_size(v),
+            fmt_size(v),
             f"parameter server ({m['shards']} shards)",
             f"{t_min:.1f}",
             f"{t_med:.1f}",
@@ -312,7 +312,7 @@ def report(results: dict, sizes, num_ps: int, dim: int = 64) -> tuple:
         )
       )
       if ratio:
-        parts.append(f"{_fmt_size(v)} ps/one {ratio}x, {_bytes(m['measured_bytes'])}/step")
+        parts.append(f"{fmt_size(v)} ps/one {ratio}x, {_bytes(m['measured_bytes'])}/step")
   projection = []
   if len(per_ps) >= 2:
     kib, slope = project_memory(per_ps)
@@ -321,13 +321,13 @@ def report(results: dict, sizes, num_ps: int, dim: int = 64) -> tuple:
       f"**Projection to \\|I\\| = 1e8 (not measured)**, {num_ps} ps: each ps's resident "
       f"set after the steps grows by {slope * 1e6 / 2**10:.0f} MiB per million items "
       f"(the line through the two largest sizes measured: "
-      f"{', '.join(f'{_fmt_size(v)}: {k / 2**20:.2f} GiB' for v, k in per_ps[-2:])}), "
+      f"{', '.join(f'{fmt_size(v)}: {k / 2**20:.2f} GiB' for v, k in per_ps[-2:])}), "
       f"so about **{kib / 2**20:.0f} GiB per ps** at 1e8 "
       f"({kib * num_ps / 2**20:.0f} GiB over the {num_ps} ps). For comparison, the state "
       f"itself (item table, LazyAdam's m and v, its per-row counts: (3 d + 1) x 4 bytes per "
       f"item, d = {dim}) is {state:.0f} GiB per ps. The worker's memory does not grow with "
       f"\\|I\\|. The chief's peak: "
-      f"{', '.join(f'{_fmt_size(v)}: {k / 2**20:.2f} GiB' for v, k in chief[-2:])} "
+      f"{', '.join(f'{fmt_size(v)}: {k / 2**20:.2f} GiB' for v, k in chief[-2:])} "
       f"({project_memory(chief)[1] * 1e6 / 2**10:.0f} MiB per million items on the same "
       f"line, about {project_memory(chief)[0] / 2**20:.1f} GiB at 1e8): the chief builds "
       "the model with a traced dummy pass (`TwoTower.build_all`; an eager lookup of a sharded "
@@ -376,7 +376,7 @@ def plot(results: dict, sizes, num_ps: int, path, dim: int = 64) -> None:
       label=f"ps {i} (after the steps)",
     )
   ax_m.plot(sizes, [(v + 1) * dim * 4 / 2**30 for v in sizes], "k:", label=f"item table (d {dim})")
-  from bench.catalog_size import log_log_axes  # pylint: disable=g-import-not-at-top
+  from bench.catalog.points import log_log_axes  # pylint: disable=g-import-not-at-top
 
   log_log_axes(((ax_t, "median step (schedule + join)", "ms"), (ax_m, "memory per process", "GiB")))
   fig.suptitle(
@@ -391,7 +391,7 @@ def main_ps(args, command: str) -> str:
   """The ``--parameter_server`` run of bench/catalog_size.py (module docstring); returns the
   summary line."""
   import pathlib  # pylint: disable=g-import-not-at-top
-  from bench import catalog_size  # pylint: disable=g-import-not-at-top
+  from bench.catalog import points  # pylint: disable=g-import-not-at-top
 
   sizes = sorted(int(float(s)) for s in args.sizes.split(",") if s)
   results, started = {}, time.time()
@@ -416,22 +416,18 @@ def main_ps(args, command: str) -> str:
       )
       for side in ("one", "ps") if sweep % 2 == 0 else ("ps", "one"):  # interleaved
         if side == "one":
-          result = catalog_size._run_point(spec, args.timeout)  # pylint: disable=protected-access
+          result = points.run_point(spec, args.timeout)
         else:
           cluster, procs = start_cluster(args.ps_shards)
           try:
             pids = {f"{t} {i}": p.pid for (t, i), p in procs.items()}
-            result = catalog_size._run_point(  # pylint: disable=protected-access
+            result = points.run_point(
               dict(spec, cluster=cluster, server_pids=pids), args.timeout, ps_point
             )
           finally:
             stop_cluster(procs)
         key = (side, v)
-        results[key] = (
-          catalog_size._merge(results[key], result)  # pylint: disable=protected-access
-          if key in results
-          else result
-        )
+        results[key] = points.merge(results[key], result) if key in results else result
         if "servers" in result and "servers" in results[key]:  # memory: the larger peaks
           for name, mem in result["servers"].items():
             old = results[key]["servers"][name]

@@ -23,7 +23,7 @@ import tempfile
 
 import numpy as np
 
-from bench.common.timing import time_calls
+from bench.sasrec_step import peaks
 from bench.sasrec_step.configs import SideConfig
 
 __all__ = [
@@ -32,7 +32,6 @@ __all__ = [
   "JaxTrainStep",
   "check_jax_step",
   "keras3_trainer",
-  "matmul_peak_jax",
   "select_backend",
   "setup",
 ]
@@ -226,17 +225,6 @@ def check_jax_step(trainer, batch) -> dict:
   return dict(keras_train_on_batch=keras_loss, stateless_jit=JaxTrainStep(trainer.model)(batch))
 
 
-def matmul_peak_jax(n: int, repeats: int = 5) -> float:
-  """fp32 GFLOP/s of a jitted n x n JAX matmul, best of ``repeats`` after a warm-up."""
-  import jax  # pylint: disable=g-import-not-at-top
-
-  a = jax.random.normal(jax.random.key(1), (n, n), "float32")
-  b = jax.random.normal(jax.random.key(2), (n, n), "float32")
-  matmul = jax.jit(lambda x, y: x @ y)
-  matmul(a, b).block_until_ready()
-  return 2 * n**3 / time_calls(lambda: matmul(a, b).block_until_ready(), repeats)[0] / 1e9
-
-
 def setup(spec: dict, cfg: SideConfig, inputs, targets):
   """(run(i) -> (loss, mean weight; nan on jax), peak(n) -> GFLOP/s, info, trainer,
   profiler() -> `JaxProfiler` or None) of a Keras 3 side; keras must not have been imported
@@ -268,15 +256,14 @@ def setup(spec: dict, cfg: SideConfig, inputs, targets):
     step = JaxTrainStep(trainer.model)
     profiler = lambda: JaxProfiler(trainer.model, step, batches)  # noqa: E731
     run = lambda i: (step(batches[i]), float("nan"))  # noqa: E731
-    peak = matmul_peak_jax
+    peak = peaks.matmul_peak_jax
     framework = f"keras {keras.__version__} / jax {jax.__version__}"
   else:
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    from bench.sasrec_step import worker  # pylint: disable=g-import-not-at-top
 
     batches = [{k: tf.constant(v) for k, v in b.items()} for b in numpy_batches]
     run = lambda i: trainer.train_step(batches[i])[:2]  # (loss, mean weight)  # noqa: E731
-    peak = worker.matmul_peak_tf
+    peak = peaks.matmul_peak_tf
     profiler = lambda: None  # noqa: E731
     framework = f"keras {keras.__version__} / tensorflow {tf.__version__}"
   return run, peak, dict(framework=framework, check=check), trainer, profiler

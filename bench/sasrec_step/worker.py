@@ -16,39 +16,14 @@ import time
 import numpy as np
 
 from bench.common import memory, workers
-from bench.common.timing import time_calls
 from bench.sasrec_step.configs import SideConfig
 from bench.sasrec_step.ours import compile_separately, our_trainer, remove_scoring_and_loss
+from bench.sasrec_step.peaks import matmul_peak_tf, matmul_peak_torch
 from bench.sasrec_step.profiler import Profiler
 
-__all__ = ["serve", "Side", "matmul_peak_tf", "matmul_peak_torch"]
+__all__ = ["serve", "Side"]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-
-def matmul_peak_tf(n: int, repeats: int = 5) -> float:
-  """fp32 GFLOP/s of an n x n TensorFlow matmul, best of ``repeats`` after a warm-up."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-
-  a = tf.random.stateless_normal([n, n], seed=[1, 2])
-  b = tf.random.stateless_normal([n, n], seed=[3, 4])
-  return 2 * n**3 / time_calls(lambda: tf.matmul(a, b).numpy(), repeats)[0] / 1e9
-
-
-def matmul_peak_torch(n: int, repeats: int = 5, device="cpu") -> float:
-  """The same in PyTorch, on ``device`` (waiting for each product)."""
-  import torch  # pylint: disable=g-import-not-at-top
-
-  from bench.paper_code_torch import synchronize  # pylint: disable=g-import-not-at-top
-
-  a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
-
-  def product():
-    out = torch.matmul(a, b)
-    synchronize(device)
-    return out
-
-  return 2 * n**3 / time_calls(product, repeats)[0] / 1e9
 
 
 def serve(spec: dict) -> None:

@@ -34,11 +34,11 @@ rule, ``tfrs_logq.core.negatives.subsample_first_occurrences``).
 
 from tfrs_logq.keras3.negatives.base import (
   CONVENTIONS,
-  NegativeSampler,
   Negatives,
   first_occurrence_mask,
   first_occurrence_segments,
 )
+from tfrs_logq.keras3.negatives.sampler import NegativeSampler
 from tfrs_logq.keras3.negatives.cross_batch import CrossBatchNegatives
 from tfrs_logq.keras3.negatives.joined import JoinedNegatives
 from tfrs_logq.keras3.negatives.cross_replica import all_gather_rows

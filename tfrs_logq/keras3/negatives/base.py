@@ -20,7 +20,6 @@ from tfrs_logq.keras3 import _tensors
 
 __all__ = [
   "Negatives",
-  "NegativeSampler",
   "CONVENTIONS",
   "first_occurrence_mask",
   "first_occurrence_segments",
@@ -39,57 +38,6 @@ class Negatives(NamedTuple):
   log_q: object
   valid: object = None
   positive_log_q: object = None
-
-
-class NegativeSampler:
-  """The sampler protocol of both fronts (``tfrs_logq.tf_keras.negatives.NegativeSampler``):
-  ``sample_negatives`` draws the step's ``Negatives``, ``score`` scores A queries against their
-  positive and them, returning the ``ScoredCandidates`` that ``sampled_softmax_loss`` takes.
-
-  Both take ``(query_embeddings [A, d], positive_ids [A], positive_embeddings [A, d], *,
-  seed=None, sequence_ids=None, item_table=None, valid=None)`` (``score`` also ``temperature``);
-  a sampler ignores the arguments it does not need. Subclasses implement both (``score`` is
-  usually ``scoring.score_negatives`` of ``sample_negatives``); ``from_config(config)`` is
-  ``cls(**config)``.
-  """
-
-  def sample_negatives(
-    self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
-    *,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
-  ) -> Negatives:
-    """The negatives of one step."""
-    raise NotImplementedError(f"{type(self).__name__} must implement sample_negatives")
-
-  def score(
-    self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
-    *,
-    temperature: float = 1.0,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
-  ):
-    """ScoredCandidates(positive_scores [A], negative_scores [A, N], negative_log_q, valid_mask
-    [A, N], positive_log_q [A])."""
-    raise NotImplementedError(f"{type(self).__name__} must implement score")
-
-  def get_config(self) -> dict:
-    """Constructor arguments (round trip: ``cls.from_config(config)``)."""
-    raise NotImplementedError(f"{type(self).__name__} does not implement get_config")
-
-  @classmethod
-  def from_config(cls, config: dict):
-    return cls(**config)
 
 
 def _sorted_runs(ids, valid):

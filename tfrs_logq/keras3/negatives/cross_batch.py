@@ -60,6 +60,7 @@ from tfrs_logq.keras3.negatives import base
 from tfrs_logq.keras3.negatives import cross_replica as cross_replica_lib
 from tfrs_logq.keras3.negatives import in_batch
 from tfrs_logq.keras3.negatives.scoring import ScoredCandidates, embed_ids, score_negatives
+from tfrs_logq.keras3.negatives.sampler import NegativeSampler
 
 __all__ = ["CrossBatchNegatives"]
 
@@ -81,7 +82,7 @@ class _Memory(NamedTuple):
 
 
 @keras.saving.register_keras_serializable(package="tfrs_logq")
-class CrossBatchNegatives(keras.layers.Layer, base.NegativeSampler):
+class CrossBatchNegatives(keras.layers.Layer, NegativeSampler):
   """The positives of the last M pushes as shared negatives, with log Q (module docstring).
 
   Usage (one training step)::

@@ -32,6 +32,7 @@ from tfrs_logq.keras3 import _tensors
 from tfrs_logq.keras3.negatives import base
 from tfrs_logq.keras3.negatives import cross_replica as cross_replica_lib
 from tfrs_logq.keras3.negatives import scoring
+from tfrs_logq.keras3.negatives.sampler import NegativeSampler
 
 __all__ = [
   "InBatchNegatives",
@@ -192,10 +193,10 @@ def in_batch_negatives(
   )
 
 
-class InBatchNegatives(base.NegativeSampler):
+class InBatchNegatives(NegativeSampler):
   """Deduplicated (optionally subsampled, cross-replica) in-batch negatives: the tf-keras
   ``InBatchNegatives`` with the same arguments, as a sampler of the shared protocol
-  (``base.NegativeSampler``). The negatives are :func:`in_batch_negatives` of the queries'
+  (``NegativeSampler``). The negatives are :func:`in_batch_negatives` of the queries'
   positives, log q_uni from ``frequency_estimator.log_q``; the sampler only reads the estimator.
 
   Args:

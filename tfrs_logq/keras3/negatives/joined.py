@@ -15,12 +15,13 @@ from typing import Sequence
 
 import keras
 
-from tfrs_logq.keras3.negatives import base, scoring
+from tfrs_logq.keras3.negatives import scoring
+from tfrs_logq.keras3.negatives.sampler import NegativeSampler
 
 __all__ = ["JoinedNegatives"]
 
 
-class JoinedNegatives(keras.layers.Layer, base.NegativeSampler):
+class JoinedNegatives(keras.layers.Layer, NegativeSampler):
   """Blocks of negatives scored one after the other and joined (module docstring).
 
   Args:

@@ -36,7 +36,8 @@ from keras import ops
 from tfrs_logq.core import midx as midx_core
 from tfrs_logq.keras3 import _tensors
 from tfrs_logq.keras3.negatives import midx_index
-from tfrs_logq.keras3.negatives.base import NegativeSampler, Negatives
+from tfrs_logq.keras3.negatives.base import Negatives
+from tfrs_logq.keras3.negatives.sampler import NegativeSampler
 from tfrs_logq.keras3.negatives.scoring import ScoredCandidates, embed_ids, score_negatives
 
 __all__ = ["MIDXSampler", "MIDXRefreshCallback"]

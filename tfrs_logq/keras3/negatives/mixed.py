@@ -40,6 +40,7 @@ from tfrs_logq.keras3.negatives import in_batch
 from tfrs_logq.keras3.negatives import scoring
 from tfrs_logq.keras3.negatives.in_batch import InBatchNegatives
 from tfrs_logq.keras3.negatives.uniform import UniformNegatives
+from tfrs_logq.keras3.negatives.sampler import NegativeSampler
 
 __all__ = ["MixedNegatives"]
 
@@ -75,7 +76,7 @@ def _blocks_from_flat(num_uniform, flat: dict):
 
 
 @keras.saving.register_keras_serializable(package="tfrs_logq")
-class MixedNegatives(keras.layers.Layer, base.NegativeSampler):
+class MixedNegatives(keras.layers.Layer, NegativeSampler):
   """In-batch + k_u uniform negatives with log Q under one convention (module docstring): the
   tf-keras ``MixedNegatives`` with the same arguments, as a sampler of the shared protocol.
 

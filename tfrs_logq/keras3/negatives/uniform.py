@@ -40,6 +40,7 @@ from tfrs_logq.core import negatives as negatives_core
 from tfrs_logq.keras3 import _tensors
 from tfrs_logq.keras3.negatives import base
 from tfrs_logq.keras3.negatives import scoring
+from tfrs_logq.keras3.negatives.sampler import NegativeSampler
 
 __all__ = ["UNIFORM_PER", "UniformNegatives"]
 
@@ -63,7 +64,7 @@ def _positive_int(value, name: str) -> int:
 
 
 @keras.saving.register_keras_serializable(package="tfrs_logq")
-class UniformNegatives(keras.layers.Layer, base.NegativeSampler):
+class UniformNegatives(keras.layers.Layer, NegativeSampler):
   """k_u uniform draws (with replacement) from an id range or an id table; log Q = -log |D|.
 
   The tf-keras ``UniformNegatives`` with the same arguments, as a sampler of the shared protocol

@@ -38,7 +38,8 @@ Q is the per-draw probability of one negative slot under each sampler's stated c
 
 import importlib.util as _importlib_util
 
-from tfrs_logq.tf_keras.negatives.base import NegativeSampler, Negatives, validate_negatives
+from tfrs_logq.tf_keras.negatives.base import Negatives, validate_negatives
+from tfrs_logq.tf_keras.negatives.sampler import NegativeSampler
 from tfrs_logq.tf_keras.negatives.cross_batch import CrossBatchNegatives
 from tfrs_logq.tf_keras.negatives.cross_replica import all_gather_rows, num_replicas
 from tfrs_logq.tf_keras.negatives.in_batch import (

@@ -1,7 +1,8 @@
-"""`NegativeSampler`, the base class of every sampler, its `Negatives` record, and shared checks.
+"""The `Negatives` record of every sampler and the samplers' shared checks.
 
 A sampler draws the negatives of one training step, d_1..d_N, shared by the batch or per query,
-with log Q(d_i), and scores A queries against them. `NegativeSampler.score` returns the inputs of
+with log Q(d_i), and scores A queries against them (`negatives.sampler.NegativeSampler`). Its
+``score`` returns the inputs of
 ``tfrs_logq.tf_keras.losses.sampled_softmax_loss`` as a
 `tfrs_logq.tf_keras.negatives.ScoredCandidates`:
 
@@ -37,7 +38,7 @@ from typing import NamedTuple, Optional
 
 import tensorflow as tf
 
-__all__ = ["Negatives", "NegativeSampler", "validate_negatives"]
+__all__ = ["Negatives", "validate_negatives"]
 
 
 class Negatives(NamedTuple):
@@ -62,95 +63,6 @@ class Negatives(NamedTuple):
   def shared(self) -> bool:
     """True when the negatives are shared by every query (ids of rank 1)."""
     return self.ids.shape.rank == 1
-
-
-class NegativeSampler:
-  """Base class of the negative samplers: ``sample_negatives`` draws, ``score`` scores.
-
-  For A queries q_a with positives p_a (embeddings c_{p_a}) and the step's negatives d_i,
-  ``score`` returns ``ScoredCandidates(positive_scores = <q_a, c_{p_a}> / T,
-  negative_scores = <q_a, c_{d_i}> / T, negative_log_q = log Q(d_i), valid_mask = d_i != p_a,
-  positive_log_q = log Q(p_a))``, the arguments of
-  ``tfrs_logq.tf_keras.losses.sampled_softmax_loss``.
-
-  Subclasses implement `sample_negatives`; the default `score` is `sample_negatives` followed by
-  `tfrs_logq.tf_keras.negatives.score_negatives` (one [A, d] x [d, N] matmul for shared negatives).
-  Samplers with per-query negatives override `score` to avoid materialising [A, N, d].
-  Samplers that hold configuration implement `get_config`; `from_config(config)` is
-  ``cls(**config)``.
-  """
-
-  def sample_negatives(
-    self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
-    *,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
-  ) -> Negatives:
-    """The negatives of one step (`Negatives`); arguments as in `score`."""
-    raise NotImplementedError(f"{type(self).__name__} must implement sample_negatives")
-
-  def score(
-    self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
-    *,
-    temperature: float = 1.0,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
-  ):
-    """Draws the step's negatives and scores the queries against them.
-
-    Args:
-      query_embeddings: float ``[A, d]``.
-      positive_ids: integer ``[A]``.
-      positive_embeddings: float ``[A, d]`` (candidate embeddings of the positives).
-      temperature: scores are divided by it (> 0).
-      seed: optional ``[2]`` integer stateless seed (same seed, same negatives); None draws
-        from the stateful global RNG.
-      sequence_ids: optional integer ``[A]``: which sequence each query comes from (used by
-        per-sequence uniform negatives; None = every query is its own sequence).
-      item_table: optional ``[V, d]`` candidate table whose row ``i`` embeds id ``i`` (or a
-        zero-argument callable returning it): per-query negatives may score through one
-        [A, V] matmul + gather when that is cheaper, and samplers without a candidate
-        embedder embed from it.
-      valid: optional bool ``[A]``: False for padding queries of a static-shape batch (left
-        out of in-batch pools; their rows are scored and must be dropped by the caller).
-
-    Returns:
-      ``ScoredCandidates(positive_scores [A], negative_scores [A, N], negative_log_q [N] or
-      [A, N], valid_mask bool [A, N], positive_log_q [A] or None)``.
-    """
-    from tfrs_logq.tf_keras.negatives import scoring  # pylint: disable=g-import-not-at-top
-
-    negatives = self.sample_negatives(
-      query_embeddings,
-      positive_ids,
-      positive_embeddings,
-      seed=seed,
-      sequence_ids=sequence_ids,
-      item_table=item_table,
-      valid=valid,
-    )
-    return scoring.score_negatives(
-      query_embeddings, positive_ids, positive_embeddings, negatives, temperature=temperature
-    )
-
-  def get_config(self) -> dict:
-    """Constructor arguments of this sampler (round trip: ``cls.from_config(config)``)."""
-    raise NotImplementedError(f"{type(self).__name__} does not implement get_config")
-
-  @classmethod
-  def from_config(cls, config: dict):
-    """Rebuilds a sampler from `get_config`."""
-    return cls(**config)
 
 
 def as_ids(ids, name: str) -> tf.Tensor:

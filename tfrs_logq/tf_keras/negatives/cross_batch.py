@@ -68,12 +68,12 @@ from tfrs_logq.tf_keras import _static_shapes
 from tfrs_logq.tf_keras.negatives import cross_replica
 from tfrs_logq.tf_keras.negatives import scoring
 from tfrs_logq.tf_keras.negatives.base import (
-  NegativeSampler,
   Negatives,
   as_float,
   as_ids,
   check_positive_int,
 )
+from tfrs_logq.tf_keras.negatives.sampler import NegativeSampler
 from tfrs_logq.tf_keras.negatives.in_batch import _random_keys
 
 __all__ = ["CrossBatchNegatives"]  # (the twin of keras3/negatives/cross_batch.py)

@@ -58,7 +58,6 @@ from tfrs_logq.core import negatives as negatives_core
 from tfrs_logq.core.ops import tf_ops
 from tfrs_logq.tf_keras.negatives import cross_replica
 from tfrs_logq.tf_keras.negatives.base import (
-  NegativeSampler,
   Negatives,
   as_float,
   as_ids,
@@ -67,6 +66,7 @@ from tfrs_logq.tf_keras.negatives.base import (
   check_rank,
   check_same_dim,
 )
+from tfrs_logq.tf_keras.negatives.sampler import NegativeSampler
 
 __all__ = [
   "InBatchNegatives",

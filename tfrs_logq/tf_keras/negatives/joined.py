@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from tfrs_logq.tf_keras import _static_shapes
 from tfrs_logq.tf_keras.negatives import scoring
-from tfrs_logq.tf_keras.negatives.base import NegativeSampler
+from tfrs_logq.tf_keras.negatives.sampler import NegativeSampler
 
 __all__ = ["JoinedNegatives"]
 

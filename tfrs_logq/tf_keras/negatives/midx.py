@@ -39,7 +39,8 @@ from tfrs_logq.core import midx as midx_core
 from tfrs_logq.core.ops import tf_ops
 from tfrs_logq.tf_keras.negatives import midx_index
 from tfrs_logq.tf_keras.negatives import scoring
-from tfrs_logq.tf_keras.negatives.base import NegativeSampler, Negatives, as_ids, check_rank
+from tfrs_logq.tf_keras.negatives.base import Negatives, as_ids, check_rank
+from tfrs_logq.tf_keras.negatives.sampler import NegativeSampler
 
 __all__ = ["MIDXSampler", "RefreshEveryNSteps", "MIDXRefreshCallback"]
 

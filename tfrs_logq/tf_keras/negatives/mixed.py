@@ -43,7 +43,8 @@ from tfrs_logq.tf_keras import _static_shapes
 from tfrs_logq.core import negatives as negatives_core
 from tfrs_logq.core.ops import tf_ops
 from tfrs_logq.tf_keras.negatives import scoring
-from tfrs_logq.tf_keras.negatives.base import NegativeSampler, Negatives, as_float
+from tfrs_logq.tf_keras.negatives.base import Negatives, as_float
+from tfrs_logq.tf_keras.negatives.sampler import NegativeSampler
 from tfrs_logq.tf_keras.negatives.in_batch import (
   CONVENTIONS,
   InBatchNegatives,

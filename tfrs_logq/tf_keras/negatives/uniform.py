@@ -45,12 +45,12 @@ from tfrs_logq.core import checks as core_checks
 from tfrs_logq.core import negatives as negatives_core
 from tfrs_logq.tf_keras.negatives import scoring
 from tfrs_logq.tf_keras.negatives.base import (
-  NegativeSampler,
   Negatives,
   as_ids,
   check_positive_int,
   check_rank,
 )
+from tfrs_logq.tf_keras.negatives.sampler import NegativeSampler
 
 __all__ = ["UniformNegatives", "UNIFORM_PER"]
 

@@ -1,0 +1,245 @@
+"""The points of bench/catalog_size.py, one (variant, |I|) two-tower step each, shared by its
+one-process side and its parameter-server side (`bench.catalog.parameter_server`): the Zipf(1)-like
+item law of the batches, the model built by the training binary's code, the timed steps in a
+forked child of their own, and the size labels and axes of the report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import time
+import types
+
+import numpy as np
+
+from bench.common import memory
+
+VARIANTS = (
+  "mixed+exact",
+  "mixed+hash_array",
+  "mixed+count_min",
+  "full",
+  "mixed+hash_array@adam",
+  "mixed+hash_array@lazy_adam",
+)
+OPTIMIZERS = ("sgd", "adam", "lazy_adam")
+
+
+def full_softmax_bytes(batch: int, num_items: int, dim: int) -> int:
+  """Projected memory of a full-softmax step: logits, their softmax and gradient [B, |I|],
+  plus the table, its gathered copy, its dense gradient and one spare [|I| + 1, d]."""
+  return 4 * (3 * batch * num_items + 4 * (num_items + 1) * dim)
+
+
+def zipf_probabilities(num_items: int) -> np.ndarray:
+  """P(i) = log((i + 1) / i) / log(|I| + 1) for i = 1..|I| (index 0 = 0): the law of
+  floor(exp(u log(|I| + 1))) with u ~ U(0, 1)."""
+  i = np.arange(1, num_items + 1, dtype=np.float64)
+  return np.concatenate([[0.0], np.log1p(1.0 / i) / np.log(num_items + 1.0)])
+
+
+def zipf_ids(rng: np.random.Generator, num_items: int, size: int) -> np.ndarray:
+  ids = np.floor(np.exp(rng.random(size) * np.log(num_items + 1.0))).astype(np.int64)
+  return np.clip(ids, 1, num_items)
+
+
+def build_point(spec: dict):
+  """The model, estimator, objective, optimizer, step counter, item table and 4 batches of one
+  point, built by the training binary's code (under the current tf.distribute scope: the
+  parameter-server side calls it in ParameterServerStrategy's). Returns a SimpleNamespace."""
+  import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  from train.config import RunConfig  # pylint: disable=g-import-not-at-top
+  from train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  from train.objective import Objective  # pylint: disable=g-import-not-at-top
+
+  v, b, d, users = spec["num_items"], spec["batch_size"], spec["dim"], spec["num_users"]
+  variant, _, optimizer_name = spec["variant"].partition("@")
+  loss, _, frequency = variant.partition("+")
+  settings = dict(
+    model="two_tower",
+    use_user_id=True,
+    use_history=False,
+    embedding_dim=d,
+    batch_size=b,
+    seed=spec["seed"],
+    progress=False,
+    loss="full_softmax" if loss == "full" else "sampled_softmax",
+  )
+  if loss != "full":
+    settings.update(
+      negatives="mixed",
+      num_negatives=spec["num_negatives"],
+      uniform_negatives="batch",
+      logq="corrected",
+      frequency=frequency,
+      frequency_buckets=spec["buckets"],
+    )
+  cfg = RunConfig.create(**settings)
+  p = zipf_probabilities(v)
+  data = types.SimpleNamespace(
+    num_items=v, num_users=users, item_counts=np.round(p * 1e9).astype(np.int64)
+  )
+  model = trainer_lib.build_model(cfg, data).build_all()
+  estimator = trainer_lib.build_estimator(cfg, data) if loss != "full" else None
+  del data, p
+  objective = Objective(cfg, model, v, estimator)
+  variables = model.trainable_variables
+  if optimizer_name in ("adam", "lazy_adam"):
+    from tfrs_logq.tf_keras.lazy_adam import LazyAdam  # pylint: disable=g-import-not-at-top
+
+    # what train/trainer.py builds for --table_optimizer=adam / lazy_adam
+    optimizer = LazyAdam(1e-3) if optimizer_name == "lazy_adam" else tf.keras.optimizers.Adam(1e-3)
+    optimizer.build(variables)
+  else:
+    optimizer = tf.keras.optimizers.legacy.SGD(0.05)  # sparse rows: scatter into the table
+  step = tf.Variable(0, dtype=tf.int64)
+  rng = np.random.default_rng(spec["seed"])
+  batches = [
+    dict(
+      user_id=tf.constant(rng.integers(1, users + 1, b)), item_id=tf.constant(zipf_ids(rng, v, b))
+    )
+    for _ in range(4)
+  ]
+  return types.SimpleNamespace(
+    model=model,
+    estimator=estimator,
+    objective=objective,
+    variables=variables,
+    optimizer=optimizer,
+    step=step,
+    table=model.candidate_tower.item_embedding.embeddings,
+    batches=batches,
+  )
+
+
+def estimator_bytes(estimator) -> int:
+  """Bytes of the estimator's variables (0 without one)."""
+  if estimator is None:
+    return 0
+  return sum(int(np.prod(w.shape)) * w.dtype.size for w in estimator.weights)
+
+
+def measure_point(spec: dict) -> dict:
+  """One (variant, |I|) point, in this process; returns the measurements."""
+  import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  tf.get_logger().setLevel("ERROR")
+  rss_import = memory.status_kib("VmRSS")
+  built = build_point(spec)
+  objective, variables, optimizer = built.objective, built.variables, built.optimizer
+  step, table, batches, estimator = built.step, built.table, built.batches, built.estimator
+
+  @tf.function
+  def train_step(batch):
+    with tf.GradientTape() as tape:
+      terms = objective(batch, step, training=True)
+    grads = tape.gradient(terms["loss"], variables)
+    rows = tf.constant(-1, tf.int64)
+    for var, g in zip(variables, grads):
+      if var is table and g is not None:
+        rows = (
+          tf.size(g.indices, out_type=tf.int64)
+          if isinstance(g, tf.IndexedSlices)
+          else tf.shape(g, out_type=tf.int64)[0]
+        )
+    optimizer.apply_gradients([(g, var) for g, var in zip(grads, variables) if g is not None])
+    step.assign_add(1)
+    return terms["loss"], rows
+
+  rss_setup = memory.status_kib("VmRSS")
+  for i in range(spec["warmup"]):
+    train_step(batches[i % 4])[0].numpy()
+  reset = memory.reset_peak_rss()
+  times, value, rows = [], float("nan"), -1
+  for i in range(spec["steps"]):
+    start = time.perf_counter()
+    value, rows = (float(t) for t in train_step(batches[i % 4]))
+    times.append(time.perf_counter() - start)
+  state = estimator_bytes(estimator)
+  return dict(
+    times=times,
+    loss=value,
+    peak_rss_kib=memory.peak_rss_kib(reset),
+    rss_import_kib=rss_import,
+    rss_setup_kib=rss_setup,
+    table_bytes=int(np.prod(table.shape)) * 4,
+    estimator_bytes=state,
+    table_grad_rows=int(rows),
+  )
+
+
+def run_point(spec: dict, timeout: float, point=None) -> dict:
+  """``point`` (default `measure_point`) in a child process of its own, so that each point's
+  memory is measured alone.
+
+  The child is forked from this process, which has imported TensorFlow and the application but
+  never run an op (so no runtime threads exist yet and forking is safe): each point then costs
+  its own setup and steps only, not another import.
+  """
+  read_fd, write_fd = os.pipe()
+  pid = os.fork()
+  if pid == 0:  # the child
+    os.close(read_fd)
+    try:
+      out = (point or measure_point)(spec)
+    except BaseException as e:  # pylint: disable=broad-except
+      lines = [l.strip() for l in str(e).splitlines() if l.strip()]
+      out = dict(error=f"{type(e).__name__}: {lines[-1] if lines else ''}"[:300])
+    with os.fdopen(write_fd, "w") as f:
+      f.write(json.dumps(out))
+    os._exit(0)
+  os.close(write_fd)
+  chunks, deadline = [], time.time() + timeout
+  with os.fdopen(read_fd, "r") as f:
+    while True:
+      ready, _, _ = select.select([f], [], [], max(0.0, deadline - time.time()))
+      if not ready:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        return dict(error=f"timeout after {timeout:g} s")
+      chunk = f.read()
+      if not chunk:
+        break
+      chunks.append(chunk)
+  _, status = os.waitpid(pid, 0)
+  if not chunks:
+    return dict(error=f"the point's process died (status {status}; out of memory?)")
+  return json.loads("".join(chunks))
+
+
+def fmt_size(n: int) -> str:
+  e = int(round(np.log10(n)))
+  return f"1e{e}" if 10**e == n else f"{n:.0e}".replace("+0", "").replace("+", "")
+
+
+def log_log_axes(panels) -> None:
+  """Log-log axes against the catalog size for ((axis, title, unit), ...), grid and legend."""
+  for ax, title, unit in panels:
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("catalog size |I|")
+    ax.set_ylabel(unit)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def merge(old: dict, new: dict) -> dict:
+  """Pools the timed steps of two passes over a point; memory: the larger peak."""
+  if "times" not in old:
+    return new
+  if "times" not in new:
+    return old
+  out = dict(old, times=old["times"] + new["times"])
+  if (
+    old.get("peak_rss_kib")
+    and new.get("peak_rss_kib")
+    and new["peak_rss_kib"] > old["peak_rss_kib"]
+  ):
+    out.update(peak_rss_kib=new["peak_rss_kib"], rss_import_kib=new["rss_import_kib"])
+  return out

@@ -1,0 +1,45 @@
+"""The machine's fp32 matmul peak (GFLOP/s of an n x n product, best of ``repeats`` after a
+warm-up) in each framework a step side runs: TensorFlow, PyTorch, JAX.
+"""
+
+from __future__ import annotations
+
+from bench.common.timing import time_calls
+
+__all__ = ["matmul_peak_jax", "matmul_peak_tf", "matmul_peak_torch"]
+
+
+def matmul_peak_tf(n: int, repeats: int = 5) -> float:
+  """fp32 GFLOP/s of an n x n TensorFlow matmul, best of ``repeats`` after a warm-up."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  a = tf.random.stateless_normal([n, n], seed=[1, 2])
+  b = tf.random.stateless_normal([n, n], seed=[3, 4])
+  return 2 * n**3 / time_calls(lambda: tf.matmul(a, b).numpy(), repeats)[0] / 1e9
+
+
+def matmul_peak_torch(n: int, repeats: int = 5, device="cpu") -> float:
+  """The same in PyTorch, on ``device`` (waiting for each product)."""
+  import torch  # pylint: disable=g-import-not-at-top
+
+  from bench.paper_code_torch import synchronize  # pylint: disable=g-import-not-at-top
+
+  a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
+
+  def product():
+    out = torch.matmul(a, b)
+    synchronize(device)
+    return out
+
+  return 2 * n**3 / time_calls(product, repeats)[0] / 1e9
+
+
+def matmul_peak_jax(n: int, repeats: int = 5) -> float:
+  """fp32 GFLOP/s of a jitted n x n JAX matmul, best of ``repeats`` after a warm-up."""
+  import jax  # pylint: disable=g-import-not-at-top
+
+  a = jax.random.normal(jax.random.key(1), (n, n), "float32")
+  b = jax.random.normal(jax.random.key(2), (n, n), "float32")
+  matmul = jax.jit(lambda x, y: x @ y)
+  matmul(a, b).block_until_ready()
+  return 2 * n**3 / time_calls(lambda: matmul(a, b).block_until_ready(), repeats)[0] / 1e9
