@@ -15,10 +15,14 @@ import pathlib
 SITE = pathlib.Path(__file__).resolve().parent / "no_tensorflow_site"
 
 
-def hide(env: dict) -> dict:
-  """``env`` with TensorFlow hidden from the process (a new dict)."""
+def hide(env: dict, also=()) -> dict:
+  """``env`` with TensorFlow (and the top-level modules ``also``) hidden from the process (a
+  new dict)."""
   path = env.get("PYTHONPATH", "")
-  return dict(env, PYTHONPATH=f"{SITE}{os.pathsep}{path}" if path else str(SITE))
+  out = dict(env, PYTHONPATH=f"{SITE}{os.pathsep}{path}" if path else str(SITE))
+  if also:
+    out["HIDDEN_ALSO"] = ",".join(also)
+  return out
 
 
 def for_backend(env: dict, backend: str) -> dict:

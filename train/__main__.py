@@ -81,6 +81,10 @@ def main(argv):
       )
       distribute.run_server()
       return
+  data = None
+  if not cfg.data.reads_with_tensorflow:  # a missing or malformed data file is reported at once
+    with cli.bad_input():
+      data = cfg.data.load()
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   if cfg.cpu_replicas > 1:
@@ -90,8 +94,9 @@ def main(argv):
     )
   from train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
 
-  with cli.bad_input():  # a missing or malformed data file, data that contradicts the flags
-    data = cfg.data.load()
+  if data is None:
+    with cli.bad_input():  # a missing or malformed data file, data that contradicts the flags
+      data = cfg.data.load()
   os.makedirs(cfg.model_dir, exist_ok=True)
   try:
     result = trainer_lib.Trainer(cfg, data=data, report=_say).run()

@@ -19,6 +19,7 @@ from absl import flags
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
+import without_tensorflow
 from train import cli
 from train.data import DataFormatError
 
@@ -177,15 +178,24 @@ def test_bad_data_file_is_one_line_and_status_2(tmp_path):
   assert debug.returncode == cli.EXIT_BAD_INPUT
   assert "Traceback (most recent call last)" in debug.stderr and "DataFormatError" in debug.stderr
   assert _lines(debug.stderr)[-1] == _lines(out.stderr)[0]
-  missing = _train(
-    [
-      "--dataset=sequences",
-      f"--data_path={tmp_path / 'none.txt'}",
-      f"--model_dir={tmp_path / 'run'}",
-    ]
-  )
-  assert missing.returncode == cli.EXIT_BAD_INPUT
-  assert _lines(missing.stderr) == [f"error: data file not found: {tmp_path / 'none.txt'}"]
+  # read before TensorFlow is imported (here it cannot be): a missing file, sequences too short
+  # for leave-one-out (a CSV of two items per user, a sequence file of one item per line)
+  no_tf = without_tensorflow.hide(_env())
+  two_each = tmp_path / "two_each.csv"
+  two_each.write_text("user,item\n1,10\n1,11\n2,10\n2,12\n")
+  one_each = tmp_path / "one_each.txt"
+  one_each.write_text("u1 7\nu2 8\n")
+  loo = "no training sequence with >= 2 items under --split=leave_one_out: a user needs >= 4 "
+  for data, want in [
+    (["--dataset=sequences", f"--data_path={tmp_path / 'none.txt'}"], "data file not found: "),
+    (["--dataset=interactions", f"--data_path={two_each}"], f"two_each.csv: {loo}"),
+    (["--dataset=sequences", f"--data_path={one_each}"], f"one_each.txt: {loo}"),
+  ]:
+    out = _train(data + [f"--model_dir={tmp_path / 'run'}"], env=no_tf)
+    assert out.returncode == cli.EXIT_BAD_INPUT, out.stderr[-3000:]
+    lines = _lines(out.stderr)
+    assert len(lines) == 1 and lines[0].startswith("error: ") and want in lines[0], out.stderr
+  assert "longest training sequence has 1 item" in lines[0]
   assert not (tmp_path / "run").exists()
 
 

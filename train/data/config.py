@@ -15,6 +15,7 @@ from typing import Optional
 from train.config_flags import coerce, setting
 from train.data.datasets import DATASETS, SPLITS, load
 from train.data.records import SequenceData
+from train.data.splits import check_training_sequences
 
 __all__ = ["DataConfig"]
 
@@ -128,9 +129,18 @@ class DataConfig:
       kwargs.update(min_count=self.min_count)
     return kwargs
 
+  @property
+  def reads_with_tensorflow(self) -> bool:
+    """Whether `load` imports TensorFlow (the TFDS reader); the other readers are numpy only,
+    so the binaries read them before importing TensorFlow or JAX."""
+    return self.dataset == "tfds"
+
   def load(self) -> SequenceData:
-    """The dataset these settings describe."""
-    return load(self.dataset, self.data_path, **self.load_kwargs())
+    """The dataset these settings describe; ValueError when no training sequence has the 2
+    items a model learns from (`train.data.splits.check_training_sequences`)."""
+    data = load(self.dataset, self.data_path, **self.load_kwargs())
+    check_training_sequences(data, split=self.split, val_users=self.val_users)
+    return data
 
   def to_dict(self) -> dict:
     return dataclasses.asdict(self)

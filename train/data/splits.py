@@ -229,6 +229,37 @@ def temporal_split(
   )
 
 
+def check_training_sequences(data: SequenceData, *, split: str, val_users: int = 0) -> None:
+  """Raises ValueError unless some training sequence has >= 2 items, the least either model
+  learns from (a next item after at least one earlier item), naming the length the split needs.
+
+  Leave-one-out holds out each user's last item (the test target) and, for a validation user,
+  the one before it: a user needs >= 4 interactions (>= 3 when not a validation user, under
+  ``val_users``); the temporal split trains on the interactions before its validation period;
+  a gSASRec folder's training file is used as it is.
+  """
+  lengths = [int(s.size) for s in data.train_sequences]
+  if any(n >= 2 for n in lengths):
+    return
+  longest = max(lengths, default=0)
+  if data.metadata.get("format") == "gsasrec":
+    need = "each line of the training file needs >= 2 items"
+  elif split == "leave_one_out":
+    need = (
+      "a user needs >= 4 interactions (the last is held out as the test target, the one "
+      "before it as the validation target)"
+    )
+    if val_users:
+      need = need[:-1] + "; >= 3 for a user outside the --val_users)"
+  else:
+    need = "a user needs >= 2 interactions before the validation period"
+  raise ValueError(
+    f"{data.metadata.get('source', data.name)}: no training sequence with >= 2 items under "
+    f"--split={split}: {need}; the "
+    f"longest training sequence has {longest} item{'s' if longest != 1 else ''}"
+  )
+
+
 def build_sequence_data(
   name: str,
   users,

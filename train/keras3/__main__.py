@@ -109,6 +109,10 @@ def main(argv):
         "--shuffle_rng=tensorflow (python -m train's batch order) needs "
         "TensorFlow, which is not installed here; use --shuffle_rng=numpy"
       )
+  # before Keras (and its backend) is imported: a missing or malformed data file, data that
+  # contradicts the flags, is reported at once
+  with cli.bad_input():
+    data = cfg.data.load()
   import keras  # pylint: disable=g-import-not-at-top
 
   if keras.backend.backend() != FLAGS.backend:
@@ -119,8 +123,6 @@ def main(argv):
     )
   from train.keras3 import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
 
-  with cli.bad_input():  # a missing or malformed data file, data that contradicts the flags
-    data = cfg.data.load()
   os.makedirs(cfg.model_dir, exist_ok=True)
   if FLAGS.seeds:
     _run_seeds(cfg, data, trainer_lib)

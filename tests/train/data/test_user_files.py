@@ -211,3 +211,29 @@ def test_export_writes_the_id_maps(tmp_path):
   assert items == ["x", "y", "z"] and written["item_ids"] == "item_ids.txt"
   assert (tmp_path / "export" / "user_ids.txt").read_text().splitlines() == ["alice", "bob"]
   json.dumps(written)
+
+
+def test_too_short_for_the_split_names_the_length_it_needs(tmp_path):
+  """DataConfig.load (both binaries' reader) refuses data where no training sequence has the 2
+  items a model learns from, naming the file, the split and the length it needs."""
+  three = tmp_path / "three.csv"
+  three.write_text("user,item,t\n1,10,1\n1,11,2\n1,12,3\n2,10,1\n2,12,2\n2,13,3\n")
+  config = lambda **kw: D.DataConfig(dataset="interactions", data_path=str(three), **kw)
+  with pytest.raises(ValueError) as e:
+    config().load()  # every user validates: 3 - 2 = 1 training item each
+  assert str(e.value) == (
+    f"{three}: no training sequence with >= 2 items under --split=leave_one_out: a user needs "
+    ">= 4 interactions (the last is held out as the test target, the one before it as the "
+    "validation target); the longest training sequence has 1 item"
+  )
+  two = tmp_path / "two.csv"
+  two.write_text("user,item\n1,10\n1,11\n2,10\n2,12\n")
+  with pytest.raises(ValueError, match=r"4 interactions .*; >= 3 for a user outside the --val_"):
+    D.DataConfig(dataset="interactions", data_path=str(two), val_users=1).load()
+  ten = tmp_path / "ten.csv"  # ten users of one interaction each
+  ten.write_text("user,item,t\n" + "".join(f"{u},{u % 3},{u}\n" for u in range(10)))
+  with pytest.raises(ValueError, match="temporal: a user needs >= 2 interactions before the"):
+    D.DataConfig(dataset="interactions", data_path=str(ten), split="temporal").load()
+  # gSASRec protocol: the drawn ids are 0-based, so user 2 never validates and keeps 2 items
+  assert np.random.RandomState(42).choice(2, 2, replace=False).tolist() == [1, 0]
+  assert sorted(s.size for s in config(val_users=2).load().train_sequences) == [1, 2]

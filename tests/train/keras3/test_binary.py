@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import keras3_binary_harness as harness
+import without_tensorflow
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -154,9 +155,28 @@ BAD_INPUT = [
 
 
 def test_bad_input_is_one_error_line_and_status_2(tmp_path):
-  procs = [_start(args + [f"--model_dir={tmp_path}"]) for args, _ in BAD_INPUT]
-  for (args, needle), proc in zip(BAD_INPUT, procs):
+  # data are read before Keras and its backend are imported (here they cannot be): a missing
+  # file, sequences too short for leave-one-out (a CSV of two items per user, a sequence file of
+  # one item per line)
+  two_each = tmp_path / "two_each.csv"
+  two_each.write_text("user,item\n1,10\n1,11\n2,10\n2,12\n")
+  one_each = tmp_path / "one_each.txt"
+  one_each.write_text("u1 7\nu2 8\n")
+  loo = "no training sequence with >= 2 items under --split=leave_one_out: a user needs >= 4 "
+  no_keras = without_tensorflow.hide(_env("jax"), also=("jax", "keras", "torch"))
+  bad_data = [
+    (["--dataset=sequences", f"--data_path={tmp_path / 'none.txt'}"], "data file not found: "),
+    (["--dataset=interactions", f"--data_path={two_each}"], f"two_each.csv: {loo}"),
+    (["--dataset=sequences", f"--data_path={one_each}"], f"one_each.txt: {loo}"),
+  ]
+  procs = [_start(args + [f"--model_dir={tmp_path / 'run'}"]) for args, _ in BAD_INPUT]
+  procs += [
+    harness.start(args + [f"--model_dir={tmp_path / 'run'}"], None, no_keras)
+    for args, _ in bad_data
+  ]
+  for (args, needle), proc in zip(BAD_INPUT + bad_data, procs):
     code, _, err = harness.finish(proc)
     assert code == 2, (args, err)
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], (args, err)
+  assert not (tmp_path / "run").exists()
