@@ -115,10 +115,10 @@ def _table(rows) -> list:
 
 
 def _plot(rows, path):
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  import matplotlib
 
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt
 
   fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2))
   for variant in dict.fromkeys(r["variant"] for r in rows):
@@ -250,14 +250,14 @@ def main(argv=None):
     )
   # Imported once here, before any op runs; every point is a fork of this process.
   import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-  import tensorflow  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
-  import train.config  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
-  import train.objective  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
-  import train.trainer  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  import tensorflow  # noqa: F401
+  import train.config  # noqa: F401
+  import train.objective  # noqa: F401
+  import train.trainer  # noqa: F401
 
   command = "python bench/catalog_size.py " + " ".join(argv if argv is not None else sys.argv[1:])
   if args.parameter_server:
-    from bench.catalog import parameter_server as catalog_ps  # pylint: disable=g-import-not-at-top
+    from bench.catalog import parameter_server as catalog_ps
 
     print(catalog_ps.main_ps(args, command))
     return

@@ -139,7 +139,7 @@ def main(argv=None) -> int:
   for seed in range(args.runs):
     run_dir = out / f"seed{seed}"
     run_dir.mkdir(parents=True, exist_ok=True)
-    log = open(run_dir / "log.txt", "w")  # pylint: disable=consider-using-with
+    log = open(run_dir / "log.txt", "w")
     cmd = run_command(args, seed, run_dir)
     procs.append(
       (

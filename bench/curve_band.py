@@ -124,10 +124,10 @@ def summarise(rows: List[dict]) -> dict:
 
 
 def _plot(results: Dict[str, dict], names: Sequence[str], path: pathlib.Path) -> None:
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  import matplotlib
 
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt
 
   keys = list(results)
   fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.6), squeeze=False)

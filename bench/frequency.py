@@ -254,10 +254,10 @@ def bench_shift(args, rng, p, cdf):
   steps_to_10 = adapted[0] if adapted.size else float("nan")
   print(f"hash arrays: new head within 10% median relative error after {steps_to_10:.1f}/α steps")
 
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  import matplotlib
 
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt
 
   fig, axes = plt.subplots(1, 2, figsize=(11, 4))
   axes[0].plot(since, curve[:, 1], label="hash arrays (α=0.01)")

@@ -102,7 +102,7 @@ def _train(trainer, steps_of_epoch, steps: int, per_epoch: int) -> dict:
 def tf_keras_run(cfg: RunConfig, weights_path: str) -> dict:
   """The tf-keras trainer's run; saves its initial weights to ``weights_path``."""
   import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-  from train.trainer import Trainer  # pylint: disable=g-import-not-at-top
+  from train.trainer import Trainer
 
   trainer = Trainer(cfg, data=cfg.data.load())
   sasrec_weights.to_npz(weights_path, sasrec_weights.get_arrays(trainer.model))
@@ -113,7 +113,7 @@ def tf_keras_run(cfg: RunConfig, weights_path: str) -> dict:
 def keras3_run(cfg: RunConfig, init: str, weights_path: str) -> dict:
   """A Keras 3 trainer's run (in a worker whose KERAS_BACKEND is set): from the tf-keras run's
   initial weights (``init="copied"``) or its own (``"own"``)."""
-  from train.keras3.trainer import Trainer  # pylint: disable=g-import-not-at-top
+  from train.keras3.trainer import Trainer
 
   trainer = Trainer(cfg, data=cfg.data.load(), report=lambda line: None, shuffle_rng="tensorflow")
   if init == "copied":
@@ -199,10 +199,10 @@ def markdown(result: dict) -> str:
 
 
 def plot(result: dict, path: pathlib.Path) -> None:
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  import matplotlib
 
   matplotlib.use("Agg")
-  from matplotlib import pyplot as plt  # pylint: disable=g-import-not-at-top
+  from matplotlib import pyplot as plt
 
   runs = result["runs"]
   fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
@@ -235,8 +235,8 @@ def main(argv):
   del argv
   with tempfile.TemporaryDirectory(prefix="keras3_trajectory_") as model_dir:
     cfg = run_config(model_dir)  # the trainers' checkpoint / summary folder: discarded
-    if FLAGS._worker:  # pylint: disable=protected-access
-      spec = json.loads(FLAGS._worker)  # pylint: disable=protected-access
+    if FLAGS._worker:
+      spec = json.loads(FLAGS._worker)
       print(reply_line(keras3_run(cfg, spec["init"], spec["weights"])), flush=True)
     else:
       compare(cfg)

@@ -116,10 +116,10 @@ def main(argv=None):
     del items
 
   if args.out:
-    import matplotlib  # pylint: disable=g-import-not-at-top
+    import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+    import matplotlib.pyplot as plt
 
     os.makedirs(args.out, exist_ok=True)
     fig, ax = plt.subplots(figsize=(6, 4))

@@ -266,10 +266,10 @@ def main(argv=None):
 
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  import matplotlib
 
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt
 
   fig, ax = plt.subplots(figsize=(6, 4))
   sizes = list(sampling)

@@ -56,7 +56,7 @@ LOGQS = ("corrected", "standard", "none")
 
 
 def _torch():
-  import torch  # pylint: disable=g-import-not-at-top
+  import torch
 
   return torch
 

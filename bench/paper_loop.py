@@ -155,7 +155,7 @@ def define_flags() -> None:
 
 
 def _torch():
-  import torch  # pylint: disable=g-import-not-at-top
+  import torch
 
   return torch
 
@@ -305,7 +305,7 @@ def run(
   With ``checkpoint_dir`` the run's state is saved after every epoch and a later call with the
   same settings (data, model, seed, logq) goes on from it: the same epochs, losses and metrics
   as one call, on the CPU exactly (torch's generators are part of the state)."""
-  from bench.paper_code_torch import PaperCodeStep  # pylint: disable=g-import-not-at-top
+  from bench.paper_code_torch import PaperCodeStep
 
   torch = _torch()
   data = data_config(dataset, data_path, val_users).load()
@@ -321,7 +321,7 @@ def run(
     device=device,
     logq=logq,
   )
-  from bench.paper_code_torch import synchronize  # pylint: disable=g-import-not-at-top
+  from bench.paper_code_torch import synchronize
 
   sync = lambda: synchronize(step_fn.device)
   model = step_fn.model

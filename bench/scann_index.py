@@ -251,10 +251,10 @@ def main(argv):
 
 
 def _plot(rows, base_tp, path, k):
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  import matplotlib
 
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt
 
   fig, ax = plt.subplots(figsize=(6, 4))
   for reorder in sorted({r["reorder_k"] for r in rows}):

@@ -104,7 +104,7 @@ def _mmap_path(spec: dict) -> Optional[str]:
 
 def run_point(spec: dict) -> dict:
   """One catalog size: both indexes, sweep, chosen settings, interleaved timing."""
-  from eval import index as index_lib  # pylint: disable=g-import-not-at-top
+  from eval import index as index_lib
 
   n, k = spec["num_items"], spec["k"]
   out = {"num_items": n, "dim": spec["dim"], "k": k}
@@ -237,7 +237,7 @@ def run_point(spec: dict) -> dict:
 def _encoder(geo: Geometry, cluster: np.ndarray):
   """A stand-in query tower: history [B, L] -> mean of its items' cluster centres."""
   import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
 
   class ClusterMeanEncoder(tf.Module):
     def __init__(self):
@@ -263,9 +263,9 @@ def _histories(geo: Geometry, batch: int, length: int) -> np.ndarray:
 
 def run_serving_build(spec: dict) -> dict:
   import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from eval import index as index_lib  # pylint: disable=g-import-not-at-top
-  from eval import serving  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  from eval import index as index_lib
+  from eval import serving
 
   geo = Geometry(spec["num_items"], spec["dim"], spec["seed"])
   table, cluster = geo.items(_mmap_path(spec))
@@ -302,8 +302,8 @@ def run_serving_build(spec: dict) -> dict:
 
 def run_serving_load(spec: dict) -> dict:
   import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from eval import serving  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  from eval import serving
 
   ref = np.load(os.path.join(spec["model_dir"], "..", "in_process.npz"))
   start = time.perf_counter()

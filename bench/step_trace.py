@@ -109,14 +109,14 @@ def summarize_xspace(xspace, num_steps: int) -> dict:
 
 def _worker(spec: dict) -> None:
   """Subprocess: one configuration; prints one JSON reply."""
-  from bench.sasrec_step import configs, ours  # pylint: disable=g-import-not-at-top
-  from train import host_memory  # pylint: disable=g-import-not-at-top
+  from bench.sasrec_step import configs, ours
+  from train import host_memory
 
   cfg = configs.parse_config(spec["config"])
   host_memory.configure(cfg.allocator)
   import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tensorflow.tsl.profiler.protobuf import xplane_pb2  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  from tensorflow.tsl.profiler.protobuf import xplane_pb2
 
   tf.get_logger().setLevel("ERROR")
   args = argparse.Namespace(
@@ -174,10 +174,10 @@ def time_scoring_paths(
   repeats: int, a: int = 13968, k: int = 128, v: int = 3417, d: int = 128
 ) -> dict:
   """Seconds (min, median) of forward + backward of each per-query scoring path (docstring)."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
+  import numpy as np
   import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfrs_logq.tf_keras.negatives import scoring  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  from tfrs_logq.tf_keras.negatives import scoring
 
   rng = np.random.default_rng(0)
   q = tf.Variable(rng.normal(size=(a, d)).astype(np.float32))
@@ -195,9 +195,9 @@ def time_scoring_paths(
     return fwd_bwd
 
   paths = {
-    "[A, V] matmul + gather": compiled(scoring._matmul_then_gather),  # pylint: disable=protected-access
+    "[A, V] matmul + gather": compiled(scoring._matmul_then_gather),
     "[A, k, d] gather + contraction": compiled(scoring._gather_then_dot),
-  }  # pylint: disable=protected-access
+  }
 
   def run(name, _):
     for g in paths[name]():
@@ -272,8 +272,8 @@ def main(argv=None) -> None:
   parser.add_argument("--repeats", type=int, default=8, help="repeats of --scoring_paths")
   parser.add_argument("--_worker", default=None, help=argparse.SUPPRESS)
   args = parser.parse_args(argv)
-  if args._worker:  # pylint: disable=protected-access
-    _worker(json.loads(args._worker))  # pylint: disable=protected-access
+  if args._worker:
+    _worker(json.loads(args._worker))
     return
   if args.scoring_paths:
     for name, (lo, med) in time_scoring_paths(args.repeats).items():

@@ -277,10 +277,10 @@ def plot_curves(data: Dict, names: Sequence[str], path: pathlib.Path) -> bool:
   ]
   if not panels:
     return False
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  import matplotlib
 
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt
 
   fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
   for ax, (row, pair) in zip(axes[0], panels):

@@ -125,7 +125,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 def _data_root(args) -> pathlib.Path:
   if args.data_root:
     return pathlib.Path(args.data_root)
-  from train import data as data_lib  # pylint: disable=g-import-not-at-top
+  from train import data as data_lib
 
   return pathlib.Path(data_lib.default_data_root())
 
@@ -147,8 +147,8 @@ def data_settings(args) -> Dict[str, object]:
 
 def binary_flags(args, run_dir: pathlib.Path) -> List[str]:
   """The flags of the run (`train.config.RunConfig`): the row, the data, patience, seed."""
-  from bench.table1 import rows as rows_lib  # pylint: disable=g-import-not-at-top
-  from train.config import RunConfig  # pylint: disable=g-import-not-at-top
+  from bench.table1 import rows as rows_lib
+  from train.config import RunConfig
 
   if args.row not in rows_lib.ROWS:
     raise ValueError(f"unknown row {args.row!r}")
@@ -256,7 +256,7 @@ def summarise(side: str, metrics: dict, wall: float) -> dict:
 
 def run_side(args, side: str, code_dir: pathlib.Path, run_dir: pathlib.Path) -> dict:
   if run_dir.exists():
-    import shutil  # pylint: disable=g-import-not-at-top
+    import shutil
 
     shutil.rmtree(run_dir)
   run_dir.mkdir(parents=True)
@@ -315,10 +315,10 @@ def markdown(args, runs: List[dict]) -> str:
 
 
 def plot(runs: List[dict], path: pathlib.Path, title: str) -> None:
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  import matplotlib
 
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt
 
   fig, ax = plt.subplots(figsize=(9, 0.6 * len(runs) + 2.0))
   labels = [f"{r['side']} #{i}" for i, r in enumerate(runs)]

@@ -239,7 +239,7 @@ def main(argv=None):
   yardstick = not args.no_yardstick
   if yardstick:
     try:
-      import importlib.util  # pylint: disable=g-import-not-at-top
+      import importlib.util
 
       yardstick = importlib.util.find_spec("torch") is not None
     except ImportError:

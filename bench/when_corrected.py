@@ -71,7 +71,7 @@ def verdict(mean: float, half: float, sign: int) -> str:
 
 def run_point(factor, value, seeds, quick, out_dir, log):
   """Trains the four rows at one point of the sweep; returns its paired differences."""
-  from eval import demo  # pylint: disable=g-import-not-at-top
+  from eval import demo
 
   base = dict(seeds=tuple(seeds), curve_points=0)
   if quick:
@@ -163,10 +163,10 @@ def format_markdown(results, seeds) -> str:
 
 
 def plot(results, path) -> None:
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  import matplotlib
 
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt
 
   default = next(r for r in results if r["factor"] == "default")
   factors = [f for f in dict.fromkeys(r["factor"] for r in results) if f != "default"]

@@ -237,7 +237,7 @@ def _setup_backend() -> None:
   if backend != "jax":
     raise ValueError(f"world_scale runs on the JAX backend (KERAS_BACKEND=jax), got {backend!r}")
   if "keras" in sys.modules:
-    import keras  # pylint: disable=g-import-not-at-top
+    import keras
 
     if keras.backend.backend() != "jax":
       raise ValueError(f"Keras is already loaded with the {keras.backend.backend()} backend")
@@ -245,8 +245,8 @@ def _setup_backend() -> None:
 
 def run_setting(settings, rows, seeds, folder: pathlib.Path, args, deadline, log) -> Dict:
   """Trains and evaluates the pending (row, seed) runs of one setting; returns counts."""
-  from bench.common.timing import rotated  # pylint: disable=g-import-not-at-top
-  from bench.world import data, metrics, training  # pylint: disable=g-import-not-at-top
+  from bench.common.timing import rotated
+  from bench.world import data, metrics, training
 
   cache = folder.parent / "cache"
   memory = int(args.eval_memory_gb * 1e9)
@@ -447,7 +447,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       plan.append((settings, rows, folder))
     if not args.report_only:
       _setup_backend()
-      from bench.world import training  # pylint: disable=g-import-not-at-top
+      from bench.world import training
 
       if not training.cross_batch_available():
         for i, (settings, rows, folder) in enumerate(plan):

@@ -70,7 +70,7 @@ class RowSpec(NamedTuple):
 
 
 def _library_choices():
-  from tfrs_logq.tf_keras import losses, negatives  # pylint: disable=g-import-not-at-top
+  from tfrs_logq.tf_keras import losses, negatives
 
   return losses.CORRECTIONS, tuple(negatives.CONVENTIONS)
 

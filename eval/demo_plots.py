@@ -19,10 +19,10 @@ def _errorbar_lines(ax, x, stats, key):
 
 
 def write_plots(summary, out: pathlib.Path):
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  import matplotlib
 
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt
 
   k = summary["k"]
   stats = list(summary["rows"].values())

@@ -26,8 +26,8 @@ class Trainer:
 
   def __init__(self, cfg: DemoConfig, streams):
     import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    from tfrs_logq.tf_keras import (  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
+    from tfrs_logq.tf_keras import (
       compiled,
       frequency,
       full_softmax,

@@ -347,10 +347,10 @@ def markdown_summary(result: Dict) -> str:
 
 
 def plot_popularity(result: Dict, path: pathlib.Path):
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  import matplotlib
 
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt
 
   pop, ks = result["popularity"], result["ks"]
   bins = np.arange(pop["num_bins"])
@@ -375,7 +375,7 @@ def plot_popularity(result: Dict, path: pathlib.Path):
 
 def export_serving(cfg: EvalConfig, histories) -> None:
   """Exports the serving SavedModel, reloads it and checks it against the in-process index."""
-  from eval import serving  # pylint: disable=g-import-not-at-top
+  from eval import serving
 
   path = serving.export_from_training_export(
     cfg.export_dir, cfg.serving_dir, k=cfg.serving_k, index_config=cfg.index

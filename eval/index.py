@@ -50,9 +50,9 @@ def scann_builder(
   db = emb[1:]
   cfg = config.resolve(db.shape[0], num_neighbors)
   if backend == "pybind":
-    from scann.scann_ops.py import scann_ops_pybind as ops  # pylint: disable=g-import-not-at-top
+    from scann.scann_ops.py import scann_ops_pybind as ops
   elif backend == "tf":
-    from scann.scann_ops.py import scann_ops as ops  # pylint: disable=g-import-not-at-top
+    from scann.scann_ops.py import scann_ops as ops
   else:
     raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
   builder = ops.builder(db, num_neighbors, "dot_product")

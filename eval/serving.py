@@ -57,7 +57,7 @@ class ScannOpsMissingError(RuntimeError):
 
 def _scann_ops():
   try:
-    from scann.scann_ops.py import scann_ops  # pylint: disable=g-import-not-at-top
+    from scann.scann_ops.py import scann_ops
   except ImportError as e:
     raise ScannOpsMissingError(f"{SCANN_OPS_MESSAGE} (import failed: {e})") from e
   return scann_ops
@@ -259,7 +259,7 @@ def load_serving_model(path: Union[str, pathlib.Path], *, import_scann: bool = T
     _scann_ops()
   try:
     return tf.saved_model.load(str(path))
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     if _is_missing_op_error(e):
       raise ScannOpsMissingError(f"{SCANN_OPS_MESSAGE}\nOriginal error: {e}") from e
     raise

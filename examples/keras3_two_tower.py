@@ -85,7 +85,7 @@ def load_movielens(path: pathlib.Path):
 
 def evaluate(user_vectors, item_vectors, test_items, histories, ks, retrieve):
   """Recall@k / NDCG@k (tfrs_logq.core.ranking) after filtering each user's training items."""
-  from tfrs_logq.core import ranking  # pylint: disable=g-import-not-at-top
+  from tfrs_logq.core import ranking
 
   fetch = max(ks) + max(len(h) for h in histories)
   ids, scores = retrieve(user_vectors, item_vectors, fetch)
@@ -96,10 +96,10 @@ def evaluate(user_vectors, item_vectors, test_items, histories, ks, retrieve):
 
 
 def run_keras3(args, data, counts):
-  import keras  # pylint: disable=g-import-not-at-top
-  import keras_rs  # pylint: disable=g-import-not-at-top
-  from keras import ops  # pylint: disable=g-import-not-at-top
-  import tfrs_logq.keras3 as tlk  # pylint: disable=g-import-not-at-top
+  import keras
+  import keras_rs
+  from keras import ops
+  import tfrs_logq.keras3 as tlk
 
   train_u, train_i, test_u, test_i, histories, num_users, num_items = data
   keras.utils.set_random_seed(args.seed)
@@ -162,8 +162,8 @@ def run_keras3(args, data, counts):
 
 
 def run_tf_keras(args, data, counts):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfrs_logq.tf_keras import retrieval  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  from tfrs_logq.tf_keras import retrieval
 
   train_u, train_i, test_u, test_i, histories, num_users, num_items = data
   tf.keras.utils.set_random_seed(args.seed)

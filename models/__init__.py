@@ -22,7 +22,7 @@ __all__ = ["TrainingQueries", "SASRec", "TwoTower", "BLOCK_STYLES"]
 
 def __getattr__(name):
   if name in _EXPORTS:
-    import importlib  # pylint: disable=g-import-not-at-top
+    import importlib
 
     return getattr(importlib.import_module(_EXPORTS[name]), name)
   raise AttributeError(f"module 'models' has no attribute {name!r}")

@@ -222,7 +222,7 @@ class TwoTower(tfrs.Model):
     return self
 
   # -- the interface shared with SASRec (training binary, export) --------------------------------
-  def query_embeddings(self, features, training=False, seed=None):  # pylint: disable=unused-argument
+  def query_embeddings(self, features, training=False, seed=None):
     """q(u) [B, d] from a dict with "history" [B, L] and/or "user_id" [B] (or a history tensor)."""
     if not isinstance(features, dict):
       features = {"history": features}

@@ -41,7 +41,7 @@ def ensure_legacy_keras() -> Any:
       is missing.
   """
   prefer_legacy_keras()
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
 
   try:
     module = tf.keras.Model.__module__

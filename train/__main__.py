@@ -70,7 +70,7 @@ def main(argv):
     cfg = config_flags.from_flags(RunConfig)
   host_memory.configure(cfg.host_allocator)
   if cfg.strategy == "parameter_server":
-    from train import distribute  # pylint: disable=g-import-not-at-top
+    from train import distribute
 
     with cli.bad_input():  # a malformed TF_CONFIG
       task = distribute.server_task()
@@ -85,14 +85,14 @@ def main(argv):
   if not cfg.data.reads_with_tensorflow:  # a missing or malformed data file is reported at once
     with cli.bad_input():
       data = cfg.data.load()
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
 
   if cfg.cpu_replicas > 1:
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
       cpu, [tf.config.LogicalDeviceConfiguration()] * cfg.cpu_replicas
     )
-  from train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  from train import trainer as trainer_lib
 
   if data is None:
     with cli.bad_input():  # a missing or malformed data file, data that contradicts the flags
@@ -118,7 +118,7 @@ def main(argv):
     )
   except trainer_lib.TrainingInterrupted as e:
     if cli.verbosity() == "debug":
-      import traceback  # pylint: disable=g-import-not-at-top
+      import traceback
 
       traceback.print_exception(e)
     sys.stdout.flush()

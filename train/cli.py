@@ -198,7 +198,7 @@ def fail(
   sys.stdout.flush()
   print(f"error: {message}", file=sys.stderr, flush=True)
   if hard:
-    os._exit(status)  # pylint: disable=protected-access
+    os._exit(status)
   sys.exit(status)
 
 

@@ -51,7 +51,7 @@ def setting(
   default,
   help: str,
   *,
-  choices: Optional[Sequence[str]] = None,  # pylint: disable=redefined-builtin
+  choices: Optional[Sequence[str]] = None,
   flag: Optional[str] = None,
 ):
   """A dataclass field with its flag's help text, choices and (optionally) flag name."""

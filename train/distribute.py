@@ -105,7 +105,7 @@ def run_server(cfg: dict | None = None) -> None:
 
 def free_ports(n: int) -> list:
   """``n`` TCP ports on 127.0.0.1 that were free a moment ago (for local clusters)."""
-  import socket  # pylint: disable=g-import-not-at-top
+  import socket
 
   socks = [socket.socket() for _ in range(n)]
   for s in socks:

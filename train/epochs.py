@@ -174,7 +174,7 @@ def prefetch(items: Iterable[T], depth: int = 2) -> Iterator[T]:
         if stop.is_set():
           return
       buffer.put((done, None))
-    except BaseException as e:  # pylint: disable=broad-except  (re-raised in the consumer)
+    except BaseException as e:  # re-raised in the consumer
       buffer.put((done, e))
 
   thread = threading.Thread(target=produce, daemon=True, name="prefetch")

@@ -68,7 +68,6 @@ class SummaryWriter:
     if directory is None:
       return
     try:
-      # pylint: disable=g-import-not-at-top
       from tensorboard.compat.proto import event_pb2, summary_pb2, tensor_pb2, types_pb2
     except ImportError:
       logging.warning("tensorboard is not importable: no TensorBoard summaries in %s", directory)

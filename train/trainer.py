@@ -236,7 +236,7 @@ class Trainer:
       self.estimator = build_estimator(cfg, self.data)
       self.midx = None
       if cfg.loss == "sampled_softmax" and cfg.negatives == "midx":
-        from tfrs_logq.tf_keras.negatives.midx import MIDXSampler  # pylint: disable=g-import-not-at-top
+        from tfrs_logq.tf_keras.negatives.midx import MIDXSampler
 
         self.midx = MIDXSampler(
           cfg.midx_codewords,
@@ -447,7 +447,7 @@ class Trainer:
       raise TrainingInterrupted(
         step=int(self.step.numpy()), checkpoint=self._checkpoint_info()
       ) from e
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       lost = distribute.lost_parameter_servers(e) if self.coordinator is not None else None
       if lost is None:
         raise

@@ -63,7 +63,7 @@ _ENCODERS = weakref.WeakKeyDictionary()
 
 
 def _compiled_encoder(model):
-  from tfrs_logq.tf_keras import compiled  # pylint: disable=g-import-not-at-top
+  from tfrs_logq.tf_keras import compiled
 
   fn = _ENCODERS.get(model)
   if fn is None:
@@ -78,7 +78,7 @@ def query_embeddings(model, inputs: np.ndarray, user_ids=None, batch_size: int =
   the queries' user ids, which a two-tower model with a user-id embedding uses), one compiled
   program (tf.function) over batches of one shape (`pad_batches`)."""
   import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
 
   fn = _compiled_encoder(model)
   users = None if user_ids is None else pad_batches(np.asarray(user_ids), batch_size)
@@ -96,7 +96,7 @@ def evaluate(
   check_split(split, filter_rated)
   inputs = data_lib.left_pad(split.inputs, max_len)
   queries = query_embeddings(model, inputs, split.user_ids, batch_size)
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top  (loaded by query_embeddings)
+  import tensorflow as tf  # loaded by query_embeddings
 
   table = np.asarray(tf.convert_to_tensor(model.all_item_embeddings()), np.float32)
   return evaluate_queries(
@@ -128,7 +128,7 @@ def evaluate_queries(
   `tfrs_logq.tf_keras.top_k.exact_top_k` (TensorFlow) when None, or one with its signature
   (`tfrs_logq.core.ranking.exact_top_k_np`)."""
   if exact_top_k is None:
-    from tfrs_logq.tf_keras import top_k as top_k_lib  # pylint: disable=g-import-not-at-top
+    from tfrs_logq.tf_keras import top_k as top_k_lib
 
     exact_top_k = top_k_lib.exact_top_k
   check_split(split, filter_rated)

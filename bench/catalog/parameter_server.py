@@ -61,7 +61,7 @@ def start_cluster(num_ps: int, num_workers: int = 1, timeout: float = 300.0):
   """Starts ``num_ps`` ps and ``num_workers`` worker processes on 127.0.0.1, each serving
   (`train.distribute.run_server`) until killed; returns (TF_CONFIG cluster dict with a "chief"
   address for the caller, {(task, index): Popen}) once every server accepts connections."""
-  from train import distribute  # pylint: disable=g-import-not-at-top
+  from train import distribute
 
   ports = distribute.free_ports(1 + num_workers + num_ps)
   cluster = {
@@ -145,10 +145,10 @@ def ps_point(spec: dict) -> dict:
     {"cluster": spec["cluster"], "task": {"type": "chief", "index": 0}}
   )
   import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from bench.catalog import points  # pylint: disable=g-import-not-at-top
-  from bench.common import memory  # pylint: disable=g-import-not-at-top
-  from train import distribute  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  from bench.catalog import points
+  from bench.common import memory
+  from train import distribute
 
   tf.get_logger().setLevel("ERROR")
   strategy = distribute.parameter_server_strategy()
@@ -235,9 +235,9 @@ def _bytes(n) -> str:
 
 def report(results: dict, sizes, num_ps: int, dim: int = 64) -> tuple:
   """(markdown table lines, projection lines, summary) of {(side, |I|): measurements}."""
-  from bench.catalog.points import fmt_size  # pylint: disable=g-import-not-at-top
-  from bench.common.report import markdown_header, markdown_row, summary_line  # pylint: disable=g-import-not-at-top
-  from bench.common.timing import min_median  # pylint: disable=g-import-not-at-top
+  from bench.catalog.points import fmt_size
+  from bench.common.report import markdown_header, markdown_row, summary_line
+  from bench.common.timing import min_median
 
   ps_names = [f"ps {i}" for i in range(num_ps)]
   lines = markdown_header(
@@ -346,10 +346,10 @@ def plot(results: dict, sizes, num_ps: int, path, dim: int = 64) -> None:
   """catalog_size_ps.png of {(side, |I|): measurements}: median step (ms) of both sides, and the
   memory of every process (peak RSS of the one process and the chief, worker and ps RSS after the
   steps) with the item table's size, against |I| (log-log)."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  import matplotlib
 
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt
 
   fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2))
   gib = lambda kib: kib / 2**20  # noqa: E731
@@ -376,7 +376,7 @@ def plot(results: dict, sizes, num_ps: int, path, dim: int = 64) -> None:
       label=f"ps {i} (after the steps)",
     )
   ax_m.plot(sizes, [(v + 1) * dim * 4 / 2**30 for v in sizes], "k:", label=f"item table (d {dim})")
-  from bench.catalog.points import log_log_axes  # pylint: disable=g-import-not-at-top
+  from bench.catalog.points import log_log_axes
 
   log_log_axes(((ax_t, "median step (schedule + join)", "ms"), (ax_m, "memory per process", "GiB")))
   fig.suptitle(
@@ -390,8 +390,8 @@ def plot(results: dict, sizes, num_ps: int, path, dim: int = 64) -> None:
 def main_ps(args, command: str) -> str:
   """The ``--parameter_server`` run of bench/catalog_size.py (module docstring); returns the
   summary line."""
-  import pathlib  # pylint: disable=g-import-not-at-top
-  from bench.catalog import points  # pylint: disable=g-import-not-at-top
+  import pathlib
+  from bench.catalog import points
 
   sizes = sorted(int(float(s)) for s in args.sizes.split(",") if s)
   results, started = {}, time.time()

@@ -51,10 +51,10 @@ def build_point(spec: dict):
   point, built by the training binary's code (under the current tf.distribute scope: the
   parameter-server side calls it in ParameterServerStrategy's). Returns a SimpleNamespace."""
   import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from train.config import RunConfig  # pylint: disable=g-import-not-at-top
-  from train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
-  from train.objective import Objective  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  from train.config import RunConfig
+  from train import trainer as trainer_lib
+  from train.objective import Objective
 
   v, b, d, users = spec["num_items"], spec["batch_size"], spec["dim"], spec["num_users"]
   variant, _, optimizer_name = spec["variant"].partition("@")
@@ -89,7 +89,7 @@ def build_point(spec: dict):
   objective = Objective(cfg, model, v, estimator)
   variables = model.trainable_variables
   if optimizer_name in ("adam", "lazy_adam"):
-    from tfrs_logq.tf_keras.lazy_adam import LazyAdam  # pylint: disable=g-import-not-at-top
+    from tfrs_logq.tf_keras.lazy_adam import LazyAdam
 
     # what train/trainer.py builds for --table_optimizer=adam / lazy_adam
     optimizer = LazyAdam(1e-3) if optimizer_name == "lazy_adam" else tf.keras.optimizers.Adam(1e-3)
@@ -126,7 +126,7 @@ def estimator_bytes(estimator) -> int:
 def measure_point(spec: dict) -> dict:
   """One (variant, |I|) point, in this process; returns the measurements."""
   import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
 
   tf.get_logger().setLevel("ERROR")
   rss_import = memory.status_kib("VmRSS")
@@ -187,7 +187,7 @@ def run_point(spec: dict, timeout: float, point=None) -> dict:
     os.close(read_fd)
     try:
       out = (point or measure_point)(spec)
-    except BaseException as e:  # pylint: disable=broad-except
+    except BaseException as e:
       lines = [l.strip() for l in str(e).splitlines() if l.strip()]
       out = dict(error=f"{type(e).__name__}: {lines[-1] if lines else ''}"[:300])
     with os.fdopen(write_fd, "w") as f:

@@ -52,10 +52,10 @@ def select_backend(cfg: SideConfig, threads: int) -> str:
 def keras3_trainer(spec: dict, cfg: SideConfig):
   """A `train.keras3.trainer.Trainer` for one configuration (our_trainer's run settings)."""
   # The application's data and config (tf-keras stack) before keras, as the binary imports them.
-  from train import data as data_lib  # pylint: disable=g-import-not-at-top
-  from train.config import RunConfig  # pylint: disable=g-import-not-at-top
-  from train.keras3 import settings  # pylint: disable=g-import-not-at-top
-  from train.keras3.trainer import Trainer  # pylint: disable=g-import-not-at-top
+  from train import data as data_lib
+  from train.config import RunConfig
+  from train.keras3 import settings
+  from train.keras3.trainer import Trainer
 
   data = data_lib.load("ml1m", spec["data_path"])
   run_config = RunConfig.create(
@@ -88,7 +88,7 @@ class JaxTrainStep:
   docstring); `sync` writes the state back into the model's and optimizer's variables."""
 
   def __init__(self, model):
-    import jax  # pylint: disable=g-import-not-at-top
+    import jax
 
     self.model, self.optimizer = model, model.optimizer
     copy = lambda variables: [jax.numpy.array(v.value, copy=True) for v in variables]  # noqa
@@ -143,8 +143,8 @@ class JaxProfiler:
   step: `JaxTrainStep`. The estimator is the exact one (no update)."""
 
   def __init__(self, model, step: JaxTrainStep, batches):
-    import jax  # pylint: disable=g-import-not-at-top
-    import keras  # pylint: disable=g-import-not-at-top
+    import jax
+    import keras
 
     self.batches, self.cursor, self._jax = batches, 0, jax
     encoder, trainable = model.encoder, model.trainable_variables
@@ -205,7 +205,7 @@ class JaxProfiler:
     self.round(len(batches))  # compiles every program
 
   def round(self, n: int) -> dict:
-    from bench.sasrec_step.profiler import time_pieces  # pylint: disable=g-import-not-at-top
+    from bench.sasrec_step.profiler import time_pieces
 
     return time_pieces(self, n, self._jax.block_until_ready)
 
@@ -230,7 +230,7 @@ def setup(spec: dict, cfg: SideConfig, inputs, targets):
   profiler() -> `JaxProfiler` or None) of a Keras 3 side; keras must not have been imported
   before `select_backend`."""
   trainer, _ = keras3_trainer(spec, cfg)
-  import keras  # pylint: disable=g-import-not-at-top
+  import keras
 
   backend = keras.backend.backend()
   if backend != BACKEND_OF[cfg.framework]:
@@ -243,12 +243,12 @@ def setup(spec: dict, cfg: SideConfig, inputs, targets):
     for i in range(len(inputs))
   ]
   if cfg.pack:  # the binary's batches (--sasrec_pack_tokens): with their token index
-    from models.keras3 import sasrec_ops  # pylint: disable=g-import-not-at-top
+    from models.keras3 import sasrec_ops
 
     numpy_batches = [sasrec_ops.with_token_index(b) for b in numpy_batches]
   check = None
   if backend == "jax":
-    import jax  # pylint: disable=g-import-not-at-top
+    import jax
 
     batches = [jax.device_put(b) for b in numpy_batches]
     if spec.get("check_step"):
@@ -259,7 +259,7 @@ def setup(spec: dict, cfg: SideConfig, inputs, targets):
     peak = peaks.matmul_peak_jax
     framework = f"keras {keras.__version__} / jax {jax.__version__}"
   else:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
 
     batches = [{k: tf.constant(v) for k, v in b.items()} for b in numpy_batches]
     run = lambda i: trainer.train_step(batches[i])[:2]  # (loss, mean weight)  # noqa: E731

@@ -18,8 +18,8 @@ def load_batches(args) -> tuple:
   (``args``: train_speed's data_path, batch_size, max_len, num_batches and seed). Where
   TensorFlow is not installed (a GPU machine with JAX and PyTorch only), the same windows from
   the Keras 3 binary's numpy stream (`train.data.batches`, --shuffle_rng=numpy's order)."""
-  from train import data as data_lib  # pylint: disable=g-import-not-at-top
-  from train.data import batches as batches_lib  # pylint: disable=g-import-not-at-top
+  from train import data as data_lib
+  from train.data import batches as batches_lib
 
   data = data_lib.load("ml1m", args.data_path)
   if batches_lib.tensorflow_installed():
@@ -49,9 +49,9 @@ def load_batches(args) -> tuple:
 
 def our_trainer(spec: dict, cfg: SideConfig):
   """A `train.trainer.Trainer` for one of our configurations."""
-  from train import data as data_lib  # pylint: disable=g-import-not-at-top
-  from train.config import RunConfig  # pylint: disable=g-import-not-at-top
-  from train.trainer import Trainer  # pylint: disable=g-import-not-at-top
+  from train import data as data_lib
+  from train.config import RunConfig
+  from train.trainer import Trainer
 
   data = data_lib.load("ml1m", spec["data_path"])
   run_config = RunConfig.create(
@@ -85,12 +85,12 @@ def remove_scoring_and_loss(trainer) -> None:
   """The ``noloss`` bound: the objective's per-query loss becomes -<q_a, c_{p_a}> (no negatives
   are drawn or scored, no log Q is read); the encoder, its gradient, the embedding lookups, the
   padding mask and Adam are the real step's."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfrs_logq.tf_keras import losses  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  from tfrs_logq.tf_keras import losses
 
   objective = trainer.objective
 
-  def per_query_loss(q, pos_ids, seq_ids, seed, valid=None):  # pylint: disable=unused-argument
+  def per_query_loss(q, pos_ids, seq_ids, seed, valid=None):
     score = tf.reduce_sum(q * objective.model.item_embeddings(pos_ids), axis=-1)
     return losses.LossOutput(-score, tf.ones_like(score), tf.zeros_like(score, tf.int32))
 
@@ -105,8 +105,8 @@ def compile_separately(trainer, part: str) -> None:
   negatives' sampling and scoring and the loss (``objective``), as one XLA program on the A rows
   zero-padded to a multiple of `_PAD_ROWS` (padding rows have positive id 0: masked by the
   objective's static-shape path, and sliced off)."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from tfrs_logq.tf_keras import losses  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  from tfrs_logq.tf_keras import losses
 
   objective = trainer.objective
 

@@ -11,7 +11,7 @@ __all__ = ["matmul_peak_jax", "matmul_peak_tf", "matmul_peak_torch"]
 
 def matmul_peak_tf(n: int, repeats: int = 5) -> float:
   """fp32 GFLOP/s of an n x n TensorFlow matmul, best of ``repeats`` after a warm-up."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
 
   a = tf.random.stateless_normal([n, n], seed=[1, 2])
   b = tf.random.stateless_normal([n, n], seed=[3, 4])
@@ -20,9 +20,9 @@ def matmul_peak_tf(n: int, repeats: int = 5) -> float:
 
 def matmul_peak_torch(n: int, repeats: int = 5, device="cpu") -> float:
   """The same in PyTorch, on ``device`` (waiting for each product)."""
-  import torch  # pylint: disable=g-import-not-at-top
+  import torch
 
-  from bench.paper_code_torch import synchronize  # pylint: disable=g-import-not-at-top
+  from bench.paper_code_torch import synchronize
 
   a, b = torch.randn(n, n, device=device), torch.randn(n, n, device=device)
 
@@ -36,7 +36,7 @@ def matmul_peak_torch(n: int, repeats: int = 5, device="cpu") -> float:
 
 def matmul_peak_jax(n: int, repeats: int = 5) -> float:
   """fp32 GFLOP/s of a jitted n x n JAX matmul, best of ``repeats`` after a warm-up."""
-  import jax  # pylint: disable=g-import-not-at-top
+  import jax
 
   a = jax.random.normal(jax.random.key(1), (n, n), "float32")
   b = jax.random.normal(jax.random.key(2), (n, n), "float32")

@@ -21,7 +21,7 @@ class Profiler:
   PIECES = ("step", "encoder_fwd", "encoder_fwd_bwd", "loss_fwd_bwd", "estimator", "optimizer")
 
   def __init__(self, trainer, batches):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
 
     self.tf, self.trainer, self.batches = tf, trainer, batches
     model, objective, step = trainer.model, trainer.objective, trainer.step
@@ -126,10 +126,10 @@ class _FixedQueries:
     self,
     batch,
     training=True,
-    seed=None,  # pylint: disable=unused-argument
+    seed=None,
     **kwargs,
   ):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
 
     key = (self.index, repr(sorted(kwargs.items())))
     if key not in self._cache:

@@ -34,18 +34,18 @@ def serve(spec: dict) -> None:
   arrays = np.load(spec["batches"])
   inputs, targets, windows = arrays["inputs"], arrays["targets"], arrays["windows"]
   threads = spec["threads"]
-  from train import host_memory  # pylint: disable=g-import-not-at-top
+  from train import host_memory
 
   if spec["side"] == "torch":
     host_memory.configure(spec["allocator"])
   else:
     host_memory.configure(spec["config"]["allocator"], one_heap=spec["config"]["one_heap"])
   if spec["side"] == "torch":
-    import torch  # pylint: disable=g-import-not-at-top
+    import torch
 
     torch.set_num_threads(threads)
     rss_import = memory.status_kib("VmRSS")
-    from bench import paper_code_torch  # pylint: disable=g-import-not-at-top
+    from bench import paper_code_torch
 
     step_fn = paper_code_torch.PaperCodeStep(
       int(arrays["num_items"]),
@@ -63,26 +63,26 @@ def serve(spec: dict) -> None:
       device=str(step_fn.device),
     )
   elif spec["config"]["framework"] != "tf_keras":  # a Keras 3 side (keras3_side)
-    from bench.sasrec_step import keras3_side  # pylint: disable=g-import-not-at-top
+    from bench.sasrec_step import keras3_side
 
     cfg = SideConfig(**spec["config"])
     backend = keras3_side.select_backend(cfg, threads)  # before keras is imported
     if backend == "tensorflow":  # a JAX side imports no TensorFlow, as on a GPU machine
       import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-      import tensorflow as tf  # pylint: disable=g-import-not-at-top
+      import tensorflow as tf
 
       tf.config.threading.set_intra_op_parallelism_threads(threads)
       tf.get_logger().setLevel("ERROR")
-    import keras  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+    import keras  # noqa: F401
 
     if backend == "jax":
-      import jax  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+      import jax  # noqa: F401
     rss_import = memory.status_kib("VmRSS")
     run, peak, info, trainer, make_profiler = keras3_side.setup(spec, cfg, inputs, targets)
     info = dict(info, threads=threads)
   else:
     import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.get_logger().setLevel("ERROR")

@@ -30,7 +30,7 @@ class ScannSide:
   name = "scann"
 
   def __init__(self, table, k, config):
-    from eval import index as index_lib  # pylint: disable=g-import-not-at-top
+    from eval import index as index_lib
 
     self.index = index_lib.ScannIndex(table, k, config)
     self.build_seconds = self.index.build_seconds
@@ -63,7 +63,7 @@ class FaissSide:
   name = "faiss"
 
   def __init__(self, geometry: Geometry, train_sample: np.ndarray, k: int, spec: str, nlist: int):
-    import faiss  # pylint: disable=g-import-not-at-top
+    import faiss
 
     self.faiss, self.k, self.spec, self.nlist = faiss, k, spec, nlist
     self.index = faiss.index_factory(geometry.dim, spec, faiss.METRIC_INNER_PRODUCT)

@@ -146,10 +146,10 @@ def write_report(result: dict, out: str) -> str:
 
 
 def plot(result: dict, path: str):
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  import matplotlib
 
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt
 
   points = [p for p in result["points"] if "error" not in p]
   fig, axes = plt.subplots(1, len(points) + 1, figsize=(4.2 * (len(points) + 1), 3.8))

@@ -11,10 +11,10 @@ from eval.paired_stats import mean_se
 
 
 def _pyplot():
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  import matplotlib
 
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt
 
   return plt
 

@@ -160,7 +160,7 @@ def write_binary_test_results(folder: pathlib.Path) -> dict:
 
 
 if __name__ == "__main__":  # python -m bench.table1.results RUN_DIR
-  import argparse  # pylint: disable=g-import-not-at-top
+  import argparse
 
   _parser = argparse.ArgumentParser(
     description="Writes RUN_DIR/eval/eval_results.json from RUN_DIR/train_metrics.json's test "

@@ -340,10 +340,10 @@ def _diff(d: Dict, digits: int = 4) -> str:
 
 def plot_recall(summary: Dict, path) -> None:
   """recall@k and HR@k against k per row (mean ± s.e. over seeds), log k."""
-  import matplotlib  # pylint: disable=g-import-not-at-top
+  import matplotlib
 
   matplotlib.use("Agg")
-  import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+  import matplotlib.pyplot as plt
 
   ks = [int(k) for k in summary["ks"]]
   fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))

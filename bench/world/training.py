@@ -69,7 +69,7 @@ def cross_batch_available() -> bool:
 
 def machine_label() -> str:
   """'<accelerator or CPU model> (<n> cores), jax <backend>' for the absolute times."""
-  import os  # pylint: disable=g-import-not-at-top
+  import os
 
   device = jax.devices()[0]
   if device.platform != "cpu":

@@ -36,8 +36,8 @@ def _uniform16(inputs, seed_generator):
   """Uniform integers on {0, ..., 2^16 - 1} (int32) of the shape of ``inputs``, one seed draw."""
   shape = ops.shape(inputs)
   if keras.backend.backend() == "jax":
-    import jax  # pylint: disable=g-import-not-at-top
-    import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+    import jax
+    import jax.numpy as jnp
 
     n = math.prod(shape)
     words = jax.random.bits(seed_generator.next(), ((n + 1) // 2,), jnp.uint32)

@@ -157,8 +157,8 @@ def brute_force(scores, inputs, targets, k):
 
 
 def test_metrics_match_the_definition():
-  import torch  # pylint: disable=g-import-not-at-top  (the test extra installs it: never skipped)
-  from bench import paper_loop  # pylint: disable=g-import-not-at-top
+  import torch  # the test extra installs it: never skipped
+  from bench import paper_loop
 
   # By hand: 5 items; user 0 has target 3 at rank 1 (item 2 above it; item 4 is filtered),
   # user 1's target 1 is in its input (a miss), user 2's target 5 is first.
@@ -196,14 +196,14 @@ def test_metrics_match_the_definition():
 
 
 def test_collate_keeps_the_last_items_left_padded():
-  from bench import paper_loop  # pylint: disable=g-import-not-at-top
+  from bench import paper_loop
 
   windows = paper_loop.collate(3)([np.array([1, 2, 3, 4, 5]), np.array([7, 8])])
   assert windows.tolist() == [[2, 3, 4, 5], [0, 0, 7, 8]]
 
 
 def test_max_seconds_caps_the_loop_after_a_whole_epoch(tmp_path):
-  from bench import paper_loop  # pylint: disable=g-import-not-at-top
+  from bench import paper_loop
 
   data = write_gsasrec_folder(tmp_path / "data")
   common = dict(dataset="gsasrec", data_path=str(data), max_len=20, dim=16, num_blocks=1)
@@ -239,8 +239,8 @@ def _np_script_losses(logq, s_p, s_n, valid, neg_counts, pos_counts, total):
 
 @pytest.mark.parametrize("logq", ["corrected", "standard", "none"])
 def test_script_losses_and_gradients_match_the_description(logq):
-  import torch  # pylint: disable=g-import-not-at-top
-  from bench import paper_code_torch  # pylint: disable=g-import-not-at-top
+  import torch
+  from bench import paper_code_torch
 
   rng = np.random.default_rng(3)
   a, n = 9, 12
@@ -283,7 +283,7 @@ def _strip_times(history):
 
 @pytest.mark.parametrize("logq", ["corrected", "standard"])
 def test_a_resumed_run_is_the_uninterrupted_run(tmp_path, logq):
-  from bench import paper_loop  # pylint: disable=g-import-not-at-top
+  from bench import paper_loop
 
   data = write_gsasrec_folder(tmp_path / "data")
   common = dict(

@@ -559,7 +559,7 @@ def test_keras3_rows_run_the_keras3_binary_and_pair_with_their_tf_keras_row(tmp_
 
 
 def test_binary_test_metrics_become_the_runs_eval_results(tmp_path):
-  from bench.table1 import results  # pylint: disable=g-import-not-at-top
+  from bench.table1 import results
 
   run = tmp_path / "cpu" / "ml1m_loo" / "mixed_none_keras3_jax" / "seed0"
   run.mkdir(parents=True)

@@ -203,7 +203,7 @@ def _paper_run(root, logq, seed, recall, epochs=5, best=3, stopped_by_time=False
 
 
 def test_paper_code_arm_unpaired_welch_and_prediction_interval(tmp_path):
-  from scipy import stats as st  # pylint: disable=g-import-not-at-top
+  from scipy import stats as st
 
   _, ours = _trees(tmp_path, budget="")
   paper = tmp_path / "paper"

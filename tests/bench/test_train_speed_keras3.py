@@ -150,7 +150,7 @@ def test_profile_times_the_pieces_of_the_jax_step(tmp_path):
   jax_row = rows["Keras 3 JAX: sequence uniform, reference, jit"]
   assert len(re.findall(r"\d+\.\d+ \(", jax_row)) == 5 and jax_row.rstrip().count(" - ") <= 1
   assert "defaults+jax: encoder" in proc.stdout.splitlines()[-1]
-  from bench import train_speed  # pylint: disable=g-import-not-at-top
+  from bench import train_speed
 
   with pytest.raises(ValueError, match="keras3_tf"):  # before any data is read
     train_speed.main(["--profile", "--configs=defaults,defaults+keras3_tf"])

@@ -191,7 +191,7 @@ def _oracle_loss(row, s, ids, log_q, batch):
 
 
 def test_each_rows_loss_is_its_formula_on_the_first_batch():
-  from tfrs_logq.tf_keras import negatives  # pylint: disable=g-import-not-at-top
+  from tfrs_logq.tf_keras import negatives
 
   rows = [
     demo.parse_row(r) for r in ("full", "in_batch:none", "in_batch:standard", "in_batch:corrected")

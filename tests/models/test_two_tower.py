@@ -68,7 +68,7 @@ def test_fit_with_retrieval_task_decreases_loss():
 
 
 def test_query_model_interface_training_and_serving_queries():
-  from models import TrainingQueries  # pylint: disable=g-import-not-at-top
+  from models import TrainingQueries
 
   m = TwoTower(
     num_items=10, num_users=5, embedding_dim=4, use_user_id=True, max_len=6, seed=2

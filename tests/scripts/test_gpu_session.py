@@ -164,7 +164,7 @@ def test_paper_runs_train_the_papers_script_to_its_stop(tmp_path):
   of the packed results; a rerun finds it done."""
   sys.path.insert(0, str(ROOT / "tests" / "bench"))
   try:
-    from test_paper_loop import write_gsasrec_folder  # pylint: disable=g-import-not-at-top
+    from test_paper_loop import write_gsasrec_folder
   finally:
     sys.path.pop(0)
   data = tmp_path / "data"
@@ -182,7 +182,7 @@ def test_paper_runs_train_the_papers_script_to_its_stop(tmp_path):
   assert proc.returncode == 0, proc.stderr
   run = out / "paper" / "none" / "seed1"
   assert (run / "done").exists(), (out / "paper_runs_none_s1.log").read_text()[-2000:]
-  import json  # pylint: disable=g-import-not-at-top
+  import json
 
   m = json.loads((run / "metrics.json").read_text())
   assert m["stopped_early"] and m["paper_loop"]["logq"] == "none" and m["paper_loop"]["seed"] == 1

@@ -154,7 +154,7 @@ def test_ratio_floor_needs_the_corrected_loss():
 def test_choice_tuples_are_the_library_definitions():
   """Each set of choices is declared once: train.config re-exports the library's tuples (and the
   objective's NEGATIVES), so the flags cannot drift from what the library accepts."""
-  from train import config as config_lib  # pylint: disable=g-import-not-at-top
+  from train import config as config_lib
 
   assert config_lib.LOSSES is losses.LOSSES
   assert config_lib.UNIFORM_NEGATIVES is UNIFORM_PER
@@ -210,9 +210,9 @@ _ESTIMATOR_ARGS = {
 def test_both_fronts_estimators_and_the_flags_default_to_the_core_defaults():
   """tfrs_logq.core.frequency.DEFAULTS is the one definition: the tf-keras and Keras 3
   estimators' constructor defaults and RunConfig's flag defaults are its values."""
-  import subprocess  # pylint: disable=g-import-not-at-top
-  import sys  # pylint: disable=g-import-not-at-top
-  from tfrs_logq.core.frequency import DEFAULTS  # pylint: disable=g-import-not-at-top
+  import subprocess
+  import sys
+  from tfrs_logq.core.frequency import DEFAULTS
 
   fronts = {
     "tf-keras": {

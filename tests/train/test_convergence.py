@@ -66,7 +66,7 @@ def test_best_checkpoint_is_evaluated_and_the_test_curve_changes_nothing(tiny, t
 
 
 def test_table_optimizer_lazy_adam_reaches_the_trainer(tiny, tmp_path):
-  from tfrs_logq.tf_keras.lazy_adam import LazyAdam  # pylint: disable=g-import-not-at-top
+  from tfrs_logq.tf_keras.lazy_adam import LazyAdam
 
   cfg = RunConfig.create(
     model="two_tower",

@@ -228,8 +228,8 @@ def test_phases_are_recorded():
 
 
 def test_both_binaries_use_the_one_loop():
-  import ast  # pylint: disable=g-import-not-at-top
-  import pathlib  # pylint: disable=g-import-not-at-top
+  import ast
+  import pathlib
 
   root = pathlib.Path(__file__).resolve().parents[2]
   for path in ("train/trainer.py", "train/keras3/trainer.py"):
@@ -259,7 +259,7 @@ def test_prefetch_keeps_the_items_and_raises_the_producers_error():
 
 
 def test_shape_log_counts_each_new_shape_once():
-  import numpy as np  # pylint: disable=g-import-not-at-top
+  import numpy as np
 
   lines = []
   log = epochs.ShapeLog(lines.append)

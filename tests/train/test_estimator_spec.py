@@ -28,7 +28,7 @@ class _Data:
 def test_each_setting_builds_its_estimator_with_the_run_settings(name, cls):
   cfg = dataclasses.replace(RunConfig(), frequency=name, frequency_buckets=0, seed=3)
   est = estimator_spec.build(frequency, cfg, _Data())
-  assert type(est) is cls and est.name == "frequency"  # pylint: disable=unidiomatic-typecheck
+  assert type(est) is cls and est.name == "frequency"
   kind, kwargs = estimator_spec.estimator_spec(cfg, 10, np.arange(10.0))
   assert kind == cls.__name__
   if name != "exact":

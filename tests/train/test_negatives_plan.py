@@ -38,10 +38,10 @@ def test_cross_batch_plans_pushes_of_the_global_batch_with_capped_slots():
 
 
 def test_the_tf_keras_objective_builds_the_plan():
-  import tfrs_logq.tf_keras  # noqa: F401  pylint: disable=g-import-not-at-top
-  from tfrs_logq.tf_keras import frequency  # pylint: disable=g-import-not-at-top
-  from tfrs_logq.tf_keras import negatives  # pylint: disable=g-import-not-at-top
-  from train import objective  # pylint: disable=g-import-not-at-top
+  import tfrs_logq.tf_keras  # noqa: F401
+  from tfrs_logq.tf_keras import frequency
+  from tfrs_logq.tf_keras import negatives
+  from train import objective
 
   class Model:
     def item_embeddings(self, ids):

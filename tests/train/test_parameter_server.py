@@ -113,8 +113,7 @@ def test_tables_are_sharded_over_both_ps_and_small_state_is_not(tmp_path, tiny_d
   assert trainer.coordinator is not None
   assert (
     distribute.ps_addresses(ps_strategy)
-    == ps_strategy._cluster_resolver.cluster_spec(  # pylint: disable=protected-access
-    ).as_dict()["ps"]
+    == ps_strategy._cluster_resolver.cluster_spec().as_dict()["ps"]
     and len(distribute.ps_addresses(ps_strategy)) == 2
   )
   for table in (
@@ -174,7 +173,7 @@ def test_estimator_state_after_scheduled_steps_equals_single_process(
 
   @tf.function
   def scheduled(batch, step):
-    return ps_strategy.run(ps._replica_step, args=(batch, step))  # pylint: disable=protected-access
+    return ps_strategy.run(ps._replica_step, args=(batch, step))
 
   for i, batch in enumerate(batches):
     ps.coordinator.schedule(scheduled, args=(batch, tf.constant(i, tf.int64)))
@@ -232,10 +231,10 @@ def _optimizer_state(trainer):
   opt = trainer.optimizer
   state = {}
   for name, parts in _whole(trainer.model.trainable_variables):
-    slots = [opt._index_dict[opt._var_key(p)] for p in parts]  # pylint: disable=protected-access
-    kinds = dict(m=opt._momentums, v=opt._velocities)  # pylint: disable=protected-access
+    slots = [opt._index_dict[opt._var_key(p)] for p in parts]
+    kinds = dict(m=opt._momentums, v=opt._velocities)
     if hasattr(opt, "_row_counts"):
-      kinds["row_count"] = opt._row_counts  # pylint: disable=protected-access
+      kinds["row_count"] = opt._row_counts
     state[name] = dict(
       value=_value(parts), **{k: _value([kind[i] for i in slots]) for k, kind in kinds.items()}
     )
@@ -276,7 +275,7 @@ def test_lazy_adam_and_hash_array_steps_equal_the_single_process_steps(
   table = ps.model.output_embedding.embeddings
   assert sharded.is_sharded(table) and sharded.is_sharded(ps.estimator.gap)
   for part in table.variables:  # LazyAdam's slots live beside their shard, whole
-    slot = opt._row_counts[opt._index_dict[opt._var_key(part)]]  # pylint: disable=protected-access
+    slot = opt._row_counts[opt._index_dict[opt._var_key(part)]]
     assert not sharded.is_sharded(slot) and slot.device == part.device
     assert slot.shape == part.shape[:1]
   _copy_weights(single.model, ps.model)
@@ -284,7 +283,7 @@ def test_lazy_adam_and_hash_array_steps_equal_the_single_process_steps(
 
   @tf.function
   def scheduled(batch, step):
-    return ps_strategy.run(ps._replica_step, args=(batch, step))  # pylint: disable=protected-access
+    return ps_strategy.run(ps._replica_step, args=(batch, step))
 
   for i, batch in enumerate(batches):
     single.train_step(batch)

@@ -59,7 +59,7 @@ class _ProcessCluster:
   ps from TF_CONFIG); each process's stdout and stderr go to a log file under ``logs``."""
 
   def __init__(self, run, logs, args, workers=2, ps=1):
-    import os  # pylint: disable=g-import-not-at-top
+    import os
 
     ports = distribute.free_ports(1 + workers + ps)
     self.cluster = {
@@ -74,9 +74,9 @@ class _ProcessCluster:
 
   def start(self, task, index=0):
     """Starts (or restarts) a task; returns (process, its log path)."""
-    import os  # pylint: disable=g-import-not-at-top
-    import subprocess  # pylint: disable=g-import-not-at-top
-    import sys  # pylint: disable=g-import-not-at-top
+    import os
+    import subprocess
+    import sys
 
     self.count += 1
     log = self.logs / f"{self.count}_{task}{index}.log"
@@ -99,7 +99,7 @@ class _ProcessCluster:
     return proc, log
 
   def kill(self, proc):
-    import signal  # pylint: disable=g-import-not-at-top
+    import signal
 
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
@@ -114,7 +114,7 @@ class _ProcessCluster:
 
 def _wait_for_line(proc, log, needle, seconds=150):
   """Waits until ``needle`` is in the log of the (running) process; returns the log's text."""
-  import time  # pylint: disable=g-import-not-at-top
+  import time
 
   deadline = time.time() + seconds
   while True:
@@ -145,7 +145,7 @@ def test_binary_cluster_recovers_from_killed_chief_worker_and_ps(tmp_path):
      to resume: ...``; restarting the ps (and worker 1) and rerunning the chief resumes from
      epoch 3 and finishes epoch 4 (worker 0 kept all along).
   """
-  from train import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  from train import trainer as trainer_lib
 
   run = tmp_path / "run"
   cluster = _ProcessCluster(

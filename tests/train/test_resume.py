@@ -141,7 +141,7 @@ def test_time_budget_pauses_between_epochs_and_chunks_end_where_one_run_ends(
   epoch (exit status EXIT_PAUSED, the checkpoint kept, no metrics.json); rerunning the same
   command one chunk at a time (each does at least one epoch) ends bit-for-bit where one
   uninterrupted run ends."""
-  from train.trainer import EXIT_PAUSED  # pylint: disable=g-import-not-at-top
+  from train.trainer import EXIT_PAUSED
 
   chunked = tmp_path / "chunked"
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")

@@ -82,7 +82,7 @@ def test_two_tower_tower_settings_reach_the_model(tiny):
 def test_sasrec_settings_reach_the_model(tiny):
   """Block style, tying, token packing and attention blocks reach the SASRec built; the flags'
   defaults are the model's own (one definition)."""
-  from models import sasrec  # pylint: disable=g-import-not-at-top
+  from models import sasrec
 
   default = build_model(RunConfig.create(max_len=8, embedding_dim=8), tiny)
   assert (default.pack_tokens, default.attention_blocks) == (
@@ -113,8 +113,8 @@ def test_sasrec_settings_reach_the_model(tiny):
 def test_jit_compile_step_trains_like_the_uncompiled_step(tiny, tmp_path):
   """--jit_compile_step: the Trainer's whole replica step as one XLA program gives the same
   losses, weights and estimator state as the uncompiled step (dropout 0, streaming estimator)."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from train.trainer import Trainer  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  from train.trainer import Trainer
 
   results = []
   for jit in (False, True):
@@ -148,8 +148,8 @@ def test_jit_compile_step_trains_like_the_uncompiled_step(tiny, tmp_path):
 def test_same_seed_pairs_rows_same_initial_model_and_batches(tiny, tmp_path):
   """bench/reproduce.py pairs rows by seed: runs that differ only in the loss's correction start
   from the same weights and see the same batches in the same order (a different seed does not)."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from train.trainer import Trainer  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  from train.trainer import Trainer
 
   def state(logq, seed):
     cfg = RunConfig.create(
@@ -192,9 +192,9 @@ def test_same_seed_pairs_rows_same_initial_model_and_batches(tiny, tmp_path):
 def test_free_heap_is_returned_once_after_the_first_epoch_under_retain(
   tiny, tmp_path, monkeypatch, allocator, calls
 ):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from train import host_memory  # pylint: disable=g-import-not-at-top
-  from train.trainer import Trainer  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  from train import host_memory
+  from train.trainer import Trainer
 
   seen = []
   monkeypatch.setattr(host_memory, "release_free_memory", lambda: seen.append(1) or True)
@@ -216,8 +216,8 @@ def test_free_heap_is_returned_once_after_the_first_epoch_under_retain(
 
 
 def _small_trainer(tiny, model_dir, report=None, **overrides):
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from train.trainer import Trainer  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  from train.trainer import Trainer
 
   settings = dict(
     model="sasrec",
@@ -251,8 +251,8 @@ def _interrupt_at_call(trainer, n):
 def test_interrupt_mid_epoch_saves_nothing_newer_than_the_last_epoch(tiny, tmp_path):
   """Ctrl-C inside epoch 2: TrainingInterrupted names epoch 1's checkpoint, the newest on disk
   (a mid-epoch state is never saved: resuming replays epoch 2 exactly)."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from train.trainer import TrainingInterrupted  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  from train.trainer import TrainingInterrupted
 
   lines = []
   trainer = _small_trainer(tiny, tmp_path / "run", lines.append)
@@ -269,11 +269,11 @@ def test_interrupt_mid_epoch_saves_nothing_newer_than_the_last_epoch(tiny, tmp_p
 def test_interrupt_between_an_epochs_end_and_its_save_saves_it_and_resumes(tiny, tmp_path):
   """Ctrl-C after epoch 1 ended but before its checkpoint was written: the handler writes it
   (the state is an epoch's end), and a new Trainer on the same folder resumes from it."""
-  import json  # pylint: disable=g-import-not-at-top
-  from train.trainer import TrainingInterrupted  # pylint: disable=g-import-not-at-top
+  import json
+  from train.trainer import TrainingInterrupted
 
   trainer = _small_trainer(tiny, tmp_path / "run")
-  real, calls = trainer._save_history, []  # pylint: disable=protected-access
+  real, calls = trainer._save_history, []
 
   def save_history(history):
     calls.append(1)
@@ -281,7 +281,7 @@ def test_interrupt_between_an_epochs_end_and_its_save_saves_it_and_resumes(tiny,
       raise KeyboardInterrupt
     real(history)
 
-  trainer._save_history = save_history  # pylint: disable=protected-access
+  trainer._save_history = save_history
   with pytest.raises(TrainingInterrupted) as info:
     trainer.run()
   assert info.value.checkpoint[:2] == (1, 2)
@@ -298,8 +298,8 @@ def test_checkpoint_every_seconds_writes_the_last_epoch_and_no_mid_epoch_state(t
   """With a checkpoint interval longer than the run, epochs 1 and 2 are not checkpointed; a
   Ctrl-C inside epoch 3 saves nothing (the state is mid-epoch, not epoch 2's end); the rerun
   trains from the start and its last epoch (the run's end) is the one checkpoint on disk."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from train.trainer import TrainingInterrupted  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  from train.trainer import TrainingInterrupted
 
   run_dir = tmp_path / "run"
   trainer = _small_trainer(tiny, run_dir, epochs=3, checkpoint_every_seconds=1e9)
@@ -324,8 +324,8 @@ def test_mixed_precision_bfloat16(tiny, tmp_path, jit_compile):
   training queries and item embeddings (so the scores, log Q and the loss) are float32, the
   global policy is float32 again after the build, and the first steps' losses are finite, close
   to float32's and not equal to them (bfloat16 is used); eager and XLA encoders."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  from train.trainer import Trainer  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
+  from train.trainer import Trainer
 
   runs = {}
   for precision in ("float32", "bfloat16"):
@@ -348,9 +348,7 @@ def test_mixed_precision_bfloat16(tiny, tmp_path, jit_compile):
     trainer = Trainer(cfg, data=tiny, strategy=tf.distribute.get_strategy())
     assert tf.keras.mixed_precision.global_policy().name == "float32"
     layers = [
-      layer
-      for layer in trainer.model._flatten_layers()  # pylint: disable=protected-access
-      if isinstance(layer, tf.keras.layers.Dense)
+      layer for layer in trainer.model._flatten_layers() if isinstance(layer, tf.keras.layers.Dense)
     ]
     assert layers
     assert {layer.compute_dtype for layer in layers} == {precision}

@@ -155,7 +155,7 @@ class Ops(Protocol):
 @functools.lru_cache(maxsize=None)
 def tf_ops() -> types.SimpleNamespace:
   """The namespace above bound to TensorFlow (the tf-keras front and its tests)."""
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
 
   def _cast(x: Tensor, dtype: Any) -> Tensor:
     return tf.cast(x, dtype)
@@ -170,7 +170,7 @@ def tf_ops() -> types.SimpleNamespace:
   def _full_like(x: Tensor, value: Tensor, dtype: Any = None) -> Tensor:
     return tf.fill(tf.shape(x), tf.cast(value, dtype or x.dtype))
 
-  def _top_k(x: Tensor, k: Tensor, sorted: bool = True) -> Tuple[Tensor, Tensor]:  # pylint: disable=redefined-builtin
+  def _top_k(x: Tensor, k: Tensor, sorted: bool = True) -> Tuple[Tensor, Tensor]:
     out = tf.math.top_k(x, k=k, sorted=sorted)
     return out.values, out.indices
 
@@ -205,7 +205,7 @@ def tf_ops() -> types.SimpleNamespace:
     data: Tensor,
     segment_ids: Tensor,
     num_segments: Optional[Tensor] = None,
-    sorted: bool = False,  # pylint: disable=redefined-builtin
+    sorted: bool = False,
   ) -> Tensor:
     del sorted  # the unsorted sum is right either way
     return tf.math.unsorted_segment_sum(data, segment_ids, num_segments)

@@ -65,7 +65,7 @@ def concrete(x: Tensor) -> Optional[np.ndarray]:
   """x as a numpy array when its value is known now, None while a backend traces."""
   try:
     return np.asarray(ops.convert_to_numpy(x))
-  except Exception:  # pylint: disable=broad-except  (tracers, symbolic tensors)
+  except Exception:  # tracers, symbolic tensors
     return None
 
 

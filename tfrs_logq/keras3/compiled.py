@@ -26,15 +26,15 @@ def compile_function(fn: Callable) -> Callable:
   """``fn`` compiled on the backend (module docstring); ``fn`` must not read Keras variables."""
   backend = keras.backend.backend()
   if backend == "jax":
-    import jax  # pylint: disable=g-import-not-at-top
+    import jax
 
     return jax.jit(fn)
   if backend == "tensorflow":
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
 
     return tf.function(fn, autograph=False)  # as the tf-keras front's (its docstring)
   if backend == "torch":
-    import torch  # pylint: disable=g-import-not-at-top
+    import torch
 
     def run(*args: Any) -> Any:
       with torch.no_grad():
@@ -48,7 +48,7 @@ def compile_with_state(fn: Callable, variables: Sequence) -> Callable:
   """``fn(*args)`` compiled with the current values of ``variables`` (module docstring)."""
   if keras.backend.backend() != "jax":
     return compile_function(fn)
-  import jax  # pylint: disable=g-import-not-at-top
+  import jax
 
   variables = list(variables)
 

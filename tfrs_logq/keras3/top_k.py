@@ -59,8 +59,8 @@ class _TorchOps:
     return getattr(ops, name)
 
   @staticmethod
-  def top_k(x, k, sorted=True):  # pylint: disable=redefined-builtin
-    import torch  # pylint: disable=g-import-not-at-top
+  def top_k(x, k, sorted=True):
+    import torch
 
     del sorted
     x = ops.convert_to_tensor(x)
@@ -79,7 +79,7 @@ class _TorchOps:
 
   @staticmethod
   def scatter(indices, values, shape):
-    import torch  # pylint: disable=g-import-not-at-top
+    import torch
 
     indices = ops.convert_to_tensor(indices).long()
     values = ops.convert_to_tensor(values)

@@ -35,10 +35,9 @@ from typing import NamedTuple, Optional
 
 import tensorflow as tf
 
-# pylint: disable=g-direct-tensorflow-import  (no public API tells whether XLA compiles a trace)
+# no public API tells whether XLA compiles a trace
 from tensorflow.python.framework import ops as _ops
 from tensorflow.python.ops import control_flow_util as _cf_util
-# pylint: enable=g-direct-tensorflow-import
 
 __all__ = [
   "in_xla_context",

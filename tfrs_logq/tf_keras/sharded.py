@@ -23,7 +23,6 @@ single-device and mirrored programs are unchanged.
 
 import tensorflow as tf
 
-# pylint: disable-next=g-direct-tensorflow-import
 from tensorflow.python.distribute import sharded_variable
 
 __all__ = ["gather_rows", "is_sharded", "read_markers"]

@@ -96,7 +96,7 @@ _PIPELINES = (
 def __getattr__(name):
   """Loads `train.data.pipelines` (TensorFlow) on first use of one of its names."""
   if name in _PIPELINES:
-    import importlib  # pylint: disable=g-import-not-at-top
+    import importlib
 
     return getattr(importlib.import_module("train.data.pipelines"), name)
   raise AttributeError(f"module 'train.data' has no attribute {name!r}")

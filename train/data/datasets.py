@@ -82,7 +82,7 @@ def load(
   if name == "movielens_raw":
     return load_movielens_raw(data_path or default_data_root() / "ml-100k", split=split, **kwargs)
   if name == "tfds":
-    from train.data.tfds import load_tfds  # pylint: disable=g-import-not-at-top
+    from train.data.tfds import load_tfds
 
     if data_path is not None:
       if "data_dir" in kwargs:

@@ -97,7 +97,7 @@ def sasrec_train_dataset(
   ends = tf.constant(ends_np)
   drop = repeat if drop_remainder is None else drop_remainder
 
-  def make_batch(step, idx):  # pylint: disable=unused-argument
+  def make_batch(step, idx):
     first, end = tf.gather(starts, idx), tf.gather(ends, idx)
     return {
       "inputs": _left_padded_windows(flat, first, end - 1, max_len),
@@ -141,7 +141,7 @@ def two_tower_train_dataset(
   flat_user, positions = tf.constant(flat_user_np), tf.constant(positions_np.astype(np.int64))
   drop = repeat if drop_remainder is None else drop_remainder
 
-  def make_batch(step, idx):  # pylint: disable=unused-argument
+  def make_batch(step, idx):
     pos = tf.gather(positions, idx)
     return {
       "user_id": tf.gather(flat_user, pos),

@@ -38,7 +38,7 @@ def load_tfds(
   **split_kwargs,
 ) -> SequenceData:
   """Loads a TFDS MovieLens ratings dataset (features user_id, movie_id, timestamp)."""
-  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  import tensorflow_datasets as tfds
 
   if not tfds_name.startswith("movielens/") or not tfds_name.endswith("-ratings"):
     raise ValueError(f"tfds_name must be a movielens/*-ratings dataset, got {tfds_name!r}")

@@ -113,7 +113,7 @@ def main(argv):
   # contradicts the flags, is reported at once
   with cli.bad_input():
     data = cfg.data.load()
-  import keras  # pylint: disable=g-import-not-at-top
+  import keras
 
   if keras.backend.backend() != FLAGS.backend:
     cli.fail(
@@ -121,7 +121,7 @@ def main(argv):
       f"{FLAGS.backend} could be set",
       cli.EXIT_BAD_INPUT,
     )
-  from train.keras3 import trainer as trainer_lib  # pylint: disable=g-import-not-at-top
+  from train.keras3 import trainer as trainer_lib
 
   os.makedirs(cfg.model_dir, exist_ok=True)
   if FLAGS.seeds:
@@ -166,7 +166,7 @@ def main(argv):
 
 def _run_seeds(cfg, data, trainer_lib) -> None:
   """--seeds: the runs as one program (`train.keras3.seeds`); a line per finished run."""
-  from train.keras3 import seeds as seeds_lib  # pylint: disable=g-import-not-at-top
+  from train.keras3 import seeds as seeds_lib
 
   with cli.bad_input():
     logqs = list(FLAGS.logqs) or None

@@ -83,7 +83,7 @@ def check_seeds(cfg, seeds: Sequence[int], backend: str, logqs=None) -> List[int
   """The distinct seeds, checked against the settings, and the --logqs if given (ValueError
   names the reason)."""
   if logqs is not None:
-    from train.keras3 import objective  # pylint: disable=g-import-not-at-top
+    from train.keras3 import objective
 
     objective.check_logq_variants(cfg.loss, logqs)
   seeds = [int(s) for s in seeds]

@@ -143,7 +143,7 @@ class Trainer:
     self.pack_tokens = bool(cfg.sasrec_pack_tokens) and self.distribution is None
     self.jax_step = None  # train.keras3.jax_step on jax without data parallelism
     if keras.backend.backend() == "jax" and self.distribution is None:
-      from train.keras3 import jax_step  # pylint: disable=g-import-not-at-top
+      from train.keras3 import jax_step
 
       self.jax_step = jax_step.JaxStep(
         self.model, outside=self.estimator.variables, counter=self.model.optimizer.nonfinite_steps
@@ -445,7 +445,7 @@ def export(encoder, export_dir: str, cfg, data, report=None) -> dict:
     json.dump(meta, f, indent=2)
   written = dict(query_encoder=path)
   if keras.backend.backend() == "tensorflow":
-    from train import export as export_lib  # pylint: disable=g-import-not-at-top
+    from train import export as export_lib
 
     export_lib.export(encoder, export_dir, config=cfg, data=data)
     written["saved_model"] = os.path.join(export_dir, "query_encoder")

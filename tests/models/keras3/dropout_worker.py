@@ -7,8 +7,8 @@ import numpy as np
 
 
 def main(out_path):
-  import keras  # pylint: disable=g-import-not-at-top
-  from models.keras3.dropout import Dropout  # pylint: disable=g-import-not-at-top
+  import keras
+  from models.keras3.dropout import Dropout
 
   out = {"backend": np.array(keras.backend.backend())}
   x = np.full((64, 100, 32), 2.0, np.float32)

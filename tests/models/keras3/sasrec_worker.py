@@ -24,11 +24,11 @@ from models.sasrec_weights import sublayers
 
 def gradients(model, loss_fn):
   """d loss_fn() / d every trainable variable, flattened and concatenated (numpy)."""
-  import keras  # pylint: disable=g-import-not-at-top
+  import keras
 
   variables = model.trainable_variables
   if keras.backend.backend() == "jax":
-    import jax  # pylint: disable=g-import-not-at-top
+    import jax
 
     def loss(values):
       with keras.StatelessScope(state_mapping=list(zip(variables, values))):
@@ -36,7 +36,7 @@ def gradients(model, loss_fn):
 
     grads = jax.grad(loss)([v.value for v in variables])
   else:
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
 
     with tf.GradientTape() as tape:
       value = loss_fn()
@@ -55,8 +55,8 @@ def gradients(model, loss_fn):
 
 
 def main(cases_path, out_path):
-  import keras  # pylint: disable=g-import-not-at-top
-  from models.keras3 import SASRec, sasrec_ops  # pylint: disable=g-import-not-at-top
+  import keras
+  from models.keras3 import SASRec, sasrec_ops
 
   tensorflow_loaded = "tensorflow" in sys.modules  # before .keras saving (which may load it)
   cases = np.load(cases_path)

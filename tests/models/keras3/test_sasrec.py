@@ -152,7 +152,7 @@ def test_token_index_against_a_loop(floor):
   """Each non-padding position (row-major) gets the next packed row; padding positions the
   capacity C; C = T rounded up to a multiple of ceil(B L / 8), at least ``min_capacity``, at
   most B L; filler rows B L."""
-  from models.keras3 import sasrec_ops  # pylint: disable=g-import-not-at-top
+  from models.keras3 import sasrec_ops
 
   for seed, (b, l) in enumerate([(5, 12), (3, 7), (1, 1), (4, 200)]):
     x = np.random.default_rng(seed).integers(0, 3, size=(b, l))

@@ -65,14 +65,14 @@ def _tf_cases():
   ids = np.array([1, 2, 2, 4], np.int64)
 
   def midx_log_prob():
-    from tfrs_logq.tf_keras.negatives.midx import MIDXSampler  # pylint: disable=g-import-not-at-top
+    from tfrs_logq.tf_keras.negatives.midx import MIDXSampler
 
     sampler = MIDXSampler(num_codewords=2, seed=1, id_offset=1)
     sampler.refresh(MIDX_EMB)
     return sampler.log_prob(MIDX_EMB[:2], [1, 3]).numpy()
 
   def kmeans_distances():
-    from tfrs_logq.tf_keras.negatives import kmeans  # pylint: disable=g-import-not-at-top
+    from tfrs_logq.tf_keras.negatives import kmeans
 
     return kmeans.nearest_centroid(MIDX_EMB, MIDX_EMB[:3], chunk_size=4)[1].numpy()
 

@@ -61,7 +61,7 @@ def test_keras_ops_has_the_protocol_signatures():
 def test_tf_ops_take_keras_arguments_in_keras_order():
   """The tf-keras namespace's own helpers read positional and keyword arguments as keras.ops
   does (arange's third argument is the step, not the dtype), checked against numpy."""
-  import numpy as np  # pylint: disable=g-import-not-at-top
+  import numpy as np
 
   ops = core_ops.tf_ops()
   np.testing.assert_array_equal(ops.arange(1, 8, 3).numpy(), np.arange(1, 8, 3))

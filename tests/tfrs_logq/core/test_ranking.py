@@ -58,7 +58,7 @@ def test_ties_lower_id_first_and_empty_slots():
 
 
 def test_same_as_the_tensorflow_search():
-  from tfrs_logq.tf_keras import top_k as top_k_lib  # pylint: disable=g-import-not-at-top
+  from tfrs_logq.tf_keras import top_k as top_k_lib
 
   q, emb, rated, targets = _problem(seed=3, num_q=40, num_items=60, dim=8)
   for t in (None, targets):

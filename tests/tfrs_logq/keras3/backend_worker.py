@@ -33,13 +33,13 @@ def _np(x):
 def grads(fn, *arrays):
   """Gradients of sum(fn(*arrays)) with respect to each array (numpy in, numpy out)."""
   if BACKEND == "jax":
-    import jax  # pylint: disable=g-import-not-at-top
+    import jax
 
     g = jax.grad(lambda *a: ops.sum(fn(*a)), argnums=tuple(range(len(arrays))))(
       *[jax.numpy.asarray(a) for a in arrays]
     )
   elif BACKEND == "tensorflow":
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
 
     xs = [tf.constant(a) for a in arrays]
     with tf.GradientTape() as tape:
@@ -47,7 +47,7 @@ def grads(fn, *arrays):
       total = ops.sum(fn(*xs))
     g = tape.gradient(total, xs)
   elif BACKEND == "torch":
-    import torch  # pylint: disable=g-import-not-at-top
+    import torch
 
     xs = [torch.tensor(a, requires_grad=True) for a in arrays]
     ops.sum(fn(*xs)).backward()
@@ -109,8 +109,8 @@ def run_losses(cases, out):
 def run_retrieval(cases, out):
   for key in sorted(k for k in cases if k.startswith("task/") and k.endswith("/query")):
     base = key[: -len("/query")]
-    kwargs = dict(eval(str(cases[base + "/kwargs"])))  # pylint: disable=eval-used
-    call = dict(eval(str(cases[base + "/call"])))  # pylint: disable=eval-used
+    kwargs = dict(eval(str(cases[base + "/kwargs"])))
+    call = dict(eval(str(cases[base + "/call"])))
     inputs = {name: cases[f"{base}/{name}"] for name in call.values()}
     task = tlk.Retrieval(**kwargs)
 
@@ -195,7 +195,7 @@ def _error(fn):
     with warnings.catch_warnings():
       warnings.simplefilter("ignore", DeprecationWarning)
       fn()
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     return np.array(f"{type(e).__name__}: {e}")
   return np.array("")
 
@@ -213,8 +213,8 @@ def run_sampler_task(cases, out):
   """Retrieval(negative_sampler=...): the stub's block after the in-batch block, its errors."""
   for key in sorted(k for k in cases if k.startswith("sampler_task/") and k.endswith("/query")):
     base = key[: -len("/query")]
-    kwargs = dict(eval(str(cases[base + "/kwargs"])))  # pylint: disable=eval-used
-    call = dict(eval(str(cases[base + "/call"])))  # pylint: disable=eval-used
+    kwargs = dict(eval(str(cases[base + "/kwargs"])))
+    call = dict(eval(str(cases[base + "/call"])))
     inputs = {name: cases[f"{base}/{name}"] for name in call.values()}
     task = tlk.Retrieval(negative_sampler=_sampler_of(cases, base), **kwargs)
 
@@ -382,7 +382,7 @@ def run_estimators(cases, out):
   exact = frequency.ExactCounts(int(cases["stream/vocab"]))
   table = frequency.ExactCounts(int(cases["stream/vocab"]), counts=cases["stream/table"])
   for cfg in ("a", "b", "c"):
-    kw = dict(eval(str(cases[f"hash_cfg/{cfg}"])))  # pylint: disable=eval-used
+    kw = dict(eval(str(cases[f"hash_cfg/{cfg}"])))
     est = frequency.HashArrayEstimator(**kw)
     for i, ids in enumerate(stream):
       est.update(ids)

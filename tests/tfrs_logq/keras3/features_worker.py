@@ -23,7 +23,7 @@ from tfrs_logq.keras3 import frequency, losses, negatives
 import backend_worker
 import features_cases as fc
 
-_np = backend_worker._np  # pylint: disable=protected-access
+_np = backend_worker._np
 grads = backend_worker.grads
 
 
@@ -75,7 +75,7 @@ def run_count_min(out):
     cms = frequency.CountMinSketch(**cfg)
     update = cms.update
     if backend_worker.BACKEND == "jax":  # a compiled update, as inside model.fit
-      import jax  # pylint: disable=g-import-not-at-top
+      import jax
 
       @jax.jit
       def step(state, ids):
@@ -110,7 +110,7 @@ def run_masked_updates(out):
       plain.update(ids)
     update, traces = masked.update, []
     if backend_worker.BACKEND == "jax":
-      import jax  # pylint: disable=g-import-not-at-top
+      import jax
 
       @jax.jit
       def step(state, ids, valid, masked=masked):
@@ -142,7 +142,7 @@ def run_masked_updates(out):
     try:
       frequency.HashArrayEstimator(num_buckets=13, num_items=fc.VOCAB).update(ids, valid)
       out[f"masked_bad/{i}"] = np.array("no error")
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       out[f"masked_bad/{i}"] = np.array(f"{type(e).__name__}: {e}")
 
 
@@ -247,9 +247,7 @@ def run_serialisation(out):
   }
   with tempfile.TemporaryDirectory() as directory:
     for name, (layer, call) in layers.items():
-      before, cloned, after, config_same = backend_worker._roundtrip(  # pylint: disable=protected-access
-        layer, call, directory, name
-      )
+      before, cloned, after, config_same = backend_worker._roundtrip(layer, call, directory, name)
       for i, (b, cl, a) in enumerate(zip(before, cloned, after)):
         out[f"serial/{name}/{i}/before"], out[f"serial/{name}/{i}/clone"] = b, cl
         out[f"serial/{name}/{i}/after"] = a
@@ -271,7 +269,7 @@ def run_bad_arguments(out):
     try:
       makers[name](**kwargs)
       out[f"bad/{i}"] = np.array("no error")
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:
       out[f"bad/{i}"] = np.array(f"{type(e).__name__}: {e}")
 
 

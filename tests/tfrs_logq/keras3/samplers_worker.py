@@ -21,7 +21,7 @@ from tfrs_logq.keras3 import frequency, losses, negatives
 
 import backend_worker
 
-_np = backend_worker._np  # pylint: disable=protected-access
+_np = backend_worker._np
 
 QUANTIZERS = ("pq", "rq")
 STATE = ("codebook_1", "codebook_2", "item_codes", "sorted_items", "cell_counts", "cell_offsets")
@@ -125,7 +125,7 @@ def run_midx_serialisation(cases, out):
   sampler = copied_sampler(cases, q, num_negatives=4)
   call = lambda l: (l.proposal_log_probs(z), l.sample(z, 5, seed=3))  # noqa: E731
   with tempfile.TemporaryDirectory() as directory:
-    before, cloned, after, config_same = backend_worker._roundtrip(  # pylint: disable=protected-access
+    before, cloned, after, config_same = backend_worker._roundtrip(
       sampler, call, directory, "MIDXSampler"
     )
   for i, (b, c, a) in enumerate(zip(before, cloned, after)):
@@ -157,7 +157,7 @@ def _error(fn):
   try:
     fn()
     return "no error"
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     return f"{type(e).__name__}: {e}"
 
 
@@ -277,7 +277,7 @@ def run_in_batch_subsample(cases, out):
     ops.convert_to_tensor(l.num_in_batch),
   )
   with tempfile.TemporaryDirectory() as directory:
-    before, cloned, after, config_same = backend_worker._roundtrip(  # pylint: disable=protected-access
+    before, cloned, after, config_same = backend_worker._roundtrip(
       mixed, call, directory, "MixedKb"
     )
   out["kb/serial/before"], out["kb/serial/clone"] = before[0], cloned[0]
@@ -336,7 +336,7 @@ def _compiled(key, memory, fn, *args):
   the eager call (tests/tfrs_logq/keras3 cover eager JAX elsewhere, and train_on_batch here)."""
   if backend_worker.BACKEND != "jax":
     return fn(memory, *args)
-  import jax  # pylint: disable=g-import-not-at-top
+  import jax
 
   if key not in _COMPILED:
     template = memory
@@ -410,7 +410,7 @@ def _cb_state(memory):
 
 
 def _holder(layer):
-  holder = backend_worker._Holder(layer)  # pylint: disable=protected-access
+  holder = backend_worker._Holder(layer)
   holder(np.zeros((1, 1), np.float32))
   return holder
 
@@ -419,7 +419,7 @@ def _grads_or_zeros(fn, *arrays):
   """Gradients of sum(fn(*arrays)) on TensorFlow / PyTorch; an input without a path to the
   output gets zeros."""
   if backend_worker.BACKEND == "tensorflow":
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import tensorflow as tf
 
     xs = [tf.constant(a) for a in arrays]
     with tf.GradientTape() as tape:
@@ -427,7 +427,7 @@ def _grads_or_zeros(fn, *arrays):
       total = ops.sum(fn(*xs))
     g = tape.gradient(total, xs, unconnected_gradients=tf.UnconnectedGradients.ZERO)
     return [_np(v) for v in g]
-  import torch  # pylint: disable=g-import-not-at-top
+  import torch
 
   xs = [torch.tensor(a, requires_grad=True) for a in arrays]
   ops.sum(fn(*xs)).backward()
@@ -592,7 +592,7 @@ def run_join_blocks(cases, out):
   for rebase in (True, False):
     join = lambda b, rebase=rebase: negatives.join_blocks(b, rebase_q_prime=rebase)  # noqa: E731
     if backend_worker.BACKEND == "jax":  # one compile, not one per eager op
-      import jax  # pylint: disable=g-import-not-at-top
+      import jax
 
       join = jax.jit(join)
     for name, value in join(blocks)._asdict().items():

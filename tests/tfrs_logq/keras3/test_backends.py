@@ -531,7 +531,7 @@ class _TfStubSampler:
     valid=None,
   ):
     del seed, sequence_ids, item_table, valid
-    from tfrs_logq.tf_keras.negatives import scoring  # pylint: disable=g-import-not-at-top
+    from tfrs_logq.tf_keras.negatives import scoring
 
     extra = tf.constant(self.case["extra"], tf.int64)
     emb = tf.gather(tf.constant(self.case["table"]), extra)
@@ -602,7 +602,7 @@ def test_sampler_keywords_follow_its_score_signature_and_errors_match_tf_keras(r
 def test_core_retrieval_steps_on_tensorflow():
   """core.retrieval's shared steps with tf_ops(): the in-batch mask, the positives, the sampler
   block's log Q (rebased only under corrected / exact) and the join of [N] and [A, N] blocks."""
-  from tfrs_logq.core import retrieval as core_retrieval  # pylint: disable=g-import-not-at-top
+  from tfrs_logq.core import retrieval as core_retrieval
 
   ops = core_ops.tf_ops()
   rng = np.random.default_rng(7)
@@ -904,7 +904,7 @@ def test_mixed_negatives_equal_the_tf_keras_pool_and_conventions(res):
   lq_uni = np.log(np.maximum(counts, 1) / counts.sum())
   k_u, size, n_b = int(CASES["neg/k_u"]), table.shape[0] - 1, first.sum()
   query = CASES["neg/query"]
-  from tfrs_logq.tf_keras.negatives import mixed as tf_mixed  # pylint: disable=g-import-not-at-top
+  from tfrs_logq.tf_keras.negatives import mixed as tf_mixed
 
   for convention in ("unigram", "mixture"):
     ids = res[f"neg/{convention}/ids"]

@@ -179,7 +179,7 @@ def _load_bucket32():
   source = (HERE / "test_backends.py").read_text()
   start, end = source.index("def np_bucket32"), source.index("def test_hash_is_lowbias32")
   namespace = {"np": np}
-  exec(source[start:end], namespace)  # pylint: disable=exec-used
+  exec(source[start:end], namespace)
   return namespace["np_bucket32"]
 
 
@@ -440,7 +440,7 @@ def _tf_error(name, kwargs):
   try:
     makers[name](**kwargs)
     return "no error"
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     return f"{type(e).__name__}: {e}"
 
 

@@ -202,7 +202,7 @@ def build_cases():
       "kb/sizes": np.array(KB_SIZES),
       "kb/num_random": np.array(NUM_RANDOM),
       "kb/log_q_table": est.log_q(tf.range(13, dtype=tf.int64)).numpy().astype(np.float32),
-      "kb/keys": tf_in_batch._random_keys(  # pylint: disable=protected-access
+      "kb/keys": tf_in_batch._random_keys(
         len(c["pos_ids"]), tf.constant(KB_SEED, tf.int64)
       ).numpy(),
     }
@@ -421,7 +421,7 @@ def _tf_error(fn):
   try:
     fn()
     return "no error"
-  except Exception as e:  # pylint: disable=broad-except
+  except Exception as e:
     return f"{type(e).__name__}: {e}"
 
 

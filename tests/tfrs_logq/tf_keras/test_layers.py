@@ -132,7 +132,7 @@ def test_log1mexp_and_log_q_prime():
 
 
 def _config_cases():
-  from tfrs_logq.tf_keras import frequency, retrieval  # pylint: disable=g-import-not-at-top
+  from tfrs_logq.tf_keras import frequency, retrieval
 
   return {
     "SamplingProbabilityCorrection": lambda: logq_correction.SamplingProbabilityCorrection(
@@ -226,8 +226,8 @@ def test_retrieval_with_factorized_metrics_is_not_serialisable():
 def test_public_modules_declare_all(module):
   """Every public module lists its API in __all__; every other top-level name is _private
   (or an imported module / typing helper)."""
-  import importlib  # pylint: disable=g-import-not-at-top
-  import inspect  # pylint: disable=g-import-not-at-top
+  import importlib
+  import inspect
 
   mod = importlib.import_module(module)
   assert mod.__all__ and all(hasattr(mod, n) for n in mod.__all__)

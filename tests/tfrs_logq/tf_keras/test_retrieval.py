@@ -102,7 +102,7 @@ def test_task_matches_numpy_with_extra_negatives(correction):
 def test_ratio_floor_is_passed_to_the_loss_and_round_trips():
   """The task's per-row loss with ratio_floor = r equals sampled_softmax_loss(..., ratio_floor=r)
   on the same scores, log Q and accidental-hit mask; get_config / from_config keep r."""
-  from tfrs_logq.tf_keras import accidental_hits, losses  # pylint: disable=g-import-not-at-top
+  from tfrs_logq.tf_keras import accidental_hits, losses
 
   b = _batch(2, extra=10)
   r = 0.2  # log r ~ -1.6: the clamp is active for a part of the rows at temperature 0.25
@@ -537,7 +537,7 @@ class _FixedSampler:
     item_table=None,
   ):
     del seed, sequence_ids, item_table
-    from tfrs_logq.tf_keras.negatives import scoring  # pylint: disable=g-import-not-at-top
+    from tfrs_logq.tf_keras.negatives import scoring
 
     emb = tf.gather(self.table, self.ids)  # [A, N, d]
     scores = tf.einsum("ad,and->an", query, emb) / temperature
@@ -668,7 +668,7 @@ class _Towers(tfrs.Model):
 
 
 def _mixed_task(num_items, k):
-  from tfrs_logq.tf_keras import negatives  # pylint: disable=g-import-not-at-top
+  from tfrs_logq.tf_keras import negatives
 
   return lambda item: retrieval.Retrieval(
     correction="corrected",

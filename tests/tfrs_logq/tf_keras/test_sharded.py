@@ -9,7 +9,7 @@ import pytest
 
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
-from tensorflow.python.distribute import sharded_variable  # pylint: disable=g-direct-tf-import
+from tensorflow.python.distribute import sharded_variable
 
 from tfrs_logq.tf_keras import frequency
 from tfrs_logq.tf_keras import sharded

@@ -201,7 +201,7 @@ def test_users_without_items_are_counted_not_silent(tmp_path, caplog):
 
 
 def test_export_writes_the_id_maps(tmp_path):
-  from train.export import write_id_maps  # pylint: disable=g-import-not-at-top
+  from train.export import write_id_maps
 
   path = tmp_path / "seq.txt"
   path.write_text("alice x y z\nbob y x\n")

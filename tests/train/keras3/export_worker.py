@@ -18,10 +18,10 @@ import numpy as np
 def main(export_dir, out_path):
   # The application's config and data (tf-keras stack) first: on the tensorflow backend, keras
   # imported first would make tf.keras Keras 3, which `import tfrs_logq.tf_keras` rejects.
-  from train.config import RunConfig  # pylint: disable=g-import-not-at-top
-  from train import data as data_lib, validation  # pylint: disable=g-import-not-at-top
-  import keras  # pylint: disable=g-import-not-at-top
-  import models.keras3  # noqa: F401  pylint: disable=g-import-not-at-top,unused-import
+  from train.config import RunConfig
+  from train import data as data_lib, validation
+  import keras
+  import models.keras3  # noqa: F401
 
   encoder = keras.saving.load_model(os.path.join(export_dir, "query_encoder.keras"))
   with open(os.path.join(export_dir, "metadata.json")) as f:

@@ -53,7 +53,7 @@ def run(cfg, data, use_jax_step, validate_at=6):
 def on_an_accelerator(cfg, data):
   """One epoch as on a GPU (``on_accelerator`` patched): every batch's token capacity and the
   step programs compiled."""
-  from train.keras3 import jax_step  # pylint: disable=g-import-not-at-top
+  from train.keras3 import jax_step
 
   jax_step.on_accelerator = lambda: True
   t = trainer_lib.Trainer(cfg, data=data, report=lambda line: None, shuffle_rng="numpy")
@@ -62,7 +62,7 @@ def on_an_accelerator(cfg, data):
   losses = [float(loss) for loss, _, _ in t.epoch_steps(0)]
   return dict(
     floor=t.token_floor,
-    likely=[int(c) for c in t._likely_capacities()],  # pylint: disable=protected-access
+    likely=[int(c) for c in t._likely_capacities()],
     capacities=capacities,
     losses=losses,
     programs=dict(compiled=t.jax_step.programs, late=t.jax_step.late),

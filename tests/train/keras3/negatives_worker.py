@@ -19,11 +19,11 @@ import numpy as np
 
 def main(cases_path, batches_path, out_path):
   # The application's config (tf-keras stack) first, then keras (test_binary's export_worker).
-  from train.config import RunConfig  # pylint: disable=g-import-not-at-top
-  import keras  # pylint: disable=g-import-not-at-top
-  from keras import ops  # pylint: disable=g-import-not-at-top
-  from tfrs_logq.keras3 import negatives as neg_lib  # pylint: disable=g-import-not-at-top
-  from train.keras3 import objective  # pylint: disable=g-import-not-at-top
+  from train.config import RunConfig
+  import keras
+  from keras import ops
+  from tfrs_logq.keras3 import negatives as neg_lib
+  from train.keras3 import objective
 
   with open(cases_path) as f:
     cases = json.load(f)

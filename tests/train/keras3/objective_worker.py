@@ -20,11 +20,11 @@ from models import sasrec_weights
 
 
 def main(cases_path, out_path):
-  from train.config import RunConfig  # pylint: disable=g-import-not-at-top
-  import keras  # pylint: disable=g-import-not-at-top
-  from keras import ops  # pylint: disable=g-import-not-at-top
-  from train.keras3 import objective  # pylint: disable=g-import-not-at-top
-  from models.keras3 import sasrec_ops  # pylint: disable=g-import-not-at-top
+  from train.config import RunConfig
+  import keras
+  from keras import ops
+  from train.keras3 import objective
+  from models.keras3 import sasrec_ops
 
   cases = np.load(cases_path)
   out = {"backend": np.array(keras.backend.backend())}

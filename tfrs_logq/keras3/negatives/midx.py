@@ -273,7 +273,7 @@ class MIDXSampler(keras.layers.Layer, NegativeSampler):
     )
     return rows + self.id_offset, log_q
 
-  def call(self, query_embeddings, num_samples: Optional[int] = None):  # pylint: disable=arguments-differ
+  def call(self, query_embeddings, num_samples: Optional[int] = None):
     """``sample(query_embeddings, num_samples or num_negatives)``."""
     return self.sample(query_embeddings, num_samples or self._num_negatives())
 
@@ -458,5 +458,5 @@ class MIDXRefreshCallback(keras.callbacks.Callback):
         sync()
       self.sampler.refresh(self.embeddings_fn())
       if hasattr(self.model, "_jax_state_synced"):
-        self.model._jax_state_synced = True  # pylint: disable=protected-access  (re-read state)
+        self.model._jax_state_synced = True  # re-read state
     self._step += 1

@@ -241,7 +241,7 @@ class MixedNegatives(keras.layers.Layer, NegativeSampler):
     sequence_ids=None,
     in_batch_keys=None,
     seed=None,
-  ):  # pylint: disable=arguments-differ
+  ):
     """``in_batch_keys``: optional int32 [B], the keys of the k_b subsample (instead of a draw
     from the layer's generator); ``seed``: an int or a ``keras.random.SeedGenerator`` instead of
     the layer's generators."""

@@ -170,7 +170,7 @@ class UniformNegatives(keras.layers.Layer, NegativeSampler):
     rows = keras.random.randint(shape, 0, self.catalog_size, dtype="int32", seed=seed)
     return ops.take(ops.convert_to_tensor(np.asarray(self.candidate_ids, np.int32)), rows)
 
-  def call(self, num_queries: Optional[int] = None, sequence_ids=None, valid=None, seed=None):  # pylint: disable=arguments-differ
+  def call(self, num_queries: Optional[int] = None, sequence_ids=None, valid=None, seed=None):
     """The draws (class docstring); ``seed``: an int or a ``keras.random.SeedGenerator`` instead
     of the layer's generator."""
     if self.shared:

@@ -220,7 +220,7 @@ class FrequencyEstimator(tf.keras.layers.Layer):
     """log Q'(d) = log Q(d) − log(1 − Q(p)), broadcasting ids against positive_ids."""
     return self.log_q(ids) - self.log_one_minus_q(positive_ids)
 
-  def call(self, ids):  # pylint: disable=arguments-differ
+  def call(self, ids):
     return self.log_q(ids)
 
   def get_config(self):

@@ -102,7 +102,7 @@ def __getattr__(name):
     name == "MIDXSampler"
     and _importlib_util.find_spec("tfrs_logq.tf_keras.negatives.midx") is not None
   ):
-    from tfrs_logq.tf_keras.negatives.midx import MIDXSampler  # pylint: disable=g-import-not-at-top
+    from tfrs_logq.tf_keras.negatives.midx import MIDXSampler
 
     return MIDXSampler
   raise AttributeError(f"module 'tfrs_logq.tf_keras.negatives' has no attribute {name!r}")

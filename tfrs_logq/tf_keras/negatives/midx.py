@@ -486,4 +486,4 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
 
 
 # The refresh hooks live in midx_refresh.py; re-exported here (the public path is midx).
-from tfrs_logq.tf_keras.negatives.midx_refresh import MIDXRefreshCallback, RefreshEveryNSteps  # noqa: E402,F401  pylint: disable=g-import-not-at-top,wrong-import-position
+from tfrs_logq.tf_keras.negatives.midx_refresh import MIDXRefreshCallback, RefreshEveryNSteps  # noqa: E402,F401

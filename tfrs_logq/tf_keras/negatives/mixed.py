@@ -262,7 +262,7 @@ class MixedNegatives(NegativeSampler):
       batch._replace(log_q=log_q_fn(batch.ids), positive_log_q=None),
       temperature=temperature,
     )
-    uniform = self.uniform._score_with_log_q(  # pylint: disable=protected-access
+    uniform = self.uniform._score_with_log_q(
       query_embeddings,
       positive_ids,
       positive_embeddings,

@@ -204,7 +204,7 @@ def test_expected_count_convention_is_inclusion_probability_over_distinct(counts
 
 
 def test_tiny_probabilities_keep_their_inclusion_probability():
-  from tfrs_logq.tf_keras import log_q  # pylint: disable=g-import-not-at-top
+  from tfrs_logq.tf_keras import log_q
 
   lq = np.array([0.0, -1e-3, -5.0, -25.0, -40.0, -90.0, -np.inf])
   got = log_q.log_inclusion_probability(tf.constant(lq, tf.float32), 64).numpy()

@@ -403,7 +403,7 @@ def test_numpy_integer_arguments_are_accepted_and_stored_as_python_ints():
     ("num_negatives", 5),
   ]:
     value = getattr(sampler, name)
-    assert value == want and type(value) is int, (name, value)  # pylint: disable=unidiomatic-typecheck
+    assert value == want and type(value) is int, (name, value)
   sampler.refresh(table[1:])
   z = table[:3]
   ids, log_q = sampler.sample(z, np.int64(6), seed=[1, 2])
@@ -412,7 +412,7 @@ def test_numpy_integer_arguments_are_accepted_and_stored_as_python_ints():
   np.testing.assert_array_equal(ids.numpy(), ids_int.numpy())
   np.testing.assert_array_equal(log_q.numpy(), log_q_int.numpy())
   hook = RefreshEveryNSteps(sampler, lambda: table[1:], every_n_steps=np.int64(2))
-  assert hook.every_n_steps == 2 and type(hook.every_n_steps) is int  # pylint: disable=unidiomatic-typecheck
+  assert hook.every_n_steps == 2 and type(hook.every_n_steps) is int
 
 
 @pytest.mark.parametrize("bad", [True, 2.0, np.float32(2.0), 0])

@@ -127,7 +127,7 @@ def test_bad_configuration_raises(counts_table):
 
 
 def test_with_streaming_exact_counts_estimator():
-  from tfrs_logq.tf_keras.frequency import ExactCounts  # pylint: disable=g-import-not-at-top
+  from tfrs_logq.tf_keras.frequency import ExactCounts
 
   estimator = ExactCounts(NUM_ITEMS)
   history = np.array([1, 1, 2, 5, 5, 5, 7, 11])

@@ -189,12 +189,12 @@ def test_sasrec_positions_with_mixed_negatives():
 
 
 def test_package_exports_midx_sampler_lazily():
-  import tfrs_logq.tf_keras.negatives as negatives  # pylint: disable=g-import-not-at-top
-  from tfrs_logq.tf_keras.negatives import midx  # pylint: disable=g-import-not-at-top
+  import tfrs_logq.tf_keras.negatives as negatives
+  from tfrs_logq.tf_keras.negatives import midx
 
   assert negatives.MIDXSampler is midx.MIDXSampler
   with pytest.raises(AttributeError):
-    negatives.NoSuchSampler  # pylint: disable=pointless-statement
+    negatives.NoSuchSampler
 
 
 @pytest.mark.parametrize("vocab", [20, 5000])  # [A, V] matmul + gather vs [A, k, d] gather
