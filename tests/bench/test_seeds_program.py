@@ -1,7 +1,6 @@
-"""bench/seeds_program.py on a tiny synthetic run, 2 seeds, 1 round: the three arrangements
-run, train the same models (equal test NDCG@10 up to float rounding) and the report is
-written with both ratios; with --logqs, rows x seeds and a fourth arrangement; --arrangements
-picks a subset (program among them)."""
+"""bench/seeds_program.py on a tiny synthetic run, 1 round, rows x seeds (--logqs): the
+arrangements run, train the same models (equal test NDCG@10 up to float rounding) and the report
+is written with the ratios; --arrangements picks a subset (program among them)."""
 
 import json
 import pathlib
@@ -43,30 +42,23 @@ def _bench(out, *args):
   return proc.stdout, json.loads((out / "seeds_program.json").read_text())
 
 
-def test_three_arrangements_same_models(tmp_path):
-  stdout, result = _bench(tmp_path, "--seeds=0,1")
-  assert stdout.strip().splitlines()[-1].startswith("summary: seeds_program: parallel/")
-  assert set(result["ratios"]) == {"parallel/program", "serial/program"}
-  ndcg = result["test_ndcg10"]
-  np.testing.assert_allclose(ndcg["program"], ndcg["serial"], atol=1e-4)
-  np.testing.assert_allclose(ndcg["program"], ndcg["parallel"], atol=1e-4)
-  assert (tmp_path / "seeds_program.md").read_text().startswith("# N seeds")
-
-
-def test_rows_as_one_program_same_models(tmp_path):
-  """--logqs=none,corrected with 1 seed: the rows' program and one --seeds program per row
-  (--arrangements picks the two; parallel and serial are the seeds' test's) train the same two
-  models (one per row)."""
+def test_arrangements_train_the_same_models(tmp_path):
+  """--logqs=none,corrected with 1 seed: the rows' program, one process per run at once
+  (parallel) and one --seeds program per row (row_programs) train the same two models (one per
+  row; each run's equality to its separate run is tests/train/keras3/test_seeds.py's), and the
+  report has both ratios. (serial launches the runs of parallel one after the other.)"""
   stdout, result = _bench(
-    tmp_path, "--seeds=0", "--logqs=none,corrected", "--arrangements=program,row_programs"
+    tmp_path, "--seeds=0", "--logqs=none,corrected", "--arrangements=program,parallel,row_programs"
   )
-  assert stdout.strip().splitlines()[-1].startswith("summary: seeds_program: row_programs/")
+  assert stdout.strip().splitlines()[-1].startswith("summary: seeds_program: parallel/")
   assert result["logqs"] == ["none", "corrected"]
-  assert set(result["ratios"]) == {"row_programs/program"}
+  assert set(result["ratios"]) == {"parallel/program", "row_programs/program"}
   ndcg = result["test_ndcg10"]
+  np.testing.assert_allclose(ndcg["program"], ndcg["parallel"], atol=1e-4)
   np.testing.assert_allclose(ndcg["program"], ndcg["row_programs"], atol=1e-4)
   assert len(ndcg["program"][0]) == 2
   assert (tmp_path / "runs" / "program_r0" / "corrected" / "seed0" / "metrics.json").is_file()
+  assert (tmp_path / "seeds_program.md").read_text().startswith("# N seeds")
 
 
 def test_arrangements_without_program_are_refused(tmp_path, capsys):
