@@ -1,6 +1,6 @@
 r"""One run's learning curve against a band of runs of another kind, epoch by epoch.
 
-A converged comparison of two programs (the paper's own scripts against our binary, issue 33)
+A converged comparison of two programs (the paper's own scripts against our binary)
 takes many hours a run; their curves can be compared long before, epoch by epoch, to see whether
 the two learn alike. The band is n >= 2 runs B_1..B_n (e.g. our seeds of one row), the probe one
 run A (the paper's script on the same row). At every epoch e of the probe where at least two

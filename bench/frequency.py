@@ -1,4 +1,4 @@
-"""Benchmark of the Q(d) frequency estimators (issue 3).
+"""Benchmark of the Q(d) frequency estimators.
 
 Three parts, each printing a table:
  1. speed/memory: update + log_q lookup of one SASRec-size step (batch 128 × 200 positions =

@@ -1,7 +1,7 @@
 """Same-start training trajectories of the two binaries: is a gap between `python -m train` and
 `python -m train.keras3` at a fixed step their implementations or their random starts?
 
-The parity runs of issue 23 (docs/results/keras3_parity) compare the binaries at step 720, each
+The parity runs of docs/results/keras3_parity compare the binaries at step 720, each
 from its own initial weights (tf-keras's and Keras 3's random streams differ for one --seed).
 Here both trainers, `train.trainer.Trainer` and `train.keras3.trainer.Trainer` (--backend),
 train on the same batches (the tf.data stream of --seed: ``--shuffle_rng=tensorflow``) for

@@ -54,9 +54,9 @@ class SASRec(tf.keras.Model):
     pack_tokens: run the per-token layers on the non-padding tokens only (`models.sasrec_ops`,
       token compaction; with ``jit_compile`` on a bucketed token capacity).
     attention_blocks: query blocks of the blocked causal attention (`models.sasrec_ops`; 1 = the
-      full L x L grid). Default 2: on a 2-core CPU under XLA the fastest of 1, 2, 4 for ML-1M
-      batches (128 x 200); more blocks shrink the work but the smaller batched matmuls run
-      at a lower rate.
+      full L x L grid). Default 2, the fastest of 1, 2, 4 measured for ML-1M batches (128 x
+      200) under XLA (docs/training.md); more blocks shrink the work but the smaller batched
+      matmuls run at a lower rate.
     block_style: ``"pre_ln"`` (the module docstring's pre-LayerNorm blocks, inputs scaled by
       sqrt(d)) or ``"reference"`` (`ReferenceBlock`: the original SASRec block as the logQ
       paper's gSASRec-pytorch code builds it, unscaled inputs; for faithful reproductions).

@@ -74,9 +74,8 @@ class RunConfig:
   sasrec_block: str = setting(
     "reference",
     "SASRec block: reference (the original SASRec block as the paper's "
-    "gSASRec-pytorch code builds it; the default: it learns far faster with logQ, validation "
-    "R@20 0.31 vs 0.13 for pre_ln at 720 ML-1M steps) or pre_ln (pre-LayerNorm transformer, "
-    "inputs scaled by sqrt(d)).",
+    "gSASRec-pytorch code builds it; the default, the block that learned best at equal steps: "
+    "docs/training.md) or pre_ln (pre-LayerNorm transformer, inputs scaled by sqrt(d)).",
     choices=BLOCK_STYLES,
   )
   sasrec_pack_tokens: bool = setting(

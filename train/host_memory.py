@@ -3,8 +3,8 @@
 TensorFlow on the CPU allocates its tensors with the C library's malloc. A SASRec step allocates
 and frees hundreds of buffers of 1-200 MiB (activations, attention grids, gradients). With
 glibc's defaults the large ones are mmap'd and unmapped again, and the top of the heap is
-trimmed back to the kernel, so every step faults the same pages in again and zeroes them: on the
-project's 2-core machine that was 0.18-0.30 s of *system* time per 0.6 s step (`getrusage`).
+trimmed back to the kernel, so every step faults the same pages in again and zeroes them, as
+*system* time in every step (`getrusage`; measured in docs/training.md, `--host_allocator`).
 
 ``retain`` (the binary's default, ``--host_allocator``) sets, with ``mallopt`` at start-up:
 

@@ -12,11 +12,8 @@ it. The library and the binaries write their control flow on tensors as graph op
 (``tf.cond``, ``tf.where``, ``tf.while_loop``), so the rewrite changes no program, and a Python
 ``if`` on a tensor raises at trace time instead of silently becoming a ``tf.cond``; yet the
 rewrite (410 functions for the train step and the validation encoder) was most of a tf-keras
-run's first step. The tiny synthetic run of tests/train/test_resume.py (3 epochs of 60 steps),
-whole process, 3 interleaved pairs on the project's 2-core CPU: 17.3 s of CPU and 18.3 s of wall
-with this module against 39.7 s and 55.7 s with ``tf.function``'s default (medians; ratios 0.44
-and 0.33), the same losses and metrics to the last printed digit. Keras 3's own TensorFlow
-trainer opts out the same way.
+run's first step (measured: docs/training.md, "compile_function"), with the same losses and
+metrics. Keras 3's own TensorFlow trainer opts out the same way.
 
 Usable as a decorator with keyword arguments: ``@compile_function(input_signature=[...])``.
 """

@@ -153,8 +153,8 @@ class Trainer:
     # training's cores, for shapes that may never come: there each compiles when it first comes.
     self.precompile_shapes = self.jax_step is not None and jax_step.on_accelerator()
     # On an accelerator every packed batch takes at least the largest likely token capacity:
-    # one step program instead of one per capacity (on an H200 an ML-1M run waited ~19 s for
-    # its 4 capacities to compile one after another; the extra filler rows cost the device
+    # one step program instead of one per capacity (a run otherwise waits for its capacities
+    # to compile one after another, docs/keras3.md; the extra filler rows cost the device
     # little). Deterministic: the capacity depends on the batch alone, never on compile timing.
     self.token_floor = 0
     if self.pack_tokens and self.precompile_shapes:
