@@ -3,21 +3,22 @@ r"""Trains SASRec on Keras 3 (JAX, TensorFlow or PyTorch) with the corrected / s
     python -m train.keras3 --backend=jax --dataset=ml100k --logq=corrected \
         --model_dir=/tmp/k3run --export_dir=/tmp/k3run/export
 
-The run settings are `python -m train`'s (`train.config.RunConfig`: the same flags, help texts
-and defaults; see --help) plus --backend (jax | tensorflow | torch; sets KERAS_BACKEND before
-keras is imported). The model is the Keras 3 SASRec (`models.keras3`), the loss, negatives and
-frequency estimators are the library's Keras 3 front (`tfrs_logq.keras3`); the data and the
-validation metrics are the tf-keras binary's (`train.data`, `train.validation`), with the
-batches built in numpy (`train.data.batches`) and a numpy exact search, so the binary needs no
-TensorFlow: --shuffle_rng=tensorflow (default) draws each epoch's permutation as python -m
-train does (the same batches for the same --seed; needs TensorFlow), --shuffle_rng=numpy with
-numpy (another order; for machines without TensorFlow). Not available
-here (one `error:` line): --model=two_tower, tf.distribute strategies (--loss sampled_softmax /
-full_softmax / bce / gbce, --negatives in_batch / uniform / mixed / midx (--midx_codewords, the
-index refreshed at every epoch's start, as python -m train) and --table_optimizer adam /
-lazy_adam are). --sasrec_pack_tokens applies (the token index is computed on the host per
-batch; not under --strategy=mirrored); --jit_compile_step and --host_allocator do not (the step
-is always one static-shape program on JAX; --jit_compile asks for XLA on the tensorflow backend).
+The run settings are `python -m train`'s (`train.config.RunConfig`: the same flags, help texts and
+defaults; see --help) plus the binary's own (`train.keras3.config.Keras3Config`: --backend,
+--shuffle_rng, --compilation_cache, --seeds, --logqs): --backend (jax | tensorflow | torch; sets
+KERAS_BACKEND before keras is imported). The model is the Keras 3 SASRec (`models.keras3`), the
+loss, negatives and frequency estimators are the library's Keras 3 front (`tfrs_logq.keras3`); the
+data and the validation metrics are the tf-keras binary's (`train.data`, `train.validation`), with
+the batches built in numpy (`train.data.batches`) and a numpy exact search, so the binary needs no
+TensorFlow: --shuffle_rng=tensorflow (default) draws each epoch's permutation as python -m train
+does (the same batches for the same --seed; needs TensorFlow), --shuffle_rng=numpy with numpy
+(another order; for machines without TensorFlow). Not available here (one `error:` line):
+--model=two_tower, tf.distribute strategies (--loss sampled_softmax / full_softmax / bce / gbce,
+--negatives in_batch / uniform / mixed / midx (--midx_codewords, the index refreshed at every
+epoch's start, as python -m train) and --table_optimizer adam / lazy_adam are). --sasrec_pack_tokens
+applies (the token index is computed on the host per batch; not under --strategy=mirrored);
+--jit_compile_step and --host_allocator do not (the step is always one static-shape program on JAX;
+--jit_compile asks for XLA on the tensorflow backend).
 
 --model_dir holds a checkpoint per epoch (model, optimizer, frequency estimator, the samplers' and
 dropouts' seed states, epoch, step, best NDCG@10, patience counter: `train.keras3.checkpoints`),
@@ -46,50 +47,13 @@ from train.keras3 import settings
 cli.quiet_tensorflow()  # before TensorFlow is imported (it logs while it loads)
 settings.select_backend()  # before keras is imported (it reads KERAS_BACKEND once)
 
-from absl import flags  # noqa: E402
-
 from train import config_flags  # noqa: E402
 from train.config import RunConfig  # noqa: E402
+from train.keras3.config import Keras3Config  # noqa: E402
 from train.data import batches  # noqa: E402
 
-FLAGS = flags.FLAGS
 config_flags.define_flags(RunConfig)
-flags.DEFINE_enum(
-  "backend",
-  settings.DEFAULT_BACKEND,
-  list(settings.BACKENDS),
-  "Keras 3 backend (sets KERAS_BACKEND before keras is imported).",
-)
-flags.DEFINE_enum(
-  "shuffle_rng",
-  batches.SHUFFLE_RNGS[0],
-  list(batches.SHUFFLE_RNGS),
-  "Generator of each epoch's permutation of the training sequences: tensorflow "
-  "= tf.data's stateless shuffle, python -m train's batches for the same --seed "
-  "(needs TensorFlow installed); numpy = numpy's generator keyed by the seed "
-  "(another order; no TensorFlow needed).",
-)
-flags.DEFINE_string(
-  "compilation_cache",
-  settings.default_compilation_cache(),
-  "--backend=jax: a folder where compiled programs are kept between runs (JAX's persistent "
-  "compilation cache): a later run of the same shapes loads them instead of compiling. "
-  "Empty: off. Default: JAX_COMPILATION_CACHE_DIR if set, else ~/.cache/tfrs_logq/jax.",
-)
-flags.DEFINE_list(
-  "seeds",
-  [],
-  "Train these seeds as one compiled jax program "
-  "(train.keras3.seeds): one run per seed in <model_dir>/seed<s>, as separate "
-  "runs with --seed=s and --nosasrec_pack_tokens write; --seed is ignored.",
-)
-flags.DEFINE_list(
-  "logqs",
-  [],
-  "With --seeds: also train these --logq values (rows that differ only in the correction) "
-  "in the same program: one run per (logq, seed) in <model_dir>/<logq>/seed<s>, as separate "
-  "runs with --logq=v --seed=s --nosasrec_pack_tokens write; --logq is ignored.",
-)
+config_flags.define_flags(Keras3Config)
 cli.declare_verbosity_flag()
 
 
@@ -101,10 +65,9 @@ def main(argv):
   del argv  # checked by cli.run
   with cli.bad_input():
     cfg = config_flags.from_flags(RunConfig)
-    settings.check_supported(cfg, FLAGS.backend)
-    if FLAGS.logqs and not FLAGS.seeds:
-      raise ValueError("--logqs trains its rows as one program with --seeds: give --seeds")
-    if FLAGS.shuffle_rng == "tensorflow" and not batches.tensorflow_installed():
+    k3 = config_flags.from_flags(Keras3Config)
+    settings.check_supported(cfg, k3.backend)
+    if k3.shuffle_rng == "tensorflow" and not batches.tensorflow_installed():
       raise ValueError(
         "--shuffle_rng=tensorflow (python -m train's batch order) needs "
         "TensorFlow, which is not installed here; use --shuffle_rng=numpy"
@@ -115,20 +78,20 @@ def main(argv):
     data = cfg.data.load()
   import keras
 
-  if keras.backend.backend() != FLAGS.backend:
+  if keras.backend.backend() != k3.backend:
     cli.fail(
       f"keras was imported with backend {keras.backend.backend()} before --backend="
-      f"{FLAGS.backend} could be set",
+      f"{k3.backend} could be set",
       cli.EXIT_BAD_INPUT,
     )
   from train.keras3 import trainer as trainer_lib
 
   os.makedirs(cfg.model_dir, exist_ok=True)
-  if FLAGS.seeds:
-    _run_seeds(cfg, data, trainer_lib)
+  if k3.seeds:
+    _run_seeds(cfg, k3, data, trainer_lib)
     return
   with cli.bad_input():  # e.g. a checkpoint of another configuration in --model_dir
-    trainer = trainer_lib.Trainer(cfg, data=data, report=_say, shuffle_rng=FLAGS.shuffle_rng)
+    trainer = trainer_lib.Trainer(cfg, data=data, report=_say, shuffle_rng=k3.shuffle_rng)
     trainer.restore()
   try:
     result = trainer.run(restore=False)
@@ -157,27 +120,27 @@ def main(argv):
     )
     sys.exit(trainer_lib.EXIT_PAUSED)
   print(
-    f"done: {FLAGS.backend}, step {result['global_step']}, best epoch "
+    f"done: {k3.backend}, step {result['global_step']}, best epoch "
     f"{result['best_epoch']}, val ndcg@10 {result['val']['ndcg@10']:.4f}, test ndcg@10 "
     f"{result['test']['ndcg@10']:.4f}",
     file=sys.stderr,
   )
 
 
-def _run_seeds(cfg, data, trainer_lib) -> None:
+def _run_seeds(cfg, k3, data, trainer_lib) -> None:
   """--seeds: the runs as one program (`train.keras3.seeds`); a line per finished run."""
   from train.keras3 import seeds as seeds_lib
 
   with cli.bad_input():
-    logqs = list(FLAGS.logqs) or None
-    seeds = seeds_lib.check_seeds(cfg, [int(s) for s in FLAGS.seeds], FLAGS.backend, logqs)
+    logqs = list(k3.logqs) or None
+    seeds = seeds_lib.check_seeds(cfg, list(k3.seeds), k3.backend, logqs)
     runs = seeds_lib.SeedRuns(
       cfg,
       data,
       seeds,
       report=_say,
       make_trainer=lambda c, d, r, v: trainer_lib.Trainer(
-        c, data=d, report=r, shuffle_rng=FLAGS.shuffle_rng, logq_variants=v
+        c, data=d, report=r, shuffle_rng=k3.shuffle_rng, logq_variants=v
       ),
       logqs=logqs,
     )
