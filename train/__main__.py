@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Sequence
 
 from train import cli
 
@@ -64,7 +65,7 @@ def _say(line: str) -> None:
   print(line, flush=True)
 
 
-def main(argv):
+def main(argv: Sequence[str]) -> None:
   del argv  # checked by cli.run
   with cli.bad_input():
     cfg = config_flags.from_flags(RunConfig)
@@ -142,7 +143,7 @@ def main(argv):
   )
 
 
-def run():
+def run() -> None:
   """Console-script entry point (tfrs-logq-train)."""
   config_flags.expose_in_help(__name__)
   cli.run(main)

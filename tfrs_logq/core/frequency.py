@@ -30,6 +30,7 @@ float64 where exactness matters, Keras 3 int32 / float32); the formulas keep the
 """
 
 import math
+from typing import Optional, TypedDict
 
 from tfrs_logq.core import log_q as log_q_lib
 from tfrs_logq.core.ops import Ops, Tensor
@@ -47,7 +48,20 @@ __all__ = [
   "hash_array_log_q",
 ]
 
-DEFAULTS = dict(
+class Defaults(TypedDict):
+  """The types of `DEFAULTS`."""
+
+  min_count: float
+  num_buckets: int
+  num_hashes: int
+  alpha: float
+  warmup: bool
+  pending_gap: bool
+  conservative: bool
+  half_life: Optional[float]
+
+
+DEFAULTS: Defaults = dict(
   min_count=1.0,
   num_buckets=2**22,
   num_hashes=2,

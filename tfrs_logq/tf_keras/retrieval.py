@@ -327,7 +327,7 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     # Row a's own column has the positive's id, so the hit mask also leaves the positive out.
     hits = (
       accidental_hits.accidental_hit_mask(candidate_ids[:num_queries], candidate_ids)
-      if mask_hits
+      if mask_hits and candidate_ids is not None  # (mask_hits needs them)
       else None
     )
     valid = retrieval_core.in_batch_valid(tf_ops(), num_queries, num_candidates, hits, score_mask)
@@ -335,6 +335,7 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     negative_scores, negative_log_q = scores, log_q
 
     if self.negative_sampler is not None:
+      assert candidate_ids is not None  # checked above
       negative_scores, negative_log_q, valid = self._append_sampled(
         query,
         candidates[:num_queries],

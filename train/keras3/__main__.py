@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any, Sequence
 
 from train import cli
 from train.keras3 import settings
@@ -51,6 +52,7 @@ from train import config_flags  # noqa: E402
 from train.config import RunConfig  # noqa: E402
 from train.keras3.config import Keras3Config  # noqa: E402
 from train.data import batches  # noqa: E402
+from train.data.records import SequenceData  # noqa: E402
 
 config_flags.define_flags(RunConfig)
 config_flags.define_flags(Keras3Config)
@@ -61,7 +63,7 @@ def _say(line: str) -> None:
   print(line, flush=True)
 
 
-def main(argv):
+def main(argv: Sequence[str]) -> None:
   del argv  # checked by cli.run
   with cli.bad_input():
     cfg = config_flags.from_flags(RunConfig)
@@ -127,7 +129,7 @@ def main(argv):
   )
 
 
-def _run_seeds(cfg, k3, data, trainer_lib) -> None:
+def _run_seeds(cfg: RunConfig, k3: Keras3Config, data: SequenceData, trainer_lib: Any) -> None:
   """--seeds: the runs as one program (`train.keras3.seeds`); a line per finished run."""
   from train.keras3 import seeds as seeds_lib
 
@@ -163,7 +165,7 @@ def _run_seeds(cfg, k3, data, trainer_lib) -> None:
     )
 
 
-def run():
+def run() -> None:
   """Console-script entry point."""
   config_flags.expose_in_help(__name__)
   cli.run(main)

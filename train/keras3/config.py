@@ -62,7 +62,7 @@ class Keras3Config:
     "runs with --logq=v --seed=s --nosasrec_pack_tokens write; --logq is ignored.",
   )
 
-  def __post_init__(self):
+  def __post_init__(self) -> None:
     coerce(self)
     self.validate()
 

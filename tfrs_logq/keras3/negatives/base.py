@@ -11,7 +11,7 @@ smallest row index of each group wins::
 the numbering of per-sequence negative sets.)
 """
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from keras import ops
 
@@ -33,11 +33,11 @@ class Negatives(NamedTuple):
   [A, N] (float32 per-draw log Q), valid bool [N], [A, N] or None (slots that take part),
   positive_log_q [A] or None (log Q(p) of the queries' positives under the same proposal)."""
 
-  ids: object
-  embeddings: object
-  log_q: object
-  valid: object = None
-  positive_log_q: object = None
+  ids: Any
+  embeddings: Any
+  log_q: Any
+  valid: Any = None
+  positive_log_q: Any = None
 
 
 def _sorted_runs(ids, valid):

@@ -48,7 +48,7 @@ holds the memory and the estimator's state; the generator's state (Keras leaves 
 """
 
 import numbers
-from typing import Callable, NamedTuple, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import keras
 from keras import ops
@@ -73,12 +73,12 @@ class _Memory(NamedTuple):
   (filled, newest copy, finite log q_uni), U_M (float32: the present slots), log q_uni and
   log Q under the convention of the slots followed by the ids asked for ([M S + n])."""
 
-  order: object
-  ids: object
-  present: object
-  num_distinct: object
-  log_q_unigram: object
-  log_q: object
+  order: Any
+  ids: Any
+  present: Any
+  num_distinct: Any
+  log_q_unigram: Any
+  log_q: Any
 
 
 @keras.saving.register_keras_serializable(package="tfrs_logq")
@@ -266,6 +266,7 @@ class CrossBatchNegatives(keras.layers.Layer, NegativeSampler):
     pos_unigram = memory.log_q_unigram[size:]
     slot_valid = ops.logical_and(memory.present, ops.isfinite(log_q))
     if self.mode == "embeddings":
+      assert self.embeddings is not None  # the state of this mode
       embeddings = ops.take(self.embeddings.value, memory.order, axis=0)
     else:
       embeddings = self._embed(memory.ids, item_table)
@@ -369,6 +370,7 @@ class CrossBatchNegatives(keras.layers.Layer, NegativeSampler):
     self.ids.assign(ops.scatter_update(self.ids.value, index, slot_ids))
     self.filled.assign(ops.scatter_update(self.filled.value, index, ops.cast(slot_filled, "int32")))
     if slot_emb is not None:
+      assert self.embeddings is not None  # the state of the embeddings mode
       self.embeddings.assign(ops.scatter_update(self.embeddings.value, index, slot_emb))
     block = ops.reshape(ops.mod(pushed, self.num_batches), (1, 1))
     for variable, value in (

@@ -22,7 +22,7 @@ weights e^s / (n Q) are Horvitz-Thompson weights e^s / E[count].) Randomness of 
 """
 
 import numbers
-from typing import NamedTuple, Optional
+from typing import Any, NamedTuple, Optional
 
 import keras
 from keras import ops
@@ -48,8 +48,8 @@ class InBatchPool(NamedTuple):
   scalars); n_b = the valid slots (U, or min(U, k_b) with a subsample)."""
 
   negatives: base.Negatives
-  num_draws: object
-  num_distinct: object
+  num_draws: Any
+  num_distinct: Any
 
   @property
   def num_kept(self):

@@ -98,24 +98,24 @@ class MIDXSampler(keras.layers.Layer, NegativeSampler):
       raise TypeError("candidate_embedder must be callable (ids -> embeddings) or None")
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
       raise ValueError(f"seed must be an int, got {seed!r}")
-    self.num_codewords = num_codewords
-    self.quantizer = quantizer
+    self.num_codewords: int = num_codewords
+    self.quantizer: str = quantizer
     self.temperature = float(temperature)
-    self.id_offset = id_offset
+    self.id_offset: int = id_offset
     self.seed = int(seed)
     self.kmeans_iterations = int(kmeans_iterations)
     self.kmeans_max_points = None if kmeans_max_points is None else int(kmeans_max_points)
     self.chunk_size = int(chunk_size)
-    self.num_negatives = num_negatives
+    self.num_negatives: Optional[int] = num_negatives
     self.candidate_embedder = candidate_embedder
     self.jit_compile = bool(jit_compile)
-    self.num_items = None
-    self.dim = None
-    self._index_built = False
+    self.num_items: Optional[int] = None
+    self.dim: Optional[int] = None
+    self._index_built: bool = False
     self.seed_generator = keras.random.SeedGenerator(self.seed)
     self.built = True
     if num_items is not None:
-      self.build_index(num_items, dim)
+      self.build_index(num_items, dim)  # type: ignore[arg-type]  # None: check_index_shape raises
 
   # ----------------------------------------------------------------------------------- index
   def build_index(self, num_items: int, dim: int) -> None:

@@ -10,7 +10,7 @@ integer seeds derived from a seed tuple (``derive_seed``), so an index is a pure
 embeddings and the seed on each backend (the backends' random streams differ).
 """
 
-from typing import NamedTuple, Optional, Sequence
+from typing import Any, Dict, NamedTuple, Optional, Sequence
 
 import numpy as np
 
@@ -88,7 +88,9 @@ def build_index(
   exactly one cell); the codebooks' seeds are ``seed + (1,)`` and ``seed + (2,)``."""
   k = num_codewords
   emb = ops.cast(emb, "float32")
-  opts = dict(num_iterations=num_iterations, max_points=max_points, chunk_size=chunk_size)
+  opts: Dict[str, Any] = dict(
+    num_iterations=num_iterations, max_points=max_points, chunk_size=chunk_size
+  )
   seed = tuple(int(s) for s in seed)
   x1, x2 = midx_core.split_query(quantizer, emb, emb.shape[-1])
   c1 = kmeans(x1, k, seed=seed + (1,), **opts)

@@ -144,6 +144,7 @@ class UniformNegatives(keras.layers.Layer, NegativeSampler):
       self.candidate_ids = None
       self.catalog_size = self.id_range[1] - self.id_range[0]
     else:
+      assert table is not None  # check_catalog returns one of the two
       self.candidate_ids = [int(v) for v in table]
       self.catalog_size = int(table.size)
     self.seed_generator = keras.random.SeedGenerator(seed)

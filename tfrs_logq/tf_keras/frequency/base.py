@@ -229,7 +229,7 @@ class FrequencyEstimator(tf.keras.layers.Layer):
     return config
 
   # ---- subclass hooks ------------------------------------------------------------------------
-  def _update_keys(self, keys: tf.Tensor) -> None:
+  def _update_keys(self, keys: tf.Tensor, valid: Optional[tf.Tensor] = None) -> None:
     raise NotImplementedError
 
   def _log_q_keys(self, keys: tf.Tensor) -> tf.Tensor:

@@ -60,6 +60,7 @@ class ExactCounts(base.FrequencyEstimator):
   ):
     core_checks.check_num_items_given(num_items)
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
+    assert self.num_items is not None  # check_num_items_given
     self.min_count, initial = core_checks.check_counts_table(self.num_items, min_count, counts)
     self.accumulate = (counts is None) if accumulate is None else bool(accumulate)
     self.counts = self._state("counts", [self.num_items], tf.int64, initial)

@@ -365,6 +365,7 @@ class CrossBatchNegatives(NegativeSampler, tf.Module):
     self.ids.scatter_update(tf.IndexedSlices(take(ids), slots))
     self.filled.scatter_update(tf.IndexedSlices(kept, slots))
     if emb is not None:
+      assert self.embeddings is not None  # the state of the embeddings mode
       self.embeddings.scatter_update(tf.IndexedSlices(take(emb), slots))
     for var, value in (
       (self.push_draws, num_draws),

@@ -107,5 +107,6 @@ class JoinedNegatives(NegativeSampler, tf.Module):
   def update(self, positive_ids, positive_embeddings=None, *, valid=None, seed=None) -> None:
     """``update`` of every block that has one (a memory), each with its own split seed."""
     for block, block_seed in zip(self.blocks, self._block_seeds(seed)):
-      if callable(getattr(block, "update", None)):
-        block.update(positive_ids, positive_embeddings, valid=valid, seed=block_seed)
+      update = getattr(block, "update", None)
+      if callable(update):
+        update(positive_ids, positive_embeddings, valid=valid, seed=block_seed)

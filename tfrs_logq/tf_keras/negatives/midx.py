@@ -135,12 +135,12 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     self.kmeans_iterations = int(kmeans_iterations)
     self.kmeans_max_points = kmeans_max_points
     self.chunk_size = int(chunk_size)
-    self.num_items = None
-    self.dim = None
+    self.num_items: Optional[int] = None
+    self.dim: Optional[int] = None
     self._index_built = False
     self._refresh_fn = tf.function(self._refresh_impl)  # one graph per sampler (static shapes)
     if num_items is not None:
-      self.build_index(num_items, dim)
+      self.build_index(num_items, dim)  # type: ignore[arg-type]  # None: check_index_shape raises
 
   # ----------------------------------------------------------------------------------------- index
   def build_index(self, num_items: int, dim: int) -> None:
@@ -465,6 +465,7 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
       query_embeddings, positive_ids, positive_embeddings
     )
     ids, log_q = self.sample(query, self._num_negatives(), seed=seed)
+    assert self.num_items is not None  # sample raised if the index is not built
     scores = (
       scoring.per_query_scores(
         query,

@@ -13,7 +13,7 @@ k-means steps ``tfrs_logq.core.kmeans``'s. Pure functions of the embeddings and 
 defines.
 """
 
-from typing import NamedTuple, Optional
+from typing import Any, Dict, NamedTuple, Optional
 
 import tensorflow as tf
 
@@ -48,7 +48,9 @@ def build_index(
   ``emb`` float32 [N, d]; every item lands in exactly one cell."""
   k = num_codewords
   seed_1, seed_2 = tf.unstack(tf.random.experimental.stateless_split(seed, 2))
-  opts = dict(num_iterations=num_iterations, max_points=max_points, chunk_size=chunk_size)
+  opts: Dict[str, Any] = dict(
+    num_iterations=num_iterations, max_points=max_points, chunk_size=chunk_size
+  )
   if quantizer == "pq":
     x1, x2 = split_query(quantizer, emb, emb.shape[-1])
     c1 = kmeans_lib.kmeans(x1, k, seed=seed_1, **opts)

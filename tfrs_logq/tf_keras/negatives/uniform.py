@@ -127,6 +127,7 @@ class UniformNegatives(NegativeSampler):
       self.catalog_size = hi - lo
       self._id_bound = hi
     else:
+      assert table is not None  # check_catalog returns one of the two
       self.candidate_ids = tf.constant(table.astype(np.int64))
       self.catalog_size = int(table.size)
       self._id_bound = int(table.max()) + 1
