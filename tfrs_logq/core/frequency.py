@@ -48,6 +48,7 @@ __all__ = [
   "hash_array_log_q",
 ]
 
+
 class Defaults(TypedDict):
   """The types of `DEFAULTS`."""
 
