@@ -93,8 +93,8 @@ def main(argv=None):
       start = time.perf_counter()
       sampler.refresh(items)
       refresh_s = time.perf_counter() - start
-      draw = tf.function(lambda z, sampler=sampler: sampler.sample(z, s))
-      midx_min, midx_med = time_calls(lambda: draw(queries)[0].numpy(), args.repeats)
+      draw = tf.function(lambda z, sampler=sampler, s=s: sampler.sample(z, s))
+      midx_min, midx_med = time_calls(lambda draw=draw: draw(queries)[0].numpy(), args.repeats)
       rows.append(
         dict(
           n=n,

@@ -202,7 +202,7 @@ def report(data: Dict, stats: Dict, names: Sequence[str], budget: str) -> List[s
     "A − B, 95 % interval | A ahead in | verdict |",
     "|---|---|---|---|---|---|---|---|",
   ]
-  for row, r in stats["rows"].items():
+  for r in stats["rows"].values():
     for m in METRICS:
       s = r["metrics"][m]
       cells = []

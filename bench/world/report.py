@@ -154,7 +154,7 @@ def gap_to_full(runs, name: str) -> Optional[Dict]:
     seeds = sorted(set(runs[name]) & set(runs[base]) & set(runs["full"]))
     fractions = []
     for s in seeds:
-      r = lambda row: runs[row][s]["metrics"]["recall"][k]
+      r = lambda row, s=s, k=k: runs[row][s]["metrics"]["recall"][k]
       gap = r("full") - r(base)
       fractions.append((r(name) - r(base)) / gap if gap != 0 else float("nan"))
     stats = paired_stats.mean_se(fractions) if fractions else {"n": 0, "mean": None, "se": None}

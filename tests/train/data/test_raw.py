@@ -203,7 +203,7 @@ def test_temporal_inputs_are_all_earlier_interactions(udata, rows):
       assert split.timestamps[q] == t and lo <= rank < hi
   # Training sequences hold exactly each user's training-period events.
   train_events = collections.defaultdict(list)
-  for rank, k in enumerate(order[: len(core) - 2 * n_eval]):
+  for k in order[: len(core) - 2 * n_eval]:
     train_events[umap[core[k][0]]].append(imap[core[k][1]])
   assert {int(u): s.tolist() for u, s in zip(d.user_ids, d.train_sequences)} == train_events
 

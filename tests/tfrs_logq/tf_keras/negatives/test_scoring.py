@@ -194,7 +194,7 @@ def test_package_exports_midx_sampler_lazily():
 
   assert negatives.MIDXSampler is midx.MIDXSampler
   with pytest.raises(AttributeError):
-    negatives.NoSuchSampler
+    _ = negatives.NoSuchSampler
 
 
 @pytest.mark.parametrize("vocab", [20, 5000])  # [A, V] matmul + gather vs [A, k, d] gather
