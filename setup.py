@@ -5,7 +5,7 @@
                              #   the console scripts tfrs-logq-train, tfrs-logq-evaluate,
                              #   tfrs-logq-reproduce and their dependencies
     pip install -e ".[test]" # the application + pytest (what `make test` installs)
-    pip install ".[bench]"   # + PyTorch (the paper-code yardstick of bench/train_speed.py) and
+    pip install ".[bench]"   # + PyTorch (the paper-code yardstick of bench/step) and
                              #   faiss-cpu (bench/serving_scale.py)
 
 setuptools cannot install packages per extra: the application packages are always copied, but
@@ -54,9 +54,9 @@ KERAS3_REQUIRES = [
 # runs the bench end to end, so the test extra installs it too. The library and the application
 # never import it.
 FAISS_REQUIRES = ["faiss-cpu==1.15.1"]
-# bench/train_speed.py's yardstick: a PyTorch re-implementation of the paper code's training step
+# bench/step's yardstick: a PyTorch re-implementation of the paper code's training step
 # (bench/paper_code_torch.py), timed beside ours in the same run (never run by the suite), and
-# FAISS for bench/serving_scale.py; Keras 3 and JAX for the Keras 3 sides of bench/sasrec_step.
+# FAISS for bench/serving_scale.py; Keras 3 and JAX for the Keras 3 sides of bench/step.
 BENCH_REQUIRES = APP_REQUIRES + KERAS3_REQUIRES + ["torch>=2.4"] + FAISS_REQUIRES
 # The suite runs the Keras 3 parity tests on the TensorFlow, JAX and PyTorch backends (torch
 # pinned to the CPU build 2.13.0, the one tested; `make test` installs it).

@@ -1,4 +1,4 @@
-r"""A PyTorch yardstick for bench/train_speed.py: the logQ paper's SASRec training step.
+r"""A PyTorch yardstick for bench/step: the logQ paper's SASRec training step.
 
 Written for this bench from the description of the paper's code (a gSASRec-pytorch fork; the
 mixed-negatives script with the corrected logQ loss), reproducing its computation, its dtypes and

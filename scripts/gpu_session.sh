@@ -8,7 +8,7 @@
 #   1. env         the machine: nvidia-smi, python, jax, torch, keras       -> OUT/env.txt
 #   2. step        the SASRec step on ML-1M, Keras 3 JAX (the paper's configuration and the
 #                  binaries' defaults, bare jitted steps) beside the paper code's PyTorch step
-#                  on the GPU, interleaved in one invocation (bench/train_speed.py)
+#                  on the GPU, interleaved in one invocation (bench/step)
 #                                                                            -> OUT/step
 #   3. ttc_ml1m    time to a converged model: ML-1M leave-one-out, mixed corrected, patience 20,
 #                  `python -m train.keras3 --backend=jax` alone (bench/time_to_converge.py)
@@ -64,7 +64,7 @@
 #   TABLE1_CAP=220 TABLE1_FLAGS=--checkpoint_every_seconds=15 PYTHON=python3 \
 #   bash scripts/gpu_session.sh /tmp/gs 9 "$PWD/.devdata"
 # No TensorFlow there: the Keras 3 runs shuffle with numpy (--shuffle_rng=numpy) and
-# bench/train_speed.py takes the same windows from the numpy stream. Only OUT's first two levels
+# bench/step takes the same windows from the numpy stream. Only OUT's first two levels
 # come back from the device: everything small is also packed into OUT/session.tar.gz.
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_session.sh OUT MINUTES [DATA_ROOT]}
@@ -105,7 +105,7 @@ log "env: $(tr '\n' ' ' < "$OUT/env.txt" | cut -c1-400)"
 
 # Three step workers share the GPU (they take turns): JAX may not take 75 % of it in each.
 part step "$OUT/step/train_speed.json" 60 150 \
-  env XLA_PYTHON_CLIENT_MEM_FRACTION=0.3 "$PY" bench/train_speed.py \
+  env XLA_PYTHON_CLIENT_MEM_FRACTION=0.3 "$PY" -m bench.step \
   --configs=paper+jax,defaults+jax --rounds="${STEP_ROUNDS:-5}" --steps="${STEP_STEPS:-20}" \
   --matmul_n=8192 --data_path="$DATA/ml1m" --threads=8 --out="$OUT/step"
 part ttc_ml1m "$OUT/ttc_ml1m/time_to_converge.json" 60 180 \

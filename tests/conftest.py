@@ -105,7 +105,7 @@ _PROCESS_CHANGING_FILES = ("tests/train/test_parameter_server.py",)
 # 0ed087e, `pytest --junitxml`; a file not listed runs after these, in collection order; a stale
 # entry costs wall-clock, never a result).
 _LONGEST_FIRST = (
-  "tests/bench/test_train_speed_keras3.py",  # 230 s
+  "tests/bench/step/test_keras3_sides.py",  # 230 s
   "tests/tfrs_logq/keras3/test_backends_samplers.py",  # 200 s
   "tests/tfrs_logq/keras3/test_backends.py",  # 190 s
   "tests/tfrs_logq/keras3/test_backends_features.py",  # 180 s
@@ -120,7 +120,7 @@ _LONGEST_FIRST = (
   "tests/train/test_parameter_server_binary.py",  # 100 s
   "tests/train/keras3/test_losses.py",  # 100 s
   "tests/train/test_resume.py",  # 90 s
-  "tests/bench/test_step_ab.py",  # 90 s
+  "tests/bench/step/test_trees.py",  # 60 s
   "tests/bench/test_catalog_parameter_server.py",  # 90 s
   "tests/models/test_sasrec.py",  # 90 s
   "tests/models/keras3/test_sasrec.py",  # 80 s
@@ -130,7 +130,7 @@ _LONGEST_FIRST = (
   "tests/train/keras3/test_jax_step.py",  # 60 s
   "tests/train/keras3/test_torch.py",  # 60 s
   "tests/bench/test_keras3_trajectory.py",  # 60 s
-  "tests/bench/test_train_speed.py",  # 50 s
+  "tests/bench/step/test_sides.py",  # 50 s
   "tests/bench/test_serving_scale.py",  # 50 s
   "tests/tfrs_logq/core/test_top_k.py",  # 50 s
   "tests/eval/test_evaluate.py",  # 50 s

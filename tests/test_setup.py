@@ -18,7 +18,7 @@ import sysconfig
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DIST = "tfrs-logq"
 APPLICATION = ("models", "train", "eval", "bench")
-# Optional yardstick of bench/train_speed.py (`pip install torch`) and the other index of
+# Optional yardstick of bench/step (`pip install torch`) and the other index of
 # bench/serving_scale.py (faiss-cpu, the bench extra), not requirements of the application.
 OPTIONAL_IMPORTS = {"torch", "paper_code_torch", "faiss"}
 

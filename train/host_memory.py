@@ -15,13 +15,13 @@ trimmed back to the kernel, so every step faults the same pages in again and zer
 
 Setting any of the first three turns glibc's adaptive threshold off, so they are set together (one
 alone makes it worse: with only M_TOP_PAD the step took 0.85 s). Measured in one run
-(`python bench/train_speed.py --configs=sequence+reference+xla+malloc_default,
+(`python -m bench.step --configs=sequence+reference+xla+malloc_default,
 sequence+reference+xla`): see docs/benchmarks.md. The price is resident memory: freed
 buffers stay mapped. glibc gives every thread that meets a locked heap a heap of its own (up to
 8 per core), and with the three settings above each of those heaps keeps its freed buffers: the
 ML-1M SASRec step (XLA encoder) peaked at 3.18 GiB with them and 2.36 GiB with one heap, at the
 same speed (1.03x / 1.04x min / median, same run, the heap is locked for the allocation only;
-TensorFlow's threads allocate hundreds of buffers per step, not millions; `bench/train_speed.py`
+TensorFlow's threads allocate hundreds of buffers per step, not millions; `python -m bench.step`
 token ``malloc_arenas``). ``default`` leaves the
 allocator alone. Non-glibc platforms (macOS, musl) are left alone whatever the setting.
 
@@ -70,7 +70,7 @@ def configure(host_allocator: str, *, one_heap: bool = True) -> bool:
   """Applies ``host_allocator`` (``retain`` | ``default``) to this process's malloc.
 
   ``one_heap=False`` leaves glibc's per-thread heaps under ``retain`` (M_ARENA_MAX unset; for
-  measuring what the cap saves, `bench/train_speed.py` token ``malloc_arenas``).
+  measuring what the cap saves, `python -m bench.step` token ``malloc_arenas``).
 
   Returns True when the settings were applied, False when there was nothing to do
   (``default``, or not glibc).

@@ -16,6 +16,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPTS = sorted(
   p.stem for p in (ROOT / "bench").glob("*.py") if p.stem != "__init__" and "torch" not in p.stem
 )
+# Tools that are packages (``python -m bench.<name>``; their parser and main in <name>/cli.py).
+PACKAGES = sorted(p.parent.name for p in (ROOT / "bench").glob("*/__main__.py"))
 ABSL = ("keras3_trajectory", "paper_loop", "reproduce", "scann_index")
 
 
@@ -28,10 +30,11 @@ def test_every_script_is_documented():
     "negatives",
     "reproduce",
     "scann_index",
-    "train_speed",
   } <= set(SCRIPTS)
+  assert "step" in PACKAGES
   readme = (ROOT / "bench" / "README.md").read_text()
   undocumented = [name for name in SCRIPTS if f"## {name}.py" not in readme]
+  undocumented += [name for name in PACKAGES if f"## {name}/" not in readme]
   assert not undocumented, f"bench/README.md has no section for {undocumented}"
 
 
@@ -54,7 +57,9 @@ def test_absl_scripts_answer_help_as_scripts():
     assert "--out:" in out, (name, out[-1000:])
 
 
-@pytest.mark.parametrize("name", [s for s in SCRIPTS if s not in ABSL])
+@pytest.mark.parametrize(
+  "name", [s for s in SCRIPTS if s not in ABSL] + [f"{p}.cli" for p in PACKAGES]
+)
 def test_argparse_scripts_answer_help(name, monkeypatch, capsys):
   module = importlib.import_module(f"bench.{name}")
   monkeypatch.setattr(sys, "argv", [f"bench/{name}.py"])  # argparse's program name

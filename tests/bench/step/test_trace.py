@@ -1,9 +1,9 @@
-"""bench/step_trace.py: the trace events are sorted into XLA dots, other XLA instructions,
+"""bench.step.trace: the trace events are sorted into XLA dots, other XLA instructions,
 TensorFlow kernels and pool workers; containers and the framework's own events are not counted."""
 
 import pytest
 
-from bench import step_trace
+from bench.step import trace
 
 
 def _xspace(events):
@@ -37,7 +37,7 @@ def test_events_are_sorted_into_their_category_per_step():
       ("python", "_train_step_fn", 400.0),
     ]
   )
-  out = step_trace.summarize_xspace(xs, num_steps=2)
+  out = trace.summarize_xspace(xs, num_steps=2)
   assert out["xla_dot"] == pytest.approx(8e-3)
   assert out["xla_other"] == pytest.approx(3e-3)
   assert out["tf_ops"] == pytest.approx(7.5e-3)
@@ -60,7 +60,43 @@ def test_report_puts_the_rest_of_the_cpu_time_in_other():
     workers=0.1,
     tf_top=[],
   )
-  text = step_trace.report(r)
+  text = trace.report(r)
   assert "other CPU                 0.200 s (20.0 % of CPU)" in text
   assert "matmul floor 0.150 s/step = 30 % of the step" in text
   assert "busy cores 2.00 of 2" in text
+
+
+def test_trace_of_one_tiny_step(tmp_path):
+  """--trace in a real worker: the step's wall and CPU seconds, and a profiler trace with XLA
+  dots in it (the tiny ML-1M batch, the XLA encoder)."""
+  import json
+  import pathlib
+  import subprocess
+  import sys
+
+  root = pathlib.Path(__file__).resolve().parents[3]
+  proc = subprocess.run(
+    [
+      sys.executable,
+      "-m",
+      "bench.step",
+      "--trace",
+      "--configs=sequence+reference+xla",
+      "--warmup=1",
+      "--steps=1",
+      "--num_batches=1",
+      "--batch_size=4",
+      "--max_len=20",
+      f"--out={tmp_path}",
+    ],
+    cwd=root,
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+  assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+  (result,) = json.loads((tmp_path / "step_trace.json").read_text())
+  assert result["config"] == "sequence+reference+xla" and result["wall"] > 0
+  assert result["user"] + result["system"] > 0 and result["xla_dot"] > 0
+  assert "XLA matmuls (dot)" in proc.stdout
+  assert proc.stdout.strip().splitlines()[-1].startswith("summary: sequence+reference+xla")

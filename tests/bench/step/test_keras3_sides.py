@@ -1,4 +1,4 @@
-"""bench/train_speed.py's Keras 3 sides (``jax``, ``keras3_tf``): the configuration tokens, the
+"""bench.step's Keras 3 sides (``jax``, ``keras3_tf``): the configuration tokens, the
 tf-keras / Keras 3 ratio of the same configuration, and a real run of both sides for one step on
 a tiny ML-1M batch (B = 4, L = 20): each worker sets KERAS_BACKEND before keras is imported
 (the keras3_tf side is the TensorFlow backend, the jax side JAX), the jitted stateless JAX step
@@ -16,10 +16,10 @@ import sys
 
 import pytest
 
-from bench.sasrec_step import report
-from bench.sasrec_step.configs import parse_config
+from bench.step import report
+from bench.step.configs import parse_config
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 def test_framework_tokens():
@@ -82,7 +82,7 @@ def test_keras3_sides_run_one_step_on_a_tiny_batch(tmp_path):
   cmd = [
     sys.executable,
     "-m",
-    "bench.train_speed",
+    "bench.step",
     "--configs=defaults+jax,query+reference+keras3_tf",
     "--no_yardstick",
     "--rounds=1",
@@ -122,7 +122,7 @@ def test_profile_times_the_pieces_of_the_jax_step(tmp_path):
   cmd = [
     sys.executable,
     "-m",
-    "bench.train_speed",
+    "bench.step",
     "--profile",
     "--configs=defaults,defaults+jax",
     "--rounds=1",
@@ -150,7 +150,11 @@ def test_profile_times_the_pieces_of_the_jax_step(tmp_path):
   jax_row = rows["Keras 3 JAX: sequence uniform, reference, jit"]
   assert len(re.findall(r"\d+\.\d+ \(", jax_row)) == 5 and jax_row.rstrip().count(" - ") <= 1
   assert "defaults+jax: encoder" in proc.stdout.splitlines()[-1]
-  from bench import train_speed
+  from bench.step import cli
 
   with pytest.raises(ValueError, match="keras3_tf"):  # before any data is read
-    train_speed.main(["--profile", "--configs=defaults,defaults+keras3_tf"])
+    cli.main(["--profile", "--configs=defaults,defaults+keras3_tf"])
+  with pytest.raises(ValueError, match="Keras 3"):
+    cli.main(["--trace", "--configs=defaults+jax"])
+  with pytest.raises(ValueError, match="one mode"):
+    cli.main(["--trace", "--profile"])

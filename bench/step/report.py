@@ -9,8 +9,8 @@ import sys
 
 from bench.common import report
 from bench.common.timing import min_median
-from bench.sasrec_step.configs import YARDSTICK, parse_config, step_flops
-from bench.sasrec_step.profiler import Profiler
+from bench.step.configs import YARDSTICK, parse_config, step_flops
+from bench.step.profiler import Profiler
 
 __all__ = ["keras3_ratios", "print_report", "print_profile"]
 
@@ -18,7 +18,7 @@ __all__ = ["keras3_ratios", "print_report", "print_profile"]
 def print_report(
   sides: dict, configs: list, flops: dict, peak: dict, num_queries: float, args
 ) -> None:
-  """The table of the timed ``sides`` (name -> `bench.sasrec_step.worker.Side`, closed), OUT/
+  """The table of the timed ``sides`` (name -> `bench.step.worker.Side`, closed), OUT/
   train_speed.json and the summary line; ``peak``: the matmul peak per framework."""
   names = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
   print(

@@ -1,6 +1,7 @@
-"""A side of bench/train_speed.py in its own subprocess (``python -m bench.sasrec_step.worker
-SPEC``): it sets up our step or the paper code's, warms up, then answers the parent's commands
-(one JSON a line on stdin; replies by `bench.common.workers`); `Side` is the parent's handle."""
+"""A side of the step benchmark in its own subprocess (``python -m bench.step.worker SPEC``):
+it sets up our step or the paper code's, warms up, then answers the parent's commands (one JSON
+a line on stdin: steps, peak, profile, trace, quit; replies by `bench.common.workers`); `Side`
+is the parent's handle on it or on a tree's worker (`bench.step.trees`)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,15 @@ import resource
 import subprocess
 import sys
 import time
+from typing import Dict, List, Optional
 
 import numpy as np
 
 from bench.common import memory, workers
-from bench.sasrec_step.configs import SideConfig
-from bench.sasrec_step.ours import compile_separately, our_trainer, remove_scoring_and_loss
-from bench.sasrec_step.peaks import matmul_peak_tf, matmul_peak_torch
-from bench.sasrec_step.profiler import Profiler
+from bench.step.configs import SideConfig
+from bench.step.ours import compile_separately, our_trainer, remove_scoring_and_loss
+from bench.step.peaks import matmul_peak_tf, matmul_peak_torch
+from bench.step.profiler import Profiler
 
 __all__ = ["serve", "Side"]
 
@@ -63,7 +65,7 @@ def serve(spec: dict) -> None:
       device=str(step_fn.device),
     )
   elif spec["config"]["framework"] != "tf_keras":  # a Keras 3 side (keras3_side)
-    from bench.sasrec_step import keras3_side
+    from bench.step import keras3_side
 
     cfg = SideConfig(**spec["config"])
     backend = keras3_side.select_backend(cfg, threads)  # before keras is imported
@@ -142,6 +144,12 @@ def serve(spec: dict) -> None:
         )
       out = profiler.round(cmd["n"])
       reply(dict(out, check=profiler.check) if getattr(profiler, "check", None) else out)
+    elif cmd["cmd"] == "trace":
+      if spec["side"] != "ours" or spec["config"]["framework"] != "tf_keras":
+        raise ValueError("--trace breaks down the tf-keras step only")
+      from bench.step.trace import trace_steps
+
+      reply(trace_steps(steps, cmd["n"]))
     elif cmd["cmd"] == "quit":
       reply(
         dict(
@@ -157,20 +165,39 @@ def serve(spec: dict) -> None:
 class Side:
   """A worker subprocess (`serve`) and its results."""
 
-  def __init__(self, name: str, spec: dict, log_dir: str):
+  def __init__(
+    self,
+    name: str,
+    spec: dict,
+    log_dir: str,
+    command: Optional[List[str]] = None,
+    cwd: Optional[str] = None,
+    env: Optional[Dict[str, str]] = None,
+  ):
+    """``command`` (default: `serve` of this tree) gets JSON(spec) appended."""
     self.name, self.spec = name, spec
     self.log_path = os.path.join(log_dir, re.sub(r"[^a-z0-9]+", "_", name.lower()) + ".log")
     self.log = open(self.log_path, "w")
     self.proc = subprocess.Popen(
-      workers.worker_command("bench.sasrec_step.worker", spec, None),
+      (command or [sys.executable, "-m", "bench.step.worker"]) + [json.dumps(spec)],
       stdin=subprocess.PIPE,
       stdout=subprocess.PIPE,
       stderr=self.log,
       text=True,
       bufsize=1,
-      cwd=str(ROOT),
+      cwd=cwd or str(ROOT),
+      env=env,
     )
-    self.times, self.loss, self.w, self.info, self.memory = [], None, None, {}, {}
+    self.times: List[float] = []
+    self.rounds: List[List[float]] = []  # the times of each ``steps`` request
+    self.loss, self.w, self.info, self.memory = None, None, {}, {}
+
+  def steps(self, n: int) -> None:
+    """Times ``n`` steps: one more round."""
+    out = self.ask(cmd="steps", n=n)
+    self.rounds.append(out["times"])
+    self.times += out["times"]
+    self.loss, self.w = out["loss"], out["w"]
 
   def send(self, **cmd):
     self.proc.stdin.write(json.dumps(cmd) + "\n")

@@ -1,10 +1,10 @@
-"""bench/train_speed.py: the model-FLOP count and the configuration names (no timing); the
-``noloss`` / ``xla_*`` variants of our side (bench/sasrec_step/ours.py)."""
+"""bench.step: the model-FLOP count and the configuration names (no timing); the
+``noloss`` / ``xla_*`` variants of our side (bench/step/ours.py)."""
 
 import pytest
 
-from bench import train_speed
-from bench.sasrec_step import ours
+from bench.step import configs
+from bench.step import ours
 
 
 def _matmul_flops(block, b, l, d, f, blocks, a, n):
@@ -25,7 +25,7 @@ def _matmul_flops(block, b, l, d, f, blocks, a, n):
 
 @pytest.mark.parametrize("block", ["reference", "pre_ln"])
 def test_step_flops_counts_every_matmul_forward_and_backward(block):
-  got = train_speed.step_flops(
+  got = configs.step_flops(
     7, batch=3, length=5, dim=4, num_blocks=2, block=block, num_negatives=9, ffn_dim=6
   )
   assert got == _matmul_flops(block, b=3, l=5, d=4, f=6, blocks=2, a=7, n=9)
@@ -33,55 +33,55 @@ def test_step_flops_counts_every_matmul_forward_and_backward(block):
 
 def test_step_flops_of_the_ml1m_batch_is_about_44_gflop():
   # The issue's rough count: ~40 GFLOP for the transformer, forward + backward.
-  got = train_speed.step_flops(
+  got = configs.step_flops(
     14_000, batch=128, length=200, dim=128, num_blocks=2, block="reference", num_negatives=256
   )
   assert 40e9 < got < 48e9
 
 
 def test_named_configs_and_aliases():
-  paper = train_speed.parse_config("paper")
+  paper = configs.parse_config("paper")
   assert (paper.uniform, paper.xla, paper.block, paper.estimator) == (
     "query",
     True,
     "reference",
     "exact",
   )
-  fast = train_speed.parse_config("fastest")
+  fast = configs.parse_config("fastest")
   assert (fast.uniform, fast.xla, fast.block) == ("batch", True, "pre_ln")
-  alias = train_speed.parse_config("per_position+count_min")
+  alias = configs.parse_config("per_position+count_min")
   assert (alias.uniform, alias.xla, alias.estimator) == ("query", False, "count_min")
-  assert train_speed.parse_config("shared+xla").uniform == "batch"
-  assert train_speed.parse_config("sequence").uniform == "sequence"
+  assert configs.parse_config("shared+xla").uniform == "batch"
+  assert configs.parse_config("sequence").uniform == "sequence"
 
 
 @pytest.mark.parametrize("name", ["batch+query", "xla+bogus", "hash_array+count_min"])
 def test_bad_config_names_are_rejected(name):
   with pytest.raises(ValueError, match="--configs"):
-    train_speed.parse_config(name)
+    configs.parse_config(name)
 
 
 def test_step_token_compiles_the_whole_step():
-  cfg = train_speed.parse_config("sequence+xla+step")
+  cfg = configs.parse_config("sequence+xla+step")
   assert (cfg.uniform, cfg.xla, cfg.step_xla) == ("sequence", True, True)
-  assert not train_speed.parse_config("paper").step_xla
-  paper_step = train_speed.parse_config("paper+step")
+  assert not configs.parse_config("paper").step_xla
+  paper_step = configs.parse_config("paper+step")
   assert (paper_step.uniform, paper_step.block, paper_step.step_xla) == ("query", "reference", True)
 
 
 def test_allocator_token_defaults_to_the_binary_setting():
   from train.config import RunConfig
 
-  assert train_speed.parse_config("paper").allocator == RunConfig().host_allocator == "retain"
-  cfg = train_speed.parse_config("sequence+reference+xla+malloc_default")
+  assert configs.parse_config("paper").allocator == RunConfig().host_allocator == "retain"
+  cfg = configs.parse_config("sequence+reference+xla+malloc_default")
   assert (cfg.uniform, cfg.block, cfg.allocator) == ("sequence", "reference", "default")
   assert "glibc malloc" in cfg.label
 
 
 def test_heap_and_bound_tokens():
-  cfg = train_speed.parse_config("sequence+reference+xla")
+  cfg = configs.parse_config("sequence+reference+xla")
   assert cfg.one_heap and not cfg.no_loss
-  cfg = train_speed.parse_config("sequence+reference+xla+malloc_arenas+noloss")
+  cfg = configs.parse_config("sequence+reference+xla+malloc_arenas+noloss")
   assert (cfg.allocator, cfg.one_heap, cfg.no_loss) == ("retain", False, True)
   assert "heap per thread" in cfg.label and "bound" in cfg.label
 

@@ -23,8 +23,8 @@ import tempfile
 
 import numpy as np
 
-from bench.sasrec_step import peaks
-from bench.sasrec_step.configs import SideConfig
+from bench.step import peaks
+from bench.step.configs import SideConfig
 
 __all__ = [
   "BACKEND_OF",
@@ -133,7 +133,7 @@ class JaxTrainStep:
 
 
 class JaxProfiler:
-  """``--profile`` on the JAX side: the pieces of `JaxTrainStep` (bench.sasrec_step.profiler's
+  """``--profile`` on the JAX side: the pieces of `JaxTrainStep` (bench.step.profiler's
   PIECES and meanings), each its own ``jax.jit`` program on the model's current state:
 
   encoder_fwd: sum of the training queries (forward);  encoder_fwd_bwd: the gradient of
@@ -205,7 +205,7 @@ class JaxProfiler:
     self.round(len(batches))  # compiles every program
 
   def round(self, n: int) -> dict:
-    from bench.sasrec_step.profiler import time_pieces
+    from bench.step.profiler import time_pieces
 
     return time_pieces(self, n, self._jax.block_until_ready)
 

@@ -8,7 +8,7 @@ import tempfile
 
 import numpy as np
 
-from bench.sasrec_step.configs import SideConfig
+from bench.step.configs import SideConfig
 
 __all__ = ["load_batches", "our_trainer", "remove_scoring_and_loss", "compile_separately"]
 

@@ -1,0 +1,5 @@
+"""``python -m bench.step``: the step benchmark (`bench.step.cli`)."""
+
+from bench.step.cli import main
+
+main()

@@ -1,0 +1,413 @@
+r"""The SASRec training step, timed: ours against the paper's PyTorch code, our configurations and
+Keras 3 sides against each other, the pieces of a step, where its CPU time goes, and two source
+trees (or two settings) against each other; always interleaved in one run.
+
+    python -m bench.step                         # paper-code config + fastest default vs paper code
+    python -m bench.step --quick                 # 1 warm-up step, 2 rounds of 2 steps
+    python -m bench.step --configs=paper,batch+xla,sequence+xla,query+xla
+    python -m bench.step --no_yardstick          # ours only (no PyTorch needed)
+    python -m bench.step --configs=paper,paper+jax,paper+keras3_tf   # + Keras 3 steps
+    python -m bench.step --profile               # the pieces of our step (no PyTorch)
+    python -m bench.step --trace --configs=paper,sequence+reference+xla   # where the CPU goes
+    git worktree add /tmp/before <commit>        # a change against its parent:
+    python -m bench.step --before=/tmp/before --after=. --rounds=10 --steps=3
+    python -m bench.step --before=. --after=. --binary=keras3_jax \
+        --settings_after='{"mixed_precision": "bfloat16"}'    # one tree, two settings
+
+Workload (the paper's ML-1M setup): batch B = 128 windows of length L = 200 from the training
+pipeline (`train.data.sasrec_train_dataset`, the same batches for every side), d = 128, 2 blocks,
+1 head, dropout 0.5, 256 negatives = 128 in-batch (deduplicated, shared) + 128 uniform, corrected
+logQ, Adam. A step is forward, loss, backward and the optimizer update (and, for the streaming
+estimators, the estimator update); not the data pipeline.
+
+Sides. Each runs in its own subprocess, all set up (and warmed up: tracing, XLA) before timing:
+* ``paper code``: `bench/paper_code_torch.py`, a PyTorch re-implementation of the paper code's
+  step (eager, float64 scores, [A, 256, d] gathered negatives; see that module). It needs the
+  optional extra ``pip install ".[bench]"`` (PyTorch; tested with torch 2.13.0 CPU).
+* ours, one per ``--configs`` entry: `train.trainer.Trainer.train_step` with the configuration
+  named by ``+``-joined tokens: ``batch`` | ``sequence`` | ``query`` (who shares the 128 uniform
+  negatives: the batch, each sequence, or nobody = the paper code's per-position draws; aliases
+  ``shared``, ``per_position``), ``xla`` (jit_compile: encoder and scoring), ``step``
+  (jit_compile_step: the whole step as one static-shape XLA program), ``reference`` (the paper
+  code's block, else the default pre-LN block), ``hash_array`` | ``count_min`` (streaming Q(d)
+  estimator updated every step, else exact counts), ``nopack`` (the encoder's per-token layers on
+  the padded grid: `models.sasrec.SASRec` ``pack_tokens=False``), ``blocks<k>`` (causal attention
+  in k query blocks, e.g. ``blocks1`` = the full L x L grid; else the model's default),
+  ``malloc_default`` (glibc's own malloc settings; else ``--host_allocator=retain``, the
+  binary's default: `train/host_memory.py`), ``malloc_arenas`` (retain, but glibc's per-thread
+  heaps instead of one), ``noloss`` (a bound, not a trainable configuration: the step with the
+  negatives' sampling and scoring and the sampled loss replaced by -<q, c_p>, i.e. what the step
+  would cost if they were free), ``xla_loss`` / ``xla_objective`` (experiments, measured not to
+  pay on CPU: the sampled loss alone, or the negatives' sampling, scoring and the loss together,
+  compiled as one XLA program on rows zero-padded to a multiple of 3,200, i.e. <= 8 shapes).
+  ``paper`` = ``query+reference+xla`` (the paper-code configuration), ``fastest`` =
+  ``batch+xla``, ``defaults`` = ``sequence+reference`` (the binaries' default run settings). The
+  paper-code side runs with glibc's defaults, as it does when run
+  (``--yardstick_allocator=retain`` gives it ours).
+* Keras 3, a configuration with the token ``jax`` or ``keras3_tf`` (e.g. ``paper+jax``,
+  ``defaults+keras3_tf``): `python -m train.keras3`'s step (the Keras 3 SASRec, the binary's
+  mixed negatives: 128 in-batch (k_b subsample) + 128 uniform laid out per the uniform token,
+  the same log Q and loss, Adam; `bench/step/keras3_side.py`) in a worker whose
+  KERAS_BACKEND is set before keras is imported. ``jax``: one ``jax.jit`` train step with the
+  state's buffers donated (``stateless_call`` + ``value_and_grad`` + the optimizer's
+  ``stateless_apply``: Keras's own JAX train step without ``train_on_batch`` around it); the
+  ``xla`` token changes nothing (always compiled). ``keras3_tf``: ``Trainer.train_step``
+  (``train_on_batch``) on the TensorFlow backend, ``xla`` = ``jit_compile`` (the whole step as
+  one XLA program, as the binary's --jit_compile), else a tf.function graph. Keras 3 takes the
+  uniform, ``reference``, ``xla``, ``blocks<k>`` and ``malloc_*`` tokens (exact Q(d) counts; the
+  step always runs on the padded B x L grid with static shapes). The summary adds, for each
+  Keras 3 configuration whose tf-keras twin ran too, tf-keras's time over Keras 3's.
+
+Timing: ``--rounds`` rounds; in each, every side runs ``--steps`` steps in a rotated order while
+the others wait, so drift from other jobs on a shared machine hits every side alike. Reported: min
+and median seconds per step over all timed steps, and the ratios paper code / ours of the mins
+and of the medians. Only these same-run ratios mean anything: absolute times move 2-3x between
+machines and with the load of a shared one.
+
+Arithmetic: model FLOPs per step, counted analytically and the same for every implementation of
+a configuration (multiply-add = 2 FLOPs; forward + backward = 3 x the forward matmul FLOPs, the
+backward pass computing two matmuls per forward one):
+
+    encoder  = 2 B L n_blocks (P d^2 + 2 d f + 2 L d)   P = 3 (reference: W_q, W_k, W_v) or
+                                                        4 (pre-LN: W_qkv, W_out); f = FFN width = d;
+                                                        2 L d: Q K^T and attn V on the full L x L
+                                                        grid, as both sides compute it (a causal
+                                                        kernel would need half)
+    scoring  = 2 A (1 + N) d                            A = non-padding positions, N = 256
+    step     = 3 (encoder + scoring)                    (ML-1M batch: ~44 GFLOP)
+
+Element-wise work (LayerNorm, softmax, dropout, the loss, Adam) is not counted, nor extra work an
+implementation chooses (e.g. per-query negatives scored as an [A, |I|] matmul plus a gather).
+"GFLOP/s" is that count over the median step time, "% peak" against the fp32 matmul peak
+measured in the same run, in the side's own framework (a 2048 x 2048 matmul, best of 5, at the
+start and end of the run; the higher is kept): TensorFlow for tf-keras and Keras 3 on TF, a
+jitted JAX matmul for Keras 3 on JAX, PyTorch for the paper code.
+
+Memory: peak resident set size (VmHWM) of each side's process during the timed steps (the peak
+is reset after the warm-up), the same above the process's footprint right after importing its
+framework ("step" = what the model, optimizer and step need), and above the process after the
+warm-up ("work" = the step's working set: activations, gradients, temporaries). Every side
+returns its free heap to the kernel after the warm-up (`train.host_memory.release_free_memory`,
+glibc's malloc_trim), so the warm-up's garbage is not counted as the step's.
+
+``--profile`` times the pieces of our step for each config (encoder forward, encoder forward +
+backward, scores + loss + backward from fixed queries, the estimator update, the optimizer
+update, the whole step), interleaved, and prints their medians as fractions of the step; on a
+``jax`` config the pieces are jitted programs of the Keras 3 step (`keras3_side.JaxProfiler`).
+
+The last line is a one-line summary.
+
+``--trace`` (tf-keras configurations; `bench.step.trace`): after the warm-up, each side measures
+wall seconds per step and its process's CPU seconds over ``--steps`` steps (``busy cores`` = CPU
+/ wall; the system share: page faults, thread wake-ups, what `train/host_memory.py` removes),
+then takes a TensorFlow profiler trace of ``--steps`` more with XLA's per-instruction events on,
+summed per step into XLA matmuls (``dot``), other XLA instructions, TensorFlow kernels run
+outside XLA (the largest listed) and intra-op pool workers; "other CPU" = CPU seconds minus
+those four (executors, dispatch, spinning, allocation). ``matmul floor`` = matmul thread time /
+cores: the step if everything else were free. Executables launched asynchronously from the graph
+(the per-query scoring's nested [A, V] program of ``paper``) land in "other CPU":
+``--scoring_paths`` times the two exact per-query scoring paths alone (forward + backward, XLA,
+the ML-1M shapes), interleaved, min and median of ``--repeats``.
+
+``--before`` / ``--after`` (`bench.step.trees`): each tree's worker builds the binary's trainer
+(``--binary``: tf_keras = `python -m train`, keras3_jax = `python -m train.keras3` on JAX;
+``--binary_after`` gives the after side another) from RunConfig's defaults on ``--dataset``
+(SASRec, mixed negatives, corrected logQ; ``--jit_compile`` unless ``--no_jit_compile``) plus
+``--settings_before`` / ``--settings_after`` (JSON objects of RunConfig settings), and times
+``--steps`` steps per round; reported: min and median over rounds of each side's per-round
+minimum, the ratios before / after (> 1: after is faster) and their paired median.
+
+The last line is a one-line summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import os
+import pathlib
+import statistics
+import sys
+import tempfile
+from typing import Dict
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+
+from bench.common.report import summary_line, write_json  # noqa: E402
+from bench.common.timing import rotated  # noqa: E402
+from bench.step import report, trace, trees  # noqa: E402
+from bench.step.configs import YARDSTICK, parse_config, step_flops  # noqa: E402
+from bench.step.ours import load_batches  # noqa: E402
+from bench.step.worker import Side  # noqa: E402
+
+__all__ = ["main", "parser"]
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+# Per mode: --configs, --rounds, --steps, --warmup where not given.
+_DEFAULTS = {
+  "time": ("paper,fastest", 5, 2, None),
+  "profile": ("paper,fastest", 5, 2, None),
+  "trace": ("sequence+reference+xla", 1, 4, 8),
+  "ab": ("", 10, 3, None),
+}
+
+
+def parser() -> argparse.ArgumentParser:
+  p = argparse.ArgumentParser(
+    prog="python -m bench.step",
+    description=__doc__.split("\n\n")[0],
+    formatter_class=argparse.RawDescriptionHelpFormatter,
+  )
+  mode = p.add_argument_group("mode (default: time the --configs sides)")
+  mode.add_argument("--profile", action="store_true", help="time the pieces of our step instead")
+  mode.add_argument("--trace", action="store_true", help="break each side's CPU time down")
+  mode.add_argument("--before", default=None, help="A/B of trees: the baseline tree")
+  p.add_argument("--quick", action="store_true", help="1 warm-up step, 2 rounds of 2 steps")
+  p.add_argument("--configs", default=None, help="comma-separated configurations (docstring)")
+  p.add_argument("--rounds", type=int, default=None, help="interleaved rounds")
+  p.add_argument("--steps", type=int, default=None, help="timed steps per side and round")
+  p.add_argument(
+    "--warmup",
+    type=int,
+    default=None,
+    help="untimed steps (tracing, XLA; default --num_batches: every batch once, "
+    "so each token-capacity shape of the packed XLA encoder is compiled)",
+  )
+  p.add_argument("--no_yardstick", action="store_true", help="no paper-code (PyTorch) side")
+  p.add_argument("--data_path", default=None, help="the dataset's folder (default: data root)")
+  p.add_argument("--batch_size", type=int, default=128)
+  p.add_argument("--max_len", type=int, default=200)
+  p.add_argument("--num_batches", type=int, default=4, help="distinct batches, cycled")
+  p.add_argument("--dropout", type=float, default=0.5, help="dropout (paper: 0.5)")
+  p.add_argument(
+    "--logq",
+    default="corrected",
+    help="our logQ correction (tfrs_logq.tf_keras.losses.CORRECTIONS); the paper "
+    "code side is always corrected",
+  )
+  p.add_argument(
+    "--buckets", type=int, default=2**22, help="hash-array / count-min width (+hash_array etc.)"
+  )
+  p.add_argument("--threads", type=int, default=os.cpu_count(), help="intra-op threads per side")
+  p.add_argument("--matmul_n", type=int, default=2048, help="size of the peak matmul")
+  p.add_argument("--seed", type=int, default=0)
+  p.add_argument(
+    "--yardstick_allocator",
+    default="default",
+    choices=("default", "retain"),
+    help="the paper code's malloc: default (as it runs) or retain (ours; train/host_memory.py)",
+  )
+  p.add_argument(
+    "--check_keras3_step",
+    action="store_true",
+    help="jax sides: also run Keras's train_on_batch once from the same state "
+    "and print both losses (the jitted stateless step must give the same)",
+  )
+  p.add_argument("--scoring_paths", action="store_true", help="--trace: time the scoring paths")
+  p.add_argument("--repeats", type=int, default=8, help="repeats of --scoring_paths")
+  ab = p.add_argument_group("A/B of trees (--before)")
+  ab.add_argument("--after", default=".", help="the changed tree")
+  ab.add_argument("--dataset", default="ml1m")
+  ab.add_argument("--binary", default="tf_keras", choices=trees.BINARIES, help="whose step")
+  ab.add_argument("--binary_after", default=None, choices=trees.BINARIES, help="after's, if other")
+  ab.add_argument("--no_jit_compile", action="store_true", help="the encoder uncompiled")
+  ab.add_argument("--settings_before", default="{}", help="JSON object of RunConfig settings")
+  ab.add_argument("--settings_after", default="{}", help="JSON object of RunConfig settings")
+  p.add_argument("--out", default="bench/out", help="folder of the run's JSON / markdown")
+  return p
+
+
+def main(argv=None) -> None:
+  args = parser().parse_args(argv)
+  modes = [m for m, on in (("profile", args.profile), ("trace", args.trace)) if on]
+  modes += ["ab"] if args.before else []
+  if len(modes) > 1:
+    raise ValueError(f"one mode at a time, got {modes}")
+  mode = modes[0] if modes else "time"
+  configs, rounds, steps, warmup = _DEFAULTS[mode]
+  args.configs = configs if args.configs is None else args.configs
+  args.rounds = rounds if args.rounds is None else args.rounds
+  args.steps = steps if args.steps is None else args.steps
+  args.warmup = (warmup or args.num_batches) if args.warmup is None else args.warmup
+  if args.quick:
+    args.rounds, args.steps, args.warmup, args.matmul_n = 2, 2, 1, 1024
+  if mode == "ab":
+    return _ab(args, argv)
+  configs = [parse_config(c) for c in args.configs.split(",") if c]
+  if not configs:
+    raise ValueError("--configs is empty")
+  if mode == "profile" and any(c.framework == "keras3_tensorflow" for c in configs):
+    raise ValueError(
+      "--profile times the pieces of the tf-keras and Keras 3 JAX steps: drop "
+      "the keras3_tf configurations"
+    )
+  if mode == "trace" and any(c.keras3 for c in configs):
+    raise ValueError("--trace breaks down the tf-keras step: drop the Keras 3 configurations")
+  if mode == "trace" and args.scoring_paths:
+    for name, (lo, med) in trace.time_scoring_paths(args.repeats).items():
+      print(
+        f"per-query scoring, forward + backward, XLA: {name}: min {lo:.3f} s, median {med:.3f} s"
+      )
+  inputs, targets, windows, data = load_batches(args)
+  num_queries = float(np.mean([(t != 0).sum() for t in targets]))
+  tmp = tempfile.mkdtemp(prefix="bench_step_")
+  batches_path = os.path.join(tmp, "batches.npz")
+  np.savez(
+    batches_path,
+    inputs=inputs,
+    targets=targets,
+    windows=windows,
+    item_counts=np.asarray(data.item_counts, np.float32),
+    num_items=data.num_items,
+  )
+  base = dict(
+    batches=batches_path,
+    data_path=args.data_path,
+    batch_size=args.batch_size,
+    max_len=args.max_len,
+    dropout=args.dropout,
+    logq=args.logq,
+    buckets=args.buckets,
+    threads=args.threads,
+    warmup=args.warmup,
+    seed=args.seed,
+    check_step=args.check_keras3_step,
+  )
+  yardstick = mode == "time" and not args.no_yardstick
+  if yardstick and importlib.util.find_spec("torch") is None:
+    yardstick = False
+    print(
+      "PyTorch is not installed: no paper-code side (e.g. `.venv/bin/pip install torch==2.13.0`)"
+    )
+  shape = dict(batch=args.batch_size, length=args.max_len, dim=128, num_blocks=2)
+  flops = {
+    c.name: step_flops(num_queries, **shape, block=c.block, num_negatives=0 if c.no_loss else 256)
+    for c in configs
+  }
+  flops[YARDSTICK] = step_flops(num_queries, **shape, block="reference", num_negatives=256)
+  print(
+    f"SASRec ML-1M: batch {args.batch_size} x {args.max_len}, A = {num_queries:.0f} queries "
+    f"per batch (mean of {args.num_batches} batches), d 128, 2 blocks, 1 head, dropout "
+    f"{args.dropout}, 128 in-batch + 128 uniform negatives, {args.logq} logQ (ours); "
+    f"{args.threads} threads per side, {os.cpu_count()} CPUs; {args.warmup} warm-up steps, "
+    f"{args.rounds} interleaved rounds x {args.steps} steps. Shared machine: only same-run "
+    "ratios count.",
+    flush=True,
+  )
+  env = None
+  if mode == "trace":
+    env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + trace.XLA_FLAGS))
+  sides: Dict[str, Side] = {}
+  try:
+    if yardstick:
+      spec = dict(base, side="torch", allocator=args.yardstick_allocator)
+      sides[YARDSTICK] = Side(YARDSTICK, spec, tmp)
+    for c in configs:
+      spec = dict(base, side="ours", config=dataclasses.asdict(c))
+      sides[c.name] = Side(c.name, spec, tmp, env=env)
+    for side in sides.values():
+      side.info = side.receive()
+      if side.info.get("check"):
+        print(f"{side.name}: one step from the same state: {side.info['check']}", flush=True)
+    if mode == "profile":
+      return _profile(sides, configs, args)
+    if mode == "trace":
+      return _trace(sides, args)
+    _time(sides, configs, flops, num_queries, yardstick, args)
+  finally:
+    for side in sides.values():
+      if side.proc.poll() is None:
+        side.close()
+
+
+def _rounds(sides: Dict[str, Side], args) -> None:
+  """--rounds rounds of --steps steps per side, in a rotated order."""
+  for r in range(args.rounds):
+    for name in rotated(list(sides), r):
+      sides[name].steps(args.steps)
+    medians = ", ".join(f"{n} {statistics.median(s.times):.2f} s" for n, s in sides.items())
+    print(f"round {r + 1}/{args.rounds}: {medians}", flush=True)
+
+
+def _time(sides, configs, flops, num_queries, yardstick, args) -> None:
+  # the matmul peak of each framework, measured in one side that runs it, at the start and end
+  peak_sides = {"torch": YARDSTICK} if yardstick else {}
+  for c in configs:
+    peak_sides.setdefault(c.peak_framework, c.name)
+  peaks: Dict[str, list] = {"tensorflow": [], "jax": [], "torch": []}
+
+  def measure_peaks() -> None:
+    for framework, name in peak_sides.items():
+      peaks[framework].append(sides[name].ask(cmd="peak", n=args.matmul_n)["gflops"])
+
+  measure_peaks()
+  _rounds(sides, args)
+  measure_peaks()
+  for side in sides.values():
+    side.close()
+  peak = {k: max(v) if v else None for k, v in peaks.items()}
+  report.print_report(sides, configs, flops, peak, num_queries, args)
+
+
+def _profile(sides, configs, args) -> None:
+  """Interleaved timing of the pieces of each config's step (module docstring)."""
+  times: Dict[str, Dict[str, list]] = {c.name: {} for c in configs}
+  for r in range(args.rounds):
+    for c in configs:
+      out = sides[c.name].ask(cmd="profile", n=args.steps)
+      check = out.pop("check", None)
+      if check and r == 0:
+        print(f"{c.name}: the loss piece's fixed queries, one loss two ways: {check}", flush=True)
+      for piece, t in out.items():
+        times[c.name].setdefault(piece, []).extend(t)
+    print(f"profile round {r + 1}/{args.rounds}", flush=True)
+  report.print_profile(times, configs)
+
+
+def _trace(sides, args) -> None:
+  results = []
+  for name, side in sides.items():
+    results.append(dict(side.ask(cmd="trace", n=args.steps), config=name))
+    print(trace.report(results[-1]), flush=True)
+  write_json(args.out, "step_trace.json", results, indent=1)
+  share = lambda r: 100 * r["xla_dot"] / (r["user"] + r["system"])  # noqa: E731
+  parts = [
+    f"{r['config']} {r['wall']:.3f} s/step, XLA dots {share(r):.0f} % of CPU" for r in results
+  ]
+  print(summary_line(parts))
+
+
+def _ab(args, argv) -> None:
+  specs = {side: trees.tree_spec(args, side) for side in ("before", "after")}
+  paths = {
+    "before": pathlib.Path(args.before).resolve(),
+    "after": pathlib.Path(args.after).resolve(),
+  }
+  tmp = tempfile.mkdtemp(prefix="bench_step_ab_")
+  sides: Dict[str, Side] = {}
+  try:
+    for name, tree in paths.items():
+      command = [sys.executable, "-c", trees.TREE_WORKER]
+      env = trees.tree_env(tree, specs[name]["binary"], ROOT)
+      sides[name] = Side(name, specs[name], tmp, command=command, cwd=str(tree), env=env)
+    for name, side in sides.items():
+      try:
+        side.receive()
+      except RuntimeError as e:
+        sys.exit(f"error: the {name} worker ({paths[name]}) did not start: {e}")
+    _rounds(sides, args)
+  finally:
+    for side in sides.values():
+      if side.proc.poll() is None:
+        side.close()
+  lines = trees.ab_lines(args, specs, {n: s.rounds for n, s in sides.items()})
+  print("\n".join(lines))
+  out = pathlib.Path(args.out)
+  out.mkdir(parents=True, exist_ok=True)
+  (out / "step_ab.md").write_text(
+    f"# Training step A/B\n\n`python -m bench.step {' '.join(argv or sys.argv[1:])}`\n\n"
+    f"before = {paths['before']}, after = {paths['after']}\n\n{lines[0]}\n"
+  )
