@@ -30,7 +30,7 @@
 #                  5-seed program per arm, full softmax's 5 seeds once; patience
 #                  200, the test split evaluated at every
 #                  improving epoch (--test_curve: every shorter patience's result is in the same
-#                  run, bench/patience_check.py); arm = the uniform negatives (query: drawn per
+#                  run, python -m bench.analysis patience); arm = the uniform negatives (query: drawn per
 #                  position, as the paper's code; sequence: once per sequence)
 #                  -> OUT/table1/mixed_<arm>/<logq>/seed<s>, OUT/table1/inbatch/<logq>/seed<s>,
 #                     OUT/table1/<row>_<arm>/seed<s>, OUT/table1/full_softmax/seed<s>
@@ -59,7 +59,7 @@
 # (the repository root must be on PYTHONPATH: the bench scripts import bench.*). That lease's
 # results: docs/results/time_to_converge/h200_2026-11-27/. The next lease (prepared 2026-11-28,
 # when loans were paused): the ML-1M run after the token floor, then Table 1's negatives factor
-# with both arms at patience 200 (patience 20 read off the same runs: bench/patience_check.py),
+# with both arms at patience 200 (patience 20 read off the same runs: python -m bench.analysis patience),
 #   PARTS="ttc_ml1m table1" TABLE1_ROWS=mixed_corrected TABLE1_ARMS="query sequence" \
 #   TABLE1_CAP=220 TABLE1_FLAGS=--checkpoint_every_seconds=15 PYTHON=python3 \
 #   bash scripts/gpu_session.sh /tmp/gs 9 "$PWD/.devdata"

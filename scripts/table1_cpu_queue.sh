@@ -9,7 +9,7 @@
 #   QUEUE  patience  the patience factor (docs/results/table1/patience_factor/): our tf-keras
 #                    binary through bench/reproduce.py with the negatives factor's flags,
 #                    patience 200 and --test_curve (the patience-20 result is the same run's
-#                    prefix: bench/patience_check.py), per-position uniform negatives, trained
+#                    prefix: python -m bench.analysis patience), per-position uniform negatives, trained
 #                    from scratch; PATIENCE_RUNS in order (default: mixed none seed 2, then
 #                    mixed corrected and mixed standard seeds 0-2), from a worktree at
 #                    OURS_COMMIT (default e2e26cb, the negatives factor's code)

@@ -227,7 +227,7 @@ class RunConfig:
     "Also evaluate the test split after every epoch that improves the best validation "
     "NDCG@10 and record it in the history (test_* keys; never used to select the model): any "
     "shorter patience selects one of those epochs, so one run at a long patience reports the "
-    "shorter ones too (bench/patience_check.py). Costs one test evaluation per improving "
+    "shorter ones too (python -m bench.analysis patience). Costs one test evaluation per improving "
     "epoch.",
   )
   seed: int = setting(0, "Seed of initialisation, data order, negatives and dropout.")

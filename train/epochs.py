@@ -14,7 +14,7 @@
                       the last finished epoch's checkpoint is written
       validation      metrics = validate("val"); with --test_curve also validate("test") at
                       the epochs that improve on the best (never selected on): the selected
-                      epoch of any patience is one of them (bench/patience_check.py)
+                      epoch of any patience is one of them (python -m bench.analysis patience)
       early stopping  improved = NDCG@10 > best: best, best_epoch = NDCG@10, e + 1, bad = 0 and
                       save_best(e + 1); else bad += 1
       history         one record per epoch (`epoch_record`), summaries, the report line

@@ -28,7 +28,7 @@ wall-clock seconds) and the wall-clock of all epochs (``train_wall_seconds``, su
 resumed chunks). ``test_curve`` also evaluates the test split after every epoch that improves the
 best (``test_*`` keys of the history; never used for selection): a shorter patience selects one
 of those epochs, so it can be checked against a longer one on the same run
-(``bench/patience_check.py``).
+(``python -m bench.analysis patience``).
 
 Failures. A non-finite loss or gradient (`train.step` makes the step's loss NaN when a gradient
 is not finite) stops training at that step with `NonFiniteError` naming it: nothing newer than

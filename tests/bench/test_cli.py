@@ -63,7 +63,9 @@ def test_absl_scripts_answer_help_as_scripts():
 def test_argparse_scripts_answer_help(name, monkeypatch, capsys):
   module = importlib.import_module(f"bench.{name}")
   monkeypatch.setattr(sys, "argv", [f"bench/{name}.py"])  # argparse's program name
-  with pytest.raises(SystemExit) as done:
-    module.main(["--help"])
-  assert done.value.code == 0
+  try:
+    code = module.main(["--help"])  # a dispatcher returns, argparse exits
+  except SystemExit as done:
+    code = done.code
+  assert code in (0, None)
   assert "--out" in capsys.readouterr().out, f"bench/{name}.py has no --out"

@@ -1,4 +1,4 @@
-"""bench/table1_factor.py: two bench/reproduce.py trees compared row by row on paired seeds.
+"""bench.analysis compare: two bench/reproduce.py trees compared row by row on paired seeds.
 
 Oracle: numpy on the values written into the fake run folders, with Student's t quantiles from a
 table (t_{0.975, 2} = 4.302652729911275, t_{0.975, 4} = 2.776445105197799); the runs are
@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from bench import table1_factor as tf1
+from bench.analysis import compare as tf1
 
 T_975 = {2: 4.302652729911275, 4: 2.776445105197799}
 
@@ -159,7 +159,9 @@ def test_main_writes_report_json_and_curves(tmp_path, capsys):
   printed = capsys.readouterr().out
   assert printed.splitlines()[-1].startswith("summary: p − q, R@20 over 6 pairs of 2 rows:")
   text = (out / "factor.md").read_text()
-  assert text.startswith(f"Written by `python -m bench.table1_factor --a={a} --b={b} --names=p,q")
+  assert text.startswith(
+    f"Written by `python -m bench.analysis compare --a={a} --b={b} --names=p,q"
+  )
   assert "\np (A) against q (B)" in text
   saved = json.loads((out / "factor.json").read_text())
   assert saved["names"] == ["p", "q"] and saved["all_rows"]["recall@20"]["n"] == 6
@@ -230,3 +232,63 @@ def test_paper_code_arm_unpaired_welch_and_prediction_interval(tmp_path):
   assert "independent runs" in lines[0] and not any(line.startswith("All rows") for line in lines)
   assert any("| Mixed, without logQ | 0 | 3 / 5, 144, 0.3900, 0.1950, 500 |" in x for x in lines)
   assert tf1.main([f"--a={paper}", f"--b={ours}", "--budget=", "--unpaired"]) == 0
+
+
+# Arms that are folders of seed<s>/metrics.json (python -m train.keras3 --seeds=...): one row.
+
+
+def _seed_arm(root, name, recalls, best_epoch=5):
+  for seed, r in enumerate(recalls):
+    d = root / name / f"seed{seed}"
+    d.mkdir(parents=True)
+    test = {"recall@20": r, "ndcg@20": r / 2, "recall@10": r * 0.6, "ndcg@10": r / 3}
+    run = dict(
+      test=test,
+      best_epoch=best_epoch,
+      epochs_done=best_epoch + 5,
+      best_step=48 * best_epoch,
+      train_wall_seconds=100.0 + seed,
+      history=[{"epoch": e, "val_ndcg@10": 0.01 * e} for e in range(1, best_epoch + 6)],
+    )
+    (d / "metrics.json").write_text(json.dumps(run))
+  return root / name
+
+
+def _seed_row(lines, metric):
+  return next(line for line in lines if line.startswith(f"| seeds | {metric} |"))
+
+
+def test_seed_arms_every_metric_and_verdicts_match_numpy(tmp_path):
+  b = [0.300, 0.310, 0.305]
+  near = [0.301, 0.3105, 0.3052]  # differences 1e-3, 5e-4, 2e-4
+  arms = {n: _seed_arm(tmp_path, n, v) for n, v in (("near", near), ("ref", b))}
+  far = _seed_arm(tmp_path, "far", [0.330, 0.342, 0.333])  # clearly ahead
+  data = tf1.load([arms["near"], arms["ref"]], "full", "ml1m_loo")
+  assert list(data) == ["seeds"]
+  stats = tf1.statistics(data, "ml1m_loo", margin=0.02)
+  assert list(stats["rows"]["seeds"]["metrics"]) == ["recall@20", "ndcg@20", "recall@10", "ndcg@10"]
+  for metric, scale in (("recall@20", 1.0), ("recall@10", 0.6), ("ndcg@10", 1 / 3)):
+    d = stats["rows"]["seeds"]["metrics"][metric]["difference"]
+    mean, low, high = _interval(np.multiply(near, scale), np.multiply(b, scale), T_975[2])
+    np.testing.assert_allclose([d["mean"], *d["ci"]], [mean, low, high], rtol=1e-9, atol=1e-12)
+  lines = tf1.report(data, stats, ["x", "y"], "full")
+  mean, low, high = _interval(near, b, T_975[2])
+  row = _seed_row(lines, "recall@20")
+  assert f"| {mean:+.4f} [{low:+.4f}, {high:+.4f}] | 3/3 | equivalent |" in row  # ± 0.0061
+  assert any(line.startswith("| seeds | 2 | 5 / 10, 240, 0.3052") for line in lines)
+  ahead = tf1.load([far, arms["ref"]], "full", "ml1m_loo")
+  lines = tf1.report(ahead, tf1.statistics(ahead, "ml1m_loo", 0.02), ["x", "y"], "full")
+  assert _seed_row(lines, "recall@20").endswith("| 3/3 | ahead |")
+  # a margin too small for the same interval (it contains 0): within noise
+  lines = tf1.report(data, tf1.statistics(data, "ml1m_loo", 1e-4), ["x", "y"], "full")
+  assert _seed_row(lines, "recall@20").endswith("| 3/3 | within noise |")
+  out = tmp_path / "out"
+  assert tf1.main([f"--a={arms['near']}", f"--b={arms['ref']}", f"--out={out}"]) == 0
+  assert (out / "factor.md").is_file() and (out / "curves.png").stat().st_size > 0
+
+
+def test_a_seed_arm_against_a_tree_is_refused(tmp_path, capsys):
+  seeds = _seed_arm(tmp_path, "seeds", [0.3, 0.31])
+  a, _ = _trees(tmp_path / "trees")
+  assert tf1.main([f"--a={seeds}", f"--b={a}"]) == 2
+  assert "one arm is a folder of seed<s>/metrics.json" in capsys.readouterr().err

@@ -17,7 +17,7 @@ would fall inside; neighbouring epochs are strongly correlated, so the count is 
 not a test. Keys: whatever both histories hold of ``loss`` (the minimised training loss, the
 mean over the epoch's steps), ``val_ndcg@10``, ``val_recall@20`` (--keys).
 
-    python -m bench.curve_band \
+    python -m bench.analysis band \
         --band=RUN[,RUN...] --probe=RUN --names=ours,paper-code [--keys=loss,val_ndcg@10] \
         [--every=5] [--out=docs/results/table1/paper_code/curve_band]
 
@@ -172,7 +172,7 @@ def _markdown(results: Dict[str, dict], names: Sequence[str], every: int, comman
     "",
     f"Band: {band} ({results[next(iter(results))]['band_runs']} runs); probe: {probe} (one "
     "run). PI: the band's 95 % prediction interval of one more run at that epoch; d = probe − "
-    "band mean; r = d / |band mean| (bench/curve_band.py's docstring).",
+    "band mean; r = d / |band mean| (bench/analysis/band.py's docstring).",
     "",
     "| key | epochs compared | inside PI | above | below | mean d | mean abs r |",
     "|---|---|---|---|---|---|---|",
@@ -203,7 +203,9 @@ def _markdown(results: Dict[str, dict], names: Sequence[str], every: int, comman
 
 
 def _parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser = argparse.ArgumentParser(
+    prog="python -m bench.analysis band", description=__doc__.splitlines()[0]
+  )
   parser.add_argument("--band", required=True, help="comma-separated runs (at least 2)")
   parser.add_argument("--probe", required=True, help="the one run placed against the band")
   parser.add_argument("--names", default="band,probe", help="band name, probe name")
@@ -246,7 +248,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     sys.exit(
       f"error: no epoch where the probe and two band runs all hold one of the keys {args.keys}"
     )
-  command = "python -m bench.curve_band " + " ".join(
+  command = "python -m bench.analysis band " + " ".join(
     shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
   )
   report = _markdown(results, names, args.every, command)
@@ -271,7 +273,3 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     )
   )
   return 0
-
-
-if __name__ == "__main__":
-  sys.exit(main())

@@ -13,7 +13,7 @@ P this script prints e*(P), the steps to it and t_{e*(P)} − t_{e*(P_max)}, bes
 of the same metric (the s.e. over seeds of a row in a reproduce report, --noise_json), so the
 reader sees whether the shorter patience moves the result by less than the seed noise.
 
-    python bench/patience_check.py --runs=DIR[,DIR...] --patiences=3,5,10,20 [--window=20] \
+    python -m bench.analysis patience --runs=DIR[,DIR...] --patiences=3,5,10,20 [--window=20] \
         [--noise_json=docs/results/converged/ml100k_temporal/reproduce_full.json] \
         [--out=docs/results/converged/ml100k_temporal]      # writes patience_check.md
 
@@ -153,8 +153,9 @@ def _row_noise(noise_json: Optional[str], row: str) -> Dict[str, Optional[float]
 
 def _parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
+    prog="python -m bench.analysis patience",
     description="What a shorter early-stopping patience selects on runs' own curves "
-    "(module docstring)."
+    "(module docstring).",
   )
   parser.add_argument(
     "--runs",
@@ -242,7 +243,7 @@ def main(argv=None):
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "patience_check.md").write_text(
-      "# Patience check\n\nWritten by `python bench/patience_check.py "
+      "# Patience check\n\nWritten by `python -m bench.analysis patience "
       f"--runs={','.join(runs)} --patiences={','.join(map(str, patiences))}"
       + (f" --noise_json={args.noise_json}" if args.noise_json else "")
       + (f" --window={args.window}" if args.window else "")
@@ -260,7 +261,3 @@ def main(argv=None):
     if worst
     else f"SUMMARY patience_check: {len(runs)} runs, patiences {patiences}"
   )
-
-
-if __name__ == "__main__":
-  main()

@@ -1,32 +1,39 @@
-r"""One factor of Table 1, two arms: the same rows and seeds of `bench/reproduce.py` run twice with
-one setting changed (e.g. --uniform_negatives=query against =sequence), compared row by row on
-paired seeds (`eval.paired_stats`).
+r"""Two arms compared on paired seeds: the same runs made twice with one setting changed (one factor
+of Table 1, e.g. --uniform_negatives=query against =sequence; bfloat16 against float32), row by
+row (`eval.paired_stats`).
 
-    python -m bench.table1_factor --a=runs/query --b=runs/sequence \
+    python -m bench.analysis compare --a=runs/query --b=runs/sequence \
         --names=per-position,per-sequence --setting=ml1m_loo --budget= \
         --out=docs/results/table1/negatives_factor
+    python -m bench.analysis compare --a=runs/bf16 --b=runs/float32 --names=bfloat16,float32
 
-Each arm is a `bench/reproduce.py` --out folder, read as `<arm>/<budget>/<setting>/<row>/seed<s>`
-(`--budget=` for a tree kept without its budget level); a run is finished when its
-eval/eval_results.json exists (`bench.table1.results`). For each row, with A_s and B_s the exact
-test metric of seed s in the two arms:
+An arm is one of:
+* a `bench/reproduce.py` --out folder, read as `<arm>/<budget>/<setting>/<row>/seed<s>`
+  (`--budget=` for a tree kept without its budget level); a run is finished when its
+  eval/eval_results.json exists (`bench.table1.results`);
+* a tree of `bench/paper_loop.py` runs, <arm>/<logq>/seed<s>/metrics.json (corrected, standard,
+  none: the rows mixed_corrected, mixed_standard, mixed_none);
+* a folder of `<arm>/seed<s>/metrics.json` with their ``test`` metrics (what
+  `python -m train.keras3 --seeds=...` writes, and separate runs with --model_dir=<arm>/seed<s>):
+  one row, ``seeds``; both arms must then be such folders.
+
+For each row and metric (R@20, NDCG@20, R@10, NDCG@10, those both arms hold), with A_s and B_s
+the exact test metric of seed s in the two arms and m = --margin (relative to B's mean):
 
     d_s = A_s − B_s,   interval = mean d ± t_{0.975, n−1} · s.e.(d),
-    verdict "equivalent" iff 0 ∈ interval ⊂ (−m · mean B, +m · mean B)   (m = --margin),
+    verdict "equivalent" iff 0 ∈ interval ⊂ (−m · mean B, +m · mean B),
 
 and the same over every (row, seed) pair of the rows together ("all rows"), which assumes one
 effect of the factor on every row. ``--unpaired``: the two arms' seeds do not pair (the paper's
 own scripts against ours: two programs that draw their randomness differently), so each row gets
 Welch's difference of the means (`eval.paired_stats.independent_difference`), and a single run
-of A is placed against B's 95 % prediction interval of one more run; no pooled row. An arm may
-be a tree of `bench/paper_loop.py` runs, <arm>/<logq>/seed<s>/metrics.json (corrected, standard,
-none: the rows mixed_corrected, mixed_standard, mixed_none).
+of A is placed against B's 95 % prediction interval of one more run; no pooled row.
 
 Also written: per run the best epoch, the epoch it stopped at, the steps to the best epoch and
-the training wall-clock (`timing.json`; runs that shared a machine have times that cannot be
-compared), and the validation curves (val NDCG@10 by epoch, one thin line per seed, one panel per
-row) as `curves.png`. The paper's figure is beside each row
-where Table 1 has it. The report is `factor.md` (and `factor.json`) in --out.
+the training wall-clock (`timing.json`, else the binary's train_wall_seconds; runs that shared a
+machine have times that cannot be compared), and the validation curves (val NDCG@10 by epoch,
+one thin line per seed, one panel per row) as `curves.png`. The paper's figure is beside each
+row where Table 1 has it. The report is `factor.md` (and `factor.json`) in --out.
 """
 
 from __future__ import annotations
@@ -34,18 +41,20 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import re
 import shlex
 import sys
 from typing import Dict, List, Optional, Sequence
 
-from bench.common import arms
 from bench.table1.results import collect
 from bench.table1.results import collect_paper_loop
 from bench.table1.results import is_paper_loop_tree
 from bench.table1.rows import PAPER, ROWS
 from eval import paired_stats
 
-METRICS = ("recall@20", "ndcg@20")
+METRICS = ("recall@20", "ndcg@20", "recall@10", "ndcg@10")
+SEEDS_ROW = "seeds"  # the one row of an arm that is a folder of seed<s>/metrics.json
+_SEED = re.compile(r"^seed(\d+)$")
 CURVE = "val_ndcg@10"
 
 
@@ -53,6 +62,24 @@ def _fmt(x: Optional[float], digits: int = 4, sign: bool = True) -> str:
   if x is None:
     return "—"
   return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
+
+
+def _label(row: str) -> str:
+  return ROWS[row][0] if row in ROWS else row
+
+
+def seed_runs(arm: pathlib.Path) -> Dict[int, dict]:
+  """{seed: record} of every <arm>/seed<s>/metrics.json holding ``test`` metrics (empty when
+  the arm is not such a folder)."""
+  out = {}
+  for path in sorted(arm.iterdir()) if arm.is_dir() else []:
+    m = _SEED.match(path.name)
+    metrics = path / "metrics.json"
+    if m and metrics.is_file():
+      run = json.loads(metrics.read_text())
+      if isinstance(run.get("test"), dict):
+        out[int(m.group(1))] = dict(run, metrics=run["test"], curve=run.get("history"))
+  return out
 
 
 def _rows_found(arm: pathlib.Path, budget: str, setting: str) -> List[str]:
@@ -72,6 +99,13 @@ def load(
   for arm in arms:
     if not arm.is_dir():
       raise ValueError(f"{arm}: no such folder")
+  seeds = [seed_runs(a) for a in arms]
+  if any(seeds):
+    if not all(len(s) for s in seeds):
+      raise ValueError(
+        f"{[str(a) for a in arms]}: one arm is a folder of seed<s>/metrics.json, the other not"
+      )
+    return {SEEDS_ROW: tuple(seeds)}
   if rows is None:
     rows = sorted(set().union(*(_rows_found(a, budget, setting) for a in arms)))
   unknown = [r for r in rows if r not in ROWS]
@@ -117,6 +151,12 @@ def _independent(va: Dict, vb: Dict, margin: float) -> dict:
   return out
 
 
+def _metrics(a: Dict, b: Dict) -> List[str]:
+  """The metrics that both arms' runs hold (in METRICS' order)."""
+  held = [set().union(*(r["metrics"] for r in runs.values())) for runs in (a, b)]
+  return [m for m in METRICS if m in held[0] and m in held[1]]
+
+
 def statistics(data: Dict, setting: str, margin: float, unpaired: bool = False) -> Dict:
   """Per row and over all rows: each arm's mean ± s.e. and the paired difference A − B; with
   ``unpaired``, Welch's difference per row (`_independent`) and no pooled row."""
@@ -125,7 +165,7 @@ def statistics(data: Dict, setting: str, margin: float, unpaired: bool = False) 
   pooled: Dict[str, tuple] = {m: ({}, {}) for m in METRICS}
   for row, (a, b) in data.items():
     per_metric = {}
-    for m in METRICS:
+    for m in _metrics(a, b):
       va = {s: float(r["metrics"][m]) for s, r in a.items() if m in r["metrics"]}
       vb = {s: float(r["metrics"][m]) for s, r in b.items() if m in r["metrics"]}
       if unpaired:
@@ -148,7 +188,7 @@ def statistics(data: Dict, setting: str, margin: float, unpaired: bool = False) 
         pooled[m][0][(row, s)] = va[s]
         pooled[m][1][(row, s)] = vb[s]
     rows[row] = dict(
-      label=ROWS[row][0],
+      label=_label(row),
       seeds_a=sorted(a),
       seeds_b=sorted(b),
       paper=dict(zip(METRICS, paper[row])) if row in paper else None,
@@ -157,7 +197,7 @@ def statistics(data: Dict, setting: str, margin: float, unpaired: bool = False) 
   over_rows: Dict[str, dict] = {}
   if unpaired:
     return dict(setting=setting, margin=margin, unpaired=True, rows=rows, all_rows=over_rows)
-  for m in METRICS:
+  for m in [m for m in METRICS if pooled[m][0]]:
     va, vb = pooled[m]
     keys = sorted(va)
     mb = paired_stats.mean_se([vb[k] for k in keys])
@@ -203,8 +243,7 @@ def report(data: Dict, stats: Dict, names: Sequence[str], budget: str) -> List[s
     "|---|---|---|---|---|---|---|---|",
   ]
   for r in stats["rows"].values():
-    for m in METRICS:
-      s = r["metrics"][m]
+    for m, s in r["metrics"].items():
       cells = []
       for arm in ("a", "b"):
         ms = s[arm]
@@ -216,7 +255,7 @@ def report(data: Dict, stats: Dict, names: Sequence[str], budget: str) -> List[s
           else f"{ms['mean']:.4f} ± {ms['se']:.4f} ({ms['n']})"
         )
       d = s["difference"]
-      paper = _fmt(r["paper"][m], sign=False) if r["paper"] else "—"
+      paper = _fmt(r["paper"][m], sign=False) if r["paper"] and m in r["paper"] else "—"
       ahead = "—" if d["positive"] is None else f"{d['positive']}/{d['n']}"
       lines.append(
         f"| {r['label']} | {m} | {paper} | {cells[0]} | {cells[1]} | {_interval(d)} | "
@@ -259,7 +298,7 @@ def report(data: Dict, stats: Dict, names: Sequence[str], budget: str) -> List[s
           f"{r['metrics']['recall@20']:.4f}, {r['metrics']['ndcg@20']:.4f}, "
           + ("—" if wall is None else f"{wall:.0f}")
         )
-      lines.append(f"| {ROWS[row][0]} | {seed} | {cells[0]} | {cells[1]} |")
+      lines.append(f"| {_label(row)} | {seed} | {cells[0]} | {cells[1]} |")
   lines += [
     "",
     f"Budget level read: {budget!r}. Curves: `curves.png` (validation NDCG@10 by epoch).",
@@ -307,7 +346,7 @@ def plot_curves(data: Dict, names: Sequence[str], path: pathlib.Path) -> bool:
             ms=4,
             color=line.get_color(),
           )
-    ax.set_title(ROWS[row][0], fontsize=9)
+    ax.set_title(_label(row), fontsize=9)
     ax.set_xlabel("epoch")
     ax.set_ylabel("validation NDCG@10")
     ax.legend(fontsize=6)
@@ -317,9 +356,16 @@ def plot_curves(data: Dict, names: Sequence[str], path: pathlib.Path) -> bool:
   return True
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  arms.add_arguments(parser, "a bench/reproduce.py --out folder")
+def add_parser(parser: argparse.ArgumentParser) -> None:
+  """The command's arguments (module docstring)."""
+  parser.add_argument(
+    "--a", required=True, help="arm A: a reproduce tree, paper_loop tree or seeds"
+  )
+  parser.add_argument("--b", required=True, help="arm B (the reference of the margin)")
+  parser.add_argument("--names", default="A,B", help="the arms' names, comma-separated")
+  parser.add_argument(
+    "--margin", type=float, default=0.02, help="relative equivalence margin (0.02 = ± 2 %% of B's)"
+  )
   parser.add_argument("--setting", default="ml1m_loo", help="the setting compared")
   parser.add_argument(
     "--budget", default="full", help="budget level of the tree (cpu, full; empty for none)"
@@ -332,8 +378,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     help="the arms' seeds do not pair (e.g. the paper's own scripts against ours): Welch's "
     "difference per row, no pooled row",
   )
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  parser = argparse.ArgumentParser(
+    prog="python -m bench.analysis compare", description=__doc__.splitlines()[0]
+  )
+  add_parser(parser)
   args = parser.parse_args(argv)
-  names = arms.checked_names(parser, args)
+  names = args.names.split(",")
+  if len(names) != 2 or not all(names):
+    parser.error(f"--names needs two names, got {args.names!r}")
+  if not args.margin > 0:
+    parser.error(f"--margin must be > 0, got {args.margin}")
   rows = [r for r in args.rows.split(",") if r] or None
   try:
     data = load([pathlib.Path(args.a), pathlib.Path(args.b)], args.budget, args.setting, rows)
@@ -342,7 +399,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 2
   stats = statistics(data, args.setting, args.margin, args.unpaired)
   lines = report(data, stats, names, args.budget)
-  command = " ".join(["python -m bench.table1_factor", *map(shlex.quote, argv or sys.argv[1:])])
+  command = " ".join(["python -m bench.analysis compare", *map(shlex.quote, argv or sys.argv[1:])])
   lines = [f"Written by `{command}` (from the repository root).", ""] + lines
   text = "\n".join(lines) + "\n"
   print(text, end="")
@@ -363,7 +420,3 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     f"{len(data)} rows: {_interval(over)}, {over['verdict']}"
   )
   return 0
-
-
-if __name__ == "__main__":
-  sys.exit(main())

@@ -1,4 +1,4 @@
-"""bench/patience_check.py: the epoch a shorter patience selects, from one run's curves."""
+"""bench.analysis patience: the epoch a shorter patience selects, from one run's curves."""
 
 import json
 import subprocess
@@ -6,7 +6,7 @@ import sys
 
 import numpy as np
 
-from bench import patience_check
+from bench.analysis import patience as patience_check
 
 
 def _oracle(val, patience):
@@ -44,7 +44,8 @@ def test_cli_reports_the_test_metric_of_each_patience(tmp_path):
     [
       sys.executable,
       "-m",
-      "bench.patience_check",
+      "bench.analysis",
+      "patience",
       f"--runs={run}",
       "--patiences=1,2,4",
       f"--out={tmp_path}",
@@ -75,7 +76,7 @@ def test_run_without_test_curve_uses_its_own_evaluation(tmp_path):
   test = {m: 0.2 + i / 100 for i, m in enumerate(patience_check.METRICS)}
   (run / "train_metrics.json").write_text(json.dumps(dict(best_epoch=5, test=test)))
   res = subprocess.run(
-    [sys.executable, "-m", "bench.patience_check", f"--runs={run}", "--patiences=2,3,5"],
+    [sys.executable, "-m", "bench.analysis", "patience", f"--runs={run}", "--patiences=2,3,5"],
     capture_output=True,
     text=True,
     check=True,
@@ -86,7 +87,7 @@ def test_run_without_test_curve_uses_its_own_evaluation(tmp_path):
   assert "| 5 | 5 (50) | yes | 0.2000 (+0.0000)" in rows[2]
   (run / "train_metrics.json").write_text(json.dumps(dict(best_epoch=2, test=test)))
   bad = subprocess.run(
-    [sys.executable, "-m", "bench.patience_check", f"--runs={run}", "--patiences=2,5"],
+    [sys.executable, "-m", "bench.analysis", "patience", f"--runs={run}", "--patiences=2,5"],
     capture_output=True,
     text=True,
   )
@@ -137,7 +138,7 @@ def test_window_needs_a_test_value_at_every_epoch(tmp_path):
   run = tmp_path / "mixed_none" / "seed0"
   (run / "model").mkdir(parents=True)
   (run / "model" / "history.json").write_text(json.dumps(history))
-  base = [sys.executable, "-m", "bench.patience_check", f"--runs={run}", "--patiences=1,5"]
+  base = [sys.executable, "-m", "bench.analysis", "patience", f"--runs={run}", "--patiences=1,5"]
   bad = subprocess.run(base + ["--window=2"], capture_output=True, text=True)
   assert bad.returncode != 0 and "needs a test curve at every epoch" in bad.stderr
   history[3]["test_recall@20"] = 0.5

@@ -1,4 +1,4 @@
-"""bench/curve_band.py: one run's curve against a band of runs' prediction interval, by epoch."""
+"""bench.analysis band: one run's curve against a band of runs' prediction interval, by epoch."""
 
 import json
 import subprocess
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bench import curve_band
+from bench.analysis import band as curve_band
 
 
 def _history(values, key="val_ndcg@10", start=1):
@@ -95,7 +95,7 @@ def test_load_history_reads_every_kind_of_run(tmp_path):
 
 def _cli(*args):
   return subprocess.run(
-    [sys.executable, "-m", "bench.curve_band", *args], capture_output=True, text=True
+    [sys.executable, "-m", "bench.analysis", "band", *args], capture_output=True, text=True
   )
 
 

@@ -1,0 +1,7 @@
+"""``python -m bench.analysis``: the analysis commands (`bench.analysis.cli`)."""
+
+import sys
+
+from bench.analysis.cli import main
+
+sys.exit(main())
