@@ -37,45 +37,31 @@ NAME_EXCEPTIONS = {
   "lazy_adam": ((), ("DEFAULT_TABLE_PATTERN",)),
   "log_q": (("log_inclusion_probability",), ()),
   "logq_correction": (("LogQCorrection",), ()),  # the deprecated former name
-  # tf-keras samplers also have dynamic-shape paths (dedup, per-query / per-segment scoring);
-  # keras3 composes functions of static shapes (pools, blocks) besides its sampler classes.
+  # tf-keras has dynamic-shape paths: dedup to [U] rows (tf.unique), per-query / per-segment
+  # scoring with a speed rule between them (MATMUL_GATHER_RATIO), and the drop-in task's
+  # candidate rows; Keras 3 keeps static shapes (pools masked, blocks scored by score_blocks),
+  # and composes the pool's steps as functions (in_batch_pool, in_batch_negatives; the tf-keras
+  # InBatchNegatives has them as methods), with the segments of a static dedup.
   "negatives": (
     (
       "MATMUL_GATHER_RATIO",
       "dedup_first_occurrence",
-      "expected_count_log_q",
-      "mixture_log_q",
-      "num_replicas",
       "per_query_scores",
       "per_segment_scores",
-      "subsample_indices",
       "task_candidates",
-      "validate_negatives",
     ),
-    (
-      "MIDXRefreshCallback",
-      "first_occurrence_segments",
-      "in_batch_negatives",
-      "in_batch_pool",
-      "score_blocks",
-    ),
+    ("first_occurrence_segments", "in_batch_negatives", "in_batch_pool", "score_blocks"),
   ),
-  "negatives.base": (
-    ("validate_negatives",),
-    ("CONVENTIONS", "first_occurrence_mask", "first_occurrence_segments"),
-  ),
+  # Keras 3 keeps the static-shape dedup beside Negatives; tf-keras has it with the in-batch
+  # sampler (its base holds the dynamic-shape checks only).
+  "negatives.base": ((), ("CONVENTIONS", "first_occurrence_mask", "first_occurrence_segments")),
+  # tf.distribute's replica contexts against keras.distribution's device mesh.
   "negatives.cross_replica": (
-    ("METHODS", "in_replica_context_with_peers", "num_replicas"),
+    ("METHODS", "in_replica_context_with_peers"),
     ("data_parallel_mesh",),
   ),
   "negatives.in_batch": (
-    (
-      "CONVENTIONS",
-      "dedup_first_occurrence",
-      "expected_count_log_q",
-      "first_occurrence_mask",
-      "subsample_indices",
-    ),
+    ("CONVENTIONS", "dedup_first_occurrence", "first_occurrence_mask"),
     ("convention_log_q", "in_batch_negatives", "in_batch_pool"),
   ),
   "negatives.midx": (("RefreshEveryNSteps",), ()),
@@ -83,7 +69,7 @@ NAME_EXCEPTIONS = {
     ("QUANTIZERS", "check_int", "split_dims", "split_query"),
     ("derive_seed", "kmeans", "nearest_centroid"),
   ),
-  "negatives.mixed": (("CONVENTIONS", "mixture_log_q"), ()),
+  "negatives.mixed": (("CONVENTIONS",), ()),
   "negatives.scoring": (
     (
       "MATMUL_GATHER_RATIO",

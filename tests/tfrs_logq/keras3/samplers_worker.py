@@ -617,6 +617,59 @@ def run_in_batch_sampler(cases, out):
       out[f"ibs/{convention}/{name}"] = _np(value)
 
 
+def run_front_functions(cases, out):
+  """The functions both fronts' negatives packages have: expected_count_log_q of a pool,
+  mixture_log_q, subsample_indices, validate_negatives, num_replicas."""
+  pos_ids, valid, emb = cases["kb/pos_ids"], cases["kb/valid"], cases["kb/emb"]
+  log_q_table = cases["kb/log_q_table"]
+  pool = negatives.in_batch_pool(
+    pos_ids,
+    emb[pos_ids],
+    log_q_table[pos_ids],
+    valid,
+    False,
+    num_negatives=3,
+    keys=cases["kb/keys"],
+  )
+  out["fn/pool"] = np.array(
+    [float(_np(pool.num_draws)), float(_np(pool.num_distinct)), float(_np(pool.num_kept))]
+  )
+  out["fn/expected_count"] = _np(negatives.expected_count_log_q(log_q_table, pool))
+  lq = cases["fn/log_q"]
+  out["fn/mixture"] = _np(negatives.mixture_log_q(lq, 3, 4, 50))
+  out["fn/mixture_no_batch"] = _np(negatives.mixture_log_q(lq, 0, 4, 50))
+  out["fn/subsample"] = np.stack(
+    [_np(negatives.subsample_indices(6, 2, seed=s)) for s in range(int(cases["fn/draws"]))]
+  )
+  out["fn/subsample_small"] = _np(negatives.subsample_indices(3, 5, seed=1))
+  out["fn/subsample_empty"] = np.array(_np(negatives.subsample_indices(0, 5)).shape)
+  out["fn/subsample_bad"] = np.array(
+    [
+      _error(lambda: negatives.subsample_indices(6, 0)),
+      _error(lambda: negatives.subsample_indices(6, 2.0)),
+    ]
+  )
+  ids = np.array([[1, 2, 3], [4, 5, 6]], np.int32)
+  good = negatives.Negatives(ids, np.zeros((2, 3, 4), np.float16), np.zeros(3, np.float64))
+  checked = negatives.validate_negatives(good)
+  out["fn/validate_dtypes"] = np.array(
+    [str(ops.dtype(checked.embeddings)), str(ops.dtype(checked.log_q))]
+  )
+  bad = {
+    "float_ids": good._replace(ids=ids.astype(np.float32)),
+    "int_embeddings": good._replace(embeddings=np.zeros((2, 3, 4), np.int32)),
+    "rank": good._replace(embeddings=np.zeros((3, 4), np.float32)),
+    "sizes": good._replace(log_q=np.zeros(4, np.float32)),
+    "rows": good._replace(embeddings=np.zeros((3, 3, 4), np.float32)),
+    "valid_dtype": good._replace(valid=np.ones((2, 3), np.int32)),
+    "valid_shape": good._replace(valid=np.ones(3, bool)),
+    "tuple": tuple(good),
+  }
+  for name, negs in bad.items():
+    out[f"fn/validate/{name}"] = np.array(_error(lambda: negatives.validate_negatives(negs)))
+  out["fn/num_replicas"] = np.array(negatives.num_replicas())
+
+
 def main():
   cases = dict(np.load(sys.argv[1], allow_pickle=False))
   out = {}
@@ -627,6 +680,7 @@ def main():
     run_bad_arguments,
     run_in_batch_subsample,
     run_in_batch_sampler,
+    run_front_functions,
     run_cross_batch,
   ):
     section(cases, out)

@@ -58,6 +58,7 @@ QUANTIZERS = ("pq", "rq")
 STATE = ("codebook_1", "codebook_2", "item_codes", "sorted_items", "cell_counts", "cell_offsets")
 K, TEMPERATURE, N, D = 4, 0.5, 60, 6
 KB_SIZES = (3, 5, 20)
+FN_DRAWS = 300  # subsample_indices(6, 2) draws
 KB_SEED = (3, 4)
 NUM_RANDOM = 300
 _RUNS = {}
@@ -207,6 +208,8 @@ def build_cases():
       ).numpy(),
     }
   )
+  cases["fn/log_q"] = np.array([-1.0, -3.0, -np.inf, -0.1], np.float32)
+  cases["fn/draws"] = np.array(FN_DRAWS)
   cases.update(cross_batch_cases())
   _CASES.update(cases)
   return cases
@@ -530,6 +533,62 @@ def test_in_batch_subsample_with_random_keys_is_uniform(res):
   freq = kept[:, distinct].mean(0)
   sigma = np.sqrt(p * (1 - p) / kept.shape[0])
   assert np.all(np.abs(freq - p) < 5 * sigma), (freq, p)
+
+
+def test_expected_count_and_mixture_log_q_functions_match_numpy(res):
+  """The formulas, from the definitions: log E[count] = log(1 - (1 - q)^B) + log n_b - log U;
+  mixture log((n_b q + k_u / |D|) / (n_b + k_u)), -inf-safe; and the tf-keras functions."""
+  c = kb_case()
+  b = c["valid"].sum()
+  u = np.unique(c["pos_ids"][c["valid"]]).size
+  n_b = min(u, 3)
+  np.testing.assert_array_equal(res["fn/pool"], [b, u, n_b])
+  table = _CASES["kb/log_q_table"]
+  q = np.exp(table.astype(np.float64))
+  with np.errstate(divide="ignore"):
+    want = np.log1p(-((1 - q) ** b)) + np.log(n_b) - np.log(u)
+  np.testing.assert_allclose(res["fn/expected_count"], want, rtol=1e-5, atol=1e-6)
+  _, tf_pool, _ = _tf_pool("unigram", 3)  # the same keys: the same pool
+  tf_value = tf_in_batch.expected_count_log_q(tf.constant(table), tf_pool).numpy()
+  np.testing.assert_allclose(res["fn/expected_count"], tf_value, rtol=1e-5, atol=1e-6)
+  lq = np.array([-1.0, -3.0, -np.inf, -0.1])
+  for n, key in ((3, "fn/mixture"), (0, "fn/mixture_no_batch")):
+    want = np.log((n * np.exp(lq) + 4 / 50) / (n + 4))
+    np.testing.assert_allclose(res[key], want, rtol=1e-5)
+    tf_value = tf_negatives.mixture_log_q(tf.constant(lq, tf.float32), n, 4, 50).numpy()
+    np.testing.assert_allclose(res[key], tf_value, rtol=1e-6)
+
+
+def test_subsample_indices_is_a_uniform_increasing_subset(res):
+  draws = res["fn/subsample"]
+  assert draws.shape == (FN_DRAWS, 2) and draws.dtype == np.int32
+  assert np.all(draws[:, 0] < draws[:, 1]) and draws.min() >= 0 and draws.max() <= 5
+  freq = np.bincount(draws.ravel(), minlength=6) / FN_DRAWS  # each index: p = 2 / 6
+  sigma = np.sqrt((1 / 3) * (2 / 3) / FN_DRAWS)
+  assert np.all(np.abs(freq - 1 / 3) < 5 * sigma), freq
+  np.testing.assert_array_equal(res["fn/subsample_small"], [0, 1, 2])
+  np.testing.assert_array_equal(res["fn/subsample_empty"], [0])
+  assert all(str(e).startswith("ValueError: num_negatives") for e in res["fn/subsample_bad"])
+
+
+def test_validate_negatives_has_the_tf_keras_rules(res):
+  assert list(res["fn/validate_dtypes"]) == ["float32", "float32"]
+  kinds = {
+    "float_ids": "TypeError",
+    "int_embeddings": "TypeError",
+    "rank": "ValueError",
+    "sizes": "ValueError",
+    "rows": "ValueError",
+    "valid_dtype": "TypeError",
+    "valid_shape": "ValueError",
+    "tuple": "TypeError",
+  }
+  for name, kind in kinds.items():
+    assert str(res[f"fn/validate/{name}"]).startswith(kind + ":"), (
+      name,
+      res[f"fn/validate/{name}"],
+    )
+  assert int(res["fn/num_replicas"]) == 1
 
 
 def test_mixed_subsample_get_config_and_keras_file_round_trip(res):

@@ -37,19 +37,22 @@ from tfrs_logq.keras3.negatives.base import (
   Negatives,
   first_occurrence_mask,
   first_occurrence_segments,
+  validate_negatives,
 )
 from tfrs_logq.keras3.negatives.sampler import NegativeSampler
 from tfrs_logq.keras3.negatives.cross_batch import CrossBatchNegatives
 from tfrs_logq.keras3.negatives.joined import JoinedNegatives
-from tfrs_logq.keras3.negatives.cross_replica import all_gather_rows
+from tfrs_logq.keras3.negatives.cross_replica import all_gather_rows, num_replicas
 from tfrs_logq.keras3.negatives.in_batch import (
   InBatchNegatives,
   InBatchPool,
+  expected_count_log_q,
   in_batch_negatives,
   in_batch_pool,
+  subsample_indices,
 )
 from tfrs_logq.keras3.negatives.midx import MIDXRefreshCallback, MIDXSampler
-from tfrs_logq.keras3.negatives.mixed import MixedNegatives
+from tfrs_logq.keras3.negatives.mixed import MixedNegatives, mixture_log_q
 from tfrs_logq.keras3.negatives.scoring import (
   ScoredCandidates,
   join_blocks,
@@ -69,6 +72,11 @@ __all__ = [
   "in_batch_negatives",
   "in_batch_pool",
   "InBatchPool",
+  "expected_count_log_q",
+  "subsample_indices",
+  "mixture_log_q",
+  "num_replicas",
+  "validate_negatives",
   "UniformNegatives",
   "UNIFORM_PER",
   "MixedNegatives",

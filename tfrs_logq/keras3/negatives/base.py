@@ -23,6 +23,7 @@ __all__ = [
   "CONVENTIONS",
   "first_occurrence_mask",
   "first_occurrence_segments",
+  "validate_negatives",
 ]
 
 CONVENTIONS = core_checks.LOG_Q_CONVENTIONS
@@ -81,3 +82,43 @@ def first_occurrence_segments(ids, valid=None):
   segment = ops.take(per_run, run)
   segment = ops.where(segment < 0, b - 1, segment)  # sorted order
   return first, ops.cast(ops.scatter(ops.expand_dims(order, 1), segment, (b,)), "int32")
+
+
+def validate_negatives(negatives: Negatives) -> Negatives:
+  """Checks ranks, dtypes and matching sizes of a `Negatives` (the tf-keras function's rules);
+  returns it with float32 embeddings and log Q (static shapes: the checks are at trace time).
+
+  Raises:
+    TypeError: non-integer ids, non-floating embeddings / log Q, non-bool valid.
+    ValueError: ranks or sizes that do not fit ``ids [N] | [A, N]``, ``embeddings [N, d] |
+      [A, N, d]``, ``log_q [N] | [A, N]``, ``valid`` of the shape of ids.
+  """
+  if not isinstance(negatives, Negatives):
+    raise TypeError(f"expected a Negatives, got {type(negatives).__name__}")
+  ids = _tensors.as_ids(negatives.ids, "Negatives.ids")
+  emb = _tensors.as_float32(negatives.embeddings, "Negatives.embeddings")
+  log_q = _tensors.as_float32(negatives.log_q, "Negatives.log_q")
+  _tensors.check_rank(ids, (1, 2), "Negatives.ids")
+  rank = len(ids.shape)
+  _tensors.check_rank(emb, rank + 1, "Negatives.embeddings (rank of ids + 1)")
+  _tensors.check_rank(log_q, (1, 2), "Negatives.log_q")
+  _tensors.check_same_dim(ids, -1, emb, -2, "Negatives ids vs embeddings")
+  _tensors.check_same_dim(ids, -1, log_q, -1, "Negatives ids vs log_q")
+  if rank == 2:
+    _tensors.check_same_dim(ids, 0, emb, 0, "Negatives ids vs embeddings (rows)")
+    if len(log_q.shape) == 2:
+      _tensors.check_same_dim(ids, 0, log_q, 0, "Negatives ids vs log_q (rows)")
+  valid = negatives.valid
+  if valid is not None:
+    valid = ops.convert_to_tensor(valid)
+    if _tensors.dtype_of(valid) != "bool":
+      raise TypeError(f"Negatives.valid must be bool, got {_tensors.dtype_of(valid)}")
+    if tuple(valid.shape) != tuple(ids.shape):
+      raise ValueError(
+        f"Negatives.valid must have the shape of ids {tuple(ids.shape)}, got {tuple(valid.shape)}"
+      )
+  pos = negatives.positive_log_q
+  if pos is not None:
+    pos = _tensors.as_float32(pos, "Negatives.positive_log_q")
+    _tensors.check_rank(pos, 1, "Negatives.positive_log_q")
+  return Negatives(ids, emb, log_q, valid, pos)

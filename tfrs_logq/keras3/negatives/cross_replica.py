@@ -21,7 +21,7 @@ from typing import Sequence
 
 import keras
 
-__all__ = ["all_gather_rows", "data_parallel_mesh"]
+__all__ = ["all_gather_rows", "data_parallel_mesh", "num_replicas"]
 
 
 def data_parallel_mesh():
@@ -30,6 +30,19 @@ def data_parallel_mesh():
     return None
   distribution = keras.distribution.distribution()
   return None if distribution is None else distribution.device_mesh
+
+
+def num_replicas() -> int:
+  """Number of devices the batch is split over under the current ``keras.distribution``: the
+  size of its mesh's batch axis (1 without one, or off JAX). The tf-keras function counts the
+  current tf.distribute strategy's replicas."""
+  mesh = data_parallel_mesh()
+  if mesh is None:
+    return 1
+  distribution = keras.distribution.distribution()
+  axis = getattr(distribution, "batch_dim_name", None)
+  names = list(mesh.axis_names)
+  return int(mesh.shape[names.index(axis)] if axis in names else mesh.shape[0])
 
 
 def all_gather_rows(tensors: Sequence) -> list:

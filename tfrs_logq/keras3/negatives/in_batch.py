@@ -39,7 +39,9 @@ __all__ = [
   "InBatchPool",
   "in_batch_pool",
   "convention_log_q",
+  "expected_count_log_q",
   "in_batch_negatives",
+  "subsample_indices",
 ]
 
 
@@ -75,6 +77,26 @@ def check_num_negatives(num_negatives, name: str = "num_negatives"):
 def random_keys(n: int, seed=None):
   """z: n iid uniform int32 keys >= 0 from ``seed`` (int, SeedGenerator or None)."""
   return keras.random.randint((n,), 0, 2**31 - 1, dtype="int32", seed=seed)
+
+
+def subsample_indices(n: int, k: int, seed=None):
+  """``min(n, k)`` distinct indices of ``range(n)`` chosen uniformly at random, increasing
+  (int32): those with the ``k`` largest of n `random_keys` (the k_b subsample's rule).
+
+  Args:
+    n: the pool size, a Python int (static shapes).
+    k: the number to keep (positive Python or numpy int; not bool or float).
+    seed: int, ``keras.random.SeedGenerator`` or None (the tf-keras function takes a stateless
+      ``[2]`` seed instead: tf-keras draws statelessly per call, Keras 3 from a seed state).
+  """
+  k = check_num_negatives(k)
+  if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
+    raise ValueError(f"n must be a non-negative Python int (static shapes), got {n!r}")
+  keep = min(int(n), k)
+  if keep == 0:
+    return ops.zeros((0,), "int32")
+  chosen = ops.top_k(random_keys(int(n), seed), keep, sorted=False)[1]
+  return ops.sort(ops.cast(chosen, "int32"))
 
 
 def _subsample(ids, emb, log_q, keep, pool_valid, num_negatives, seed, keys):
@@ -140,6 +162,19 @@ def convention_log_q(log_q_unigram, pool: InBatchPool, convention: str):
     return log_q_unigram
   return negatives_core.expected_count_per_draw_log_q(
     ops, log_q_unigram, pool.num_draws, pool.num_distinct, pool.num_kept
+  )
+
+
+def expected_count_log_q(log_q_unigram, pool: InBatchPool):
+  """log E[count of d among the n_b in-batch negatives] = log pi(d) + log n_b - log U, with
+  pi(d) = 1 - (1 - q_uni(d))^B; -inf for an empty pool (`convention_log_q`'s
+  ``expected_count`` is this minus log n_b: per slot)."""
+  return negatives_core.expected_count_log_q(
+    ops,
+    _tensors.as_float32(log_q_unigram, "log_q_unigram"),
+    ops.cast(pool.num_draws, "float32"),
+    ops.cast(pool.num_distinct, "float32"),
+    ops.cast(pool.num_kept, "float32"),
   )
 
 

@@ -42,10 +42,28 @@ from tfrs_logq.keras3.negatives.in_batch import InBatchNegatives
 from tfrs_logq.keras3.negatives.uniform import UniformNegatives
 from tfrs_logq.keras3.negatives.sampler import NegativeSampler
 
-__all__ = ["MixedNegatives"]
+__all__ = ["MixedNegatives", "mixture_log_q"]
 
 # The former (flat) constructor's arguments after k_u: the layer's config keeps this form.
 _FLAT = ("id_range", "candidate_ids", "seed", "per", "cross_replica", "num_in_batch")
+
+
+def mixture_log_q(log_q_unigram, num_in_batch, num_uniform: int, catalog_size: int):
+  """log q(d) = log((n_b q_uni(d) + k_u / |D|) / (n_b + k_u)), in log space (float32).
+
+  Args:
+    log_q_unigram: float, log q_uni(d) (may be -inf for unseen items).
+    num_in_batch: ``n_b`` >= 0 (scalar, may be a tensor).
+    num_uniform: ``k_u`` > 0.
+    catalog_size: ``|D|`` > 0.
+  """
+  return negatives_core.mixture_log_q(
+    ops,
+    _tensors.as_float32(log_q_unigram, "log_q_unigram"),
+    ops.cast(num_in_batch, "float32"),
+    num_uniform,
+    catalog_size,
+  )
 
 
 def in_batch_seed(seed: int) -> int:

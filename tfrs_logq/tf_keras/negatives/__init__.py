@@ -26,7 +26,7 @@ Q is the per-draw probability of one negative slot under each sampler's stated c
   block by block and joined by `join_blocks`, each later block's log Q rebased to the first
   block's Q(p) for ``corrected`` / ``q_prime="exact"`` (``rebase_q_prime``).
 * `MIDXSampler` (`midx`): adaptive query-dependent proposal, exact log Q(d|z) [A, N]; imported
-  lazily.
+  lazily, as its index refresh `MIDXRefreshCallback` (`midx_refresh`).
 * `ScoredCandidates` (`scoring`) with ``concat`` to join blocks (`join_blocks`: with the
   per-block rebase of log Q); `score_negatives` for any
   `Negatives`; `per_query_scores` / `per_segment_scores`: the exact scoring paths (gather, [A, V]
@@ -93,11 +93,13 @@ __all__ = [
   "all_gather_rows",
   "num_replicas",
   "MIDXSampler",
+  "MIDXRefreshCallback",
 ]
 
 
 def __getattr__(name):
-  """Lazy export of `MIDXSampler` from `.midx` (imported on first use)."""
+  """Lazy export of `MIDXSampler` (`.midx`) and `MIDXRefreshCallback` (`.midx_refresh`),
+  imported on first use."""
   if (
     name == "MIDXSampler"
     and _importlib_util.find_spec("tfrs_logq.tf_keras.negatives.midx") is not None
@@ -105,4 +107,8 @@ def __getattr__(name):
     from tfrs_logq.tf_keras.negatives.midx import MIDXSampler
 
     return MIDXSampler
+  if name == "MIDXRefreshCallback":
+    from tfrs_logq.tf_keras.negatives.midx_refresh import MIDXRefreshCallback
+
+    return MIDXRefreshCallback
   raise AttributeError(f"module 'tfrs_logq.tf_keras.negatives' has no attribute {name!r}")
