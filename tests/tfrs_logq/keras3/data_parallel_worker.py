@@ -5,7 +5,8 @@
 
 Trains the same two-tower (in-batch + uniform negatives, expected_count log Q, CountMinSketch
 updated in the step, corrected loss) with model.fit once on one device and once data-parallel
-over two, and records losses, weights and estimator state; also the layout of an in-batch pool
+over two, and records losses, weights and estimator state (and the same with a cross-batch
+memory of the global batch as the negatives: its slots too); also the layout of an in-batch pool
 built from a batch sharded over the two devices. test_data_parallel.py compares them.
 """
 
@@ -47,14 +48,35 @@ class TwoTower(keras.Model):
     )
 
 
-def train(distribution):
+class MemoryTwoTower(TwoTower):
+  """The two-tower against a cross-batch memory (ids mode, M = 3 pushes of the global batch of
+  16, expected_count log Q from the step's estimator): score, loss, then push."""
+
+  def __init__(self, **kwargs):
+    super().__init__(**kwargs)
+    self.memory = negatives.CrossBatchNegatives(
+      self.estimator, 3, 16, convention="expected_count", seed=7, name="memory"
+    )
+
+  def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
+    query, positive = y_pred
+    self.estimator.update(x["item"])
+    scored = self.memory.score(
+      query, x["item"], positive, temperature=0.5, item_table=self.items.embeddings
+    )
+    loss = losses.sampled_softmax_loss(**scored.loss_kwargs(), correction="corrected").loss
+    self.memory.update(x["item"], positive)
+    return ops.mean(loss)
+
+
+def train(distribution, model_class=TwoTower):
   keras.distribution.set_distribution(distribution)
   rng = np.random.default_rng(0)
   x = {
     "user": rng.integers(0, 16, 64).astype("int32"),
     "item": rng.integers(0, 20, 64).astype("int32"),
   }
-  model = TwoTower(name="two_tower")
+  model = model_class(name="two_tower")
   model.compile(optimizer=keras.optimizers.SGD(0.5))
   hist = model.fit(x, epochs=2, batch_size=16, verbose=0, shuffle=False)
   out = {
@@ -65,6 +87,11 @@ def train(distribution):
     "total": np.asarray(model.estimator.total.value),
     "sharding_devices": np.array(len(model.items.embeddings.value.sharding.device_set)),
   }
+  if model_class is MemoryTwoTower:
+    memory = model.memory
+    for name in ("ids", "filled", "push_draws", "push_distinct", "push_kept", "num_pushed"):
+      out[f"memory_{name}"] = np.asarray(getattr(memory, name).value)
+    out["memory_replicated"] = np.array(memory.ids.value.sharding.is_fully_replicated)
   keras.distribution.set_distribution(None)
   return out
 
@@ -103,6 +130,8 @@ def main():
   ):
     for key, value in train(dist).items():
       out[f"{name}/{key}"] = value
+    for key, value in train(dist, MemoryTwoTower).items():
+      out[f"memory_{name}/{key}"] = value
   for key, value in pool_layout(keras.distribution.DataParallel(devices=devices)).items():
     out[f"layout/{key}"] = value
   np.savez(sys.argv[1], **out)

@@ -56,6 +56,29 @@ def test_data_parallel_fit_equals_single_device_fit(res):
   assert float(res["parallel/total"]) == 2 * 64  # the global batches were counted
 
 
+def test_cross_batch_memory_holds_the_global_batch_under_data_parallel(res):
+  """The memory's slots, per-push statistics and the training are those of one device: every
+  push holds the 16 rows of the global batch (not one device's 8), and its state is replicated."""
+  assert np.isfinite(res["memory_parallel/loss"]).all()
+  keys = ("loss", "users", "items", "table", "total")
+  keys += ("memory_ids", "memory_filled", "memory_push_draws", "memory_push_distinct")
+  keys += ("memory_push_kept", "memory_num_pushed")
+  for key in keys:
+    np.testing.assert_allclose(
+      res[f"memory_parallel/{key}"], res[f"memory_single/{key}"], rtol=1e-5, atol=1e-7, err_msg=key
+    )
+  assert int(res["memory_parallel/memory_num_pushed"]) == 2 * 4  # 2 epochs of 4 batches
+  np.testing.assert_array_equal(res["memory_parallel/memory_push_draws"], [16, 16, 16])
+  assert bool(res["memory_parallel/memory_replicated"])
+  # the last push (step 8: slot block (8 - 1) mod 3 = 1) holds the last global batch's ids
+  rng = np.random.default_rng(0)
+  rng.integers(0, 16, 64)
+  items = rng.integers(0, 20, 64).astype(np.int32)
+  last = res["memory_parallel/memory_ids"][16:32]
+  filled = res["memory_parallel/memory_filled"][16:32].astype(bool)
+  assert set(last[filled]) == set(items[48:64])
+
+
 def test_pool_of_a_sharded_batch_is_the_global_batch_on_every_device(res):
   assert bool(res["layout/input_sharded"])
   assert res["layout/pool_replicated"].all()
