@@ -101,9 +101,11 @@ def sampled_block_log_q(
   block_log_q: Tensor,
   block_positive_log_q: Optional[Tensor],
   positive_log_q: Optional[Tensor],
+  valid: Optional[Tensor] = None,
 ) -> Tensor:
   """The sampler block's log Q for the loss (module docstring): rebased onto the in-batch
-  block's Q_b(p) under corrected / exact ([A, N]; ValueError without the sampler's Q_s(p)),
+  block's Q_b(p) under corrected / exact ([A, N]; ValueError without the sampler's Q_s(p);
+  entries not ``valid`` keep their own log Q, the rule of ``join_blocks``' rebase),
   ``block_log_q`` unchanged otherwise."""
   if correction != "corrected" or q_prime != "exact":
     return block_log_q
@@ -112,7 +114,9 @@ def sampled_block_log_q(
       "correction='corrected' with q_prime='exact' needs the "
       "negative_sampler's positive_log_q (Q(p) under its proposal), got None"
     )
-  return cross_batch.rebased_block_log_q(ops, block_log_q, block_positive_log_q, positive_log_q)
+  return cross_batch.rebased_block_log_q(
+    ops, block_log_q, block_positive_log_q, positive_log_q, valid
+  )
 
 
 def _rank(x: Tensor) -> Optional[int]:

@@ -457,6 +457,7 @@ class Retrieval(keras.layers.Layer):
       _tensors.as_float32(extra.negative_log_q, "negative_sampler log Q"),
       extra_positive_log_q,
       positive_log_q,
+      extra.valid_mask,
     )
     return retrieval_core.join_blocks(
       ops, (scores, log_q, valid), (extra_scores, extra_log_q, extra.valid_mask)

@@ -469,6 +469,7 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
       tf.cast(extra.negative_log_q, tf.float32),
       extra_positive_log_q,
       positive_log_q,
+      extra.valid_mask,
     )
     return retrieval_core.join_blocks(
       tf_ops(), (scores, log_q, valid), (extra_scores, extra_log_q, extra.valid_mask)

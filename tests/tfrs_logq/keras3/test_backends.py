@@ -630,6 +630,12 @@ def test_core_retrieval_steps_on_tensorflow():
   )
   shift = np.log1p(-np.exp(block_lp)) - np.log1p(-np.exp(log_q[:3]))
   np.testing.assert_allclose(rebased.numpy(), block_lq[None, :] - shift[:, None], rtol=1e-6)
+  keep = rng.uniform(size=(3, 4)) > 0.4  # entries that take no part keep their own log Q
+  masked = core_retrieval.sampled_block_log_q(
+    ops, "corrected", "exact", tf.constant(block_lq), tf.constant(block_lp), lp, tf.constant(keep)
+  )
+  want = np.where(keep, block_lq[None, :] - shift[:, None], block_lq[None, :])
+  np.testing.assert_allclose(masked.numpy(), want, rtol=1e-6)
   with pytest.raises(ValueError, match="positive_log_q"):
     core_retrieval.sampled_block_log_q(ops, "corrected", "exact", block_lq, None, lp)
   block_s = rng.normal(size=(3, 4)).astype(np.float32)
