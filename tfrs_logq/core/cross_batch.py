@@ -54,6 +54,7 @@ __all__ = [
   "MODES",
   "CONVENTIONS",
   "check_memory",
+  "check_memory_inputs",
   "write_slots",
   "newest_first_slots",
   "log_push_inclusion",
@@ -92,6 +93,32 @@ def check_memory(
   if convention not in CONVENTIONS:
     raise ValueError(f"convention must be one of {CONVENTIONS}, got {convention!r}")
   return m, b, s
+
+
+def check_memory_inputs(
+  mode: str,
+  embedding_dim: object,
+  frequency_estimator: object,
+  candidate_embedder: object,
+  seed: object,
+) -> Tuple[Optional[int], Optional[int]]:
+  """(d, seed) of a memory's other arguments (d: ``embedding_dim``, required in ``embeddings``
+  mode); TypeError / ValueError for bad ones, the same on both fronts."""
+  if not callable(getattr(frequency_estimator, "log_q", None)):
+    raise TypeError(
+      f"frequency_estimator must have a log_q(ids) method, got {type(frequency_estimator).__name__}"
+    )
+  if mode == "embeddings" and embedding_dim is None:
+    raise ValueError("mode='embeddings' needs embedding_dim (the stored embeddings' d)")
+  d = None if embedding_dim is None else _positive_int(embedding_dim, "embedding_dim")
+  if candidate_embedder is not None and not callable(candidate_embedder):
+    raise TypeError(
+      "candidate_embedder must be callable (ids -> embeddings) or None, got "
+      f"{type(candidate_embedder).__name__}"
+    )
+  if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
+    raise ValueError(f"seed must be an int or None, got {seed!r}")
+  return d, None if seed is None else int(seed)
 
 
 def write_slots(ops: Ops, num_pushed: Tensor, num_batches: int, slots_per_batch: int) -> Tensor:

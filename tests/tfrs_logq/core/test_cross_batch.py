@@ -6,6 +6,8 @@ Oracles in float64 numpy loops, from the module docstring; the formulas run on `
 
 import math
 
+import re
+
 import numpy as np
 import pytest
 
@@ -173,3 +175,31 @@ def test_check_memory_rejects_bad_arguments(args, message):
 def test_check_memory_defaults_slots_to_the_batch():
   assert cross_batch.check_memory(3, 8) == (3, 8, 8)
   assert cross_batch.check_memory(np.int64(3), 8, 5, "embeddings", "expected_count") == (3, 8, 5)
+
+
+class _Estimator:
+  def log_q(self, ids):
+    return ids
+
+
+@pytest.mark.parametrize(
+  "args, error, message",
+  [
+    (("ids", None, object(), None, None), TypeError, "must have a log_q(ids) method"),
+    (("embeddings", None, _Estimator(), None, None), ValueError, "needs embedding_dim"),
+    (("ids", 0, _Estimator(), None, None), ValueError, "embedding_dim must be a positive int"),
+    (("ids", None, _Estimator(), 3, None), TypeError, "candidate_embedder must be callable"),
+    (("ids", None, _Estimator(), None, 1.5), ValueError, "seed must be an int or None"),
+    (("ids", None, _Estimator(), None, True), ValueError, "seed must be an int or None"),
+  ],
+)
+def test_check_memory_inputs_rejects_bad_arguments(args, error, message):
+  with pytest.raises(error, match=re.escape(message)):
+    cross_batch.check_memory_inputs(*args)
+
+
+def test_check_memory_inputs_returns_the_dimension_and_seed():
+  assert cross_batch.check_memory_inputs("ids", None, _Estimator(), None, None) == (None, None)
+  assert cross_batch.check_memory_inputs(
+    "embeddings", np.int64(8), _Estimator(), len, np.int32(3)
+  ) == (8, 3)

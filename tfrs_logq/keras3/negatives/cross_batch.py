@@ -47,7 +47,6 @@ holds the memory and the estimator's state; the generator's state (Keras leaves 
 ``weights``) is saved with the layer's own variables (``.weights.h5``, ``.keras``).
 """
 
-import numbers
 from typing import Any, Callable, NamedTuple, Optional
 
 import keras
@@ -130,34 +129,20 @@ class CrossBatchNegatives(keras.layers.Layer, NegativeSampler):
   ):
     kwargs["dtype"] = "float32"
     super().__init__(name=name, **kwargs)
-    if not callable(getattr(frequency_estimator, "log_q", None)):
-      raise TypeError(
-        "frequency_estimator must have a log_q(ids) method, got "
-        f"{type(frequency_estimator).__name__}"
-      )
     m, b, s = cross_batch_core.check_memory(
       num_batches, batch_size, slots_per_batch, mode, convention
     )
-    if embedding_dim is not None and (
-      isinstance(embedding_dim, bool)
-      or not isinstance(embedding_dim, numbers.Integral)
-      or embedding_dim < 1
-    ):
-      raise ValueError(f"embedding_dim must be a positive int, got {embedding_dim!r}")
-    if mode == "embeddings" and embedding_dim is None:
-      raise ValueError("mode='embeddings' needs embedding_dim (the stored embeddings' d)")
-    if candidate_embedder is not None and not callable(candidate_embedder):
-      raise TypeError("candidate_embedder must be callable (ids -> embeddings) or None")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)):
-      raise ValueError(f"seed must be an int or None, got {seed!r}")
+    embedding_dim, seed = cross_batch_core.check_memory_inputs(
+      mode, embedding_dim, frequency_estimator, candidate_embedder, seed
+    )
     self.frequency_estimator = frequency_estimator
     self.num_batches, self.batch_size, self.slots_per_batch = m, b, s
     self.mode = mode
-    self.embedding_dim = None if embedding_dim is None else int(embedding_dim)
+    self.embedding_dim = embedding_dim
     self.convention = convention
     self.candidate_embedder = candidate_embedder
     self.cross_replica = bool(cross_replica)
-    self.seed = None if seed is None else int(seed)
+    self.seed = seed
     size = m * s
     self.ids = self._state("ids", (size,), "int32")
     self.filled = self._state("filled", (size,), "int32")

@@ -71,7 +71,6 @@ from tfrs_logq.tf_keras.negatives.base import (
   Negatives,
   as_float,
   as_ids,
-  check_positive_int,
 )
 from tfrs_logq.tf_keras.negatives.sampler import NegativeSampler
 from tfrs_logq.tf_keras.negatives.in_batch import _random_keys
@@ -173,23 +172,9 @@ class CrossBatchNegatives(NegativeSampler, tf.Module):
     m, b, s = cross_batch_core.check_memory(
       num_batches, batch_size, slots_per_batch, mode, convention
     )
-    if not callable(getattr(frequency_estimator, "log_q", None)):
-      raise TypeError(
-        "frequency_estimator must have a log_q(ids) method, got "
-        f"{type(frequency_estimator).__name__}"
-      )
-    if mode == "embeddings":
-      if embedding_dim is None:
-        raise ValueError("mode='embeddings' needs embedding_dim (the stored embeddings' d)")
-      embedding_dim = check_positive_int(embedding_dim, "embedding_dim")
-    elif embedding_dim is not None:
-      embedding_dim = check_positive_int(embedding_dim, "embedding_dim")
-    if candidate_embedder is not None and not callable(candidate_embedder):
-      raise TypeError(
-        f"candidate_embedder must be callable, got {type(candidate_embedder).__name__}"
-      )
-    if seed is not None:
-      seed = int(seed)
+    embedding_dim, seed = cross_batch_core.check_memory_inputs(
+      mode, embedding_dim, frequency_estimator, candidate_embedder, seed
+    )
     tf.Module.__init__(self, name=name)
     self.frequency_estimator = frequency_estimator
     self.num_batches, self.batch_size, self.slots_per_batch = m, b, s
