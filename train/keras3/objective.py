@@ -235,14 +235,15 @@ class RetrievalModel(keras.Model):
     self.cfg, self.encoder, self.estimator = cfg, encoder, estimator
     num_items = encoder.num_items
     catalog = (1, num_items + 1)
-    self.num_in_batch, num_uniform = negatives_split(cfg)
+    plan = negatives_plan.negatives_plan(cfg)  # the binaries' one settings -> negatives map
+    self.num_in_batch, num_uniform = plan.split
     # --strategy=mirrored (keras.distribution.DataParallel, train.keras3.parallel): the in-batch
     # pool (the global batch's positives) laid out on every device (all_gather_rows).
     self.cross_replica = cfg.strategy == "mirrored"
     self.uniform = self.mixed = self.midx = self.in_batch_seed_generator = None
-    if cfg.loss == "full_softmax":
+    if plan.source == "full":
       pass  # every other item is a negative: no sampler
-    elif cfg.loss in ("bce", "gbce") or cfg.negatives == "uniform":
+    elif plan.source == "uniform":
       self.uniform = neg_lib.UniformNegatives(
         None,
         num_uniform,
@@ -251,9 +252,9 @@ class RetrievalModel(keras.Model):
         per=cfg.uniform_negatives,
         name="uniform",
       )
-    elif cfg.negatives == "midx":
+    elif plan.source == "midx":
       self.midx = build_midx(cfg, num_items, encoder.item_embeddings)
-    elif cfg.negatives == "mixed":
+    elif plan.source == "mixed":
       self.mixed = neg_lib.MixedNegatives(
         neg_lib.InBatchNegatives(
           estimator, num_negatives=self.num_in_batch, cross_replica=self.cross_replica
