@@ -1,6 +1,6 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   creates .venv, installs, shows whether and where corrected logQ matters in a
-#               synthetic world that knows P(d|u) (eval/demo.py; DEMO_PIPELINE=1 adds export/ScaNN)
+#               synthetic world that knows P(d|u) (eval/demo/; DEMO_PIPELINE=1 adds export/ScaNN)
 #   make test   creates .venv if needed, installs, runs the whole test suite
 PYTHON ?= python3
 VENV ?= .venv

@@ -6,8 +6,8 @@ rated-item filtering by over-fetching; the exact top-k is ``tfrs_logq.tf_keras.t
 ``eval.serving`` (SavedModel mapping a history to top-k items through the ScaNN TF ops, and its
 loader), ``eval.demo`` (``python -m eval.demo``, `make demo`: none / standard / corrected logQ
 against the truth of ``eval.synthetic_world``, a synthetic world that knows P(d|u); its parts are
-``eval.demo_config``, ``demo_training``, ``demo_metrics``, ``demo_stats``, ``demo_report`` and
-``demo_plots``),
+a package: ``config``, ``training``, ``metrics``, ``stats``, ``report`` and
+``plots``),
 ``eval.paired_stats`` (Student's t, mean ± s.e. and paired differences over seeds, shared by the
 demo and ``bench.reproduce``).
 """

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make demo`: does the corrected logQ matter, and where? (eval/demo.py, about 2 min on 2 CPU cores)
+# `make demo`: does the corrected logQ matter, and where? (eval/demo/, about 2 min on 2 CPU cores)
 # A synthetic world that knows the true next-item distribution P(d|u) (2,000 items, Zipf 1.1,
 # peaked preferences); a matrix-factorisation two-tower trained with full softmax and with in-batch
 # sampled softmax under none / standard / corrected logQ (and the expected_count log Q), 3 paired

@@ -29,7 +29,7 @@ from typing import Callable, NamedTuple, Optional
 import numpy as np
 
 from eval import synthetic_world as world_lib
-from eval.demo_metrics import top_k
+from eval.demo.metrics import top_k
 
 __all__ = [
   "WorldData",

@@ -25,7 +25,7 @@ from typing import Callable, Dict, Mapping, Optional, Sequence
 import numpy as np
 
 from eval import synthetic_world as world_lib
-from eval.demo_metrics import log_softmax, top_k
+from eval.demo.metrics import log_softmax, top_k
 
 __all__ = [
   "recall_at",

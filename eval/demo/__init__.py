@@ -55,20 +55,16 @@ Outputs in --output_dir: summary.json (everything, per seed), summary.md (the ta
 verdict), calibration.png, recall_by_decile.png, learning_curve.png; the table is printed.
 """
 
-# The run and the CLI live here; the demo's parts: eval.demo_config (settings, rows),
-# eval.demo_training (the models), eval.demo_metrics, eval.demo_stats (over seeds, the summary),
-# eval.demo_report (table, summary.md, verdicts), eval.demo_plots (PNGs). The names of __all__
-# stay importable from eval.demo.
+# The run and the CLI live here (``python -m eval.demo``: __main__.py); the demo's parts:
+# config (settings, rows), training (the models), metrics, stats (over seeds, the summary),
+# report (table, summary.md, verdicts), plots (PNGs). The names of __all__ are importable from
+# eval.demo.
 
 import json
 import pathlib
 import time
 from typing import Dict
 
-from train import cli as cli_lib
-
-if __name__ == "__main__":
-  cli_lib.quiet_tensorflow()  # before TensorFlow is imported (it logs while it loads)
 
 from absl import app  # noqa: E402
 from absl import flags  # noqa: E402
@@ -76,7 +72,7 @@ from absl import flags  # noqa: E402
 import numpy as np  # noqa: E402
 
 from eval import synthetic_world as world_lib  # noqa: E402
-from eval.demo_config import (
+from eval.demo.config import (
   NEGATIVES,
   USER_TOWERS,
   DemoConfig,
@@ -85,7 +81,7 @@ from eval.demo_config import (
   parse_row,
   validate_config,
 )
-from eval.demo_metrics import (
+from eval.demo.metrics import (
   calibration_by_bin,
   evaluate_model,
   hit_rate,
@@ -96,10 +92,10 @@ from eval.demo_metrics import (
   recall_vs_oracle,
   top_k,
 )
-from eval.demo_plots import write_plots  # noqa: E402
-from eval.demo_report import format_markdown, format_table, verdicts  # noqa: E402
-from eval.demo_stats import mean_and_se, paired_difference, summarise  # noqa: E402
-from eval.demo_training import Trainer  # noqa: E402
+from eval.demo.plots import write_plots  # noqa: E402
+from eval.demo.report import format_markdown, format_table, verdicts  # noqa: E402
+from eval.demo.stats import mean_and_se, paired_difference, summarise  # noqa: E402
+from eval.demo.training import Trainer  # noqa: E402
 
 __all__ = [
   "DemoConfig",
@@ -326,14 +322,3 @@ def main(argv):
   except ValueError as e:
     raise app.UsageError(str(e)) from e
   run(cfg, FLAGS.output_dir, plot=FLAGS.plot)
-
-
-def cli() -> None:
-  """Entry point: `python -m eval.demo`."""
-  define_flags()
-  cli_lib.declare_verbosity_flag()
-  cli_lib.run(main)
-
-
-if __name__ == "__main__":
-  cli()

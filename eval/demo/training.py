@@ -3,8 +3,8 @@
 
 import numpy as np
 
-from eval.demo_config import DemoConfig, RowSpec
-from eval.demo_metrics import log_softmax
+from eval.demo.config import DemoConfig, RowSpec
+from eval.demo.metrics import log_softmax
 
 __all__ = ["Trainer"]
 

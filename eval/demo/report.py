@@ -1,5 +1,5 @@
 """The demo's report: the printed table, summary.md and the verdicts, from the summary dict of
-`eval.demo.run` (`eval.demo_stats.summarise`)."""
+`eval.demo.run` (`eval.demo.stats.summarise`)."""
 
 import json
 from typing import List

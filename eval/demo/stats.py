@@ -6,7 +6,7 @@ from typing import Dict, List, Sequence
 import numpy as np
 
 from eval import paired_stats
-from eval.demo_config import LABELS, RowSpec
+from eval.demo.config import LABELS, RowSpec
 
 __all__ = ["mean_and_se", "paired_difference", "summarise"]
 

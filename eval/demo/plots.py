@@ -5,7 +5,7 @@ import pathlib
 
 import numpy as np
 
-from eval.demo_stats import mean_and_se
+from eval.demo.stats import mean_and_se
 
 __all__ = ["write_plots"]
 
