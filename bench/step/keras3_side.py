@@ -19,7 +19,6 @@ The frequency estimator is the exact one (counts are fixed: no update outside th
 from __future__ import annotations
 
 import os
-import tempfile
 
 import numpy as np
 
@@ -52,33 +51,13 @@ def select_backend(cfg: SideConfig, threads: int) -> str:
 def keras3_trainer(spec: dict, cfg: SideConfig):
   """A `train.keras3.trainer.Trainer` for one configuration (our_trainer's run settings)."""
   # The application's data and config (tf-keras stack) before keras, as the binary imports them.
+  from bench.step.ours import run_config as our_run_config
   from train import data as data_lib
-  from train.config import RunConfig
   from train.keras3 import settings
   from train.keras3.trainer import Trainer
 
   data = data_lib.load("ml1m", spec["data_path"])
-  run_config = RunConfig.create(
-    dataset="ml1m",
-    data_path=spec["data_path"],
-    model="sasrec",
-    loss="sampled_softmax",
-    negatives="mixed",
-    num_negatives=256,
-    uniform_negatives=cfg.uniform,
-    logq=spec["logq"],
-    sasrec_block=cfg.block,
-    frequency=cfg.estimator,
-    batch_size=spec["batch_size"],
-    max_len=spec["max_len"],
-    jit_compile=cfg.xla,
-    **({"sasrec_attention_blocks": cfg.attention_blocks} if cfg.attention_blocks else {}),
-    dropout=spec["dropout"],
-    seed=spec["seed"],
-    steps_per_epoch=1,
-    model_dir=tempfile.mkdtemp(prefix="train_speed_k3_"),
-    progress=False,
-  )
+  run_config = our_run_config(spec, cfg)
   settings.check_supported(run_config)
   return Trainer(run_config, data=data), data
 

@@ -10,7 +10,13 @@ import numpy as np
 
 from bench.step.configs import SideConfig
 
-__all__ = ["load_batches", "our_trainer", "remove_scoring_and_loss", "compile_separately"]
+__all__ = [
+  "load_batches",
+  "run_config",
+  "our_trainer",
+  "remove_scoring_and_loss",
+  "compile_separately",
+]
 
 
 def load_batches(args) -> tuple:
@@ -47,14 +53,12 @@ def load_batches(args) -> tuple:
   return inputs, targets, windows, data
 
 
-def our_trainer(spec: dict, cfg: SideConfig):
-  """A `train.trainer.Trainer` for one of our configurations."""
-  from train import data as data_lib
+def run_config(spec: dict, cfg: SideConfig, **settings):
+  """The `train.config.RunConfig` of one configuration on the ML-1M workload (both binaries'
+  sides), plus ``settings``."""
   from train.config import RunConfig
-  from train.trainer import Trainer
 
-  data = data_lib.load("ml1m", spec["data_path"])
-  run_config = RunConfig.create(
+  return RunConfig.create(
     dataset="ml1m",
     data_path=spec["data_path"],
     model="sasrec",
@@ -65,20 +69,27 @@ def our_trainer(spec: dict, cfg: SideConfig):
     logq=spec["logq"],
     sasrec_block=cfg.block,
     frequency=cfg.estimator,
-    frequency_buckets=spec["buckets"],
     batch_size=spec["batch_size"],
     max_len=spec["max_len"],
     jit_compile=cfg.xla,
-    jit_compile_step=cfg.step_xla,
-    sasrec_pack_tokens=cfg.pack,
     **({"sasrec_attention_blocks": cfg.attention_blocks} if cfg.attention_blocks else {}),
     dropout=spec["dropout"],
     seed=spec["seed"],
     steps_per_epoch=1,
-    model_dir=tempfile.mkdtemp(prefix="train_speed_"),
+    model_dir=tempfile.mkdtemp(prefix="bench_step_"),
     progress=False,
+    **settings,
   )
-  return Trainer(run_config, data=data), data
+
+
+def our_trainer(spec: dict, cfg: SideConfig):
+  """A `train.trainer.Trainer` for one of our configurations."""
+  from train import data as data_lib
+  from train.trainer import Trainer
+
+  data = data_lib.load("ml1m", spec["data_path"])
+  settings = dict(frequency_buckets=spec["buckets"], jit_compile_step=cfg.step_xla)
+  return Trainer(run_config(spec, cfg, sasrec_pack_tokens=cfg.pack, **settings), data=data), data
 
 
 def remove_scoring_and_loss(trainer) -> None:
