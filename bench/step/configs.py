@@ -1,4 +1,4 @@
-"""Our configurations of the SASRec step, by name (bench/train_speed.py's docstring: the
+"""Our configurations of the SASRec step, by name (bench.step.cli's docstring: the
 ``+``-joined tokens, ``paper``, ``fastest``, ``defaults``; ``jax`` / ``keras3_tf``: the Keras 3
 binary's step on that backend), and the step's model FLOPs."""
 
@@ -42,7 +42,7 @@ YARDSTICK = "paper code (torch)"
 
 @dataclasses.dataclass(frozen=True)
 class SideConfig:
-  """One of our configurations (bench/train_speed.py's docstring)."""
+  """One of our configurations (bench.step.cli's docstring)."""
 
   name: str
   uniform: str = "batch"
@@ -96,7 +96,7 @@ class SideConfig:
 
 
 def parse_config(name: str) -> SideConfig:
-  """Tokens joined by ``+`` (``paper`` and ``fastest`` expand to theirs; bench/train_speed.py)."""
+  """Tokens joined by ``+`` (``paper`` and ``fastest`` expand to theirs; bench.step.cli)."""
   tokens = [t for part in name.split("+") for t in NAMED.get(part, part).split("+")]
   uniform = [PER_TOKENS[t] for t in tokens if t in PER_TOKENS]
   estimator = [t for t in tokens if t in ESTIMATORS]
@@ -169,7 +169,7 @@ def step_flops(
   num_negatives: int,
   ffn_dim: int = None,
 ) -> float:
-  """Model FLOPs of one training step (forward + backward; bench/train_speed.py's docstring)."""
+  """Model FLOPs of one training step (forward + backward; bench.step.cli's docstring)."""
   if block not in ("pre_ln", "reference"):
     raise ValueError(f"block must be pre_ln or reference, got {block!r}")
   f = dim if ffn_dim is None else ffn_dim

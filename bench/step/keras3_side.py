@@ -1,5 +1,5 @@
 """The Keras 3 sides of the SASRec step benchmark (tokens ``jax`` / ``keras3_tf``,
-bench/train_speed.py's docstring): `python -m train.keras3`'s model, negatives, loss and Adam
+bench.step.cli's docstring): `python -m train.keras3`'s model, negatives, loss and Adam
 (`train.keras3.trainer.Trainer`) on the ML-1M batches, in a worker whose ``KERAS_BACKEND`` was
 set before keras was imported (`select_backend`).
 

@@ -1,4 +1,4 @@
-"""``--profile`` of bench/train_speed.py: the pieces of our step, timed in a side's worker."""
+"""``--profile`` of python -m bench.step: the pieces of our step, timed in a side's worker."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""bench/train_speed.py's report: the table of the sides, train_speed.json and the summary line;
+"""bench.step's report: the table of the sides, train_speed.json and the summary line;
 the ``--profile`` table."""
 
 from __future__ import annotations
