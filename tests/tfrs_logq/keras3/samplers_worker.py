@@ -647,6 +647,7 @@ def run_front_functions(cases, out):
     [
       _error(lambda: negatives.subsample_indices(6, 0)),
       _error(lambda: negatives.subsample_indices(6, 2.0)),
+      _error(lambda: negatives.subsample_indices(6, None)),
     ]
   )
   ids = np.array([[1, 2, 3], [4, 5, 6]], np.int32)

@@ -113,10 +113,10 @@ def validate_negatives(negatives: Negatives) -> Negatives:
     valid = ops.convert_to_tensor(valid)
     if _tensors.dtype_of(valid) != "bool":
       raise TypeError(f"Negatives.valid must be bool, got {_tensors.dtype_of(valid)}")
-    if tuple(valid.shape) != tuple(ids.shape):
-      raise ValueError(
-        f"Negatives.valid must have the shape of ids {tuple(ids.shape)}, got {tuple(valid.shape)}"
-      )
+    _tensors.check_rank(valid, rank, "Negatives.valid (rank of ids)")
+    _tensors.check_same_dim(ids, -1, valid, -1, "Negatives ids vs valid")
+    if rank == 2:
+      _tensors.check_same_dim(ids, 0, valid, 0, "Negatives ids vs valid (rows)")
   pos = negatives.positive_log_q
   if pos is not None:
     pos = _tensors.as_float32(pos, "Negatives.positive_log_q")

@@ -89,6 +89,8 @@ def subsample_indices(n: int, k: int, seed=None):
     seed: int, ``keras.random.SeedGenerator`` or None (the tf-keras function takes a stateless
       ``[2]`` seed instead: tf-keras draws statelessly per call, Keras 3 from a seed state).
   """
+  if k is None:
+    raise ValueError("num_negatives must be a positive int, got None")
   k = check_num_negatives(k)
   if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
     raise ValueError(f"n must be a non-negative Python int (static shapes), got {n!r}")
