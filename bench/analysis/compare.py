@@ -41,20 +41,19 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import re
 import shlex
 import sys
 from typing import Dict, List, Optional, Sequence
 
 from bench.table1.results import collect
 from bench.table1.results import collect_paper_loop
+from bench.table1.results import collect_seed_runs
 from bench.table1.results import is_paper_loop_tree
 from bench.table1.rows import PAPER, ROWS
 from eval import paired_stats
 
 METRICS = ("recall@20", "ndcg@20", "recall@10", "ndcg@10")
 SEEDS_ROW = "seeds"  # the one row of an arm that is a folder of seed<s>/metrics.json
-_SEED = re.compile(r"^seed(\d+)$")
 CURVE = "val_ndcg@10"
 
 
@@ -66,20 +65,6 @@ def _fmt(x: Optional[float], digits: int = 4, sign: bool = True) -> str:
 
 def _label(row: str) -> str:
   return ROWS[row][0] if row in ROWS else row
-
-
-def seed_runs(arm: pathlib.Path) -> Dict[int, dict]:
-  """{seed: record} of every <arm>/seed<s>/metrics.json holding ``test`` metrics (empty when
-  the arm is not such a folder)."""
-  out = {}
-  for path in sorted(arm.iterdir()) if arm.is_dir() else []:
-    m = _SEED.match(path.name)
-    metrics = path / "metrics.json"
-    if m and metrics.is_file():
-      run = json.loads(metrics.read_text())
-      if isinstance(run.get("test"), dict):
-        out[int(m.group(1))] = dict(run, metrics=run["test"], curve=run.get("history"))
-  return out
 
 
 def _rows_found(arm: pathlib.Path, budget: str, setting: str) -> List[str]:
@@ -99,7 +84,7 @@ def load(
   for arm in arms:
     if not arm.is_dir():
       raise ValueError(f"{arm}: no such folder")
-  seeds = [seed_runs(a) for a in arms]
+  seeds = [collect_seed_runs(a, SEEDS_ROW) for a in arms]
   if any(seeds):
     if not all(len(s) for s in seeds):
       raise ValueError(

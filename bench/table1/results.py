@@ -196,14 +196,25 @@ def collect_paper_loop(
   for logq, row in PAPER_LOOP_ROWS.items():
     if rows is not None and row not in rows:
       continue
-    for folder in sorted((out / logq).glob("seed*")):
-      m = read_json(folder / "metrics.json")
-      if not folder.name[4:].isdigit() or not isinstance(m, dict) or "test" not in m:
-        continue
-      if m.get("stopped_by_time"):
-        continue
-      seed = int(folder.name[4:])
-      record = dict(row=row, seed=seed, run_dir=str(folder), metrics=m["test"])
-      _add_training(record, m, m.get("history") or [])
-      found.setdefault(row, {})[seed] = record
+    runs = collect_seed_runs(out / logq, row)
+    if runs:
+      found[row] = runs
+  return found
+
+
+def collect_seed_runs(folder: pathlib.Path, row: str) -> Dict[int, dict]:
+  """{seed: record} of the finished runs <folder>/seed<s>/metrics.json: the JSON is there,
+  holds ``test`` metrics and was not stopped by --max_seconds (a `bench/paper_loop.py` run, or
+  what `python -m train.keras3 --seeds=...` writes); records as `load_run`'s (row ``row``)."""
+  found: Dict[int, dict] = {}
+  for run in sorted(folder.glob("seed*")):
+    m = read_json(run / "metrics.json")
+    if not run.name[4:].isdigit() or not isinstance(m, dict) or "test" not in m:
+      continue
+    if m.get("stopped_by_time"):
+      continue
+    seed = int(run.name[4:])
+    record = dict(row=row, seed=seed, run_dir=str(run), metrics=m["test"])
+    _add_training(record, m, m.get("history") or [])
+    found[seed] = record
   return found

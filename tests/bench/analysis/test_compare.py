@@ -248,7 +248,9 @@ def _seed_arm(root, name, recalls, best_epoch=5):
       epochs_done=best_epoch + 5,
       best_step=48 * best_epoch,
       train_wall_seconds=100.0 + seed,
-      history=[{"epoch": e, "val_ndcg@10": 0.01 * e} for e in range(1, best_epoch + 6)],
+      history=[
+        {"epoch": e, "step": 48 * e, "val_ndcg@10": 0.01 * e} for e in range(1, best_epoch + 6)
+      ],
     )
     (d / "metrics.json").write_text(json.dumps(run))
   return root / name
