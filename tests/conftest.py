@@ -125,7 +125,7 @@ _LONGEST_FIRST = (
   "tests/models/test_sasrec.py",  # 90 s
   "tests/models/keras3/test_sasrec.py",  # 80 s
   "tests/bench/test_time_to_converge.py",  # 70 s
-  "tests/bench/test_seeds_program.py",  # 70 s
+  "tests/bench/launch/test_launch.py",  # 50 s
   "tests/train/test_train_binary.py",  # 70 s
   "tests/train/keras3/test_jax_step.py",  # 60 s
   "tests/train/keras3/test_torch.py",  # 60 s

@@ -1,0 +1,312 @@
+r"""``python -m bench.launch EXPERIMENT``: the runs of an experiment file, planned from
+`train.config.RunConfig` (rows x seeds x arms), run in a row, in parallel or as one program,
+resumed, finished runs skipped, capped by a time budget.
+
+    python -m bench.launch table1_cpu --seeds=0,1,2                  # bench/experiments/*.toml
+    python -m bench.launch table1_cpu --dry_run                      # the commands, nothing run
+    python -m bench.launch xbatch_vs_mixed --time_budget_minutes=150 # rerun: goes on
+    python -m bench.launch seeds_program --arrangements=program,parallel,row --rounds=2
+    python -m bench.analysis table1 --out=bench/out/table1_cpu       # the report
+
+EXPERIMENT is a TOML file or the name of one in bench/experiments/ (`bench.launch.experiment`
+holds its keys). The flags below override the file's. The runs' folders, their logs and records
+are under --out (default bench/out/<experiment>): <out>/<setting>/<arm>/seed<s>
+(`bench.launch.plan`), and <out>/launch.json / launch.md list every planned run with its status,
+training seconds, epochs, best epoch and test metrics.
+
+--arrangements times one plan arranged several ways (what N seeds cost as one program, as N
+processes at once, as N in a row): each round runs the whole plan from scratch under
+<out>/arrangements/<arrangement>_r<k>, the order of the arrangements rotated per round, and
+<out>/arrangements.md gives each one's min / median wall-clock and its ratio to the first
+(> 1: the first is faster), and the mean test NDCG@10 of its runs (the same models: equal up to
+float rounding). The runs then keep --nosasrec_pack_tokens and --frequency_seed=<first seed>,
+the settings under which a program's runs equal separate runs (`train.keras3.seeds`).
+
+Exit status: 0 every run finished, 3 some paused or waiting for time (rerun the same command),
+1 a run failed, 2 bad arguments or experiment. The last line is a one-line summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import shutil
+import statistics
+import sys
+import time
+from typing import Dict, List, Optional, Sequence
+
+from bench.launch import execute as execute_lib
+from bench.launch import experiment as experiment_lib
+from bench.launch import plan as plan_lib
+from bench.table1.results import read_json
+
+__all__ = ["EXPERIMENTS", "main", "parse_args", "resolve"]
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+EXPERIMENTS = ROOT / "bench" / "experiments"
+
+
+def _csv(text: str) -> List[str]:
+  return [t for t in text.split(",") if t]
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+  p = argparse.ArgumentParser(
+    prog="python -m bench.launch",
+    description=__doc__.split("\n\n")[0],
+    formatter_class=argparse.RawDescriptionHelpFormatter,
+    epilog=__doc__.split("\n\n", 1)[1],
+  )
+  p.add_argument("experiment", help="a TOML file, or the name of one in bench/experiments/")
+  p.add_argument("--out", default=None, help="default: bench/out/<experiment>")
+  p.add_argument("--settings", type=_csv, default=None, help="comma-separated; default: the file's")
+  p.add_argument("--rows", type=_csv, default=None)
+  p.add_argument("--seeds", type=_csv, default=None)
+  p.add_argument("--binaries", type=_csv, default=None)
+  p.add_argument("--arrange", choices=experiment_lib.ARRANGEMENTS, default=None)
+  p.add_argument("--jobs", type=int, default=None, help="runs at once with --arrange=parallel")
+  p.add_argument(
+    "--set",
+    action="append",
+    default=[],
+    metavar="NAME=VALUE",
+    help="a RunConfig setting of every run (as its flag), over the file's [base]; repeatable",
+  )
+  p.add_argument("--time_budget_minutes", type=float, default=0.0, help="0: none")
+  p.add_argument("--data_root", default=None, help="default: $TFRS_LOGQ_DATA or ../shared/data")
+  p.add_argument("--python", default=sys.executable, help="the interpreter of the runs")
+  p.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
+  p.add_argument("--overwrite", action="store_true", help="rerun finished runs from scratch")
+  p.add_argument("--arrangements", type=_csv, default=None, help="time the plan arranged so")
+  p.add_argument("--rounds", type=int, default=1, help="rounds of --arrangements")
+  args = p.parse_args(argv)
+  if args.time_budget_minutes < 0 or args.rounds < 1 or (args.jobs is not None and args.jobs < 1):
+    p.error("--time_budget_minutes must be >= 0, --rounds and --jobs >= 1")
+  if args.arrangements and not set(args.arrangements) <= set(experiment_lib.ARRANGEMENTS):
+    p.error(f"--arrangements: of {list(experiment_lib.ARRANGEMENTS)}, got {args.arrangements}")
+  return args
+
+
+def _value(text: str) -> object:
+  for kind in (int, float):
+    try:
+      return kind(text)
+    except ValueError:
+      pass
+  return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def resolve(args: argparse.Namespace) -> experiment_lib.Experiment:
+  """The experiment of the file, with the command line's overrides."""
+  path = pathlib.Path(args.experiment)
+  if not path.is_file() and (EXPERIMENTS / f"{args.experiment}.toml").is_file():
+    path = EXPERIMENTS / f"{args.experiment}.toml"
+  if not path.is_file():
+    names = sorted(p.stem for p in EXPERIMENTS.glob("*.toml"))
+    raise ValueError(f"no experiment {args.experiment!r}: a TOML file or one of {names}")
+  exp = experiment_lib.load(path)
+  changes: Dict[str, object] = {}
+  for key in ("settings", "rows", "binaries"):
+    if getattr(args, key) is not None:
+      changes[key] = tuple(getattr(args, key))
+  if args.seeds is not None:
+    changes["seeds"] = tuple(int(s) for s in args.seeds)
+  if args.arrange:
+    changes["arrange"] = args.arrange
+  if args.jobs:
+    changes["jobs"] = args.jobs
+  if args.set:
+    base = dict(exp.base)
+    for item in args.set:
+      name, sep, value = item.partition("=")
+      if not sep:
+        raise ValueError(f"--set {item!r}: NAME=VALUE")
+      base[name.lstrip("-")] = _value(value)
+    changes["base"] = base
+  return exp.replace(**changes) if changes else exp
+
+
+def _summary_of(run: plan_lib.Run) -> dict:
+  record = read_json(run.folder / "run.json") or {}
+  metrics = read_json(run.folder / "train_metrics.json") or {}
+  status = "finished" if run.finished else record.get("status", "not run")
+  out = dict(
+    key=run.key,
+    setting=run.setting,
+    arm=run.arm.name,
+    seed=run.seed,
+    repeat=run.repeat,
+    folder=str(run.folder),
+    status=status,
+    train_seconds=record.get("train_seconds"),
+    program_seconds=record.get("program_seconds"),
+    epochs=metrics.get("epochs_done"),
+    best_epoch=metrics.get("best_epoch"),
+    test={k: metrics.get("test", {}).get(k) for k in ("recall@20", "ndcg@10", "recall@100")},
+  )
+  return out
+
+
+def _fmt(x: Optional[float], spec: str = ".4f") -> str:
+  return "" if x is None else format(x, spec)
+
+
+def report(name: str, command: str, runs: Sequence[plan_lib.Run], out: pathlib.Path) -> List[dict]:
+  """Writes <out>/launch.json and launch.md; the runs' summaries."""
+  rows = [_summary_of(r) for r in runs]
+  (out / "launch.json").write_text(
+    json.dumps(dict(experiment=name, command=command, runs=rows), indent=2)
+  )
+  lines = [
+    f"# {name}: {sum(r['status'] == 'finished' for r in rows)} of {len(rows)} runs finished",
+    "",
+    f"Command: `{command}`",
+    "",
+    "| run | status | train s | epochs (best) | test R@20 | NDCG@10 | R@100 |",
+    "|---|---|---|---|---|---|---|",
+  ]
+  for r in rows:
+    secs = r["train_seconds"] if r["train_seconds"] is not None else r["program_seconds"]
+    lines.append(
+      f"| {r['key']} | {r['status']} | {_fmt(secs, '.0f')} | "
+      f"{r['epochs'] if r['epochs'] is not None else ''} ({_fmt(r['best_epoch'], 'd')}) | "
+      + " | ".join(_fmt(r["test"][k]) for k in ("recall@20", "ndcg@10", "recall@100"))
+      + " |"
+    )
+  (out / "launch.md").write_text("\n".join(lines) + "\n")
+  return rows
+
+
+def _arrangements(
+  args: argparse.Namespace,
+  exp: experiment_lib.Experiment,
+  out: pathlib.Path,
+  root: pathlib.Path,
+  codes: Dict[str, pathlib.Path],
+) -> int:
+  """--arrangements: the plan from scratch in each arrangement, rounds rotated (module doc)."""
+  base = dict(exp.base, sasrec_pack_tokens=False, frequency_seed=exp.seeds[0])
+  exp = exp.replace(base=base)
+  names = list(args.arrangements)
+  seconds: Dict[str, List[float]] = {n: [] for n in names}
+  ndcg: Dict[str, List[float]] = {n: [] for n in names}
+  for rnd in range(args.rounds):
+    k = rnd % len(names)
+    for name in names[k:] + names[:k]:
+      folder = out / "arrangements" / f"{name}_r{rnd}"
+      shutil.rmtree(folder, ignore_errors=True)
+      runs = plan_lib.plan(exp, folder, root, codes, ROOT, args.python)
+      programs = plan_lib.programs(runs, args.python) if name == "program" else []
+      jobs = len(runs) if name == "parallel" else 1
+      start = time.perf_counter()
+      statuses = execute_lib.execute(runs, name, jobs, None, programs, log=lambda *_: None)
+      seconds[name].append(time.perf_counter() - start)
+      if any(s != "finished" for s in statuses.values()):
+        print(f"error: {name} round {rnd}: {statuses}", file=sys.stderr)
+        return 1
+      ndcg[name].append(
+        statistics.mean(
+          (read_json(r.folder / "train_metrics.json") or {})["test"]["ndcg@10"] for r in runs
+        )
+      )
+      print(f"round {rnd} {name}: {seconds[name][-1]:.1f} s", flush=True)
+  first = names[0]
+  ratios = {
+    n: dict(
+      min=min(seconds[n]) / min(seconds[first]),
+      median=statistics.median(seconds[n]) / statistics.median(seconds[first]),
+    )
+    for n in names[1:]
+  }
+  (out / "arrangements.json").write_text(
+    json.dumps(dict(seconds=seconds, ratios=ratios, test_ndcg10=ndcg), indent=2)
+  )
+  lines = [
+    f"# {len(exp.seeds)} seeds x {len(exp.arms)} arms, arranged {len(names)} ways",
+    "",
+    f"Command: `python -m bench.launch {' '.join(sys.argv[1:])}`",
+    "",
+    "| arrangement | wall min s | wall median s | mean test NDCG@10 |",
+    "|---|---|---|---|",
+    *(
+      f"| {n} | {min(seconds[n]):.1f} | {statistics.median(seconds[n]):.1f} | "
+      f"{statistics.mean(ndcg[n]):.4f} |"
+      for n in names
+    ),
+    "",
+    *(
+      f"- {n} / {first}: {v['median']:.2f}x by median, {v['min']:.2f}x by min (> 1: {first} "
+      "is faster)"
+      for n, v in ratios.items()
+    ),
+  ]
+  (out / "arrangements.md").write_text("\n".join(lines) + "\n")
+  print("\n".join(lines[-len(ratios) :]) if ratios else "")
+  print(
+    "SUMMARY launch arrangements: "
+    + ", ".join(f"{n}/{first} {v['median']:.2f}x" for n, v in ratios.items())
+    + " by median"
+  )
+  return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+  args = parse_args(argv)
+  try:
+    exp = resolve(args)
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  name = pathlib.Path(args.experiment).stem
+  out = pathlib.Path(args.out or f"bench/out/{name}").resolve()
+  if args.data_root:
+    root = pathlib.Path(args.data_root)
+  else:
+    from train.data.datasets import default_data_root
+
+    root = default_data_root()
+  try:
+    if args.dry_run:  # no worktree made: the commands name the folder or commit as given
+      codes = {n: pathlib.Path(v) for n, v in exp.codes.items()}
+    else:
+      codes = execute_lib.checkouts(exp.codes, out, ROOT)
+    if args.arrangements:
+      return _arrangements(args, exp, out, root, codes)
+    runs = plan_lib.plan(exp, out, root, codes, ROOT, args.python)
+    programs = plan_lib.programs(runs, args.python) if exp.arrange == "program" else []
+  except ValueError as e:
+    print(f"error: {e}", file=sys.stderr)
+    return 2
+  command = "python -m bench.launch " + " ".join(sys.argv[1:] if argv is None else argv)
+  if args.dry_run:
+    for item in programs or runs:
+      for c in [item.command] if isinstance(item, plan_lib.Program) else item.commands:
+        print(" ".join(c))
+    print(
+      f"SUMMARY launch {name} dry run: {len(exp.settings)} settings x {len(exp.arms)} arms x "
+      f"{len(exp.seeds)} seeds x {exp.repeats} repeats = {len(runs)} runs"
+      + (f" in {len(programs)} programs" if programs else "")
+      + f" ({exp.arrange})"
+    )
+    return 0
+  if args.overwrite:
+    for run in runs:
+      shutil.rmtree(run.folder, ignore_errors=True)
+  out.mkdir(parents=True, exist_ok=True)
+  deadline = time.time() + 60.0 * args.time_budget_minutes if args.time_budget_minutes else None
+  start = time.perf_counter()
+  statuses = execute_lib.execute(runs, exp.arrange, exp.jobs, deadline, programs)
+  rows = report(name, command, runs, out)
+  counts = {s: sum(r["status"] == s for r in rows) for s in ("finished", "paused", "failed")}
+  failed = sum(s == "failed" for s in statuses.values())
+  unfinished = len(rows) - counts["finished"] - failed
+  ran = sum(s in ("finished", "paused", "failed") for s in statuses.values())
+  print(
+    f"SUMMARY launch {name}: {counts['finished']} of {len(rows)} runs finished ({ran} run now, "
+    f"{failed} failed, {unfinished} to go) in {time.perf_counter() - start:.0f} s; "
+    f"runs in {out / 'launch.md'}"
+    + ("; rerun the same command to continue" if unfinished and not failed else "")
+  )
+  return 1 if failed else (execute_lib.EXIT_PAUSED if unfinished else 0)
