@@ -3,7 +3,7 @@
     pip install .            # the library (tfrs_logq): only what it imports
     pip install ".[app]"     # + the application: models, train (+ train.data), eval, bench, with
                              #   the console scripts tfrs-logq-train, tfrs-logq-evaluate,
-                             #   tfrs-logq-reproduce and their dependencies
+                             #   tfrs-logq-launch (Python >= 3.11) and their dependencies
     pip install -e ".[test]" # the application + pytest (what `make test` installs)
     pip install ".[bench]"   # + PyTorch (the paper-code yardstick of bench/step) and
                              #   faiss-cpu (bench/serving_scale.py)
@@ -110,7 +110,7 @@ setuptools.setup(
     "console_scripts": [
       "tfrs-logq-train = train.__main__:run",
       "tfrs-logq-evaluate = eval.evaluate:run",
-      "tfrs-logq-reproduce = bench.reproduce:run",
+      "tfrs-logq-launch = bench.launch.cli:run",
     ],
   },
   license="Apache-2.0",

@@ -7,8 +7,9 @@ r"""The logQ paper's training script as a whole run: its epoch loop around `Pape
     python -m bench.paper_loop --logq=standard --patience=20 --seed=1 \
         --checkpoint_dir=/tmp/p/ckpt --metrics_json=/tmp/p/metrics.json    # resumable
 
-Written for `bench/time_to_converge.py` from the description of the paper's script (a
-gSASRec-pytorch fork; the mixed-negatives script with the corrected logQ loss), so that "the
+Written for the time to converge (`bench/experiments/time_to_converge.toml`) from the
+description of the paper's script (a gSASRec-pytorch fork; the mixed-negatives script with the
+corrected logQ loss), so that "the
 paper's own training loop" is timed from start to final metrics beside our binaries. The step is
 `bench/paper_code_torch.py`'s (eager PyTorch, as the paper code runs); this module adds what the
 script does around it: its data loader, its "epochs", validation, early stopping and the final

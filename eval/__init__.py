@@ -9,5 +9,5 @@ against the truth of ``eval.synthetic_world``, a synthetic world that knows P(d|
 a package: ``config``, ``training``, ``metrics``, ``stats``, ``report`` and
 ``plots``),
 ``eval.paired_stats`` (Student's t, mean ± s.e. and paired differences over seeds, shared by the
-demo and ``bench.reproduce``).
+demo and ``bench.analysis``).
 """

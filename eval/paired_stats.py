@@ -1,6 +1,6 @@
 r"""Paired-seed statistics: Student's t, mean ± standard error, paired differences over seeds.
 
-The one place for the statistics that ``eval.demo`` and ``bench.reproduce`` report, in pure
+The one place for the statistics that ``eval.demo`` and ``bench.analysis`` report, in pure
 Python and numpy (scipy is not a dependency of the applications). Values come per seed along
 axis 0: a sequence of scalars (one metric), or of arrays of one shape (a curve, deciles), in
 which case every statistic is taken element-wise and has that shape.

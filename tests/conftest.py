@@ -109,7 +109,6 @@ _LONGEST_FIRST = (
   "tests/tfrs_logq/keras3/test_backends_samplers.py",  # 200 s
   "tests/tfrs_logq/keras3/test_backends.py",  # 190 s
   "tests/tfrs_logq/keras3/test_backends_features.py",  # 180 s
-  "tests/bench/test_reproduce.py",  # 160 s
   "tests/train/keras3/test_binary.py",  # 140 s
   "tests/train/test_trainer.py",  # 120 s
   "tests/train/test_compiled_step.py",  # 120 s
@@ -124,7 +123,6 @@ _LONGEST_FIRST = (
   "tests/bench/test_catalog_parameter_server.py",  # 90 s
   "tests/models/test_sasrec.py",  # 90 s
   "tests/models/keras3/test_sasrec.py",  # 80 s
-  "tests/bench/test_time_to_converge.py",  # 70 s
   "tests/bench/launch/test_launch.py",  # 50 s
   "tests/train/test_train_binary.py",  # 70 s
   "tests/train/keras3/test_jax_step.py",  # 60 s

@@ -1,9 +1,9 @@
 """`RunConfig`: every setting of a training run, declared once.
 
-The flags of `python -m train` (and the base flags of `bench/reproduce.py`) are generated from the
-fields below (`train.config_flags`: help text and choices live in each field's metadata); the
-configuration is validated once, on construction (`RunConfig.validate`). The data settings are a
-nested `train.data.DataConfig` (flags --dataset, --data_path, --split, --tfds_name,
+The flags of `python -m train` (and the base settings of `bench.launch`'s experiments) are
+generated from the fields below (`train.config_flags`: help text and choices live in each field's
+metadata); the configuration is validated once, on construction (`RunConfig.validate`). The data
+settings are a nested `train.data.DataConfig` (flags --dataset, --data_path, --split, --tfds_name,
 --synthetic_*). The trainer, the objective (`train.objective.Objective(config, ...)`), the
 metrics JSON and the export metadata all take or record this one object:
 

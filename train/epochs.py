@@ -30,7 +30,7 @@ is the trainers' (unchanged).
 
 Time: `Phases` adds up the wall-clock of each phase (first step = start-up compilation, the
 other training steps, validation, checkpoints, test, export), written to the metrics JSON as
-``phases`` for `bench/time_to_converge.py`.
+``phases`` for `bench.analysis phases`.
 """
 
 from __future__ import annotations

@@ -21,9 +21,9 @@ mean over the epoch's steps), ``val_ndcg@10``, ``val_recall@20`` (--keys).
         --band=RUN[,RUN...] --probe=RUN --names=ours,paper-code [--keys=loss,val_ndcg@10] \
         [--every=5] [--out=docs/results/table1/paper_code/curve_band]
 
-RUN: a run folder of `python -m train` / bench/reproduce (train_metrics.json or metrics.json
-with a "history", else model/history.json), a `bench.paper_loop` checkpoint folder or its
-paper_loop.pt (the history of a run still in progress), or a JSON file holding a history (a
+RUN: a run folder of `python -m train` / `python -m bench.launch` (train_metrics.json or
+metrics.json with a "history", else model/history.json), a `bench.paper_loop` checkpoint folder
+or its paper_loop.pt (the history of a run still in progress), or a JSON file holding a history (a
 list of per-epoch records with "epoch") or a dict with one. Written under --out:
 curve_band.md (the command, the summary, the table every --every epochs and at the last),
 curve_band.json (every number, the probe's and the band's curves included) and curve_band.png

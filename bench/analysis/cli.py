@@ -1,7 +1,9 @@
 """``python -m bench.analysis COMMAND [flags]``: the analysis of finished runs, one command each.
 
+    table1    the Table 1 report of a folder of runs: rows over seeds, paired differences, plots
+    phases    a launch's whole runs, their wall-clock split by phase (time to converge), arm by arm
     compare   two arms on paired seeds, row by row: mean ± s.e., A − B with its 95 % interval and
-              verdict (reproduce trees, paper_loop trees, folders of seed<s>/metrics.json)
+              verdict (launcher / reproduce trees, paper_loop trees, seed<s>/metrics.json folders)
     band      one run's learning curve against a band of runs' 95 % prediction interval, by epoch
     patience  the epoch a shorter early-stopping patience selects, from runs' own curves
 
@@ -18,6 +20,8 @@ from typing import Optional, Sequence
 __all__ = ["COMMANDS", "main"]
 
 COMMANDS = {
+  "table1": "bench.analysis.table1",
+  "phases": "bench.analysis.phases",
   "compare": "bench.analysis.compare",
   "band": "bench.analysis.band",
   "patience": "bench.analysis.patience",

@@ -8,8 +8,8 @@ row (`eval.paired_stats`).
     python -m bench.analysis compare --a=runs/bf16 --b=runs/float32 --names=bfloat16,float32
 
 An arm is one of:
-* a `bench/reproduce.py` --out folder, read as `<arm>/<budget>/<setting>/<row>/seed<s>`
-  (`--budget=` for a tree kept without its budget level); a run is finished when its
+* a `python -m bench.launch` --out folder, `<arm>/<setting>/<row>/seed<s>` (with `--budget=`),
+  or the older reproduce tree `<arm>/<budget>/<setting>/<row>/seed<s>`; a run is finished when its
   eval/eval_results.json exists (`bench.table1.results`);
 * a tree of `bench/paper_loop.py` runs, <arm>/<logq>/seed<s>/metrics.json (corrected, standard,
   none: the rows mixed_corrected, mixed_standard, mixed_none);
@@ -344,7 +344,7 @@ def plot_curves(data: Dict, names: Sequence[str], path: pathlib.Path) -> bool:
 def add_parser(parser: argparse.ArgumentParser) -> None:
   """The command's arguments (module docstring)."""
   parser.add_argument(
-    "--a", required=True, help="arm A: a reproduce tree, paper_loop tree or seeds"
+    "--a", required=True, help="arm A: a launcher or reproduce tree, paper_loop tree or seeds"
   )
   parser.add_argument("--b", required=True, help="arm B (the reference of the margin)")
   parser.add_argument("--names", default="A,B", help="the arms' names, comma-separated")

@@ -10,14 +10,14 @@ at the first epoch where P epochs have passed without a better v, and selects
 
 (or the last epoch when that never happens). The test metric it reports is t_{e*(P)}. For each
 P this script prints e*(P), the steps to it and t_{e*(P)} − t_{e*(P_max)}, beside the seed noise
-of the same metric (the s.e. over seeds of a row in a reproduce report, --noise_json), so the
+of the same metric (the s.e. over seeds of a row in a Table 1 report, --noise_json), so the
 reader sees whether the shorter patience moves the result by less than the seed noise.
 
     python -m bench.analysis patience --runs=DIR[,DIR...] --patiences=3,5,10,20 [--window=20] \
         [--noise_json=docs/results/converged/ml100k_temporal/reproduce_full.json] \
         [--out=docs/results/converged/ml100k_temporal]      # writes patience_check.md
 
-DIR: a run folder of bench/reproduce (holding model/history.json). Last line: a summary.
+DIR: a run folder of `python -m bench.launch` (holding model/history.json). Last line: a summary.
 
 Runs without ``--test_curve`` (e.g. a finished patience-5 run resumed with a longer patience in
 a copy of its folder) are checked too: their one test evaluation (train_metrics.json "test") is
@@ -166,8 +166,8 @@ def _parser() -> argparse.ArgumentParser:
   parser.add_argument(
     "--noise_json",
     default=None,
-    help="A reproduce_full.json / reproduce_cpu.json whose row statistics give "
-    "the seed noise (s.e.) of each metric.",
+    help="A table1.json (bench.analysis table1; or an older reproduce_*.json) whose row "
+    "statistics give the seed noise (s.e.) of each metric.",
   )
   parser.add_argument(
     "--window",

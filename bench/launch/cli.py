@@ -6,7 +6,7 @@ resumed, finished runs skipped, capped by a time budget.
     python -m bench.launch table1_cpu --dry_run                      # the commands, nothing run
     python -m bench.launch xbatch_vs_mixed --time_budget_minutes=150 # rerun: goes on
     python -m bench.launch seeds_program --arrangements=program,parallel,row --rounds=2
-    python -m bench.analysis table1 --out=bench/out/table1_cpu       # the report
+    python -m bench.analysis table1 --runs=bench/out/table1_cpu      # the report
 
 EXPERIMENT is a TOML file or the name of one in bench/experiments/ (`bench.launch.experiment`
 holds its keys). The flags below override the file's. The runs' folders, their logs and records
@@ -42,7 +42,7 @@ from bench.launch import experiment as experiment_lib
 from bench.launch import plan as plan_lib
 from bench.table1.results import read_json
 
-__all__ = ["EXPERIMENTS", "main", "parse_args", "resolve"]
+__all__ = ["EXPERIMENTS", "main", "parse_args", "resolve", "run"]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EXPERIMENTS = ROOT / "bench" / "experiments"
@@ -310,3 +310,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     + ("; rerun the same command to continue" if unfinished and not failed else "")
   )
   return 1 if failed else (execute_lib.EXIT_PAUSED if unfinished else 0)
+
+
+def run() -> None:
+  """Console-script entry point (tfrs-logq-launch)."""
+  sys.exit(main())

@@ -28,13 +28,15 @@
 An arm is a row trained by one binary: its name is the row's, with "_keras3_<backend>",
 "_paper" (the paper's own script, `bench/paper_loop.py`) or "@<code>" appended for any other
 binary or checkout than tf-keras in this tree. A run is one (setting, arm, seed, repeat).
+
+The files are read with the standard library's tomllib: the launcher needs Python >= 3.11 (the
+library and the binaries run on 3.10); on 3.10 it stops with one error line saying so.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import pathlib
-import tomllib
 from typing import Any, Dict, List, Optional, Tuple
 
 from bench.table1 import rows as rows_lib
@@ -196,6 +198,12 @@ def from_dict(values: Dict[str, Any]) -> Experiment:
 def load(path: "str | pathlib.Path") -> Experiment:
   """The experiment of a TOML file; a ValueError names the file and what is wrong."""
   path = pathlib.Path(path)
+  try:
+    import tomllib
+  except ModuleNotFoundError:  # Python 3.10
+    raise ValueError(
+      "python -m bench.launch reads TOML with tomllib: it needs Python >= 3.11"
+    ) from None
   try:
     return from_dict(tomllib.loads(path.read_text()))
   except (OSError, tomllib.TOMLDecodeError, ValueError, TypeError) as e:

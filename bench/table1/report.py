@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import os
 import pathlib
-import shlex
 import subprocess
-import sys
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -36,7 +34,7 @@ def statistics(
     for row in rows:
       runs = by_row.get(row, {})
       row_stats[row] = dict(
-        label=ROWS[row][0],
+        label=ROWS[row][0] if row in ROWS else row,
         seeds=sorted(runs),
         metrics={
           m: mean_se([r["metrics"][m] for r in runs.values() if m in r["metrics"]]) for m in metrics
@@ -83,12 +81,11 @@ def _fmt(stats: dict) -> str:
   return f"{stats['mean']:.4f} ± {stats['se']:.4f}"
 
 
-def command() -> str:
-  """The command line of this invocation (as `python -m bench.reproduce`) and where it ran."""
+def _where() -> str:
+  """Where this invocation ran: the repository root or its working directory."""
   root = pathlib.Path(__file__).resolve().parents[2]
   cwd = pathlib.Path.cwd().resolve()
-  where = "the repository root" if cwd == root else f"`{cwd}`"
-  return f"`python -m bench.reproduce {shlex.join(sys.argv[1:])}` (run from {where})"
+  return "the repository root" if cwd == root else f"`{cwd}`"
 
 
 def _commit() -> Optional[str]:
@@ -145,7 +142,7 @@ def _signed(v: float) -> str:
 
 
 def markdown(
-  budget: str,
+  title: str,
   stats: Dict,
   results: Dict,
   settings: Sequence[str],
@@ -154,12 +151,18 @@ def markdown(
   failures: List[str],
   plots: Dict[str, List[str]],
   margin: float = 0.0,
+  command: str = "",
 ) -> str:
+  """The report: title, how to read it, per setting the rows' table and the paired differences,
+  the shared training flags and the plots; then the failed and missing runs. ``command``: the
+  command line that wrote it."""
   commit = _commit()
   lines = [
-    f"# Table 1 reproduction (budget={budget})",
+    f"# Table 1 report: {title}",
     "",
-    f"Written by {command()}" + (f" at commit {commit}" if commit else "") + ".",
+    f"Written by {command} (run from {_where()})"
+    + (f" at commit {commit}" if commit else "")
+    + ".",
     "",
     HOW_TO_READ.format(margin=f"{margin:.0%}" if margin > 0 else "0 (off)"),
     "",

@@ -11,7 +11,8 @@ from train.config import RunConfig
 
 
 def run_dir(out: pathlib.Path, budget: str, setting: str, row: str, seed: int) -> pathlib.Path:
-  """Where one run lives: <out>/<budget>/<setting>/<row>/seed<seed>."""
+  """Where one run lives: <out>/<setting>/<row>/seed<seed> (budget ""), as `python -m
+  bench.launch` writes it, or <out>/<budget>/<setting>/<row>/seed<seed> in an older tree."""
   return out / budget / setting / row / f"seed{seed}"
 
 
@@ -70,7 +71,9 @@ def load_run(out: pathlib.Path, budget: str, setting: str, row: str, seed: int) 
   if not isinstance(result, dict) or "metrics" not in result:
     return None
   record = dict(setting=setting, row=row, seed=seed, run_dir=str(folder))
-  record.update(read_json(folder / "timing.json") or {})
+  launched = read_json(folder / "run.json") or {}  # python -m bench.launch's record of the run
+  record.update({k: launched[k] for k in ("train_seconds", "eval_seconds") if k in launched})
+  record.update(read_json(folder / "timing.json") or {})  # an older tree's timing
   record.update(
     metrics=result["metrics"]["exact"],
     scann_metrics=result["metrics"].get("scann"),
@@ -164,7 +167,7 @@ if __name__ == "__main__":  # python -m bench.table1.results RUN_DIR
 
   _parser = argparse.ArgumentParser(
     description="Writes RUN_DIR/eval/eval_results.json from RUN_DIR/train_metrics.json's test "
-    "metrics (a run of python -m train.keras3; bench/reproduce.py runs this)."
+    "metrics (a run of python -m train.keras3; python -m bench.launch runs this)."
   )
   _parser.add_argument("run_dir", type=pathlib.Path)
   write_binary_test_results(_parser.parse_args().run_dir)

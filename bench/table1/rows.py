@@ -1,7 +1,8 @@
 """The rows of the Table 1 reproduction: what each row trains, the paper's figures, the pairs.
 
-Every row is a set of `train.config.RunConfig` settings on top of the base flags of
-`bench/reproduce.py`; a pair (A, B) of rows is compared seed by seed in the report.
+Every row is a set of `train.config.RunConfig` settings on top of an experiment's base settings
+(`bench.launch.plan`); a pair (A, B) of rows is compared seed by seed in the report
+(`bench.analysis table1`).
 """
 
 from __future__ import annotations

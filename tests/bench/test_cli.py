@@ -18,7 +18,7 @@ SCRIPTS = sorted(
 )
 # Tools that are packages (``python -m bench.<name>``; their parser and main in <name>/cli.py).
 PACKAGES = sorted(p.parent.name for p in (ROOT / "bench").glob("*/__main__.py"))
-ABSL = ("keras3_trajectory", "paper_loop", "reproduce", "scann_index")
+ABSL = ("keras3_trajectory", "paper_loop", "scann_index")
 
 
 def test_every_script_is_documented():
@@ -28,7 +28,6 @@ def test_every_script_is_documented():
     "loss_overhead",
     "midx",
     "negatives",
-    "reproduce",
     "scann_index",
   } <= set(SCRIPTS)
   assert "step" in PACKAGES

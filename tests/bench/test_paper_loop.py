@@ -1,6 +1,6 @@
 """bench/paper_loop.py: the paper script's epoch loop as a binary, on a small gSASRec folder.
 
-The run (a subprocess, as bench/time_to_converge.py starts it) writes the metrics JSON with the
+The run (a subprocess, as python -m bench.launch starts it) writes the metrics JSON with the
 binaries' keys; the metric function is checked against ranks counted from the definition."""
 
 import json

@@ -146,8 +146,9 @@ def test_jit_compile_step_trains_like_the_uncompiled_step(tiny, tmp_path):
 
 
 def test_same_seed_pairs_rows_same_initial_model_and_batches(tiny, tmp_path):
-  """bench/reproduce.py pairs rows by seed: runs that differ only in the loss's correction start
-  from the same weights and see the same batches in the same order (a different seed does not)."""
+  """Table 1's report (bench.analysis table1) pairs rows by seed: runs that differ only in the
+  loss's correction start from the same weights and see the same batches in the same order (a
+  different seed does not)."""
   import tensorflow as tf
   from train.trainer import Trainer
 

@@ -1,4 +1,4 @@
-"""bench.analysis compare: two bench/reproduce.py trees compared row by row on paired seeds.
+"""bench.analysis compare: two reproduce trees compared row by row on paired seeds.
 
 Oracle: numpy on the values written into the fake run folders, with Student's t quantiles from a
 table (t_{0.975, 2} = 4.302652729911275, t_{0.975, 4} = 2.776445105197799); the runs are

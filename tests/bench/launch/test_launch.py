@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from bench.analysis import phases
 from bench.launch import cli, experiment, plan
 from train import config_flags
 from train.config import RunConfig
@@ -242,3 +243,10 @@ def test_arrangements_train_the_same_models(tmp_path):
   assert (program / "mixed_corrected_keras3_jax" / "seed0" / "train_metrics.json").is_file()
   assert len(list(program.glob("program_*/corrected/seed0"))) == 1
   assert (out / "arrangements.md").read_text().startswith("# 1 seeds x 2 arms")
+  # The real runs' walls split by phase (bench.analysis phases): the parts add up to the wall.
+  assert phases.main([f"--runs={out / 'arrangements' / 'parallel_r0'}", "--no_plot"]) == 0
+  split = json.loads((out / "arrangements" / "parallel_r0" / "phases.json").read_text())["runs"]
+  assert len(split) == 2
+  for r in split:
+    assert sum(r["parts"].values()) == pytest.approx(r["wall"]) and r["epochs"] == 2
+    assert min(r["parts"][k] for k in ("first step", "steps", "validation", "test")) > 0
