@@ -166,6 +166,9 @@ for front in ("tf_keras", "keras3"):
         [p.name, p.kind.name, repr(p.default)]
         for p in inspect.signature(getattr(getattr(negatives, sampler), method)).parameters.values()
       ]
+for front in ("tf_keras", "keras3"):
+  negatives = importlib.import_module("tfrs_logq." + front + ".negatives")
+  out["fields:" + front] = list(negatives.Negatives._fields)
 print(json.dumps(out))
 """
 
@@ -225,6 +228,12 @@ def test_twin_modules_export_the_same_public_names(public_names):
     assert (tf_only, k3_only) == (set(expected[0]), set(expected[1])), module
   assert set(NAME_EXCEPTIONS) <= set(common)
   assert names["tf_keras:"] == names["keras3:"]  # the packages' own names: identical
+
+
+def test_the_negatives_record_has_one_field_order(public_names):
+  """Negatives(ids, embeddings, log_q, valid, positive_log_q) on both fronts."""
+  fields = ["ids", "embeddings", "log_q", "valid", "positive_log_q"]
+  assert public_names["fields:tf_keras"] == public_names["fields:keras3"] == fields
 
 
 @pytest.mark.parametrize("method", ["__init__", "call"])

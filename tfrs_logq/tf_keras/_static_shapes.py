@@ -31,7 +31,7 @@ library ranks and samples with integers).
 static path exactly when it is compiled; True / False force either path.
 """
 
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
@@ -65,7 +65,7 @@ def use_static_shapes(static_shapes: Optional[bool]) -> bool:
   return bool(static_shapes)
 
 
-def stateless_seed(seed) -> tf.Tensor:
+def stateless_seed(seed: tf.Tensor) -> tf.Tensor:
   """A ``[2]`` stateless seed as int64 with each component reduced to its low 32 bits (the bits
   XLA reads), so that draws agree with and without XLA."""
   return tf.bitwise.bitwise_and(tf.cast(seed, tf.int64), tf.constant(0xFFFFFFFF, tf.int64))
@@ -85,7 +85,7 @@ class SortedRuns(NamedTuple):
   run: tf.Tensor
 
 
-def sorted_runs(keys) -> SortedRuns:
+def sorted_runs(keys: tf.Tensor) -> SortedRuns:
   """Stable sort of a 1-D tensor and the run number of each sorted element (static shapes)."""
   keys = tf.convert_to_tensor(keys)
   order = tf.argsort(keys, stable=True)
@@ -98,7 +98,7 @@ def sorted_runs(keys) -> SortedRuns:
   return SortedRuns(order, sorted_keys, tf.cumsum(new_run))
 
 
-def run_total(runs: SortedRuns, values, reduce: str = "sum") -> tf.Tensor:
+def run_total(runs: SortedRuns, values: tf.Tensor, reduce: str = "sum") -> tf.Tensor:
   """For each sorted element, the sum (or max / min) of ``values`` (sorted order) over its run."""
   n = tf.shape(runs.run)[0]
   fn = dict(
@@ -109,17 +109,19 @@ def run_total(runs: SortedRuns, values, reduce: str = "sum") -> tf.Tensor:
   return tf.gather(fn(values, runs.run, n), runs.run)
 
 
-def unsort(runs: SortedRuns, sorted_values) -> tf.Tensor:
+def unsort(runs: SortedRuns, sorted_values: tf.Tensor) -> tf.Tensor:
   """Puts values given in sorted order back in row order."""
   return tf.gather(sorted_values, tf.math.invert_permutation(runs.order))
 
 
-def valid_rank(valid) -> tf.Tensor:
+def valid_rank(valid: tf.Tensor) -> tf.Tensor:
   """int32 [S]: number of valid rows before each row (a valid row's index among the valid)."""
   return tf.cumsum(tf.cast(valid, tf.int32), exclusive=True)
 
 
-def first_occurrence(keys, valid=None):
+def first_occurrence(
+  keys: tf.Tensor, valid: Optional[tf.Tensor] = None
+) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
   """First valid occurrence of each distinct key, with static shapes.
 
   Args:
@@ -148,7 +150,7 @@ def first_occurrence(keys, valid=None):
   return first, segment, tf.reduce_sum(tf.cast(first, tf.int32))
 
 
-def all_gather_by_all_reduce(ctx, x) -> tf.Tensor:
+def all_gather_by_all_reduce(ctx: tf.distribute.ReplicaContext, x: tf.Tensor) -> tf.Tensor:
   """``ctx.all_gather(x, axis=0)`` as an all-reduce sum of per-replica blocks (no merge_call).
 
   Replica r places its ``[B_r, ...]`` rows in block r of a zero ``[R * B_r, ...]`` tensor; the sum

@@ -39,6 +39,7 @@ default; the training binary refuses it with ``--jit_compile_step``).
 from __future__ import annotations
 
 import functools
+from typing import Any, Callable, Optional, Sequence, Union
 
 import tensorflow as tf
 
@@ -53,16 +54,18 @@ class LazyAdam(tf.keras.optimizers.Adam):
 
   def __init__(
     self,
-    learning_rate=0.001,
-    beta_1=0.9,
-    beta_2=0.999,
-    epsilon=1e-7,
-    adaptive_epsilon=False,
-    amsgrad=False,
-    jit_compile=False,
-    name="LazyAdam",
-    **kwargs,
-  ):
+    learning_rate: Union[
+      float, tf.keras.optimizers.schedules.LearningRateSchedule, Callable[[], float]
+    ] = 0.001,
+    beta_1: float = 0.9,
+    beta_2: float = 0.999,
+    epsilon: float = 1e-7,
+    adaptive_epsilon: bool = False,
+    amsgrad: bool = False,
+    jit_compile: bool = False,
+    name: str = "LazyAdam",
+    **kwargs: Any,
+  ) -> None:
     if amsgrad:
       raise ValueError("LazyAdam does not support amsgrad (its max over all rows is dense)")
     super().__init__(
@@ -78,8 +81,12 @@ class LazyAdam(tf.keras.optimizers.Adam):
     )
 
   def add_variable_from_reference(
-    self, model_variable, variable_name, shape=None, initial_value=None
-  ):
+    self,
+    model_variable: tf.Variable,
+    variable_name: str,
+    shape: Optional[Union[tf.TensorShape, Sequence[int]]] = None,
+    initial_value: Optional[Union[tf.Tensor, Callable[[], tf.Tensor]]] = None,
+  ) -> tf.Variable:
     """tf-keras's slot creation, with the zeros made where the slot lives: tf-keras computes
     them eagerly on the calling device, so under ParameterServerStrategy the chief would
     materialise every slot of every table shard (m, v, the row counts) and send it to its ps
@@ -94,7 +101,7 @@ class LazyAdam(tf.keras.optimizers.Adam):
       model_variable, variable_name, shape=shape, initial_value=initial_value
     )
 
-  def build(self, var_list):
+  def build(self, var_list: Sequence[tf.Variable]) -> None:
     built = getattr(self, "_built", False)
     super().build(var_list)
     if built:
@@ -108,7 +115,9 @@ class LazyAdam(tf.keras.optimizers.Adam):
       for var in var_list
     ]
 
-  def update_step(self, gradient, variable):
+  def update_step(
+    self, gradient: Union[tf.Tensor, tf.IndexedSlices], variable: tf.Variable
+  ) -> None:
     if not isinstance(gradient, tf.IndexedSlices):
       return super().update_step(gradient, variable)
     dtype = variable.dtype

@@ -67,7 +67,7 @@ with ``sample_weight`` per query. ``check_scores=True`` asserts that every score
 embedding then fails with a clear error instead of a NaN loss).
 """
 
-from typing import List, Optional, Sequence, Text, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Text, Tuple, Union
 
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
@@ -100,7 +100,7 @@ def _reduction_of(loss: Optional[tf.keras.losses.Loss]) -> str:
   return retrieval_core.loss_reduction(loss.get_config(), loss.reduction)
 
 
-def _as_float32(x, name: str) -> tf.Tensor:
+def _as_float32(x: tf.Tensor, name: str) -> tf.Tensor:
   x = tf.convert_to_tensor(x)
   if not x.dtype.is_floating:
     raise TypeError(f"{name} must be a floating tensor, got {x.dtype.name}")
@@ -170,12 +170,12 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     correction: str = "corrected",
     q_prime: str = "exact",
     *,
-    frequency_estimator=None,
-    negative_sampler=None,
+    frequency_estimator: Any = None,
+    negative_sampler: Any = None,
     update_frequency: str = "training",
     check_scores: bool = False,
     ratio_floor: float = 0.0,
-    **kwargs,
+    **kwargs: Any,
   ) -> None:
     kwargs["dtype"] = "float32"  # scores and losses are always computed in float32
     super().__init__(name=name, **kwargs)
@@ -229,11 +229,11 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     )
 
   @property
-  def factorized_metrics(self):
+  def factorized_metrics(self) -> Sequence[tfrs.metrics.Factorized]:
     return self._factorized_metrics
 
   @factorized_metrics.setter
-  def factorized_metrics(self, value):
+  def factorized_metrics(self, value: object) -> None:
     if not isinstance(value, Sequence):
       value = []
     self._factorized_metrics = value
@@ -250,7 +250,7 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     compute_batch_metrics: bool = True,
     score_mask: Optional[tf.Tensor] = None,
     candidate_log_sampling_probability: Optional[tf.Tensor] = None,
-    training=None,
+    training: Union[bool, tf.Tensor, None] = None,
     seed: Optional[tf.Tensor] = None,
     item_table: Optional[tf.Tensor] = None,
   ) -> tf.Tensor:
@@ -385,7 +385,7 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
       return tf.identity(loss)
 
   # ---- pieces --------------------------------------------------------------------------------
-  def _maybe_check(self, scores):
+  def _maybe_check(self, scores: tf.Tensor) -> tf.Tensor:
     if not self.check_scores:
       return scores
     return tf.debugging.assert_all_finite(
@@ -394,7 +394,14 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
       "look for NaN or inf in the query or candidate embeddings",
     )
 
-  def _candidate_log_q(self, probability, log_probability, candidate_ids, num_queries, training):
+  def _candidate_log_q(
+    self,
+    probability: Optional[tf.Tensor],
+    log_probability: Optional[tf.Tensor],
+    candidate_ids: Optional[tf.Tensor],
+    num_queries: tf.Tensor,
+    training: Union[bool, tf.Tensor, None],
+  ) -> Optional[tf.Tensor]:
     """log Q [C] from the arguments, or from the estimator (updated first when training)."""
     log_q = log_q_lib.resolve_log_q(probability, log_probability)
     if log_q is not None and log_q.shape.rank not in (None, 1):
@@ -403,12 +410,13 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     if estimator is None:
       return log_q
     core_checks.check_estimator_inputs(log_q is not None, candidate_ids is not None)
+    assert candidate_ids is not None  # check_estimator_inputs raised otherwise
     self._maybe_update(candidate_ids[:num_queries], training)
     if self.correction == "none":
       return None
     return tf.cast(estimator.log_q(candidate_ids), tf.float32)
 
-  def _maybe_update(self, positive_ids, training):
+  def _maybe_update(self, positive_ids: tf.Tensor, training: Union[bool, tf.Tensor, None]) -> None:
     if self.update_frequency == "never":
       return
     if self.update_frequency == "always":
@@ -432,22 +440,22 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
       lambda: tf.constant(False),
     )
 
-  def _update_and_flag(self, positive_ids):
+  def _update_and_flag(self, positive_ids: tf.Tensor) -> tf.Tensor:
     self.frequency_estimator.update(positive_ids)
     return tf.constant(True)
 
   def _append_sampled(
     self,
-    query,
-    positive_embeddings,
-    positive_ids,
-    positive_log_q,
-    scores,
-    log_q,
-    valid,
-    seed,
-    item_table,
-  ):
+    query: tf.Tensor,
+    positive_embeddings: tf.Tensor,
+    positive_ids: tf.Tensor,
+    positive_log_q: Optional[tf.Tensor],
+    scores: tf.Tensor,
+    log_q: Optional[tf.Tensor],
+    valid: tf.Tensor,
+    seed: Optional[tf.Tensor],
+    item_table: Optional[tf.Tensor],
+  ) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
     """Joins the in-batch block [A, C] and the sampler's block [A, N] (module docstring)."""
     extra = self.negative_sampler.score(
       query,
@@ -475,13 +483,15 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
       tf_ops(), (scores, log_q, valid), (extra_scores, extra_log_q, extra.valid_mask)
     )
 
-  def _logits(self, scores, log_q):
+  def _logits(self, scores: tf.Tensor, log_q: Optional[tf.Tensor]) -> tf.Tensor:
     """s - log Q (SamplingProbabilityCorrection), or s under correction="none"."""
     if self.correction == "none" or log_q is None:
       return scores
     return self._log_q_correction(scores, log_q)
 
-  def _keep_hardest(self, scores, log_q, valid):
+  def _keep_hardest(
+    self, scores: tf.Tensor, log_q: Optional[tf.Tensor], valid: tf.Tensor
+  ) -> tf.Tensor:
     """valid AND (at least the k-th largest corrected negative logit of the row)."""
     # log Q' = log Q - log(1 - Q(p)) is a per-row shift: it does not change a row's ranking.
     logits = self._logits(scores, log_q)
@@ -490,7 +500,7 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     return retrieval_core.keep_hardest(tf_ops(), logits, valid, k)
 
   # ---- serialisation -------------------------------------------------------------------------
-  def get_config(self):
+  def get_config(self) -> Dict[str, Any]:
     """Config of the task; metrics holding candidates and negative samplers are not serialisable
     (NotImplementedError, as Keras expects)."""
     if self._factorized_metrics or self.negative_sampler is not None:
@@ -521,7 +531,7 @@ class Retrieval(tf.keras.layers.Layer, tfrs.tasks.base.Task):
     return config
 
   @classmethod
-  def from_config(cls, config):
+  def from_config(cls, config: Mapping[str, Any]) -> "Retrieval":
     config = dict(config)
     reduction = config.pop("loss_reduction", None)
     if reduction is not None:

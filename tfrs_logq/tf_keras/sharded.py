@@ -21,6 +21,8 @@ shard read on its own parameter server, rows stitched back in the order of the i
 single-device and mirrored programs are unchanged.
 """
 
+from typing import Iterable, List, Union
+
 import tensorflow as tf
 
 from tensorflow.python.distribute import sharded_variable
@@ -28,12 +30,12 @@ from tensorflow.python.distribute import sharded_variable
 __all__ = ["gather_rows", "is_sharded", "read_markers"]
 
 
-def is_sharded(table) -> bool:
+def is_sharded(table: object) -> bool:
   """True when ``table`` is a partitioned variable (`tf.distribute` ShardedVariable)."""
   return isinstance(table, sharded_variable.ShardedVariableMixin)
 
 
-def gather_rows(table, indices) -> tf.Tensor:
+def gather_rows(table: Union[tf.Variable, tf.Tensor], indices: tf.Tensor) -> tf.Tensor:
   """``table[indices]`` along axis 0: shape ``indices.shape + table.shape[1:]``.
 
   Args:
@@ -47,7 +49,7 @@ def gather_rows(table, indices) -> tf.Tensor:
   return tf.compat.v1.nn.embedding_lookup(list(table.variables), indices, partition_strategy="div")
 
 
-def read_markers(variables) -> list:
+def read_markers(variables: Iterable[tf.Variable]) -> List[tf.Tensor]:
   """One element read from each variable (the scalar itself for rank 0; each shard of a
   ShardedVariable): control-dependency markers that order after every earlier write to the
   variables, without reading them whole (module docstring)."""

@@ -9,7 +9,9 @@ counterparts of the numpy metrics (checked against numpy in tests).
 """
 
 import functools
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
+
+import numpy.typing as npt
 
 import numpy as np
 
@@ -91,11 +93,11 @@ def filtered_top_k_tf(
 
 
 def exact_top_k(
-  queries,
-  item_embeddings,
+  queries: npt.ArrayLike,
+  item_embeddings: npt.ArrayLike,
   k: int,
   rated: Optional[History] = None,
-  targets=None,
+  targets: Optional[npt.ArrayLike] = None,
   chunk_size: Optional[int] = None,
   max_chunk_scores: int = 1 << 25,
   item_chunk: Optional[int] = None,
@@ -128,7 +130,9 @@ def exact_top_k(
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled_top_k(k: int, num_items: int, item_chunk: int):
+def _compiled_top_k(
+  k: int, num_items: int, item_chunk: int
+) -> Callable[[tf.Tensor, tf.Tensor, tf.Tensor], Tuple[tf.Tensor, tf.Tensor]]:
   """`core.top_k.filtered_top_k` as a tf.function (one trace per shape)."""
   return compiled.compile_function(
     functools.partial(

@@ -48,7 +48,7 @@ changes); non-integer, non-string dtypes raise TypeError; scalars raise ValueErr
 """
 
 import numbers
-from typing import Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 import numpy as np
 
@@ -69,7 +69,7 @@ def _log1m_exp(log_p: tf.Tensor) -> tf.Tensor:
   return log_q_lib.log1mexp(tf.cast(log_p, tf.float32), MIN_ONE_MINUS_Q)
 
 
-def _positive_int(value, name: str) -> int:
+def _positive_int(value: object, name: str) -> int:
   """``value`` as a Python int >= 1; Python and numpy integers are accepted, bools and
   non-integral numbers are not (ValueError naming the argument)."""
   if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
@@ -79,7 +79,7 @@ def _positive_int(value, name: str) -> int:
   return int(value)
 
 
-def _int(value, name: str) -> int:
+def _int(value: object, name: str) -> int:
   """``value`` as a Python int (Python or numpy integer; ValueError otherwise)."""
   if isinstance(value, (bool, np.bool_)) or not isinstance(value, (numbers.Integral, np.integer)):
     raise ValueError(f"{name} must be an integer, got {value!r}")
@@ -103,7 +103,9 @@ class FrequencyEstimator(tf.keras.layers.Layer):
 
   supports_strings = True
 
-  def __init__(self, num_items: Optional[int] = None, validate_ids: bool = True, **kwargs):
+  def __init__(
+    self, num_items: Optional[int] = None, validate_ids: bool = True, **kwargs: Any
+  ) -> None:
     kwargs.setdefault("trainable", False)
     kwargs.setdefault("dtype", "float32")
     super().__init__(**kwargs)
@@ -111,7 +113,9 @@ class FrequencyEstimator(tf.keras.layers.Layer):
     self.validate_ids = bool(validate_ids)
 
   # ---- state helpers -------------------------------------------------------------------------
-  def _state(self, name, shape, dtype, initial=0):
+  def _state(
+    self, name: str, shape: List[int], dtype: tf.DType, initial: Union[float, np.ndarray] = 0
+  ) -> tf.Variable:
     return self.add_weight(
       name=name,
       shape=shape,
@@ -123,13 +127,15 @@ class FrequencyEstimator(tf.keras.layers.Layer):
     )
 
   # ---- id handling ---------------------------------------------------------------------------
-  def _keys(self, ids, *, flatten: bool) -> tf.Tensor:
+  def _keys(self, ids: tf.Tensor, *, flatten: bool) -> tf.Tensor:
     """Validated int64 keys of ids (strings hashed), optionally flattened to 1-D."""
     keys, checks = self._keys_and_checks(ids, flatten=flatten)
     with tf.control_dependencies(checks):
       return tf.identity(keys)
 
-  def _keys_and_checks(self, ids, *, flatten: bool):
+  def _keys_and_checks(
+    self, ids: tf.Tensor, *, flatten: bool
+  ) -> Tuple[tf.Tensor, List[tf.Operation]]:
     """int64 keys and the list of assertion ops that must pass before they are used."""
     if isinstance(ids, (tf.RaggedTensor, tf.SparseTensor)):
       raise TypeError(
@@ -165,7 +171,7 @@ class FrequencyEstimator(tf.keras.layers.Layer):
     return keys, [c for c in checks if c is not None]
 
   # ---- public interface ----------------------------------------------------------------------
-  def update(self, ids, valid=None) -> None:
+  def update(self, ids: tf.Tensor, valid: Optional[tf.Tensor] = None) -> None:
     """Counts one training step's candidate ids (gathered across replicas when distributed).
 
     Args:
@@ -198,7 +204,9 @@ class FrequencyEstimator(tf.keras.layers.Layer):
       self._update_keys(keys, valid)
 
   @staticmethod
-  def _all_gather(ctx, keys, valid):
+  def _all_gather(
+    ctx: tf.distribute.ReplicaContext, keys: tf.Tensor, valid: Optional[tf.Tensor]
+  ) -> Tuple[tf.Tensor, Optional[tf.Tensor]]:
     """The global batch's keys (and mask): an all-reduce of blocks inside XLA (no merge_call)."""
     if _static_shapes.in_xla_context():
       gather = lambda x: _static_shapes.all_gather_by_all_reduce(ctx, x)  # noqa: E731
@@ -208,22 +216,22 @@ class FrequencyEstimator(tf.keras.layers.Layer):
       return gather(keys), None
     return gather(keys), tf.cast(gather(tf.cast(valid, tf.int64)), tf.bool)
 
-  def log_q(self, ids) -> tf.Tensor:
+  def log_q(self, ids: tf.Tensor) -> tf.Tensor:
     """log Q(d), float32, same shape as ids."""
     return self._log_q_keys(self._keys(ids, flatten=False))
 
-  def log_one_minus_q(self, ids) -> tf.Tensor:
+  def log_one_minus_q(self, ids: tf.Tensor) -> tf.Tensor:
     """log(1 − Q(d)), float32, stable, with 1 − Q floored at MIN_ONE_MINUS_Q."""
     return _log1m_exp(self.log_q(ids))
 
-  def log_q_prime(self, ids, positive_ids) -> tf.Tensor:
+  def log_q_prime(self, ids: tf.Tensor, positive_ids: tf.Tensor) -> tf.Tensor:
     """log Q'(d) = log Q(d) − log(1 − Q(p)), broadcasting ids against positive_ids."""
     return self.log_q(ids) - self.log_one_minus_q(positive_ids)
 
-  def call(self, ids):
+  def call(self, ids: tf.Tensor) -> tf.Tensor:
     return self.log_q(ids)
 
-  def get_config(self):
+  def get_config(self) -> Dict[str, Any]:
     config = super().get_config()
     config.update(num_items=self.num_items, validate_ids=self.validate_ids)
     return config
@@ -236,19 +244,19 @@ class FrequencyEstimator(tf.keras.layers.Layer):
     raise NotImplementedError
 
 
-def _num_counted(keys: tf.Tensor, valid) -> tf.Tensor:
+def _num_counted(keys: tf.Tensor, valid: Optional[tf.Tensor]) -> tf.Tensor:
   """Number of ids the step counts, int64 (the valid ones)."""
   if valid is None:
     return tf.size(keys, out_type=tf.int64)
   return tf.reduce_sum(tf.cast(valid, tf.int64))
 
 
-def _static(valid) -> bool:
+def _static(valid: Optional[tf.Tensor]) -> bool:
   """Group by sorting (static shapes) when a mask is given or XLA compiles the update."""
   return valid is not None or _static_shapes.in_xla_context()
 
 
-def _group(indices: tf.Tensor, valid=None):
+def _group(indices: tf.Tensor, valid: Optional[tf.Tensor] = None) -> Tuple[tf.Tensor, tf.Tensor]:
   """Multiplicity of each id of a 1-D int64 tensor (deterministic).
 
   Returns ``(ids, counts int32)``. Dynamic path: the distinct ids, each once, with counts >= 1.
@@ -265,7 +273,11 @@ def _group(indices: tf.Tensor, valid=None):
   return runs.keys, _static_shapes.run_total(runs, weights)
 
 
-def _group_slots(keys: tf.Tensor, slots_fn, valid=None):
+def _group_slots(
+  keys: tf.Tensor,
+  slots_fn: Callable[[tf.Tensor], tf.Tensor],
+  valid: Optional[tf.Tensor] = None,
+) -> Tuple[tf.Tensor, tf.Tensor]:
   """Slots hit by a batch and how often (collisions of distinct ids add up). Deterministic.
 
   ``slots_fn`` maps keys [u] to slots [m, u]. Dynamic path: ids are de-duplicated first, so the

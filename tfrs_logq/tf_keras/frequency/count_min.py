@@ -31,7 +31,7 @@ Keras 3 twin ``tfrs_logq.keras3.frequency.CountMinSketch``; this module adds the
 hashing (SplitMix64, int or string ids), the grouping of a step's cells and ``tf.distribute``.
 """
 
-from typing import Optional
+from typing import Any, Dict, Optional
 
 import tensorflow as tf
 
@@ -85,10 +85,10 @@ class CountMinSketch(base.FrequencyEstimator):
     half_life: Optional[float] = frequency_core.DEFAULTS["half_life"],
     min_count: float = frequency_core.DEFAULTS["min_count"],
     seed: int = 0,
-    num_items=None,
+    num_items: Optional[int] = None,
     validate_ids: bool = True,
-    **kwargs,
-  ):
+    **kwargs: Any,
+  ) -> None:
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
     width, depth, half_life, min_count, seed = count_min_core.check_sketch(
       epsilon, delta, width, depth, half_life, min_count, seed
@@ -112,11 +112,11 @@ class CountMinSketch(base.FrequencyEstimator):
     """γ = 2^(−1/half_life) per step (1 without decay)."""
     return count_min_core.decay(self.half_life)
 
-  def _cells(self, keys):
+  def _cells(self, keys: tf.Tensor) -> tf.Tensor:
     """Flat cells j·width + h_j(key), shape [depth] + keys.shape."""
     return count_min_core.cells(_OPS, hashing.bucket, keys, self.seed, self.width, self.depth)
 
-  def _read(self, cells, t):
+  def _read(self, cells: tf.Tensor, t: tf.Tensor) -> tf.Tensor:
     """Cell values decayed to step t."""
     values = sharded.gather_rows(self.table, cells)
     if self.last_write is None:
@@ -125,7 +125,9 @@ class CountMinSketch(base.FrequencyEstimator):
     age = tf.cast(t - tf.cast(last, tf.int64), tf.float32)
     return count_min_core.decayed(_OPS, values, age, self.decay)
 
-  def _write(self, cells, values, t, hit=None):
+  def _write(
+    self, cells: tf.Tensor, values: tf.Tensor, t: tf.Tensor, hit: Optional[tf.Tensor] = None
+  ) -> None:
     """Writes cell values at step t. Where ``hit`` is False (the static path's cells hit only by
     padding entries) the cell is written back unchanged, value and last write alike."""
     new_last = tf.fill(tf.shape(cells), tf.cast(t, tf.int32))
@@ -137,7 +139,7 @@ class CountMinSketch(base.FrequencyEstimator):
     if self.last_write is not None:
       self.last_write.scatter_update(tf.IndexedSlices(new_last, cells))
 
-  def _update_keys(self, keys, valid=None):
+  def _update_keys(self, keys: tf.Tensor, valid: Optional[tf.Tensor] = None) -> None:
     n = base._num_counted(keys, valid)
     nonempty = n > 0
     t_new = self.step + tf.cast(nonempty, tf.int64)
@@ -188,17 +190,17 @@ class CountMinSketch(base.FrequencyEstimator):
     self.total.assign(tf.where(nonempty, total, self.total))
     self.step.assign(t_new)
 
-  def estimate(self, ids) -> tf.Tensor:
+  def estimate(self, ids: tf.Tensor) -> tf.Tensor:
     """est(d) = min_j C[j, h_j(d)] (decayed to the current step), float32, unfloored."""
     return count_min_core.estimate(
       _OPS, self._read(self._cells(self._keys(ids, flatten=False)), self.step)
     )
 
-  def _log_q_keys(self, keys):
+  def _log_q_keys(self, keys: tf.Tensor) -> tf.Tensor:
     est = count_min_core.estimate(_OPS, self._read(self._cells(keys), self.step))
     return count_min_core.log_q(_OPS, est, self.total, self.min_count)
 
-  def get_config(self):
+  def get_config(self) -> Dict[str, Any]:
     config = super().get_config()
     config.update(
       width=self.width,

@@ -16,7 +16,9 @@ precision (N − #p floored at min_count, so Q' ≤ #d / min_count). Ids must be
 [0, num_items); strings need a vocabulary first (tf.keras.layers.StringLookup).
 """
 
-from typing import Optional
+from typing import Any, Dict, Optional, Tuple
+
+import numpy.typing as npt
 
 import tensorflow as tf
 
@@ -48,16 +50,17 @@ class ExactCounts(base.FrequencyEstimator):
   """
 
   supports_strings = False
+  num_items: int  # required here (FrequencyEstimator allows None)
 
   def __init__(
     self,
     num_items: int,
-    counts=None,
+    counts: Optional[npt.ArrayLike] = None,
     accumulate: Optional[bool] = None,
     min_count: float = frequency_core.DEFAULTS["min_count"],
     validate_ids: bool = True,
-    **kwargs,
-  ):
+    **kwargs: Any,
+  ) -> None:
     core_checks.check_num_items_given(num_items)
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
     assert self.num_items is not None  # check_num_items_given
@@ -66,7 +69,7 @@ class ExactCounts(base.FrequencyEstimator):
     self.counts = self._state("counts", [self.num_items], tf.int64, initial)
     self.total = self._state("total", [], tf.int64, int(initial.sum()))
 
-  def _update_keys(self, keys, valid=None):
+  def _update_keys(self, keys: tf.Tensor, valid: Optional[tf.Tensor] = None) -> None:
     if not self.accumulate:
       return
     # An integer scatter-add: copies of an id add up in any order (exact, static shapes).
@@ -74,20 +77,20 @@ class ExactCounts(base.FrequencyEstimator):
     self.counts.scatter_add(tf.IndexedSlices(ones, keys))
     self.total.assign_add(tf.reduce_sum(ones))
 
-  def _counts_and_total(self, keys):
+  def _counts_and_total(self, keys: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor]:
     """#d and N in float64 (exact for counts below 2**53)."""
     return (
       tf.cast(sharded.gather_rows(self.counts, keys), tf.float64),
       tf.cast(self.total, tf.float64),
     )
 
-  def _log_q_keys(self, keys):
+  def _log_q_keys(self, keys: tf.Tensor) -> tf.Tensor:
     count, total = self._counts_and_total(keys)
     return tf.cast(
       frequency_core.exact_log_q(_OPS, count, total, self.min_count, self.num_items), tf.float32
     )
 
-  def log_one_minus_q(self, ids):
+  def log_one_minus_q(self, ids: tf.Tensor) -> tf.Tensor:
     """log(1 − Q(p)) = log((N − #p) / N) in float64 (with #p floored at min_count as in Q),
     N − #p floored at min_count ("as if one other item had been counted") so it stays finite;
     with N = 0, 1 − 1/num_items floored at MIN_ONE_MINUS_Q."""
@@ -97,7 +100,7 @@ class ExactCounts(base.FrequencyEstimator):
       tf.float32,
     )
 
-  def get_config(self):
+  def get_config(self) -> Dict[str, Any]:
     config = super().get_config()
     config.update(accumulate=self.accumulate, min_count=self.min_count)
     return config

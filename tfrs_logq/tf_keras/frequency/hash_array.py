@@ -44,6 +44,8 @@ every B steps.
 Memory: m·H·12 bytes (A int32, B float32, K int32). Steps are int32 in A: up to 2^31 − 1 updates.
 """
 
+from typing import Any, Dict, Optional
+
 import tensorflow as tf
 
 from tfrs_logq.tf_keras import sharded
@@ -95,10 +97,10 @@ class HashArrayEstimator(base.FrequencyEstimator):
     warmup: bool = frequency_core.DEFAULTS["warmup"],
     pending_gap: bool = frequency_core.DEFAULTS["pending_gap"],
     seed: int = 0,
-    num_items=None,
+    num_items: Optional[int] = None,
     validate_ids: bool = True,
-    **kwargs,
-  ):
+    **kwargs: Any,
+  ) -> None:
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
     num_buckets = base._positive_int(num_buckets, "num_buckets")
     num_hashes = base._positive_int(num_hashes, "num_hashes")
@@ -117,7 +119,7 @@ class HashArrayEstimator(base.FrequencyEstimator):
     self.step = self._state("step", [], tf.int64, 0)  # t
     self.ids_per_step = self._state("ids_per_step", [], tf.float32, 0.0)  # n̄
 
-  def _slots(self, keys):
+  def _slots(self, keys: tf.Tensor) -> tf.Tensor:
     """Flat slots i·H + h_i(key) of every hash, shape [m] + keys.shape."""
     return tf.stack(
       [
@@ -126,12 +128,12 @@ class HashArrayEstimator(base.FrequencyEstimator):
       ]
     )
 
-  def _prior_hits(self, hits):
+  def _prior_hits(self, hits: tf.Tensor) -> tf.Tensor:
     """k as int64 (k + c stays exact up to J < 2**31): gap samples so far (0 before the second
     sighting; J after it without warm-up)."""
     return tf.cast(frequency_core.prior_hits(_OPS, hits, self.warmup, self.warmup_hits), tf.int64)
 
-  def _update_keys(self, keys, valid=None):
+  def _update_keys(self, keys: tf.Tensor, valid: Optional[tf.Tensor] = None) -> None:
     n = base._num_counted(keys, valid)
     nonempty = n > 0
     t_new = self.step + tf.cast(nonempty, tf.int64)
@@ -157,11 +159,11 @@ class HashArrayEstimator(base.FrequencyEstimator):
     self.ids_per_step.assign(tf.where(nonempty, n_bar, self.ids_per_step))
     self.step.assign(t_new)
 
-  def steps_per_hit(self, ids) -> tf.Tensor:
+  def steps_per_hit(self, ids: tf.Tensor) -> tf.Tensor:
     """B̂(d) = max_i B_i as read (floors and pending gap applied), float32, same shape as ids."""
     return self._steps_per_hit_keys(self._keys(ids, flatten=False))
 
-  def _steps_per_hit_keys(self, keys):
+  def _steps_per_hit_keys(self, keys: tf.Tensor) -> tf.Tensor:
     slots = self._slots(keys)
     k = self._prior_hits(sharded.gather_rows(self.hits, slots)) if self.pending_gap else None
     return frequency_core.read_steps_per_hit(
@@ -175,10 +177,10 @@ class HashArrayEstimator(base.FrequencyEstimator):
       self.pending_gap,
     )
 
-  def _log_q_keys(self, keys):
+  def _log_q_keys(self, keys: tf.Tensor) -> tf.Tensor:
     return frequency_core.hash_array_log_q(_OPS, self._steps_per_hit_keys(keys), self.ids_per_step)
 
-  def get_config(self):
+  def get_config(self) -> Dict[str, Any]:
     config = super().get_config()
     config.update(
       num_buckets=self.num_buckets,

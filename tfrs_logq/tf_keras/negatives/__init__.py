@@ -37,6 +37,7 @@ Q is the per-draw probability of one negative slot under each sampler's stated c
 """
 
 import importlib.util as _importlib_util
+from typing import Any
 
 from tfrs_logq.tf_keras.negatives.base import Negatives, validate_negatives
 from tfrs_logq.tf_keras.negatives.sampler import NegativeSampler
@@ -97,7 +98,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
   """Lazy export of `MIDXSampler` (`.midx`) and `MIDXRefreshCallback` (`.midx_refresh`),
   imported on first use."""
   if (

@@ -55,7 +55,7 @@ static shapes (no `tf.unique` / `tf.boolean_mask`), so both run under
 ``tf.function(jit_compile=True)``.
 """
 
-from typing import Callable, NamedTuple, Optional
+from typing import Any, Callable, Dict, NamedTuple, Optional
 
 import numpy as np
 
@@ -68,6 +68,7 @@ from tfrs_logq.tf_keras import _static_shapes
 from tfrs_logq.tf_keras.negatives import cross_replica
 from tfrs_logq.tf_keras.negatives import scoring
 from tfrs_logq.tf_keras.negatives.base import (
+  ItemTable,
   Negatives,
   as_float,
   as_ids,
@@ -156,7 +157,7 @@ class CrossBatchNegatives(NegativeSampler, tf.Module):
 
   def __init__(
     self,
-    frequency_estimator,
+    frequency_estimator: Any,
     num_batches: int,
     batch_size: int,
     *,
@@ -168,7 +169,7 @@ class CrossBatchNegatives(NegativeSampler, tf.Module):
     cross_replica: bool = True,
     seed: Optional[int] = None,
     name: Optional[str] = None,
-  ):
+  ) -> None:
     m, b, s = cross_batch_core.check_memory(
       num_batches, batch_size, slots_per_batch, mode, convention
     )
@@ -201,7 +202,7 @@ class CrossBatchNegatives(NegativeSampler, tf.Module):
       self.random_seed = self._state("random_seed", tf.constant(initial_seed, tf.int64))
 
   @staticmethod
-  def _state(name: str, initial_value) -> tf.Variable:
+  def _state(name: str, initial_value: tf.Tensor) -> tf.Variable:
     return tf.Variable(
       initial_value,
       trainable=False,
@@ -215,7 +216,7 @@ class CrossBatchNegatives(NegativeSampler, tf.Module):
     """M S, the number of slots (the negatives of a step, valid or not)."""
     return self.num_batches * self.slots_per_batch
 
-  def get_config(self) -> dict:
+  def get_config(self) -> Dict[str, Any]:
     """Constructor arguments; the estimator and the embedder are returned as the objects."""
     return dict(
       frequency_estimator=self.frequency_estimator,
@@ -232,7 +233,7 @@ class CrossBatchNegatives(NegativeSampler, tf.Module):
     )
 
   # ---- push ----------------------------------------------------------------------------------
-  def _push_seed(self, seed) -> tf.Tensor:
+  def _push_seed(self, seed: Optional[tf.Tensor]) -> tf.Tensor:
     if seed is not None:
       seed = tf.convert_to_tensor(seed)
       if not seed.dtype.is_integer:
@@ -244,7 +245,14 @@ class CrossBatchNegatives(NegativeSampler, tf.Module):
     )
     return _static_shapes.stateless_seed(folded)
 
-  def update(self, positive_ids, positive_embeddings=None, *, valid=None, seed=None) -> None:
+  def update(
+    self,
+    positive_ids: tf.Tensor,
+    positive_embeddings: Optional[tf.Tensor] = None,
+    *,
+    valid: Optional[tf.Tensor] = None,
+    seed: Optional[tf.Tensor] = None,
+  ) -> None:
     """Pushes one step's positives into block (t mod M) (call it after the step scored).
 
     Args:
@@ -313,7 +321,9 @@ class CrossBatchNegatives(NegativeSampler, tf.Module):
     with tf.control_dependencies(deps):
       self._write(ids, valid, emb, seed)
 
-  def _write(self, ids, valid, emb, seed) -> None:
+  def _write(
+    self, ids: tf.Tensor, valid: tf.Tensor, emb: Optional[tf.Tensor], seed: Optional[tf.Tensor]
+  ) -> None:
     """Dedup, subsample and the writes of one gathered push (ids / valid [B], emb [B, d])."""
     ops = tf_ops()
     b, s, m = self.batch_size, self.slots_per_batch, self.num_batches
@@ -374,7 +384,7 @@ class CrossBatchNegatives(NegativeSampler, tf.Module):
     log_q = tf.where(finite, log_q, tf.zeros_like(log_q))
     return _Slots(order, ids, valid, log_q, tf.cast(num_distinct, tf.float32))
 
-  def _convention_log_q(self, log_q_unigram, num_distinct) -> tf.Tensor:
+  def _convention_log_q(self, log_q_unigram: tf.Tensor, num_distinct: tf.Tensor) -> tf.Tensor:
     return cross_batch_core.memory_log_q(
       tf_ops(),
       log_q_unigram,
@@ -385,7 +395,7 @@ class CrossBatchNegatives(NegativeSampler, tf.Module):
       num_distinct,
     )
 
-  def log_q(self, ids, num_distinct=None) -> tf.Tensor:
+  def log_q(self, ids: tf.Tensor, num_distinct: Optional[tf.Tensor] = None) -> tf.Tensor:
     """log Q(d) of any ids (e.g. the positives) under the convention and the memory's state.
 
     Args:
@@ -406,7 +416,7 @@ class CrossBatchNegatives(NegativeSampler, tf.Module):
     out = tf.where(tf.math.is_finite(out), out, flat)
     return tf.reshape(out, shape)
 
-  def memory(self, item_table=None) -> MemoryContents:
+  def memory(self, item_table: Optional[ItemTable] = None) -> MemoryContents:
     """The memory's slots newest first, their embeddings, log Q and validity (`MemoryContents`).
 
     Args:
@@ -426,14 +436,14 @@ class CrossBatchNegatives(NegativeSampler, tf.Module):
 
   def sample_negatives(
     self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
+    query_embeddings: tf.Tensor,
+    positive_ids: tf.Tensor,
+    positive_embeddings: tf.Tensor,
     *,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
+    seed: Optional[tf.Tensor] = None,
+    sequence_ids: Optional[tf.Tensor] = None,
+    item_table: Optional[ItemTable] = None,
+    valid: Optional[tf.Tensor] = None,
   ) -> Negatives:
     """The memory's M S slots as shared negatives (`Negatives`, ``valid`` [M S]).
 

@@ -26,7 +26,7 @@ which is exact (x + 0 = x) and differentiable (the gradient is the all-reduce of
 gradient, sliced back to block r). It needs the same ``B_r`` on every replica (static shapes).
 """
 
-from typing import Sequence
+from typing import Callable, List, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -48,7 +48,7 @@ def in_replica_context_with_peers() -> bool:
   return ctx is not None and tf.distribute.has_strategy() and ctx.num_replicas_in_sync > 1
 
 
-def all_gather_rows(tensors: Sequence[tf.Tensor], method: str = "auto") -> list:
+def all_gather_rows(tensors: Sequence[tf.Tensor], method: str = "auto") -> List[tf.Tensor]:
   """All-gathers each tensor along axis 0 across replicas (identity with one replica).
 
   Args:
@@ -105,11 +105,11 @@ def all_gather_rows(tensors: Sequence[tf.Tensor], method: str = "auto") -> list:
 
 
 @tf.custom_gradient
-def _dense_gradient(x):
+def _dense_gradient(x: tf.Tensor) -> Tuple[tf.Tensor, Callable[[tf.Tensor], tf.Tensor]]:
   """Identity whose gradient is made dense: the all-gather gradient (an all-reduce of the
   incoming gradient) does not accept the IndexedSlices that a later ``tf.gather`` produces."""
 
-  def grad(dy):
+  def grad(dy: tf.Tensor) -> tf.Tensor:
     return tf.convert_to_tensor(dy)
 
   return tf.identity(x), grad

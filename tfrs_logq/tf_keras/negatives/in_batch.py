@@ -48,7 +48,7 @@ Both conventions need the per-draw q_uni (estimator or ``candidate_log_q``); the
 (B, U, n_b) of the step are returned by `InBatchNegatives.pool` as an `InBatchPool`.
 """
 
-from typing import NamedTuple, Optional
+from typing import Any, Dict, NamedTuple, Optional, Tuple
 
 import tensorflow as tf
 
@@ -58,6 +58,7 @@ from tfrs_logq.core import negatives as negatives_core
 from tfrs_logq.core.ops import tf_ops
 from tfrs_logq.tf_keras.negatives import cross_replica
 from tfrs_logq.tf_keras.negatives.base import (
+  ItemTable,
   Negatives,
   as_float,
   as_ids,
@@ -81,7 +82,7 @@ __all__ = [
 CONVENTIONS = core_checks.LOG_Q_CONVENTIONS
 
 
-def dedup_first_occurrence(ids):
+def dedup_first_occurrence(ids: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
   """Distinct ids in order of first occurrence.
 
   Args:
@@ -100,7 +101,7 @@ def dedup_first_occurrence(ids):
   return unique_ids, first_index, inverse
 
 
-def first_occurrence_mask(ids, valid=None) -> tf.Tensor:
+def first_occurrence_mask(ids: tf.Tensor, valid: Optional[tf.Tensor] = None) -> tf.Tensor:
   """Static-shape dedup: bool ``[B]``, True at the first valid row of each distinct id.
 
   ``boolean_mask(ids, mask)`` is ``dedup_first_occurrence(boolean_mask(ids, valid))[0]``; the
@@ -119,7 +120,7 @@ def first_occurrence_mask(ids, valid=None) -> tf.Tensor:
   return _static_shapes.first_occurrence(ids, valid)[0]
 
 
-def _random_keys(n, seed) -> tf.Tensor:
+def _random_keys(n: tf.Tensor, seed: Optional[tf.Tensor]) -> tf.Tensor:
   """int32 [n] uniform keys from a stateless ``[2]`` seed (a fresh one when None).
 
   Integer keys from a 32-bit seed (`_static_shapes.stateless_seed`): bit-identical with and
@@ -136,7 +137,7 @@ def _random_keys(n, seed) -> tf.Tensor:
   )
 
 
-def subsample_indices(n, k: int, seed=None) -> tf.Tensor:
+def subsample_indices(n: tf.Tensor, k: int, seed: Optional[tf.Tensor] = None) -> tf.Tensor:
   """``min(n, k)`` distinct indices of ``range(n)`` chosen uniformly at random, increasing.
 
   The indices with the ``k`` largest of n random int32 keys (`InBatchNegatives` keeps its
@@ -176,7 +177,7 @@ class InBatchPool(NamedTuple):
     return tf.reduce_sum(tf.cast(self.negatives.valid, tf.int32))
 
 
-def expected_count_log_q(log_q_unigram, pool: InBatchPool) -> tf.Tensor:
+def expected_count_log_q(log_q_unigram: tf.Tensor, pool: InBatchPool) -> tf.Tensor:
   """log E[count of d among the n_b in-batch negatives] = log pi(d) + log n_b - log U.
 
   pi(d) = 1 - (1 - q_uni(d))^B (`log_q.log_inclusion_probability`); -inf for an empty
@@ -219,13 +220,13 @@ class InBatchNegatives(NegativeSampler):
 
   def __init__(
     self,
-    frequency_estimator=None,
+    frequency_estimator: Any = None,
     *,
     num_negatives: Optional[int] = None,
     cross_replica: bool = True,
     convention: str = "unigram",
     static_shapes: Optional[bool] = None,
-  ):
+  ) -> None:
     if frequency_estimator is not None and not callable(
       getattr(frequency_estimator, "log_q", None)
     ):
@@ -243,7 +244,7 @@ class InBatchNegatives(NegativeSampler):
     self.convention = convention
     self.static_shapes = None if static_shapes is None else bool(static_shapes)
 
-  def get_config(self) -> dict:
+  def get_config(self) -> Dict[str, Any]:
     """Constructor arguments; ``frequency_estimator`` is returned as the object itself."""
     return dict(
       frequency_estimator=self.frequency_estimator,
@@ -253,7 +254,7 @@ class InBatchNegatives(NegativeSampler):
       static_shapes=self.static_shapes,
     )
 
-  def unigram_log_q(self, ids) -> tf.Tensor:
+  def unigram_log_q(self, ids: tf.Tensor) -> tf.Tensor:
     """log q_uni(d) of any ids from the estimator, float32."""
     if self.frequency_estimator is None:
       raise ValueError(
@@ -263,14 +264,14 @@ class InBatchNegatives(NegativeSampler):
     ids = as_ids(ids, "ids")
     return tf.cast(self.frequency_estimator.log_q(ids), tf.float32)
 
-  def log_q(self, ids, pool: Optional[InBatchPool] = None) -> tf.Tensor:
+  def log_q(self, ids: tf.Tensor, pool: Optional[InBatchPool] = None) -> tf.Tensor:
     """log Q(d) of any ids (e.g. the queries' positives) under the convention, float32.
 
     ``"expected_count"`` needs the step's ``pool`` (its B, U and n_b).
     """
     return self._convention_log_q(self.unigram_log_q(ids), pool)
 
-  def _convention_log_q(self, log_q_unigram, pool):
+  def _convention_log_q(self, log_q_unigram: tf.Tensor, pool: Optional[InBatchPool]) -> tf.Tensor:
     if self.convention != "expected_count":
       return log_q_unigram
     if pool is None:
@@ -284,7 +285,13 @@ class InBatchNegatives(NegativeSampler):
     )
 
   def pool(
-    self, positive_ids, positive_embeddings, *, candidate_log_q=None, valid=None, seed=None
+    self,
+    positive_ids: tf.Tensor,
+    positive_embeddings: tf.Tensor,
+    *,
+    candidate_log_q: Optional[tf.Tensor] = None,
+    valid: Optional[tf.Tensor] = None,
+    seed: Optional[tf.Tensor] = None,
   ) -> InBatchPool:
     """The deduplicated, subsampled negatives with per-draw log q_uni and (B, U).
 
@@ -337,7 +344,14 @@ class InBatchNegatives(NegativeSampler):
     )
     return InBatchPool(negatives, tf.shape(pool_ids)[0], num_distinct)
 
-  def _static_pool(self, ids, emb, log_q, valid, seed) -> InBatchPool:
+  def _static_pool(
+    self,
+    ids: tf.Tensor,
+    emb: tf.Tensor,
+    log_q: tf.Tensor,
+    valid: Optional[tf.Tensor],
+    seed: Optional[tf.Tensor],
+  ) -> InBatchPool:
     """The pool with static shapes: all rows (or k_b slots), ``Negatives.valid`` marking the
     kept first occurrences; masked slots get log Q = 0."""
     positive_log_q = log_q
@@ -376,7 +390,13 @@ class InBatchNegatives(NegativeSampler):
     return InBatchPool(negatives, num_draws, num_distinct)
 
   def __call__(
-    self, positive_ids, positive_embeddings, *, candidate_log_q=None, valid=None, seed=None
+    self,
+    positive_ids: tf.Tensor,
+    positive_embeddings: tf.Tensor,
+    *,
+    candidate_log_q: Optional[tf.Tensor] = None,
+    valid: Optional[tf.Tensor] = None,
+    seed: Optional[tf.Tensor] = None,
   ) -> Negatives:
     """Builds the in-batch negatives of one step from the batch's positives.
 
@@ -408,14 +428,14 @@ class InBatchNegatives(NegativeSampler):
 
   def sample_negatives(
     self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
+    query_embeddings: tf.Tensor,
+    positive_ids: tf.Tensor,
+    positive_embeddings: tf.Tensor,
     *,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
+    seed: Optional[tf.Tensor] = None,
+    sequence_ids: Optional[tf.Tensor] = None,
+    item_table: Optional[ItemTable] = None,
+    valid: Optional[tf.Tensor] = None,
   ) -> Negatives:
     """`__call__` on the queries' positives (the in-batch pool; ``valid`` leaves padding out)."""
     del query_embeddings, sequence_ids, item_table

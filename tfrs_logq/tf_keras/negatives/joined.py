@@ -13,12 +13,13 @@ independently and reproducibly. ``update`` forwards to the blocks that have one 
 call it after the step has scored, as the memory's own ``update``.
 """
 
-from typing import Sequence
+from typing import Any, Dict, List, NoReturn, Optional, Sequence
 
 import tensorflow as tf
 
 from tfrs_logq.tf_keras import _static_shapes
 from tfrs_logq.tf_keras.negatives import scoring
+from tfrs_logq.tf_keras.negatives.base import ItemTable
 from tfrs_logq.tf_keras.negatives.sampler import NegativeSampler
 
 __all__ = ["JoinedNegatives"]
@@ -37,7 +38,7 @@ class JoinedNegatives(NegativeSampler, tf.Module):
     ValueError: no block. TypeError: a block without ``score``.
   """
 
-  def __init__(self, blocks: Sequence[NegativeSampler], *, rebase_q_prime: bool = True):
+  def __init__(self, blocks: Sequence[NegativeSampler], *, rebase_q_prime: bool = True) -> None:
     blocks = tuple(blocks)
     if not blocks:
       raise ValueError("JoinedNegatives needs at least one block")
@@ -48,11 +49,11 @@ class JoinedNegatives(NegativeSampler, tf.Module):
     self.blocks = blocks
     self.rebase_q_prime = bool(rebase_q_prime)
 
-  def get_config(self) -> dict:
+  def get_config(self) -> Dict[str, Any]:
     """Constructor arguments (the blocks as the sampler objects)."""
     return dict(blocks=list(self.blocks), rebase_q_prime=self.rebase_q_prime)
 
-  def _block_seeds(self, seed):
+  def _block_seeds(self, seed: Optional[tf.Tensor]) -> List[Optional[tf.Tensor]]:
     if seed is None:
       return [None] * len(self.blocks)
     seed = _static_shapes.stateless_seed(tf.convert_to_tensor(seed))
@@ -61,15 +62,15 @@ class JoinedNegatives(NegativeSampler, tf.Module):
 
   def sample_negatives(
     self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
+    query_embeddings: tf.Tensor,
+    positive_ids: tf.Tensor,
+    positive_embeddings: tf.Tensor,
     *,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
-  ):
+    seed: Optional[tf.Tensor] = None,
+    sequence_ids: Optional[tf.Tensor] = None,
+    item_table: Optional[ItemTable] = None,
+    valid: Optional[tf.Tensor] = None,
+  ) -> NoReturn:
     """Not available: the blocks are scored one by one (`score`)."""
     del query_embeddings, positive_ids, positive_embeddings, seed, sequence_ids, item_table, valid
     raise NotImplementedError(
@@ -78,15 +79,15 @@ class JoinedNegatives(NegativeSampler, tf.Module):
 
   def score(
     self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
+    query_embeddings: tf.Tensor,
+    positive_ids: tf.Tensor,
+    positive_embeddings: tf.Tensor,
     *,
     temperature: float = 1.0,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
+    seed: Optional[tf.Tensor] = None,
+    sequence_ids: Optional[tf.Tensor] = None,
+    item_table: Optional[ItemTable] = None,
+    valid: Optional[tf.Tensor] = None,
   ) -> scoring.ScoredCandidates:
     """Every block's `NegativeSampler.score` (one seed each), joined by `join_blocks`."""
     scored = [
@@ -104,7 +105,14 @@ class JoinedNegatives(NegativeSampler, tf.Module):
     ]
     return scoring.join_blocks(scored, rebase_q_prime=self.rebase_q_prime)
 
-  def update(self, positive_ids, positive_embeddings=None, *, valid=None, seed=None) -> None:
+  def update(
+    self,
+    positive_ids: tf.Tensor,
+    positive_embeddings: Optional[tf.Tensor] = None,
+    *,
+    valid: Optional[tf.Tensor] = None,
+    seed: Optional[tf.Tensor] = None,
+  ) -> None:
     """``update`` of every block that has one (a memory), each with its own split seed."""
     for block, block_seed in zip(self.blocks, self._block_seeds(seed)):
       update = getattr(block, "update", None)

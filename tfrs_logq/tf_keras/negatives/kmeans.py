@@ -20,6 +20,8 @@ Distances are computed in chunks of ``chunk_size`` rows so memory stays O(chunk_
 
 from __future__ import annotations
 
+from typing import Sequence
+
 import tensorflow as tf
 
 from tfrs_logq.core import kmeans as kmeans_core
@@ -38,7 +40,9 @@ def _check_points(points: tf.Tensor) -> tf.Tensor:
   return tf.cast(points, tf.float32)
 
 
-def nearest_centroid(points, centroids, chunk_size: int = 16384):
+def nearest_centroid(
+  points: tf.Tensor, centroids: tf.Tensor, chunk_size: int = 16384
+) -> tuple[tf.Tensor, tf.Tensor]:
   """Index and squared distance of the nearest centroid for every point.
 
   a(x) = argmin_k ||x - c_k||^2 (ties go to the lowest k), computed as
@@ -60,7 +64,7 @@ def nearest_centroid(points, centroids, chunk_size: int = 16384):
   padded = tf.pad(points, [[0, num_chunks * chunk_size - n], [0, 0]])
   blocks = tf.reshape(padded, [num_chunks, chunk_size, d])
 
-  def assign_block(block):
+  def assign_block(block: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     return kmeans_core.nearest_centroid(tf_ops(), block, centroids)
 
   idx, dist = tf.map_fn(
@@ -74,19 +78,19 @@ def nearest_centroid(points, centroids, chunk_size: int = 16384):
   return tf.reshape(idx, [-1])[:n], tf.reshape(dist, [-1])[:n]
 
 
-def _random_subset(n, size, seed):
+def _random_subset(n: tf.Tensor, size: int, seed: tf.Tensor) -> tf.Tensor:
   """``size`` distinct indices of range(n) chosen uniformly (top-k of iid uniforms); size <= n."""
   return kmeans_core.largest_keys(tf_ops(), tf.random.stateless_uniform([n], seed=seed), size)
 
 
 def kmeans(
-  points,
+  points: tf.Tensor,
   num_clusters: int,
   num_iterations: int = 10,
-  seed=(0, 0),
+  seed: tf.Tensor | Sequence[int] = (0, 0),
   max_points: int | None = None,
   chunk_size: int = 16384,
-):
+) -> tf.Tensor:
   """Lloyd's k-means with a stateless random initialisation.
 
   Codebook learning: init c_k = x_{pi(k)} for K distinct random points pi(k), then
@@ -133,7 +137,7 @@ def kmeans(
     tf.minimum(n, num_clusters),
   )
 
-  def lloyd_step(i, centroids):
+  def lloyd_step(i: tf.Tensor, centroids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     assign, _ = nearest_centroid(points, centroids, chunk_size)
     return i + 1, kmeans_core.lloyd_update(tf_ops(), points, assign, centroids, num_clusters)
 

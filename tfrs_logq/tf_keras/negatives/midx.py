@@ -30,7 +30,7 @@ Randomness is stateless: every ``sample`` call derives its seed from (seed, draw
 resume identically from a checkpoint.
 """
 
-from typing import Callable, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import tensorflow as tf
 
@@ -39,7 +39,7 @@ from tfrs_logq.core import midx as midx_core
 from tfrs_logq.core.ops import tf_ops
 from tfrs_logq.tf_keras.negatives import midx_index
 from tfrs_logq.tf_keras.negatives import scoring
-from tfrs_logq.tf_keras.negatives.base import Negatives, as_ids, check_rank
+from tfrs_logq.tf_keras.negatives.base import ItemTable, Negatives, as_ids, check_rank
 from tfrs_logq.tf_keras.negatives.sampler import NegativeSampler
 
 __all__ = ["MIDXSampler", "RefreshEveryNSteps", "MIDXRefreshCallback"]
@@ -86,8 +86,8 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     num_negatives: Optional[int] = None,
     candidate_embedder: Optional[Callable] = None,
     jit_compile: bool = False,
-    **kwargs,
-  ):
+    **kwargs: Any,
+  ) -> None:
     """Configures the sampler.
 
     Args:
@@ -157,7 +157,7 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     d1, d2 = midx_index.split_dims(self.quantizer, dim)
     once = tf.VariableAggregation.ONLY_FIRST_REPLICA
 
-    def weight(name, shape, dtype):
+    def weight(name: str, shape: List[int], dtype: tf.DType) -> tf.Variable:
       return self.add_weight(
         name=name, shape=shape, dtype=dtype, initializer="zeros", trainable=False, aggregation=once
       )
@@ -175,7 +175,7 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     self._index_built = True
     self.built = True
 
-  def refresh(self, item_embeddings):
+  def refresh(self, item_embeddings: tf.Tensor) -> tf.Tensor:
     """Rebuilds both codebooks (k-means) and the inverted multi-index from item embeddings [N, d].
 
     pq: C^l = kmeans({q_i^l}); rq: C^1 = kmeans({q_i}), C^2 = kmeans({q_i - c^1_{k1(i)}}).
@@ -201,7 +201,7 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     tf.debugging.assert_all_finite(emb, "MIDXSampler.refresh: item_embeddings contain NaN or inf")
     return self._refresh_fn(emb)
 
-  def _refresh_impl(self, emb):
+  def _refresh_impl(self, emb: tf.Tensor) -> tf.Tensor:
     seed = tf.stack([tf.constant(self.seed, tf.int64), self.num_refreshes * 2])
     index = midx_index.build_index(
       emb,
@@ -221,11 +221,11 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     return self.num_refreshes.assign_add(1)
 
   # -------------------------------------------------------------------------------------- proposal
-  def _check_ready(self):
+  def _check_ready(self) -> None:
     if not self._index_built:
       raise ValueError(_NOT_REFRESHED)
 
-  def _check_queries(self, query_embeddings):
+  def _check_queries(self, query_embeddings: tf.Tensor) -> tf.Tensor:
     z = tf.convert_to_tensor(query_embeddings)
     if not z.dtype.is_floating:
       raise TypeError(f"query_embeddings must be floating point, got {z.dtype.name}")
@@ -244,7 +244,7 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     with tf.control_dependencies(deps):
       return tf.identity(z)
 
-  def _cell_logits(self, z):
+  def _cell_logits(self, z: tf.Tensor) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
     """(s1, s2, joint [A, K*K] = s^1_{k1} + s^2_{k2} + log|Omega_{k1,k2}|, log Z [A, 1])."""
     return midx_core.proposal(
       tf_ops(),
@@ -256,7 +256,9 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
       self.temperature,
     )
 
-  def sample(self, query_embeddings, num_samples: int, seed=None):
+  def sample(
+    self, query_embeddings: tf.Tensor, num_samples: int, seed: Optional[tf.Tensor] = None
+  ) -> Tuple[tf.Tensor, tf.Tensor]:
     """Draws S iid items per query from Q(.|z) and returns their exact log Q(i|z).
 
     Cell c = (k1, k2) ~ P^1(k1|z) P^2(k2|k1,z) (joint over K^2 log-weights, empty cells excluded),
@@ -298,7 +300,12 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     return ids, log_q
 
   def negatives(
-    self, query_embeddings, num_samples: int, candidate_embedder, positive_ids=None, seed=None
+    self,
+    query_embeddings: tf.Tensor,
+    num_samples: int,
+    candidate_embedder: Callable[[tf.Tensor], tf.Tensor],
+    positive_ids: Optional[tf.Tensor] = None,
+    seed: Optional[tf.Tensor] = None,
   ) -> Negatives:
     """Samples S negatives per query and embeds them: the `Negatives` record of the step.
 
@@ -323,7 +330,7 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
       positive_log_q = self.log_prob(query_embeddings, positive_ids)
     return Negatives(ids=ids, embeddings=emb, log_q=log_q, positive_log_q=positive_log_q)
 
-  def _next_seed(self):
+  def _next_seed(self) -> tf.Tensor:
     """(seed, counter * replicas + replica id); advances the saved draw counter."""
     counter = self.num_draws.assign_add(1) - 1
     ctx = tf.distribute.get_replica_context()
@@ -332,11 +339,11 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
       counter = counter * ctx.num_replicas_in_sync + replica
     return tf.stack([tf.constant(self.seed, tf.int64), counter * 2 + 1])
 
-  def call(self, query_embeddings, num_samples: int):
+  def call(self, query_embeddings: tf.Tensor, num_samples: int) -> Tuple[tf.Tensor, tf.Tensor]:
     """Same as ``sample(query_embeddings, num_samples)``."""
     return self.sample(query_embeddings, num_samples)
 
-  def log_prob(self, query_embeddings, ids):
+  def log_prob(self, query_embeddings: tf.Tensor, ids: tf.Tensor) -> tf.Tensor:
     """Exact log Q(i|z) of given ids (e.g. the positives, for the corrected loss's Q').
 
     Args:
@@ -347,6 +354,7 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
       float32 with the shape of ``ids``: s^1_{k1(i)} + s^2_{k2(i)} - log Z(z).
     """
     self._check_ready()
+    assert self.num_items is not None  # _check_ready raised if the index is not built
     z = self._check_queries(query_embeddings)
     ids = tf.convert_to_tensor(ids)
     if not ids.dtype.is_integer:
@@ -378,7 +386,7 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     out = midx_core.code_log_q(tf_ops(), s1, s2, log_z, codes[..., 0], codes[..., 1])
     return out[:, 0] if vector else out
 
-  def proposal_log_probs(self, query_embeddings):
+  def proposal_log_probs(self, query_embeddings: tf.Tensor) -> tf.Tensor:
     """log Q(i|z) for every item, float32 [A, N] (O(A N): for diagnostics and tests, not
     training)."""
     self._check_ready()
@@ -387,7 +395,7 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
     a = tf.shape(z)[0]
     return self.log_prob(z, tf.tile(ids[tf.newaxis, :], [a, 1]))
 
-  def get_config(self):
+  def get_config(self) -> Dict[str, Any]:
     config = super().get_config()
     config.update(
       num_codewords=self.num_codewords,
@@ -416,14 +424,14 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
 
   def sample_negatives(
     self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
+    query_embeddings: tf.Tensor,
+    positive_ids: tf.Tensor,
+    positive_embeddings: tf.Tensor,
     *,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
+    seed: Optional[tf.Tensor] = None,
+    sequence_ids: Optional[tf.Tensor] = None,
+    item_table: Optional[ItemTable] = None,
+    valid: Optional[tf.Tensor] = None,
   ) -> Negatives:
     """`negatives` with ``num_negatives`` per query, embedded by ``candidate_embedder`` or the
     rows of ``item_table``; ``positive_log_q = log Q(p|z)`` (``valid`` is not needed: every
@@ -440,16 +448,16 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
 
   def score(
     self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
+    query_embeddings: tf.Tensor,
+    positive_ids: tf.Tensor,
+    positive_embeddings: tf.Tensor,
     *,
     temperature: float = 1.0,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
-  ):
+    seed: Optional[tf.Tensor] = None,
+    sequence_ids: Optional[tf.Tensor] = None,
+    item_table: Optional[ItemTable] = None,
+    valid: Optional[tf.Tensor] = None,
+  ) -> scoring.ScoredCandidates:
     """`NegativeSampler.score` for S = ``num_negatives`` per-query MIDX negatives.
 
     The [A, S] negatives are scored by `scoring.per_query_scores` (one [A, V] matmul + gather when

@@ -35,10 +35,10 @@ class MultiIndex(NamedTuple):
 
 
 def build_index(
-  emb,
+  emb: tf.Tensor,
   num_codewords: int,
   quantizer: str,
-  seed,
+  seed: tf.Tensor,
   *,
   num_iterations: int,
   max_points: Optional[int],

@@ -7,9 +7,14 @@ The index (codebooks, inverted multi-index) goes stale as the item table trains;
 `tfrs_logq.tf_keras.negatives.midx`.
 """
 
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
+
 import tensorflow as tf
 
 from tfrs_logq.tf_keras.negatives.midx_index import check_int
+
+if TYPE_CHECKING:  # midx imports this module (a runtime import would be circular)
+  from tfrs_logq.tf_keras.negatives.midx import MIDXSampler
 
 __all__ = ["RefreshEveryNSteps", "MIDXRefreshCallback"]
 
@@ -23,7 +28,9 @@ class RefreshEveryNSteps:
   on refresh steps. For ``model.fit`` use ``MIDXRefreshCallback``.
   """
 
-  def __init__(self, sampler, embeddings_fn, every_n_steps: int):
+  def __init__(
+    self, sampler: "MIDXSampler", embeddings_fn: Callable[[], tf.Tensor], every_n_steps: int
+  ) -> None:
     every_n_steps = check_int(every_n_steps, "every_n_steps", 1)
     if not callable(embeddings_fn):
       raise TypeError("embeddings_fn must be callable (returns item embeddings [num_items, d])")
@@ -31,7 +38,7 @@ class RefreshEveryNSteps:
     self.embeddings_fn = embeddings_fn
     self.every_n_steps = every_n_steps
 
-  def __call__(self, step):
+  def __call__(self, step: tf.Tensor) -> tf.Tensor:
     step = tf.convert_to_tensor(step)
     due = tf.equal(tf.math.floormod(tf.cast(step, tf.int64), self.every_n_steps), 0)
     if tf.executing_eagerly():
@@ -39,7 +46,7 @@ class RefreshEveryNSteps:
         self.sampler.refresh(tf.stop_gradient(self.embeddings_fn()))
       return due
 
-    def do_refresh():
+    def do_refresh() -> tf.Tensor:
       with tf.control_dependencies([self.sampler.refresh(tf.stop_gradient(self.embeddings_fn()))]):
         return tf.constant(True)
 
@@ -50,12 +57,14 @@ class MIDXRefreshCallback(tf.keras.callbacks.Callback):
   """Keras callback: refreshes the sampler before training batches 0, N, 2N, ... (counted across
   epochs)."""
 
-  def __init__(self, sampler, embeddings_fn, every_n_steps: int):
+  def __init__(
+    self, sampler: "MIDXSampler", embeddings_fn: Callable[[], tf.Tensor], every_n_steps: int
+  ) -> None:
     super().__init__()
     self._hook = RefreshEveryNSteps(sampler, embeddings_fn, every_n_steps)
     self._step = 0
 
-  def on_train_batch_begin(self, batch, logs=None):
+  def on_train_batch_begin(self, batch: int, logs: Optional[Dict[str, Any]] = None) -> None:
     del batch, logs
     self._hook(self._step)
     self._step += 1

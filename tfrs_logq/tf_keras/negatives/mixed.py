@@ -37,13 +37,15 @@ excluded) for the corrected loss is ``log Q'(d) = log Q(d) - log(1 - Q(p))`` per
 returned ``positive_log_q`` (same convention).
 """
 
+from typing import Any, Dict, Mapping, Optional, Tuple
+
 import tensorflow as tf
 
 from tfrs_logq.tf_keras import _static_shapes
 from tfrs_logq.core import negatives as negatives_core
 from tfrs_logq.core.ops import tf_ops
 from tfrs_logq.tf_keras.negatives import scoring
-from tfrs_logq.tf_keras.negatives.base import Negatives, as_float
+from tfrs_logq.tf_keras.negatives.base import ItemTable, Negatives, as_float
 from tfrs_logq.tf_keras.negatives.sampler import NegativeSampler
 from tfrs_logq.tf_keras.negatives.in_batch import (
   CONVENTIONS,
@@ -56,7 +58,9 @@ from tfrs_logq.tf_keras.negatives.uniform import UniformNegatives
 __all__ = ["MixedNegatives", "CONVENTIONS", "mixture_log_q"]
 
 
-def mixture_log_q(log_q_unigram, num_in_batch, num_uniform, catalog_size) -> tf.Tensor:
+def mixture_log_q(
+  log_q_unigram: tf.Tensor, num_in_batch: tf.Tensor, num_uniform: int, catalog_size: int
+) -> tf.Tensor:
   """log q(d) = log((n_b q_uni(d) + k_u / |D|) / (n_b + k_u)), in log space.
 
   Args:
@@ -90,7 +94,7 @@ class MixedNegatives(NegativeSampler):
 
   def __init__(
     self, in_batch: InBatchNegatives, uniform: UniformNegatives, *, convention: str = "unigram"
-  ):
+  ) -> None:
     if not isinstance(in_batch, InBatchNegatives):
       raise TypeError(f"in_batch must be an InBatchNegatives, got {type(in_batch).__name__}")
     if not isinstance(uniform, UniformNegatives):
@@ -106,7 +110,7 @@ class MixedNegatives(NegativeSampler):
     self.uniform = uniform
     self.convention = convention
 
-  def get_config(self) -> dict:
+  def get_config(self) -> Dict[str, Any]:
     """Nested configs of both blocks and the convention."""
     return dict(
       in_batch=self.in_batch.get_config(),
@@ -115,7 +119,7 @@ class MixedNegatives(NegativeSampler):
     )
 
   @classmethod
-  def from_config(cls, config: dict):
+  def from_config(cls, config: Mapping[str, Any]) -> "MixedNegatives":
     config = dict(config)
     in_batch, uniform = config.pop("in_batch"), config.pop("uniform")
     if isinstance(in_batch, dict):
@@ -124,7 +128,7 @@ class MixedNegatives(NegativeSampler):
       uniform = UniformNegatives.from_config(uniform)
     return cls(in_batch, uniform, **config)
 
-  def log_q(self, ids, pool: InBatchPool) -> tf.Tensor:
+  def log_q(self, ids: tf.Tensor, pool: InBatchPool) -> tf.Tensor:
     """log Q(d) of any ids under the convention, given this step's in-batch ``pool``."""
     log_q_uni = self.in_batch.unigram_log_q(ids)
     n_b = tf.cast(pool.num_kept, tf.float32)
@@ -137,7 +141,13 @@ class MixedNegatives(NegativeSampler):
       )
     return negatives_core.unigram_log_q(tf_ops(), log_q_uni, n_b, k_u, size)
 
-  def _in_batch_pool(self, positive_ids, positive_embeddings, seed, valid=None):
+  def _in_batch_pool(
+    self,
+    positive_ids: tf.Tensor,
+    positive_embeddings: tf.Tensor,
+    seed: Optional[tf.Tensor],
+    valid: Optional[tf.Tensor] = None,
+  ) -> Tuple[InBatchPool, Optional[tf.Tensor]]:
     """(the in-batch pool, the uniform block's seed): the step seed is split in two."""
     seed_b = seed_u = None
     if seed is not None:
@@ -149,13 +159,13 @@ class MixedNegatives(NegativeSampler):
 
   def __call__(
     self,
-    positive_ids,
-    positive_embeddings,
+    positive_ids: tf.Tensor,
+    positive_embeddings: tf.Tensor,
     *,
-    valid=None,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
+    valid: Optional[tf.Tensor] = None,
+    seed: Optional[tf.Tensor] = None,
+    sequence_ids: Optional[tf.Tensor] = None,
+    item_table: Optional[ItemTable] = None,
   ) -> Negatives:
     """Mixed negatives of one step: in-batch rows first, then the ``k_u`` uniform rows.
 
@@ -213,14 +223,14 @@ class MixedNegatives(NegativeSampler):
 
   def sample_negatives(
     self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
+    query_embeddings: tf.Tensor,
+    positive_ids: tf.Tensor,
+    positive_embeddings: tf.Tensor,
     *,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
+    seed: Optional[tf.Tensor] = None,
+    sequence_ids: Optional[tf.Tensor] = None,
+    item_table: Optional[ItemTable] = None,
+    valid: Optional[tf.Tensor] = None,
   ) -> Negatives:
     """`__call__` on the queries' positives (per-query layouts materialise [A, N, d])."""
     del query_embeddings
@@ -235,16 +245,16 @@ class MixedNegatives(NegativeSampler):
 
   def score(
     self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
+    query_embeddings: tf.Tensor,
+    positive_ids: tf.Tensor,
+    positive_embeddings: tf.Tensor,
     *,
     temperature: float = 1.0,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
-  ):
+    seed: Optional[tf.Tensor] = None,
+    sequence_ids: Optional[tf.Tensor] = None,
+    item_table: Optional[ItemTable] = None,
+    valid: Optional[tf.Tensor] = None,
+  ) -> scoring.ScoredCandidates:
     """Scores of the shared in-batch block (one matmul) joined with the uniform block's (its own
     cheapest path), log Q under the convention.
 

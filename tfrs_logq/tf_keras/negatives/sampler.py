@@ -3,10 +3,16 @@
 (``negatives.scoring``); the record, the scores and the shapes are in ``negatives.base``.
 """
 
+from typing import Any, Dict, Mapping, Optional, Type, TypeVar
+
+import tensorflow as tf
+
 from tfrs_logq.tf_keras.negatives import scoring
-from tfrs_logq.tf_keras.negatives.base import Negatives
+from tfrs_logq.tf_keras.negatives.base import ItemTable, Negatives
 
 __all__ = ["NegativeSampler"]
+
+_Sampler = TypeVar("_Sampler", bound="NegativeSampler")
 
 
 class NegativeSampler:
@@ -27,30 +33,30 @@ class NegativeSampler:
 
   def sample_negatives(
     self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
+    query_embeddings: tf.Tensor,
+    positive_ids: tf.Tensor,
+    positive_embeddings: tf.Tensor,
     *,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
+    seed: Optional[tf.Tensor] = None,
+    sequence_ids: Optional[tf.Tensor] = None,
+    item_table: Optional[ItemTable] = None,
+    valid: Optional[tf.Tensor] = None,
   ) -> Negatives:
     """The negatives of one step (`Negatives`); arguments as in `score`."""
     raise NotImplementedError(f"{type(self).__name__} must implement sample_negatives")
 
   def score(
     self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
+    query_embeddings: tf.Tensor,
+    positive_ids: tf.Tensor,
+    positive_embeddings: tf.Tensor,
     *,
     temperature: float = 1.0,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
-  ):
+    seed: Optional[tf.Tensor] = None,
+    sequence_ids: Optional[tf.Tensor] = None,
+    item_table: Optional[ItemTable] = None,
+    valid: Optional[tf.Tensor] = None,
+  ) -> scoring.ScoredCandidates:
     """Draws the step's negatives and scores the queries against them.
 
     Args:
@@ -86,11 +92,11 @@ class NegativeSampler:
       query_embeddings, positive_ids, positive_embeddings, negatives, temperature=temperature
     )
 
-  def get_config(self) -> dict:
+  def get_config(self) -> Dict[str, Any]:
     """Constructor arguments of this sampler (round trip: ``cls.from_config(config)``)."""
     raise NotImplementedError(f"{type(self).__name__} does not implement get_config")
 
   @classmethod
-  def from_config(cls, config: dict):
+  def from_config(cls: Type[_Sampler], config: Mapping[str, Any]) -> _Sampler:
     """Rebuilds a sampler from `get_config`."""
     return cls(**config)

@@ -34,7 +34,7 @@ Scoring paths (all exact; they differ in cost only):
 negatives).
 """
 
-from typing import Callable, NamedTuple, Optional, Sequence
+from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import tensorflow as tf
 
@@ -47,6 +47,7 @@ from tfrs_logq.tf_keras import compiled
 from tfrs_logq.tf_keras import log_q as log_q_lib
 from tfrs_logq.tf_keras import sharded
 from tfrs_logq.tf_keras.negatives.base import (
+  ItemTable,
   Negatives,
   as_float,
   as_ids,
@@ -89,7 +90,7 @@ class ScoredCandidates(NamedTuple):
   valid_mask: tf.Tensor
   positive_log_q: Optional[tf.Tensor] = None
 
-  def loss_kwargs(self) -> dict:
+  def loss_kwargs(self) -> Dict[str, Any]:
     """``sampled_softmax_loss(**scored.loss_kwargs(), correction=...)`` arguments."""
     return dict(
       positive_scores=self.positive_scores,
@@ -100,7 +101,9 @@ class ScoredCandidates(NamedTuple):
     )
 
   @staticmethod
-  def concat(*blocks: "ScoredCandidates", positive_log_q=_KEEP) -> "ScoredCandidates":
+  def concat(
+    *blocks: "ScoredCandidates", positive_log_q: Optional[tf.Tensor] = _KEEP
+  ) -> "ScoredCandidates":
     """Joins blocks of negatives of the same A queries along N.
 
     ``negative_scores`` and ``valid_mask`` are concatenated along axis 1; ``negative_log_q``
@@ -183,7 +186,9 @@ def join_blocks(blocks: Sequence[ScoredCandidates], *, rebase_q_prime: bool) -> 
   return ScoredCandidates.concat(*blocks)
 
 
-def check_queries(query_embeddings, positive_ids, positive_embeddings):
+def check_queries(
+  query_embeddings: tf.Tensor, positive_ids: tf.Tensor, positive_embeddings: tf.Tensor
+) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
   """(query float32 [A, d], positive ids int64 [A], positive embeddings float32 [A, d]).
 
   Raises TypeError / ValueError for bad dtypes, ranks or sizes (runtime asserts when unknown).
@@ -202,13 +207,15 @@ def check_queries(query_embeddings, positive_ids, positive_embeddings):
   return query, pos_ids, pos_emb
 
 
-def _check_temperature(temperature) -> float:
+def _check_temperature(temperature: float) -> float:
   if not temperature > 0:
     raise ValueError(f"temperature must be > 0, got {temperature!r}")
   return 1.0 / float(temperature)
 
 
-def positive_scores(query, positive_embeddings, temperature: float = 1.0) -> tf.Tensor:
+def positive_scores(
+  query: tf.Tensor, positive_embeddings: tf.Tensor, temperature: float = 1.0
+) -> tf.Tensor:
   """<q_a, c_{p_a}> / temperature, [A] float32."""
   inv_t = _check_temperature(temperature)
   return (
@@ -230,7 +237,9 @@ def call_embedder(candidate_embedder: Callable, ids: tf.Tensor) -> tf.Tensor:
   return emb
 
 
-def _resolve_table(item_table, keep_sharded: bool = False):
+def _resolve_table(
+  item_table: Optional[ItemTable], keep_sharded: bool = False
+) -> Optional[tf.Tensor]:
   """The table as a float32 tensor; with ``keep_sharded`` a partitioned table (ShardedVariable,
   ParameterServerStrategy) is returned as is, for row gathers shard by shard."""
   if item_table is None:
@@ -244,7 +253,12 @@ def _resolve_table(item_table, keep_sharded: bool = False):
   return table
 
 
-def embed_ids(ids, *, candidate_embedder: Optional[Callable] = None, item_table=None):
+def embed_ids(
+  ids: tf.Tensor,
+  *,
+  candidate_embedder: Optional[Callable] = None,
+  item_table: Optional[ItemTable] = None,
+) -> tf.Tensor:
   """Embeddings ``[..., d]`` of integer ids of any shape, from the embedder or the table.
 
   ``candidate_embedder`` (ids [k] -> [k, d]) is preferred; otherwise rows of ``item_table``
@@ -264,11 +278,11 @@ def embed_ids(ids, *, candidate_embedder: Optional[Callable] = None, item_table=
   return sharded.gather_rows(_resolve_table(item_table, keep_sharded=True), ids)
 
 
-def _matmul_then_gather(query, table, ids):
+def _matmul_then_gather(query: tf.Tensor, table: tf.Tensor, ids: tf.Tensor) -> tf.Tensor:
   return tf.gather(tf.matmul(query, table, transpose_b=True), ids, batch_dims=1)
 
 
-def _gather_then_dot(query, table, ids):
+def _gather_then_dot(query: tf.Tensor, table: tf.Tensor, ids: tf.Tensor) -> tf.Tensor:
   return tf.einsum("ad,akd->ak", query, tf.cast(sharded.gather_rows(table, ids), query.dtype))
 
 
@@ -280,7 +294,7 @@ _gather_then_dot_xla = compiled.compile_function(
 )
 
 
-def _num_rows(item_table, num_rows):
+def _num_rows(item_table: Optional[ItemTable], num_rows: Optional[int]) -> Optional[int]:
   if item_table is not None and not callable(item_table):
     rows = tf.convert_to_tensor(item_table).shape[0]
     if rows is not None:
@@ -289,10 +303,10 @@ def _num_rows(item_table, num_rows):
 
 
 def per_query_scores(
-  query_embeddings,
-  ids,
+  query_embeddings: tf.Tensor,
+  ids: tf.Tensor,
   *,
-  item_table=None,
+  item_table: Optional[ItemTable] = None,
   candidate_embedder: Optional[Callable] = None,
   num_rows: Optional[int] = None,
   jit_compile: bool = False,
@@ -341,7 +355,9 @@ def per_query_scores(
   return tf.einsum("ad,akd->ak", query, emb)
 
 
-def per_segment_scores(query_embeddings, segment_ids, embeddings) -> tf.Tensor:
+def per_segment_scores(
+  query_embeddings: tf.Tensor, segment_ids: tf.Tensor, embeddings: tf.Tensor
+) -> tf.Tensor:
   """Scores of A queries against the negatives of their segment (sequence): ``[A, k]``.
 
   ``out[a, j] = <q_a, embeddings[segment_ids[a], j]>``. The queries are placed in a padded
@@ -371,13 +387,13 @@ def per_segment_scores(query_embeddings, segment_ids, embeddings) -> tf.Tensor:
 
 
 def score_negatives(
-  query_embeddings,
-  positive_ids,
-  positive_embeddings,
+  query_embeddings: tf.Tensor,
+  positive_ids: tf.Tensor,
+  positive_embeddings: tf.Tensor,
   negatives: Negatives,
   *,
   temperature: float = 1.0,
-  positive_log_q=None,
+  positive_log_q: Optional[tf.Tensor] = None,
   apply_q_prime: bool = False,
   remove_accidental_hits: bool = True,
 ) -> ScoredCandidates:
@@ -437,7 +453,12 @@ def score_negatives(
   return ScoredCandidates(pos_scores, negative_scores, negative_log_q, valid, positive_log_q)
 
 
-def task_candidates(positive_ids, positive_embeddings, positive_log_q, negatives: Negatives):
+def task_candidates(
+  positive_ids: tf.Tensor,
+  positive_embeddings: tf.Tensor,
+  positive_log_q: tf.Tensor,
+  negatives: Negatives,
+) -> Tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
   """Candidate rows for the drop-in task: the A positives, then the N shared negatives.
 
   ``tfrs_logq.tf_keras.Retrieval`` scores every query against all rows; rows ``0..A-1``

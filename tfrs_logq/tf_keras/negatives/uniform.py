@@ -33,7 +33,7 @@ or inside ``tf.function(jit_compile=True)``) the sets are drawn for all A rows a
 negatives are scored like per-query ones (one ``[A, k]`` gather, no segment grouping).
 """
 
-from typing import Callable, NamedTuple, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -45,6 +45,7 @@ from tfrs_logq.core import checks as core_checks
 from tfrs_logq.core import negatives as negatives_core
 from tfrs_logq.tf_keras.negatives import scoring
 from tfrs_logq.tf_keras.negatives.base import (
+  ItemTable,
   Negatives,
   as_ids,
   check_positive_int,
@@ -65,12 +66,12 @@ class _Draw(NamedTuple):
   segment: Optional[tf.Tensor] = None
   grouped: bool = False
 
-  def row_ids(self):
+  def row_ids(self) -> tf.Tensor:
     """[k] or [A, k] ids of each query's negatives."""
     return self.ids if self.segment is None else tf.gather(self.ids, self.segment)
 
 
-def _replica_seed(seed):
+def _replica_seed(seed: tf.Tensor) -> tf.Tensor:
   """Folds the replica id into a stateless seed under a multi-replica strategy."""
   ctx = tf.distribute.get_replica_context()
   if ctx is None or ctx.num_replicas_in_sync == 1:
@@ -108,7 +109,7 @@ class UniformNegatives(NegativeSampler):
     per: str = "batch",
     jit_compile: bool = False,
     static_shapes: Optional[bool] = None,
-  ):
+  ) -> None:
     if candidate_embedder is not None and not callable(candidate_embedder):
       raise TypeError("candidate_embedder must be callable (ids -> embeddings) or None")
     self.num_negatives = check_positive_int(num_negatives, "num_negatives")
@@ -134,7 +135,7 @@ class UniformNegatives(NegativeSampler):
     self._log_q_value = negatives_core.uniform_log_q(self.catalog_size)
 
   # -- configuration ----------------------------------------------------------------------------
-  def get_config(self) -> dict:
+  def get_config(self) -> Dict[str, Any]:
     """Constructor arguments; ``candidate_embedder`` is returned as the object itself."""
     return dict(
       candidate_embedder=self.candidate_embedder,
@@ -147,12 +148,14 @@ class UniformNegatives(NegativeSampler):
     )
 
   # -- sampling ---------------------------------------------------------------------------------
-  def log_q(self, ids) -> tf.Tensor:
+  def log_q(self, ids: tf.Tensor) -> tf.Tensor:
     """log Q(d) = -log |D| for every id (float32, shape of ``ids``)."""
     ids = as_ids(ids, "ids")
     return tf.fill(tf.shape(ids), tf.constant(self._log_q_value, tf.float32))
 
-  def sample_ids(self, seed=None, num_rows=None) -> tf.Tensor:
+  def sample_ids(
+    self, seed: Optional[tf.Tensor] = None, num_rows: Optional[tf.Tensor] = None
+  ) -> tf.Tensor:
     """Ids drawn uniformly with replacement: int64 ``[k]``, or ``[num_rows, k]``.
 
     Args:
@@ -177,7 +180,13 @@ class UniformNegatives(NegativeSampler):
       )
     return draws if self.id_range is not None else tf.gather(self.candidate_ids, draws)
 
-  def _draw(self, positive_ids, sequence_ids, seed, valid=None) -> _Draw:
+  def _draw(
+    self,
+    positive_ids: Optional[tf.Tensor],
+    sequence_ids: Optional[tf.Tensor],
+    seed: Optional[tf.Tensor],
+    valid: Optional[tf.Tensor] = None,
+  ) -> _Draw:
     if self.per == "batch":
       return _Draw(self.sample_ids(seed))
     if seed is not None:
@@ -211,10 +220,12 @@ class UniformNegatives(NegativeSampler):
     rank = tf.minimum(_static_shapes.valid_rank(valid), tf.maximum(a - 1, 0))
     return _Draw(self.sample_ids(seed, a), rank)
 
-  def _embed(self, ids, item_table):
+  def _embed(self, ids: tf.Tensor, item_table: Optional[ItemTable]) -> tf.Tensor:
     return scoring.embed_ids(ids, candidate_embedder=self.candidate_embedder, item_table=item_table)
 
-  def _raw_scores(self, query, draw: _Draw, item_table):
+  def _raw_scores(
+    self, query: tf.Tensor, draw: _Draw, item_table: Optional[ItemTable]
+  ) -> tf.Tensor:
     """<q_a, c_{d}> (no temperature) of each query's negatives, [A, k]."""
     if self.per == "batch":
       return tf.matmul(query, self._embed(draw.ids, item_table), transpose_b=True)
@@ -230,7 +241,13 @@ class UniformNegatives(NegativeSampler):
     )
 
   def __call__(
-    self, positive_ids=None, *, seed=None, sequence_ids=None, item_table=None, valid=None
+    self,
+    positive_ids: Optional[tf.Tensor] = None,
+    *,
+    seed: Optional[tf.Tensor] = None,
+    sequence_ids: Optional[tf.Tensor] = None,
+    item_table: Optional[ItemTable] = None,
+    valid: Optional[tf.Tensor] = None,
   ) -> Negatives:
     """Draws the negatives and embeds them (``[k, d]``, or ``[A, k, d]`` unless per="batch").
 
@@ -261,14 +278,14 @@ class UniformNegatives(NegativeSampler):
 
   def sample_negatives(
     self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
+    query_embeddings: tf.Tensor,
+    positive_ids: tf.Tensor,
+    positive_embeddings: tf.Tensor,
     *,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
+    seed: Optional[tf.Tensor] = None,
+    sequence_ids: Optional[tf.Tensor] = None,
+    item_table: Optional[ItemTable] = None,
+    valid: Optional[tf.Tensor] = None,
   ) -> Negatives:
     """`Negatives` of one step (see `__call__`; per-query layouts materialise [A, k, d])."""
     del query_embeddings, positive_embeddings
@@ -278,16 +295,16 @@ class UniformNegatives(NegativeSampler):
 
   def score(
     self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
+    query_embeddings: tf.Tensor,
+    positive_ids: tf.Tensor,
+    positive_embeddings: tf.Tensor,
     *,
     temperature: float = 1.0,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
-  ):
+    seed: Optional[tf.Tensor] = None,
+    sequence_ids: Optional[tf.Tensor] = None,
+    item_table: Optional[ItemTable] = None,
+    valid: Optional[tf.Tensor] = None,
+  ) -> scoring.ScoredCandidates:
     """`NegativeSampler.score` with the cheapest exact path of the layout (module docstring).
 
     Returns:
@@ -307,17 +324,17 @@ class UniformNegatives(NegativeSampler):
 
   def _score_with_log_q(
     self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
+    query_embeddings: tf.Tensor,
+    positive_ids: tf.Tensor,
+    positive_embeddings: tf.Tensor,
     *,
     temperature: float = 1.0,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    log_q_fn: Optional[Callable] = None,
-    valid=None,
-  ):
+    seed: Optional[tf.Tensor] = None,
+    sequence_ids: Optional[tf.Tensor] = None,
+    item_table: Optional[ItemTable] = None,
+    log_q_fn: Optional[Callable[[tf.Tensor], tf.Tensor]] = None,
+    valid: Optional[tf.Tensor] = None,
+  ) -> scoring.ScoredCandidates:
     """`score`, with log Q of the drawn ids and of the positives from ``log_q_fn(ids)`` instead
     of -log |D| (a mixed sampler's convention); ``log_q_fn`` gets ``[k]`` or ``[A, k]`` ids."""
     if not temperature > 0:

@@ -2,6 +2,7 @@
 ScoredCandidates.concat against numpy; loss and task integration."""
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -48,7 +49,11 @@ def np_corrected_row(s_p, s_n, lq_n, lq_p, valid):
 def test_shared_negatives_scores_mask_and_log_q():
   query, pos_ids, pos_emb, neg_ids, neg_emb, neg_lq, pos_lq = case()
   out = score_negatives(
-    query, pos_ids, pos_emb, Negatives(neg_ids, neg_emb, neg_lq, pos_lq), temperature=0.5
+    query,
+    pos_ids,
+    pos_emb,
+    Negatives(neg_ids, neg_emb, neg_lq, positive_log_q=pos_lq),
+    temperature=0.5,
   )
   for a in range(A):
     assert abs(out.positive_scores.numpy()[a] - np.dot(query[a], pos_emb[a]) / 0.5) < 1e-5
@@ -62,7 +67,11 @@ def test_shared_negatives_scores_mask_and_log_q():
 def test_q_prime_matches_reference():
   query, pos_ids, pos_emb, neg_ids, neg_emb, neg_lq, pos_lq = case()
   out = score_negatives(
-    query, pos_ids, pos_emb, Negatives(neg_ids, neg_emb, neg_lq, pos_lq), apply_q_prime=True
+    query,
+    pos_ids,
+    pos_emb,
+    Negatives(neg_ids, neg_emb, neg_lq, positive_log_q=pos_lq),
+    apply_q_prime=True,
   )
   ref = np.log(np.exp(neg_lq)[None, :] / (1 - np.exp(pos_lq))[:, None])
   np.testing.assert_allclose(out.negative_log_q.numpy(), ref, rtol=1e-5)
@@ -87,7 +96,9 @@ def test_per_query_negatives():
 
 def test_loss_inputs_give_the_corrected_loss():
   query, pos_ids, pos_emb, neg_ids, neg_emb, neg_lq, pos_lq = case()
-  scored = score_negatives(query, pos_ids, pos_emb, Negatives(neg_ids, neg_emb, neg_lq, pos_lq))
+  scored = score_negatives(
+    query, pos_ids, pos_emb, Negatives(neg_ids, neg_emb, neg_lq, positive_log_q=pos_lq)
+  )
   out = losses.sampled_softmax_loss(**scored.loss_kwargs(), correction="corrected")
   s_p, s_n = scored.positive_scores.numpy(), scored.negative_scores.numpy()
   valid = scored.valid_mask.numpy()
@@ -95,7 +106,11 @@ def test_loss_inputs_give_the_corrected_loss():
   np.testing.assert_allclose(out.loss.numpy(), ref, rtol=1e-4)
   # log Q' applied here + q_prime="proxy" in the loss is the same thing.
   primed = score_negatives(
-    query, pos_ids, pos_emb, Negatives(neg_ids, neg_emb, neg_lq, pos_lq), apply_q_prime=True
+    query,
+    pos_ids,
+    pos_emb,
+    Negatives(neg_ids, neg_emb, neg_lq, positive_log_q=pos_lq),
+    apply_q_prime=True,
   )
   out2 = losses.sampled_softmax_loss(
     **primed.loss_kwargs(), correction="corrected", q_prime="proxy"
@@ -120,7 +135,9 @@ def test_task_candidates_feed_the_drop_in_task():
   )
   # Same negatives through score_negatives: every candidate row; the row's own positive (and its
   # duplicates) are accidental hits.
-  scored = score_negatives(query, pos_ids, pos_emb, Negatives(cand_ids, cand_emb, cand_lq, pos_lq))
+  scored = score_negatives(
+    query, pos_ids, pos_emb, Negatives(cand_ids, cand_emb, cand_lq, positive_log_q=pos_lq)
+  )
   ref = losses.sampled_softmax_loss(**scored.loss_kwargs(), correction="standard").loss
   np.testing.assert_allclose(task_loss.numpy(), ref.numpy().sum(), rtol=1e-5)
 
@@ -302,3 +319,24 @@ def test_per_query_scores_inside_xla_do_not_nest_a_jit_function(monkeypatch, voc
   np.testing.assert_allclose(
     out.numpy(), np.einsum("ad,akd->ak", q.numpy(), table.numpy()[ids.numpy()]), rtol=1e-5
   )
+
+
+def test_the_former_field_order_is_read_with_a_warning():
+  """Before 0.3 the tf-keras record was (ids, embeddings, log_q, positive_log_q, valid): a float
+  fourth argument is still its positive_log_q (DeprecationWarning); the new order is silent."""
+  ids, emb = tf.constant([1, 2], tf.int64), tf.zeros([2, 3])
+  log_q, pos_lq, valid = tf.constant([-1.0, -2.0]), tf.constant([-0.5]), tf.constant([True, False])
+  with pytest.warns(DeprecationWarning, match="former field order"):
+    old = Negatives(ids, emb, log_q, pos_lq, valid)
+  with pytest.warns(DeprecationWarning, match="former field order"):
+    old_without_valid = Negatives(ids, emb, log_q, pos_lq)
+  for got in (old, old_without_valid):
+    np.testing.assert_array_equal(got.positive_log_q.numpy(), pos_lq.numpy())
+  np.testing.assert_array_equal(old.valid.numpy(), valid.numpy())
+  assert old_without_valid.valid is None
+  with warnings.catch_warnings():
+    warnings.simplefilter("error")
+    new = Negatives(ids, emb, log_q, valid, pos_lq)
+    keyword = Negatives(ids, emb, log_q, positive_log_q=pos_lq)
+    assert new._replace(valid=None).valid is None  # NamedTuple's own methods keep working
+  assert new.valid is valid and new.positive_log_q is pos_lq and keyword.valid is None
