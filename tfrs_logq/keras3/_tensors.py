@@ -17,6 +17,10 @@ from keras import ops
 # keras.ops.convert_to_tensor accepts (numpy arrays, lists, scalars).
 Tensor = Any
 
+# A seed of keras.random: an int or a keras.random.SeedGenerator (its state advances at every
+# draw, also inside a compiled step); None (Optional[Seed]) draws from Keras's global generator.
+Seed = Any
+
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 

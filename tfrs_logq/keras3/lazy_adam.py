@@ -36,11 +36,13 @@ Limits: ``amsgrad`` is refused (its max over all rows is dense), as on tf-keras;
 from __future__ import annotations
 
 import re
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import keras
 from keras import ops
 
 from tfrs_logq.core import lazy_adam as core_lazy_adam
+from tfrs_logq.keras3._tensors import Tensor
 
 __all__ = ["LazyAdam", "DEFAULT_TABLE_PATTERN"]
 
@@ -59,14 +61,16 @@ class LazyAdam(keras.optimizers.Adam):
 
   def __init__(
     self,
-    learning_rate=0.001,
-    beta_1=0.9,
-    beta_2=0.999,
-    epsilon=1e-7,
+    learning_rate: Union[
+      float, keras.optimizers.schedules.LearningRateSchedule, Callable[[], float]
+    ] = 0.001,
+    beta_1: float = 0.9,
+    beta_2: float = 0.999,
+    epsilon: float = 1e-7,
     table_pattern: str = DEFAULT_TABLE_PATTERN,
-    name="lazy_adam",
-    **kwargs,
-  ):
+    name: str = "lazy_adam",
+    **kwargs: Any,
+  ) -> None:
     if kwargs.pop("amsgrad", False):
       raise ValueError("LazyAdam does not support amsgrad (its max over all rows is dense)")
     re.compile(table_pattern)
@@ -81,15 +85,15 @@ class LazyAdam(keras.optimizers.Adam):
     )
     self.table_pattern = table_pattern
 
-  def is_table(self, variable) -> bool:
+  def is_table(self, variable: keras.Variable) -> bool:
     """Whether ``variable`` gets the lazy update (module docstring)."""
     return len(variable.shape) >= 1 and re.search(self.table_pattern, variable.path) is not None
 
-  def build(self, var_list):
+  def build(self, var_list: Sequence[keras.Variable]) -> None:
     if self.built:
       return
     super().build(var_list)
-    self._row_counts = []
+    self._row_counts: List[Optional[keras.Variable]] = []
     for var in var_list:
       self._row_counts.append(
         self.add_variable(
@@ -102,11 +106,11 @@ class LazyAdam(keras.optimizers.Adam):
         else None
       )
 
-  def row_counts(self, variable):
+  def row_counts(self, variable: keras.Variable) -> Optional[keras.Variable]:
     """The counts k [rows] of a table (None for a variable updated by Adam)."""
     return self._row_counts[self._get_variable_index(variable)]
 
-  def update_step(self, gradient, variable, learning_rate):
+  def update_step(self, gradient: Tensor, variable: keras.Variable, learning_rate: Tensor) -> None:
     index = self._get_variable_index(variable)
     count = self._row_counts[index]
     if count is None:
@@ -131,7 +135,7 @@ class LazyAdam(keras.optimizers.Adam):
     self.assign(count, k_new)
     self.assign_sub(variable, delta)
 
-  def get_config(self):
+  def get_config(self) -> Dict[str, Any]:
     config = super().get_config()
     config.pop("amsgrad", None)
     config["table_pattern"] = self.table_pattern

@@ -52,7 +52,7 @@ keyword for no reduction).
 import functools
 import inspect
 import warnings
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Union
 
 import keras
 from keras import ops
@@ -60,6 +60,7 @@ from keras import ops
 from tfrs_logq.core import checks as core_checks
 from tfrs_logq.core import retrieval as retrieval_core
 from tfrs_logq.keras3 import _tensors
+from tfrs_logq.keras3._tensors import Seed, Tensor
 from tfrs_logq.keras3 import accidental_hits
 from tfrs_logq.keras3 import log_q as log_q_lib
 from tfrs_logq.keras3 import losses as losses_lib
@@ -92,7 +93,7 @@ def _former_positional_order(init: Callable) -> Callable:
   with ``inspect.getfullargspec``, which does not follow ``__wrapped__``)."""
 
   @functools.wraps(init)
-  def wrapper(self, *args, **kwargs):
+  def wrapper(self: "Retrieval", *args: Any, **kwargs: Any) -> None:
     if args and isinstance(args[0], str) and args[0] in core_checks.CORRECTIONS:
       if len(args) > len(_FORMER_ORDER):
         raise TypeError(f"Retrieval takes at most {len(_FORMER_ORDER)} positional arguments")
@@ -269,17 +270,17 @@ class Retrieval(keras.layers.Layer):
 
   def call(
     self,
-    query_embeddings,
-    candidate_embeddings,
-    sample_weight=None,
-    candidate_sampling_probability=None,
-    candidate_ids=None,
-    score_mask=None,
-    candidate_log_sampling_probability=None,
-    training=None,
-    seed=None,
-    item_table=None,
-  ):
+    query_embeddings: Tensor,
+    candidate_embeddings: Tensor,
+    sample_weight: Optional[Tensor] = None,
+    candidate_sampling_probability: Optional[Tensor] = None,
+    candidate_ids: Optional[Tensor] = None,
+    score_mask: Optional[Tensor] = None,
+    candidate_log_sampling_probability: Optional[Tensor] = None,
+    training: Optional[bool] = None,
+    seed: Optional[Seed] = None,
+    item_table: Optional[Tensor] = None,
+  ) -> Tensor:
     """The reduced loss (a scalar; [A] with reduction ``none``).
 
     Args:
@@ -338,15 +339,15 @@ class Retrieval(keras.layers.Layer):
       candidate_ids = _tensors.as_ids(candidate_ids, "candidate_ids")
 
     # Row a's own column has the positive's id, so the hit mask also leaves the positive out.
-    hits = (
-      accidental_hits.accidental_hit_mask(candidate_ids[:rows], candidate_ids)
-      if mask_hits
-      else None
-    )
+    hits = None
+    if mask_hits:
+      assert candidate_ids is not None  # check_retrieval_inputs raised otherwise
+      hits = accidental_hits.accidental_hit_mask(candidate_ids[:rows], candidate_ids)
     valid = retrieval_core.in_batch_valid(ops, rows, ops.shape(scores)[1], hits, score_mask)
     positive_scores, positive_log_q = retrieval_core.positives(ops, scores, log_q, rows)
     negative_scores, negative_log_q = scores, log_q
     if self.negative_sampler is not None:
+      assert candidate_ids is not None  # checked above: a negative_sampler needs them
       negative_scores, negative_log_q, valid = self._append_sampled(
         query,
         candidates[:rows],
@@ -379,7 +380,7 @@ class Retrieval(keras.layers.Layer):
     )
     return retrieval_core.weighted_reduction(ops, out.loss, weight, self.reduction, rows)
 
-  def _checked(self, scores):
+  def _checked(self, scores: Tensor) -> Tensor:
     """``scores``, after a ValueError for NaN / inf when ``check_scores`` and they are concrete."""
     if self.check_scores:
       value = _tensors.concrete(scores)
@@ -390,9 +391,16 @@ class Retrieval(keras.layers.Layer):
         )
     return scores
 
-  def _estimator_log_q(self, log_q, candidate_ids, num_queries, training):
+  def _estimator_log_q(
+    self,
+    log_q: Optional[Tensor],
+    candidate_ids: Optional[Tensor],
+    num_queries: Union[int, Tensor],
+    training: Optional[bool],
+  ) -> Optional[Tensor]:
     """log Q [C] read from the estimator, after counting the positives when configured."""
     core_checks.check_estimator_inputs(log_q is not None, candidate_ids is not None)
+    assert candidate_ids is not None  # check_estimator_inputs raised otherwise
     positives = candidate_ids[:num_queries]
     if self.update_frequency == "always" or (self.update_frequency == "training" and training):
       self.frequency_estimator.update(positives)
@@ -400,7 +408,7 @@ class Retrieval(keras.layers.Layer):
       return None
     return _tensors.as_float32(self.frequency_estimator.log_q(candidate_ids), "log Q")
 
-  def _score_kwargs(self, **keywords):
+  def _score_kwargs(self, **keywords: Any) -> Dict[str, Any]:
     """``keywords`` for ``negative_sampler.score``, less those it does not take and that carry
     nothing (None); TypeError for one it does not take that carries a value."""
     accepted = self._score_keywords
@@ -419,16 +427,16 @@ class Retrieval(keras.layers.Layer):
 
   def _append_sampled(
     self,
-    query,
-    positive_embeddings,
-    positive_ids,
-    positive_log_q,
-    scores,
-    log_q,
-    valid,
-    seed,
-    item_table,
-  ):
+    query: Tensor,
+    positive_embeddings: Tensor,
+    positive_ids: Tensor,
+    positive_log_q: Optional[Tensor],
+    scores: Tensor,
+    log_q: Optional[Tensor],
+    valid: Tensor,
+    seed: Optional[Seed],
+    item_table: Optional[Tensor],
+  ) -> Tuple[Tensor, Tensor, Tensor]:
     """Joins the in-batch block [A, C] and the sampler's block [A, N] (module docstring)."""
     extra = self.negative_sampler.score(
       query,
@@ -463,15 +471,16 @@ class Retrieval(keras.layers.Layer):
       ops, (scores, log_q, valid), (extra_scores, extra_log_q, extra.valid_mask)
     )
 
-  def _keep_hardest(self, scores, log_q, valid):
+  def _keep_hardest(self, scores: Tensor, log_q: Optional[Tensor], valid: Tensor) -> Tensor:
     """valid AND (at least the k-th largest corrected negative logit of the row); ties kept."""
     logits = scores if self.correction == "none" or log_q is None else scores - log_q
     k = self.num_hard_negatives
+    assert k is not None  # called only with num_hard_negatives set
     if scores.shape[1] is not None:
       k = min(k, scores.shape[1])
     return retrieval_core.keep_hardest(ops, logits, valid, k)
 
-  def get_config(self):
+  def get_config(self) -> Dict[str, Any]:
     """Config of the task; a negative sampler is not serialisable (NotImplementedError, as
     Keras expects)."""
     if self.negative_sampler is not None:
@@ -498,7 +507,7 @@ class Retrieval(keras.layers.Layer):
     }
 
   @classmethod
-  def from_config(cls, config):
+  def from_config(cls, config: Mapping[str, Any]) -> "Retrieval":
     config = dict(config)
     if "reduction" in config:  # a config written before `loss` replaced it
       reduction = config.pop("reduction")

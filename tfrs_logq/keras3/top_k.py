@@ -9,9 +9,10 @@ the tf-keras ``tfrs_logq.tf_keras.top_k.exact_top_k``.
 from __future__ import annotations
 
 import functools
-from typing import Optional, Tuple
+from typing import Any, Callable, Optional, Sequence, Tuple
 
 import numpy as np
+import numpy.typing as npt
 
 import keras
 from keras import ops
@@ -19,16 +20,17 @@ from keras import ops
 from tfrs_logq.core import ranking
 from tfrs_logq.core import top_k as top_k_lib
 from tfrs_logq.keras3 import compiled
+from tfrs_logq.keras3._tensors import Tensor
 
 __all__ = ["exact_top_k"]
 
 
 def exact_top_k(
-  queries,
-  item_embeddings,
+  queries: npt.ArrayLike,
+  item_embeddings: npt.ArrayLike,
   k: int,
   rated: Optional[ranking.History] = None,
-  targets=None,
+  targets: Optional[npt.ArrayLike] = None,
   chunk_size: Optional[int] = None,
   max_chunk_scores: int = 1 << 25,
   item_chunk: Optional[int] = None,
@@ -55,11 +57,11 @@ class _TorchOps:
   is also tied outside the top k, the lowest ids among those ties are chosen (a running count
   of the ties along the row); the k are then ordered by (-value, id)."""
 
-  def __getattr__(self, name):
+  def __getattr__(self, name: str) -> Any:
     return getattr(ops, name)
 
   @staticmethod
-  def top_k(x, k, sorted=True):
+  def top_k(x: Tensor, k: int, sorted: bool = True) -> Tuple[Tensor, Tensor]:
     import torch
 
     del sorted
@@ -78,7 +80,7 @@ class _TorchOps:
     return values, torch.gather(idx, 1, order)
 
   @staticmethod
-  def scatter(indices, values, shape):
+  def scatter(indices: Tensor, values: Tensor, shape: Sequence[int]) -> Tensor:
     import torch
 
     indices = ops.convert_to_tensor(indices).long()
@@ -88,7 +90,9 @@ class _TorchOps:
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(backend: str, k: int, num_items: int, item_chunk: int):
+def _compiled(
+  backend: str, k: int, num_items: int, item_chunk: int
+) -> Callable[[Tensor, Tensor, Tensor], Tuple[Tensor, Tensor]]:
   namespace = _TorchOps() if backend == "torch" else ops
   return compiled.compile_function(
     functools.partial(

@@ -23,7 +23,7 @@ Cross-replica updates: under ``keras.distribution.DataParallel`` (JAX) the batch
 ``update`` is the global batch, so every replica applies the same update.
 """
 
-from typing import Optional
+from typing import Any, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from keras import ops
 
 from tfrs_logq.core import log_q as log_q_core
 from tfrs_logq.keras3 import _tensors
+from tfrs_logq.keras3._tensors import Tensor
 
 MIN_ONE_MINUS_Q = log_q_core.MIN_ONE_MINUS_Q
 
@@ -42,17 +43,17 @@ __all__ = ["FrequencyEstimator", "MIN_ONE_MINUS_Q", "log1m_exp", "group_sorted"]
 # value read is never used) and writes drop it (`scatter_state`), so the shapes stay static.
 
 
-def masked_index(index, valid, size: int):
+def masked_index(index: Tensor, valid: Tensor, size: int) -> Tensor:
   """``index`` where ``valid`` (broadcast against it), else the sentinel ``size``."""
   return ops.where(valid, index, size)
 
 
-def take_state(state, index):
+def take_state(state: Tensor, index: Tensor) -> Tensor:
   """``state[index]`` with a sentinel index (= state size) clamped to the last entry."""
   return ops.take(state, ops.minimum(index, state.shape[0] - 1))
 
 
-def scatter_state(state, index, values, sentinel: bool):
+def scatter_state(state: Tensor, index: Tensor, values: Tensor, sentinel: bool) -> Tensor:
   """``state`` with ``values`` written at the 1-D ``index``; with ``sentinel``, the writes at the
   sentinel index (= state size) are dropped (written to one extra entry, then cut off)."""
   if not sentinel:
@@ -62,19 +63,19 @@ def scatter_state(state, index, values, sentinel: bool):
   return ops.scatter_update(padded, ops.expand_dims(index, 1), ops.cast(values, state.dtype))[:size]
 
 
-def num_counted(keys, valid):
+def num_counted(keys: Tensor, valid: Optional[Tensor]) -> Tensor:
   """The number of entries counted: keys' static size, or the sum of ``valid`` (float32)."""
   if valid is None:
     return float(keys.shape[0])
   return ops.sum(ops.cast(valid, "float32"))
 
 
-def log1m_exp(log_p):
+def log1m_exp(log_p: Tensor) -> Tensor:
   """log(1 - exp(log_p)) for log_p <= 0, stable, 1 - p floored at MIN_ONE_MINUS_Q."""
   return log_q_core.log1mexp(ops, ops.cast(log_p, "float32"), MIN_ONE_MINUS_Q)
 
 
-def group_sorted(values):
+def group_sorted(values: Tensor) -> Tuple[Tensor, Tensor]:
   """Sorts a 1-D int32 tensor and counts each value's occurrences, with static shapes.
 
   Returns (sorted [n], counts [n]): counts[i] is the multiplicity of sorted[i] (equal for every
@@ -98,7 +99,9 @@ class FrequencyEstimator(keras.layers.Layer):
   float32 log Q).
   """
 
-  def __init__(self, num_items: Optional[int] = None, validate_ids: bool = True, **kwargs):
+  def __init__(
+    self, num_items: Optional[int] = None, validate_ids: bool = True, **kwargs: Any
+  ) -> None:
     kwargs.setdefault("trainable", False)
     kwargs["dtype"] = "float32"
     super().__init__(**kwargs)
@@ -107,7 +110,9 @@ class FrequencyEstimator(keras.layers.Layer):
     self.num_items = None if num_items is None else int(num_items)
     self.validate_ids = bool(validate_ids)
 
-  def _state(self, name, shape, dtype, initial=0):
+  def _state(
+    self, name: str, shape: Tuple[int, ...], dtype: str, initial: Any = 0
+  ) -> keras.Variable:
     value = np.full(shape, initial) if np.isscalar(initial) else np.asarray(initial)
     return self.add_weight(
       name=name,
@@ -117,7 +122,7 @@ class FrequencyEstimator(keras.layers.Layer):
       initializer=keras.initializers.Constant(value.astype(dtype)),
     )
 
-  def _keys(self, ids, *, flatten: bool, valid=None):
+  def _keys(self, ids: Tensor, *, flatten: bool, valid: Optional[Tensor] = None) -> Tensor:
     """Validated int32 keys (only the ``valid`` entries are checked), optionally flattened."""
     ids = _tensors.as_ids(ids, f"{self.name}: ids")
     if flatten and len(ids.shape) == 0:
@@ -135,7 +140,7 @@ class FrequencyEstimator(keras.layers.Layer):
     keys = ops.cast(ids, "int32")
     return ops.reshape(keys, (-1,)) if flatten else keys
 
-  def update(self, ids, valid=None) -> None:
+  def update(self, ids: Tensor, valid: Optional[Tensor] = None) -> None:
     """Counts one training step's candidate ids.
 
     Args:
@@ -153,7 +158,7 @@ class FrequencyEstimator(keras.layers.Layer):
     else:
       self._update_keys(keys, ops.reshape(valid, (-1,)))
 
-  def _valid(self, valid, ids):
+  def _valid(self, valid: Tensor, ids: Tensor) -> Tensor:
     """``valid`` as a bool tensor of ids' shape; TypeError / ValueError otherwise."""
     valid = ops.convert_to_tensor(valid)
     if _tensors.dtype_of(valid) != "bool":
@@ -165,29 +170,29 @@ class FrequencyEstimator(keras.layers.Layer):
       )
     return valid
 
-  def log_q(self, ids):
+  def log_q(self, ids: Tensor) -> Tensor:
     """log Q(d), float32, same shape as ids."""
     return self._log_q_keys(self._keys(ids, flatten=False))
 
-  def log_one_minus_q(self, ids):
+  def log_one_minus_q(self, ids: Tensor) -> Tensor:
     """log(1 - Q(d)), float32, stable, 1 - Q floored at MIN_ONE_MINUS_Q."""
     return log1m_exp(self.log_q(ids))
 
-  def log_q_prime(self, ids, positive_ids):
+  def log_q_prime(self, ids: Tensor, positive_ids: Tensor) -> Tensor:
     """log Q'(d) = log Q(d) - log(1 - Q(p)), broadcasting ids against positive_ids."""
     return self.log_q(ids) - self.log_one_minus_q(positive_ids)
 
-  def call(self, ids):
+  def call(self, ids: Tensor) -> Tensor:
     return self.log_q(ids)
 
-  def compute_output_spec(self, ids):
+  def compute_output_spec(self, ids: keras.KerasTensor) -> keras.KerasTensor:
     return keras.KerasTensor(ids.shape, "float32")
 
-  def get_config(self):
+  def get_config(self) -> Dict[str, Any]:
     return {**super().get_config(), "num_items": self.num_items, "validate_ids": self.validate_ids}
 
-  def _update_keys(self, keys, valid=None) -> None:
+  def _update_keys(self, keys: Tensor, valid: Optional[Tensor] = None) -> None:
     raise NotImplementedError
 
-  def _log_q_keys(self, keys):
+  def _log_q_keys(self, keys: Tensor) -> Tensor:
     raise NotImplementedError

@@ -22,13 +22,14 @@ last writes with decay, float32 N, int32 step) lives in non-trainable variables.
 (static size 0) is a no-op.
 """
 
-from typing import Optional
+from typing import Any, Dict, Optional
 
 import keras
 from keras import ops
 
 from tfrs_logq.core import count_min as count_min_core
 from tfrs_logq.core import frequency as frequency_core
+from tfrs_logq.keras3._tensors import Tensor
 from tfrs_logq.keras3.frequency import base
 from tfrs_logq.keras3.frequency import hashing
 
@@ -65,10 +66,10 @@ class CountMinSketch(base.FrequencyEstimator):
     half_life: Optional[float] = frequency_core.DEFAULTS["half_life"],
     min_count: float = frequency_core.DEFAULTS["min_count"],
     seed: int = 0,
-    num_items=None,
+    num_items: Optional[int] = None,
     validate_ids: bool = True,
-    **kwargs,
-  ):
+    **kwargs: Any,
+  ) -> None:
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
     width, depth, half_life, min_count, seed = count_min_core.check_sketch(
       epsilon, delta, width, depth, half_life, min_count, seed
@@ -93,11 +94,11 @@ class CountMinSketch(base.FrequencyEstimator):
     """gamma = 2^(-1/half_life) per step (1 without decay)."""
     return count_min_core.decay(self.half_life)
 
-  def _cells(self, keys):
+  def _cells(self, keys: Tensor) -> Tensor:
     """Flat cells j * width + h_j(key), shape [depth] + keys.shape (int32)."""
     return count_min_core.cells(ops, hashing.bucket, keys, self.seed, self.width, self.depth)
 
-  def _read(self, cells, t):
+  def _read(self, cells: Tensor, t: Tensor) -> Tensor:
     """Cell values decayed to step t (the sentinel cell reads the last one: base.take_state)."""
     values = base.take_state(self.table, cells)
     if self.last_write is None:
@@ -105,14 +106,14 @@ class CountMinSketch(base.FrequencyEstimator):
     age = ops.cast(t - base.take_state(self.last_write, cells), "float32")
     return count_min_core.decayed(ops, values, age, self.decay)
 
-  def _write(self, cells, values, t, masked):
+  def _write(self, cells: Tensor, values: Tensor, t: Tensor, masked: bool) -> None:
     """Writes ``values`` at 1-D ``cells`` (with ``masked``, the sentinel cell's are dropped)."""
     self.table.assign(base.scatter_state(self.table, cells, values, masked))
     if self.last_write is not None:
       written = ops.cast(ops.full_like(cells, 1) * t, "int32")
       self.last_write.assign(base.scatter_state(self.last_write, cells, written, masked))
 
-  def _update_keys(self, keys, valid=None):
+  def _update_keys(self, keys: Tensor, valid: Optional[Tensor] = None) -> None:
     n = base.num_counted(keys, valid)
     masked = valid is not None
     nonempty = n > 0
@@ -149,17 +150,17 @@ class CountMinSketch(base.FrequencyEstimator):
     self.total.assign(ops.where(nonempty, total, self.total.value))
     self.step.assign(t_new)
 
-  def estimate(self, ids):
+  def estimate(self, ids: Tensor) -> Tensor:
     """est(d) = min_j C[j, h_j(d)] (decayed to the current step), float32, unfloored."""
     return count_min_core.estimate(
       ops, self._read(self._cells(self._keys(ids, flatten=False)), self.step)
     )
 
-  def _log_q_keys(self, keys):
+  def _log_q_keys(self, keys: Tensor) -> Tensor:
     est = count_min_core.estimate(ops, self._read(self._cells(keys), self.step))
     return count_min_core.log_q(ops, est, self.total, self.min_count)
 
-  def get_config(self):
+  def get_config(self) -> Dict[str, Any]:
     return {
       **super().get_config(),
       "width": self.width,

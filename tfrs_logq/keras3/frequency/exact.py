@@ -12,13 +12,16 @@ exact_log_one_minus_q), evaluated in float32 (the tf-keras path evaluates them i
 two agree to float32 precision).
 """
 
-from typing import Optional
+from typing import Any, Dict, Optional, Tuple
+
+import numpy.typing as npt
 
 import keras
 from keras import ops
 
 from tfrs_logq.core import checks as core_checks
 from tfrs_logq.core import frequency as frequency_core
+from tfrs_logq.keras3._tensors import Tensor
 from tfrs_logq.keras3.frequency import base
 
 __all__ = ["ExactCounts"]
@@ -28,15 +31,17 @@ __all__ = ["ExactCounts"]
 class ExactCounts(base.FrequencyEstimator):
   """Q(d) = #d / N from an exact counts table (int ids in [0, num_items))."""
 
+  num_items: int  # required here (check_num_items_given), optional in the base class
+
   def __init__(
     self,
     num_items: int,
-    counts=None,
+    counts: Optional[npt.ArrayLike] = None,
     accumulate: Optional[bool] = None,
     min_count: float = frequency_core.DEFAULTS["min_count"],
     validate_ids: bool = True,
-    **kwargs,
-  ):
+    **kwargs: Any,
+  ) -> None:
     core_checks.check_num_items_given(num_items)
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
     assert self.num_items is not None  # check_num_items_given
@@ -48,7 +53,7 @@ class ExactCounts(base.FrequencyEstimator):
     self.total = self._state("total", (), "int32", int(initial.sum()))
     self.built = True
 
-  def _update_keys(self, keys, valid=None):
+  def _update_keys(self, keys: Tensor, valid: Optional[Tensor] = None) -> None:
     if not self.accumulate:
       return
     if valid is None:
@@ -60,17 +65,17 @@ class ExactCounts(base.FrequencyEstimator):
     self.counts.assign(self.counts + hits)
     self.total.assign(self.total + n)
 
-  def _counts_and_total(self, keys):
+  def _counts_and_total(self, keys: Tensor) -> Tuple[Tensor, Tensor]:
     return ops.cast(ops.take(self.counts, keys), "float32"), ops.cast(self.total, "float32")
 
-  def _log_q_keys(self, keys):
+  def _log_q_keys(self, keys: Tensor) -> Tensor:
     count, total = self._counts_and_total(keys)
     return frequency_core.exact_log_q(ops, count, total, self.min_count, self.num_items)
 
-  def log_one_minus_q(self, ids):
+  def log_one_minus_q(self, ids: Tensor) -> Tensor:
     """log((N − #p) / N), N − #p floored at min_count; with N = 0, log(1 − 1/num_items)."""
     count, total = self._counts_and_total(self._keys(ids, flatten=False))
     return frequency_core.exact_log_one_minus_q(ops, count, total, self.min_count, self.num_items)
 
-  def get_config(self):
+  def get_config(self) -> Dict[str, Any]:
     return {**super().get_config(), "accumulate": self.accumulate, "min_count": self.min_count}

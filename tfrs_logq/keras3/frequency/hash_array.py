@@ -19,12 +19,14 @@ the update has static shapes.
 """
 
 import numbers
+from typing import Any, Dict, Optional
 
 import keras
 from keras import ops
 
 from tfrs_logq.core import checks as core_checks
 from tfrs_logq.core import frequency as frequency_core
+from tfrs_logq.keras3._tensors import Tensor
 from tfrs_logq.keras3.frequency import base
 from tfrs_logq.keras3.frequency import hashing
 
@@ -43,10 +45,10 @@ class HashArrayEstimator(base.FrequencyEstimator):
     warmup: bool = frequency_core.DEFAULTS["warmup"],
     pending_gap: bool = frequency_core.DEFAULTS["pending_gap"],
     seed: int = 0,
-    num_items=None,
+    num_items: Optional[int] = None,
     validate_ids: bool = True,
-    **kwargs,
-  ):
+    **kwargs: Any,
+  ) -> None:
     super().__init__(num_items=num_items, validate_ids=validate_ids, **kwargs)
     for name, value in (("num_buckets", num_buckets), ("num_hashes", num_hashes)):
       if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
@@ -68,7 +70,7 @@ class HashArrayEstimator(base.FrequencyEstimator):
     self.ids_per_step = self._state("ids_per_step", (), "float32", 0.0)  # n̄
     self.built = True
 
-  def _slots(self, keys):
+  def _slots(self, keys: Tensor) -> Tensor:
     """Flat slots i·H + h_i(key) of every hash, shape [m] + keys.shape (int32)."""
     return ops.stack(
       [
@@ -77,16 +79,16 @@ class HashArrayEstimator(base.FrequencyEstimator):
       ]
     )
 
-  def _prior_hits(self, hits):
+  def _prior_hits(self, hits: Tensor) -> Tensor:
     """k as float32: gap samples so far (0 before the second sighting; J after it without
     warm-up)."""
     return frequency_core.prior_hits(ops, ops.cast(hits, "float32"), self.warmup, self.warmup_hits)
 
-  def _update_keys(self, keys, valid=None):
+  def _update_keys(self, keys: Tensor, valid: Optional[Tensor] = None) -> None:
     n = base.num_counted(keys, valid)
     slots = self._slots(keys)
     masked = valid is not None
-    if masked:  # slots of entries that do not count: the sentinel (base.masked_index)
+    if valid is not None:  # slots of entries that do not count: the sentinel (base.masked_index)
       slots = base.masked_index(slots, valid[None, :], self.num_buckets * self.num_hashes)
     nonempty = n > 0
     t_new = self.step + ops.cast(nonempty, "int32")
@@ -108,11 +110,11 @@ class HashArrayEstimator(base.FrequencyEstimator):
     self.ids_per_step.assign(ops.where(nonempty, n_bar, self.ids_per_step.value))
     self.step.assign(t_new)
 
-  def steps_per_hit(self, ids):
+  def steps_per_hit(self, ids: Tensor) -> Tensor:
     """B̂(d) = max_i B_i as read (floors and pending gap applied), float32, shape of ids."""
     return self._steps_per_hit_keys(self._keys(ids, flatten=False))
 
-  def _steps_per_hit_keys(self, keys):
+  def _steps_per_hit_keys(self, keys: Tensor) -> Tensor:
     slots = self._slots(keys)
     k = self._prior_hits(ops.take(self.hits, slots)) if self.pending_gap else None
     return frequency_core.read_steps_per_hit(
@@ -126,10 +128,10 @@ class HashArrayEstimator(base.FrequencyEstimator):
       self.pending_gap,
     )
 
-  def _log_q_keys(self, keys):
+  def _log_q_keys(self, keys: Tensor) -> Tensor:
     return frequency_core.hash_array_log_q(ops, self._steps_per_hit_keys(keys), self.ids_per_step)
 
-  def get_config(self):
+  def get_config(self) -> Dict[str, Any]:
     return {
       **super().get_config(),
       "num_buckets": self.num_buckets,

@@ -13,6 +13,8 @@ import numpy as np
 
 from keras import ops
 
+from tfrs_logq.keras3._tensors import Tensor
+
 GOLDEN32 = 0x9E3779B9
 MIX1 = 0x7FEB352D
 MIX2 = 0x846CA68B
@@ -20,16 +22,16 @@ MIX2 = 0x846CA68B
 __all__ = ["mix32", "bucket", "GOLDEN32", "MIX1", "MIX2"]
 
 
-def _int32(u: int):
+def _int32(u: int) -> np.ndarray:
   """The int32 with the bits of the unsigned 32-bit value u."""
   return np.array(u & 0xFFFFFFFF, np.uint32).view(np.int32)
 
 
-def _xor_shift(x, s: int):
+def _xor_shift(x: Tensor, s: int) -> Tensor:
   return ops.bitwise_xor(x, ops.bitwise_and(ops.right_shift(x, s), _int32((1 << (32 - s)) - 1)))
 
 
-def mix32(keys, seed: int):
+def mix32(keys: Tensor, seed: int) -> Tensor:
   """lowbias32 of ``keys + (seed + 1) * GOLDEN32`` (mod 2**32), as int32 bits."""
   x = ops.add(ops.cast(keys, "int32"), _int32((seed + 1) * GOLDEN32))
   x = ops.multiply(_xor_shift(x, 16), _int32(MIX1))
@@ -37,7 +39,7 @@ def mix32(keys, seed: int):
   return _xor_shift(x, 16)
 
 
-def bucket(keys, seed: int, num_buckets: int):
+def bucket(keys: Tensor, seed: int, num_buckets: int) -> Tensor:
   """h_seed(key) in [0, num_buckets), int32: ``(mix32(key, seed) mod 2**31) mod num_buckets``."""
   x = ops.bitwise_and(mix32(keys, seed), _int32(0x7FFFFFFF))
   return ops.mod(x, _int32(num_buckets))

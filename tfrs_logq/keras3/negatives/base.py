@@ -11,12 +11,13 @@ smallest row index of each group wins::
 the numbering of per-sequence negative sets.)
 """
 
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Optional, Tuple
 
 from keras import ops
 
 from tfrs_logq.core import checks as core_checks
 from tfrs_logq.keras3 import _tensors
+from tfrs_logq.keras3._tensors import Tensor
 
 __all__ = [
   "Negatives",
@@ -41,7 +42,7 @@ class Negatives(NamedTuple):
   positive_log_q: Any = None
 
 
-def _sorted_runs(ids, valid):
+def _sorted_runs(ids: Tensor, valid: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
   """(order, run [B] of each sorted row, rank [B]: row index, + B for an invalid row)."""
   b = ids.shape[0]
   index = ops.arange(b, dtype="int32")
@@ -53,7 +54,7 @@ def _sorted_runs(ids, valid):
   return order, run, ops.take(rank, order)
 
 
-def first_occurrence_mask(ids, valid=None):
+def first_occurrence_mask(ids: Tensor, valid: Optional[Tensor] = None) -> Tensor:
   """bool [B]: True at the first row of each distinct id among the valid rows (dedup)."""
   ids = _tensors.as_ids(ids, "ids")
   _tensors.check_rank(ids, 1, "ids")
@@ -67,7 +68,7 @@ def first_occurrence_mask(ids, valid=None):
   return keep if valid is None else ops.logical_and(keep, valid)
 
 
-def first_occurrence_segments(ids, valid=None):
+def first_occurrence_segments(ids: Tensor, valid: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
   """(first bool [B], segment int32 [B]): ``first_occurrence_mask`` and each row's rank among
   the distinct valid ids in order of first occurrence (an id without a valid row: B - 1)."""
   ids = _tensors.as_ids(ids, "ids")

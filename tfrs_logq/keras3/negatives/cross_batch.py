@@ -47,7 +47,7 @@ holds the memory and the estimator's state; the generator's state (Keras leaves 
 ``weights``) is saved with the layer's own variables (``.weights.h5``, ``.keras``).
 """
 
-from typing import Any, Callable, NamedTuple, Optional
+from typing import Any, Callable, Dict, List, Mapping, MutableMapping, NamedTuple, Optional, Tuple
 
 import keras
 from keras import ops
@@ -55,6 +55,7 @@ from keras import ops
 from tfrs_logq.core import cross_batch as cross_batch_core
 from tfrs_logq.core import negatives as negatives_core
 from tfrs_logq.keras3 import _tensors
+from tfrs_logq.keras3._tensors import Seed, Tensor
 from tfrs_logq.keras3.negatives import base
 from tfrs_logq.keras3.negatives import cross_replica as cross_replica_lib
 from tfrs_logq.keras3.negatives import in_batch
@@ -113,7 +114,7 @@ class CrossBatchNegatives(keras.layers.Layer, NegativeSampler):
 
   def __init__(
     self,
-    frequency_estimator,
+    frequency_estimator: Any,
     num_batches: int,
     batch_size: int,
     *,
@@ -125,8 +126,8 @@ class CrossBatchNegatives(keras.layers.Layer, NegativeSampler):
     cross_replica: bool = True,
     seed: Optional[int] = None,
     name: Optional[str] = None,
-    **kwargs,
-  ):
+    **kwargs: Any,
+  ) -> None:
     kwargs["dtype"] = "float32"
     super().__init__(name=name, **kwargs)
     m, b, s = cross_batch_core.check_memory(
@@ -156,7 +157,7 @@ class CrossBatchNegatives(keras.layers.Layer, NegativeSampler):
     self.seed_generator = keras.random.SeedGenerator(self.seed)
     self.built = True
 
-  def _state(self, name, shape, dtype):
+  def _state(self, name: str, shape: Tuple[Optional[int], ...], dtype: str) -> keras.Variable:
     return self.add_weight(
       name=name,
       shape=shape,
@@ -172,10 +173,10 @@ class CrossBatchNegatives(keras.layers.Layer, NegativeSampler):
     return self.num_batches * self.slots_per_batch
 
   # -------------------------------------------------------------------------------- log Q
-  def _log_q_unigram(self, ids):
+  def _log_q_unigram(self, ids: Tensor) -> Tensor:
     return _tensors.as_float32(self.frequency_estimator.log_q(ids), "frequency_estimator.log_q")
 
-  def _read(self, ids) -> _Memory:
+  def _read(self, ids: Tensor) -> _Memory:
     """The memory and log Q of its slots and of ``ids`` (int [n]): one estimator call and one
     ``memory_log_q`` for both."""
     size = self.memory_size
@@ -199,7 +200,7 @@ class CrossBatchNegatives(keras.layers.Layer, NegativeSampler):
     )
     return _Memory(order, slot_ids, present, num_distinct, log_q_unigram, log_q)
 
-  def log_q(self, ids):
+  def log_q(self, ids: Tensor) -> Tensor:
     """log Q(d) of any ids under the current state (``core.cross_batch.memory_log_q``),
     float32, ids' shape; ``expected_count`` on an empty memory gives -inf (Q = 0)."""
     ids = _tensors.as_ids(ids, "ids")
@@ -208,7 +209,7 @@ class CrossBatchNegatives(keras.layers.Layer, NegativeSampler):
     return ops.reshape(log_q, shape)
 
   # ---------------------------------------------------------------------------- negatives
-  def _embed(self, ids, item_table):
+  def _embed(self, ids: Tensor, item_table: Optional[Tensor]) -> Tensor:
     return embed_ids(
       ids,
       candidate_embedder=self.candidate_embedder,
@@ -218,14 +219,14 @@ class CrossBatchNegatives(keras.layers.Layer, NegativeSampler):
 
   def sample_negatives(
     self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
+    query_embeddings: Tensor,
+    positive_ids: Tensor,
+    positive_embeddings: Tensor,
     *,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
+    seed: Optional[Seed] = None,
+    sequence_ids: Optional[Tensor] = None,
+    item_table: Optional[Tensor] = None,
+    valid: Optional[Tensor] = None,
   ) -> base.Negatives:
     """The memory as shared negatives, newest first (the state is not modified).
 
@@ -265,15 +266,15 @@ class CrossBatchNegatives(keras.layers.Layer, NegativeSampler):
 
   def score(
     self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
+    query_embeddings: Tensor,
+    positive_ids: Tensor,
+    positive_embeddings: Tensor,
     *,
     temperature: float = 1.0,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
+    seed: Optional[Seed] = None,
+    sequence_ids: Optional[Tensor] = None,
+    item_table: Optional[Tensor] = None,
+    valid: Optional[Tensor] = None,
   ) -> ScoredCandidates:
     """``score_negatives`` of the queries against the memory (arguments of
     ``sampled_softmax_loss``: float32 scores [A], [A, M S], log Q [M S], valid_mask [A, M S] with
@@ -294,7 +295,14 @@ class CrossBatchNegatives(keras.layers.Layer, NegativeSampler):
     )
 
   # --------------------------------------------------------------------------------- push
-  def update(self, positive_ids, positive_embeddings=None, *, valid=None, seed=None) -> None:
+  def update(
+    self,
+    positive_ids: Tensor,
+    positive_embeddings: Optional[Tensor] = None,
+    *,
+    valid: Optional[Tensor] = None,
+    seed: Optional[Seed] = None,
+  ) -> None:
     """Pushes one step's positives into the oldest block (after the step has scored).
 
     Args:
@@ -366,7 +374,9 @@ class CrossBatchNegatives(keras.layers.Layer, NegativeSampler):
       variable.assign(ops.scatter_update(variable.value, block, ops.reshape(value, (1,))))
     self.num_pushed.assign(pushed + 1)
 
-  def _subsample(self, first, rows_valid, seed):
+  def _subsample(
+    self, first: Tensor, rows_valid: Tensor, seed: Optional[Seed]
+  ) -> Tuple[Tensor, Tensor]:
     """(rows int32 [S], kept bool [S]): the in-batch ``k_b`` rule with k_b = S (keys z[rank(r)],
     rank = the row's index among the valid rows; ``in_batch.in_batch_pool``)."""
     b = self.batch_size
@@ -379,15 +389,15 @@ class CrossBatchNegatives(keras.layers.Layer, NegativeSampler):
     )
 
   # ---------------------------------------------------------------------------- saving
-  def _own_variables(self):
+  def _own_variables(self) -> List[keras.Variable]:
     return self._trainable_variables + self._non_trainable_variables + [self.seed_generator.state]
 
-  def save_own_variables(self, store):
+  def save_own_variables(self, store: MutableMapping[str, Any]) -> None:
     """The memory and the subsample generator's state (so a restored run draws on)."""
     for i, v in enumerate(self._own_variables()):
       store[f"{i}"] = v
 
-  def load_own_variables(self, store):
+  def load_own_variables(self, store: Mapping[str, Any]) -> None:
     variables = self._own_variables()
     if len(store.keys()) != len(variables):
       raise ValueError(
@@ -397,7 +407,7 @@ class CrossBatchNegatives(keras.layers.Layer, NegativeSampler):
     for i, v in enumerate(variables):
       v.assign(store[f"{i}"])
 
-  def get_config(self):
+  def get_config(self) -> Dict[str, Any]:
     return {
       **super().get_config(),
       "frequency_estimator": (
@@ -416,7 +426,7 @@ class CrossBatchNegatives(keras.layers.Layer, NegativeSampler):
     }
 
   @classmethod
-  def from_config(cls, config):
+  def from_config(cls, config: Mapping[str, Any]) -> "CrossBatchNegatives":
     config = dict(config)
     if isinstance(config["frequency_estimator"], dict):
       config["frequency_estimator"] = keras.saving.deserialize_keras_object(

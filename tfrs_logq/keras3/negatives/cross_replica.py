@@ -17,14 +17,16 @@ Values never change (identity without a distribution, on other backends and outs
 compiled step it only moves data).
 """
 
-from typing import Sequence
+from typing import List, Optional, Sequence
 
 import keras
+
+from tfrs_logq.keras3._tensors import Tensor
 
 __all__ = ["all_gather_rows", "data_parallel_mesh", "num_replicas"]
 
 
-def data_parallel_mesh():
+def data_parallel_mesh() -> Optional[keras.distribution.DeviceMesh]:
   """The device mesh of the current ``keras.distribution`` distribution on JAX, or None."""
   if keras.backend.backend() != "jax":
     return None
@@ -45,7 +47,7 @@ def num_replicas() -> int:
   return int(mesh.shape[names.index(axis)] if axis in names else mesh.shape[0])
 
 
-def all_gather_rows(tensors: Sequence) -> list:
+def all_gather_rows(tensors: Sequence[Tensor]) -> List[Tensor]:
   """Each tensor with every row on every device (replicated layout) under a distribution.
 
   Args:

@@ -22,13 +22,14 @@ weights e^s / (n Q) are Horvitz-Thompson weights e^s / E[count].) Randomness of 
 """
 
 import numbers
-from typing import Any, NamedTuple, Optional
+from typing import Any, Dict, NamedTuple, Optional, Tuple, cast
 
 import keras
 from keras import ops
 
 from tfrs_logq.core import negatives as negatives_core
 from tfrs_logq.keras3 import _tensors
+from tfrs_logq.keras3._tensors import Seed, Tensor
 from tfrs_logq.keras3.negatives import base
 from tfrs_logq.keras3.negatives import cross_replica as cross_replica_lib
 from tfrs_logq.keras3.negatives import scoring
@@ -54,14 +55,14 @@ class InBatchPool(NamedTuple):
   num_distinct: Any
 
   @property
-  def num_kept(self):
+  def num_kept(self) -> Tensor:
     return ops.sum(ops.cast(self.negatives.valid, "float32"))
 
 
 _INT32_MIN = -(2**31)
 
 
-def check_num_negatives(num_negatives, name: str = "num_negatives"):
+def check_num_negatives(num_negatives: object, name: str = "num_negatives") -> Optional[int]:
   """k_b: None or a positive Python / numpy int (not bool or float), as the tf-keras path."""
   if num_negatives is None:
     return None
@@ -74,12 +75,12 @@ def check_num_negatives(num_negatives, name: str = "num_negatives"):
   return int(num_negatives)
 
 
-def random_keys(n: int, seed=None):
+def random_keys(n: int, seed: Optional[Seed] = None) -> Tensor:
   """z: n iid uniform int32 keys >= 0 from ``seed`` (int, SeedGenerator or None)."""
   return keras.random.randint((n,), 0, 2**31 - 1, dtype="int32", seed=seed)
 
 
-def subsample_indices(n: int, k: int, seed=None):
+def subsample_indices(n: int, k: int, seed: Optional[Seed] = None) -> Tensor:
   """``min(n, k)`` distinct indices of ``range(n)`` chosen uniformly at random, increasing
   (int32): those with the ``k`` largest of n `random_keys` (the k_b subsample's rule).
 
@@ -91,7 +92,7 @@ def subsample_indices(n: int, k: int, seed=None):
   """
   if k is None:
     raise ValueError("num_negatives must be a positive int, got None")
-  k = check_num_negatives(k)
+  k = cast(int, check_num_negatives(k))  # not None: k is not None here
   if isinstance(n, bool) or not isinstance(n, numbers.Integral) or n < 0:
     raise ValueError(f"n must be a non-negative Python int (static shapes), got {n!r}")
   keep = min(int(n), k)
@@ -101,7 +102,16 @@ def subsample_indices(n: int, k: int, seed=None):
   return ops.sort(ops.cast(chosen, "int32"))
 
 
-def _subsample(ids, emb, log_q, keep, pool_valid, num_negatives, seed, keys):
+def _subsample(
+  ids: Tensor,
+  emb: Tensor,
+  log_q: Tensor,
+  keep: Tensor,
+  pool_valid: Tensor,
+  num_negatives: int,
+  seed: Optional[Seed],
+  keys: Optional[Tensor],
+) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
   """The k_b slots of the pool: (ids, emb, log_q, kept) gathered at the kept rows."""
   b = ids.shape[0]
   if num_negatives >= b:  # every distinct id fits: nothing to drop
@@ -120,15 +130,15 @@ def _subsample(ids, emb, log_q, keep, pool_valid, num_negatives, seed, keys):
 
 
 def in_batch_pool(
-  positive_ids,
-  positive_embeddings,
-  log_q,
-  valid=None,
+  positive_ids: Tensor,
+  positive_embeddings: Tensor,
+  log_q: Tensor,
+  valid: Optional[Tensor] = None,
   cross_replica: bool = True,
   *,
   num_negatives: Optional[int] = None,
-  seed=None,
-  keys=None,
+  seed: Optional[Seed] = None,
+  keys: Optional[Tensor] = None,
 ) -> InBatchPool:
   """The pool of :func:`in_batch_negatives` under the ``unigram`` log Q, with B and U."""
   num_negatives = check_num_negatives(num_negatives)
@@ -158,7 +168,7 @@ def in_batch_pool(
   return InBatchPool(negatives, ops.sum(ops.cast(pool_valid, "float32")), num_distinct)
 
 
-def convention_log_q(log_q_unigram, pool: InBatchPool, convention: str):
+def convention_log_q(log_q_unigram: Tensor, pool: InBatchPool, convention: str) -> Tensor:
   """log Q of in-batch slots under ``convention`` from log q_uni (float32, any shape)."""
   if convention != "expected_count":
     return log_q_unigram
@@ -167,7 +177,7 @@ def convention_log_q(log_q_unigram, pool: InBatchPool, convention: str):
   )
 
 
-def expected_count_log_q(log_q_unigram, pool: InBatchPool):
+def expected_count_log_q(log_q_unigram: Tensor, pool: InBatchPool) -> Tensor:
   """log E[count of d among the n_b in-batch negatives] = log pi(d) + log n_b - log U, with
   pi(d) = 1 - (1 - q_uni(d))^B; -inf for an empty pool (`convention_log_q`'s
   ``expected_count`` is this minus log n_b: per slot)."""
@@ -181,17 +191,17 @@ def expected_count_log_q(log_q_unigram, pool: InBatchPool):
 
 
 def in_batch_negatives(
-  positive_ids,
-  positive_embeddings,
-  log_q,
-  valid=None,
+  positive_ids: Tensor,
+  positive_embeddings: Tensor,
+  log_q: Tensor,
+  valid: Optional[Tensor] = None,
   *,
   convention: str = "unigram",
   cross_replica: bool = True,
   num_negatives: Optional[int] = None,
-  seed=None,
-  keys=None,
-):
+  seed: Optional[Seed] = None,
+  keys: Optional[Tensor] = None,
+) -> base.Negatives:
   """The batch's positives as shared negatives, duplicates and padding marked invalid.
 
   Args:
@@ -251,13 +261,13 @@ class InBatchNegatives(NegativeSampler):
 
   def __init__(
     self,
-    frequency_estimator=None,
+    frequency_estimator: Any = None,
     *,
     num_negatives: Optional[int] = None,
     cross_replica: bool = True,
     convention: str = "unigram",
     static_shapes: Optional[bool] = None,
-  ):
+  ) -> None:
     if frequency_estimator is not None and not callable(
       getattr(frequency_estimator, "log_q", None)
     ):
@@ -275,7 +285,7 @@ class InBatchNegatives(NegativeSampler):
     self.convention = convention
     self.static_shapes = None if static_shapes is None else True
 
-  def get_config(self) -> dict:
+  def get_config(self) -> Dict[str, Any]:
     """Constructor arguments; ``frequency_estimator`` is returned as the object itself."""
     return dict(
       frequency_estimator=self.frequency_estimator,
@@ -285,7 +295,7 @@ class InBatchNegatives(NegativeSampler):
       static_shapes=self.static_shapes,
     )
 
-  def unigram_log_q(self, ids):
+  def unigram_log_q(self, ids: Tensor) -> Tensor:
     """log q_uni(d) of any ids from the estimator, float32."""
     if self.frequency_estimator is None:
       raise ValueError(
@@ -295,7 +305,13 @@ class InBatchNegatives(NegativeSampler):
     return _tensors.as_float32(self.frequency_estimator.log_q(ids), "log_q(ids)")
 
   def __call__(
-    self, positive_ids, positive_embeddings, *, candidate_log_q=None, valid=None, seed=None
+    self,
+    positive_ids: Tensor,
+    positive_embeddings: Tensor,
+    *,
+    candidate_log_q: Optional[Tensor] = None,
+    valid: Optional[Tensor] = None,
+    seed: Optional[Seed] = None,
   ) -> base.Negatives:
     """:func:`in_batch_negatives` of the batch's positives under the sampler's settings."""
     log_q = self.unigram_log_q(positive_ids) if candidate_log_q is None else candidate_log_q
@@ -312,14 +328,14 @@ class InBatchNegatives(NegativeSampler):
 
   def sample_negatives(
     self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
+    query_embeddings: Tensor,
+    positive_ids: Tensor,
+    positive_embeddings: Tensor,
     *,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
+    seed: Optional[Seed] = None,
+    sequence_ids: Optional[Tensor] = None,
+    item_table: Optional[Tensor] = None,
+    valid: Optional[Tensor] = None,
   ) -> base.Negatives:
     """`__call__` on the queries' positives (the in-batch pool; ``valid`` leaves padding out)."""
     del query_embeddings, sequence_ids, item_table
@@ -327,15 +343,15 @@ class InBatchNegatives(NegativeSampler):
 
   def score(
     self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
+    query_embeddings: Tensor,
+    positive_ids: Tensor,
+    positive_embeddings: Tensor,
     *,
     temperature: float = 1.0,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
+    seed: Optional[Seed] = None,
+    sequence_ids: Optional[Tensor] = None,
+    item_table: Optional[Tensor] = None,
+    valid: Optional[Tensor] = None,
   ) -> scoring.ScoredCandidates:
     """``score_negatives`` of `sample_negatives` (one [A, d] x [d, N] matmul)."""
     negatives = self.sample_negatives(

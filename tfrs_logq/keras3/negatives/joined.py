@@ -11,10 +11,11 @@ keep theirs); a ``seed`` argument is passed to every block unchanged.
 """
 
 import numbers
-from typing import Sequence
+from typing import Any, List, NoReturn, Optional, Sequence
 
 import keras
 
+from tfrs_logq.keras3._tensors import Seed, Tensor
 from tfrs_logq.keras3.negatives import scoring
 from tfrs_logq.keras3.negatives.sampler import NegativeSampler
 
@@ -31,7 +32,7 @@ class JoinedNegatives(keras.layers.Layer, NegativeSampler):
     rebase_q_prime: True for ``correction="corrected"`` with ``q_prime="exact"``.
   """
 
-  def __init__(self, blocks: Sequence, *, rebase_q_prime: bool = True, **kwargs):
+  def __init__(self, blocks: Sequence[Any], *, rebase_q_prime: bool = True, **kwargs: Any) -> None:
     super().__init__(**kwargs)
     blocks = list(blocks)
     if not blocks:
@@ -45,22 +46,22 @@ class JoinedNegatives(keras.layers.Layer, NegativeSampler):
 
   def sample_negatives(
     self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
+    query_embeddings: Tensor,
+    positive_ids: Tensor,
+    positive_embeddings: Tensor,
     *,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
-  ):
+    seed: Optional[Seed] = None,
+    sequence_ids: Optional[Tensor] = None,
+    item_table: Optional[Tensor] = None,
+    valid: Optional[Tensor] = None,
+  ) -> NoReturn:
     """Not available: the blocks are scored one by one (`score`)."""
     del query_embeddings, positive_ids, positive_embeddings, seed, sequence_ids, item_table, valid
     raise NotImplementedError(
       "JoinedNegatives scores block by block (score); sample each block's negatives from it"
     )
 
-  def _block_seeds(self, seed):
+  def _block_seeds(self, seed: Optional[Seed]) -> List[Optional[Seed]]:
     """One seed per block: an int seed k-th block gets seed + k (distinct draws); None or a
     ``keras.random.SeedGenerator`` (it advances at every draw) is shared."""
     if isinstance(seed, numbers.Integral) and not isinstance(seed, bool):
@@ -69,15 +70,15 @@ class JoinedNegatives(keras.layers.Layer, NegativeSampler):
 
   def score(
     self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
+    query_embeddings: Tensor,
+    positive_ids: Tensor,
+    positive_embeddings: Tensor,
     *,
     temperature: float = 1.0,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
+    seed: Optional[Seed] = None,
+    sequence_ids: Optional[Tensor] = None,
+    item_table: Optional[Tensor] = None,
+    valid: Optional[Tensor] = None,
   ) -> scoring.ScoredCandidates:
     """Every block's ``score`` (one seed each) joined along N (``scoring.join_blocks``)."""
     scored = [
@@ -95,7 +96,14 @@ class JoinedNegatives(keras.layers.Layer, NegativeSampler):
     ]
     return scoring.join_blocks(scored, rebase_q_prime=self.rebase_q_prime)
 
-  def update(self, positive_ids, positive_embeddings=None, *, valid=None, seed=None) -> None:
+  def update(
+    self,
+    positive_ids: Tensor,
+    positive_embeddings: Optional[Tensor] = None,
+    *,
+    valid: Optional[Tensor] = None,
+    seed: Optional[Seed] = None,
+  ) -> None:
     """Pushes the step into the blocks that keep a memory (after scoring)."""
     for block in self.blocks:
       if callable(getattr(block, "update", None)):

@@ -26,7 +26,7 @@ derived from (``seed``, refresh count), so refreshes are reproducible on each ba
 
 import numbers
 import warnings
-from typing import Callable, Optional
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import numpy as np
 
@@ -35,6 +35,7 @@ from keras import ops
 
 from tfrs_logq.core import midx as midx_core
 from tfrs_logq.keras3 import _tensors
+from tfrs_logq.keras3._tensors import Seed, Tensor
 from tfrs_logq.keras3.negatives import midx_index
 from tfrs_logq.keras3.negatives.base import Negatives
 from tfrs_logq.keras3.negatives.sampler import NegativeSampler
@@ -80,8 +81,8 @@ class MIDXSampler(keras.layers.Layer, NegativeSampler):
     num_negatives: Optional[int] = None,
     candidate_embedder: Optional[Callable] = None,
     jit_compile: bool = False,
-    **kwargs,
-  ):
+    **kwargs: Any,
+  ) -> None:
     super().__init__(**kwargs)
     num_codewords, id_offset, num_negatives = midx_core.check_sampler_args(
       num_codewords,
@@ -100,19 +101,21 @@ class MIDXSampler(keras.layers.Layer, NegativeSampler):
       raise ValueError(f"seed must be an int, got {seed!r}")
     self.num_codewords: int = num_codewords
     self.quantizer: str = quantizer
-    self.temperature = float(temperature)
+    self.temperature: float = float(temperature)
     self.id_offset: int = id_offset
-    self.seed = int(seed)
-    self.kmeans_iterations = int(kmeans_iterations)
-    self.kmeans_max_points = None if kmeans_max_points is None else int(kmeans_max_points)
-    self.chunk_size = int(chunk_size)
+    self.seed: int = int(seed)
+    self.kmeans_iterations: int = int(kmeans_iterations)
+    self.kmeans_max_points: Optional[int] = (
+      None if kmeans_max_points is None else int(kmeans_max_points)
+    )
+    self.chunk_size: int = int(chunk_size)
     self.num_negatives: Optional[int] = num_negatives
-    self.candidate_embedder = candidate_embedder
-    self.jit_compile = bool(jit_compile)
+    self.candidate_embedder: Optional[Callable] = candidate_embedder
+    self.jit_compile: bool = bool(jit_compile)
     self.num_items: Optional[int] = None
     self.dim: Optional[int] = None
     self._index_built: bool = False
-    self.seed_generator = keras.random.SeedGenerator(self.seed)
+    self.seed_generator: keras.random.SeedGenerator = keras.random.SeedGenerator(self.seed)
     self.built = True
     if num_items is not None:
       self.build_index(num_items, dim)  # type: ignore[arg-type]  # None: check_index_shape raises
@@ -133,7 +136,7 @@ class MIDXSampler(keras.layers.Layer, NegativeSampler):
     k = self.num_codewords
     d1, d2 = midx_core.split_dims(self.quantizer, dim)
 
-    def weight(name, shape, dtype):
+    def weight(name: str, shape: Tuple[int, ...], dtype: str) -> keras.Variable:
       return self.add_weight(
         name=name, shape=shape, dtype=dtype, initializer="zeros", trainable=False
       )
@@ -148,7 +151,7 @@ class MIDXSampler(keras.layers.Layer, NegativeSampler):
     self.num_items, self.dim = num_items, dim
     self._index_built = True
 
-  def refresh(self, item_embeddings):
+  def refresh(self, item_embeddings: Tensor) -> int:
     """Rebuilds both codebooks (k-means) and the inverted multi-index from embeddings [N, d].
 
     Eager only (concrete values). Seeds: (``seed``, refresh count), so repeated refreshes are
@@ -165,15 +168,15 @@ class MIDXSampler(keras.layers.Layer, NegativeSampler):
       raise ValueError("item_embeddings is empty (num_items = 0)")
     self.build_index(int(emb.shape[0]), int(emb.shape[1]))
     value = _tensors.concrete(emb)
-    count = _tensors.concrete(self.num_refreshes)
-    if value is None or count is None:
+    refreshes = _tensors.concrete(self.num_refreshes)
+    if value is None or refreshes is None:
       raise ValueError(
         "MIDXSampler.refresh runs eagerly (between training steps, e.g. "
         "MIDXRefreshCallback), not inside a compiled function"
       )
     if not np.all(np.isfinite(value)):
       raise ValueError("MIDXSampler.refresh: item_embeddings contain NaN or inf")
-    count = int(count)
+    count = int(refreshes)
     index = midx_index.build_index(
       ops.cast(emb, "float32"),
       self.num_codewords,
@@ -199,14 +202,14 @@ class MIDXSampler(keras.layers.Layer, NegativeSampler):
     return count + 1
 
   # -------------------------------------------------------------------------------- proposal
-  def _check_ready(self):
+  def _check_ready(self) -> None:
     if not self._index_built:
       raise ValueError(midx_core.NOT_REFRESHED)
     count = _tensors.concrete(self.num_refreshes)
     if count is not None and int(count) < 1:
       raise ValueError(midx_core.NOT_REFRESHED)
 
-  def _check_queries(self, query_embeddings):
+  def _check_queries(self, query_embeddings: Tensor) -> Tensor:
     z = ops.convert_to_tensor(query_embeddings)
     if _tensors.dtype_of(z) not in _tensors.FLOAT_DTYPES:
       raise TypeError(f"query_embeddings must be floating point, got {_tensors.dtype_of(z)}")
@@ -221,13 +224,13 @@ class MIDXSampler(keras.layers.Layer, NegativeSampler):
       raise ValueError("query_embeddings contain NaN or inf")
     return ops.cast(z, "float32")
 
-  def _proposal(self, z):
+  def _proposal(self, z: Tensor) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """(s^1, s^2, joint [A, K^2], log Z [A, 1]) (``core.midx.proposal``)."""
     return midx_core.proposal(
       ops, z, self.codebook_1, self.codebook_2, self.cell_counts, self.quantizer, self.temperature
     )
 
-  def _seeds(self, seed):
+  def _seeds(self, seed: Optional[Seed]) -> Tuple[Seed, ...]:
     """(first-code seed, item seed, second-code seed): the layer's SeedGenerator (seed None) or
     three ints from ``seed``."""
     if seed is None:
@@ -238,7 +241,9 @@ class MIDXSampler(keras.layers.Layer, NegativeSampler):
       raise ValueError(f"seed must be None, an int or a keras.random.SeedGenerator, got {seed!r}")
     return tuple(midx_index.derive_seed(int(seed), 1, j) for j in (0, 1, 2))
 
-  def sample(self, query_embeddings, num_samples: int, seed=None):
+  def sample(
+    self, query_embeddings: Tensor, num_samples: int, seed: Optional[Seed] = None
+  ) -> Tuple[Tensor, Tensor]:
     """Draws S iid items per query from Q(.|z) and returns their exact log Q(i|z).
 
     Args:
@@ -273,13 +278,16 @@ class MIDXSampler(keras.layers.Layer, NegativeSampler):
     )
     return rows + self.id_offset, log_q
 
-  def call(self, query_embeddings, num_samples: Optional[int] = None):
+  def call(
+    self, query_embeddings: Tensor, num_samples: Optional[int] = None
+  ) -> Tuple[Tensor, Tensor]:
     """``sample(query_embeddings, num_samples or num_negatives)``."""
     return self.sample(query_embeddings, num_samples or self._num_negatives())
 
-  def log_prob(self, query_embeddings, ids):
+  def log_prob(self, query_embeddings: Tensor, ids: Tensor) -> Tensor:
     """Exact log Q(i|z) of given ids [A] or [A, M] (e.g. the positives, for Q'), float32."""
     self._check_ready()
+    assert self.num_items is not None  # _check_ready: the index is built
     z = self._check_queries(query_embeddings)
     ids = self._as_int_ids(ids)
     if len(ids.shape) not in (1, 2):
@@ -299,13 +307,13 @@ class MIDXSampler(keras.layers.Layer, NegativeSampler):
     return out[:, 0] if vector else out
 
   @staticmethod
-  def _as_int_ids(ids):
+  def _as_int_ids(ids: Tensor) -> Tensor:
     ids = ops.convert_to_tensor(ids)
     if _tensors.dtype_of(ids) not in _tensors.INT_DTYPES:
       raise TypeError(f"ids must be integers, got {_tensors.dtype_of(ids)}")
     return ids
 
-  def proposal_log_probs(self, query_embeddings):
+  def proposal_log_probs(self, query_embeddings: Tensor) -> Tensor:
     """log Q(i|z) of every item, float32 [A, N] (O(A N): diagnostics and tests)."""
     self._check_ready()
     z = self._check_queries(query_embeddings)
@@ -321,7 +329,9 @@ class MIDXSampler(keras.layers.Layer, NegativeSampler):
       )
     return self.num_negatives
 
-  def _embed(self, ids, candidate_embedder, item_table):
+  def _embed(
+    self, ids: Tensor, candidate_embedder: Optional[Callable], item_table: Optional[Tensor]
+  ) -> Tensor:
     return embed_ids(
       ids,
       candidate_embedder=candidate_embedder or self.candidate_embedder,
@@ -331,13 +341,13 @@ class MIDXSampler(keras.layers.Layer, NegativeSampler):
 
   def negatives(
     self,
-    query_embeddings,
+    query_embeddings: Tensor,
     num_samples: Optional[int] = None,
     *,
     candidate_embedder: Optional[Callable] = None,
-    item_table=None,
-    positive_ids=None,
-    seed=None,
+    item_table: Optional[Tensor] = None,
+    positive_ids: Optional[Tensor] = None,
+    seed: Optional[Seed] = None,
   ) -> Negatives:
     """S negatives per query, embedded: Negatives(ids int32 [A, S], embeddings [A, S, d],
     log_q [A, S], valid None, positive_log_q = log Q(p|z) [A] when ``positive_ids`` is given),
@@ -353,14 +363,14 @@ class MIDXSampler(keras.layers.Layer, NegativeSampler):
 
   def sample_negatives(
     self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
+    query_embeddings: Tensor,
+    positive_ids: Tensor,
+    positive_embeddings: Tensor,
     *,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
+    seed: Optional[Seed] = None,
+    sequence_ids: Optional[Tensor] = None,
+    item_table: Optional[Tensor] = None,
+    valid: Optional[Tensor] = None,
   ) -> Negatives:
     """`negatives` with ``num_negatives`` per query, embedded by ``candidate_embedder`` or the
     rows of ``item_table``; ``positive_log_q = log Q(p|z)`` (``sequence_ids`` and ``valid`` are
@@ -376,16 +386,16 @@ class MIDXSampler(keras.layers.Layer, NegativeSampler):
 
   def score(
     self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
+    query_embeddings: Tensor,
+    positive_ids: Tensor,
+    positive_embeddings: Tensor,
     *,
     temperature: float = 1.0,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
-    **deprecated,
+    seed: Optional[Seed] = None,
+    sequence_ids: Optional[Tensor] = None,
+    item_table: Optional[Tensor] = None,
+    valid: Optional[Tensor] = None,
+    **deprecated: Any,
   ) -> ScoredCandidates:
     """``num_negatives`` MIDX negatives per query scored by ``score_negatives``:
     negative_log_q = log Q(d|z) [A, S], positive_log_q = log Q(p|z) [A], accidental hits
@@ -418,7 +428,7 @@ class MIDXSampler(keras.layers.Layer, NegativeSampler):
       query_embeddings, positive_ids, positive_embeddings, negs, temperature=temperature
     )
 
-  def get_config(self):
+  def get_config(self) -> Dict[str, Any]:
     return {
       **super().get_config(),
       "num_codewords": self.num_codewords,
@@ -441,7 +451,7 @@ class MIDXRefreshCallback(keras.callbacks.Callback):
   ``model.fit`` (counted across epochs). On JAX the model's state is synced first, so
   ``embeddings_fn`` reads the current weights and the step after sees the new index."""
 
-  def __init__(self, sampler: MIDXSampler, embeddings_fn: Callable, every_n_steps: int):
+  def __init__(self, sampler: MIDXSampler, embeddings_fn: Callable, every_n_steps: int) -> None:
     super().__init__()
     self.every_n_steps = midx_core.check_int(every_n_steps, "every_n_steps", 1)
     if not callable(embeddings_fn):
@@ -450,7 +460,7 @@ class MIDXRefreshCallback(keras.callbacks.Callback):
     self.embeddings_fn = embeddings_fn
     self._step = 0
 
-  def on_train_batch_begin(self, batch, logs=None):
+  def on_train_batch_begin(self, batch: int, logs: Optional[Dict[str, Any]] = None) -> None:
     del batch, logs
     if self._step % self.every_n_steps == 0:
       sync = getattr(self.model, "jax_state_sync", None)

@@ -10,7 +10,7 @@ integer seeds derived from a seed tuple (``derive_seed``), so an index is a pure
 embeddings and the seed on each backend (the backends' random streams differ).
 """
 
-from typing import Any, Dict, NamedTuple, Optional, Sequence
+from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from keras import ops
 
 from tfrs_logq.core import kmeans as kmeans_core
 from tfrs_logq.core import midx as midx_core
+from tfrs_logq.keras3._tensors import Tensor
 
 __all__ = ["MultiIndex", "derive_seed", "nearest_centroid", "kmeans", "build_index"]
 
@@ -39,7 +40,9 @@ def derive_seed(*entropy: int) -> int:
   return int(np.random.SeedSequence(words).generate_state(1, np.uint32)[0] >> 1)
 
 
-def nearest_centroid(points, centroids, chunk_size: int = 16384):
+def nearest_centroid(
+  points: Tensor, centroids: Tensor, chunk_size: int = 16384
+) -> Tuple[Tensor, Tensor]:
   """(a(x) int32 [N], ||x - c_a(x)||^2 float32 [N]) over chunks of ``chunk_size`` points."""
   n = points.shape[0]
   parts = [
@@ -52,13 +55,13 @@ def nearest_centroid(points, centroids, chunk_size: int = 16384):
 
 
 def kmeans(
-  points,
+  points: Tensor,
   num_clusters: int,
   num_iterations: int = 10,
   seed: Sequence[int] = (0,),
   max_points: Optional[int] = None,
   chunk_size: int = 16384,
-):
+) -> Tensor:
   """Lloyd's k-means (``core.kmeans``) of float points [N, d] -> centroids float32 [K, d]."""
   points = ops.cast(points, "float32")
   n = points.shape[0]
@@ -75,7 +78,7 @@ def kmeans(
 
 
 def build_index(
-  emb,
+  emb: Tensor,
   num_codewords: int,
   quantizer: str,
   seed: Sequence[int],

@@ -28,13 +28,14 @@ tensor. So a model scores the negatives of a SASRec step without forming [A, P +
 
 import numbers
 import warnings
-from typing import Callable, Optional
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Tuple, Union, cast
 
 import keras
 from keras import ops
 
 from tfrs_logq.core import negatives as negatives_core
 from tfrs_logq.keras3 import _tensors
+from tfrs_logq.keras3._tensors import Seed, Tensor
 from tfrs_logq.keras3.negatives import base
 from tfrs_logq.keras3.negatives import in_batch
 from tfrs_logq.keras3.negatives import scoring
@@ -48,7 +49,9 @@ __all__ = ["MixedNegatives", "mixture_log_q"]
 _FLAT = ("id_range", "candidate_ids", "seed", "per", "cross_replica", "num_in_batch")
 
 
-def mixture_log_q(log_q_unigram, num_in_batch, num_uniform: int, catalog_size: int):
+def mixture_log_q(
+  log_q_unigram: Tensor, num_in_batch: Tensor, num_uniform: int, catalog_size: int
+) -> Tensor:
   """log q(d) = log((n_b q_uni(d) + k_u / |D|) / (n_b + k_u)), in log space (float32).
 
   Args:
@@ -71,7 +74,9 @@ def in_batch_seed(seed: int) -> int:
   return (int(seed) * 2654435761 + 0x9E3779B9) % (2**31 - 1)
 
 
-def _blocks_from_flat(num_uniform, flat: dict):
+def _blocks_from_flat(
+  num_uniform: int, flat: Dict[str, Any]
+) -> Tuple[InBatchNegatives, UniformNegatives]:
   """(InBatchNegatives, UniformNegatives) of the flat arguments (the layer's config)."""
   unknown = set(flat) - set(_FLAT)
   if unknown:
@@ -118,7 +123,14 @@ class MixedNegatives(keras.layers.Layer, NegativeSampler):
   DeprecationWarning; the layer's config keeps that flat form (no estimator, no embedder).
   """
 
-  def __init__(self, in_batch, uniform=None, *, convention: str = "unigram", **kwargs):
+  def __init__(
+    self,
+    in_batch: Union[InBatchNegatives, int],
+    uniform: Union[UniformNegatives, Sequence[int], None] = None,
+    *,
+    convention: str = "unigram",
+    **kwargs: Any,
+  ) -> None:
     flat = {k: kwargs.pop(k) for k in _FLAT if k in kwargs}
     if isinstance(in_batch, numbers.Integral) and not isinstance(in_batch, bool):
       warnings.warn(
@@ -130,7 +142,7 @@ class MixedNegatives(keras.layers.Layer, NegativeSampler):
       )
       if uniform is not None:  # the former second positional argument
         flat.setdefault("id_range", uniform)
-      in_batch, uniform = _blocks_from_flat(in_batch, flat)
+      in_batch, uniform = _blocks_from_flat(cast(int, in_batch), flat)  # an int or numpy int
     elif flat:
       raise TypeError(
         f"MixedNegatives(in_batch, uniform) takes no {sorted(flat)}: they are the blocks' own "
@@ -155,7 +167,13 @@ class MixedNegatives(keras.layers.Layer, NegativeSampler):
       )
     self.built = True
 
-  def log_q(self, log_q_unigram, num_in_batch, num_draws=None, num_distinct=None):
+  def log_q(
+    self,
+    log_q_unigram: Tensor,
+    num_in_batch: Tensor,
+    num_draws: Optional[Tensor] = None,
+    num_distinct: Optional[Tensor] = None,
+  ) -> Tensor:
     """log Q under the convention, from log q_uni (float32) and n_b (float32 scalar);
     ``expected_count`` also needs B (``num_draws``) and U (``num_distinct``)."""
     k_u, size = self.uniform.num_negatives, self.uniform.catalog_size
@@ -170,7 +188,7 @@ class MixedNegatives(keras.layers.Layer, NegativeSampler):
       return negatives_core.two_block_log_q(ops, in_batch_part, num_in_batch, k_u, size)
     return negatives_core.unigram_log_q(ops, log_q_unigram, num_in_batch, k_u, size)
 
-  def _seeds(self, seed):
+  def _seeds(self, seed: Optional[Seed]) -> Tuple[Optional[Seed], Optional[Seed]]:
     """(the k_b subsample's seed, the uniform draws' seed): the generators, or from a call's
     int seed (or one ``keras.random.SeedGenerator`` for both)."""
     if seed is None:
@@ -181,17 +199,17 @@ class MixedNegatives(keras.layers.Layer, NegativeSampler):
 
   def blocks(
     self,
-    positive_ids,
-    positive_embeddings,
+    positive_ids: Tensor,
+    positive_embeddings: Tensor,
     *,
     candidate_embedder: Optional[Callable] = None,
     log_q_unigram: Optional[Callable] = None,
-    valid=None,
-    sequence_ids=None,
-    in_batch_keys=None,
+    valid: Optional[Tensor] = None,
+    sequence_ids: Optional[Tensor] = None,
+    in_batch_keys: Optional[Tensor] = None,
     num_sequences: Optional[int] = None,
-    seed=None,
-  ):
+    seed: Optional[Seed] = None,
+  ) -> Tuple[base.Negatives, Tuple[Tuple[str, Tensor], Tuple[str, Tensor]]]:
     """(Negatives with ``embeddings=None``, ((layout, embeddings), ...)) for ``score_blocks``:
     the negatives of ``call`` (same arguments and draws) and their embeddings by block (module
     docstring). ``num_sequences`` = B: the A rows are a row-major [B, L] grid, so per-sequence
@@ -250,16 +268,16 @@ class MixedNegatives(keras.layers.Layer, NegativeSampler):
 
   def call(
     self,
-    positive_ids,
-    positive_embeddings,
+    positive_ids: Tensor,
+    positive_embeddings: Tensor,
     *,
     candidate_embedder: Optional[Callable] = None,
     log_q_unigram: Optional[Callable] = None,
-    valid=None,
-    sequence_ids=None,
-    in_batch_keys=None,
-    seed=None,
-  ):
+    valid: Optional[Tensor] = None,
+    sequence_ids: Optional[Tensor] = None,
+    in_batch_keys: Optional[Tensor] = None,
+    seed: Optional[Seed] = None,
+  ) -> base.Negatives:
     """``in_batch_keys``: optional int32 [B], the keys of the k_b subsample (instead of a draw
     from the layer's generator); ``seed``: an int or a ``keras.random.SeedGenerator`` instead of
     the layer's generators."""
@@ -282,7 +300,7 @@ class MixedNegatives(keras.layers.Layer, NegativeSampler):
       )
     return negatives._replace(embeddings=embeddings)
 
-  def _embedder(self, item_table):
+  def _embedder(self, item_table: Optional[Tensor]) -> Callable[[Tensor], Tensor]:
     embedder = self.uniform.candidate_embedder
     return lambda ids: scoring.embed_ids(  # noqa: E731
       ids, candidate_embedder=embedder, item_table=item_table, owner="MixedNegatives"
@@ -290,14 +308,14 @@ class MixedNegatives(keras.layers.Layer, NegativeSampler):
 
   def sample_negatives(
     self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
+    query_embeddings: Tensor,
+    positive_ids: Tensor,
+    positive_embeddings: Tensor,
     *,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
+    seed: Optional[Seed] = None,
+    sequence_ids: Optional[Tensor] = None,
+    item_table: Optional[Tensor] = None,
+    valid: Optional[Tensor] = None,
   ) -> base.Negatives:
     """``call`` on the queries' positives, the uniform block embedded by its
     ``candidate_embedder`` or from ``item_table`` (per-query layouts materialise [A, N, d])."""
@@ -313,15 +331,15 @@ class MixedNegatives(keras.layers.Layer, NegativeSampler):
 
   def score(
     self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
+    query_embeddings: Tensor,
+    positive_ids: Tensor,
+    positive_embeddings: Tensor,
     *,
     temperature: float = 1.0,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
+    seed: Optional[Seed] = None,
+    sequence_ids: Optional[Tensor] = None,
+    item_table: Optional[Tensor] = None,
+    valid: Optional[Tensor] = None,
   ) -> scoring.ScoredCandidates:
     """Scores of the shared in-batch block (one matmul) joined with the uniform block's, by
     ``score_blocks`` (no [A, N, d] tensor for the in-batch block), log Q under the convention:
@@ -341,7 +359,7 @@ class MixedNegatives(keras.layers.Layer, NegativeSampler):
       query_embeddings, positive_ids, positive_embeddings, negatives, blocks, temperature
     )
 
-  def get_config(self):
+  def get_config(self) -> Dict[str, Any]:
     u = self.uniform
     return {
       **super().get_config(),
@@ -356,7 +374,7 @@ class MixedNegatives(keras.layers.Layer, NegativeSampler):
     }
 
   @classmethod
-  def from_config(cls, config):
+  def from_config(cls, config: Mapping[str, Any]) -> "MixedNegatives":
     """From the flat config of `get_config` (no DeprecationWarning)."""
     config = dict(config)
     num_uniform = config.pop("num_uniform")

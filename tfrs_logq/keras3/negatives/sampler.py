@@ -4,10 +4,15 @@
 (``negatives.scoring``).
 """
 
+from typing import Any, Dict, Mapping, Optional, Type, TypeVar
+
+from tfrs_logq.keras3._tensors import Seed, Tensor
 from tfrs_logq.keras3.negatives import scoring
 from tfrs_logq.keras3.negatives.base import Negatives
 
 __all__ = ["NegativeSampler"]
+
+_Sampler = TypeVar("_Sampler", bound="NegativeSampler")
 
 
 class NegativeSampler:
@@ -25,29 +30,29 @@ class NegativeSampler:
 
   def sample_negatives(
     self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
+    query_embeddings: Tensor,
+    positive_ids: Tensor,
+    positive_embeddings: Tensor,
     *,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
+    seed: Optional[Seed] = None,
+    sequence_ids: Optional[Tensor] = None,
+    item_table: Optional[Tensor] = None,
+    valid: Optional[Tensor] = None,
   ) -> Negatives:
     """The negatives of one step."""
     raise NotImplementedError(f"{type(self).__name__} must implement sample_negatives")
 
   def score(
     self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
+    query_embeddings: Tensor,
+    positive_ids: Tensor,
+    positive_embeddings: Tensor,
     *,
     temperature: float = 1.0,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
+    seed: Optional[Seed] = None,
+    sequence_ids: Optional[Tensor] = None,
+    item_table: Optional[Tensor] = None,
+    valid: Optional[Tensor] = None,
   ) -> scoring.ScoredCandidates:
     """ScoredCandidates(positive_scores [A], negative_scores [A, N], negative_log_q, valid_mask
     [A, N], positive_log_q [A])."""
@@ -64,10 +69,10 @@ class NegativeSampler:
       query_embeddings, positive_ids, positive_embeddings, negatives, temperature=temperature
     )
 
-  def get_config(self) -> dict:
+  def get_config(self) -> Dict[str, Any]:
     """Constructor arguments (round trip: ``cls.from_config(config)``)."""
     raise NotImplementedError(f"{type(self).__name__} does not implement get_config")
 
   @classmethod
-  def from_config(cls, config: dict):
+  def from_config(cls: Type[_Sampler], config: Mapping[str, Any]) -> _Sampler:
     return cls(**config)

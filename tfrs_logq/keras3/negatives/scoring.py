@@ -17,13 +17,14 @@ log Q is shifted to keep its own proposal's Q_k(p) in Q' (``tfrs_logq.core.cross
     log Q_k(d) - (log(1 - Q_k(p)) - log(1 - Q_1(p)))                              [A, N_k]
 """
 
-from typing import Callable, NamedTuple, Optional
+from typing import Any, Callable, Dict, Iterable, NamedTuple, Optional, Sequence, Tuple
 
 from keras import ops
 
 from tfrs_logq.core import cross_batch as cross_batch_core
 from tfrs_logq.keras3 import _tensors
 from tfrs_logq.keras3 import accidental_hits
+from tfrs_logq.keras3._tensors import Tensor
 from tfrs_logq.keras3.negatives.base import Negatives
 
 __all__ = [
@@ -48,7 +49,7 @@ class ScoredCandidates(NamedTuple):
   valid_mask: object
   positive_log_q: object = None
 
-  def loss_kwargs(self) -> dict:
+  def loss_kwargs(self) -> Dict[str, Any]:
     """``sampled_softmax_loss(**scored.loss_kwargs(), correction=...)`` arguments."""
     return dict(
       positive_scores=self.positive_scores,
@@ -60,8 +61,12 @@ class ScoredCandidates(NamedTuple):
 
 
 def embed_ids(
-  ids, *, candidate_embedder: Optional[Callable] = None, item_table=None, owner="the sampler"
-):
+  ids: Tensor,
+  *,
+  candidate_embedder: Optional[Callable] = None,
+  item_table: Optional[Tensor] = None,
+  owner: str = "the sampler",
+) -> Tensor:
   """float32 embeddings of ``ids`` (any shape): ``candidate_embedder(ids)`` if given, else the
   rows of ``item_table`` [V, d] (row i embeds id i); ``owner`` names the sampler in the error."""
   if candidate_embedder is not None:
@@ -72,13 +77,13 @@ def embed_ids(
 
 
 def score_negatives(
-  query_embeddings,
-  positive_ids,
-  positive_embeddings,
+  query_embeddings: Tensor,
+  positive_ids: Tensor,
+  positive_embeddings: Tensor,
   negatives: Negatives,
   *,
   temperature: float = 1.0,
-  positive_log_q=None,
+  positive_log_q: Optional[Tensor] = None,
   remove_accidental_hits: bool = True,
 ) -> ScoredCandidates:
   """Scores A queries against their positive and the negatives, with the validity mask.
@@ -128,11 +133,11 @@ def score_negatives(
 
 
 def score_blocks(
-  query_embeddings,
-  positive_ids,
-  positive_embeddings,
+  query_embeddings: Tensor,
+  positive_ids: Tensor,
+  positive_embeddings: Tensor,
   negatives: Negatives,
-  blocks,
+  blocks: Sequence[Tuple[str, Tensor]],
   temperature: float = 1.0,
 ) -> ScoredCandidates:
   """``score_negatives``'s result with the negatives' embeddings given block by block.
@@ -171,7 +176,7 @@ def score_blocks(
   )
 
 
-def join_blocks(blocks, *, rebase_q_prime: bool) -> ScoredCandidates:
+def join_blocks(blocks: Iterable[ScoredCandidates], *, rebase_q_prime: bool) -> ScoredCandidates:
   """Several blocks' ``ScoredCandidates`` as one, concatenated along N (module docstring).
 
   positive_scores and positive_log_q are the first block's; valid_mask [A, sum N_k]. With

@@ -28,7 +28,7 @@ share the draws of its first row: ``sequence_ids`` = row // L).
 
 import numbers
 import warnings
-from typing import Callable, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -38,6 +38,7 @@ from keras import ops
 from tfrs_logq.core import checks as core_checks
 from tfrs_logq.core import negatives as negatives_core
 from tfrs_logq.keras3 import _tensors
+from tfrs_logq.keras3._tensors import Seed, Tensor
 from tfrs_logq.keras3.negatives import base
 from tfrs_logq.keras3.negatives import scoring
 from tfrs_logq.keras3.negatives.sampler import NegativeSampler
@@ -57,7 +58,7 @@ def _per(per: str, per_query: bool) -> str:
   return per
 
 
-def _positive_int(value, name: str) -> int:
+def _positive_int(value: object, name: str) -> int:
   if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
     raise ValueError(f"{name} must be a positive int, got {value!r}")
   return int(value)
@@ -101,8 +102,8 @@ class UniformNegatives(keras.layers.Layer, NegativeSampler):
     jit_compile: bool = False,
     static_shapes: Optional[bool] = None,
     seed: Optional[int] = None,
-    **kwargs,
-  ):
+    **kwargs: Any,
+  ) -> None:
     per_query = bool(kwargs.pop("per_query", False))
     if per_query:
       warnings.warn(
@@ -159,11 +160,11 @@ class UniformNegatives(keras.layers.Layer, NegativeSampler):
     """True when the draws are shared by every query (per ``"batch"``)."""
     return self.per == "batch"
 
-  def log_q(self, ids):
+  def log_q(self, ids: Tensor) -> Tensor:
     """log Q(d) = -log |D| for every id (float32, shape of ids)."""
     return ops.full(ops.shape(ids), negatives_core.uniform_log_q(self.catalog_size), "float32")
 
-  def _draw(self, shape, seed=None):
+  def _draw(self, shape: Tuple[int, ...], seed: Optional[Seed] = None) -> Tensor:
     seed = self.seed_generator if seed is None else seed
     if self.id_range is not None:
       lo, hi = self.id_range
@@ -171,7 +172,13 @@ class UniformNegatives(keras.layers.Layer, NegativeSampler):
     rows = keras.random.randint(shape, 0, self.catalog_size, dtype="int32", seed=seed)
     return ops.take(ops.convert_to_tensor(np.asarray(self.candidate_ids, np.int32)), rows)
 
-  def call(self, num_queries: Optional[int] = None, sequence_ids=None, valid=None, seed=None):
+  def call(
+    self,
+    num_queries: Optional[int] = None,
+    sequence_ids: Optional[Tensor] = None,
+    valid: Optional[Tensor] = None,
+    seed: Optional[Seed] = None,
+  ) -> Tensor:
     """The draws (class docstring); ``seed``: an int or a ``keras.random.SeedGenerator`` instead
     of the layer's generator."""
     if self.shared:
@@ -202,14 +209,14 @@ class UniformNegatives(keras.layers.Layer, NegativeSampler):
 
   def sample_negatives(
     self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
+    query_embeddings: Tensor,
+    positive_ids: Tensor,
+    positive_embeddings: Tensor,
     *,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
+    seed: Optional[Seed] = None,
+    sequence_ids: Optional[Tensor] = None,
+    item_table: Optional[Tensor] = None,
+    valid: Optional[Tensor] = None,
   ) -> base.Negatives:
     """The step's draws, embedded: Negatives(ids [k_u] or [A, k_u], embeddings [k_u, d] or
     [A, k_u, d], log_q [k_u] (= -log |D|), positive_log_q [A]); per-query layouts materialise
@@ -236,15 +243,15 @@ class UniformNegatives(keras.layers.Layer, NegativeSampler):
 
   def score(
     self,
-    query_embeddings,
-    positive_ids,
-    positive_embeddings,
+    query_embeddings: Tensor,
+    positive_ids: Tensor,
+    positive_embeddings: Tensor,
     *,
     temperature: float = 1.0,
-    seed=None,
-    sequence_ids=None,
-    item_table=None,
-    valid=None,
+    seed: Optional[Seed] = None,
+    sequence_ids: Optional[Tensor] = None,
+    item_table: Optional[Tensor] = None,
+    valid: Optional[Tensor] = None,
   ) -> scoring.ScoredCandidates:
     """``score_negatives`` of `sample_negatives` (accidental hits masked per row): float32
     positive_scores [A], negative_scores [A, k_u], negative_log_q [k_u], valid_mask [A, k_u],
@@ -262,7 +269,9 @@ class UniformNegatives(keras.layers.Layer, NegativeSampler):
       query_embeddings, positive_ids, positive_embeddings, negatives, temperature=temperature
     )
 
-  def block(self, ids, candidate_embedder, num_sequences: Optional[int] = None):
+  def block(
+    self, ids: Tensor, candidate_embedder: Callable, num_sequences: Optional[int] = None
+  ) -> Tuple[str, Tensor]:
     """(layout, embeddings) of ``ids`` (this layer's draws) for ``score_blocks`` (module
     docstring); ``num_sequences`` = B when the A rows of per-``"sequence"`` draws are a
     row-major [B, A / B] grid (else the block is per query)."""
@@ -280,7 +289,7 @@ class UniformNegatives(keras.layers.Layer, NegativeSampler):
     _tensors.check_rank(embeddings, 2 if layout == "shared" else 3, "candidate_embedder(ids)")
     return layout, embeddings
 
-  def get_config(self):
+  def get_config(self) -> Dict[str, Any]:
     """The layer's config: every argument but ``candidate_embedder`` (the model's layer)."""
     return {
       **super().get_config(),
