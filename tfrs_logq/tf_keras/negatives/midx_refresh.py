@@ -7,14 +7,19 @@ The index (codebooks, inverted multi-index) goes stale as the item table trains;
 `tfrs_logq.tf_keras.negatives.midx`.
 """
 
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Protocol
 
 import tensorflow as tf
 
 from tfrs_logq.tf_keras.negatives.midx_index import check_int
 
-if TYPE_CHECKING:  # midx imports this module (a runtime import would be circular)
-  from tfrs_logq.tf_keras.negatives.midx import MIDXSampler
+
+class Refreshable(Protocol):
+  """What the hooks need of a sampler: ``MIDXSampler.refresh`` (named structurally, since midx
+  imports this module and importing it back, even for types only, would be an import circle)."""
+
+  def refresh(self, item_embeddings: tf.Tensor) -> tf.Tensor: ...
+
 
 __all__ = ["RefreshEveryNSteps", "MIDXRefreshCallback"]
 
@@ -29,7 +34,7 @@ class RefreshEveryNSteps:
   """
 
   def __init__(
-    self, sampler: "MIDXSampler", embeddings_fn: Callable[[], tf.Tensor], every_n_steps: int
+    self, sampler: Refreshable, embeddings_fn: Callable[[], tf.Tensor], every_n_steps: int
   ) -> None:
     every_n_steps = check_int(every_n_steps, "every_n_steps", 1)
     if not callable(embeddings_fn):
@@ -58,7 +63,7 @@ class MIDXRefreshCallback(tf.keras.callbacks.Callback):
   epochs)."""
 
   def __init__(
-    self, sampler: "MIDXSampler", embeddings_fn: Callable[[], tf.Tensor], every_n_steps: int
+    self, sampler: Refreshable, embeddings_fn: Callable[[], tf.Tensor], every_n_steps: int
   ) -> None:
     super().__init__()
     self._hook = RefreshEveryNSteps(sampler, embeddings_fn, every_n_steps)
