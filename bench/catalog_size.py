@@ -65,9 +65,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
+from bench.catalog import points  # noqa: E402
 from bench.common.report import gib, markdown_header, markdown_row, summary_line  # noqa: E402
 from bench.common.timing import min_median  # noqa: E402
-from bench.catalog import points  # noqa: E402
 
 
 def _table(rows) -> list:
@@ -250,9 +250,11 @@ def main(argv=None):
     )
   # Imported once here, before any op runs; every point is a fork of this process.
   import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+
   import tensorflow  # noqa: F401
-  import train.config  # noqa: F401
-  import train.objective  # noqa: F401
+
+  import train.config
+  import train.objective
   import train.trainer  # noqa: F401
 
   command = "python bench/catalog_size.py " + " ".join(argv if argv is not None else sys.argv[1:])

@@ -21,12 +21,11 @@ import os
 import pathlib
 import time
 
-import numpy as np
-
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf
-
 from tfrs_logq.tf_keras.frequency import CountMinSketch, ExactCounts, HashArrayEstimator
+
+import numpy as np
+import tensorflow as tf
 
 from bench.common.timing import min_median
 

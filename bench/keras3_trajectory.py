@@ -37,8 +37,8 @@ import subprocess
 import sys
 import tempfile
 
-from absl import app, flags
 import numpy as np
+from absl import app, flags
 
 from bench.common.workers import parse_reply, reply_line
 from models import sasrec_weights
@@ -102,11 +102,12 @@ def _train(trainer, steps_of_epoch, steps: int, per_epoch: int) -> dict:
 def tf_keras_run(cfg: RunConfig, weights_path: str) -> dict:
   """The tf-keras trainer's run; saves its initial weights to ``weights_path``."""
   import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+
   from train.trainer import Trainer
 
   trainer = Trainer(cfg, data=cfg.data.load())
   sasrec_weights.to_npz(weights_path, sasrec_weights.get_arrays(trainer.model))
-  steps_of_epoch = lambda e: (loss for loss, _, _ in trainer.epoch_steps(e))  # noqa: E731
+  steps_of_epoch = lambda e: (loss for loss, _, _ in trainer.epoch_steps(e))
   return _train(trainer, steps_of_epoch, FLAGS.steps, cfg.steps_per_epoch)
 
 
@@ -118,7 +119,7 @@ def keras3_run(cfg: RunConfig, init: str, weights_path: str) -> dict:
   trainer = Trainer(cfg, data=cfg.data.load(), report=lambda line: None, shuffle_rng="tensorflow")
   if init == "copied":
     sasrec_weights.set_arrays(trainer.encoder, sasrec_weights.from_npz(weights_path))
-  steps_of_epoch = lambda e: (trainer.train_step(b)[0] for b in trainer.epoch_batches(e))  # noqa
+  steps_of_epoch = lambda e: (trainer.train_step(b)[0] for b in trainer.epoch_batches(e))
   return _train(trainer, steps_of_epoch, FLAGS.steps, cfg.steps_per_epoch)
 
 

@@ -37,16 +37,16 @@ import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np
+import tfrs_logq.tf_keras  # legacy Keras before TensorFlow loads
 
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+import numpy as np
 import tensorflow as tf
 
 tf.get_logger().setLevel("ERROR")  # one tf.function per side: retracing warnings are expected
-import tensorflow_recommenders as tfrs  # noqa: E402
-
 import tfrs_logq.tf_keras.retrieval  # noqa: E402
 from tfrs_logq.tf_keras import log_q as log_q_lib  # noqa: E402
+
+import tensorflow_recommenders as tfrs  # noqa: E402
 
 from bench.common import timing  # noqa: E402
 from bench.common.report import ruled  # noqa: E402
@@ -142,7 +142,7 @@ class TwoTower(tfrs.Model):
 
   def __init__(self, task, num_users, num_items, dim, seed):
     super().__init__()
-    init = lambda s: tf.keras.initializers.RandomNormal(stddev=0.05, seed=s)  # noqa: E731
+    init = lambda s: tf.keras.initializers.RandomNormal(stddev=0.05, seed=s)
     self.user_embedding = tf.keras.layers.Embedding(
       num_users, dim, embeddings_initializer=init(seed)
     )
@@ -237,7 +237,7 @@ def ablation_loss(scores, log_q, ids, eye, check, library_lse, full_q_prime):
   assert_all_finite on the [A, C] scores, losses.masked_logsumexp, and log Q' materialized
   per entry (log_q.log_q_prime) instead of a per-row shift of the LSE.
   """
-  from tfrs_logq.tf_keras import losses as losses_lib  # noqa: PLC0415
+  from tfrs_logq.tf_keras import losses as losses_lib
 
   a = tf.shape(scores)[0]
   if eye:

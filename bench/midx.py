@@ -17,12 +17,11 @@ import argparse
 import os
 import time
 
-import numpy as np
-
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf
-
 from tfrs_logq.tf_keras.negatives.midx import MIDXSampler
+
+import numpy as np
+import tensorflow as tf
 
 from bench.common.report import ruled
 from bench.common.timing import time_calls

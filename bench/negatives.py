@@ -40,11 +40,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np
-
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf
-
 from tfrs_logq.tf_keras import losses
 from tfrs_logq.tf_keras.frequency import ExactCounts
 from tfrs_logq.tf_keras.negatives import (
@@ -55,6 +51,9 @@ from tfrs_logq.tf_keras.negatives import (
   UniformNegatives,
 )
 from tfrs_logq.tf_keras.negatives.midx import MIDXSampler
+
+import numpy as np
+import tensorflow as tf
 
 from bench.common.timing import min_median, time_interleaved
 
@@ -124,7 +123,7 @@ def build_catalog(size, args, rng):
 
 def sampling_fns(size, args, rng, table_rows):
   estimator, table, batches = build_catalog(size, args, rng)
-  embed = lambda ids: tf.gather(table, ids)  # noqa: E731
+  embed = lambda ids: tf.gather(table, ids)
   in_batch = InBatchNegatives(estimator)
   uniform = UniformNegatives(embed, args.k_u, id_range=(0, size))
   mixed = MixedNegatives(InBatchNegatives(estimator), uniform, convention="mixture")
@@ -159,7 +158,7 @@ def step_fns(size, args, rng):
   estimator, table, batches = build_catalog(size, args, rng)
   users = tf.Variable(rng.normal(scale=0.1, size=(args.num_users, args.dim)).astype(np.float32))
   user_batches = [tf.constant(rng.integers(0, args.num_users, size=args.batch)) for _ in batches]
-  embed = lambda ids: tf.gather(table, ids)  # noqa: E731
+  embed = lambda ids: tf.gather(table, ids)
 
   def mixed():
     return MixedNegatives(

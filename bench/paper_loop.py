@@ -73,9 +73,8 @@ import sys
 import time
 from typing import Dict, List, Sequence
 
-from absl import app
-from absl import flags
 import numpy as np
+from absl import app, flags
 
 from bench.paper_code_torch import LOGQS
 from train import data as data_lib

@@ -27,15 +27,13 @@ import os
 import pathlib
 import time
 
-from absl import app
-from absl import flags
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras import top_k as top_k_lib
 
 import numpy as np
-
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from absl import app, flags
 
 from eval import index as index_lib
-from tfrs_logq.tf_keras import top_k as top_k_lib
 
 FLAGS = flags.FLAGS
 flags.DEFINE_integer("num_items", 1_000_000, "Catalog size.")

@@ -69,16 +69,12 @@ from typing import Optional
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from bench.common import memory  # noqa: E402
-from bench.common import report  # noqa: E402
-from bench.common import timing  # noqa: E402
-from bench.common import workers  # noqa: E402
-
-from bench.serving.data import CHUNK, Geometry, exact_top_k, recall_at_k  # noqa: E402,F401
-from bench.serving.indexes import FaissSide, ScannSide, choose, faiss_spec  # noqa: E402,F401
-from bench.serving.report import plot, summarize, write_report  # noqa: E402
+from bench.common import memory, report, timing, workers
+from bench.serving.data import CHUNK, Geometry, exact_top_k, recall_at_k  # noqa: F401
+from bench.serving.indexes import FaissSide, ScannSide, choose, faiss_spec
+from bench.serving.report import plot, summarize, write_report
 
 # The parts, bench/serving/: data (catalog, exact top-k, recall), indexes (ScaNN and
 # FAISS sides, the setting chosen), report (markdown, PNG, summary); this file runs
@@ -237,6 +233,7 @@ def run_point(spec: dict) -> dict:
 def _encoder(geo: Geometry, cluster: np.ndarray):
   """A stand-in query tower: history [B, L] -> mean of its items' cluster centres."""
   import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+
   import tensorflow as tf
 
   class ClusterMeanEncoder(tf.Module):
@@ -263,7 +260,9 @@ def _histories(geo: Geometry, batch: int, length: int) -> np.ndarray:
 
 def run_serving_build(spec: dict) -> dict:
   import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+
   import tensorflow as tf
+
   from eval import index as index_lib
   from eval import serving
 
@@ -302,7 +301,9 @@ def run_serving_build(spec: dict) -> dict:
 
 def run_serving_load(spec: dict) -> dict:
   import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+
   import tensorflow as tf
+
   from eval import serving
 
   ref = np.load(os.path.join(spec["model_dir"], "..", "in_process.npz"))

@@ -53,19 +53,18 @@ from train import cli
 if __name__ == "__main__" or cli.started_as("tfrs-logq-evaluate"):
   cli.quiet_tensorflow()  # before TensorFlow is imported (it logs while it loads)
 
-from absl import flags  # noqa: E402
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras import top_k as top_k_lib
 
-import numpy as np  # noqa: E402
+import numpy as np
+import tensorflow as tf
+from absl import flags
 
-import tfrs_logq.tf_keras  # noqa: E402,F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf  # noqa: E402
-
-from eval import index as index_lib  # noqa: E402
-from eval.config import EvalConfig  # noqa: E402
-from tfrs_logq.tf_keras import top_k as top_k_lib  # noqa: E402
-from train import config_flags  # noqa: E402
-from train import data as data_lib  # noqa: E402
-from train import export as export_lib  # noqa: E402
+from eval import index as index_lib
+from eval.config import EvalConfig
+from train import config_flags
+from train import data as data_lib
+from train import export as export_lib
 
 FLAGS = flags.FLAGS
 config_flags.define_flags(EvalConfig)

@@ -25,13 +25,13 @@ before ``tf.math.top_k``.
 import time
 from typing import Dict, List, Optional, Sequence, Tuple
 
-import numpy as np
-
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras import top_k as top_k_lib
+
+import numpy as np
 import tensorflow as tf
 
 from eval.index_config import IndexConfig
-from tfrs_logq.tf_keras import top_k as top_k_lib
 
 BACKENDS = ("pybind", "tf")
 

@@ -31,12 +31,11 @@ import pathlib
 import uuid
 from typing import Optional, Union
 
-import numpy as np
-
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf
-
 from tfrs_logq.tf_keras import compiled
+
+import numpy as np
+import tensorflow as tf
 
 from eval import index as index_lib
 from train import data as data_lib

@@ -99,6 +99,7 @@ def run_keras3(args, data, counts):
   import keras
   import keras_rs
   from keras import ops
+
   import tfrs_logq.keras3 as tlk
 
   train_u, train_i, test_u, test_i, histories, num_users, num_items = data
@@ -162,8 +163,9 @@ def run_keras3(args, data, counts):
 
 
 def run_tf_keras(args, data, counts):
-  import tensorflow as tf
   from tfrs_logq.tf_keras import retrieval
+
+  import tensorflow as tf
 
   train_u, train_i, test_u, test_i, histories, num_users, num_items = data
   tf.keras.utils.set_random_seed(args.seed)

@@ -18,6 +18,7 @@ A training batch holds A queries: SASRec's non-padding target positions of a ``{
 from typing import NamedTuple
 
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+
 import tensorflow as tf
 
 __all__ = ["TrainingQueries"]

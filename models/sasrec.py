@@ -25,10 +25,9 @@ import math
 from typing import Optional
 
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf
+from tfrs_logq.tf_keras import _static_shapes, compiled
 
-from tfrs_logq.tf_keras import _static_shapes
-from tfrs_logq.tf_keras import compiled
+import tensorflow as tf
 
 from models import sasrec_ops as ops
 from models.queries import TrainingQueries

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+
 import tensorflow as tf
 
 from models import sasrec_ops as ops

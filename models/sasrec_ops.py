@@ -31,9 +31,9 @@ import math
 from typing import NamedTuple, Optional, Tuple
 
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf
-
 from tfrs_logq.tf_keras import _static_shapes
+
+import tensorflow as tf
 
 __all__ = [
   "TOKEN_BUCKETS",

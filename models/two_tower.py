@@ -19,13 +19,12 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-import numpy as np
-
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras import compiled
+
+import numpy as np
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
-
-from tfrs_logq.tf_keras import compiled
 
 from models.queries import TrainingQueries
 

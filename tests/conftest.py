@@ -54,6 +54,7 @@ def pytest_configure(config):
   if config.pluginmanager.get_plugin("dsession") is not None:
     return
   import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+
   import tensorflow as tf
 
   cpus = tf.config.list_physical_devices("CPU")

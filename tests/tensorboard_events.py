@@ -6,6 +6,7 @@ import pathlib
 from typing import Dict, Set, Tuple
 
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+
 import tensorflow as tf
 
 

@@ -9,8 +9,8 @@ is imported, and nothing else does: ``import tfrs_logq``, ``tfrs_logq.core`` and
 """
 
 import os
-from typing import Any
 import sys
+from typing import Any
 
 _FIX = (
   "the tf-keras front of tfrs_logq needs TensorFlow's legacy Keras (tf-keras 2.x), because "

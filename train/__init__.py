@@ -10,6 +10,6 @@ composed of `tfrs_logq` objects), ``validation`` (exact Recall/NDCG each epoch),
 # The application's tf-keras modules need TF_USE_LEGACY_KERAS=1 before TensorFlow loads; set it
 # here without importing TensorFlow (`train.config` and the Keras 3 binary import only the
 # framework-free `tfrs_logq.core`, so they run where TensorFlow is not installed).
-import tfrs_logq._keras_env  # noqa: E402
+import tfrs_logq._keras_env
 
 tfrs_logq._keras_env.prefer_legacy_keras()

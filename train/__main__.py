@@ -52,8 +52,7 @@ cli.quiet_tensorflow()  # before TensorFlow is imported (it logs while it loads)
 
 from absl import flags  # noqa: E402
 
-from train import config_flags  # noqa: E402
-from train import host_memory  # noqa: E402
+from train import config_flags, host_memory  # noqa: E402
 from train.config import RunConfig  # noqa: E402
 
 FLAGS = flags.FLAGS
@@ -69,6 +68,12 @@ def main(argv: Sequence[str]) -> None:
   del argv  # checked by cli.run
   with cli.bad_input():
     cfg = config_flags.from_flags(RunConfig)
+    keras3_only = cfg.keras3.changed()
+    if keras3_only:
+      raise ValueError(
+        f"{', '.join(keras3_only)}: settings of python -m train.keras3 (the Keras 3 binary); "
+        "python -m train does not read them"
+      )
   host_memory.configure(cfg.host_allocator)
   if cfg.strategy == "parameter_server":
     from train import distribute

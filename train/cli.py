@@ -37,8 +37,7 @@ import sys
 import traceback
 from typing import Optional, Sequence
 
-from absl import app
-from absl import flags
+from absl import app, flags
 from absl import logging as absl_logging  # noqa: F401  (defines --verbosity)
 
 __all__ = [

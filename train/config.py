@@ -4,8 +4,11 @@ The flags of `python -m train` (and the base settings of `bench.launch`'s experi
 generated from the fields below (`train.config_flags`: help text and choices live in each field's
 metadata); the configuration is validated once, on construction (`RunConfig.validate`). The data
 settings are a nested `train.data.DataConfig` (flags --dataset, --data_path, --split, --tfds_name,
---synthetic_*). The trainer, the objective (`train.objective.Objective(config, ...)`), the
-metrics JSON and the export metadata all take or record this one object:
+--synthetic_*); the settings only `python -m train.keras3` reads are the nested
+`train.keras3.config.Keras3Config` (flags --backend, --shuffle_rng, --compilation_cache, --seeds,
+--logqs; `python -m train` refuses them), left out of the recorded settings (`to_dict`). The
+trainer, the objective (`train.objective.Objective(config, ...)`), the metrics JSON and the
+export metadata all take or record this one object:
 
     cfg = RunConfig.create(dataset="ml1m", negatives="mixed", logq="corrected")
     cfg.to_flags()        # ["--dataset=ml1m", ..., "--logq=corrected", ...] for a subprocess
@@ -20,16 +23,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Dict, Optional, Sequence, Tuple
 
+from models.sasrec_settings import BLOCK_STYLES, DEFAULT_ATTENTION_BLOCKS, DEFAULT_PACK_TOKENS
 from tfrs_logq.core import checks as core_checks
 from tfrs_logq.core import cross_batch as cross_batch_core
 from tfrs_logq.core.frequency import DEFAULTS as ESTIMATOR_DEFAULTS
-
-from models.sasrec_settings import BLOCK_STYLES, DEFAULT_ATTENTION_BLOCKS, DEFAULT_PACK_TOKENS
 from train import config_flags
+from train.choices import NEGATIVES, PS_MIN_SHARD_BYTES, STRATEGIES
 from train.config_flags import setting
 from train.data import DataConfig
-from train.choices import NEGATIVES, PS_MIN_SHARD_BYTES, STRATEGIES
 from train.host_memory import HOST_ALLOCATORS
+from train.keras3.config import Keras3Config
 from train.validation import FILTER_RATED
 
 __all__ = [
@@ -308,10 +311,14 @@ class RunConfig:
     "the same command to continue exactly. 0 = no limit. For machines lent in chunks of time.",
   )
   progress: bool = setting(True, "Show a progress bar.")
+  # ------------------------------------------------------------- python -m train.keras3 only
+  keras3: Keras3Config = dataclasses.field(default_factory=Keras3Config)
 
   def __post_init__(self):
     if isinstance(self.data, dict):
       self.data = DataConfig(**self.data)
+    if isinstance(self.keras3, dict):
+      self.keras3 = Keras3Config(**self.keras3)
     config_flags.coerce(self)
     self.validate()
 
@@ -440,8 +447,11 @@ class RunConfig:
     return config_flags.to_flags(self, exclude=exclude, only_changed=only_changed)
 
   def to_dict(self) -> Dict[str, Any]:
-    """JSON-ready nested dict ({"data": {...}, "model": ..., ...}); `from_dict` inverts it."""
+    """The recorded settings: a JSON-ready nested dict ({"data": {...}, "model": ..., ...}),
+    without the ``keras3`` group (a process's settings, not the run's: module docstring);
+    `from_dict` inverts it (the group at its defaults)."""
     out = dataclasses.asdict(self)
+    del out["keras3"]
     out["hidden_dims"] = list(self.hidden_dims)
     return out
 
@@ -450,8 +460,9 @@ class RunConfig:
     """Inverse of `to_dict`; raises TypeError for unknown settings."""
     values = dict(values)
     data = values.pop("data", {})
+    keras3 = values.pop("keras3", {})
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = set(values) - names
     if unknown:
       raise TypeError(f"RunConfig has no settings named {sorted(unknown)}")
-    return cls(data=DataConfig(**data), **values)
+    return cls(data=DataConfig(**data), keras3=Keras3Config(**keras3), **values)

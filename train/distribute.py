@@ -27,9 +27,10 @@ import os
 import re
 
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+
 import tensorflow as tf
 
-from train.choices import PS_MIN_SHARD_BYTES, STRATEGIES  # noqa: F401  (defined there)
+from train.choices import PS_MIN_SHARD_BYTES, STRATEGIES  # defined there
 
 # TF_CONFIG task types of the processes that only serve a ParameterServerStrategy cluster.
 SERVER_TASKS = ("worker", "ps")

@@ -30,13 +30,11 @@ from __future__ import annotations
 import json
 import os
 
-import numpy as np
-
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf
+from tfrs_logq.tf_keras import compiled, sharded
 
-from tfrs_logq.tf_keras import compiled
-from tfrs_logq.tf_keras import sharded
+import numpy as np
+import tensorflow as tf
 
 from train import data as data_lib
 

@@ -24,14 +24,10 @@ path's (tests/train/test_compiled_step.py).
 """
 
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf
-
-from tfrs_logq.tf_keras import _static_shapes
-from tfrs_logq.tf_keras import losses
-from tfrs_logq.tf_keras import full_softmax
-from tfrs_logq.tf_keras import gbce
+from tfrs_logq.tf_keras import _static_shapes, full_softmax, gbce, losses, sharded
 from tfrs_logq.tf_keras import negatives as neg_lib
-from tfrs_logq.tf_keras import sharded
+
+import tensorflow as tf
 
 from train import negatives_plan
 from train.choices import NEGATIVES  # noqa: F401  (defined there)
@@ -67,7 +63,7 @@ def build_sampler(config, model, num_items: int, estimator=None, midx=None, stat
   """The library sampler of the config's `train.negatives_plan.NegativesPlan` (None for the
   full softmax)."""
   plan = negatives_plan.negatives_plan(config)
-  uniform = lambda n: neg_lib.UniformNegatives(  # noqa: E731
+  uniform = lambda n: neg_lib.UniformNegatives(
     model.item_embeddings,
     n,
     id_range=(1, num_items + 1),

@@ -34,10 +34,9 @@ raises a ValueError there; run the same static-shape step uncompiled
 """
 
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf
-
 from tfrs_logq.tf_keras import compiled
 
+import tensorflow as tf
 
 __all__ = ["replica_step", "make_replica_step", "check_jit_supported"]
 

@@ -65,25 +65,19 @@ import os
 import time
 
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf
-
-from tfrs_logq.tf_keras import compiled
-from tfrs_logq.tf_keras import frequency
+from tfrs_logq.tf_keras import compiled, frequency
 from tfrs_logq.tf_keras.lazy_adam import LazyAdam
+
+import tensorflow as tf
 
 from models.sasrec import SASRec
 from models.two_tower import TwoTower
 from train import data as data_lib
-from train import distribute
-from train import epochs
-from train import estimator_spec
+from train import distribute, epochs, estimator_spec, host_memory, summaries, validation
 from train import export as export_lib
-from train import host_memory
-from train import summaries
-from train import validation
+from train import step as step_lib
 from train.config import RunConfig
 from train.epochs import EXIT_PAUSED, NonFiniteError, best_step
-from train import step as step_lib
 from train.objective import Objective
 
 __all__ = [

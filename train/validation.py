@@ -20,9 +20,8 @@ The numpy search `tfrs_logq.core.ranking.exact_top_k_np` is the tests' oracle.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
-
 import weakref
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -78,6 +77,7 @@ def query_embeddings(model, inputs: np.ndarray, user_ids=None, batch_size: int =
   the queries' user ids, which a two-tower model with a user-id embedding uses), one compiled
   program (tf.function) over batches of one shape (`pad_batches`)."""
   import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+
   import tensorflow as tf
 
   fn = _compiled_encoder(model)

@@ -45,10 +45,7 @@ import shlex
 import sys
 from typing import Dict, List, Optional, Sequence
 
-from bench.table1.results import collect
-from bench.table1.results import collect_paper_loop
-from bench.table1.results import collect_seed_runs
-from bench.table1.results import is_paper_loop_tree
+from bench.table1.results import collect, collect_paper_loop, collect_seed_runs, is_paper_loop_tree
 from bench.table1.rows import PAPER, ROWS
 from eval import paired_stats
 

@@ -145,7 +145,9 @@ def ps_point(spec: dict) -> dict:
     {"cluster": spec["cluster"], "task": {"type": "chief", "index": 0}}
   )
   import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+
   import tensorflow as tf
+
   from bench.catalog import points
   from bench.common import memory
   from train import distribute
@@ -352,7 +354,7 @@ def plot(results: dict, sizes, num_ps: int, path, dim: int = 64) -> None:
   import matplotlib.pyplot as plt
 
   fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2))
-  gib = lambda kib: kib / 2**20  # noqa: E731
+  gib = lambda kib: kib / 2**20
   for side, label in (("one", "one process"), ("ps", f"{num_ps} ps + 1 worker")):
     pts = [v for v in sizes if "times" in results.get((side, v), {})]
     ax_t.plot(pts, [np.median(results[(side, v)]["times"]) * 1e3 for v in pts], "o-", label=label)
@@ -391,6 +393,7 @@ def main_ps(args, command: str) -> str:
   """The ``--parameter_server`` run of bench/catalog_size.py (module docstring); returns the
   summary line."""
   import pathlib
+
   from bench.catalog import points
 
   sizes = sorted(int(float(s)) for s in args.sizes.split(",") if s)

@@ -51,9 +51,11 @@ def build_point(spec: dict):
   point, built by the training binary's code (under the current tf.distribute scope: the
   parameter-server side calls it in ParameterServerStrategy's). Returns a SimpleNamespace."""
   import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+
   import tensorflow as tf
-  from train.config import RunConfig
+
   from train import trainer as trainer_lib
+  from train.config import RunConfig
   from train.objective import Objective
 
   v, b, d, users = spec["num_items"], spec["batch_size"], spec["dim"], spec["num_users"]
@@ -126,6 +128,7 @@ def estimator_bytes(estimator) -> int:
 def measure_point(spec: dict) -> dict:
   """One (variant, |I|) point, in this process; returns the measurements."""
   import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+
   import tensorflow as tf
 
   tf.get_logger().setLevel("ERROR")

@@ -81,7 +81,7 @@ _KEYS = {
   "keras3",
   "paper_flags",
 }
-# The Keras 3 binary's own settings an experiment may set (train.keras3.config.Keras3Config); its
+# The settings only the Keras 3 binary reads (RunConfig.keras3) that an experiment may set; its
 # backend comes from the arm, its seeds and logqs from arrange = "program".
 KERAS3_KEYS = ("shuffle_rng", "compilation_cache")
 _BUDGET_KEYS = {"epochs", "patience", "max_epochs"}

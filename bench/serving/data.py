@@ -4,7 +4,7 @@ and recall@k = |approx top-k ∩ exact top-k| / k averaged over queries."""
 
 from __future__ import annotations
 
-import dataclasses  # noqa: F401
+import dataclasses
 from typing import Optional, Tuple
 
 import numpy as np

@@ -13,7 +13,7 @@ from typing import List, Sequence, Tuple
 
 import numpy as np
 
-from bench.serving.data import Geometry  # noqa: F401  (annotations)
+from bench.serving.data import Geometry  # annotations
 
 
 def faiss_spec(num_items: int, scann_leaves: int) -> Tuple[str, int]:

@@ -134,14 +134,14 @@ from typing import Dict
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from bench.common.report import summary_line, write_json  # noqa: E402
-from bench.common.timing import rotated  # noqa: E402
-from bench.step import report, trace, trees  # noqa: E402
-from bench.step.configs import YARDSTICK, parse_config, step_flops  # noqa: E402
-from bench.step.ours import load_batches  # noqa: E402
-from bench.step.worker import Side  # noqa: E402
+from bench.common.report import summary_line, write_json
+from bench.common.timing import rotated
+from bench.step import report, trace, trees
+from bench.step.configs import YARDSTICK, parse_config, step_flops
+from bench.step.ours import load_batches
+from bench.step.worker import Side
 
 __all__ = ["main", "parser"]
 
@@ -373,7 +373,7 @@ def _trace(sides, args) -> None:
     results.append(dict(side.ask(cmd="trace", n=args.steps), config=name))
     print(trace.report(results[-1]), flush=True)
   write_json(args.out, "step_trace.json", results, indent=1)
-  share = lambda r: 100 * r["xla_dot"] / (r["user"] + r["system"])  # noqa: E731
+  share = lambda r: 100 * r["xla_dot"] / (r["user"] + r["system"])
   parts = [
     f"{r['config']} {r['wall']:.3f} s/step, XLA dots {share(r):.0f} % of CPU" for r in results
   ]

@@ -70,7 +70,7 @@ class JaxTrainStep:
     import jax
 
     self.model, self.optimizer = model, model.optimizer
-    copy = lambda variables: [jax.numpy.array(v.value, copy=True) for v in variables]  # noqa
+    copy = lambda variables: [jax.numpy.array(v.value, copy=True) for v in variables]
     # copies: the step donates (frees) its input state; the variables keep their own values
     self.state = (
       copy(model.trainable_variables),
@@ -82,7 +82,7 @@ class JaxTrainStep:
       y_pred, non_trainable = model.stateless_call(trainable, non_trainable, batch, training=True)
       return model.compute_loss(x=batch, y_pred=y_pred, training=True), non_trainable
 
-    self.loss_only = lambda t, n, b: loss_and_updates(t, n, b)[0]  # noqa: E731
+    self.loss_only = lambda t, n, b: loss_and_updates(t, n, b)[0]
 
     grad_fn = jax.value_and_grad(loss_and_updates, has_aux=True)
 
@@ -233,16 +233,16 @@ def setup(spec: dict, cfg: SideConfig, inputs, targets):
     if spec.get("check_step"):
       check = check_jax_step(trainer, batches[0])
     step = JaxTrainStep(trainer.model)
-    profiler = lambda: JaxProfiler(trainer.model, step, batches)  # noqa: E731
-    run = lambda i: (step(batches[i]), float("nan"))  # noqa: E731
+    profiler = lambda: JaxProfiler(trainer.model, step, batches)
+    run = lambda i: (step(batches[i]), float("nan"))
     peak = peaks.matmul_peak_jax
     framework = f"keras {keras.__version__} / jax {jax.__version__}"
   else:
     import tensorflow as tf
 
     batches = [{k: tf.constant(v) for k, v in b.items()} for b in numpy_batches]
-    run = lambda i: trainer.train_step(batches[i])[:2]  # (loss, mean weight)  # noqa: E731
+    run = lambda i: trainer.train_step(batches[i])[:2]  # (loss, mean weight)
     peak = peaks.matmul_peak_tf
-    profiler = lambda: None  # noqa: E731
+    profiler = lambda: None
     framework = f"keras {keras.__version__} / tensorflow {tf.__version__}"
   return run, peak, dict(framework=framework, check=check), trainer, profiler

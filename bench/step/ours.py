@@ -96,8 +96,9 @@ def remove_scoring_and_loss(trainer) -> None:
   """The ``noloss`` bound: the objective's per-query loss becomes -<q_a, c_{p_a}> (no negatives
   are drawn or scored, no log Q is read); the encoder, its gradient, the embedding lookups, the
   padding mask and Adam are the real step's."""
-  import tensorflow as tf
   from tfrs_logq.tf_keras import losses
+
+  import tensorflow as tf
 
   objective = trainer.objective
 
@@ -116,8 +117,9 @@ def compile_separately(trainer, part: str) -> None:
   negatives' sampling and scoring and the loss (``objective``), as one XLA program on the A rows
   zero-padded to a multiple of `_PAD_ROWS` (padding rows have positive id 0: masked by the
   objective's static-shape path, and sliced off)."""
-  import tensorflow as tf
   from tfrs_logq.tf_keras import losses
+
+  import tensorflow as tf
 
   objective = trainer.objective
 

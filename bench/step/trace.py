@@ -121,10 +121,11 @@ def time_scoring_paths(
 ) -> dict:
   """{path: (min, median) seconds} of forward + backward of each per-query scoring path, XLA,
   the ML-1M shapes (A queries, k uniform ids each, V rows, d), interleaved."""
-  import numpy as np
   import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-  import tensorflow as tf
   from tfrs_logq.tf_keras.negatives import scoring
+
+  import numpy as np
+  import tensorflow as tf
 
   rng = np.random.default_rng(0)
   q = tf.Variable(rng.normal(size=(a, d)).astype(np.float32))

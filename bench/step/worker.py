@@ -70,7 +70,8 @@ def serve(spec: dict) -> None:
     cfg = SideConfig(**spec["config"])
     backend = keras3_side.select_backend(cfg, threads)  # before keras is imported
     if backend == "tensorflow":  # a JAX side imports no TensorFlow, as on a GPU machine
-      import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+      import tfrs_logq.tf_keras  # legacy Keras before TensorFlow loads
+
       import tensorflow as tf
 
       tf.config.threading.set_intra_op_parallelism_threads(threads)
@@ -84,6 +85,7 @@ def serve(spec: dict) -> None:
     info = dict(info, threads=threads)
   else:
     import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(threads)

@@ -28,10 +28,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from eval import paired_stats
-
 from bench.common.report import markdown_header, markdown_row
 from bench.world.rows import parse_row
+from eval import paired_stats
 
 __all__ = [
   "load_runs",

@@ -44,18 +44,16 @@ from __future__ import annotations
 import time
 from typing import Dict, List, Optional, Sequence
 
-import numpy as np
-
 import jax
 import jax.numpy as jnp
 import keras
+import numpy as np
 from keras import ops
 
 import tfrs_logq.keras3 as tlk
+from bench.world.rows import RowSpec, Settings
 from tfrs_logq.core import lazy_adam as lazy_adam_core
 from tfrs_logq.keras3 import negatives as neg
-
-from bench.world.rows import RowSpec, Settings
 
 __all__ = ["Arm", "machine_label", "cross_batch_available"]
 

@@ -65,19 +65,16 @@ import pathlib
 import time
 from typing import Dict
 
+import numpy as np
+from absl import app, flags
 
-from absl import app  # noqa: E402
-from absl import flags  # noqa: E402
-
-import numpy as np  # noqa: E402
-
-from eval import synthetic_world as world_lib  # noqa: E402
+from eval import synthetic_world as world_lib
 from eval.demo.config import (
   NEGATIVES,
   USER_TOWERS,
   DemoConfig,
   RowSpec,
-  default_rows,  # noqa: E402
+  default_rows,
   parse_row,
   validate_config,
 )
@@ -85,17 +82,17 @@ from eval.demo.metrics import (
   calibration_by_bin,
   evaluate_model,
   hit_rate,
-  hit_rate_by_bin,  # noqa: E402
+  hit_rate_by_bin,
   kl_divergence,
   log_softmax,
   rank_bins,
   recall_vs_oracle,
   top_k,
 )
-from eval.demo.plots import write_plots  # noqa: E402
-from eval.demo.report import format_markdown, format_table, verdicts  # noqa: E402
-from eval.demo.stats import mean_and_se, paired_difference, summarise  # noqa: E402
-from eval.demo.training import Trainer  # noqa: E402
+from eval.demo.plots import write_plots
+from eval.demo.report import format_markdown, format_table, verdicts
+from eval.demo.stats import mean_and_se, paired_difference, summarise
+from eval.demo.training import Trainer
 
 __all__ = [
   "DemoConfig",

@@ -121,7 +121,7 @@ def verdicts(summary) -> List[str]:
 
 def _text_table(header, lines) -> List[str]:
   widths = [max(len(h), *(len(l[i]) for l in lines)) for i, h in enumerate(header)]
-  fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+  fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()
   return [fmt(header), "  ".join("-" * w for w in widths)] + [fmt(l) for l in lines]
 
 

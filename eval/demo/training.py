@@ -26,7 +26,6 @@ class Trainer:
 
   def __init__(self, cfg: DemoConfig, streams):
     import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-    import tensorflow as tf
     from tfrs_logq.tf_keras import (
       compiled,
       frequency,
@@ -34,6 +33,8 @@ class Trainer:
       losses,
       negatives,
     )
+
+    import tensorflow as tf
 
     self._tf, self._losses, self._negatives = tf, losses, negatives
     self._full_softmax = full_softmax

@@ -96,9 +96,7 @@ class SASRec(keras.Model):
     self.temperature, self.seed = float(temperature), int(seed)
     self.block_style, self.tie_embeddings = block_style, bool(tie_embeddings)
     self.attention_blocks = int(attention_blocks)
-    init = lambda i: keras.initializers.TruncatedNormal(  # noqa: E731
-      stddev=0.02, seed=self.seed * 100 + i
-    )
+    init = lambda i: keras.initializers.TruncatedNormal(stddev=0.02, seed=self.seed * 100 + i)
     self.input_embedding = keras.layers.Embedding(
       num_items + 1, embedding_dim, embeddings_initializer=init(1), name="input_item_embedding"
     )

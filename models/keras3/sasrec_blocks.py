@@ -135,10 +135,10 @@ class ReferenceBlock(keras.layers.Layer):
     if dim % num_heads:
       raise ValueError(f"embedding dim {dim} is not divisible by num_heads {num_heads}")
     self.dim, self.num_heads, self.rate, self.seed = dim, num_heads, dropout, seed
-    init = lambda i: keras.initializers.TruncatedNormal(stddev=0.02, seed=seed + i)  # noqa: E731
+    init = lambda i: keras.initializers.TruncatedNormal(stddev=0.02, seed=seed + i)
     dense = lambda units, i, name: keras.layers.Dense(
       units,
-      kernel_initializer=init(i),  # noqa: E731
+      kernel_initializer=init(i),
       name=name,
     )
     self.ln1 = keras.layers.LayerNormalization(epsilon=1e-5, name="ln_attention")

@@ -158,6 +158,7 @@ def brute_force(scores, inputs, targets, k):
 
 def test_metrics_match_the_definition():
   import torch  # the test extra installs it: never skipped
+
   from bench import paper_loop
 
   # By hand: 5 items; user 0 has target 3 at rank 1 (item 2 above it; item 4 is filtered),
@@ -240,6 +241,7 @@ def _np_script_losses(logq, s_p, s_n, valid, neg_counts, pos_counts, total):
 @pytest.mark.parametrize("logq", ["corrected", "standard", "none"])
 def test_script_losses_and_gradients_match_the_description(logq):
   import torch
+
   from bench import paper_code_torch
 
   rng = np.random.default_rng(3)

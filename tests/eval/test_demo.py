@@ -312,7 +312,7 @@ def test_demo_binary_speaks_plainly(tmp_path):
   run = lambda *a: subprocess.run(
     [sys.executable, "-m", "eval.demo", *a],
     cwd=root,
-    env=env,  # noqa: E731
+    env=env,
     capture_output=True,
     text=True,
     timeout=300,

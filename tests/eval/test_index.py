@@ -2,13 +2,13 @@
 filtering
 (both rated-item protocols), config."""
 
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras import top_k as top_k_lib
+
 import numpy as np
 import pytest
 
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-
 from eval import index as index_lib
-from tfrs_logq.tf_keras import top_k as top_k_lib
 
 
 def _catalog(num_items, dim, seed, clusters=None):

@@ -5,15 +5,15 @@ import os
 import subprocess
 import sys
 
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras import top_k as top_k_lib
+
 import numpy as np
 import pytest
-
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
 from eval import index as index_lib
 from eval import serving
-from tfrs_logq.tf_keras import top_k as top_k_lib
 
 _LOAD_AND_SERVE = r"""
 import json

@@ -3,10 +3,10 @@ the query-model interface, the reference block against a numpy oracle of its des
 the execution paths (token compaction, blocked causal attention, XLA with bucketed token
 capacities) against the plain padded full-grid encoder."""
 
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+
 import numpy as np
 import pytest
-
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
 from models import TrainingQueries

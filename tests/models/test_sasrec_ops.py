@@ -2,9 +2,9 @@
 and the bucketed token index of token compaction (the encoder's paths against each other:
 tests/models/test_sasrec.py)."""
 
-import numpy as np
-
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+
+import numpy as np
 import tensorflow as tf
 
 from models.sasrec_ops import block_bounds, stateless_dropout, token_index

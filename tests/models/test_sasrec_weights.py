@@ -3,10 +3,10 @@ an npz round trip into a model of another seed gives the first model's outputs, 
 other settings are refused with the sublayer named. (Into the Keras 3 twin:
 tests/models/keras3/test_sasrec.py, whose worker sets the weights through `sublayers`.)"""
 
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+
 import numpy as np
 import pytest
-
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 
 from models import sasrec_weights
 from models.sasrec import SASRec

@@ -1,13 +1,13 @@
 """Two-tower model: tower formulas against numpy; trains with tfrs_logq.tf_keras.Retrieval."""
 
-import numpy as np
-
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras import frequency
+from tfrs_logq.tf_keras.retrieval import Retrieval
+
+import numpy as np
 import tensorflow as tf
 
 from models.two_tower import TwoTower
-from tfrs_logq.tf_keras import frequency
-from tfrs_logq.tf_keras.retrieval import Retrieval
 
 
 def test_query_tower_is_mean_of_non_padding_history():
@@ -113,8 +113,7 @@ def test_build_all_creates_every_variable_without_scoring_the_catalog(monkeypatc
     built = TwoTower(**kwargs).build_all()
   assert built.built
   names = lambda m: sorted(
-    (v.name.replace(m.name + "/", "<model>/", 1), tuple(v.shape))  # noqa
-    for v in m.variables
+    (v.name.replace(m.name + "/", "<model>/", 1), tuple(v.shape)) for v in m.variables
   )
   assert names(built) == names(full)
   assert all(name.startswith("<model>/") for name, _ in names(built))

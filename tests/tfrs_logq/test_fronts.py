@@ -259,7 +259,7 @@ def test_both_fronts_samplers_take_the_same_arguments(public_names, sampler):
     assert {p[0] for p in tf_keras} - {p[0] for p in keras3} == set(tf_only), where
     assert {p[0] for p in keras3} - {p[0] for p in tf_keras} == set(k3_only), where
     loose = SAMPLER_DEFAULT_EXCEPTIONS.get((sampler, method), ())
-    same = lambda p: p[:2] if p[0] in loose else p  # noqa: E731
+    same = lambda p: p[:2] if p[0] in loose else p
     assert [same(p) for p in tf_keras if p[0] not in tf_only] == [
       same(p) for p in keras3 if p[0] not in k3_only
     ], where

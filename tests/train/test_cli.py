@@ -12,14 +12,14 @@ import subprocess
 import sys
 import time
 
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+
 import numpy as np
 import pytest
+import tensorflow as tf
+import without_tensorflow
 from absl import flags
 
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf
-
-import without_tensorflow
 from train import cli
 from train.data import DataFormatError
 

@@ -8,14 +8,14 @@ static-shape step equals the compiled single-device step and the dynamic one."""
 import re
 import types
 
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras import frequency
+
 import numpy as np
 import pytest
-
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
 from models.sasrec import SASRec
-from tfrs_logq.tf_keras import frequency
 from train import objective as objective_lib
 from train import step as step_lib
 

@@ -9,20 +9,17 @@ import inspect
 import json
 import os
 
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras import frequency, losses
+from tfrs_logq.tf_keras.negatives.in_batch import CONVENTIONS
+from tfrs_logq.tf_keras.negatives.uniform import UNIFORM_PER
+
 import numpy as np
 import pytest
 from absl import flags
 
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-from tfrs_logq.tf_keras import frequency
-from tfrs_logq.tf_keras import losses
-
-from tfrs_logq.tf_keras.negatives.in_batch import CONVENTIONS
-from tfrs_logq.tf_keras.negatives.uniform import UNIFORM_PER
-
 from models.sasrec import BLOCK_STYLES
-from train import objective
-from train import config_flags
+from train import config_flags, objective
 from train import data as data_lib
 from train.config import RunConfig
 from train.config_flags import setting
@@ -212,6 +209,7 @@ def test_both_fronts_estimators_and_the_flags_default_to_the_core_defaults():
   estimators' constructor defaults and RunConfig's flag defaults are its values."""
   import subprocess
   import sys
+
   from tfrs_logq.core.frequency import DEFAULTS
 
   fronts = {

@@ -2,10 +2,10 @@
 checkpoint evaluated on test, steps-to-best, wall-clock and the optional per-epoch test curve;
 the --table_optimizer choice reaching the trainer."""
 
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+
 import numpy as np
 import pytest
-
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
 from train import data as data_lib

@@ -2,11 +2,12 @@
 
 import dataclasses
 
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras import frequency
+
 import numpy as np
 import pytest
 
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-from tfrs_logq.tf_keras import frequency
 from train import estimator_spec
 from train.config import RunConfig
 

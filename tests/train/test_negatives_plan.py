@@ -39,8 +39,8 @@ def test_cross_batch_plans_pushes_of_the_global_batch_with_capped_slots():
 
 def test_the_tf_keras_objective_builds_the_plan():
   import tfrs_logq.tf_keras  # noqa: F401
-  from tfrs_logq.tf_keras import frequency
-  from tfrs_logq.tf_keras import negatives
+  from tfrs_logq.tf_keras import frequency, negatives
+
   from train import objective
 
   class Model:

@@ -4,15 +4,15 @@ block; none / standard / corrected), the full softmax and gBCE."""
 
 import types
 
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras import frequency
+from tfrs_logq.tf_keras import negatives as neg_lib
+
 import numpy as np
 import pytest
-
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
 from models.sasrec import SASRec
-from tfrs_logq.tf_keras import frequency
-from tfrs_logq.tf_keras import negatives as neg_lib
 from train import objective
 
 N_ITEMS, K, L, B = 40, 16, 10, 5
@@ -167,7 +167,7 @@ def test_full_softmax_and_gbce_steps():
   s_n = np.einsum("ad,akd->ak", q.numpy(), table[ids])
   alpha = K / (N_ITEMS - 1)
   beta = alpha * (0.5 * (1 - 1 / alpha) + 1 / alpha)
-  softplus = lambda x: np.log1p(np.exp(-np.abs(x))) + np.maximum(x, 0)  # noqa: E731
+  softplus = lambda x: np.log1p(np.exp(-np.abs(x))) + np.maximum(x, 0)
   want = beta * softplus(-s_p) + np.where(ids != pos.numpy()[:, None], softplus(s_n), 0).sum(1)
   np.testing.assert_allclose(gbce.per_query_loss(q, pos, seq, seed).loss.numpy(), want, rtol=1e-4)
 

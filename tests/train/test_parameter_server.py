@@ -14,13 +14,13 @@ this file runs last in its process (tests/conftest.py)."""
 import json
 import re
 
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras import sharded
+
 import numpy as np
 import pytest
-
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
-from tfrs_logq.tf_keras import sharded
 from train import data as data_lib
 from train import distribute
 from train.config import RunConfig

@@ -8,9 +8,9 @@ test process to a cluster (the in-process cluster's tests: test_parameter_server
 import json
 import re
 
-import numpy as np
-
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+
+import numpy as np
 import tensorflow as tf
 
 from train import distribute

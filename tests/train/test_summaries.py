@@ -8,8 +8,8 @@ import sys
 
 import numpy as np
 import pytest
-
 from tensorboard_events import read_scalars
+
 from train import summaries
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

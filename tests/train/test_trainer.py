@@ -3,11 +3,11 @@
 
 import shutil
 
-import numpy as np
-import pytest
-
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 from tfrs_logq.tf_keras import frequency
+
+import numpy as np
+import pytest
 
 from train import data as data_lib
 from train.config import RunConfig
@@ -114,6 +114,7 @@ def test_jit_compile_step_trains_like_the_uncompiled_step(tiny, tmp_path):
   """--jit_compile_step: the Trainer's whole replica step as one XLA program gives the same
   losses, weights and estimator state as the uncompiled step (dropout 0, streaming estimator)."""
   import tensorflow as tf
+
   from train.trainer import Trainer
 
   results = []
@@ -150,6 +151,7 @@ def test_same_seed_pairs_rows_same_initial_model_and_batches(tiny, tmp_path):
   loss's correction start from the same weights and see the same batches in the same order (a
   different seed does not)."""
   import tensorflow as tf
+
   from train.trainer import Trainer
 
   def state(logq, seed):
@@ -194,6 +196,7 @@ def test_free_heap_is_returned_once_after_the_first_epoch_under_retain(
   tiny, tmp_path, monkeypatch, allocator, calls
 ):
   import tensorflow as tf
+
   from train import host_memory
   from train.trainer import Trainer
 
@@ -218,6 +221,7 @@ def test_free_heap_is_returned_once_after_the_first_epoch_under_retain(
 
 def _small_trainer(tiny, model_dir, report=None, **overrides):
   import tensorflow as tf
+
   from train.trainer import Trainer
 
   settings = dict(
@@ -253,6 +257,7 @@ def test_interrupt_mid_epoch_saves_nothing_newer_than_the_last_epoch(tiny, tmp_p
   """Ctrl-C inside epoch 2: TrainingInterrupted names epoch 1's checkpoint, the newest on disk
   (a mid-epoch state is never saved: resuming replays epoch 2 exactly)."""
   import tensorflow as tf
+
   from train.trainer import TrainingInterrupted
 
   lines = []
@@ -271,6 +276,7 @@ def test_interrupt_between_an_epochs_end_and_its_save_saves_it_and_resumes(tiny,
   """Ctrl-C after epoch 1 ended but before its checkpoint was written: the handler writes it
   (the state is an epoch's end), and a new Trainer on the same folder resumes from it."""
   import json
+
   from train.trainer import TrainingInterrupted
 
   trainer = _small_trainer(tiny, tmp_path / "run")
@@ -300,6 +306,7 @@ def test_checkpoint_every_seconds_writes_the_last_epoch_and_no_mid_epoch_state(t
   Ctrl-C inside epoch 3 saves nothing (the state is mid-epoch, not epoch 2's end); the rerun
   trains from the start and its last epoch (the run's end) is the one checkpoint on disk."""
   import tensorflow as tf
+
   from train.trainer import TrainingInterrupted
 
   run_dir = tmp_path / "run"
@@ -326,6 +333,7 @@ def test_mixed_precision_bfloat16(tiny, tmp_path, jit_compile):
   global policy is float32 again after the build, and the first steps' losses are finite, close
   to float32's and not equal to them (bfloat16 is used); eager and XLA encoders."""
   import tensorflow as tf
+
   from train.trainer import Trainer
 
   runs = {}

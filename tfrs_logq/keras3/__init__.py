@@ -28,12 +28,11 @@ tfrs_logq.tf_keras`` sets ``TF_USE_LEGACY_KERAS`` and rejects a Keras-3 ``tf.ker
 in a process that uses only Keras 3, with any backend, also after ``import tensorflow``.
 """
 
-from tfrs_logq.keras3 import frequency
-from tfrs_logq.keras3 import negatives
+from tfrs_logq.keras3 import frequency, negatives
 from tfrs_logq.keras3.accidental_hits import RemoveAccidentalHits, accidental_hit_mask
 from tfrs_logq.keras3.full_softmax import FullSoftmaxLoss, full_softmax_loss
-from tfrs_logq.keras3.lazy_adam import LazyAdam
 from tfrs_logq.keras3.gbce import GBCELoss, bce_loss, gbce_beta, gbce_loss
+from tfrs_logq.keras3.lazy_adam import LazyAdam
 from tfrs_logq.keras3.log_q import log_q_prime
 from tfrs_logq.keras3.logq_correction import SamplingProbabilityCorrection
 from tfrs_logq.keras3.losses import (

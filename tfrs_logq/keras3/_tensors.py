@@ -8,9 +8,8 @@ a failed check cannot raise; there invalid log Q shows up as a NaN / inf loss.
 
 from typing import Any, Optional, Tuple, Union
 
-import numpy as np
-
 import keras
+import numpy as np
 from keras import ops
 
 # What the Keras 3 front takes and returns as an array: a tensor of the backend, or anything

@@ -13,8 +13,8 @@ from keras import ops
 
 from tfrs_logq.core import bce as bce_core
 from tfrs_logq.keras3 import _tensors
-from tfrs_logq.keras3._tensors import Tensor
 from tfrs_logq.keras3 import losses as losses_lib
+from tfrs_logq.keras3._tensors import Tensor
 
 __all__ = ["gbce_beta", "gbce_loss", "bce_loss", "GBCELoss"]
 

@@ -24,8 +24,8 @@ from keras import ops
 
 from tfrs_logq.core import checks as core_checks
 from tfrs_logq.keras3 import _tensors
-from tfrs_logq.keras3._tensors import Tensor
 from tfrs_logq.keras3 import log_q as log_q_lib
+from tfrs_logq.keras3._tensors import Tensor
 
 __all__ = ["SamplingProbabilityCorrection"]
 

@@ -59,11 +59,10 @@ from keras import ops
 
 from tfrs_logq.core import checks as core_checks
 from tfrs_logq.core import retrieval as retrieval_core
-from tfrs_logq.keras3 import _tensors
-from tfrs_logq.keras3._tensors import Seed, Tensor
-from tfrs_logq.keras3 import accidental_hits
+from tfrs_logq.keras3 import _tensors, accidental_hits
 from tfrs_logq.keras3 import log_q as log_q_lib
 from tfrs_logq.keras3 import losses as losses_lib
+from tfrs_logq.keras3._tensors import Seed, Tensor
 
 __all__ = ["Retrieval", "REDUCTIONS", "UPDATE_FREQUENCY_MODES"]
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable, Optional, Sequence, Tuple
 
+import keras
 import numpy as np
 import numpy.typing as npt
-
-import keras
 from keras import ops
 
 from tfrs_logq.core import ranking

@@ -24,6 +24,7 @@ import functools
 from typing import Any, Callable, Optional
 
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+
 import tensorflow as tf
 
 __all__ = ["compile_function"]

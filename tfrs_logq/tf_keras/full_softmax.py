@@ -8,12 +8,13 @@ computed here in float32 on TensorFlow; the Keras 3 twin is ``tfrs_logq.keras3.f
 
 from typing import Any, Dict
 
+from tfrs_logq.tf_keras.losses import LossOutput, _assert_finite
+
 import tensorflow as tf
 
 from tfrs_logq.core import checks as core_checks
 from tfrs_logq.core import sampled_softmax as sampled_softmax_core
 from tfrs_logq.core.ops import tf_ops
-from tfrs_logq.tf_keras.losses import LossOutput, _assert_finite
 
 __all__ = ["full_softmax_loss", "FullSoftmaxLoss"]
 

@@ -8,11 +8,12 @@ uses t = 0.75 with k = 256 negatives.
 
 from typing import Any, Dict, Optional
 
+from tfrs_logq.tf_keras.losses import LossOutput, _assert_finite, _scores, _valid_mask
+
 import tensorflow as tf
 
 from tfrs_logq.core import bce as bce_core
 from tfrs_logq.core.ops import tf_ops
-from tfrs_logq.tf_keras.losses import LossOutput, _assert_finite, _scores, _valid_mask
 
 __all__ = ["gbce_beta", "gbce_loss", "bce_loss", "GBCELoss"]
 

@@ -18,10 +18,11 @@ directly.
 import warnings
 from typing import Any, Dict, Optional
 
+from tfrs_logq.tf_keras import log_q as log_q_lib
+
 import tensorflow as tf
 
 from tfrs_logq.core import checks as core_checks
-from tfrs_logq.tf_keras import log_q as log_q_lib
 
 __all__ = ["SamplingProbabilityCorrection", "LogQCorrection"]
 

@@ -16,9 +16,10 @@ import importlib
 import warnings
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
+from tfrs_logq.tf_keras import log_q as log_q_lib
+
 import tensorflow as tf
 
-from tfrs_logq.tf_keras import log_q as log_q_lib
 from tfrs_logq.core import checks as core_checks
 from tfrs_logq.core import sampled_softmax as sampled_softmax_core
 from tfrs_logq.core.ops import tf_ops

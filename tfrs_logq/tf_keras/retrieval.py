@@ -69,13 +69,13 @@ embedding then fails with a clear error instead of a NaN loss).
 
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Text, Tuple, Union
 
+from tfrs_logq.tf_keras import accidental_hits, logq_correction
+from tfrs_logq.tf_keras import log_q as log_q_lib
+from tfrs_logq.tf_keras import losses as losses_lib
+
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
 
-from tfrs_logq.tf_keras import accidental_hits
-from tfrs_logq.tf_keras import log_q as log_q_lib
-from tfrs_logq.tf_keras import logq_correction
-from tfrs_logq.tf_keras import losses as losses_lib
 from tfrs_logq.core import checks as core_checks
 from tfrs_logq.core import retrieval as retrieval_core
 from tfrs_logq.core.ops import tf_ops

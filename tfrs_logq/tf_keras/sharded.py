@@ -24,7 +24,6 @@ single-device and mirrored programs are unchanged.
 from typing import Iterable, List, Union
 
 import tensorflow as tf
-
 from tensorflow.python.distribute import sharded_variable
 
 __all__ = ["gather_rows", "is_sharded", "read_markers"]

@@ -11,16 +11,15 @@ counterparts of the numpy metrics (checked against numpy in tests).
 import functools
 from typing import Callable, Optional, Tuple
 
-import numpy.typing as npt
+from tfrs_logq.tf_keras import compiled
 
 import numpy as np
-
+import numpy.typing as npt
 import tensorflow as tf
 
 from tfrs_logq.core import ops as ops_lib
 from tfrs_logq.core import top_k as top_k_lib
-from tfrs_logq.tf_keras import compiled
-from tfrs_logq.core.ranking import (  # noqa: F401  (re-exported: the numpy metrics)
+from tfrs_logq.core.ranking import (  # re-exported: the numpy metrics
   EMPTY_SLOT,
   PAD_ID,
   History,

@@ -24,26 +24,21 @@ names, so that `python -m train.keras3` reads data where TensorFlow is not insta
 from __future__ import annotations
 
 from train.data.config import DataConfig
-from train.data.datasets import DATASETS
-from train.data.datasets import SPLITS
-from train.data.datasets import default_data_root
-from train.data.datasets import load
+from train.data.datasets import DATASETS, SPLITS, default_data_root, load
 from train.data.gsasrec import load_gsasrec
 from train.data.movielens import load_movielens_raw
-from train.data.padding import fit_length
-from train.data.padding import left_pad
-from train.data.records import DataFormatError
-from train.data.records import EvalSplit
-from train.data.records import SequenceData
-from train.data.records import count_items
-from train.data.records import fingerprint
-from train.data.records import summary
+from train.data.padding import fit_length, left_pad
+from train.data.records import (
+  DataFormatError,
+  EvalSplit,
+  SequenceData,
+  count_items,
+  fingerprint,
+  summary,
+)
 from train.data.seeds import epoch_seed
-from train.data.splits import build_sequence_data
-from train.data.splits import k_core_mask
-from train.data.synthetic import SyntheticCatalog
-from train.data.synthetic import SyntheticConfig
-from train.data.synthetic import load_synthetic
+from train.data.splits import build_sequence_data, k_core_mask
+from train.data.synthetic import SyntheticCatalog, SyntheticConfig, load_synthetic
 
 __all__ = [
   "DATASETS",

@@ -83,6 +83,7 @@ def permutation(n: int, seed: int, stream_epoch: int, rng: str) -> np.ndarray:
     return np.random.default_rng([int(seed), 2 * int(stream_epoch)]).permutation(n)
   try:
     import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+
     import tensorflow as tf
   except ImportError as e:
     raise ImportError(

@@ -11,8 +11,8 @@ from __future__ import annotations
 import pathlib
 
 from train.data.readers import read_ratings
-from train.data.splits import build_sequence_data
 from train.data.records import SequenceData
+from train.data.splits import build_sequence_data
 
 RATING_FILES = ("ratings.dat", "u.data")
 

@@ -47,6 +47,7 @@ def fit_length(history, max_len: int):
   """int64 tf.Tensor [B, max_len] from a left-padded int [B, L] batch of any width L (see module
   doc)."""
   import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+
   import tensorflow as tf
 
   history = tf.convert_to_tensor(history)

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-import numpy as np
-
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+
+import numpy as np
 import tensorflow as tf
 
 from train.data.batches import check_positive as _check_positive

@@ -8,8 +8,8 @@ and the 1-based line number. Missing files raise `FileNotFoundError` naming the 
 from __future__ import annotations
 
 import io
-import re
 import pathlib
+import re
 from typing import Optional
 
 import numpy as np

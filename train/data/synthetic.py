@@ -30,8 +30,8 @@ from typing import Optional
 
 import numpy as np
 
-from train.data.splits import build_sequence_data
 from train.data.records import SequenceData
+from train.data.splits import build_sequence_data
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,11 +8,12 @@ numeric order when renumbered; other strings are ordered as bytes.
 
 from __future__ import annotations
 
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+
 import numpy as np
 
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-from train.data.splits import build_sequence_data
 from train.data.records import SequenceData
+from train.data.splits import build_sequence_data
 
 
 def _ids_to_int(values: np.ndarray) -> np.ndarray:

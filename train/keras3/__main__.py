@@ -4,7 +4,7 @@ r"""Trains SASRec on Keras 3 (JAX, TensorFlow or PyTorch) with the corrected / s
         --model_dir=/tmp/k3run --export_dir=/tmp/k3run/export
 
 The run settings are `python -m train`'s (`train.config.RunConfig`: the same flags, help texts and
-defaults; see --help) plus the binary's own (`train.keras3.config.Keras3Config`: --backend,
+defaults; see --help), including the group only this binary reads (`train.keras3.config`: --backend,
 --shuffle_rng, --compilation_cache, --seeds, --logqs): --backend (jax | tensorflow | torch; sets
 KERAS_BACKEND before keras is imported). The model is the Keras 3 SASRec (`models.keras3`), the
 loss, negatives and frequency estimators are the library's Keras 3 front (`tfrs_logq.keras3`); the
@@ -50,12 +50,10 @@ settings.select_backend()  # before keras is imported (it reads KERAS_BACKEND on
 
 from train import config_flags  # noqa: E402
 from train.config import RunConfig  # noqa: E402
-from train.keras3.config import Keras3Config  # noqa: E402
 from train.data import batches  # noqa: E402
 from train.data.records import SequenceData  # noqa: E402
 
 config_flags.define_flags(RunConfig)
-config_flags.define_flags(Keras3Config)
 cli.declare_verbosity_flag()
 
 
@@ -67,7 +65,7 @@ def main(argv: Sequence[str]) -> None:
   del argv  # checked by cli.run
   with cli.bad_input():
     cfg = config_flags.from_flags(RunConfig)
-    k3 = config_flags.from_flags(Keras3Config)
+    k3 = cfg.keras3
     settings.check_supported(cfg, k3.backend)
     if k3.shuffle_rng == "tensorflow" and not batches.tensorflow_installed():
       raise ValueError(
@@ -90,7 +88,7 @@ def main(argv: Sequence[str]) -> None:
 
   os.makedirs(cfg.model_dir, exist_ok=True)
   if k3.seeds:
-    _run_seeds(cfg, k3, data, trainer_lib)
+    _run_seeds(cfg, data, trainer_lib)
     return
   with cli.bad_input():  # e.g. a checkpoint of another configuration in --model_dir
     trainer = trainer_lib.Trainer(cfg, data=data, report=_say, shuffle_rng=k3.shuffle_rng)
@@ -129,10 +127,11 @@ def main(argv: Sequence[str]) -> None:
   )
 
 
-def _run_seeds(cfg: RunConfig, k3: Keras3Config, data: SequenceData, trainer_lib: Any) -> None:
+def _run_seeds(cfg: RunConfig, data: SequenceData, trainer_lib: Any) -> None:
   """--seeds: the runs as one program (`train.keras3.seeds`); a line per finished run."""
   from train.keras3 import seeds as seeds_lib
 
+  k3 = cfg.keras3
   with cli.bad_input():
     logqs = list(k3.logqs) or None
     seeds = seeds_lib.check_seeds(cfg, list(k3.seeds), k3.backend, logqs)

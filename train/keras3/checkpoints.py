@@ -22,7 +22,6 @@ import re
 from typing import Optional, Sequence
 
 import numpy as np
-
 from keras import ops
 
 __all__ = ["latest", "restore", "save", "save_values", "restore_values"]

@@ -64,19 +64,16 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Tuple
 
-import numpy as np
-
 import keras
+import numpy as np
 from keras import ops
 
 import tfrs_logq.keras3 as tlk
+from models.keras3 import SASRec
 from tfrs_logq.core import checks as core_checks
 from tfrs_logq.keras3 import negatives as neg_lib
 from tfrs_logq.keras3.negatives import mixed as mixed_lib
-
-from models.keras3 import SASRec
-from train import estimator_spec
-from train import negatives_plan
+from train import estimator_spec, negatives_plan
 
 __all__ = [
   "Candidates",

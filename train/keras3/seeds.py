@@ -60,7 +60,7 @@ def seed_config(cfg, seed: int, logq=None):
   flags' --seed: the hash functions are constants of the compiled step, so the runs of one
   program share them)."""
   folder = f"seed{seed}" if logq is None else os.path.join(str(logq), f"seed{seed}")
-  sub = lambda path: None if not path else os.path.join(path, folder)  # noqa: E731
+  sub = lambda path: None if not path else os.path.join(path, folder)
   return cfg.replace(
     logq=cfg.logq if logq is None else str(logq),
     ratio_floor=cfg.ratio_floor if logq is None else variant_floors(cfg, [logq])[str(logq)],
@@ -76,6 +76,8 @@ def seed_config(cfg, seed: int, logq=None):
     ),
     sasrec_pack_tokens=False,
     frequency_seed=(cfg.seed if cfg.frequency_seed is None else cfg.frequency_seed),
+    seeds=(),
+    logqs=(),
   )
 
 
@@ -181,7 +183,7 @@ class SeedRuns:
     for t in runs:
       t.begin_epoch(epoch)
       t.jax_step.load()
-    stack = lambda xs: jax.tree_util.tree_map(lambda *a: jnp.stack(a), *xs)  # noqa: E731
+    stack = lambda xs: jax.tree_util.tree_map(lambda *a: jnp.stack(a), *xs)
     state = stack([t.jax_step.carried_state() for t in runs])
     items: List[list] = [[] for _ in runs]
     first_step = not any(t.phases.seconds["first_step"] for t in runs)

@@ -48,28 +48,22 @@ import logging
 import os
 import time
 
+import keras
 import numpy as np
+from keras import ops
+
+from models.keras3 import sasrec_ops
+from tfrs_logq.keras3 import compiled, top_k
 
 # The application's data and metrics (numpy; `train` sets TF_USE_LEGACY_KERAS) before keras: on
 # the tensorflow backend, keras imported first would make tf.keras Keras 3, which the tf-keras
 # front rejects. Nothing here imports TensorFlow unless shuffle_rng="tensorflow".
 from train import data as data_lib
-from train import validation
-from train import epochs
-from train import summaries
+from train import epochs, summaries, validation
 from train.data import batches as batches_lib
 from train.epochs import EXIT_PAUSED, NonFiniteError
-
-import keras  # noqa: E402
-from keras import ops  # noqa: E402
-
-from models.keras3 import sasrec_ops
-from tfrs_logq.keras3 import compiled
-from tfrs_logq.keras3 import top_k
-from train.keras3 import checkpoints
-from train.keras3 import finite
+from train.keras3 import checkpoints, finite, parallel
 from train.keras3 import objective as objective_lib
-from train.keras3 import parallel
 
 __all__ = ["EXIT_PAUSED", "NonFiniteError", "Trainer", "query_embeddings"]
 

@@ -3,8 +3,7 @@
 
 import pytest
 
-from bench.step import configs
-from bench.step import ours
+from bench.step import configs, ours
 
 
 def _matmul_flops(block, b, l, d, f, blocks, a, n):
@@ -88,6 +87,7 @@ def test_heap_and_bound_tokens():
 
 def test_noloss_bound_scores_only_the_positive():
   import types
+
   import numpy as np
   import tensorflow as tf
 
@@ -114,6 +114,7 @@ def test_separately_compiled_experiments_train_like_the_default_step(part, tmp_p
   step: same losses and weights as the unpatched trainer from the same initialisation."""
   import numpy as np
   import tensorflow as tf
+
   from train import data as data_lib
   from train.config import RunConfig
   from train.trainer import Trainer

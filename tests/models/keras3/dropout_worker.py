@@ -8,6 +8,7 @@ import numpy as np
 
 def main(out_path):
   import keras
+
   from models.keras3.dropout import Dropout
 
   out = {"backend": np.array(keras.backend.backend())}

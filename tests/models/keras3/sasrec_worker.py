@@ -56,6 +56,7 @@ def gradients(model, loss_fn):
 
 def main(cases_path, out_path):
   import keras
+
   from models.keras3 import SASRec, sasrec_ops
 
   tensorflow_loaded = "tensorflow" in sys.modules  # before .keras saving (which may load it)

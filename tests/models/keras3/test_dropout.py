@@ -10,7 +10,6 @@ import sys
 
 import numpy as np
 import pytest
-
 import without_tensorflow
 
 HERE = pathlib.Path(__file__).resolve().parent

@@ -5,13 +5,12 @@ a subsample), empty pushes, q near 1, the rebase of a joined block's log Q, the 
 Oracles in float64 numpy loops, from the module docstring; the formulas run on `tf_ops()`."""
 
 import math
-
 import re
+
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 
 import numpy as np
 import pytest
-
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
 from tfrs_logq.core import cross_batch

@@ -16,18 +16,13 @@ import pathlib
 import subprocess
 import sys
 
+import tfrs_logq.tf_keras  # legacy Keras before TensorFlow loads
+from tfrs_logq.tf_keras import frequency, full_softmax, gbce, log_q, losses, negatives
+
 import numpy as np
 import pytest
-
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 
-from tfrs_logq.tf_keras import frequency
-from tfrs_logq.tf_keras import log_q
-from tfrs_logq.tf_keras import losses
-from tfrs_logq.tf_keras import full_softmax
-from tfrs_logq.tf_keras import gbce
-from tfrs_logq.tf_keras import negatives
 from tfrs_logq.core import bce as core_bce
 from tfrs_logq.core import frequency as core_frequency
 from tfrs_logq.core import kmeans as core_kmeans

@@ -10,7 +10,6 @@ import sys
 
 import numpy as np
 import pytest
-
 import without_tensorflow
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -20,6 +19,7 @@ _SPEC.loader.exec_module(top_k_cases)
 
 import tfrs_logq.tf_keras  # noqa: E402,F401  (legacy Keras before TensorFlow loads)
 from tfrs_logq.tf_keras import top_k as tf_top_k  # noqa: E402
+
 from tfrs_logq.core import ranking  # noqa: E402
 from tfrs_logq.core import top_k as top_k_lib  # noqa: E402
 

@@ -8,9 +8,9 @@ import sys
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-import top_k_cases  # noqa: E402
+import top_k_cases
 
-from tfrs_logq.keras3 import top_k  # noqa: E402
+from tfrs_logq.keras3 import top_k
 
 results = top_k_cases.run_cases(top_k.exact_top_k)
 arrays = {}

@@ -14,9 +14,8 @@ import tempfile
 import time
 import warnings
 
-import numpy as np
-
 import keras
+import numpy as np
 from keras import ops
 
 import tfrs_logq.keras3 as tlk

@@ -12,10 +12,9 @@ built from a batch sharded over the two devices. test_data_parallel.py compares 
 
 import sys
 
-import numpy as np
-
 import jax
 import keras
+import numpy as np
 from keras import ops
 
 from tfrs_logq.keras3 import frequency, losses, negatives

@@ -12,16 +12,14 @@ import os
 import sys
 import tempfile
 
-import numpy as np
-
+import backend_worker
+import features_cases as fc
 import keras
+import numpy as np
 from keras import ops
 
 import tfrs_logq.keras3 as tlk
 from tfrs_logq.keras3 import frequency, losses, negatives
-
-import backend_worker
-import features_cases as fc
 
 _np = backend_worker._np
 grads = backend_worker.grads

@@ -9,14 +9,12 @@ import os
 import sys
 import tempfile
 
-import numpy as np
-
 import keras
+import lazy_adam_cases as cases
+import numpy as np
 from keras import ops
 
 import tfrs_logq.keras3 as tlk
-
-import lazy_adam_cases as cases
 
 
 def _np(x):

@@ -12,14 +12,12 @@ import os
 import sys
 import tempfile
 
-import numpy as np
-
+import backend_worker
 import keras
+import numpy as np
 from keras import ops
 
 from tfrs_logq.keras3 import frequency, losses, negatives
-
-import backend_worker
 
 _np = backend_worker._np
 
@@ -97,7 +95,7 @@ def run_midx_score(cases, out):
   for source in ("item_table", "embedder"):
     embedder = None
     if source == "embedder":
-      embedder = lambda i: ops.take(ops.convert_to_tensor(table), i, axis=0)  # noqa: E731
+      embedder = lambda i: ops.take(ops.convert_to_tensor(table), i, axis=0)
     sampler = negatives.MIDXSampler(
       num_codewords=3,
       quantizer="pq",
@@ -123,7 +121,7 @@ def run_midx_serialisation(cases, out):
   q = "rq"
   z = cases[f"midx/{q}/z"]
   sampler = copied_sampler(cases, q, num_negatives=4)
-  call = lambda l: (l.proposal_log_probs(z), l.sample(z, 5, seed=3))  # noqa: E731
+  call = lambda l: (l.proposal_log_probs(z), l.sample(z, 5, seed=3))
   with tempfile.TemporaryDirectory() as directory:
     before, cloned, after, config_same = backend_worker._roundtrip(
       sampler, call, directory, "MIDXSampler"
@@ -273,7 +271,7 @@ def run_in_batch_subsample(cases, out):
     3, id_range=(1, emb.shape[0]), seed=3, num_in_batch=k_b, convention="expected_count"
   )
   call = lambda l: (
-    l.log_q(ops.convert_to_tensor([-1.0, -2.0]), 3.0, 5.0, 3.0),  # noqa: E731
+    l.log_q(ops.convert_to_tensor([-1.0, -2.0]), 3.0, 5.0, 3.0),
     ops.convert_to_tensor(l.num_in_batch),
   )
   with tempfile.TemporaryDirectory() as directory:
@@ -370,7 +368,7 @@ def _cb_push(cases, tag, memory, t, dtype="float32", seed=None):
 
 
 def _cb_inputs(cases, dtype):
-  cast = lambda x: ops.cast(ops.convert_to_tensor(cases[x]), dtype)  # noqa: E731
+  cast = lambda x: ops.cast(ops.convert_to_tensor(cases[x]), dtype)
   return cast("cb/query"), cases["cb/pos_ids"], cast("cb/pos_emb"), cast("cb/table")
 
 
@@ -590,7 +588,7 @@ def run_join_blocks(cases, out):
       )
     )
   for rebase in (True, False):
-    join = lambda b, rebase=rebase: negatives.join_blocks(b, rebase_q_prime=rebase)  # noqa: E731
+    join = lambda b, rebase=rebase: negatives.join_blocks(b, rebase_q_prime=rebase)
     if backend_worker.BACKEND == "jax":  # one compile, not one per eager op
       import jax
 

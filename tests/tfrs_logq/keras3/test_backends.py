@@ -17,24 +17,24 @@ import sys
 
 import numpy as np
 import pytest
-
 import without_tensorflow
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
-import numpy_reference as ref  # noqa: E402
-
 import tfrs_logq.tf_keras  # noqa: E402,F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf  # noqa: E402
-from tfrs_logq.core import checks as core_checks  # noqa: E402
-from tfrs_logq.core import log_q as core_log_q  # noqa: E402
-from tfrs_logq.core import ops as core_ops  # noqa: E402
-from tfrs_logq.core import sampled_softmax as core_sampled_softmax  # noqa: E402
 from tfrs_logq.tf_keras import accidental_hits as tf_hits  # noqa: E402
 from tfrs_logq.tf_keras import frequency as tf_frequency  # noqa: E402
 from tfrs_logq.tf_keras import logq_correction as tf_correction  # noqa: E402
 from tfrs_logq.tf_keras import losses as tf_losses  # noqa: E402
 from tfrs_logq.tf_keras import retrieval as tf_tasks  # noqa: E402
+
+import numpy_reference as ref  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from tfrs_logq.core import checks as core_checks  # noqa: E402
+from tfrs_logq.core import log_q as core_log_q  # noqa: E402
+from tfrs_logq.core import ops as core_ops  # noqa: E402
+from tfrs_logq.core import sampled_softmax as core_sampled_softmax  # noqa: E402
 
 # PyTorch is in the test extra (setup.py): a missing torch fails these tests, never skips them.
 BACKENDS = ["tensorflow", "jax", "torch"]

@@ -16,7 +16,6 @@ import sys
 
 import numpy as np
 import pytest
-
 import without_tensorflow
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -33,10 +32,11 @@ def _load(name):
 fc = _load("features_cases")
 
 import tfrs_logq.tf_keras  # noqa: E402,F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf  # noqa: E402
 from tfrs_logq.tf_keras import frequency as tf_frequency  # noqa: E402
 from tfrs_logq.tf_keras import losses as tf_losses  # noqa: E402
 from tfrs_logq.tf_keras import negatives as tf_negatives  # noqa: E402
+
+import tensorflow as tf  # noqa: E402
 
 BACKENDS = ["tensorflow", "jax", "torch"]
 _RUNS = {}
@@ -117,7 +117,7 @@ def test_full_softmax_equals_numpy_and_tf_keras(res):
 
 def _np_gbce(c, beta):
   sp, sn, valid = (c[k].astype(np.float64) for k in ("s_p", "s_n", "valid"))
-  softplus = lambda x: np.logaddexp(0.0, x)  # noqa: E731
+  softplus = lambda x: np.logaddexp(0.0, x)
   with np.errstate(invalid="ignore", over="ignore"):
     neg = np.where(valid.astype(bool), softplus(np.where(valid.astype(bool), sn, 0.0)), 0.0)
   return beta * softplus(-sp) + neg.sum(1)

@@ -30,18 +30,18 @@ import sys
 
 import numpy as np
 import pytest
-
 import without_tensorflow
 
 HERE = pathlib.Path(__file__).resolve().parent
 
 import tfrs_logq.tf_keras  # noqa: E402,F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf  # noqa: E402
 from tfrs_logq.tf_keras import frequency as tf_frequency  # noqa: E402
 from tfrs_logq.tf_keras import losses as tf_losses  # noqa: E402
 from tfrs_logq.tf_keras import negatives as tf_negatives  # noqa: E402
 from tfrs_logq.tf_keras.negatives import in_batch as tf_in_batch  # noqa: E402
 from tfrs_logq.tf_keras.negatives.midx import MIDXSampler as TfMIDXSampler  # noqa: E402
+
+import tensorflow as tf  # noqa: E402
 
 
 def _load(name):
@@ -876,7 +876,7 @@ def test_join_blocks_concatenates_and_rebases_each_blocks_q_prime(res):
   n = [c[f"join/{k}/s_n"].shape[1] for k in range(3)]
   lq = [np.broadcast_to(c[f"join/{k}/lq"], (4, n[k])).astype(np.float64) for k in range(3)]
   pos = [c[f"join/{k}/pos_lq"].astype(np.float64) for k in range(3)]
-  log1m = lambda x: np.log1p(-np.exp(x))  # noqa: E731
+  log1m = lambda x: np.log1p(-np.exp(x))
   for rebase in (True, False):
     got = {k: res[f"join/{rebase}/{k}"] for k in CB_SCORED_FIELDS}
     np.testing.assert_array_equal(got["positive_scores"], c["join/0/s_p"])

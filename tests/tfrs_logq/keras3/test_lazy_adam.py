@@ -13,7 +13,6 @@ import sys
 
 import numpy as np
 import pytest
-
 import without_tensorflow
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -29,8 +28,9 @@ def _load(name):
 cases = _load("lazy_adam_cases")
 
 import tfrs_logq.tf_keras  # noqa: E402,F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf  # noqa: E402
 from tfrs_logq.tf_keras.lazy_adam import LazyAdam as TfKerasLazyAdam  # noqa: E402
+
+import tensorflow as tf  # noqa: E402
 
 BACKENDS = ["tensorflow", "jax", "torch"]
 _RUNS = {}

@@ -1,12 +1,11 @@
 """tfrs_logq.tf_keras.compiled: tf.function without AutoGraph, as a call and as a decorator."""
 
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras import compiled
+
 import numpy as np
 import pytest
-
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
-
-from tfrs_logq.tf_keras import compiled
 
 
 def test_a_python_if_on_a_tensor_raises_at_trace_time():

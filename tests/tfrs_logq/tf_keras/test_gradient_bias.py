@@ -28,13 +28,12 @@ Claims pinned down: (a) the corrected bias decreases as n grows and is small at 
 formula without its weight w (asserted too), so the test can fail.
 """
 
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras import losses
+
 import numpy as np
 import pytest
-
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
-
-from tfrs_logq.tf_keras import losses
 
 NUM_ITEMS = 2000
 SCORE_STD = 1.75

@@ -3,15 +3,13 @@
 (The package layout and the legacy-Keras switch: tests/tfrs_logq/test_fronts.py.)
 """
 
+import tfrs_logq.tf_keras  # legacy Keras before TensorFlow loads
+from tfrs_logq.tf_keras import accidental_hits, log_q, logq_correction
+
 import numpy as np
 import pytest
-
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 import tensorflow_recommenders as tfrs
-from tfrs_logq.tf_keras import accidental_hits
-from tfrs_logq.tf_keras import logq_correction
-from tfrs_logq.tf_keras import log_q
 
 
 def test_log_q_correction_matches_tfrs_above_the_clip_and_not_below():

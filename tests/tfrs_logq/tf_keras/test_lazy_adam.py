@@ -1,13 +1,12 @@
 """tfrs_logq.LazyAdam against a numpy oracle written from its docstring: only the rows named by
 a sparse gradient move, with per-row bias correction; dense gradients get tf-keras's Adam."""
 
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras.lazy_adam import LazyAdam
+
 import numpy as np
 import pytest
-
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
-
-from tfrs_logq.tf_keras.lazy_adam import LazyAdam
 
 B1, B2, EPS, LR = 0.9, 0.999, 1e-7, 0.01
 

@@ -1,15 +1,12 @@
 """tfrs_logq.tf_keras.losses: every formula and its gradient against the numpy reference."""
 
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras import full_softmax, gbce, losses
+
 import numpy as np
+import numpy_reference as ref
 import pytest
-
-import numpy_reference as ref  # noqa: E402
-
-import tfrs_logq.tf_keras  # noqa: E402,F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf  # noqa: E402
-from tfrs_logq.tf_keras import losses  # noqa: E402
-from tfrs_logq.tf_keras import full_softmax  # noqa: E402
-from tfrs_logq.tf_keras import gbce  # noqa: E402
+import tensorflow as tf
 
 CORRECTIONS = losses.CORRECTIONS
 

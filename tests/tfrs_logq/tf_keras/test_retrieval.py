@@ -1,15 +1,13 @@
 """tfrs_logq.tf_keras.Retrieval: the drop-in claim against tfrs.tasks.Retrieval, and corrected."""
 
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras import frequency, retrieval
+
 import numpy as np
+import numpy_reference as ref
 import pytest
-
-import numpy_reference as ref  # noqa: E402
-
-import tfrs_logq.tf_keras  # noqa: E402,F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf  # noqa: E402
-import tensorflow_recommenders as tfrs  # noqa: E402
-from tfrs_logq.tf_keras import frequency  # noqa: E402
-from tfrs_logq.tf_keras import retrieval  # noqa: E402
+import tensorflow as tf
+import tensorflow_recommenders as tfrs
 
 
 def _batch(seed, a=16, extra=8, d=6, num_items=20):

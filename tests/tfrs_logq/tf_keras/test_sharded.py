@@ -4,16 +4,14 @@ index shape (TF 2.20's tf.gather on a ShardedVariable rejects 2-D indices and re
 1-D indices grouped by shard), and every estimator whose state is partitioned updates and reads
 exactly as with whole variables; per-query scoring reads a partitioned item table row by row."""
 
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras import frequency, sharded
+from tfrs_logq.tf_keras.negatives import scoring
+
 import numpy as np
 import pytest
-
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
 from tensorflow.python.distribute import sharded_variable
-
-from tfrs_logq.tf_keras import frequency
-from tfrs_logq.tf_keras import sharded
-from tfrs_logq.tf_keras.negatives import scoring
 
 
 def _split_div(value, num_shards):

@@ -2,13 +2,12 @@
 shapes (against numpy oracles), 32-bit stateless seeds that draw the same with and without XLA,
 and XLA-context detection."""
 
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras import _static_shapes
+
 import numpy as np
 import pytest
-
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
-
-from tfrs_logq.tf_keras import _static_shapes
 
 
 def np_first_occurrence(keys, valid):

@@ -2,12 +2,11 @@
 
 import math
 
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras import top_k as top_k_lib
+
 import numpy as np
 import pytest
-
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-
-from tfrs_logq.tf_keras import top_k as top_k_lib
 
 
 def _ref_rank_filtered(score_row, history, target):

@@ -4,11 +4,10 @@ permutation stream of the same windows; bad arguments raise."""
 
 import numpy as np
 import pytest
+import tensorflow as tf  # noqa: F401  (after train.data, which sets TF_USE_LEGACY_KERAS)
 
 from train import data as D
 from train.data import batches
-
-import tensorflow as tf  # noqa: F401  (after train.data, which sets TF_USE_LEGACY_KERAS)
 
 
 def _data(lengths=(1, 2, 3, 5, 9, 12, 4, 7, 2, 30), num_items=40, seed=0):
@@ -33,7 +32,7 @@ def _data(lengths=(1, 2, 3, 5, 9, 12, 4, 7, 2, 30), num_items=40, seed=0):
 def _window(seq, max_len):
   """(inputs, targets) of one training sequence, from the SASRec window definition."""
   w = list(seq[-(max_len + 1) :])
-  pad = lambda xs: [0] * (max_len - len(xs)) + xs  # noqa: E731
+  pad = lambda xs: [0] * (max_len - len(xs)) + xs
   return pad(w[:-1]), pad(w[1:])
 
 

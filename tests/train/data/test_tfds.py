@@ -2,11 +2,10 @@
 
 import numpy as np
 import pytest
+import tensorflow as tf  # after train.data (which imports tfrs_logq first)
 import tensorflow_datasets as tfds
 
 from train import data as D
-
-import tensorflow as tf  # after train.data (which imports tfrs_logq first)
 
 
 def _rows(data_dir, n=20000):

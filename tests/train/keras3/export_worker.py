@@ -18,9 +18,13 @@ import numpy as np
 def main(export_dir, out_path):
   # The application's config and data (tf-keras stack) first: on the tensorflow backend, keras
   # imported first would make tf.keras Keras 3, which `import tfrs_logq.tf_keras` rejects.
+  from train import data as data_lib
+  from train import validation
   from train.config import RunConfig
-  from train import data as data_lib, validation
+
+  # isort: split
   import keras
+
   import models.keras3  # noqa: F401
 
   encoder = keras.saving.load_model(os.path.join(export_dir, "query_encoder.keras"))

@@ -140,5 +140,5 @@ def assert_same_run(a, b) -> None:
     np.testing.assert_array_equal(values_a[key], values_b[key], err_msg=key)
   ma, mb = metrics(a), metrics(b)
   assert ma["val"] == mb["val"] and ma["test"] == mb["test"]
-  strip = lambda h: [{k: v for k, v in e.items() if "seconds" not in k} for e in h]  # noqa
+  strip = lambda h: [{k: v for k, v in e.items() if "seconds" not in k} for e in h]
   assert strip(ma["history"]) == strip(mb["history"])

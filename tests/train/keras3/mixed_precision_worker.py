@@ -10,8 +10,8 @@ from train.keras3 import settings
 
 settings.select_backend()
 
-import numpy as np  # noqa: E402
 import keras  # noqa: E402
+import numpy as np  # noqa: E402
 
 from train import config_flags  # noqa: E402
 from train.config import RunConfig  # noqa: E402

@@ -19,10 +19,11 @@ import numpy as np
 
 def main(cases_path, batches_path, out_path):
   # The application's config (tf-keras stack) first, then keras (test_binary's export_worker).
-  from train.config import RunConfig
   import keras
   from keras import ops
+
   from tfrs_logq.keras3 import negatives as neg_lib
+  from train.config import RunConfig
   from train.keras3 import objective
 
   with open(cases_path) as f:
@@ -50,7 +51,7 @@ def main(cases_path, batches_path, out_path):
       negatives._replace(embeddings=encoder.item_embeddings(negatives.ids)),
       temperature=cfg.temperature,
     )
-    numpy = lambda x: np.asarray(ops.convert_to_numpy(x))  # noqa: E731
+    numpy = lambda x: np.asarray(ops.convert_to_numpy(x))
     out.update(
       {
         f"{name}/ids": numpy(negatives.ids),

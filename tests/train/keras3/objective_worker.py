@@ -20,11 +20,12 @@ from models import sasrec_weights
 
 
 def main(cases_path, out_path):
-  from train.config import RunConfig
   import keras
   from keras import ops
-  from train.keras3 import objective
+
   from models.keras3 import sasrec_ops
+  from train.config import RunConfig
+  from train.keras3 import objective
 
   cases = np.load(cases_path)
   out = {"backend": np.array(keras.backend.backend())}

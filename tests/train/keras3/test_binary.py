@@ -12,10 +12,9 @@ import pathlib
 import subprocess
 import sys
 
+import keras3_binary_harness as harness
 import numpy as np
 import pytest
-
-import keras3_binary_harness as harness
 import without_tensorflow
 
 HERE = pathlib.Path(__file__).resolve().parent

@@ -10,9 +10,9 @@ for jax."""
 
 import os
 
+import keras3_binary_harness as harness
 import numpy as np
 
-import keras3_binary_harness as harness
 from train.keras3 import settings
 
 ARGS = harness.ML100K + ["--epochs=2", "--backend=jax", "--negatives=mixed"]

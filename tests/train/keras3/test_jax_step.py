@@ -6,15 +6,14 @@ and dropouts' seeds, optimizer), with a streaming estimator and the corrected lo
 process, jax_step_worker.py); a validation mid-epoch sees the steps taken."""
 
 import json
-import re
 import pathlib
+import re
 import subprocess
 import sys
 
+import keras3_binary_harness as harness
 import numpy as np
 import pytest
-
-import keras3_binary_harness as harness
 import xla_flags
 
 HERE = pathlib.Path(__file__).resolve().parent

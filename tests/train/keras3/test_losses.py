@@ -4,10 +4,9 @@ killed mid-epoch 2 and rerun ends with the uninterrupted run's checkpoint (every
 LazyAdam's per-row counts included), history and test metrics, bit for bit; the item tables'
 counts are those of a LazyAdam (rows absent from a step not counted, no more than the steps)."""
 
+import keras3_binary_harness as harness
 import numpy as np
 import pytest
-
-import keras3_binary_harness as harness
 
 ARGS = harness.ML100K + ["--epochs=2", "--backend=jax"]
 RUNS = {

@@ -5,9 +5,8 @@ and checkpointed (codebooks, cells, refresh count, seed state); a run killed mid
 rerun ends with the uninterrupted run's checkpoint (every variable, the index included),
 history and metrics, bit for bit."""
 
-import numpy as np
-
 import keras3_binary_harness as harness
+import numpy as np
 
 ARGS = harness.ML100K + ["--epochs=2", "--backend=jax", "--negatives=midx", "--midx_codewords=8"]
 _RUNS = {}

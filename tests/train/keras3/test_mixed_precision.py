@@ -9,10 +9,9 @@ import pathlib
 import subprocess
 import sys
 
+import keras3_binary_harness as harness
 import numpy as np
 import pytest
-
-import keras3_binary_harness as harness
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[2]

@@ -16,7 +16,6 @@ import sys
 
 import numpy as np
 import pytest
-
 from tensorboard_events import read_scalars
 
 HERE = pathlib.Path(__file__).resolve().parent

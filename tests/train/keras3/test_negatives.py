@@ -23,15 +23,14 @@ import pathlib
 import subprocess
 import sys
 
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras import frequency
+
 import numpy as np
 import pytest
-
+import tensorflow as tf
 import without_tensorflow
 
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf
-
-from tfrs_logq.tf_keras import frequency
 from train import objective as tf_objective
 from train.config import RunConfig
 
@@ -220,7 +219,7 @@ def _check_case(k3, name, case, batches):
   pool_k3 = 0 if cfg.negatives == "uniform" else min(k_b, b * l)
   pool_tf = 0 if pool is None else pool.negatives.ids.shape[0]
   assert pool_tf == (k_b if cfg.negatives != "uniform" else 0)
-  widen = lambda shape: tuple(shape)[:-1] + (tuple(shape)[-1] - pool_tf + pool_k3,)  # noqa
+  widen = lambda shape: tuple(shape)[:-1] + (tuple(shape)[-1] - pool_tf + pool_k3,)
   assert ids.shape == widen(neg.ids.shape), name
   # log Q per slot (tf-keras's uniform sampler gives the constant -log |D| once per slot, [k])
   assert log_q.shape == ids.shape, name

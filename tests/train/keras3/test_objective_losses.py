@@ -10,13 +10,12 @@ import pathlib
 import subprocess
 import sys
 
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+
 import numpy as np
 import pytest
-
+import tensorflow as tf
 import without_tensorflow
-
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf  # noqa: F401
 
 from models import sasrec_weights
 from models.sasrec import SASRec

@@ -7,10 +7,9 @@ fresh torch process and gives the run's validation metrics."""
 import json
 import pathlib
 
+import keras3_binary_harness as harness
 import numpy as np
 import pytest
-
-import keras3_binary_harness as harness
 
 HERE = pathlib.Path(__file__).resolve().parent
 TINY = harness.SYNTHETIC + ["--early_stopping_patience=10", "--backend=torch"]

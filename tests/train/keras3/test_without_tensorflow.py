@@ -6,12 +6,10 @@ the default --shuffle_rng=tensorflow it stops at once with one `error:` line nam
 
 import json
 
-import pytest
-
 import keras3_binary_harness as harness
+import pytest
 import without_tensorflow
 from tensorboard_events import read_scalars  # TensorFlow's reader; the binary has none
-
 
 ENV = without_tensorflow.hide(harness.env("jax"))
 

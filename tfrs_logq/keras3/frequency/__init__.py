@@ -6,7 +6,7 @@ arrays, extended to several hits per step and per-draw output) and ``CountMinSke
 ``tfrs_logq.tf_keras.frequency`` (``update``, ``log_q``, ``log_one_minus_q``, ``log_q_prime``).
 """
 
-from tfrs_logq.keras3.frequency.base import FrequencyEstimator, MIN_ONE_MINUS_Q, log1m_exp
+from tfrs_logq.keras3.frequency.base import MIN_ONE_MINUS_Q, FrequencyEstimator, log1m_exp
 from tfrs_logq.keras3.frequency.count_min import CountMinSketch, sketch_shape
 from tfrs_logq.keras3.frequency.exact import ExactCounts
 from tfrs_logq.keras3.frequency.hash_array import HashArrayEstimator

@@ -25,9 +25,8 @@ Cross-replica updates: under ``keras.distribution.DataParallel`` (JAX) the batch
 
 from typing import Any, Dict, Optional, Tuple
 
-import numpy as np
-
 import keras
+import numpy as np
 from keras import ops
 
 from tfrs_logq.core import log_q as log_q_core

@@ -14,9 +14,8 @@ two agree to float32 precision).
 
 from typing import Any, Dict, Optional, Tuple
 
-import numpy.typing as npt
-
 import keras
+import numpy.typing as npt
 from keras import ops
 
 from tfrs_logq.core import checks as core_checks

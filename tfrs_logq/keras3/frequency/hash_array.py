@@ -27,8 +27,7 @@ from keras import ops
 from tfrs_logq.core import checks as core_checks
 from tfrs_logq.core import frequency as frequency_core
 from tfrs_logq.keras3._tensors import Tensor
-from tfrs_logq.keras3.frequency import base
-from tfrs_logq.keras3.frequency import hashing
+from tfrs_logq.keras3.frequency import base, hashing
 
 __all__ = ["HashArrayEstimator"]
 

@@ -10,7 +10,6 @@ bit-for-bit against a numpy uint32 reference on every backend.
 """
 
 import numpy as np
-
 from keras import ops
 
 from tfrs_logq.keras3._tensors import Tensor

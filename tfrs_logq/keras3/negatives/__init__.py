@@ -39,9 +39,7 @@ from tfrs_logq.keras3.negatives.base import (
   first_occurrence_segments,
   validate_negatives,
 )
-from tfrs_logq.keras3.negatives.sampler import NegativeSampler
 from tfrs_logq.keras3.negatives.cross_batch import CrossBatchNegatives
-from tfrs_logq.keras3.negatives.joined import JoinedNegatives
 from tfrs_logq.keras3.negatives.cross_replica import all_gather_rows, num_replicas
 from tfrs_logq.keras3.negatives.in_batch import (
   InBatchNegatives,
@@ -51,12 +49,14 @@ from tfrs_logq.keras3.negatives.in_batch import (
   in_batch_pool,
   subsample_indices,
 )
+from tfrs_logq.keras3.negatives.joined import JoinedNegatives
 from tfrs_logq.keras3.negatives.midx import MIDXRefreshCallback, MIDXSampler
 from tfrs_logq.keras3.negatives.mixed import MixedNegatives, mixture_log_q
+from tfrs_logq.keras3.negatives.sampler import NegativeSampler
 from tfrs_logq.keras3.negatives.scoring import (
   ScoredCandidates,
-  join_blocks,
   embed_ids,
+  join_blocks,
   score_blocks,
   score_negatives,
 )

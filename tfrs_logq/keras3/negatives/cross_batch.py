@@ -56,11 +56,10 @@ from tfrs_logq.core import cross_batch as cross_batch_core
 from tfrs_logq.core import negatives as negatives_core
 from tfrs_logq.keras3 import _tensors
 from tfrs_logq.keras3._tensors import Seed, Tensor
-from tfrs_logq.keras3.negatives import base
+from tfrs_logq.keras3.negatives import base, in_batch
 from tfrs_logq.keras3.negatives import cross_replica as cross_replica_lib
-from tfrs_logq.keras3.negatives import in_batch
-from tfrs_logq.keras3.negatives.scoring import ScoredCandidates, embed_ids, score_negatives
 from tfrs_logq.keras3.negatives.sampler import NegativeSampler
+from tfrs_logq.keras3.negatives.scoring import ScoredCandidates, embed_ids, score_negatives
 
 __all__ = ["CrossBatchNegatives"]
 

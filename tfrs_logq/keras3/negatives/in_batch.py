@@ -30,9 +30,8 @@ from keras import ops
 from tfrs_logq.core import negatives as negatives_core
 from tfrs_logq.keras3 import _tensors
 from tfrs_logq.keras3._tensors import Seed, Tensor
-from tfrs_logq.keras3.negatives import base
+from tfrs_logq.keras3.negatives import base, scoring
 from tfrs_logq.keras3.negatives import cross_replica as cross_replica_lib
-from tfrs_logq.keras3.negatives import scoring
 from tfrs_logq.keras3.negatives.sampler import NegativeSampler
 
 __all__ = [

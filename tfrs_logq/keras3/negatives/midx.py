@@ -28,9 +28,8 @@ import numbers
 import warnings
 from typing import Any, Callable, Dict, Optional, Tuple
 
-import numpy as np
-
 import keras
+import numpy as np
 from keras import ops
 
 from tfrs_logq.core import midx as midx_core

@@ -12,9 +12,8 @@ embeddings and the seed on each backend (the backends' random streams differ).
 
 from typing import Any, Dict, NamedTuple, Optional, Sequence, Tuple
 
-import numpy as np
-
 import keras
+import numpy as np
 from keras import ops
 
 from tfrs_logq.core import kmeans as kmeans_core

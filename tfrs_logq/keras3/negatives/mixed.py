@@ -36,12 +36,10 @@ from keras import ops
 from tfrs_logq.core import negatives as negatives_core
 from tfrs_logq.keras3 import _tensors
 from tfrs_logq.keras3._tensors import Seed, Tensor
-from tfrs_logq.keras3.negatives import base
-from tfrs_logq.keras3.negatives import in_batch
-from tfrs_logq.keras3.negatives import scoring
+from tfrs_logq.keras3.negatives import base, in_batch, scoring
 from tfrs_logq.keras3.negatives.in_batch import InBatchNegatives
-from tfrs_logq.keras3.negatives.uniform import UniformNegatives
 from tfrs_logq.keras3.negatives.sampler import NegativeSampler
+from tfrs_logq.keras3.negatives.uniform import UniformNegatives
 
 __all__ = ["MixedNegatives", "mixture_log_q"]
 
@@ -233,7 +231,7 @@ class MixedNegatives(keras.layers.Layer, NegativeSampler):
       keys=in_batch_keys,
     )
     batch = pool.negatives
-    log_q = lambda x: self.log_q(  # noqa: E731
+    log_q = lambda x: self.log_q(
       _tensors.as_float32(log_q_unigram(x), "log_q_unigram(ids)"),
       pool.num_kept,
       pool.num_draws,
@@ -302,7 +300,7 @@ class MixedNegatives(keras.layers.Layer, NegativeSampler):
 
   def _embedder(self, item_table: Optional[Tensor]) -> Callable[[Tensor], Tensor]:
     embedder = self.uniform.candidate_embedder
-    return lambda ids: scoring.embed_ids(  # noqa: E731
+    return lambda ids: scoring.embed_ids(
       ids, candidate_embedder=embedder, item_table=item_table, owner="MixedNegatives"
     )
 

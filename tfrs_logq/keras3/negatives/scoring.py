@@ -22,8 +22,7 @@ from typing import Any, Callable, Dict, Iterable, NamedTuple, Optional, Sequence
 from keras import ops
 
 from tfrs_logq.core import cross_batch as cross_batch_core
-from tfrs_logq.keras3 import _tensors
-from tfrs_logq.keras3 import accidental_hits
+from tfrs_logq.keras3 import _tensors, accidental_hits
 from tfrs_logq.keras3._tensors import Tensor
 from tfrs_logq.keras3.negatives.base import Negatives
 

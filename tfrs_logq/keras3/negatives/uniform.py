@@ -30,17 +30,15 @@ import numbers
 import warnings
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
-import numpy as np
-
 import keras
+import numpy as np
 from keras import ops
 
 from tfrs_logq.core import checks as core_checks
 from tfrs_logq.core import negatives as negatives_core
 from tfrs_logq.keras3 import _tensors
 from tfrs_logq.keras3._tensors import Seed, Tensor
-from tfrs_logq.keras3.negatives import base
-from tfrs_logq.keras3.negatives import scoring
+from tfrs_logq.keras3.negatives import base, scoring
 from tfrs_logq.keras3.negatives.sampler import NegativeSampler
 
 __all__ = ["UNIFORM_PER", "UniformNegatives"]

@@ -10,7 +10,7 @@ All share the ``FrequencyEstimator`` interface (``update(ids)`` once per step, `
   (int or string ids).
 """
 
-from tfrs_logq.tf_keras.frequency.base import FrequencyEstimator, MIN_ONE_MINUS_Q
+from tfrs_logq.tf_keras.frequency.base import MIN_ONE_MINUS_Q, FrequencyEstimator
 from tfrs_logq.tf_keras.frequency.count_min import CountMinSketch, sketch_shape
 from tfrs_logq.tf_keras.frequency.exact import ExactCounts
 from tfrs_logq.tf_keras.frequency.hash_array import HashArrayEstimator

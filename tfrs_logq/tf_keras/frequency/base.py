@@ -50,13 +50,12 @@ changes); non-integer, non-string dtypes raise TypeError; scalars raise ValueErr
 import numbers
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
-import numpy as np
-
-import tensorflow as tf
-
 from tfrs_logq.tf_keras import _static_shapes
 from tfrs_logq.tf_keras import log_q as log_q_lib
 from tfrs_logq.tf_keras.frequency import hashing
+
+import numpy as np
+import tensorflow as tf
 
 __all__ = ["FrequencyEstimator", "MIN_ONE_MINUS_Q"]
 
@@ -209,9 +208,9 @@ class FrequencyEstimator(tf.keras.layers.Layer):
   ) -> Tuple[tf.Tensor, Optional[tf.Tensor]]:
     """The global batch's keys (and mask): an all-reduce of blocks inside XLA (no merge_call)."""
     if _static_shapes.in_xla_context():
-      gather = lambda x: _static_shapes.all_gather_by_all_reduce(ctx, x)  # noqa: E731
+      gather = lambda x: _static_shapes.all_gather_by_all_reduce(ctx, x)
     else:
-      gather = lambda x: ctx.all_gather(x, axis=0)  # noqa: E731
+      gather = lambda x: ctx.all_gather(x, axis=0)
     if valid is None:
       return gather(keys), None
     return gather(keys), tf.cast(gather(tf.cast(valid, tf.int64)), tf.bool)

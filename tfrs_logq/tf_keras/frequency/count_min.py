@@ -33,16 +33,14 @@ hashing (SplitMix64, int or string ids), the grouping of a step's cells and ``tf
 
 from typing import Any, Dict, Optional
 
+from tfrs_logq.tf_keras import _static_shapes, sharded
+from tfrs_logq.tf_keras.frequency import base, hashing
+
 import tensorflow as tf
 
-from tfrs_logq.tf_keras import _static_shapes
-from tfrs_logq.tf_keras import sharded
 from tfrs_logq.core import count_min as count_min_core
 from tfrs_logq.core import frequency as frequency_core
 from tfrs_logq.core.ops import tf_ops
-from tfrs_logq.tf_keras.frequency import base
-from tfrs_logq.tf_keras.frequency import hashing
-
 
 __all__ = ["CountMinSketch", "sketch_shape"]
 
@@ -162,7 +160,7 @@ class CountMinSketch(base.FrequencyEstimator):
       estimate = count_min_core.estimate(_OPS, self._read(id_cells, t_new))
       wanted = estimate + tf.cast(counts, tf.float32)
       runs = _static_shapes.sorted_runs(tf.reshape(id_cells, [-1]))
-      per_cell = lambda x: tf.gather(  # noqa: E731
+      per_cell = lambda x: tf.gather(
         tf.reshape(tf.broadcast_to(x, tf.shape(id_cells)), [-1]), runs.order
       )
       counted = per_cell(counts) > 0

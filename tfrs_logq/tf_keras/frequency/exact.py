@@ -18,15 +18,15 @@ precision (N − #p floored at min_count, so Q' ≤ #d / min_count). Ids must be
 
 from typing import Any, Dict, Optional, Tuple
 
-import numpy.typing as npt
+from tfrs_logq.tf_keras import sharded
+from tfrs_logq.tf_keras.frequency import base
 
+import numpy.typing as npt
 import tensorflow as tf
 
-from tfrs_logq.tf_keras import sharded
 from tfrs_logq.core import checks as core_checks
 from tfrs_logq.core import frequency as frequency_core
 from tfrs_logq.core.ops import tf_ops
-from tfrs_logq.tf_keras.frequency import base
 
 __all__ = ["ExactCounts"]
 

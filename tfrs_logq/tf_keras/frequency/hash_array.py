@@ -46,14 +46,14 @@ Memory: m·H·12 bytes (A int32, B float32, K int32). Steps are int32 in A: up t
 
 from typing import Any, Dict, Optional
 
+from tfrs_logq.tf_keras import sharded
+from tfrs_logq.tf_keras.frequency import base, hashing
+
 import tensorflow as tf
 
-from tfrs_logq.tf_keras import sharded
 from tfrs_logq.core import checks as core_checks
 from tfrs_logq.core import frequency as frequency_core
 from tfrs_logq.core.ops import tf_ops
-from tfrs_logq.tf_keras.frequency import base
-from tfrs_logq.tf_keras.frequency import hashing
 
 __all__ = ["HashArrayEstimator"]
 

@@ -40,7 +40,6 @@ import importlib.util as _importlib_util
 from typing import Any
 
 from tfrs_logq.tf_keras.negatives.base import Negatives, validate_negatives
-from tfrs_logq.tf_keras.negatives.sampler import NegativeSampler
 from tfrs_logq.tf_keras.negatives.cross_batch import CrossBatchNegatives
 from tfrs_logq.tf_keras.negatives.cross_replica import all_gather_rows, num_replicas
 from tfrs_logq.tf_keras.negatives.in_batch import (
@@ -54,6 +53,7 @@ from tfrs_logq.tf_keras.negatives.in_batch import (
 )
 from tfrs_logq.tf_keras.negatives.joined import JoinedNegatives
 from tfrs_logq.tf_keras.negatives.mixed import MixedNegatives, mixture_log_q
+from tfrs_logq.tf_keras.negatives.sampler import NegativeSampler
 from tfrs_logq.tf_keras.negatives.scoring import (
   MATMUL_GATHER_RATIO,
   ScoredCandidates,

@@ -57,24 +57,23 @@ static shapes (no `tf.unique` / `tf.boolean_mask`), so both run under
 
 from typing import Any, Callable, Dict, NamedTuple, Optional
 
-import numpy as np
-
-import tensorflow as tf
-
-from tfrs_logq.core import cross_batch as cross_batch_core
-from tfrs_logq.core import negatives as negatives_core
-from tfrs_logq.core.ops import tf_ops
 from tfrs_logq.tf_keras import _static_shapes
-from tfrs_logq.tf_keras.negatives import cross_replica
-from tfrs_logq.tf_keras.negatives import scoring
+from tfrs_logq.tf_keras.negatives import cross_replica, scoring
 from tfrs_logq.tf_keras.negatives.base import (
   ItemTable,
   Negatives,
   as_float,
   as_ids,
 )
-from tfrs_logq.tf_keras.negatives.sampler import NegativeSampler
 from tfrs_logq.tf_keras.negatives.in_batch import _random_keys
+from tfrs_logq.tf_keras.negatives.sampler import NegativeSampler
+
+import numpy as np
+import tensorflow as tf
+
+from tfrs_logq.core import cross_batch as cross_batch_core
+from tfrs_logq.core import negatives as negatives_core
+from tfrs_logq.core.ops import tf_ops
 
 __all__ = ["CrossBatchNegatives"]  # (the twin of keras3/negatives/cross_batch.py)
 

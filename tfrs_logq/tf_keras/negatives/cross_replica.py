@@ -28,9 +28,9 @@ gradient, sliced back to block r). It needs the same ``B_r`` on every replica (s
 
 from typing import Callable, List, Sequence, Tuple
 
-import tensorflow as tf
-
 from tfrs_logq.tf_keras import _static_shapes
+
+import tensorflow as tf
 
 __all__ = ["METHODS", "all_gather_rows", "in_replica_context_with_peers", "num_replicas"]
 

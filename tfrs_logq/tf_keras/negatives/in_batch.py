@@ -50,12 +50,7 @@ Both conventions need the per-draw q_uni (estimator or ``candidate_log_q``); the
 
 from typing import Any, Dict, NamedTuple, Optional, Tuple
 
-import tensorflow as tf
-
 from tfrs_logq.tf_keras import _static_shapes
-from tfrs_logq.core import checks as core_checks
-from tfrs_logq.core import negatives as negatives_core
-from tfrs_logq.core.ops import tf_ops
 from tfrs_logq.tf_keras.negatives import cross_replica
 from tfrs_logq.tf_keras.negatives.base import (
   ItemTable,
@@ -68,6 +63,12 @@ from tfrs_logq.tf_keras.negatives.base import (
   check_same_dim,
 )
 from tfrs_logq.tf_keras.negatives.sampler import NegativeSampler
+
+import tensorflow as tf
+
+from tfrs_logq.core import checks as core_checks
+from tfrs_logq.core import negatives as negatives_core
+from tfrs_logq.core.ops import tf_ops
 
 __all__ = [
   "InBatchNegatives",
@@ -379,7 +380,7 @@ class InBatchNegatives(NegativeSampler):
         tf_ops(), padded_first, padded_keys, k, lowest
       )
       rows = tf.minimum(chosen, n - 1)
-    take = (lambda x: x) if rows is None else (lambda x: tf.gather(x, rows))  # noqa: E731
+    take = (lambda x: x) if rows is None else (lambda x: tf.gather(x, rows))
     negatives = Negatives(
       ids=take(pool_ids),
       embeddings=take(pool_emb),

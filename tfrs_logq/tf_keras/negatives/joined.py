@@ -15,12 +15,12 @@ call it after the step has scored, as the memory's own ``update``.
 
 from typing import Any, Dict, List, NoReturn, Optional, Sequence
 
-import tensorflow as tf
-
 from tfrs_logq.tf_keras import _static_shapes
 from tfrs_logq.tf_keras.negatives import scoring
 from tfrs_logq.tf_keras.negatives.base import ItemTable
 from tfrs_logq.tf_keras.negatives.sampler import NegativeSampler
+
+import tensorflow as tf
 
 __all__ = ["JoinedNegatives"]
 

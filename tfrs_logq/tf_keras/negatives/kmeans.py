@@ -27,7 +27,6 @@ import tensorflow as tf
 from tfrs_logq.core import kmeans as kmeans_core
 from tfrs_logq.core.ops import tf_ops
 
-
 __all__ = ["kmeans", "nearest_centroid"]
 
 

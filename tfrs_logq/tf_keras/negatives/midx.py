@@ -32,15 +32,15 @@ resume identically from a checkpoint.
 
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
-import tensorflow as tf
-
 from tfrs_logq.tf_keras import accidental_hits
-from tfrs_logq.core import midx as midx_core
-from tfrs_logq.core.ops import tf_ops
-from tfrs_logq.tf_keras.negatives import midx_index
-from tfrs_logq.tf_keras.negatives import scoring
+from tfrs_logq.tf_keras.negatives import midx_index, scoring
 from tfrs_logq.tf_keras.negatives.base import ItemTable, Negatives, as_ids, check_rank
 from tfrs_logq.tf_keras.negatives.sampler import NegativeSampler
+
+import tensorflow as tf
+
+from tfrs_logq.core import midx as midx_core
+from tfrs_logq.core.ops import tf_ops
 
 __all__ = ["MIDXSampler", "RefreshEveryNSteps", "MIDXRefreshCallback"]
 
@@ -495,4 +495,7 @@ class MIDXSampler(tf.keras.layers.Layer, NegativeSampler):
 
 
 # The refresh hooks live in midx_refresh.py; re-exported here (the public path is midx).
-from tfrs_logq.tf_keras.negatives.midx_refresh import MIDXRefreshCallback, RefreshEveryNSteps  # noqa: E402,F401
+from tfrs_logq.tf_keras.negatives.midx_refresh import (  # noqa: E402
+  MIDXRefreshCallback,
+  RefreshEveryNSteps,
+)

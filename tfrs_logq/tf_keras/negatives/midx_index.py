@@ -15,12 +15,13 @@ defines.
 
 from typing import Any, Dict, NamedTuple, Optional
 
+from tfrs_logq.tf_keras.negatives import kmeans as kmeans_lib
+
 import tensorflow as tf
 
 from tfrs_logq.core import midx as midx_core
 from tfrs_logq.core.midx import QUANTIZERS, check_int, split_dims, split_query
 from tfrs_logq.core.ops import tf_ops
-from tfrs_logq.tf_keras.negatives import kmeans as kmeans_lib
 
 __all__ = ["QUANTIZERS", "MultiIndex", "build_index", "split_dims", "split_query", "check_int"]
 

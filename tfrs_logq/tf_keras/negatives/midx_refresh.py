@@ -9,9 +9,9 @@ The index (codebooks, inverted multi-index) goes stale as the item table trains;
 
 from typing import Any, Callable, Dict, Optional, Protocol
 
-import tensorflow as tf
-
 from tfrs_logq.tf_keras.negatives.midx_index import check_int
+
+import tensorflow as tf
 
 
 class Refreshable(Protocol):

@@ -39,21 +39,22 @@ returned ``positive_log_q`` (same convention).
 
 from typing import Any, Dict, Mapping, Optional, Tuple
 
-import tensorflow as tf
-
 from tfrs_logq.tf_keras import _static_shapes
-from tfrs_logq.core import negatives as negatives_core
-from tfrs_logq.core.ops import tf_ops
 from tfrs_logq.tf_keras.negatives import scoring
 from tfrs_logq.tf_keras.negatives.base import ItemTable, Negatives, as_float
-from tfrs_logq.tf_keras.negatives.sampler import NegativeSampler
 from tfrs_logq.tf_keras.negatives.in_batch import (
   CONVENTIONS,
   InBatchNegatives,
   InBatchPool,
   expected_count_log_q,
 )
+from tfrs_logq.tf_keras.negatives.sampler import NegativeSampler
 from tfrs_logq.tf_keras.negatives.uniform import UniformNegatives
+
+import tensorflow as tf
+
+from tfrs_logq.core import negatives as negatives_core
+from tfrs_logq.core.ops import tf_ops
 
 __all__ = ["MixedNegatives", "CONVENTIONS", "mixture_log_q"]
 
@@ -263,7 +264,7 @@ class MixedNegatives(NegativeSampler):
       [n_b + k_u] or [A, n_b + k_u], valid_mask [A, n_b + k_u], positive_log_q [A])``.
     """
     pool, seed_u = self._in_batch_pool(positive_ids, positive_embeddings, seed, valid)
-    log_q_fn = lambda ids: self.log_q(ids, pool)  # noqa: E731
+    log_q_fn = lambda ids: self.log_q(ids, pool)
     batch = pool.negatives
     in_batch = scoring.score_negatives(
       query_embeddings,

@@ -5,10 +5,10 @@
 
 from typing import Any, Dict, Mapping, Optional, Type, TypeVar
 
-import tensorflow as tf
-
 from tfrs_logq.tf_keras.negatives import scoring
 from tfrs_logq.tf_keras.negatives.base import ItemTable, Negatives
+
+import tensorflow as tf
 
 __all__ = ["NegativeSampler"]
 

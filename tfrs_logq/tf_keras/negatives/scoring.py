@@ -36,16 +36,8 @@ negatives).
 
 from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
-import tensorflow as tf
-
-from tfrs_logq.core import cross_batch as cross_batch_core
-from tfrs_logq.core.ops import tf_ops
-
-from tfrs_logq.tf_keras import _static_shapes
-from tfrs_logq.tf_keras import accidental_hits
-from tfrs_logq.tf_keras import compiled
+from tfrs_logq.tf_keras import _static_shapes, accidental_hits, compiled, sharded
 from tfrs_logq.tf_keras import log_q as log_q_lib
-from tfrs_logq.tf_keras import sharded
 from tfrs_logq.tf_keras.negatives.base import (
   ItemTable,
   Negatives,
@@ -55,6 +47,11 @@ from tfrs_logq.tf_keras.negatives.base import (
   check_same_dim,
   validate_negatives,
 )
+
+import tensorflow as tf
+
+from tfrs_logq.core import cross_batch as cross_batch_core
+from tfrs_logq.core.ops import tf_ops
 
 __all__ = [
   "ScoredCandidates",

@@ -35,14 +35,7 @@ negatives are scored like per-query ones (one ``[A, k]`` gather, no segment grou
 
 from typing import Any, Callable, Dict, NamedTuple, Optional, Sequence, Tuple
 
-import numpy as np
-
-import tensorflow as tf
-
-from tfrs_logq.tf_keras import _static_shapes
-from tfrs_logq.tf_keras import accidental_hits
-from tfrs_logq.core import checks as core_checks
-from tfrs_logq.core import negatives as negatives_core
+from tfrs_logq.tf_keras import _static_shapes, accidental_hits
 from tfrs_logq.tf_keras.negatives import scoring
 from tfrs_logq.tf_keras.negatives.base import (
   ItemTable,
@@ -52,6 +45,12 @@ from tfrs_logq.tf_keras.negatives.base import (
   check_rank,
 )
 from tfrs_logq.tf_keras.negatives.sampler import NegativeSampler
+
+import numpy as np
+import tensorflow as tf
+
+from tfrs_logq.core import checks as core_checks
+from tfrs_logq.core import negatives as negatives_core
 
 __all__ = ["UniformNegatives", "UNIFORM_PER"]
 

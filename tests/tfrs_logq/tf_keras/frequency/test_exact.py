@@ -1,12 +1,11 @@
 """ExactCounts: Q(d) = #d / N and Q'(d) = #d / (N − #p) against numpy."""
 
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras.frequency import ExactCounts
+
 import numpy as np
 import pytest
-
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
-
-from tfrs_logq.tf_keras.frequency import ExactCounts
 
 
 def test_fixed_table_q_and_q_prime():

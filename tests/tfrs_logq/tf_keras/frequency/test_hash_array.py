@@ -2,14 +2,12 @@
 
 import math
 
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras.frequency import HashArrayEstimator, hashing
+
 import numpy as np
 import pytest
-
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
-
-from tfrs_logq.tf_keras.frequency import HashArrayEstimator
-from tfrs_logq.tf_keras.frequency import hashing
 
 
 class NumpyHashArray:

@@ -1,11 +1,10 @@
 """hashing.bucket is SplitMix64 mod 2**63 mod H, bit-for-bit against a numpy uint64 reference."""
 
-import numpy as np
-
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf
-
 from tfrs_logq.tf_keras.frequency import hashing
+
+import numpy as np
+import tensorflow as tf
 
 _M64 = (1 << 64) - 1
 

@@ -1,19 +1,18 @@
 """The common FrequencyEstimator interface: log Q', strings, bad input, checkpoints,
 SavedModels, model.fit and MirroredStrategy (2 logical CPUs from tests/conftest.py)."""
 
-import numpy as np
-import pytest
-
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf
-
 from tfrs_logq.tf_keras.frequency import (
+  MIN_ONE_MINUS_Q,
   CountMinSketch,
   ExactCounts,
   HashArrayEstimator,
   hashing,
-  MIN_ONE_MINUS_Q,
 )
+
+import numpy as np
+import pytest
+import tensorflow as tf
 
 FACTORIES = {
   "exact": lambda: ExactCounts(50),

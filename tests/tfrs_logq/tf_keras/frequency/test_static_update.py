@@ -5,13 +5,12 @@ MirroredStrategy the masked update of the replicas' shares equals one device's."
 
 import re
 
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras.frequency import CountMinSketch, ExactCounts, HashArrayEstimator
+
 import numpy as np
 import pytest
-
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
-
-from tfrs_logq.tf_keras.frequency import CountMinSketch, ExactCounts, HashArrayEstimator
 
 FACTORIES = {
   "exact": lambda: ExactCounts(40),
@@ -97,11 +96,9 @@ def test_masked_update_under_mirrored_strategy_equals_single_device(kind, mirror
     strategy.run(lambda i, v: dist.update(i, valid=v), args=(ids, valid))
 
   for ids, valid in _stream(4, size=20, seed=2):
-    parts = (
-      lambda x: strategy.experimental_distribute_values_from_function(  # noqa: E731
-        lambda ctx: tf.constant(
-          x[10 * ctx.replica_id_in_sync_group : 10 * ctx.replica_id_in_sync_group + 10]
-        )
+    parts = lambda x: strategy.experimental_distribute_values_from_function(
+      lambda ctx: tf.constant(
+        x[10 * ctx.replica_id_in_sync_group : 10 * ctx.replica_id_in_sync_group + 10]
       )
     )
     step(parts(ids), parts(valid))

@@ -10,12 +10,7 @@ tfrs_logq/core/cross_batch.py."""
 
 import math
 
-import numpy as np
-import pytest
-
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf
-
 from tfrs_logq.tf_keras import losses
 from tfrs_logq.tf_keras.frequency import ExactCounts
 from tfrs_logq.tf_keras.negatives import (
@@ -26,6 +21,10 @@ from tfrs_logq.tf_keras.negatives import (
   UniformNegatives,
   join_blocks,
 )
+
+import numpy as np
+import pytest
+import tensorflow as tf
 
 NUM_ITEMS, DIM = 12, 4
 # Item 3 is never counted: log q_uni = -inf with the stub, so a slot holding it is left out.

@@ -2,14 +2,13 @@
 global batch (loss and gradients), with dedup over the global batch; the all-reduce all-gather
 (what XLA-compiled replica functions use) equals ReplicaContext.all_gather, gradients included."""
 
-import numpy as np
-import pytest
-
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf
-
 from tfrs_logq.tf_keras import losses
 from tfrs_logq.tf_keras.negatives import InBatchNegatives, all_gather_rows, score_negatives
+
+import numpy as np
+import pytest
+import tensorflow as tf
 
 NUM_USERS, NUM_ITEMS, DIM = 6, 9, 4
 USERS = np.array([0, 1, 2, 3, 4, 5, 0, 2], np.int64)

@@ -1,12 +1,7 @@
 """In-batch negatives: first-occurrence dedup, k_b subsample, padding, log Q = log q_uni, errors;
 the static-shape pool (XLA) masks exactly what the dynamic pool drops."""
 
-import numpy as np
-import pytest
-
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf
-
 from tfrs_logq.tf_keras import losses
 from tfrs_logq.tf_keras.negatives import (
   InBatchNegatives,
@@ -15,6 +10,10 @@ from tfrs_logq.tf_keras.negatives import (
   score_negatives,
   subsample_indices,
 )
+
+import numpy as np
+import pytest
+import tensorflow as tf
 
 
 def np_dedup(ids):
@@ -191,7 +190,7 @@ def test_expected_count_convention_is_inclusion_probability_over_distinct(counts
   emb = np.ones((9, 2), np.float32)
   sampler = InBatchNegatives(table, num_negatives=2, convention="expected_count")
   neg = sampler(ids, emb, valid=valid, seed=[1, 2])
-  want = lambda d: np.log(1 - (1 - q[d]) ** 7) - np.log(3)  # noqa: E731
+  want = lambda d: np.log(1 - (1 - q[d]) ** 7) - np.log(3)
   np.testing.assert_allclose(neg.log_q.numpy(), want(neg.ids.numpy()), rtol=1e-5)
   np.testing.assert_allclose(neg.positive_log_q.numpy(), want(ids), rtol=1e-5)
   pool = sampler.pool(ids, emb, valid=valid, seed=[1, 2])
@@ -274,7 +273,7 @@ def test_static_pool_masks_what_the_dynamic_pool_drops(counts_table, k_b, conven
     np.testing.assert_array_equal(_kept(got)[0], np_dedup(ids[valid].tolist())[0])
   np.testing.assert_allclose(got.positive_log_q.numpy(), want.positive_log_q.numpy())
   assert np.isfinite(got.log_q.numpy()).all()
-  stats = lambda p: (int(p.num_draws), int(p.num_distinct), int(p.num_kept))  # noqa: E731
+  stats = lambda p: (int(p.num_draws), int(p.num_distinct), int(p.num_kept))
   assert stats(static.pool(ids, emb, valid=valid, seed=[7, 8])) == stats(
     dynamic.pool(ids, emb, valid=valid, seed=[7, 8])
   )

@@ -9,17 +9,16 @@ Independent numpy references:
   numpy.
 """
 
-import numpy as np
-import pytest
-
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf
-
 from tfrs_logq.tf_keras import losses
 from tfrs_logq.tf_keras.accidental_hits import accidental_hit_mask
 from tfrs_logq.tf_keras.negatives import kmeans as kmeans_lib
-from tfrs_logq.tf_keras.negatives.midx import MIDXRefreshCallback, MIDXSampler, RefreshEveryNSteps
 from tfrs_logq.tf_keras.negatives.base import Negatives
+from tfrs_logq.tf_keras.negatives.midx import MIDXRefreshCallback, MIDXSampler, RefreshEveryNSteps
+
+import numpy as np
+import pytest
+import tensorflow as tf
 
 
 # ------------------------------------------------------------------------------ numpy references

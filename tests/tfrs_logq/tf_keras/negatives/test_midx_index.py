@@ -1,12 +1,11 @@
 """The inverted multi-index (midx_index.build_index) against its definition, in numpy."""
 
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras.negatives import midx_index
+
 import numpy as np
 import pytest
-
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
-
-from tfrs_logq.tf_keras.negatives import midx_index
 
 
 @pytest.mark.parametrize("quantizer", ["pq", "rq"])

@@ -4,12 +4,7 @@ static-shape path (padding queries, masked in-batch slots) scores like the dynam
 
 import math
 
-import numpy as np
-import pytest
-
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf
-
 from tfrs_logq.tf_keras import losses
 from tfrs_logq.tf_keras.negatives import (
   InBatchNegatives,
@@ -19,6 +14,10 @@ from tfrs_logq.tf_keras.negatives import (
   UniformNegatives,
   mixture_log_q,
 )
+
+import numpy as np
+import pytest
+import tensorflow as tf
 
 NUM_ITEMS = 12
 
@@ -33,7 +32,7 @@ def make(counts_table, convention, k_u=5, k_b=None):
   counts = np.arange(NUM_ITEMS, dtype=np.float64)  # item 0 never seen: q_uni(0) = 0
   table = counts_table(counts)
   emb_table = np.random.default_rng(0).normal(size=(NUM_ITEMS, 4)).astype(np.float32)
-  embed = lambda ids: tf.gather(emb_table, ids)  # noqa: E731
+  embed = lambda ids: tf.gather(emb_table, ids)
   sampler = MixedNegatives(
     InBatchNegatives(table, num_negatives=k_b),
     UniformNegatives(embed, k_u, id_range=(0, NUM_ITEMS)),
@@ -286,7 +285,7 @@ def test_static_shapes_score_like_dynamic_shapes(counts_table, per, convention):
   seq = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2])
   valid = pos != 0
   query = rng.normal(size=(9, 3)).astype(np.float32)
-  sampler = lambda static: MixedNegatives(  # noqa: E731
+  sampler = lambda static: MixedNegatives(
     InBatchNegatives(table, num_negatives=6, static_shapes=static),
     UniformNegatives(None, 4, id_range=(1, NUM_ITEMS), per=per, static_shapes=static),
     convention=convention,

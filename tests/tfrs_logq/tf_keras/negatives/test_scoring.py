@@ -4,14 +4,8 @@ ScoredCandidates.concat against numpy; loss and task integration."""
 import math
 import warnings
 
-import numpy as np
-import pytest
-
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-import tensorflow as tf
-
-from tfrs_logq.tf_keras import losses
-from tfrs_logq.tf_keras import retrieval
+from tfrs_logq.tf_keras import losses, retrieval
 from tfrs_logq.tf_keras.negatives import (
   Negatives,
   ScoredCandidates,
@@ -20,6 +14,10 @@ from tfrs_logq.tf_keras.negatives import (
   score_negatives,
   task_candidates,
 )
+
+import numpy as np
+import pytest
+import tensorflow as tf
 
 RNG = np.random.default_rng(0)
 A, N, D = 4, 6, 3

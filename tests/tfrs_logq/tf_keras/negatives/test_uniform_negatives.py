@@ -4,13 +4,12 @@ padding queries (``valid``) and static shapes leave the valid queries' draws unc
 
 import math
 
+import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
+from tfrs_logq.tf_keras.negatives import UniformNegatives
+
 import numpy as np
 import pytest
-
-import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 import tensorflow as tf
-
-from tfrs_logq.tf_keras.negatives import UniformNegatives
 
 
 def table_embedder(num_items, dim=3, offset=0):
@@ -210,7 +209,7 @@ def test_per_query_matmul_path_gradients_equal_gather_path():
 
 
 def test_config_round_trip():
-  embed = lambda ids: tf.zeros([tf.size(ids), 2])  # noqa: E731
+  embed = lambda ids: tf.zeros([tf.size(ids), 2])
   for sampler in (
     UniformNegatives(embed, 5, id_range=(1, 9), per="sequence", jit_compile=True),
     UniformNegatives(None, np.int64(3), candidate_ids=[4, 8, 15], per="query"),
@@ -236,7 +235,7 @@ def test_padding_queries_leave_the_valid_queries_draws_unchanged(per):
     None,
     4,
     id_range=(1, 20),
-    per=per,  # noqa: E731
+    per=per,
     static_shapes=static,
   )
   want = sampler(False)(pos[valid], seed=[3, 4], sequence_ids=seq[valid], item_table=table)
