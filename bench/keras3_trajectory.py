@@ -1,30 +1,9 @@
 """Same-start training trajectories of the two binaries: is a gap between `python -m train` and
 `python -m train.keras3` at a fixed step their implementations or their random starts?
 
-The parity runs of docs/results/keras3_parity compare the binaries at step 720, each
-from its own initial weights (tf-keras's and Keras 3's random streams differ for one --seed).
-Here both trainers, `train.trainer.Trainer` and `train.keras3.trainer.Trainer` (--backend),
-train on the same batches (the tf.data stream of --seed: ``--shuffle_rng=tensorflow``) for
---steps steps, three runs:
-
-    tf_keras        the tf-keras trainer from its initial weights W0;
-    keras3_copied   the Keras 3 trainer from W0 (copied with `models.sasrec_weights`);
-    keras3_own      the Keras 3 trainer from its own initial weights (as the parity runs).
-
-With --dropout=0 and --loss=full_softmax (this bench's defaults) a step draws nothing at random,
-so keras3_copied − tf_keras is the implementations' difference alone (float32 rounding in another
-order, compounded by training), and keras3_own − tf_keras adds the start. With dropout or sampled
-negatives each binary also draws its own masks and negatives. Recorded: the training loss of
-every step, and validation Recall@20 / NDCG@10 (`train.validation`, both sides) at step 0 and
-after every --steps_per_epoch steps. Every other setting: the run flags of `python -m train`
-(defaults: ML-1M leave-one-out from the shared data folder, SASRec as the binaries
-train it, 48 steps per epoch, XLA).
-
     python -m bench.keras3_trajectory --steps=96 --out=bench/out/keras3_trajectory
 
-Output under --out: trajectory.json (every number), trajectory.md (the table and the command),
-trajectory.png (the three loss curves and |Δ loss| per step). The Keras 3 runs are workers of
-this script (a fresh process with KERAS_BACKEND set, bench.common.workers' reply lines).
+Method, flags and measured results: bench/README.md, section `keras3_trajectory.py`.
 """
 
 from __future__ import annotations
@@ -47,6 +26,8 @@ from train.config import RunConfig
 
 FLAGS = flags.FLAGS
 _FIXED = ("model", "model_dir", "export_dir", "metrics_json", "epochs", "early_stopping_patience")
+# RunConfig's keras3 group: --backend is the Keras 3 runs' backend; the runs are single, in-process.
+_FIXED += ("shuffle_rng", "compilation_cache", "seeds", "logqs")
 config_flags.define_flags(
   RunConfig,
   exclude=_FIXED,
@@ -61,7 +42,6 @@ config_flags.define_flags(
   ),
 )
 flags.DEFINE_integer("steps", 96, "Training steps of each run.")
-flags.DEFINE_enum("backend", "jax", ["jax", "tensorflow", "torch"], "The Keras 3 runs' backend.")
 flags.DEFINE_string("out", "bench/out/keras3_trajectory", "Output folder.")
 flags.DEFINE_string("_worker", None, "Internal: a Keras 3 run, as JSON {init, weights}.")
 
@@ -244,7 +224,7 @@ def main(argv):
 
 
 def compare(cfg: RunConfig) -> None:
-  """The three runs, their summary and the output files (module docstring)."""
+  """The three runs, their summary and the output files (bench/README.md)."""
   out = pathlib.Path(FLAGS.out)
   out.mkdir(parents=True, exist_ok=True)
   weights_path = str(out / "initial_weights.npz")
