@@ -102,37 +102,40 @@ def data_dir() -> pathlib.Path:
 # (`make test` passes --no-loadscope-reorder, so pytest-xdist hands out the files in this order.)
 _PROCESS_CHANGING_FILES = ("tests/train/test_parameter_server.py",)
 # The longest files first, so that no worker starts a long file when the others are nearly done
-# (seconds of one whole 2-process run on the project's 2-core CPU, rounded: the profile at
-# 0ed087e, `pytest --junitxml`; a file not listed runs after these, in collection order; a stale
-# entry costs wall-clock, never a result).
+# (a file's summed seconds in one whole 2-process run on a 2-core CPU, rounded: the profile at
+# 2b82cf5, `pytest --durations=0`; a file not listed runs after these, in collection order; a
+# stale entry costs wall-clock, never a result).
 _LONGEST_FIRST = (
-  "tests/bench/step/test_keras3_sides.py",  # 230 s
-  "tests/tfrs_logq/keras3/test_backends_samplers.py",  # 200 s
-  "tests/tfrs_logq/keras3/test_backends.py",  # 190 s
-  "tests/tfrs_logq/keras3/test_backends_features.py",  # 180 s
-  "tests/train/keras3/test_binary.py",  # 140 s
-  "tests/train/test_trainer.py",  # 120 s
-  "tests/train/test_compiled_step.py",  # 120 s
-  "tests/train/keras3/test_seeds.py",  # 110 s
-  "tests/train/test_cli.py",  # 110 s
-  "tests/train/test_distributed.py",  # 110 s
-  "tests/train/keras3/test_data_parallel.py",  # 110 s
-  "tests/train/test_parameter_server_binary.py",  # 100 s
-  "tests/train/keras3/test_losses.py",  # 100 s
-  "tests/train/test_resume.py",  # 90 s
-  "tests/bench/step/test_trees.py",  # 60 s
-  "tests/bench/test_catalog_parameter_server.py",  # 90 s
-  "tests/models/test_sasrec.py",  # 90 s
-  "tests/models/keras3/test_sasrec.py",  # 80 s
-  "tests/bench/launch/test_launch.py",  # 50 s
-  "tests/train/test_train_binary.py",  # 70 s
-  "tests/train/keras3/test_jax_step.py",  # 60 s
-  "tests/train/keras3/test_torch.py",  # 60 s
-  "tests/bench/test_keras3_trajectory.py",  # 60 s
-  "tests/bench/step/test_sides.py",  # 50 s
-  "tests/bench/test_serving_scale.py",  # 50 s
-  "tests/tfrs_logq/core/test_top_k.py",  # 50 s
-  "tests/eval/test_evaluate.py",  # 50 s
+  "tests/tfrs_logq/keras3/test_backends.py",  # 85 s
+  "tests/train/keras3/test_seeds.py",  # 85 s
+  "tests/bench/step/test_keras3_sides.py",  # 70 s
+  "tests/train/test_compiled_step.py",  # 70 s
+  "tests/train/test_trainer.py",  # 65 s
+  "tests/tfrs_logq/keras3/test_backends_samplers.py",  # 65 s
+  "tests/train/keras3/test_binary.py",  # 55 s
+  "tests/tfrs_logq/keras3/test_backends_features.py",  # 50 s
+  "tests/train/test_cli.py",  # 50 s
+  "tests/train/test_distributed.py",  # 45 s
+  "tests/train/test_parameter_server_binary.py",  # 45 s
+  "tests/train/test_resume.py",  # 40 s
+  "tests/train/test_train_binary.py",  # 35 s
+  "tests/bench/launch/test_launch.py",  # 35 s
+  "tests/train/keras3/test_jax_step.py",  # 30 s
+  "tests/bench/test_catalog_parameter_server.py",  # 30 s
+  "tests/train/keras3/test_losses.py",  # 30 s
+  "tests/train/keras3/test_data_parallel.py",  # 25 s
+  "tests/models/test_sasrec.py",  # 25 s
+  "tests/train/keras3/test_torch.py",  # 25 s
+  "tests/models/keras3/test_sasrec.py",  # 25 s
+  "tests/eval/test_evaluate.py",  # 20 s
+  "tests/train/keras3/test_mixed_precision.py",  # 20 s
+  "tests/tfrs_logq/test_fronts.py",  # 20 s
+  "tests/eval/test_demo.py",  # 20 s
+  "tests/train/keras3/test_negatives.py",  # 20 s
+  "tests/bench/test_paper_loop.py",  # 20 s
+  "tests/train/keras3/test_serving_export.py",  # 15 s
+  "tests/tfrs_logq/keras3/test_data_parallel.py",  # 15 s
+  "tests/bench/step/test_trees.py",  # 15 s
 )
 
 
