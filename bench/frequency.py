@@ -1,19 +1,8 @@
-"""Benchmark of the Q(d) frequency estimators.
+"""Benchmark of the Q(d) frequency estimators: speed and memory, accuracy, adaptation to a shift.
 
-Three parts, each printing a table:
- 1. speed/memory: update + log_q lookup of one SASRec-size step (batch 128 × 200 positions =
-    25,600 ids, Zipf(1.05) over 1M items) for each estimator at H = 2^20 and 2^22, against a
-    tf.lookup.experimental.MutableHashTable exact counter, and as a fraction of a *stand-in*
-    training step (embedding gather [25600,128] from a 1M×128 table + dense [25600,128]×[128,256]
-    forward and backward + SGD update; not the real SASRec model). Target: ≤ 3%.
- 2. accuracy: stationary Zipf(1.05) over 1M items, batches of 4096: relative error of the per-draw
-    Q of the 1,000 most frequent items (hash arrays H = 2^22, m = 2, α = 0.001 against the true
-    probability; count-min against the ε·N bound; exact counts).
- 3. distribution shift: popularity order reversed mid-stream; error of the hash-array estimate
-    (and of a decayed count-min sketch) over time in units of 1/α; PNG in --out.
+    python bench/frequency.py [--quick] [--out bench/out] [--skip speed,accuracy,shift]
 
-Usage: python bench/frequency.py [--quick] [--out bench/out]
-The last line printed is a one-line summary.
+Method, flags and measured results: bench/README.md, section `frequency.py`.
 """
 
 import argparse

@@ -2,31 +2,7 @@ r"""Relative bias of the sampled-softmax gradient for each logQ correction (Mont
 
     python bench/gradient_bias.py [--quick] [--out bench/out]
 
-Synthetic catalog D (default |D| = 2000) with known scores s(d) = <q, c_d> (item embeddings
-c_d ~ N(0, I_k), query q of norm --score-std, so s ~ N(0, score_std^2)); the positive p's
-embedding is moved along q so that the model puts probability P(p|u) = --positive-prob on it.
-Negatives are drawn i.i.d. from a Zipf proposal Q(d) ∝ rank(d)^-zipf (item id = rank - 1) and
-accidental hits d_i == p are masked for every variant, so the draws come from Q' = Q restricted
-to D \ {p} and the variants differ only by their formula
-(tfrs_logq.tf_keras.losses.sampled_softmax_loss).
-
-Full-softmax gradient w.r.t. the scores: g_full = softmax(s) - onehot(p). Sampled gradient: the
-gradient of one row's sampled loss w.r.t. s_p and its negatives' scores scattered onto item ids
-(duplicates summed). Over --draws independent rows, the Monte Carlo mean estimates E[g] and
-
-    bias = ||E[g] - g_full|| / ||g_full||,
-    mc_se = expected norm of the Monte Carlo error of the mean / ||g_full|| (from batch means).
-
-The measured bias includes the MC error (E||mean - g_full||^2 = bias^2 + se^2): trust entries
-with bias >> mc_se. The gradient w.r.t. the query embedding is C^T g (linear in g), so its
-relative bias ||C^T (E[g] - g_full)|| / ||C^T g_full|| is reported too (table 2).
-
-Variants: the four corrections, plus ``corrected_proxy`` (log Q in place of log Q', the paper's
-industrial setup) and ``corrected_no_w`` (the corrected bracket without its weight w, i.e. the
-gradient of -(s_p - LSE_i(s_i - log Q'(d_i)))) to show that the weight is what removes the bias.
-
-Output: a table per gradient, bench/out/gradient_bias.png (bias vs n, log-log, one line per
-variant, one panel per (P(p), popularity rank)); last line: a one-line summary.
+Method, flags and measured results: bench/README.md, section `gradient_bias.py`.
 """
 
 import argparse

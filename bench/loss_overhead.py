@@ -32,7 +32,6 @@ Writes the table to --out (loss_overhead.json, loss_overhead.md). Last line: a o
 """
 
 import argparse
-import json
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -49,174 +48,9 @@ from tfrs_logq.tf_keras import log_q as log_q_lib  # noqa: E402
 import tensorflow_recommenders as tfrs  # noqa: E402
 
 from bench.common import timing  # noqa: E402
-from bench.common.report import ruled  # noqa: E402
+from bench.common.report import ruled, write_json  # noqa: E402
 
 BASELINE = "tfrs_standard"
-
-
-class FastCorrectedRetrieval(tf.keras.layers.Layer):
-  r"""Prototype: the corrected loss (in-batch, accidental hits masked) in fewer [A, C] passes.
-
-  Same value as ``tfrs_logq.tf_keras.Retrieval(correction="corrected")`` (sum reduction)::
-
-      invalid[a, c] = (id_c == id_a)       # one comparison; covers the diagonal (c == a) too
-      x[a, c]  = s[a, c] - log Q(c), or a huge negative constant where invalid (one where)
-      LSE'_a   = LSE_c x[a, c] + log(1 - Q(p_a))   # Q' = Q / (1 - Q(p)) is a per-row shift
-      n_a      = C - sum_c invalid[a, c]
-      w_a      = sg(sigmoid((LSE'_a - log n_a) - s_p)),   L = sum_a -w_a (s_p - LSE'_a)
-
-  Differences from the library: no tf.eye, no per-entry log Q' matrix, no
-  assert_all_finite on [A, C], one tf.where instead of the masked LSE's several, row max
-  taken under stop_gradient. Rows with n = 0 give 0, as in the library.
-  """
-
-  def call(
-    self,
-    query_embeddings,
-    candidate_embeddings,
-    candidate_sampling_probability=None,
-    candidate_ids=None,
-    compute_metrics=False,
-  ):
-    del compute_metrics
-    scores = tf.linalg.matmul(query_embeddings, candidate_embeddings, transpose_b=True)
-    num_queries, num_candidates = tf.shape(scores)[0], tf.shape(scores)[1]
-    log_q = tf.math.log(tf.cast(candidate_sampling_probability, tf.float32))
-    ids = tf.convert_to_tensor(candidate_ids)
-    invalid = tf.equal(ids[:num_queries, tf.newaxis], ids[tf.newaxis, :])
-    logits = tf.where(invalid, tf.constant(-1e26, tf.float32), scores - log_q)
-    row_max = tf.stop_gradient(tf.reduce_max(logits, axis=1, keepdims=True))
-    lse = tf.math.log(tf.reduce_sum(tf.exp(logits - row_max), axis=1)) + row_max[:, 0]
-    lse += log_q_lib.log1mexp(log_q[:num_queries])
-    num_valid = num_candidates - tf.reduce_sum(tf.cast(invalid, tf.int32), axis=1)
-    has_negatives = num_valid > 0
-    positive_scores = tf.linalg.diag_part(scores)
-    log_n = tf.math.log(tf.cast(tf.maximum(num_valid, 1), tf.float32))
-    weight = tf.stop_gradient(tf.sigmoid((lse - log_n) - positive_scores))
-    weight = tf.where(has_negatives, weight, tf.zeros_like(weight))
-    term = tf.where(has_negatives, positive_scores - lse, tf.zeros_like(lse))
-    return tf.reduce_sum(-weight * term)
-
-
-def make_task(side):
-  if side == "tfrs_standard":
-    return tfrs.tasks.Retrieval(remove_accidental_hits=True)
-  if side == "logq_standard":
-    return tfrs_logq.tf_keras.Retrieval(correction="standard", remove_accidental_hits=True)
-  if side == "logq_corrected":
-    return tfrs_logq.tf_keras.Retrieval(correction="corrected", remove_accidental_hits=True)
-  if side == "proto_corrected":
-    return FastCorrectedRetrieval()
-  raise ValueError(side)
-
-
-SIDES = ("tfrs_standard", "logq_standard", "logq_corrected", "proto_corrected")
-
-
-def check_prototype(args, batch):
-  """The prototype's loss and gradients equal the library's corrected task on one batch."""
-  rng = np.random.default_rng(args.seed + 2)
-  b = int(batch["item"].shape[0])
-  query = tf.constant(rng.normal(0, 0.3, (b, args.dim)), tf.float32)
-  candidate = tf.constant(rng.normal(0, 0.3, (b, args.dim)), tf.float32)
-  out = []
-  for side in ("logq_corrected", "proto_corrected"):
-    task = make_task(side)
-    with tf.GradientTape() as tape:
-      tape.watch([query, candidate])
-      loss = task(
-        query,
-        candidate,
-        candidate_sampling_probability=batch["probability"],
-        candidate_ids=batch["item"],
-        compute_metrics=False,
-      )
-    out.append([loss.numpy()] + [g.numpy() for g in tape.gradient(loss, [query, candidate])])
-  for ref, got in zip(*out):
-    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
-  return float(out[0][0]), float(out[1][0])
-
-
-class TwoTower(tfrs.Model):
-  """User-id and item-id embedding towers; s(u, d) = <user(u), item(d)>."""
-
-  def __init__(self, task, num_users, num_items, dim, seed):
-    super().__init__()
-    init = lambda s: tf.keras.initializers.RandomNormal(stddev=0.05, seed=s)
-    self.user_embedding = tf.keras.layers.Embedding(
-      num_users, dim, embeddings_initializer=init(seed)
-    )
-    self.item_embedding = tf.keras.layers.Embedding(
-      num_items, dim, embeddings_initializer=init(seed + 1)
-    )
-    self.task = task
-
-  def compute_loss(self, features, training=False):
-    query = self.user_embedding(features["user"])
-    candidate = self.item_embedding(features["item"])
-    return self.task(
-      query,
-      candidate,
-      candidate_sampling_probability=features["probability"],
-      candidate_ids=features["item"],
-      compute_metrics=False,
-    )
-
-
-def make_batches(args, batch_size, num):
-  rng = np.random.default_rng(args.seed)
-  q = 1.0 / np.arange(1, args.items + 1)
-  q /= q.sum()
-  out = []
-  for _ in range(num):
-    item = rng.choice(args.items, size=batch_size, p=q)
-    out.append(
-      {
-        "user": tf.constant(rng.integers(0, args.users, batch_size), tf.int64),
-        "item": tf.constant(item, tf.int64),
-        "probability": tf.constant(q[item], tf.float32),
-      }
-    )
-  return out
-
-
-def make_train_step(side, args):
-  model = TwoTower(make_task(side), args.users, args.items, args.dim, args.seed)
-  optimizer = tf.keras.optimizers.Adam(1e-3)
-
-  @tf.function
-  def step(batch):
-    with tf.GradientTape() as tape:
-      loss = model.compute_loss(batch, training=True)
-    variables = model.trainable_variables
-    optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
-    return loss
-
-  return step
-
-
-def make_task_step(side, args, batch_size):
-  """Scores + loss + gradient w.r.t. fixed embeddings only (no lookups, no optimizer)."""
-  task = make_task(side)
-  rng = np.random.default_rng(args.seed + 1)
-  query = tf.constant(rng.normal(0, 0.3, (batch_size, args.dim)), tf.float32)
-  candidate = tf.constant(rng.normal(0, 0.3, (batch_size, args.dim)), tf.float32)
-
-  @tf.function
-  def step(batch):
-    with tf.GradientTape() as tape:
-      tape.watch([query, candidate])
-      loss = task(
-        query,
-        candidate,
-        candidate_sampling_probability=batch["probability"],
-        candidate_ids=batch["item"],
-        compute_metrics=False,
-      )
-    dq, dc = tape.gradient(loss, [query, candidate])
-    return loss + tf.reduce_sum(dq) + tf.reduce_sum(dc)
-
-  return step
 
 
 ABLATIONS = {  # name: (eye mask, assert_all_finite, library masked LSE, [A, C] log Q')
@@ -230,12 +64,24 @@ ABLATIONS = {  # name: (eye mask, assert_all_finite, library masked LSE, [A, C] 
 
 
 def ablation_loss(scores, log_q, ids, eye, check, library_lse, full_q_prime):
-  """The corrected in-batch loss with one library implementation choice switched on at a time.
+  r"""The corrected in-batch loss (A = C, accidental hits masked), lean or with library
+  implementation choices switched on (the flags; :data:`ABLATIONS`).
 
-  Starts from the prototype (FastCorrectedRetrieval) and swaps in: the task's mask
+  All flags off, the prototype: the same value as
+  ``tfrs_logq.tf_keras.Retrieval(correction="corrected")`` (sum reduction) in fewer [A, C] passes::
+
+      invalid[a, c] = (id_c == id_a)       # one comparison; covers the diagonal (c == a) too
+      x[a, c]  = s[a, c] - log Q(c), or a huge negative constant where invalid (one where)
+      LSE'_a   = LSE_c x[a, c] + log(1 - Q(p_a))   # Q' = Q / (1 - Q(p)) is a per-row shift
+      n_a      = C - sum_c invalid[a, c]
+      w_a      = sg(sigmoid((LSE'_a - log n_a) - s_p)),   L = sum_a -w_a (s_p - LSE'_a)
+
+  Differences from the library: no tf.eye, no per-entry log Q' matrix, no assert_all_finite on
+  [A, C], one tf.where instead of the masked LSE's several, row max taken under stop_gradient.
+  Rows with n = 0 give 0, as in the library (their w is 0). The flags swap in: the task's mask
   construction (tf.eye -> bool, logical_not, logical_and with the hit mask), the
-  assert_all_finite on the [A, C] scores, losses.masked_logsumexp, and log Q' materialized
-  per entry (log_q.log_q_prime) instead of a per-row shift of the LSE.
+  assert_all_finite on the [A, C] scores, losses.masked_logsumexp, and log Q' materialized per
+  entry (log_q.log_q_prime) instead of a per-row shift of the LSE.
   """
   from tfrs_logq.tf_keras import losses as losses_lib
 
@@ -271,18 +117,136 @@ def ablation_loss(scores, log_q, ids, eye, check, library_lse, full_q_prime):
   return tf.reduce_sum(-weight * (positive_scores - lse))
 
 
-def make_ablation_step(flags, args, batch_size):
-  rng = np.random.default_rng(args.seed + 1)
-  query = tf.constant(rng.normal(0, 0.3, (batch_size, args.dim)), tf.float32)
-  candidate = tf.constant(rng.normal(0, 0.3, (batch_size, args.dim)), tf.float32)
+class FastCorrectedRetrieval(tf.keras.layers.Layer):
+  """Prototype: `ablation_loss` as a retrieval task (the lean loss, or one of ABLATIONS)."""
+
+  def __init__(self, choices=ABLATIONS["lean (prototype)"]):
+    super().__init__()
+    self.choices = tuple(choices)
+
+  def call(
+    self,
+    query_embeddings,
+    candidate_embeddings,
+    candidate_sampling_probability=None,
+    candidate_ids=None,
+    compute_metrics=False,
+  ):
+    scores = tf.linalg.matmul(query_embeddings, candidate_embeddings, transpose_b=True)
+    log_q = tf.math.log(tf.cast(candidate_sampling_probability, tf.float32))
+    return ablation_loss(scores, log_q, tf.convert_to_tensor(candidate_ids), *self.choices)
+
+
+def make_task(side):
+  if side == "tfrs_standard":
+    return tfrs.tasks.Retrieval(remove_accidental_hits=True)
+  if side == "logq_standard":
+    return tfrs_logq.tf_keras.Retrieval(correction="standard", remove_accidental_hits=True)
+  if side == "logq_corrected":
+    return tfrs_logq.tf_keras.Retrieval(correction="corrected", remove_accidental_hits=True)
+  if side == "proto_corrected":
+    return FastCorrectedRetrieval()
+  raise ValueError(side)
+
+
+SIDES = ("tfrs_standard", "logq_standard", "logq_corrected", "proto_corrected")
+
+
+def task_loss(task, query, candidate, batch):
+  """The task's loss on [B, d] query and candidate embeddings, with the batch's ids and Q."""
+  return task(
+    query,
+    candidate,
+    candidate_sampling_probability=batch["probability"],
+    candidate_ids=batch["item"],
+    compute_metrics=False,
+  )
+
+
+def fixed_embeddings(args, batch_size, offset):
+  """(query, candidate) float32 [batch_size, dim] ~ N(0, 0.3^2), drawn from seed + offset."""
+  rng = np.random.default_rng(args.seed + offset)
+  return [tf.constant(rng.normal(0, 0.3, (batch_size, args.dim)), tf.float32) for _ in "qc"]
+
+
+def loss_and_gradients(task, embeddings, batch):
+  """The task's loss and its gradients w.r.t. the (query, candidate) embeddings."""
+  with tf.GradientTape() as tape:
+    tape.watch(embeddings)
+    loss = task_loss(task, *embeddings, batch)
+  return loss, tape.gradient(loss, embeddings)
+
+
+def check_prototype(args, batch):
+  """The prototype's loss and gradients equal the library's corrected task on one batch."""
+  embeddings = fixed_embeddings(args, int(batch["item"].shape[0]), 2)
+  out = []
+  for side in ("logq_corrected", "proto_corrected"):
+    loss, grads = loss_and_gradients(make_task(side), embeddings, batch)
+    out.append([loss.numpy()] + [g.numpy() for g in grads])
+  for ref, got in zip(*out):
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+  return float(out[0][0]), float(out[1][0])
+
+
+class TwoTower(tfrs.Model):
+  """User-id and item-id embedding towers; s(u, d) = <user(u), item(d)>."""
+
+  def __init__(self, task, num_users, num_items, dim, seed):
+    super().__init__()
+    init = lambda s: tf.keras.initializers.RandomNormal(stddev=0.05, seed=s)
+    self.user_embedding = tf.keras.layers.Embedding(
+      num_users, dim, embeddings_initializer=init(seed)
+    )
+    self.item_embedding = tf.keras.layers.Embedding(
+      num_items, dim, embeddings_initializer=init(seed + 1)
+    )
+    self.task = task
+
+  def compute_loss(self, features, training=False):
+    query = self.user_embedding(features["user"])
+    return task_loss(self.task, query, self.item_embedding(features["item"]), features)
+
+
+def make_batches(args, batch_size, num):
+  rng = np.random.default_rng(args.seed)
+  q = 1.0 / np.arange(1, args.items + 1)
+  q /= q.sum()
+  out = []
+  for _ in range(num):
+    item = rng.choice(args.items, size=batch_size, p=q)
+    out.append(
+      {
+        "user": tf.constant(rng.integers(0, args.users, batch_size), tf.int64),
+        "item": tf.constant(item, tf.int64),
+        "probability": tf.constant(q[item], tf.float32),
+      }
+    )
+  return out
+
+
+def make_train_step(side, args):
+  model = TwoTower(make_task(side), args.users, args.items, args.dim, args.seed)
+  optimizer = tf.keras.optimizers.Adam(1e-3)
 
   @tf.function
   def step(batch):
     with tf.GradientTape() as tape:
-      tape.watch([query, candidate])
-      scores = tf.linalg.matmul(query, candidate, transpose_b=True)
-      loss = ablation_loss(scores, tf.math.log(batch["probability"]), batch["item"], *flags)
-    dq, dc = tape.gradient(loss, [query, candidate])
+      loss = model.compute_loss(batch, training=True)
+    variables = model.trainable_variables
+    optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+    return loss
+
+  return step
+
+
+def make_task_step(task, args, batch_size):
+  """Scores + loss + gradient w.r.t. fixed embeddings only (no lookups, no optimizer)."""
+  embeddings = fixed_embeddings(args, batch_size, 1)
+
+  @tf.function
+  def step(batch):
+    loss, (dq, dc) = loss_and_gradients(task, embeddings, batch)
     return loss + tf.reduce_sum(dq) + tf.reduce_sum(dc)
 
   return step
@@ -360,16 +324,15 @@ def main(argv=None):
     report("train step", batch_size, times, rows)
     if not args.no_task_only:
       times = time_interleaved(
-        {s: make_task_step(s, args, batch_size) for s in SIDES}, batches, args
+        {s: make_task_step(make_task(s), args, batch_size) for s in SIDES}, batches, args
       )
       report("task only", batch_size, times, rows)
   if args.ablation:
     batch_size = max(args.batch_sizes)
     batches = make_batches(args, batch_size, 8)
-    steps = {BASELINE: make_task_step(BASELINE, args, batch_size)}
-    steps.update(
-      {name: make_ablation_step(flags, args, batch_size) for name, flags in ABLATIONS.items()}
-    )
+    steps = {BASELINE: make_task_step(make_task(BASELINE), args, batch_size)}
+    for name, choices in ABLATIONS.items():
+      steps[name] = make_task_step(FastCorrectedRetrieval(choices), args, batch_size)
     values = {name: float(fn(batches[0]).numpy()) for name, fn in steps.items() if name != BASELINE}
     if max(values.values()) - min(values.values()) > 1e-4 * abs(max(values.values())):
       raise AssertionError(f"ablation variants disagree: {values}")
@@ -385,14 +348,9 @@ def main(argv=None):
     )
   print("\n".join(lines))
   if args.out:
-    os.makedirs(args.out, exist_ok=True)
     keys = ("measure", "batch", "side", "min_s", "median_s", "min_ratio", "median_ratio")
-    with open(os.path.join(args.out, "loss_overhead.json"), "w") as f:
-      json.dump(
-        {"args": {k: v for k, v in vars(args).items()}, "rows": [dict(zip(keys, r)) for r in rows]},
-        f,
-        indent=2,
-      )
+    runs = [dict(zip(keys, r)) for r in rows]
+    write_json(args.out, "loss_overhead.json", {"args": dict(vars(args)), "rows": runs})
     with open(os.path.join(args.out, "loss_overhead.md"), "w") as f:
       f.write("```\n" + "\n".join(lines) + "\n```\n")
   summary = []

@@ -1,22 +1,24 @@
-r"""Negative sampling cost per batch (uniform, in-batch, mixed, MIDX); mixed-vs-in-batch step cost.
+r"""Negative sampling cost per batch (uniform, in-batch, mixed, MIDX K, exact softmax); step cost.
 
-    python bench/negatives.py [--quick] [--catalogs 10000,100000,1000000] [--codewords 16,64,128]
-                              [--batch 256] [--k-u 256] [--dim 64] [--memory-slots 8192]
-                              [--out bench/out]
+    python -m bench.negatives [--quick] [--catalogs 10000,100000,1000000] [--codewords 16,64,128]
+                              [--batch 256] [--k-u 256] [--dim 64] [--quantizer pq]
+                              [--memory-slots 8192] [--no-softmax] [--out bench/out]
 
 Set-up per catalog size |D|: an item embedding table [|D|, dim] (the candidate tower), an
-``ExactCounts`` estimator with Zipf(1) counts, batches of ``--batch`` positives drawn from the same
-Zipf(1) popularity. Each sampler runs as one compiled ``tf.function`` that returns the step's
-``Negatives`` (ids, embeddings, log Q):
+``ExactCounts`` estimator with Zipf(1) counts, batches of ``--batch`` positives (= A queries)
+drawn from the same Zipf(1) popularity. Each sampler runs as one compiled ``tf.function`` that
+returns the step's negatives (ids, embeddings, log Q):
 
 * ``uniform``: ``UniformNegatives`` (k_u = --k-u draws, embedding lookup, log Q = -log |D|);
 * ``in_batch``: ``InBatchNegatives`` (positive embeddings gathered once, first-occurrence dedup,
   log q_uni from the estimator; all distinct positives kept);
 * ``mixed``: ``MixedNegatives`` (both halves, ``mixture`` convention);
-* ``midx_K``: ``MIDXSampler(num_codewords=K, quantizer="pq").negatives(query, k_u, embed)`` after
-  one ``refresh`` of the index (refresh time reported separately, it runs every N steps, not per
-  step).
-  Its sampling cost is O(A K d + A K^2 + A S): it must grow with K, not with |D|.
+* ``midx_K``: ``MIDXSampler(num_codewords=K, quantizer=--quantizer).negatives(query, k_u,
+  embed)`` after one ``refresh`` of the index (refresh time reported separately, it runs every N
+  steps, not per step). Its sampling cost is O(A K d + A K^2 + A S): it must grow with K, not |D|;
+* ``softmax``: exact softmax sampling, what MIDX approximates: scores [A, |D|] = query @ table^T,
+  k_u categorical draws per query, log Q from the log-softmax, embedding lookup: O(A |D| d)
+  (one call per round, --calls for the others; ``--no-softmax`` drops it).
 
 Second table: one compiled two-tower training step (id towers, positive scores, negatives,
 ``sampler.score``, corrected ``sampled_softmax_loss``, gradients, SGD apply) with in-batch vs
@@ -30,7 +32,8 @@ memory is filled before timing).
 Timing: --warmup calls, then --repeats rounds of --calls calls each, sides interleaved round by
 round; per side min and median of the per-call mean over rounds, ratios against a baseline of the
 same run (``in_batch``). Timings on a shared machine are noisy: compare ratios within one run.
-Writes ``negatives_sampling.png`` (ms per batch vs |D|) into --out. Last line: one-line summary.
+Writes ``negatives_sampling.png`` (ms per batch vs |D|, a line per side) into --out. Last line:
+one-line summary.
 """
 
 import argparse
@@ -69,6 +72,8 @@ def parse_args(argv=None):
   p.add_argument("--batch", type=int, default=256)
   p.add_argument("--k-u", type=int, default=256)
   p.add_argument("--dim", type=int, default=64)
+  p.add_argument("--quantizer", default="pq", choices=["pq", "rq"], help="MIDX codebooks")
+  p.add_argument("--no-softmax", action="store_true", help="no exact softmax sampling side")
   p.add_argument("--warmup", type=int, default=3)
   p.add_argument("--repeats", type=int, default=7)
   p.add_argument("--calls", type=int, default=5)
@@ -91,17 +96,21 @@ def zipf_probabilities(n):
   return w / w.sum()
 
 
-def time_sides(fns, args):
-  """{side: [per-call seconds per round]}; sides interleaved each round (rotated order)."""
-  for fn in fns.values():
-    for _ in range(args.warmup):
+def time_sides(fns, args, calls=None):
+  """{side: [per-call seconds per round]}; sides interleaved each round (rotated order). Each
+  side makes ``calls.get(side, args.calls)`` calls per round (and as many warm-up calls, at
+  most --warmup)."""
+  n = {side: (calls or {}).get(side, args.calls) for side in fns}
+  for side, fn in fns.items():
+    for _ in range(min(args.warmup, n[side])):
       fn()
 
   def run(side, _):
-    for _ in range(args.calls):
+    for _ in range(n[side]):
       fns[side]()
 
-  return time_interleaved(run, list(fns), args.repeats, args.calls)
+  times = time_interleaved(run, list(fns), args.repeats)
+  return {side: [t / n[side] for t in v] for side, v in times.items()}
 
 
 def sync(out):
@@ -144,13 +153,23 @@ def sampling_fns(size, args, rng, table_rows):
   }
   refresh = {}
   for k in args.codewords:
-    sampler = MIDXSampler(num_codewords=k, quantizer="pq", seed=1)
+    sampler = MIDXSampler(num_codewords=k, quantizer=args.quantizer, seed=1)
     start = time.perf_counter()
     sync(sampler.refresh(table))
     refresh[k] = time.perf_counter() - start
     f_midx = tf.function(lambda s=sampler: s.negatives(queries, args.k_u, embed))
     fns[f"midx_K{k}"] = lambda f=f_midx: sync(f())
   table_rows.append((size, refresh))
+  if not args.no_softmax:
+
+    @tf.function
+    def f_softmax():
+      logits = tf.matmul(queries, table, transpose_b=True)
+      ids = tf.random.stateless_categorical(logits, args.k_u, seed=[1, 2])
+      log_q = tf.gather(tf.nn.log_softmax(logits), ids, batch_dims=1)
+      return ids, embed(ids), log_q
+
+    fns["softmax"] = lambda: sync(f_softmax())
   return fns
 
 
@@ -225,12 +244,14 @@ def main(argv=None):
   rng = np.random.default_rng(0)
   device = "GPU" if tf.config.list_physical_devices("GPU") else "CPU"
   print(
-    f"# negatives bench on {device}, batch={args.batch}, k_u={args.k_u}, dim={args.dim}, "
+    f"# negatives bench on {device} ({os.cpu_count()} threads), batch={args.batch}, "
+    f"k_u={args.k_u}, dim={args.dim}, MIDX quantizer={args.quantizer}, "
     f"repeats={args.repeats} x {args.calls} calls (timings under load: compare ratios)"
   )
   sampling, refresh_rows, steps = {}, [], {}
   for size in args.catalogs:
-    sampling[size] = summarize(time_sides(sampling_fns(size, args, rng, refresh_rows), args))
+    fns = sampling_fns(size, args, rng, refresh_rows)
+    sampling[size] = summarize(time_sides(fns, args, calls={"softmax": 1}))
     steps[size] = summarize(time_sides(step_fns(size, args, rng), args))
 
   sides = list(next(iter(sampling.values())))
@@ -297,6 +318,12 @@ def main(argv=None):
     f"{sampling[large][f'midx_K{ks[-1]}'][1]:.2f}; MIDX K={ks[-1]} time x{midx_cat:.2f} "
     f"from |D|={small} to {large} vs x{midx_k:.2f} from K={ks[0]} to {ks[-1]}; "
     f"mixed/in_batch train step x{step_ratio:.2f}"
+    + (
+      ""
+      if args.no_softmax
+      else f"; exact softmax {sampling[small]['softmax'][1]:.1f} -> "
+      f"{sampling[large]['softmax'][1]:.1f} ms from |D|={small} to {large}"
+    )
     + "".join(
       f"; mixed+memory({args.memory_slots}, {mode})/mixed step x"
       f"{steps[large][f'memory_{mode}'][1] / steps[large]['mixed'][1]:.2f}"

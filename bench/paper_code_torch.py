@@ -49,7 +49,7 @@ import math
 
 import numpy as np
 
-__all__ = ["LOGQS", "PaperCodeStep", "default_device", "row_losses", "synchronize"]
+__all__ = ["LOGQS", "PaperCodeStep", "row_losses", "synchronize"]
 
 # The scripts' losses (module docstring), by the name of the row they train.
 LOGQS = ("corrected", "standard", "none")
@@ -59,11 +59,6 @@ def _torch():
   import torch
 
   return torch
-
-
-def default_device() -> str:
-  """ "cuda" when torch sees a GPU, else "cpu"."""
-  return "cuda" if _torch().cuda.is_available() else "cpu"
 
 
 def synchronize(device) -> None:
@@ -216,7 +211,7 @@ class PaperCodeStep:
     if logq not in LOGQS:
       raise ValueError(f"logq must be one of {LOGQS}, got {logq!r}")
     self.logq = logq
-    self.device = torch.device(device or default_device())
+    self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if threads:
       torch.set_num_threads(int(threads))
     torch.manual_seed(seed)

@@ -66,6 +66,7 @@ checkpoints (the state_dict copies and the final restore), test, export (always 
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
@@ -76,7 +77,8 @@ from typing import Dict, List, Sequence
 import numpy as np
 from absl import app, flags
 
-from bench.paper_code_torch import LOGQS
+from bench.common.report import write_json
+from bench.paper_code_torch import LOGQS, PaperCodeStep, _torch, synchronize
 from train import data as data_lib
 from train import epochs as epochs_lib
 
@@ -89,60 +91,50 @@ CHECKPOINT = "paper_loop.pt"
 PAUSED = 3  # the exit status of a run paused by --max_seconds with --checkpoint_dir
 
 
+# The binary's flags: run()'s keywords (their defaults are run()'s), with their help.
+CHOICES = {"dataset": ["ml1m", "gsasrec", "sequences"], "logq": list(LOGQS)}
+FLAG_HELP = {
+  "dataset": "ml1m (gSASRec files, --data_path default <data root>/ml1m), gsasrec (any "
+  "gSASRec-layout folder, --data_path), sequences (a file 'user item item ...', "
+  "--data_path, leave-one-out).",
+  "data_path": "Folder (ml1m, gsasrec) or file (sequences) of the data.",
+  "val_users": "sequences: validate on this many users drawn as gSASRec "
+  "does (train.data.DataConfig.val_users); 0 = the dataset's own validation "
+  "users (every user for a sequence file).",
+  "max_len": "L: the model's window (ML-1M 200, Amazon Sports 50).",
+  "dim": "Model width d.",
+  "num_blocks": "Transformer blocks.",
+  "patience": "Early stopping: epochs without a better validation NDCG@10 (the paper: 200).",
+  "max_epochs": "At most this many epochs.",
+  "max_seconds": "> 0: start no epoch after this many seconds of the epoch loop (the first always "
+  "runs): a capped run, its history and phases, not a converged model (stopped_by_time in the "
+  "JSON).",
+  "device": "torch device of the model and the step; default cuda when torch sees one.",
+  "seed": "torch's global seed (weights, dropout, negatives, shuffling).",
+  "logq": "The script's loss: corrected (mixed negatives, corrected logQ), standard (the paper's "
+  "'standard logQ' row: negatives corrected, the positive not) or none.",
+  "checkpoint_dir": "Resumable run: the state after every epoch goes to <dir>/paper_loop.pt, and "
+  "the same command resumes from it (a larger --patience or --max_epochs goes on from where it "
+  "stopped). A run paused by --max_seconds exits with status 3.",
+  "threads": "torch intra-op threads; 0 = torch's default.",
+  "loader_workers": "DataLoader num_workers.",
+  "eval_batch_size": "Validation / test queries per batch.",
+  "progress": "A line per step (on stderr) besides the line per epoch.",
+}
+
+
 def define_flags() -> None:
-  """The binary's flags, defined when it runs as a program (not on import: the module's
-  functions are imported by tests in a process where other binaries' flags, such as
-  --dataset, already exist)."""
-  flags.DEFINE_enum(
-    "dataset",
-    "ml1m",
-    ["ml1m", "gsasrec", "sequences"],
-    "ml1m (gSASRec files, --data_path default <data root>/ml1m), gsasrec (any "
-    "gSASRec-layout folder, --data_path), sequences (a file 'user item item ...', "
-    "--data_path, leave-one-out).",
-  )
-  flags.DEFINE_string("data_path", None, "Folder (ml1m, gsasrec) or file (sequences) of the data.")
-  flags.DEFINE_integer(
-    "val_users",
-    0,
-    "sequences: validate on this many users drawn as gSASRec "
-    "does (train.data.DataConfig.val_users); 0 = the dataset's own validation "
-    "users (every user for a sequence file).",
-  )
-  flags.DEFINE_integer("max_len", 200, "L: the model's window (ML-1M 200, Amazon Sports 50).")
-  flags.DEFINE_integer("dim", 128, "Model width d.")
-  flags.DEFINE_integer("num_blocks", 2, "Transformer blocks.")
-  flags.DEFINE_integer(
-    "patience", 200, "Early stopping: epochs without a better validation NDCG@10 (the paper: 200)."
-  )
-  flags.DEFINE_integer("max_epochs", 100000, "At most this many epochs.")
-  flags.DEFINE_float(
-    "max_seconds",
-    0.0,
-    "> 0: start no epoch after this many seconds of the epoch loop (the first always runs): a "
-    "capped run, its history and phases, not a converged model (stopped_by_time in the JSON).",
-  )
-  flags.DEFINE_string(
-    "device", None, "torch device of the model and the step; default cuda when torch sees one."
-  )
-  flags.DEFINE_integer("seed", 0, "torch's global seed (weights, dropout, negatives, shuffling).")
-  flags.DEFINE_enum(
-    "logq",
-    "corrected",
-    list(LOGQS),
-    "The script's loss: corrected (mixed negatives, corrected logQ), standard (the paper's "
-    "'standard logQ' row: negatives corrected, the positive not) or none.",
-  )
-  flags.DEFINE_string(
-    "checkpoint_dir",
-    None,
-    "Resumable run: the state after every epoch goes to <dir>/paper_loop.pt, and the same "
-    "command resumes from it (a larger --patience or --max_epochs goes on from where it "
-    "stopped). A run paused by --max_seconds exits with status 3.",
-  )
-  flags.DEFINE_integer("threads", 0, "torch intra-op threads; 0 = torch's default.")
-  flags.DEFINE_integer("loader_workers", 0, "DataLoader num_workers.")
-  flags.DEFINE_integer("eval_batch_size", 512, "Validation / test queries per batch.")
+  """The binary's flags (FLAG_HELP, typed by run()'s defaults, and --metrics_json), defined when
+  it runs as a program (not on import: the module's functions are imported by tests in a
+  process where other binaries' flags, such as --dataset, already exist)."""
+  defaults = inspect.signature(run).parameters
+  define = {bool: flags.DEFINE_bool, int: flags.DEFINE_integer, float: flags.DEFINE_float}
+  for name, text in FLAG_HELP.items():
+    default = defaults[name].default
+    if name in CHOICES:
+      flags.DEFINE_enum(name, default, CHOICES[name], text)
+    else:
+      define.get(type(default), flags.DEFINE_string)(name, default, text)
   flags.DEFINE_string(
     "metrics_json",
     None,
@@ -150,19 +142,7 @@ def define_flags() -> None:
     "--out is an alias (every bench script takes --out).",
   )
   flags.DEFINE_alias("out", "metrics_json")
-  flags.DEFINE_bool("progress", False, "A line per step (on stderr) besides the line per epoch.")
   flags.mark_flag_as_required("metrics_json")
-
-
-def _torch():
-  import torch
-
-  return torch
-
-
-def data_config(dataset: str, data_path=None, val_users: int = 0) -> data_lib.DataConfig:
-  """The project's `DataConfig` for --dataset / --data_path / --val_users."""
-  return data_lib.DataConfig(dataset=dataset, data_path=data_path, val_users=val_users)
 
 
 def collate(max_len: int):
@@ -305,10 +285,8 @@ def run(
   With ``checkpoint_dir`` the run's state is saved after every epoch and a later call with the
   same settings (data, model, seed, logq) goes on from it: the same epochs, losses and metrics
   as one call, on the CPU exactly (torch's generators are part of the state)."""
-  from bench.paper_code_torch import PaperCodeStep
-
   torch = _torch()
-  data = data_config(dataset, data_path, val_users).load()
+  data = data_lib.DataConfig(dataset=dataset, data_path=data_path, val_users=val_users).load()
   phases = epochs_lib.Phases()
   step_fn = PaperCodeStep(
     data.num_items,
@@ -321,8 +299,6 @@ def run(
     device=device,
     logq=logq,
   )
-  from bench.paper_code_torch import synchronize
-
   sync = lambda: synchronize(step_fn.device)
   model = step_fn.model
   loader = train_loader(data.train_sequences, max_len, loader_workers)
@@ -466,30 +442,9 @@ def run(
 
 def main(argv):
   del argv
-  result = run(
-    dataset=FLAGS.dataset,
-    data_path=FLAGS.data_path,
-    val_users=FLAGS.val_users,
-    max_len=FLAGS.max_len,
-    dim=FLAGS.dim,
-    num_blocks=FLAGS.num_blocks,
-    patience=FLAGS.patience,
-    max_epochs=FLAGS.max_epochs,
-    max_seconds=FLAGS.max_seconds,
-    device=FLAGS.device,
-    seed=FLAGS.seed,
-    logq=FLAGS.logq,
-    checkpoint_dir=FLAGS.checkpoint_dir,
-    threads=FLAGS.threads,
-    loader_workers=FLAGS.loader_workers,
-    eval_batch_size=FLAGS.eval_batch_size,
-    progress=FLAGS.progress,
-    report=lambda line: print(line, flush=True),
-  )
+  result = run(**{n: FLAGS[n].value for n in FLAG_HELP}, report=lambda s: print(s, flush=True))
   path = FLAGS.metrics_json
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  with open(path, "w") as f:
-    json.dump(result, f, indent=2, default=float)
+  write_json(os.path.dirname(os.path.abspath(path)), os.path.basename(path), result)
   print(
     f"best epoch {result['best_epoch']} (step {result['best_step']}) of "
     f"{result['epochs_done']}: val NDCG@10 {result['val']['ndcg@10']:.4f}, test R@20 "

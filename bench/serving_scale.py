@@ -1,12 +1,15 @@
 r"""Serving at 10^7 items: the project's ScaNN index against FAISS, and the serving SavedModel.
 
-(One file: the workers of one bench and its command line; the catalog, the two indexes and the
+(One file: the workers of one bench and its command line; the catalog, the indexes and the
 report are in bench/serving/. A third of the file is this docstring, the definitions of what it
 measures.)
 
     python -m bench.serving_scale --out DIR                      # 1e5, 1e6, 1e7 items
     python -m bench.serving_scale --quick --out DIR              # 1e4, 1e5 (a smoke run)
     python -m bench.serving_scale --sizes=1000000 --target_recall=0.99 --no_serving
+    python -m bench.serving_scale --sizes=1000000 --catalog=topics --indexes=scann,brute \
+        --target_recall=0.99 --fractions=0.005,0.0125,0.025,0.05 --reorders=300,500,1000 \
+        --no_serving                                             # the ScaNN >= 5x claim
 
 Catalog (``Geometry``, seeded, generated in chunks that can be regenerated one by one): dim 64
 float32. C = clip(N / 1000, 10, 10,000) cluster centres c ~ R diag(sqrt(λ)) z with a decaying
@@ -15,10 +18,15 @@ cluster sizes ∝ rank^-0.5; item = (c + σ s_c R diag(sqrt(λ)) ε) · n_i with
 s_c ~ LogNormal(0, 0.3) and a per-item norm n_i ~ LogNormal(0, 0.2) (dot-product models put
 popularity into norms). Queries are drawn near items: q = x_i + σ_q R diag(sqrt(λ)) ε for
 uniformly drawn items i. Row 0 of the item table is padding (the export layout); ids are 1..N.
+``--catalog=topics``: the ScaNN claim's catalog (``TopicGeometry``: sub-topic clusters of 100
+topics, queries near cluster centres; bench/serving/data.py).
 
 Per catalog size N, in a process of its own (one after the other):
 * exact top-k (k = 100) of a tuning and an evaluation query sample: chunked float32 matmul in
   numpy over the catalog, candidates above each query's running k-th score kept and merged;
+* the indexes of ``--indexes`` (default scann,faiss; ``brute``: the same builder in ScaNN's
+  brute-force mode, the exact top-k, whose batched queries/s in the same rounds is the speed-up
+  column's denominator);
 * ScaNN through the project's builder (`eval.index.ScannIndex` with `eval.index.IndexConfig`:
   its defaults -- tree of ≈ 2 sqrt(N) leaves, 4-bit anisotropic hashing, exact re-scoring -- and
   only its existing options); FAISS: ``IVF{nlist},PQ32x4fs,RFlat`` (inverted lists + 4-bit
@@ -34,9 +42,9 @@ Per catalog size N, in a process of its own (one after the other):
 * at those settings, on the evaluation queries: recall@k = mean over queries of
   |approx top-k ∩ exact top-k| / k, batched queries/s (all evaluation queries in one call) and
   single-query queries/s (``--single_queries`` calls of one query), ``--rounds`` rounds with the
-  two indexes interleaved (order rotated per round), min-time and median.
-The catalog is freed after the ScaNN build and regenerated chunk by chunk for FAISS's add, so
-the process holds the catalog plus one index, or both indexes, never all three.
+  indexes interleaved (order rotated per round), min-time and median.
+The catalog is freed after the ScaNN (and brute-force) builds and regenerated chunk by chunk for
+FAISS's add, so with scann,faiss the process never holds the catalog and both indexes at once.
 
 At the largest size (unless ``--no_serving``): the serving SavedModel path. One process builds
 `eval.serving.ServingModule` over the same catalog with ScaNN at the setting chosen above (a
@@ -72,7 +80,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 
 from bench.common import memory, report, timing, workers
-from bench.serving.data import CHUNK, Geometry, exact_top_k, recall_at_k  # noqa: F401
+from bench.serving.data import CHUNK, GEOMETRIES, Geometry, exact_top_k, recall_at_k  # noqa: F401
 from bench.serving.indexes import FaissSide, ScannSide, choose, faiss_spec
 from bench.serving.report import plot, summarize, write_report
 
@@ -81,6 +89,13 @@ from bench.serving.report import plot, summarize, write_report
 # the points in worker processes, the serving SavedModel check and the command line.
 
 MODULE = "bench.serving_scale"
+INDEXES = ("scann", "brute", "faiss")  # build order: FAISS last, it frees the catalog
+
+
+def _geometry(spec: dict) -> Geometry:
+  return GEOMETRIES[spec.get("catalog", "anisotropic")](
+    spec["num_items"], spec["dim"], spec["seed"]
+  )
 
 
 def _rss() -> int:
@@ -99,13 +114,13 @@ def _mmap_path(spec: dict) -> Optional[str]:
 
 
 def run_point(spec: dict) -> dict:
-  """One catalog size: both indexes, sweep, chosen settings, interleaved timing."""
+  """One catalog size: the indexes, sweep, chosen settings, interleaved timing."""
   from eval import index as index_lib
 
-  n, k = spec["num_items"], spec["k"]
+  n, k, names = spec["num_items"], spec["k"], spec["indexes"]
   out = {"num_items": n, "dim": spec["dim"], "k": k}
   rss0 = _rss()
-  geo = Geometry(n, spec["dim"], spec["seed"])
+  geo = _geometry(spec)
   start = time.perf_counter()
   table, _ = geo.items(_mmap_path(spec))
   tune_q = geo.queries(table, spec["tune_queries"], 0)
@@ -122,43 +137,37 @@ def run_point(spec: dict) -> dict:
   )
 
   config = index_lib.IndexConfig(**spec["scann_options"])
-  rss = _rss()
-  wall = time.perf_counter()
-  scann = ScannSide(table, k, config)
-  wall = time.perf_counter() - wall
-  out["scann"] = {
-    "build_seconds": scann.build_seconds,
-    "build_wall_seconds": wall,
-    "rss_growth_kib": _rss() - rss,
-    "config": vars(scann.config),
-  }
-  _log(f"N={n}: ScaNN built in {scann.build_seconds:.1f}s ({wall:.1f}s with training setup)")
-  fspec, nlist = faiss_spec(n, scann.config.num_leaves or 2 * int(np.sqrt(n)))
-  train_n = min(n, max(39 * nlist, spec["faiss_train_min"]))
-  train_sample = np.ascontiguousarray(table[1 : 1 + train_n])
-  del table  # FAISS adds regenerated chunks
-  rss = _rss()
-  wall = time.perf_counter()
-  faiss_side = FaissSide(geo, train_sample, k, fspec, nlist)
-  wall = time.perf_counter() - wall
-  del train_sample
-  out["faiss"] = {
-    "build_seconds": faiss_side.build_seconds,
-    "build_wall_seconds": wall,
-    "rss_growth_kib": _rss() - rss,
-    "factory": fspec,
-    "nlist": nlist,
-    "train_sample": train_n,
-  }
-  _log(f"N={n}: FAISS {fspec} built in {faiss_side.build_seconds:.1f}s")
-  tmp = spec["work_dir"]
-  for side in (scann, faiss_side):
-    out[side.name]["serialized_bytes"] = side.serialized_bytes(tmp)
+  configs = {"scann": config, "brute": index_lib.IndexConfig(mode="brute_force")}
+  sides: dict = {}
+  for name in [s for s in INDEXES if s in names]:
+    rss, wall = _rss(), time.perf_counter()
+    if name == "faiss":
+      fspec, nlist = faiss_spec(n, config.resolve(n, k).num_leaves or 2 * int(np.sqrt(n)))
+      train_n = min(n, max(39 * nlist, spec["faiss_train_min"]))
+      train_sample = np.ascontiguousarray(table[1 : 1 + train_n])
+      del table  # FAISS adds regenerated chunks (so it is built last)
+      rss, wall = _rss(), time.perf_counter()
+      sides[name] = FaissSide(geo, train_sample, k, fspec, nlist)
+      del train_sample
+      info = {"factory": fspec, "nlist": nlist, "train_sample": train_n}
+    else:
+      sides[name] = ScannSide(table, k, configs[name], name)
+      info = {"config": vars(sides[name].config)}
+    out[name] = dict(
+      info,
+      build_seconds=sides[name].build_seconds,
+      build_wall_seconds=time.perf_counter() - wall,
+      rss_growth_kib=_rss() - rss,
+    )
+    _log(f"N={n}: {name} built in {sides[name].build_seconds:.1f}s")
+  for name, side in sides.items():
+    out[name]["serialized_bytes"] = side.serialized_bytes(spec["work_dir"])
 
-  sides = {"scann": scann, "faiss": faiss_side}
   grids = {
-    "scann": scann.sweep(spec["fractions"], spec["reorders"]),
-    "faiss": faiss_side.sweep(spec["fractions"], [r / k for r in spec["reorders"]]),
+    name: side.sweep(
+      spec["fractions"], [r / k for r in spec["reorders"]] if name == "faiss" else spec["reorders"]
+    )
+    for name, side in sides.items()
   }
   for name, side in sides.items():
     rows = []
@@ -211,6 +220,11 @@ def run_point(spec: dict) -> dict:
       single_qps_median=1 / smed,
       single_ms_median=1e3 * smed,
     )
+  for name in sides if "brute" in sides else ():  # speed-up over the exact top-k, same rounds
+    out[name]["speedup_median"] = (
+      out[name]["batched_qps_median"] / out["brute"]["batched_qps_median"]
+    )
+    out[name]["speedup_best"] = out[name]["batched_qps_best"] / out["brute"]["batched_qps_best"]
   out["peak_rss_kib"] = memory.status_kib("VmHWM")
   out["start_rss_kib"] = rss0
   out["catalog_memory_mapped"] = _mmap_path(spec) is not None
@@ -218,12 +232,7 @@ def run_point(spec: dict) -> dict:
     os.remove(_mmap_path(spec))
   out["eval_queries"], out["single_queries"] = len(eval_q), len(single_q)
   if spec.get("save_ids"):
-    np.savez(
-      os.path.join(spec["out"], f"ids_{n}.npz"),
-      exact=exact_eval,
-      scann=results["scann"],
-      faiss=results["faiss"],
-    )
+    np.savez(os.path.join(spec["out"], f"ids_{n}.npz"), exact=exact_eval, **results)
   return out
 
 
@@ -266,7 +275,7 @@ def run_serving_build(spec: dict) -> dict:
   from eval import index as index_lib
   from eval import serving
 
-  geo = Geometry(spec["num_items"], spec["dim"], spec["seed"])
+  geo = _geometry(spec)
   table, cluster = geo.items(_mmap_path(spec))
   encoder = _encoder(geo, cluster)
   del cluster
@@ -364,6 +373,19 @@ def parse_args(argv):
     "--sizes", default="100000,1000000,10000000", help="Catalog sizes, comma-separated."
   )
   p.add_argument("--quick", action="store_true", help="1e4 and 1e5 items, fewer queries.")
+  p.add_argument(
+    "--indexes",
+    default="scann,faiss",
+    help="Indexes compared, of scann, faiss, brute (the exact top-k by ScaNN's brute-force "
+    "scorer, timed in the same rounds: the speed-up column).",
+  )
+  p.add_argument(
+    "--catalog",
+    default="anisotropic",
+    choices=sorted(GEOMETRIES),
+    help="Catalog law: anisotropic (the default, docstring) or topics (the ScaNN claim's: "
+    "bench/serving/data.py TopicGeometry).",
+  )
   p.add_argument("--dim", type=int, default=64)
   p.add_argument("--k", type=int, default=100)
   p.add_argument("--target_recall", type=float, default=0.95)
@@ -454,7 +476,12 @@ def main(argv=None):
   work = args.work_dir or tempfile.mkdtemp(prefix="serving_scale_")
   os.makedirs(work, exist_ok=True)
   started, t0 = time.strftime("%Y-%m-%d %H:%M:%S"), time.perf_counter()
+  indexes = [s for s in INDEXES if s in args.indexes.split(",")]
+  if not indexes or set(args.indexes.split(",")) - set(INDEXES):
+    raise SystemExit(f"--indexes: a comma-separated subset of {INDEXES}, got {args.indexes!r}")
   base = {
+    "indexes": indexes,
+    "catalog": args.catalog,
     "dim": args.dim,
     "k": args.k,
     "seed": args.seed,
@@ -473,7 +500,7 @@ def main(argv=None):
     "eval_queries": args.eval_queries,
     "single_queries": args.single_queries,
     "rounds": args.rounds,
-    **{k: base[k] for k in ("dim", "k", "seed", "scann_options")},
+    **{k: base[k] for k in ("indexes", "catalog", "dim", "k", "seed", "scann_options")},
     "scann_options_by_size": json.loads(args.scann_options_by_size),
     "points": [],
   }
@@ -502,7 +529,7 @@ def main(argv=None):
         point = {"error": f"timed out after {args.timeout_s}s"}
       result["points"].append(dict(point, num_items=n))
     done = [p for p in result["points"] if "error" not in p]
-    if not args.no_serving and done:
+    if not args.no_serving and done and "scann" in indexes:
       largest = max(done, key=lambda p: p["num_items"])
       chosen = largest["scann"]["chosen"]["params"]
       options = dict(

@@ -3,28 +3,7 @@ r"""When does corrected logQ beat standard? A paired sweep of the demo's synthet
     python bench/when_corrected.py [--quick] [--out bench/out/when_corrected]
     python bench/when_corrected.py --factors=batch_size,steps --seeds=0,1,2
 
-The world and model are `eval.demo`'s (it knows the true P(d|u), so the distance of the learned
-distribution to the truth is measured, not estimated): 2,000 items, Zipf popularity, peaked
-preferences, a matrix-factorisation two-tower that can represent the truth, deduplicated
-in-batch negatives with log Q from exact counts. Around the demo's defaults, one factor at a
-time is moved:
-
-    batch_size   the in-batch pool, i.e. n (distinct negatives of a row grow with it)
-    steps        the training budget (the paper's claim is about converged models)
-    tau          the peakedness of the preferences: E[P(p|u)] of a drawn positive, the quantity
-                 standard logQ's bias grows with (P/(1 - P); bench/gradient_bias.py)
-    zipf         the popularity skew: how often popular items are both positive and negative
-
-For every point the rows in_batch:{standard, corrected} with the paper's log Q (``unigram``) and
-with inclusion probabilities (``expected_count``) train on the same seeds (paired: same
-initialisation, data and sampling), and the table reports the paired difference corrected −
-standard of KL(P‖P̂) on held-out users (lower is better) and of HR@10 of a held-out draw, each
-with its Student-t 95% interval over the seeds and a verdict: ``corrected ahead`` / ``standard
-ahead`` when the interval excludes 0, else ``within noise``. A figure plots the KL difference
-against each factor (bench/out/when_corrected/when_corrected.png); the JSON keeps every seed.
-
-Cost: a point is ~4/6 of a `make demo` scaled by steps x batch_size / (2,000 x 256) (about 90 s
-of CPU at the defaults on the project's 2-core machine); the full sweep ~20-30 min of CPU.
+Method, flags and measured results: bench/README.md, section `when_corrected.py`.
 """
 
 from __future__ import annotations

@@ -5,60 +5,7 @@ r"""Negatives sources x logQ corrections at 10^5-10^6 items, against a synthetic
     python bench/world_scale.py --out=DIR --report_only --compare=mixed:corrected,mixed:standard
     python bench/world_scale.py --quick                      # a small smoke of the pipeline
 
-The world is the demo's (`eval.synthetic_world`: it knows P(d|u); Zipf popularity; a two-tower
-q_u = [x_u W, 1], c_d = [e_d, beta_d] can represent the truth exactly) at --num_items items.
-Every row trains that two-tower on the Keras 3 library with the JAX backend
-(`bench.world.training`: the library's samplers, scores, log Q, masks and losses; sparse row
-updates, so a step does not cost O(|D| d)), then is measured against the truth on held-out
-users (`bench.world.metrics`: KL(P‖P̂), recall@k against the oracle's top k, HR@k of a held-out
-draw, calibration and mass by popularity decile; numpy float64, chunked over users).
-
-Rows (--rows, default: the grid): ``SOURCE:CORRECTION[:CONVENTION]`` with SOURCE in_batch,
-mixed (k // 2 in-batch + k - k // 2 uniform), xbatchM (the in-batch block joined with a memory
-of the last M batches' positives, ids mode; the grid has M = 4, 16, 64), midx (k' draws per
-query from the MIDX proposal, refreshed every --midx_refresh steps); CORRECTION none |
-standard | standard_no_positive | corrected; CONVENTION the in-batch / memory log Q (default
---convention, unigram); and ``full`` (full softmax, where B |D| <= --full_max_logits). k =
---num_negatives (default: the batch size). Log q_uni: exact counts of the seed's stream.
-
-Paired seeds: seed s fixes the training stream, the initial weights and the samplers' seeds,
-the same for every row; the world and the held-out users are fixed by --world_seed.
-
-Resume: every finished (row, seed) run writes OUT/itemsN_batchB/runs/ROW__seedS.json and is
-skipped when the script is run again with the same settings (another setting in the same
-folder is an error: use another --out); --time_budget_minutes stops before a run that would
-not finish in time, so a long grid can be split across sessions. World, oracle and streams are
-cached in OUT/cache/.
-
-Step cost: before training, each invocation times its rows' steps interleaved with the mixed
-row's (mixed:corrected; --timing_rounds rounds of --timing_steps steps each, after warm-up, in
-rotated order), and reports each row's median / min step as a ratio to mixed's (absolute
-times labelled with the machine). Each run also records the median / min of its own training
-steps.
-
-MIDX: k' = --midx_negatives (128) draws per query, K = --midx_codewords (32, the binaries').
-The library's Keras 3 ``MIDXSampler`` draws its cells with ``keras.random.categorical``, which
-on JAX forms Gumbel noise of shape [A, k', K^2]: a step costs O(A k' K^2) (512 x 128 x 1024
-= 67M draws at B = 512), so k' = k (= B) does not fit; a MIDX row is a GPU row.
-
-Cost (steps: median ms on the project's 2 shared CPU cores, Keras 3.15 / jax 0.10 CPU; the
-ratio to mixed is what carries over to another machine). At 10^5 items, B = 512: in_batch 2,
-mixed 3-6, xbatch4 12, xbatch16 42, xbatch64 180, full 310-830, midx 3,600; at 10^6 items the
-sampled rows cost the same (in_batch 4, mixed 6, xbatch64 430: no O(|D|) term); at B = 4096 the
-in-batch block and the memory grow as B^2 M (in_batch 190, mixed 210, xbatch4 1,300, full 4,400
-at 10^5). The metrics take ~20 s a run at 10^5 items and ~3 min at 10^6 (2,000 users); the
-oracle's pass and a seed's stream (4,096 users) ~15-20 s at 10^5 and ~2-4 min at 10^6, once.
-So at 10,000 steps and 3 seeds the B = 512 grid without MIDX takes ~9-13 h (10^5, full
-softmax included) and ~15 h (10^6) there; MIDX (~10 h a run at B = 512) and B = 4096 (a run:
-~35 min in_batch / mixed, ~3.6 h xbatch4, ~12 h xbatch16 and full, ~80 h MIDX; xbatch64's
-[4096, 266k] scores do not fit in 23 GB) are for an accelerator.
-
-Outputs per OUT/itemsN_batchB/: runs/*.json (one per row x seed), timing/*.json (one per
-invocation), references.json (oracle and most-popular rows), report.md and summary.json (rows
-over seeds, paired differences with 95 % t intervals: corrected − standard etc., the growth of
-the advantage with k, expected_count − unigram, the share of the gap to full softmax that a
-memory / MIDX closes; `bench.world.report`), recall_at_k.png. The last line of stdout is a
-one-line summary.
+Method, flags and measured results: bench/README.md, section `world_scale.py`.
 """
 
 from __future__ import annotations
@@ -117,7 +64,7 @@ def build_parser() -> argparse.ArgumentParser:
   add("--batch_size", default="512", help="batch sizes B, comma-separated (512,4096)")
   add("--steps", type=int, default=d.steps, help="training steps of every run")
   add("--seeds", default="0,1,2", help="paired seeds (same stream and initial weights per seed)")
-  add("--rows", default="", help="comma-separated rows (module docstring); default: the grid")
+  add("--rows", default="", help="comma-separated rows (bench/README.md); default: the grid")
   add("--convention", default="unigram", help="log Q convention of rows that name none")
   add("--num_negatives", type=int, default=0, help="k (0: the batch size)")
   add("--midx_negatives", type=int, default=d.midx_negatives, help="MIDX draws per query (0: k)")
@@ -166,32 +113,15 @@ QUICK = dict(
 
 
 def settings_from(args) -> List[rows_lib.Settings]:
+  """A Settings per (--num_items, --batch_size); its other fields are the flags of their names."""
   ks = tuple(_int_list(args.ks, "ks"))
-  out = []
-  for n in _int_list(args.num_items, "num_items"):
-    for b in _int_list(args.batch_size, "batch_size"):
-      out.append(
-        rows_lib.Settings(
-          num_items=n,
-          batch_size=b,
-          steps=args.steps,
-          num_negatives=args.num_negatives,
-          midx_negatives=args.midx_negatives,
-          learning_rate=float(args.learning_rate),
-          embedding_dim=args.embedding_dim,
-          feature_dim=args.feature_dim,
-          zipf=float(args.zipf),
-          tau=float(args.tau),
-          world_seed=args.world_seed,
-          train_users=args.train_users,
-          eval_users=args.eval_users,
-          ks=ks,
-          midx_codewords=args.midx_codewords,
-          midx_refresh=args.midx_refresh,
-          full_max_logits=int(args.full_max_logits),
-        )
-      )
-  return out
+  named = set(rows_lib.Settings._fields) - {"num_items", "batch_size", "ks", "num_bins"}
+  same = {f: getattr(args, f) for f in named} | {"full_max_logits": int(args.full_max_logits)}
+  return [
+    rows_lib.Settings(num_items=n, batch_size=b, ks=ks, **same)
+    for n in _int_list(args.num_items, "num_items")
+    for b in _int_list(args.batch_size, "batch_size")
+  ]
 
 
 def _commit() -> Optional[str]:
@@ -447,19 +377,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       plan.append((settings, rows, folder))
     if not args.report_only:
       _setup_backend()
-      from bench.world import training
-
-      if not training.cross_batch_available():
-        for i, (settings, rows, folder) in enumerate(plan):
-          if args.rows and any(r.source == "xbatch" for r in rows):
-            raise ValueError(
-              "--rows: xbatchM rows need tfrs_logq.keras3.negatives.CrossBatchNegatives and "
-              "join_blocks, which this checkout does not have yet"
-            )
-          kept = [r for r in rows if r.source != "xbatch"]
-          if len(kept) < len(rows):
-            print("note: the xbatchM rows are left out (no Keras 3 CrossBatchNegatives yet)")
-          plan[i] = (settings, kept, folder)
   except ValueError as e:
     parser.exit(2, f"{parser.prog}: error: {e}\n")
   deadline = start + args.time_budget_minutes * 60 if args.time_budget_minutes else None

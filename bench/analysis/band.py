@@ -1,33 +1,11 @@
 r"""One run's learning curve against a band of runs of another kind, epoch by epoch.
 
-A converged comparison of two programs (the paper's own scripts against our binary)
-takes many hours a run; their curves can be compared long before, epoch by epoch, to see whether
-the two learn alike. The band is n >= 2 runs B_1..B_n (e.g. our seeds of one row), the probe one
-run A (the paper's script on the same row). At every epoch e of the probe where at least two
-band runs have a value x_{i,e} of the key,
-
-    m_e = mean_i x_{i,e},   s_e = std_i x_{i,e} (ddof 1),   n_e = #runs with epoch e,
-    PI_e = m_e ± t_{0.975, n_e − 1} · s_e · sqrt(1 + 1 / n_e)      (95 % prediction interval
-           of one more band run at that epoch, `eval.paired_stats.prediction_interval`),
-    d_e = A_e − m_e,   r_e = d_e / |m_e|,   inside_e = [A_e ∈ PI_e].
-
-Per key the summary gives the epochs compared, how many fall inside / above / below PI_e, the
-mean of d_e and of |r_e|. If A were one more run of the band's kind, about 95 % of its epochs
-would fall inside; neighbouring epochs are strongly correlated, so the count is a description,
-not a test. Keys: whatever both histories hold of ``loss`` (the minimised training loss, the
-mean over the epoch's steps), ``val_ndcg@10``, ``val_recall@20`` (--keys).
-
     python -m bench.analysis band \
         --band=RUN[,RUN...] --probe=RUN --names=ours,paper-code [--keys=loss,val_ndcg@10] \
         [--every=5] [--out=docs/results/table1/paper_code/curve_band]
 
-RUN: a run folder of `python -m train` / `python -m bench.launch` (train_metrics.json or
-metrics.json with a "history", else model/history.json), a `bench.paper_loop` checkpoint folder
-or its paper_loop.pt (the history of a run still in progress), or a JSON file holding a history (a
-list of per-epoch records with "epoch") or a dict with one. Written under --out:
-curve_band.md (the command, the summary, the table every --every epochs and at the last),
-curve_band.json (every number, the probe's and the band's curves included) and curve_band.png
-(per key: the band's runs, its mean and prediction interval, the probe). Last line: a summary.
+The prediction interval, the runs it reads, flags and outputs: bench/README.md, section
+`analysis/` (band).
 """
 
 from __future__ import annotations
@@ -58,7 +36,7 @@ def _history_of(obj, source: str) -> List[dict]:
 
 
 def load_history(run: str) -> List[dict]:
-  """The per-epoch records of ``run`` (module docstring: RUN); ValueError if it has none."""
+  """The per-epoch records of ``run`` (RUN: bench/README.md); ValueError if it has none."""
   path = pathlib.Path(run)
   if path.is_dir():
     found = [path / f for f in _RUN_FILES if (path / f).is_file()]
@@ -172,7 +150,7 @@ def _markdown(results: Dict[str, dict], names: Sequence[str], every: int, comman
     "",
     f"Band: {band} ({results[next(iter(results))]['band_runs']} runs); probe: {probe} (one "
     "run). PI: the band's 95 % prediction interval of one more run at that epoch; d = probe − "
-    "band mean; r = d / |band mean| (bench/analysis/band.py's docstring).",
+    "band mean; r = d / |band mean| (bench/README.md, analysis/ band).",
     "",
     "| key | epochs compared | inside PI | above | below | mean d | mean abs r |",
     "|---|---|---|---|---|---|---|",

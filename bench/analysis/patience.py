@@ -1,35 +1,10 @@
 r"""Does a shorter early-stopping patience select a worse model? Checked on runs' own curves.
 
-A run trained with patience P_max and ``--test_curve`` holds, per epoch e, the validation
-NDCG@10 v_e, and the test metrics t_e at every epoch e that improves on the best v so far (the
-only epochs any patience can select: e*(P) below is always one of them). Training is
-deterministic and resumable, so the run with patience P < P_max is this run's prefix: it stops
-at the first epoch where P epochs have passed without a better v, and selects
-
-    e*(P) = argmax_{e <= stop(P)} v_e   (first maximum),    stop(P) = min{e : e - e*(e) = P}
-
-(or the last epoch when that never happens). The test metric it reports is t_{e*(P)}. For each
-P this script prints e*(P), the steps to it and t_{e*(P)} − t_{e*(P_max)}, beside the seed noise
-of the same metric (the s.e. over seeds of a row in a Table 1 report, --noise_json), so the
-reader sees whether the shorter patience moves the result by less than the seed noise.
-
     python -m bench.analysis patience --runs=DIR[,DIR...] --patiences=3,5,10,20 [--window=20] \
         [--noise_json=docs/results/converged/ml100k_temporal/reproduce_full.json] \
         [--out=docs/results/converged/ml100k_temporal]      # writes patience_check.md
 
-DIR: a run folder of `python -m bench.launch` (holding model/history.json). Last line: a summary.
-
-Runs without ``--test_curve`` (e.g. a finished patience-5 run resumed with a longer patience in
-a copy of its folder) are checked too: their one test evaluation (train_metrics.json "test") is
-the selected epoch of the run's own patience; a shorter patience that selects the same epoch
-selects the same checkpoint, so its Δ is exactly 0, and one that selects another epoch is
-reported as "other epoch: needs --test_curve" instead of a number.
-
-``--window=W`` (runs whose test curve covers every epoch) adds, per run, the curves' level by
-windows of W epochs, [1, W], [W + 1, 2W], ...: the mean of the test metrics and of v over each
-window. It tells the two readings of a longer patience's gain apart: if the test level itself
-rises with training, the gain is the longer training; if it is flat and only t_{e*(P)} is higher,
-the gain is the pick of a lucky peak of a noisy validation curve.
+The selection rule, flags and outputs: bench/README.md, section `analysis/` (patience).
 """
 
 from __future__ import annotations
@@ -155,7 +130,7 @@ def _parser() -> argparse.ArgumentParser:
   parser = argparse.ArgumentParser(
     prog="python -m bench.analysis patience",
     description="What a shorter early-stopping patience selects on runs' own curves "
-    "(module docstring).",
+    "(bench/README.md, section analysis/).",
   )
   parser.add_argument(
     "--runs",

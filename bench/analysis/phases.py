@@ -3,28 +3,7 @@ side (`python -m bench.launch time_to_converge`, then this).
 
     python -m bench.analysis phases --runs=bench/out/time_to_converge [--out DIR] [--no_plot]
 
---runs is a launcher folder (or one arrangement's, <out>/arrangements/<name>_r<k>): each run's
-run.json gives the wall of its training process (W, summed over resumed chunks), its
-train_metrics.json the phases.
-The split of a run of wall-clock W (seconds, this machine; ``phases`` of the metrics JSON, which
-`train.epochs` writes; from the epoch history for a checkout that predates it):
-
-    first step   the first training step: tracing and compilation
-    steps        the other training steps (the loop around them and the data included)
-    validation   validation after every epoch and of the best model at the end
-    checkpoints  best weights and the full checkpoint of every epoch
-    test         the best model's test metrics      export   the serving export
-    start-up     W - the sum of the above: imports, data loading, model building
-    to best      start-up + the wall of the epochs up to the best one (their steps, the first
-                 one included, and their validation)
-    val+ckpt     (validation + checkpoints) / W
-    val / epoch  the validation after an epoch, mean over epochs (epoch wall - its steps, from
-                 the history: the same measure in a checkout without ``phases``, whose final
-                 validation, test and export fall into start-up)
-
-Writes <out>/phases.json, phases.md (the table, the ratios of the arms' walls, the launch command)
-and phases.png (a stacked bar per run: where the time goes). Only ratios between arms of one
-launch mean anything: absolute times move 2-3x between machines and with the load of a shared one.
+The phases, flags and outputs: bench/README.md, section `Time to a converged model`.
 """
 
 from __future__ import annotations
@@ -44,7 +23,7 @@ PHASES = ("start-up", "first step", "steps", "validation", "checkpoints", "test"
 
 
 def split(metrics: dict, wall: float) -> Dict[str, float]:
-  """Seconds by phase (module docstring), from the run's ``phases`` or its epoch history."""
+  """Seconds by phase (bench/README.md), from the run's ``phases`` or its epoch history."""
   history = metrics.get("history", [])
   phases = metrics.get("phases")
   if phases:

@@ -88,6 +88,40 @@ class Geometry:
     return (table[near] + self.query_noise * self.shaped_noise(rng, count)).astype(np.float32)
 
 
+@dataclasses.dataclass
+class TopicGeometry(Geometry):
+  """The ScaNN claim's catalog (``--catalog=topics``, the old bench/scann_index.py's law): 100
+  topics t ~ N(0, I); C = clip(N / 100, 10, 10,000) cluster centres c = t + 0.6 N(0, I) (t drawn
+  uniformly); cluster sizes ∝ rank^-0.5; item = (c + 0.3 ε) · n_i, n_i ~ LogNormal(0, 0.2);
+  queries c' + 0.5 ε near the centres of clusters c' drawn with the size weights (where trained
+  user vectors sit), not near single items. Isotropic: rotation I, spectrum 1, spread 1."""
+
+  item_noise: float = 0.3
+
+  def __post_init__(self):
+    rng = np.random.default_rng([self.seed, 0])
+    self.num_clusters = int(np.clip(self.num_items // 100, 10, 10_000))
+    topics = rng.standard_normal((100, self.dim)).astype(np.float32)
+    self.centres = topics[rng.integers(0, 100, self.num_clusters)] + 0.6 * rng.standard_normal(
+      (self.num_clusters, self.dim), dtype=np.float32
+    )
+    self.sqrt_lam = np.ones(self.dim, np.float32)
+    self.rotation = np.eye(self.dim, dtype=np.float32)
+    self.spread = np.ones(self.num_clusters, np.float32)
+    w = 1.0 / np.arange(1, self.num_clusters + 1) ** 0.5
+    self.weights = w / w.sum()
+
+  def queries(self, table: np.ndarray, count: int, stream: int) -> np.ndarray:
+    rng = np.random.default_rng([self.seed, 2, stream])
+    near = rng.choice(self.num_clusters, size=count, p=self.weights)
+    return (self.centres[near] + self.query_noise * self.shaped_noise(rng, count)).astype(
+      np.float32
+    )
+
+
+GEOMETRIES = {"anisotropic": Geometry, "topics": TopicGeometry}
+
+
 # --------------------------------------------------------------------------- exact top-k, recall
 
 

@@ -1,6 +1,7 @@
-"""bench/serving_scale.py's two indexes, each behind the same small interface: ScaNN through the
-project's own builder (eval.index) and FAISS (IVF + 4-bit PQ fast-scan + exact re-scoring), their
-query-time settings, and the choice of the fastest setting that meets the recall target."""
+"""bench/serving_scale.py's indexes, each behind the same small interface: ScaNN through the
+project's own builder (eval.index; also in brute-force mode, the baseline), FAISS (IVF + 4-bit PQ
+fast-scan + exact re-scoring), their query-time settings, and the choice of the fastest setting
+that meets the recall target."""
 
 from __future__ import annotations
 
@@ -25,13 +26,13 @@ def faiss_spec(num_items: int, scann_leaves: int) -> Tuple[str, int]:
 
 
 class ScannSide:
-  """The project's ScaNN index; ``params`` = (leaves_to_search, reorder_k) or (None, None)."""
+  """The project's ScaNN index; ``params`` = (leaves_to_search, reorder_k) or (None, None). The
+  side "brute" is the same builder in mode brute_force (the exact top-k, ScaNN's float32 scorer)."""
 
-  name = "scann"
-
-  def __init__(self, table, k, config):
+  def __init__(self, table, k, config, name: str = "scann"):
     from eval import index as index_lib
 
+    self.name = name
     self.index = index_lib.ScannIndex(table, k, config)
     self.build_seconds = self.index.build_seconds
     self.config = self.index.config

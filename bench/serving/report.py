@@ -16,6 +16,11 @@ def _size(n: int) -> str:
   return f"1e{e}" if 10**e == n else f"{n:,}"
 
 
+def _names(p: dict) -> list:
+  """The indexes of a point, in report order."""
+  return [n for n in ("scann", "faiss", "brute") if n in p]
+
+
 def _params(name, p):
   if p[0] is None:
     return "brute force"
@@ -26,7 +31,7 @@ def _params(name, p):
 
 def write_report(result: dict, out: str) -> str:
   lines = [
-    "# Serving at scale: ScaNN (eval.index) vs FAISS, and the serving SavedModel",
+    "# Serving at scale: ScaNN (eval.index) vs FAISS and brute force, and the serving SavedModel",
     "",
     "```",
     result["command"],
@@ -50,8 +55,8 @@ def write_report(result: dict, out: str) -> str:
     f"{result['k']}, target recall@{result['k']} = {result['target_recall']}; "
     f"{result['tune_queries']} tuning and {result['eval_queries']} evaluation queries; "
     f"{result['rounds']} interleaved rounds (batched: all evaluation queries in one call; "
-    f"single: {result['single_queries']} one-query calls). Catalog: clustered anisotropic "
-    f"Gaussian embeddings, queries near items (bench/serving_scale.py docstring).",
+    f"single: {result['single_queries']} one-query calls). Catalog: "
+    f"{result.get('catalog', 'anisotropic')} (bench/serving_scale.py docstring).",
     "",
   ]
   cols = [
@@ -61,6 +66,7 @@ def write_report(result: dict, out: str) -> str:
     "recall@k (eval)",
     "batched q/s best / median",
     "single q/s best / median",
+    "× brute force (batched median)",
     "build s",
     "RSS growth GiB",
     "serialized GiB",
@@ -71,9 +77,9 @@ def write_report(result: dict, out: str) -> str:
     n = p["num_items"]
     label = _size(n) + (" (a)" if p.get("run") == "previous" else "")
     if "error" in p:
-      lines.append(report.markdown_row([label, "both", p["error"]] + ["-"] * 7))
+      lines.append(report.markdown_row([label, "all", p["error"]] + ["-"] * 8))
       continue
-    for name in ("scann", "faiss"):
+    for name in _names(p):
       s = p[name]
       lines.append(
         report.markdown_row(
@@ -84,6 +90,7 @@ def write_report(result: dict, out: str) -> str:
             f"{s['recall']:.4f}" + ("" if s["chosen"]["meets_target"] else " (target not met)"),
             f"{s['batched_qps_best']:.0f} / {s['batched_qps_median']:.0f}",
             f"{s['single_qps_best']:.0f} / {s['single_qps_median']:.0f}",
+            f"{s['speedup_median']:.1f}" if "speedup_median" in s else "-",
             f"{s['build_seconds']:.1f}",
             report.gib(s["rss_growth_kib"]),
             f"{s['serialized_bytes'] / 2**30:.2f}",
@@ -95,21 +102,25 @@ def write_report(result: dict, out: str) -> str:
   for p in result["points"]:
     if "error" in p:
       continue
-    c = p["scann"]["config"]
+    c, f = p.get("scann", {}).get("config"), p.get("faiss")
     lines.append(
-      f"* N = {_size(p['num_items'])}: ScaNN mode {c['mode']}, "
-      f"leaves {c['num_leaves']}, training sample {c['training_sample_size']}, "
-      f"AH {c['dimensions_per_block']} "
-      f"dims/block η {c['anisotropic_quantization_threshold']}; FAISS "
-      f"`{p['faiss']['factory']}` (train sample {p['faiss']['train_sample']}). "
-      f"Catalog generated in {p['generate_seconds']:.0f}s, exact top-k of the "
+      f"* N = {_size(p['num_items'])}: "
+      + (
+        f"ScaNN mode {c['mode']}, leaves {c['num_leaves']}, training sample "
+        f"{c['training_sample_size']}, AH {c['dimensions_per_block']} dims/block "
+        f"η {c['anisotropic_quantization_threshold']}; "
+        if c
+        else ""
+      )
+      + (f"FAISS `{f['factory']}` (train sample {f['train_sample']}); " if f else "")
+      + f"catalog generated in {p['generate_seconds']:.0f}s, exact top-k of the "
       f"samples in {p['exact_seconds']:.0f}s."
     )
   lines += ["", "Sweeps on the tuning queries (recall@k, batched q/s of one call):", ""]
   for p in result["points"]:
     if "error" in p:
       continue
-    for name in ("scann", "faiss"):
+    for name in _names(p):
       rows = ", ".join(
         f"{_params(name, r['params'])}: {r['recall']:.3f} @ {r['qps']:.0f}"
         for r in p[name]["sweep"]
@@ -154,9 +165,9 @@ def plot(result: dict, path: str):
   points = [p for p in result["points"] if "error" not in p]
   fig, axes = plt.subplots(1, len(points) + 1, figsize=(4.2 * (len(points) + 1), 3.8))
   axes = np.atleast_1d(axes)
-  colors = {"scann": "C0", "faiss": "C1"}
+  colors = {"scann": "C0", "faiss": "C1", "brute": "C2"}
   for ax, p in zip(axes, points):
-    for name in ("scann", "faiss"):
+    for name in _names(p):
       rows = p[name]["sweep"]
       ax.scatter(
         [r["recall"] for r in rows],
@@ -182,14 +193,17 @@ def plot(result: dict, path: str):
     ax.set_title(f"N = {_size(p['num_items'])}")
     ax.legend(fontsize=6)
   ax = axes[-1]
-  ns = [p["num_items"] for p in points]
-  for name in ("scann", "faiss"):
+  for name in colors:
+    pts = [p for p in points if name in p]
+    ns = [p["num_items"] for p in pts]
+    if not pts:
+      continue
     ax.plot(
-      ns, [p[name]["build_seconds"] for p in points], "o-", c=colors[name], label=f"{name} build s"
+      ns, [p[name]["build_seconds"] for p in pts], "o-", c=colors[name], label=f"{name} build s"
     )
     ax.plot(
       ns,
-      [p[name]["single_ms_median"] for p in points],
+      [p[name]["single_ms_median"] for p in pts],
       "s--",
       c=colors[name],
       label=f"{name} single-query ms (median)",
@@ -214,8 +228,9 @@ def summarize(result: dict) -> str:
       f"{_size(p['num_items'])}: "
       + ", ".join(
         f"{n} recall {p[n]['recall']:.3f} {p[n]['batched_qps_median']:.0f} q/s batched "
-        f"{p[n]['single_ms_median']:.2f} ms single build {p[n]['build_seconds']:.0f}s"
-        for n in ("scann", "faiss")
+        + (f"(x{p[n]['speedup_median']:.1f} brute force) " if n != "brute" and "brute" in p else "")
+        + f"{p[n]['single_ms_median']:.2f} ms single build {p[n]['build_seconds']:.0f}s"
+        for n in _names(p)
       )
     )
   s = result.get("serving")

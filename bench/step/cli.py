@@ -2,122 +2,11 @@ r"""The SASRec training step, timed: ours against the paper's PyTorch code, our 
 Keras 3 sides against each other, the pieces of a step, where its CPU time goes, and two source
 trees (or two settings) against each other; always interleaved in one run.
 
-    python -m bench.step                         # paper-code config + fastest default vs paper code
-    python -m bench.step --quick                 # 1 warm-up step, 2 rounds of 2 steps
-    python -m bench.step --configs=paper,batch+xla,sequence+xla,query+xla
-    python -m bench.step --no_yardstick          # ours only (no PyTorch needed)
-    python -m bench.step --configs=paper,paper+jax,paper+keras3_tf   # + Keras 3 steps
-    python -m bench.step --profile               # the pieces of our step (no PyTorch)
-    python -m bench.step --trace --configs=paper,sequence+reference+xla   # where the CPU goes
-    git worktree add /tmp/before <commit>        # a change against its parent:
+    python -m bench.step [--quick] [--configs=paper,fastest] [--no_yardstick]
+    python -m bench.step --profile | --trace [--configs=...]
     python -m bench.step --before=/tmp/before --after=. --rounds=10 --steps=3
-    python -m bench.step --before=. --after=. --binary=keras3_jax \
-        --settings_after='{"mixed_precision": "bfloat16"}'    # one tree, two settings
 
-Workload (the paper's ML-1M setup): batch B = 128 windows of length L = 200 from the training
-pipeline (`train.data.sasrec_train_dataset`, the same batches for every side), d = 128, 2 blocks,
-1 head, dropout 0.5, 256 negatives = 128 in-batch (deduplicated, shared) + 128 uniform, corrected
-logQ, Adam. A step is forward, loss, backward and the optimizer update (and, for the streaming
-estimators, the estimator update); not the data pipeline.
-
-Sides. Each runs in its own subprocess, all set up (and warmed up: tracing, XLA) before timing:
-* ``paper code``: `bench/paper_code_torch.py`, a PyTorch re-implementation of the paper code's
-  step (eager, float64 scores, [A, 256, d] gathered negatives; see that module). It needs the
-  optional extra ``pip install ".[bench]"`` (PyTorch; tested with torch 2.13.0 CPU).
-* ours, one per ``--configs`` entry: `train.trainer.Trainer.train_step` with the configuration
-  named by ``+``-joined tokens: ``batch`` | ``sequence`` | ``query`` (who shares the 128 uniform
-  negatives: the batch, each sequence, or nobody = the paper code's per-position draws; aliases
-  ``shared``, ``per_position``), ``xla`` (jit_compile: encoder and scoring), ``step``
-  (jit_compile_step: the whole step as one static-shape XLA program), ``reference`` (the paper
-  code's block, else the default pre-LN block), ``hash_array`` | ``count_min`` (streaming Q(d)
-  estimator updated every step, else exact counts), ``nopack`` (the encoder's per-token layers on
-  the padded grid: `models.sasrec.SASRec` ``pack_tokens=False``), ``blocks<k>`` (causal attention
-  in k query blocks, e.g. ``blocks1`` = the full L x L grid; else the model's default),
-  ``malloc_default`` (glibc's own malloc settings; else ``--host_allocator=retain``, the
-  binary's default: `train/host_memory.py`), ``malloc_arenas`` (retain, but glibc's per-thread
-  heaps instead of one), ``noloss`` (a bound, not a trainable configuration: the step with the
-  negatives' sampling and scoring and the sampled loss replaced by -<q, c_p>, i.e. what the step
-  would cost if they were free), ``xla_loss`` / ``xla_objective`` (experiments, measured not to
-  pay on CPU: the sampled loss alone, or the negatives' sampling, scoring and the loss together,
-  compiled as one XLA program on rows zero-padded to a multiple of 3,200, i.e. <= 8 shapes).
-  ``paper`` = ``query+reference+xla`` (the paper-code configuration), ``fastest`` =
-  ``batch+xla``, ``defaults`` = ``sequence+reference`` (the binaries' default run settings). The
-  paper-code side runs with glibc's defaults, as it does when run
-  (``--yardstick_allocator=retain`` gives it ours).
-* Keras 3, a configuration with the token ``jax`` or ``keras3_tf`` (e.g. ``paper+jax``,
-  ``defaults+keras3_tf``): `python -m train.keras3`'s step (the Keras 3 SASRec, the binary's
-  mixed negatives: 128 in-batch (k_b subsample) + 128 uniform laid out per the uniform token,
-  the same log Q and loss, Adam; `bench/step/keras3_side.py`) in a worker whose
-  KERAS_BACKEND is set before keras is imported. ``jax``: one ``jax.jit`` train step with the
-  state's buffers donated (``stateless_call`` + ``value_and_grad`` + the optimizer's
-  ``stateless_apply``: Keras's own JAX train step without ``train_on_batch`` around it); the
-  ``xla`` token changes nothing (always compiled). ``keras3_tf``: ``Trainer.train_step``
-  (``train_on_batch``) on the TensorFlow backend, ``xla`` = ``jit_compile`` (the whole step as
-  one XLA program, as the binary's --jit_compile), else a tf.function graph. Keras 3 takes the
-  uniform, ``reference``, ``xla``, ``blocks<k>`` and ``malloc_*`` tokens (exact Q(d) counts; the
-  step always runs on the padded B x L grid with static shapes). The summary adds, for each
-  Keras 3 configuration whose tf-keras twin ran too, tf-keras's time over Keras 3's.
-
-Timing: ``--rounds`` rounds; in each, every side runs ``--steps`` steps in a rotated order while
-the others wait, so drift from other jobs on a shared machine hits every side alike. Reported: min
-and median seconds per step over all timed steps, and the ratios paper code / ours of the mins
-and of the medians. Only these same-run ratios mean anything: absolute times move 2-3x between
-machines and with the load of a shared one.
-
-Arithmetic: model FLOPs per step, counted analytically and the same for every implementation of
-a configuration (multiply-add = 2 FLOPs; forward + backward = 3 x the forward matmul FLOPs, the
-backward pass computing two matmuls per forward one):
-
-    encoder  = 2 B L n_blocks (P d^2 + 2 d f + 2 L d)   P = 3 (reference: W_q, W_k, W_v) or
-                                                        4 (pre-LN: W_qkv, W_out); f = FFN width = d;
-                                                        2 L d: Q K^T and attn V on the full L x L
-                                                        grid, as both sides compute it (a causal
-                                                        kernel would need half)
-    scoring  = 2 A (1 + N) d                            A = non-padding positions, N = 256
-    step     = 3 (encoder + scoring)                    (ML-1M batch: ~44 GFLOP)
-
-Element-wise work (LayerNorm, softmax, dropout, the loss, Adam) is not counted, nor extra work an
-implementation chooses (e.g. per-query negatives scored as an [A, |I|] matmul plus a gather).
-"GFLOP/s" is that count over the median step time, "% peak" against the fp32 matmul peak
-measured in the same run, in the side's own framework (a 2048 x 2048 matmul, best of 5, at the
-start and end of the run; the higher is kept): TensorFlow for tf-keras and Keras 3 on TF, a
-jitted JAX matmul for Keras 3 on JAX, PyTorch for the paper code.
-
-Memory: peak resident set size (VmHWM) of each side's process during the timed steps (the peak
-is reset after the warm-up), the same above the process's footprint right after importing its
-framework ("step" = what the model, optimizer and step need), and above the process after the
-warm-up ("work" = the step's working set: activations, gradients, temporaries). Every side
-returns its free heap to the kernel after the warm-up (`train.host_memory.release_free_memory`,
-glibc's malloc_trim), so the warm-up's garbage is not counted as the step's.
-
-``--profile`` times the pieces of our step for each config (encoder forward, encoder forward +
-backward, scores + loss + backward from fixed queries, the estimator update, the optimizer
-update, the whole step), interleaved, and prints their medians as fractions of the step; on a
-``jax`` config the pieces are jitted programs of the Keras 3 step (`keras3_side.JaxProfiler`).
-
-The last line is a one-line summary.
-
-``--trace`` (tf-keras configurations; `bench.step.trace`): after the warm-up, each side measures
-wall seconds per step and its process's CPU seconds over ``--steps`` steps (``busy cores`` = CPU
-/ wall; the system share: page faults, thread wake-ups, what `train/host_memory.py` removes),
-then takes a TensorFlow profiler trace of ``--steps`` more with XLA's per-instruction events on,
-summed per step into XLA matmuls (``dot``), other XLA instructions, TensorFlow kernels run
-outside XLA (the largest listed) and intra-op pool workers; "other CPU" = CPU seconds minus
-those four (executors, dispatch, spinning, allocation). ``matmul floor`` = matmul thread time /
-cores: the step if everything else were free. Executables launched asynchronously from the graph
-(the per-query scoring's nested [A, V] program of ``paper``) land in "other CPU":
-``--scoring_paths`` times the two exact per-query scoring paths alone (forward + backward, XLA,
-the ML-1M shapes), interleaved, min and median of ``--repeats``.
-
-``--before`` / ``--after`` (`bench.step.trees`): each tree's worker builds the binary's trainer
-(``--binary``: tf_keras = `python -m train`, keras3_jax = `python -m train.keras3` on JAX;
-``--binary_after`` gives the after side another) from RunConfig's defaults on ``--dataset``
-(SASRec, mixed negatives, corrected logQ; ``--jit_compile`` unless ``--no_jit_compile``) plus
-``--settings_before`` / ``--settings_after`` (JSON objects of RunConfig settings), and times
-``--steps`` steps per round; reported: min and median over rounds of each side's per-round
-minimum, the ratios before / after (> 1: after is faster) and their paired median.
-
-The last line is a one-line summary.
+Method, configuration tokens, flags and measured results: bench/README.md, section `step/`.
 """
 
 from __future__ import annotations
@@ -166,7 +55,7 @@ def parser() -> argparse.ArgumentParser:
   mode.add_argument("--trace", action="store_true", help="break each side's CPU time down")
   mode.add_argument("--before", default=None, help="A/B of trees: the baseline tree")
   p.add_argument("--quick", action="store_true", help="1 warm-up step, 2 rounds of 2 steps")
-  p.add_argument("--configs", default=None, help="comma-separated configurations (docstring)")
+  p.add_argument("--configs", default=None, help="comma-separated configurations (bench/README.md)")
   p.add_argument("--rounds", type=int, default=None, help="interleaved rounds")
   p.add_argument("--steps", type=int, default=None, help="timed steps per side and round")
   p.add_argument(
@@ -353,7 +242,7 @@ def _time(sides, configs, flops, num_queries, yardstick, args) -> None:
 
 
 def _profile(sides, configs, args) -> None:
-  """Interleaved timing of the pieces of each config's step (module docstring)."""
+  """Interleaved timing of the pieces of each config's step (bench/README.md)."""
   times: Dict[str, Dict[str, list]] = {c.name: {} for c in configs}
   for r in range(args.rounds):
     for c in configs:

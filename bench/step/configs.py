@@ -1,4 +1,4 @@
-"""Our configurations of the SASRec step, by name (bench.step.cli's docstring: the
+"""Our configurations of the SASRec step, by name (bench/README.md, section `step/`: the
 ``+``-joined tokens, ``paper``, ``fastest``, ``defaults``; ``jax`` / ``keras3_tf``: the Keras 3
 binary's step on that backend), and the step's model FLOPs."""
 
@@ -42,7 +42,7 @@ YARDSTICK = "paper code (torch)"
 
 @dataclasses.dataclass(frozen=True)
 class SideConfig:
-  """One of our configurations (bench.step.cli's docstring)."""
+  """One of our configurations (bench/README.md, section `step/`)."""
 
   name: str
   uniform: str = "batch"
@@ -169,7 +169,7 @@ def step_flops(
   num_negatives: int,
   ffn_dim: int = None,
 ) -> float:
-  """Model FLOPs of one training step (forward + backward; bench.step.cli's docstring)."""
+  """Model FLOPs of one training step (forward + backward; bench/README.md, section `step/`)."""
   if block not in ("pre_ln", "reference"):
     raise ValueError(f"block must be pre_ln or reference, got {block!r}")
   f = dim if ffn_dim is None else ffn_dim

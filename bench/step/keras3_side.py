@@ -1,19 +1,9 @@
-"""The Keras 3 sides of the SASRec step benchmark (tokens ``jax`` / ``keras3_tf``,
-bench.step.cli's docstring): `python -m train.keras3`'s model, negatives, loss and Adam
+"""The Keras 3 sides of the SASRec step benchmark (tokens ``jax`` / ``keras3_tf``; bench/README.md,
+section `step/`): `python -m train.keras3`'s model, negatives, loss and Adam
 (`train.keras3.trainer.Trainer`) on the ML-1M batches, in a worker whose ``KERAS_BACKEND`` was
-set before keras was imported (`select_backend`).
-
-* JAX (`JaxTrainStep`): one ``jax.jit`` program per step with the state's buffers donated: the
-  model's ``stateless_call`` (forward; dropout and sampler seed states come back updated), the
-  objective's ``compute_loss``, ``jax.value_and_grad`` and the optimizer's ``stateless_apply``;
-  the state (trainable, non-trainable, optimizer values) stays on the device between steps, only
-  the loss comes back. This is Keras's own JAX train step without the trainer around it
-  (``train_on_batch``'s per-call data adapter and variable sync); `check_jax_step` shows that
-  both give the same loss from the same state.
-* TensorFlow: ``Trainer.train_step`` as the binary runs it (``train_on_batch``; ``jit_compile``
-  = the config's ``xla`` token: the whole step as one XLA program, else a tf.function graph).
-
-The frequency estimator is the exact one (counts are fixed: no update outside the step).
+set before keras was imported (`select_backend`). On JAX (`JaxTrainStep`) the state (trainable,
+non-trainable, optimizer values) stays on the device between steps and only the loss comes back;
+`check_jax_step` shows that it gives ``train_on_batch``'s loss from the same state.
 """
 
 from __future__ import annotations
@@ -63,8 +53,8 @@ def keras3_trainer(spec: dict, cfg: SideConfig):
 
 
 class JaxTrainStep:
-  """``step(batch) -> loss``: the jitted stateless train step of a Keras 3 model on JAX (module
-  docstring); `sync` writes the state back into the model's and optimizer's variables."""
+  """``step(batch) -> loss``: the jitted stateless train step of a Keras 3 model on JAX
+  (bench/README.md); `sync` writes the state back into the model's and optimizer's variables."""
 
   def __init__(self, model):
     import jax

@@ -1,6 +1,6 @@
 """Our side of the SASRec step benchmark: the ML-1M batches of the training pipeline, a
 `train.trainer.Trainer` per configuration, and the ``noloss`` / ``xla_loss`` / ``xla_objective``
-variants of its objective (bench.step.cli's docstring)."""
+variants of its objective (bench/README.md, section `step/`)."""
 
 from __future__ import annotations
 

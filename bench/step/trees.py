@@ -1,5 +1,5 @@
 """``--before`` / ``--after`` of the step benchmark: the training step of two source trees (or
-one tree with two settings), timed interleaved in one run.
+one tree with two settings), timed interleaved in one run (bench/README.md, section `step/`).
 
 Each tree's side runs `TREE_WORKER` in a subprocess with the tree's own code (its working folder
 and PYTHONPATH are the tree): it builds the binary's trainer from `train.config.RunConfig` (the
@@ -8,8 +8,6 @@ few batches, then answers the parent's ``steps`` commands with the seconds of ea
 worker is self-contained (it speaks `bench.common.workers`' reply lines itself), so a tree
 needs only the ``Trainer(cfg, strategy=...)`` / ``distributed_epoch`` / ``train_step``
 interface (tf-keras) or ``train.keras3.trainer.Trainer`` (Keras 3 on JAX), not this bench.
-Reported: min and median over rounds of each side's per-round minimum, and the ratios before /
-after (> 1: the after side is faster), with the paired median of the per-round ratios.
 """
 
 from __future__ import annotations

@@ -1,42 +1,13 @@
-r"""One arm of bench/world_scale.py: a jitted JAX step composed from the Keras 3 library.
+r"""One arm of bench/world_scale.py: a jitted JAX step composed from the Keras 3 library (the
+model, the step of each source and the update rule: bench/README.md, section `world_scale.py`).
 
-Model (the demo's two-tower, which can represent the truth): q_u = [x_u W, 1], c_d = [e_d,
-beta_d] (a row of the item table [|D|, d + 1]), s(u, d) = <q_u, c_d>. A step on batch t of the
-seed's stream (B rows (u, p)):
-
-    in_batch   negatives = in_batch_negatives(p, c_p, log q_uni(p), convention, k_b = k)
-               scored    = score_negatives(q, p, c_p, negatives)
-    mixed      negatives, blocks = MixedNegatives(InBatchNegatives(k_b = k // 2),
-                                                    UniformNegatives(k - k // 2)).blocks(...)
-               scored    = score_blocks(q, p, c_p, negatives, blocks)
-    xbatchM    scored    = join_blocks([in-batch as above, CrossBatchNegatives(M, B, slots k,
-                           ids mode).score(q, p, c_p)], rebase_q_prime = corrected)
-               then the memory's update(p) (after scoring, inside the step)
-    midx       scored    = MIDXSampler(K, pq, k' negatives).score(q, p, c_p)   (the index is
-                           refreshed from the item table every --midx_refresh steps, eagerly)
-    loss       = mean_rows sampled_softmax_loss(**scored.loss_kwargs(), correction).loss
-    full       loss = mean_rows full_softmax_loss(q, p, item table).loss
-
-log q_uni: ``tfrs_logq.keras3.frequency.ExactCounts`` of the seed's whole stream (accumulate
-False: the demo's estimator). Every score, log Q, mask and loss is the library's; this module
-wires them and holds the state.
-
-Updates. W gets Adam; the item table gets LazyAdam's per-row rule on **the rows of the step
-only**, gathered and scattered back, so a step costs O((B + N) d), not O(|D| d), at 10^6 items:
-``tfrs_logq.keras3.LazyAdam`` itself takes a dense gradient on JAX (its update costs O(|D| d),
-its docstring), so the step evaluates the same rule, ``tfrs_logq.core.lazy_adam.update_rows``,
-on the gathered rows. The rows of the step are found in two passes over the samplers with the
-same random state: pass 1 (no gradient) records the ids every sampler embeds (the candidate
-embedder is a recorder), the step takes their distinct ids (``jnp.unique`` with a static size);
-pass 2 differentiates the loss with respect to those rows only (the embedder gathers from
-them). Rows whose gradient is all zero are left untouched (the Keras 3 LazyAdam's rule). Full
-softmax touches every row: it updates the whole table (every row every step, which is Adam).
-The learning rate follows the demo's cosine decay to 1 % (``keras.optimizers.schedules``).
-
-State: (W, table), the optimizer's (m, v, k) of each, and the values of every Keras variable
-of the samplers and the estimator (seed generators, the memory, the MIDX index), passed into
-the step through ``keras.StatelessScope`` and returned updated, so the program is compiled once
-and never reads a stale value. The table and its moments are donated (updated in place).
+The rows of a step are found in two passes over the samplers with the same random state: pass 1
+(no gradient) records the ids every sampler embeds (the candidate embedder is a recorder), the
+step takes their distinct ids (``jnp.unique`` with a static size); pass 2 differentiates the loss
+with respect to those rows only (the embedder gathers from them). The state, (W, table), their
+optimizer slots (m, v, k) and every Keras variable of the samplers and the estimator, goes in and
+out of the step through ``keras.StatelessScope``: compiled once, never stale; the table and its
+moments are donated.
 """
 
 from __future__ import annotations
@@ -55,14 +26,9 @@ from bench.world.rows import RowSpec, Settings
 from tfrs_logq.core import lazy_adam as lazy_adam_core
 from tfrs_logq.keras3 import negatives as neg
 
-__all__ = ["Arm", "machine_label", "cross_batch_available"]
+__all__ = ["Arm", "machine_label"]
 
 BETA_1, BETA_2, EPSILON = 0.9, 0.999, 1e-7  # keras.optimizers.Adam's
-
-
-def cross_batch_available() -> bool:
-  """Whether the library has the Keras 3 ``CrossBatchNegatives`` and ``join_blocks`` yet."""
-  return hasattr(neg, "CrossBatchNegatives") and hasattr(neg, "join_blocks")
 
 
 def machine_label() -> str:
@@ -87,7 +53,7 @@ def machine_label() -> str:
 
 
 class Arm:
-  """The samplers, the jitted step and the state of one row x seed (module docstring)."""
+  """The samplers, the jitted step and the state of one row x seed (bench/README.md)."""
 
   def __init__(self, row: RowSpec, settings: Settings, seed: int, counts: np.ndarray):
     s = self.settings = settings
@@ -123,10 +89,6 @@ class Arm:
       )
       layers.append(self.midx)
     elif row.source == "xbatch":
-      if not cross_batch_available():
-        raise ValueError(
-          f"row {row.name}: tfrs_logq.keras3.negatives has no CrossBatchNegatives / join_blocks yet"
-        )
       self.memory = neg.CrossBatchNegatives(
         self.estimator,
         row.memory,
@@ -165,7 +127,7 @@ class Arm:
     return neg.score_negatives(q, ids, pos_emb, negatives)
 
   def _scored(self, q, ids, pos_emb):
-    """The library's ScoredCandidates of the row (module docstring)."""
+    """The library's ScoredCandidates of the row (bench/README.md)."""
     src = self.row.source
     if src == "in_batch":
       return self._in_batch(q, ids, pos_emb)
@@ -331,8 +293,6 @@ def train(
   stream_items: np.ndarray,
   steps: int,
   warmup: int = 3,
-  log=None,
-  log_every: int = 0,
 ) -> Dict:
   """``steps`` steps from ``state["step"]``; every step timed (after syncing its loss)."""
   times, losses, weights = [], [], []
@@ -347,8 +307,6 @@ def train(
     weights.append(weight)
     if not np.isfinite(loss):
       raise FloatingPointError(f"row {arm.row.name}, seed {arm.seed}: loss {loss} at step {t}")
-    if log and log_every and (t + 1) % log_every == 0:
-      log(f"    step {t + 1}: loss {np.mean(losses[-log_every:]):.4f}")
   timed = np.asarray(times[warmup:] if len(times) > warmup else times) * 1e3
   return dict(
     steps=steps,

@@ -18,7 +18,7 @@ SCRIPTS = sorted(
 )
 # Tools that are packages (``python -m bench.<name>``; their parser and main in <name>/cli.py).
 PACKAGES = sorted(p.parent.name for p in (ROOT / "bench").glob("*/__main__.py"))
-ABSL = ("keras3_trajectory", "paper_loop", "scann_index")
+ABSL = ("keras3_trajectory", "paper_loop")
 
 
 def test_every_script_is_documented():
@@ -26,9 +26,8 @@ def test_every_script_is_documented():
     "frequency",
     "gradient_bias",
     "loss_overhead",
-    "midx",
     "negatives",
-    "scann_index",
+    "serving_scale",
   } <= set(SCRIPTS)
   assert "step" in PACKAGES
   readme = (ROOT / "bench" / "README.md").read_text()

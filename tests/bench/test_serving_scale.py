@@ -1,11 +1,12 @@
 """bench/serving_scale.py: the exact top-k and recall@k it reports, checked against numpy
-oracles written from their definitions, the catalog's chunks regenerate to the same items, and
-the whole bench (ScaNN, FAISS, serving SavedModel reloaded in a fresh process) runs end to end at
-a tiny size and writes its report."""
+oracles written from their definitions, the catalogs' chunks regenerate to the same items, and
+the whole bench (ScaNN, FAISS, brute force, serving SavedModel reloaded in a fresh process) runs
+end to end at a tiny size and writes its report; so does the ScaNN-only run of the ScaNN claim."""
 
 import json
 
 import numpy as np
+import pytest
 
 from bench import serving_scale
 
@@ -53,15 +54,33 @@ def test_recall_at_k_is_the_mean_overlap_fraction():
   assert serving_scale.recall_at_k(exact, exact, 10) == 1.0
 
 
-def test_chunks_regenerate_identically(monkeypatch):
+@pytest.mark.parametrize("catalog", sorted(serving_scale.GEOMETRIES))
+def test_chunks_regenerate_identically(catalog, monkeypatch):
   monkeypatch.setattr(serving_scale, "CHUNK", 700)
-  geo = serving_scale.Geometry(2000, 8, seed=1)
+  law = serving_scale.GEOMETRIES[catalog]
+  geo = law(2000, 8, seed=1)
   table, _ = geo.items()
-  again = serving_scale.Geometry(2000, 8, seed=1)
+  again = law(2000, 8, seed=1)
   for c in range(geo.num_chunks):
     x, _ = again.chunk(c)
     np.testing.assert_array_equal(x, table[1 + 700 * c : 1 + 700 * c + len(x)])
-  assert not np.array_equal(serving_scale.Geometry(2000, 8, seed=2).items()[0], table)
+  assert not np.array_equal(law(2000, 8, seed=2).items()[0], table)
+
+
+def test_topic_catalog_follows_its_law():
+  """TopicGeometry: N / 100 clusters, items c + 0.3 ε scaled by a norm factor, queries c' + 0.5 ε
+  near cluster centres."""
+  geo = serving_scale.GEOMETRIES["topics"](50_000, 16, seed=0)
+  table, cluster = geo.items()
+  assert geo.num_clusters == 500
+  ratio = np.linalg.norm(table[1:], axis=1) / np.linalg.norm(geo.centres[cluster[1:]], axis=1)
+  np.testing.assert_allclose(np.median(ratio), 1.0, atol=0.1)  # LogNormal(0, 0.2) median 1
+  own = np.sum(table[1:] * geo.centres[cluster[1:]], 1)
+  other = np.sum(table[1:] * geo.centres[(cluster[1:] + 1) % geo.num_clusters], 1)
+  assert np.mean(own > other) > 0.9  # items sit at their own centre
+  q = geo.queries(table, 2000, stream=0)
+  gap = np.min(np.linalg.norm(q[:, None, :] - geo.centres[None], axis=-1), 1)
+  np.testing.assert_allclose(np.mean(gap**2), 0.25 * 16, rtol=0.1)  # 0.5 ε from a centre
 
 
 def test_bench_end_to_end(tmp_path, capsys):
@@ -79,6 +98,7 @@ def test_bench_end_to_end(tmp_path, capsys):
       "--history_len=8",
       "--serving_batch=4",
       "--save_ids",
+      "--indexes=scann,faiss,brute",
       "--mmap_from=20000",  # the memory-mapped catalog of the 1e7 run
       "--machine=test box",
       f"--out={out}",
@@ -101,7 +121,7 @@ def test_bench_end_to_end(tmp_path, capsys):
   np.testing.assert_array_equal(
     np.sort(saved["exact"], 1), np.sort(_oracle_top_k(eval_q, table, k), 1)
   )
-  for name in ("scann", "faiss"):
+  for name in ("scann", "faiss", "brute"):
     s = point[name]
     np.testing.assert_allclose(
       s["recall"], _oracle_recall(saved[name], saved["exact"], k), rtol=1e-12
@@ -109,7 +129,11 @@ def test_bench_end_to_end(tmp_path, capsys):
     assert 0.5 < s["recall"] <= 1.0
     assert s["batched_qps_median"] > 0 and s["single_qps_median"] > 0
     assert s["build_seconds"] > 0 and s["serialized_bytes"] > n * 64 * 4  # float data re-scored
-    assert len(s["sweep"]) == 2
+    assert s["speedup_median"] == pytest.approx(
+      s["batched_qps_median"] / point["brute"]["batched_qps_median"]
+    )
+    assert len(s["sweep"]) == (1 if name == "brute" else 2)
+  assert point["brute"]["config"]["mode"] == "brute_force" and point["brute"]["recall"] >= 0.999
 
   serving = result["serving"]
   assert serving["load"]["same_ids"] and serving["load"]["same_scores"]
@@ -120,3 +144,29 @@ def test_bench_end_to_end(tmp_path, capsys):
   assert "Machine: test box" in md and "| 25,000 | scann |" in md and "| 25,000 | faiss |" in md
   assert "same top-100 ids as in process: **True**" in md
   assert (out / "serving_scale.png").stat().st_size > 0
+
+
+def test_scann_only_run(tmp_path, capsys):
+  """--indexes=scann (no FAISS, no brute force: no speed-up column), the topic catalog."""
+  out = tmp_path / "out"
+  result = serving_scale.main(
+    [
+      "--sizes=25000",
+      "--catalog=topics",
+      "--indexes=scann",
+      "--tune_queries=20",
+      "--eval_queries=20",
+      "--single_queries=2",
+      "--rounds=1",
+      "--fractions=0.05",
+      "--reorders=300",
+      "--no_serving",
+      f"--out={out}",
+    ]
+  )
+  (point,) = result["points"]
+  assert "error" not in point, point
+  assert result["catalog"] == "topics" and "faiss" not in point and "brute" not in point
+  assert "speedup_median" not in point["scann"] and point["num_clusters"] == 250
+  assert "| 25,000 | scann |" in (out / "serving_scale.md").read_text()
+  assert capsys.readouterr().out.strip().splitlines()[-1].startswith("summary: serving_scale")
