@@ -20,7 +20,7 @@ what training did not finish), not a lack of capacity. Held-out users are fresh 
 Everything here is numpy (float64) and deterministic given the seeds.
 """
 
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -31,6 +31,7 @@ __all__ = [
   "true_logits",
   "true_probabilities",
   "sample_users",
+  "held_out_users",
   "sample_items",
   "training_stream",
   "popularity_bins",
@@ -88,6 +89,11 @@ def sample_users(world: World, num_users: int, rng: np.random.Generator) -> np.n
   return rng.normal(size=(num_users, world.feature_dim))
 
 
+def held_out_users(world: World, num_users: int, world_seed: int) -> np.ndarray:
+  """The held-out users of a world: x_u ~ N(0, I_f) from ``default_rng([world_seed, 3])``."""
+  return sample_users(world, num_users, np.random.default_rng([world_seed, 3]))
+
+
 def true_logits(world: World, user_features) -> np.ndarray:
   """t(u, d) = tau <x_u, v_d> + b_d: [U, D] float64."""
   x = np.asarray(user_features, np.float64)
@@ -126,21 +132,39 @@ def sample_items(
 
 
 def training_stream(
-  world: World, num_users: int, steps: int, batch_size: int, seed: int
+  world: World,
+  num_users: int,
+  steps: int,
+  batch_size: int,
+  seed: int,
+  chunk: Optional[int] = None,
 ) -> TrainingStream:
   """A pool of ``num_users`` training users and ``steps`` batches of (user, next item) draws.
 
   Every batch row picks a user of the pool uniformly and draws a fresh next item from P(. | u),
   so batch rows are i.i.d. draws of the joint distribution and an item appears in a row with
-  probability Q(d) = mean_u P(d | u) over the pool.
+  probability Q(d) = mean_u P(d | u) over the pool. ``chunk``: draw the items ``chunk`` users at
+  a time (P(.|u) of a chunk in memory, not of the pool), the rows in the order of their users:
+  the same distribution and the same users, not the same items (bench/world_scale.py's stream).
   """
   for value, name in ((steps, "steps"), (batch_size, "batch_size")):
     _check_positive_int(value, name)
   rng = np.random.default_rng([seed, 1])
   x = sample_users(world, num_users, rng)
   users = rng.integers(0, num_users, size=(steps, batch_size)).astype(np.int32)
-  items = sample_items(true_probabilities(world, x), users, rng)
-  return TrainingStream(x, users, items)
+  if chunk is None:
+    return TrainingStream(x, users, sample_items(true_probabilities(world, x), users, rng))
+  flat = users.ravel()
+  order = np.argsort(flat, kind="stable")
+  starts = np.searchsorted(flat[order], np.arange(num_users + 1))
+  items = np.empty(flat.shape, np.int32)
+  for a in range(0, num_users, chunk):
+    b = min(a + chunk, num_users)
+    rows = order[starts[a] : starts[b]]
+    if rows.size:
+      p = true_probabilities(world, x[a:b])
+      items[rows] = sample_items(p, flat[rows] - a, rng)
+  return TrainingStream(x, users, items.reshape(users.shape))
 
 
 def popularity_bins(popularity, num_bins: int = 10) -> np.ndarray:

@@ -1,20 +1,7 @@
-r"""The world of bench/world_scale.py at 10^5-10^6 items: `eval.synthetic_world`, chunked.
-
-* The world and its held-out users are the demo's (`eval.synthetic_world.make_world`, users
-  x_u ~ N(0, I_f) from ``default_rng([world_seed, 3])``).
-* The training stream of seed s is `eval.synthetic_world.training_stream`'s, drawn over chunks
-  of the training users (P(.|u) of all of them at once is [U, |D|] float64: 32 GB at 4,096 users
-  and 10^6 items): the pool x_u and the rows' users from ``default_rng([s, 1])`` in the same
-  order, then each chunk's rows draw their item d ~ P(.|u) by `sample_items`. Same distribution
-  as the demo's stream (i.i.d. (user, next item) rows), not the same draws.
-* The initial weights of seed s are the demo's (``default_rng([s, 2])``: W [f, d] then the item
-  table [|D|, d], N(0, 0.1^2), and a zero bias column): the same for every row (paired).
-* The oracle's cache (``world-KEY.npz``): Q(d) = E_u P(d|u) over the held-out users, its
-  popularity bins and the oracle top-k_max of every held-out user; the streams are cached as
-  ``stream-KEY.npz``. Both are pure functions of their settings, so any folder may reuse them.
-
-Chunks are sized from a memory budget: a chunk of c users holds about ``arrays`` [c, |D|]
-float64 arrays at once.
+r"""The world of bench/world_scale.py at 10^5-10^6 items: `eval.synthetic_world`, chunked: the
+held-out users, the training streams, the initial weights and the oracle's cache (their seeds
+and files: bench/README.md, section `world_scale.py`). Chunks are sized from a memory budget: a
+chunk of c users holds about ``arrays`` [c, |D|] float64 arrays at once.
 """
 
 from __future__ import annotations
@@ -29,6 +16,7 @@ from typing import Callable, NamedTuple, Optional
 import numpy as np
 
 from eval import synthetic_world as world_lib
+from eval.demo import training as demo_training
 from eval.demo.metrics import top_k
 
 __all__ = [
@@ -36,7 +24,6 @@ __all__ = [
   "Stream",
   "chunk_users",
   "cache_key",
-  "held_out_users",
   "prepare_world",
   "training_stream",
   "load_stream",
@@ -72,12 +59,6 @@ def cache_key(fields: dict) -> str:
   return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def held_out_users(world: world_lib.World, settings) -> np.ndarray:
-  return world_lib.sample_users(
-    world, settings.eval_users, np.random.default_rng([settings.world_seed, 3])
-  )
-
-
 def _save(path: pathlib.Path, **arrays) -> None:
   """np.savez to a temporary name, then rename (a killed run leaves no half file)."""
   tmp = path.with_name(path.name + ".tmp.npz")
@@ -89,7 +70,7 @@ def prepare_world(settings, cache_dir, memory_bytes: int = DEFAULT_MEMORY_BYTES,
   """The world, its held-out users, Q(d), the bins and the oracle's top-k_max (cached)."""
   s = settings
   world = world_lib.make_world(s.num_items, s.feature_dim, s.zipf, s.tau, s.world_seed)
-  x = held_out_users(world, s)
+  x = world_lib.held_out_users(world, s.eval_users, s.world_seed)
   k_max = max(s.ks)
   path = pathlib.Path(cache_dir) / f"world-{cache_key(s.world_fields())}.npz"
   if path.exists():
@@ -119,24 +100,12 @@ def training_stream(
   seed: int,
   memory_bytes: int = DEFAULT_MEMORY_BYTES,
 ) -> Stream:
-  """The stream of seed ``seed`` (module docstring), drawn chunk by chunk of training users."""
-  rng = np.random.default_rng([seed, 1])
-  x = world_lib.sample_users(world, num_users, rng)
-  users = rng.integers(0, num_users, size=(steps, batch_size)).astype(np.uint16)
-  flat = users.ravel()
-  order = np.argsort(flat, kind="stable")  # uint16: a radix sort
-  starts = np.searchsorted(flat[order], np.arange(num_users + 1))
-  items = np.empty(flat.shape, np.int32)
+  """`eval.synthetic_world.training_stream` of ``seed``, drawn chunk by chunk of training users
+  (bench/README.md), with uint16 users and the stream's item counts."""
   chunk = chunk_users(world.num_items, 4, memory_bytes)
-  for a in range(0, num_users, chunk):
-    b = min(a + chunk, num_users)
-    rows = order[starts[a] : starts[b]]
-    if rows.size:
-      p = world_lib.true_probabilities(world, x[a:b])
-      items[rows] = world_lib.sample_items(p, flat[rows].astype(np.int64) - a, rng)
-  items = items.reshape(users.shape)
-  counts = np.bincount(items.ravel(), minlength=world.num_items)
-  return Stream(x, users, items, counts)
+  s = world_lib.training_stream(world, num_users, steps, batch_size, seed, chunk)
+  counts = np.bincount(s.items.ravel(), minlength=world.num_items)
+  return Stream(s.user_features, s.users.astype(np.uint16), s.items, counts)
 
 
 def load_stream(
@@ -165,10 +134,6 @@ def load_stream(
 
 
 def initial_weights(settings, seed: int):
-  """(W float32 [f, d], item table float32 [|D|, d + 1]): the demo's draws (module docstring)."""
+  """(W float32 [f, d], item table float32 [|D|, d + 1]): the demo's draws (bench/README.md)."""
   s = settings
-  rng = np.random.default_rng([seed, 2])
-  user = rng.normal(scale=0.1, size=(s.feature_dim, s.embedding_dim)).astype(np.float32)
-  table = np.zeros((s.num_items, s.embedding_dim + 1), np.float32)
-  table[:, :-1] = rng.normal(scale=0.1, size=(s.num_items, s.embedding_dim))
-  return user, table
+  return demo_training.initial_weights(s.feature_dim, s.num_items, s.embedding_dim, seed)

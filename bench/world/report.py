@@ -1,22 +1,6 @@
 r"""The report of bench/world_scale.py: rows over seeds, paired differences, the gap to full
-softmax, the step cost against mixed, the recall@k plot.
-
-Over the seeds of a row: mean ± s.e. (`eval.paired_stats.mean_se`). Paired difference A − B of
-a metric: d_s = A(s) − B(s) over the seeds both rows have, mean d ± h with
-h = t_{0.975, n−1} s.e.(d), the 95 % interval (`eval.paired_stats.paired_difference`), and its
-verdict (ahead / behind / within noise). The pairs reported by default:
-
-    corrections   corrected − standard, corrected − none, standard − none (same source, log Q)
-    conventions   expected_count − unigram (same source and correction)
-    growth        (A − B)@k_max − (A − B)@k_min of recall, per seed: does the advantage grow
-                  with k (the paper's Table 2 question)
-    gap to full   f_s = (X(s) − in_batch(s)) / (full(s) − in_batch(s)) of recall@k for X = a
-                  memory / MIDX / mixed row, in_batch of the same correction and log Q: the
-                  share of the in-batch row's gap to full softmax that X closes (mean ± t s.e.)
-
-Step cost: each invocation times its rows interleaved with the mixed row (``timing/*.json``);
-a row's ratio is its median step over mixed's median in the same invocation (the latest one
-that timed it); absolute times carry the machine's label.
+softmax, the step cost against mixed, the recall@k plot (the statistics and the pairs reported:
+bench/README.md, section `world_scale.py`).
 """
 
 from __future__ import annotations
@@ -29,7 +13,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from bench.common.report import markdown_header, markdown_row
-from bench.world.rows import parse_row
+from bench.world.rows import CORRECTIONS, parse_row
 from eval import paired_stats
 
 __all__ = [
@@ -92,7 +76,7 @@ def _fmt(x, digits=4, sign=False) -> str:
 
 
 def compare(runs, a: str, b: str) -> Dict:
-  """Paired A − B of every metric over the common seeds (module docstring), and the growth of
+  """Paired A − B of every metric over the common seeds (bench/README.md), and the growth of
   the recall difference from k_min to k_max."""
   if a not in runs or b not in runs:
     missing = [r for r in (a, b) if r not in runs]
@@ -119,33 +103,29 @@ def _clean(d: Dict) -> Dict:
   return {k: d.get(k) for k in keep}
 
 
+_BASELINES = {"corrected": ("standard", "none"), "standard": ("none",)}  # A's correction -> B's
+
+
 def default_pairs(rows: Sequence[str]) -> List[Tuple[str, str, str]]:
-  """(kind, A, B) of the module docstring's pairs among the given rows."""
+  """(kind, A, B) of bench/README.md's default pairs among the given rows."""
   present = set(rows)
   pairs = []
   for name in rows:
     if name == "full":
       continue
     spec = parse_row(name)
-    src = name.split(":")[0]
-    suffix = "" if spec.convention == "unigram" else f":{spec.convention}"
-    if spec.correction == "corrected":
-      for other in ("standard", "none"):
-        pairs.append(("correction", name, f"{src}:{other}{suffix}"))
-    if spec.correction == "standard":
-      pairs.append(("correction", name, f"{src}:none{suffix}"))
+    for other in _BASELINES.get(spec.correction, ()):
+      pairs.append(("correction", name, spec._replace(correction=other).name))
     if spec.convention == "expected_count":
-      pairs.append(("convention", name, f"{src}:{spec.correction}"))
+      pairs.append(("convention", name, spec._replace(convention="unigram").name))
   return [p for p in pairs if p[1] in present and p[2] in present]
 
 
 def gap_to_full(runs, name: str) -> Optional[Dict]:
-  """The share of in_batch's recall gap to full that ``name`` closes, per k (docstring)."""
+  """The share of in_batch's recall gap to full that ``name`` closes, per k (bench/README.md)."""
   if "full" not in runs or name == "full" or name.startswith("in_batch"):
     return None
-  spec = parse_row(name)
-  suffix = "" if spec.convention == "unigram" else f":{spec.convention}"
-  base = f"in_batch:{spec.correction}{suffix}"
+  base = parse_row(name)._replace(source="in_batch", memory=0).name
   if base not in runs:
     return None
   out = {"row": name, "in_batch": base, "k": {}}
@@ -206,14 +186,10 @@ def summarise(folder, compares: Sequence[Tuple[str, str]] = ()) -> Dict:
 
 
 def _row_order(name: str):
-  sources = ["full", "in_batch", "mixed", "xbatch", "midx"]
-  src = name.split(":")[0]
-  memory = int(src[6:]) if src.startswith("xbatch") else 0
-  base = "xbatch" if src.startswith("xbatch") else src
-  corr = ["none", "standard", "standard_no_positive", "corrected"]
-  parts = name.split(":")
-  c = corr.index(parts[1]) if len(parts) > 1 else 0
-  return (sources.index(base), memory, len(parts) > 2, parts[2] if len(parts) > 2 else "", c)
+  r = parse_row(name)
+  source = ("full", "in_batch", "mixed", "xbatch", "midx").index(r.source)
+  convention = "" if r.convention == "unigram" else r.convention
+  return (source, r.memory, convention, CORRECTIONS.index(r.correction))
 
 
 def _cell(stats: Dict, digits=4) -> str:

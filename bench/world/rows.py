@@ -1,25 +1,16 @@
 """The arms (rows) of bench/world_scale.py and the settings of one world: names, parsing, checks.
 
-A row is ``full`` (full softmax over the catalog) or ``SOURCE:CORRECTION[:CONVENTION]``:
-
-    SOURCE       in_batch     the batch's positives, deduplicated (at most k distinct ids)
-                 mixed        k // 2 in-batch + k - k // 2 uniform (the binaries' split)
-                 xbatchM      the in-batch block joined with a memory of the last M batches'
-                              positives (ids mode, at most k slots a push), M >= 1
-                 midx         k' draws per query from the library's MIDX proposal Q(i|q)
-    CORRECTION   none | standard | standard_no_positive | corrected (the library's)
-    CONVENTION   unigram | mixture | expected_count (log Q of the in-batch / memory slots;
-                 default: --convention); MIDX's log Q is its proposal's, it takes none
-
-Everything here is plain Python (no Keras): the CLI checks its arguments before JAX loads.
+A row is ``full`` or ``SOURCE:CORRECTION[:CONVENTION]`` (the grammar: bench/README.md, section
+`world_scale.py`). Everything here is plain Python (no Keras): the CLI checks its arguments
+before JAX loads.
 """
 
 from __future__ import annotations
 
-import re
 from typing import List, NamedTuple, Sequence, Tuple
 
-from tfrs_logq.core import checks as core_checks
+from eval.demo import config as demo_config
+from eval.demo.config import CONVENTIONS, CORRECTIONS, RowSpec
 
 __all__ = [
   "CORRECTIONS",
@@ -35,35 +26,9 @@ __all__ = [
   "settings_tag",
 ]
 
-CORRECTIONS = tuple(core_checks.CORRECTIONS)
-CONVENTIONS = tuple(core_checks.LOG_Q_CONVENTIONS)
 SOURCES = ("in_batch", "mixed", "xbatch4", "xbatch16", "xbatch64", "midx")  # the default grid
 DEFAULT_CORRECTIONS = ("none", "standard", "corrected")
 REFERENCE_ROW = "mixed:corrected"  # the step-cost baseline (bench/README.md: ratios to it)
-_XBATCH = re.compile(r"^xbatch([1-9][0-9]*)$")
-
-
-class RowSpec(NamedTuple):
-  """One arm: ``source`` ('full', 'in_batch', 'mixed', 'xbatch', 'midx'), the correction, the
-  log-Q convention and the memory's M (xbatch only)."""
-
-  source: str
-  correction: str = "none"
-  convention: str = "unigram"
-  memory: int = 0
-
-  @property
-  def name(self) -> str:
-    if self.source == "full":
-      return "full"
-    src = f"xbatch{self.memory}" if self.source == "xbatch" else self.source
-    base = f"{src}:{self.correction}"
-    return base if self.convention == "unigram" else f"{base}:{self.convention}"
-
-  @property
-  def file_name(self) -> str:
-    """The row's name as a file name (':' -> '-')."""
-    return self.name.replace(":", "-")
 
 
 class Settings(NamedTuple):
@@ -106,31 +71,9 @@ class Settings(NamedTuple):
 
 
 def parse_row(text: str, convention: str = "unigram") -> RowSpec:
-  """'full' | 'SOURCE:CORRECTION[:CONVENTION]' -> RowSpec (ValueError naming what is wrong);
-  ``convention`` is the default of a row that names none."""
-  parts = text.strip().split(":")
-  if parts == ["full"]:
-    return RowSpec("full")
-  if len(parts) not in (2, 3) or not all(parts):
-    raise ValueError(f"--rows: {text!r} is not 'full' or SOURCE:CORRECTION[:CONVENTION]")
-  source, correction = parts[0], parts[1]
-  memory = 0
-  match = _XBATCH.match(source)
-  if match:
-    source, memory = "xbatch", int(match.group(1))
-  elif source not in ("in_batch", "mixed", "midx"):
-    raise ValueError(
-      f"--rows: {text!r}: the source must be in_batch, mixed, xbatchM (M >= 1) or midx"
-    )
-  if correction not in CORRECTIONS:
-    raise ValueError(f"--rows: {text!r}: the correction must be one of {list(CORRECTIONS)}")
-  if len(parts) == 3:
-    convention = parts[2]
-    if source == "midx":
-      raise ValueError(f"--rows: {text!r}: MIDX's log Q is its proposal's, it takes no convention")
-  if convention not in CONVENTIONS:
-    raise ValueError(f"--rows: {text!r}: the convention must be one of {list(CONVENTIONS)}")
-  return RowSpec(source, correction, "unigram" if source == "midx" else convention, memory)
+  """'full' | 'SOURCE:CORRECTION[:CONVENTION]' -> RowSpec: the demo's grammar over this grid's
+  sources (`eval.demo.config.parse_row`); ``convention`` is the default of a row that names none."""
+  return demo_config.parse_row(text, ("in_batch", "mixed", "xbatch", "midx"), convention)
 
 
 def parse_rows(texts: Sequence[str], convention: str = "unigram") -> List[RowSpec]:

@@ -16,7 +16,7 @@ cannot generalise to new users). One row per loss:
 * ``full``: full softmax over the catalog, ``tfrs_logq.tf_keras.full_softmax.full_softmax_loss``
 (the target the
   sampled losses approximate);
-* ``NEGATIVES:CORRECTION[:CONVENTION]``: sampled softmax with ``tfrs_logq.tf_keras.negatives``
+* ``SOURCE:CORRECTION[:CONVENTION]``: sampled softmax with ``tfrs_logq.tf_keras.negatives``
   (``in_batch`` = InBatchNegatives, ``mixed`` = MixedNegatives, ``uniform`` = UniformNegatives),
   log Q from a ``tfrs_logq.tf_keras.frequency.ExactCounts`` table of the training draws under the
   sampler's log-Q CONVENTION, scored by ``sampler.score`` and turned into a loss by
@@ -79,14 +79,14 @@ from eval.demo.config import (
   validate_config,
 )
 from eval.demo.metrics import (
-  calibration_by_bin,
+  Accumulator,
   evaluate_model,
-  hit_rate,
-  hit_rate_by_bin,
+  hit_rate_at,
   kl_divergence,
   log_softmax,
   rank_bins,
-  recall_vs_oracle,
+  recall_at,
+  reference_models,
   top_k,
 )
 from eval.demo.plots import write_plots
@@ -104,12 +104,12 @@ __all__ = [
   "log_softmax",
   "top_k",
   "kl_divergence",
-  "recall_vs_oracle",
-  "hit_rate",
-  "hit_rate_by_bin",
-  "calibration_by_bin",
+  "recall_at",
+  "hit_rate_at",
+  "Accumulator",
   "rank_bins",
   "evaluate_model",
+  "reference_models",
   "mean_and_se",
   "paired_difference",
   "verdicts",
@@ -128,11 +128,11 @@ def define_flags() -> None:
   flags.DEFINE_list(
     "rows",
     None,
-    "Rows: 'full' or NEGATIVES:CORRECTION[:CONVENTION] with "
-    f"NEGATIVES in {NEGATIVES}, CORRECTION one of tfrs_logq.tf_keras.losses.CORRECTIONS, "
+    "Rows: 'full' or SOURCE:CORRECTION[:CONVENTION] with "
+    f"SOURCE in {NEGATIVES}, CORRECTION one of tfrs_logq.tf_keras.losses.CORRECTIONS, "
     "CONVENTION one of tfrs_logq.tf_keras.negatives.CONVENTIONS (default unigram). "
-    "Default: full, in_batch:{none,standard,corrected}, plus "
-    "in_batch:{standard,corrected}:expected_count when the library offers it.",
+    "Default: full, in_batch:{none,standard,corrected}, "
+    "in_batch:{standard,corrected}:expected_count.",
   )
   flags.DEFINE_list(
     "seeds",
@@ -191,8 +191,7 @@ def _eval_sets(cfg: DemoConfig, world, streams, num_users: int):
   """Per seed: (features, ids, P) of the users the metrics are computed on."""
   sets = []
   if cfg.user_tower == "features":
-    rng = np.random.default_rng([cfg.world_seed, 3])
-    x = world_lib.sample_users(world, num_users, rng)
+    x = world_lib.held_out_users(world, num_users, cfg.world_seed)
     p = world_lib.true_probabilities(world, x)
     return [(x, None, p)] * len(streams)
   for stream in streams:
@@ -259,22 +258,13 @@ def run(cfg: DemoConfig, output_dir: str, plot: bool = True, log=print) -> Dict:
     per_seed[cfg.rows[r].name][s] = evaluate_model(
       p, trainer.log_probs(model, x, ids), bins, cfg.k, cfg.num_bins, ranks=ranks, head=head
     )
-  references = {"oracle": [], "most popular": []}
-  for _, _, p in eval_sets:  # P̂ = P, and P̂ = Q (the same list for every user)
-    references["oracle"].append(
-      evaluate_model(p, np.log(p), bins, cfg.k, cfg.num_bins, ranks=ranks, head=head)
-    )
-    references["most popular"].append(
-      evaluate_model(
-        p,
-        np.log(np.broadcast_to(popularity, p.shape)),
-        bins,
-        cfg.k,
-        cfg.num_bins,
-        ranks=ranks,
-        head=head,
-      )
-    )
+  references = {  # P̂ = P, and P̂ = Q (the same list for every user)
+    name: [
+      evaluate_model(p, fn(x, p), bins, cfg.k, cfg.num_bins, ranks=ranks, head=head)
+      for x, _, p in eval_sets
+    ]
+    for name, fn in reference_models(popularity).items()
+  }
   summary = summarise(cfg, per_seed, references, curve, curve_steps)
   summary["world"] = {"stats": stats, "rank_bins": ranks[1], "popularity": popularity.tolist()}
   summary["seconds"] = {"train": train_seconds, "total": time.time() - start}

@@ -1,12 +1,17 @@
 """The demo's settings and rows (`eval.demo`): `DemoConfig`, the losses it compares (`RowSpec`,
 `parse_row`, `default_rows`) and `validate_config`."""
 
-from typing import List, NamedTuple, Tuple
+import re
+from typing import List, NamedTuple, Sequence, Tuple
 
 import numpy as np
 
+from tfrs_logq.core import checks as core_checks
+
 __all__ = [
   "NEGATIVES",
+  "CORRECTIONS",
+  "CONVENTIONS",
   "USER_TOWERS",
   "LABELS",
   "DemoConfig",
@@ -17,6 +22,9 @@ __all__ = [
 ]
 
 NEGATIVES = ("in_batch", "mixed", "uniform")
+OWN_LOG_Q = ("uniform", "midx")  # samplers whose log Q is their own: no convention
+CORRECTIONS = tuple(core_checks.CORRECTIONS)
+CONVENTIONS = tuple(core_checks.LOG_Q_CONVENTIONS)
 USER_TOWERS = ("features", "id")
 LABELS = {"in_batch": "in-batch", "mixed": "mixed", "uniform": "uniform"}
 
@@ -46,65 +54,71 @@ class DemoConfig(NamedTuple):
 
 
 class RowSpec(NamedTuple):
-  """One loss: full softmax, or a sampler + correction + log-Q convention."""
+  """One loss: full softmax, or a sampler of the negatives + correction + log-Q convention
+  (``memory``: the M of bench/world_scale.py's cross-batch memory rows, ``xbatchM``)."""
 
-  negatives: str  # "full" or one of NEGATIVES
+  source: str  # "full" or a sampler: one of NEGATIVES (bench/world_scale.py: xbatch, midx too)
   correction: str = "none"
   convention: str = "unigram"
+  memory: int = 0
 
   @property
   def name(self) -> str:
-    if self.negatives == "full":
+    if self.source == "full":
       return "full"
-    base = f"{self.negatives}:{self.correction}"
+    src = f"xbatch{self.memory}" if self.source == "xbatch" else self.source
+    base = f"{src}:{self.correction}"
     return base if self.convention == "unigram" else f"{base}:{self.convention}"
 
   @property
   def label(self) -> str:
-    if self.negatives == "full":
+    if self.source == "full":
       return "full softmax"
-    parts = [LABELS[self.negatives], self.correction]
+    parts = [LABELS.get(self.source, self.name.split(":")[0]), self.correction]
     if self.convention != "unigram":
       parts.append(self.convention)
     return ", ".join(parts)
 
+  @property
+  def file_name(self) -> str:
+    """The row's name as a file name (':' -> '-')."""
+    return self.name.replace(":", "-")
 
-def _library_choices():
-  from tfrs_logq.tf_keras import losses, negatives
 
-  return losses.CORRECTIONS, tuple(negatives.CONVENTIONS)
+def parse_row(text: str, sources: Sequence[str] = NEGATIVES, convention="unigram") -> RowSpec:
+  """'full' | 'SOURCE:CORRECTION[:CONVENTION]' -> RowSpec (ValueError naming what is wrong).
 
-
-def parse_row(text: str) -> RowSpec:
-  """'full' | 'NEGATIVES:CORRECTION[:CONVENTION]' -> RowSpec (ValueError naming what is wrong)."""
-  corrections, conventions = _library_choices()
+  SOURCE is one of ``sources`` ('xbatch': xbatchM, M >= 1); CORRECTION and CONVENTION are the
+  library's; ``convention`` is the default of a row that names none. uniform and midx negatives
+  have their own log Q (-log |D|, the MIDX proposal's): they take no convention.
+  """
   parts = text.strip().split(":")
   if parts == ["full"]:
     return RowSpec("full")
-  if len(parts) not in (2, 3):
-    raise ValueError(f"rows: {text!r} is not 'full' or NEGATIVES:CORRECTION[:CONVENTION]")
-  negatives, correction = parts[0], parts[1]
-  convention = parts[2] if len(parts) == 3 else "unigram"
-  if negatives not in NEGATIVES:
-    raise ValueError(f"rows: negatives must be one of {NEGATIVES}, got {negatives!r}")
-  if correction not in corrections:
-    raise ValueError(f"rows: correction must be one of {corrections}, got {correction!r}")
-  if convention not in conventions:
-    raise ValueError(f"rows: convention must be one of {conventions}, got {convention!r}")
-  if negatives == "uniform" and convention != "unigram":
-    raise ValueError(
-      f"rows: {text!r}: uniform negatives have one log Q (-log |D|), a convention does not apply"
-    )
-  return RowSpec(negatives, correction, convention)
+  if len(parts) not in (2, 3) or not all(parts):
+    raise ValueError(f"--rows: {text!r} is not 'full' or SOURCE:CORRECTION[:CONVENTION]")
+  source, correction, memory = parts[0], parts[1], 0
+  xbatch = re.fullmatch(r"xbatch([1-9][0-9]*)", source)
+  if xbatch and "xbatch" in sources:
+    source, memory = "xbatch", int(xbatch.group(1))
+  elif source not in sources or source == "xbatch":
+    names = ["xbatchM (M >= 1)" if s == "xbatch" else s for s in sources]
+    raise ValueError(f"--rows: {text!r}: the source must be one of {names}")
+  if correction not in CORRECTIONS:
+    raise ValueError(f"--rows: {text!r}: the correction must be one of {list(CORRECTIONS)}")
+  if len(parts) == 3:
+    convention = parts[2]
+    if source in OWN_LOG_Q:
+      raise ValueError(f"--rows: {text!r}: {source} negatives take no convention (own log Q)")
+  if convention not in CONVENTIONS:
+    raise ValueError(f"--rows: {text!r}: the convention must be one of {list(CONVENTIONS)}")
+  return RowSpec(source, correction, "unigram" if source in OWN_LOG_Q else convention, memory)
 
 
 def default_rows() -> List[RowSpec]:
-  """full, in-batch none / standard / corrected (+ the expected_count rows when available)."""
-  _, conventions = _library_choices()
+  """full, in-batch none / standard / corrected, in-batch standard / corrected expected_count."""
   rows = [RowSpec("full")] + [RowSpec("in_batch", c) for c in ("none", "standard", "corrected")]
-  if "expected_count" in conventions:
-    rows += [RowSpec("in_batch", c, "expected_count") for c in ("standard", "corrected")]
-  return rows
+  return rows + [RowSpec("in_batch", c, "expected_count") for c in ("standard", "corrected")]
 
 
 def validate_config(cfg: DemoConfig) -> DemoConfig:

@@ -1,8 +1,11 @@
 """The demo's metrics, in numpy (float64): a model's log P̂(.|u) against the true P(.|u) of held-out
 users (KL, R@k against the oracle top-k, HR@k, by popularity bin, calibration; their formulas are
-in `eval.demo`'s docstring, Metrics)."""
+in `eval.demo`'s docstring, Metrics). `Accumulator` holds them for several k as sums over users
+(per item where a bin is to come), binned and divided at the end, so any chunking of the users
+gives the same result up to rounding: `evaluate_model` is one chunk; bench/world_scale.py feeds
+it chunk by chunk at 10^5-10^6 items."""
 
-from typing import Dict, Sequence
+from typing import Callable, Dict, Sequence
 
 import numpy as np
 
@@ -11,12 +14,12 @@ __all__ = [
   "log_softmax",
   "top_k",
   "kl_divergence",
-  "recall_vs_oracle",
-  "hit_rate",
-  "hit_rate_by_bin",
-  "calibration_by_bin",
+  "recall_at",
+  "hit_rate_at",
+  "Accumulator",
   "rank_bins",
   "evaluate_model",
+  "reference_models",
 ]
 
 RANK_EDGES = (1, 2, 4, 11, 31, 101, 301, 1001, 3001, 10001, 30001, 100001)
@@ -40,46 +43,85 @@ def top_k(scores, k: int) -> np.ndarray:
   return np.take_along_axis(part, order, -1)
 
 
+def _log_ratio(p, log_p_hat) -> np.ndarray:
+  """P (log P̂ - log P) per entry (0 where P = 0): minus KL's terms, calibration's numerator."""
+  p = np.asarray(p, np.float64)
+  log_p = np.log(np.where(p > 0, p, 1.0))
+  return np.where(p > 0, p * (np.asarray(log_p_hat, np.float64) - log_p), 0.0)
+
+
 def kl_divergence(p, log_p_hat) -> np.ndarray:
   """KL(P || P̂) per row: sum_d P (log P - log P̂) (terms with P = 0 contribute 0)."""
-  p = np.asarray(p, np.float64)
-  log_p = np.log(np.where(p > 0, p, 1.0))
-  return np.sum(np.where(p > 0, p * (log_p - log_p_hat), 0.0), axis=-1)
+  return -_log_ratio(p, log_p_hat).sum(axis=-1)
 
 
-def recall_vs_oracle(model_top, oracle_top) -> np.ndarray:
-  """|model top-k ∩ oracle top-k| / k per row."""
+def recall_at(model_top, oracle_top, ks: Sequence[int]) -> np.ndarray:
+  """[c, len(ks)]: |model_top[:, :k] ∩ oracle_top[:, :k]| / k per row (each list distinct)."""
   model_top, oracle_top = np.asarray(model_top), np.asarray(oracle_top)
-  k = oracle_top.shape[1]
-  hits = (model_top[:, :, None] == oracle_top[:, None, :]).any(axis=2)
-  return hits.sum(axis=1) / k
+  out = np.empty((model_top.shape[0], len(ks)))
+  for j, k in enumerate(ks):
+    both = np.sort(np.concatenate([model_top[:, :k], oracle_top[:, :k]], axis=1), axis=1)
+    out[:, j] = (both[:, 1:] == both[:, :-1]).sum(axis=1) / k
+  return out
 
 
-def hit_rate(p, model_top) -> np.ndarray:
-  """sum_{d in top-k} P(d|u) per row: the probability that a held-out draw is retrieved."""
-  return np.take_along_axis(np.asarray(p, np.float64), np.asarray(model_top), 1).sum(axis=1)
+def hit_rate_at(p, model_top, ks: Sequence[int]) -> np.ndarray:
+  """[c, len(ks)]: sum of P over the model's first k items, per row (model_top best first)."""
+  got = np.cumsum(np.take_along_axis(np.asarray(p, np.float64), np.asarray(model_top), 1), 1)
+  return got[:, [k - 1 for k in ks]]
 
 
-def hit_rate_by_bin(p, model_top, bins, num_bins: int) -> np.ndarray:
-  """[num_bins]: E_u sum_{d in top-k, bin d = j} P / E_u sum_{bin d = j} P (nan: empty bin)."""
-  p = np.asarray(p, np.float64)
-  bins = np.asarray(bins)
-  retrieved = np.zeros_like(p, dtype=bool)
-  np.put_along_axis(retrieved, np.asarray(model_top), True, 1)
-  hit = np.bincount(bins, weights=(p * retrieved).sum(axis=0), minlength=num_bins)
-  mass = np.bincount(bins, weights=p.sum(axis=0), minlength=num_bins)
-  return np.divide(hit, mass, out=np.full(num_bins, np.nan), where=mass > 0)
+class Accumulator:
+  """Sums over users of one model's metrics at the cut-offs ``ks``: KL, recall@k, HR@k, and per
+  item d the P mass retrieved in the top k, sum P (log P̂ - log P), sum P and sum P̂ (`binned`)."""
 
+  def __init__(self, num_items: int, ks: Sequence[int]):
+    self.ks = tuple(ks)
+    self.users = 0
+    self.kl = 0.0
+    self.recall = np.zeros(len(self.ks))
+    self.hit = np.zeros(len(self.ks))
+    self.hit_items = np.zeros((len(self.ks), num_items))
+    self.log_ratio = np.zeros(num_items)
+    self.mass = np.zeros(num_items)
+    self.mass_hat = np.zeros(num_items)
 
-def calibration_by_bin(p, log_p_hat, bins, num_bins: int) -> np.ndarray:
-  """[num_bins]: P-weighted mean of log P̂ - log P over (u, d) with bin d = j (nan: empty bin)."""
-  p = np.asarray(p, np.float64)
-  log_p = np.log(np.where(p > 0, p, 1.0))
-  diff = np.where(p > 0, p * (np.asarray(log_p_hat) - log_p), 0.0).sum(axis=0)
-  mass = p.sum(axis=0)
-  num = np.bincount(bins, weights=diff, minlength=num_bins)
-  den = np.bincount(bins, weights=mass, minlength=num_bins)
-  return np.divide(num, den, out=np.full(num_bins, np.nan), where=den > 0)
+  def add(self, p, log_p_hat, oracle_top=None) -> None:
+    """One chunk: P [c, D], log P̂ [c, D] (normalised), the oracle's top-k_max [c, >= k_max]
+    (None: top_k(P))."""
+    p = np.asarray(p, np.float64)
+    log_p_hat = np.asarray(log_p_hat, np.float64)
+    ratio = _log_ratio(p, log_p_hat)
+    self.users += p.shape[0]
+    self.kl -= float(ratio.sum())
+    self.log_ratio += ratio.sum(axis=0)
+    del ratio
+    self.mass += p.sum(axis=0)
+    self.mass_hat += np.exp(log_p_hat).sum(axis=0)
+    k_max = max(self.ks)
+    model_top = top_k(log_p_hat, k_max)
+    oracle_top = top_k(p, k_max) if oracle_top is None else oracle_top
+    self.recall += recall_at(model_top, oracle_top, self.ks).sum(axis=0)
+    self.hit += hit_rate_at(p, model_top, self.ks).sum(axis=0)
+    p_top = np.take_along_axis(p, model_top, 1)
+    for j, k in enumerate(self.ks):
+      self.hit_items[j] += np.bincount(
+        model_top[:, :k].ravel(), weights=p_top[:, :k].ravel(), minlength=self.mass.size
+      )
+
+  def binned(self, bins, num_bins: int) -> Dict[str, np.ndarray]:
+    """By bin j of ``bins`` [D]: ``hit_rate`` [len(ks), num_bins] (HR@k of the draws of bin j),
+    ``calibration`` (nan: a bin without P mass) and each side's ``mass`` / ``mass_hat`` per user."""
+    total = lambda w: np.bincount(np.asarray(bins), weights=w, minlength=num_bins)
+    mass = total(self.mass)
+    ratio = lambda a: np.divide(a, mass, out=np.full(a.shape, np.nan), where=mass > 0)
+    n = max(self.users, 1)
+    return {
+      "hit_rate": ratio(np.stack([total(h) for h in self.hit_items])),
+      "calibration": ratio(total(self.log_ratio)),
+      "mass": mass / n,
+      "mass_hat": total(self.mass_hat) / n,
+    }
 
 
 def rank_bins(popularity, edges: Sequence[int] = RANK_EDGES) -> tuple:
@@ -109,24 +151,29 @@ def evaluate_model(
   ``ranks`` (`rank_bins`) adds ``calibration_by_rank``; ``head`` (bool [D], e.g. the most popular
   1% of the items) adds ``calibration_head``, the calibration over those items.
   """
-  log_p_hat = np.asarray(log_p_hat, np.float64)
-  extra = {}
+  acc = Accumulator(np.shape(p)[1], (k,))
+  acc.add(p, log_p_hat, oracle_top)
+  n, by_bin = acc.users, acc.binned(bins, num_bins)
+  out = {
+    "kl": acc.kl / n,
+    "recall_vs_oracle": float(acc.recall[0] / n),
+    "hit_rate": float(acc.hit[0] / n),
+    "hit_rate_tail": float(acc.binned(np.minimum(bins, 1), 2)["hit_rate"][0, 1]),
+    "hit_rate_by_bin": by_bin["hit_rate"][0].tolist(),
+    "calibration_by_bin": by_bin["calibration"].tolist(),
+  }
   if head is not None:
-    extra["calibration_head"] = float(
-      calibration_by_bin(p, log_p_hat, np.where(np.asarray(head), 0, 1), 2)[0]
-    )
+    out["calibration_head"] = float(acc.binned(np.where(head, 0, 1), 2)["calibration"][0])
   if ranks is not None:
-    extra["calibration_by_rank"] = calibration_by_bin(
-      p, log_p_hat, ranks[0], len(ranks[1])
-    ).tolist()
-  model_top = top_k(log_p_hat, k)
-  oracle_top = top_k(p, k) if oracle_top is None else oracle_top
+    out["calibration_by_rank"] = acc.binned(ranks[0], len(ranks[1]))["calibration"].tolist()
+  return out
+
+
+def reference_models(popularity) -> Dict[str, Callable]:
+  """``oracle`` (P̂ = P) and ``most popular`` (P̂ = Q, the same list for every user), as
+  ``fn(x, p) -> log P̂``."""
+  log_q = np.log(np.asarray(popularity, np.float64))
   return {
-    "kl": float(kl_divergence(p, log_p_hat).mean()),
-    "recall_vs_oracle": float(recall_vs_oracle(model_top, oracle_top).mean()),
-    "hit_rate": float(hit_rate(p, model_top).mean()),
-    "hit_rate_tail": float(hit_rate_by_bin(p, model_top, np.minimum(bins, 1), 2)[1]),
-    "hit_rate_by_bin": hit_rate_by_bin(p, model_top, bins, num_bins).tolist(),
-    "calibration_by_bin": calibration_by_bin(p, log_p_hat, bins, num_bins).tolist(),
-    **extra,
+    "oracle": lambda x, p: np.log(p),
+    "most popular": lambda x, p: np.broadcast_to(log_q, np.shape(p)),
   }

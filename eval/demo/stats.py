@@ -48,16 +48,16 @@ def _pairs(rows: Sequence[RowSpec]):
   names = {r.name for r in rows}
   pairs = []
   for r in rows:
-    if r.negatives == "full" or r.correction != "corrected":
+    if r.source == "full" or r.correction != "corrected":
       continue
     standard = r._replace(correction="standard")
-    none = RowSpec(r.negatives, "none")
+    none = RowSpec(r.source, "none")
     if standard.name in names:
       pairs.append((r, standard))
     if none.name in names and r.convention == "unigram":
       pairs.append((r, none))
   for r in rows:  # a convention against the paper's, same correction
-    if r.negatives != "full" and r.convention != "unigram":
+    if r.source != "full" and r.convention != "unigram":
       paper = r._replace(convention="unigram")
       if paper.name in names:
         pairs.append((r, paper))
@@ -72,7 +72,7 @@ def summarise(cfg, per_seed, references, curve, curve_steps) -> Dict:
   refs = {name: {"label": name, **_aggregate(res)} for name, res in references.items()}
   diffs = []
   for a, b in _pairs(cfg.rows):
-    neg = LABELS[a.negatives]
+    neg = LABELS[a.source]
     if a.correction != b.correction:
       kind, context = "correction", f"{neg}, {a.convention} log Q"
       label = f"{a.correction} − {b.correction} ({context})"

@@ -6,19 +6,18 @@ import numpy as np
 from eval.demo.config import DemoConfig, RowSpec
 from eval.demo.metrics import log_softmax
 
-__all__ = ["Trainer"]
+__all__ = ["Trainer", "initial_weights"]
 
 
-def _initial_weights(cfg: DemoConfig, seed: int):
-  """Same seed -> same initial weights for every row (paired)."""
+def initial_weights(user_rows: int, num_items: int, dim: int, seed: int):
+  """(user table [user_rows, dim], item table [num_items, dim + 1]) float32: N(0, 0.1²) from
+  ``default_rng([seed, 2])``, the user table first, and a zero bias column. Same seed -> same
+  initial weights for every row (paired)."""
   rng = np.random.default_rng([seed, 2])
-  rows = cfg.feature_dim if cfg.user_tower == "features" else cfg.train_users
-  user = rng.normal(scale=0.1, size=(rows, cfg.embedding_dim))
-  items = np.concatenate(
-    [rng.normal(scale=0.1, size=(cfg.num_items, cfg.embedding_dim)), np.zeros((cfg.num_items, 1))],
-    axis=1,
-  )
-  return user.astype(np.float32), items.astype(np.float32)
+  user = rng.normal(scale=0.1, size=(user_rows, dim)).astype(np.float32)
+  items = np.zeros((num_items, dim + 1), np.float32)
+  items[:, :-1] = rng.normal(scale=0.1, size=(num_items, dim))
+  return user, items
 
 
 class Trainer:
@@ -52,9 +51,10 @@ class Trainer:
         )
       )
     self.models = []  # (row index, seed index, user variable, item variable, sampler)
+    user_rows = cfg.feature_dim if cfg.user_tower == "features" else cfg.train_users
     for r, row in enumerate(cfg.rows):
       for s, seed in enumerate(cfg.seeds):
-        user, items = _initial_weights(cfg, seed)
+        user, items = initial_weights(user_rows, cfg.num_items, cfg.embedding_dim, seed)
         self.models.append(
           (
             r,
@@ -72,13 +72,13 @@ class Trainer:
 
   def _sampler(self, row: RowSpec, estimator):
     neg, k = self._negatives, self.cfg.num_negatives
-    if row.negatives == "full":
+    if row.source == "full":
       return None
-    if row.negatives == "in_batch":
+    if row.source == "in_batch":
       return neg.InBatchNegatives(
         estimator, num_negatives=k, cross_replica=False, convention=row.convention
       )
-    if row.negatives == "uniform":
+    if row.source == "uniform":
       return neg.UniformNegatives(None, k, id_range=(0, self.cfg.num_items))
     k_b = max(k // 2, 1)
     return neg.MixedNegatives(

@@ -17,21 +17,6 @@ from eval import synthetic_world as world_lib
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def test_recall_at_counts_the_common_items_of_the_two_top_k_lists():
-  model = np.array([[1, 2, 3], [7, 8, 9]])
-  oracle = np.array([[3, 4, 1], [7, 8, 9]])
-  # k = 1: {1} vs {3}; k = 2: {1, 2} vs {3, 4}; k = 3: {1, 2, 3} vs {3, 4, 1} -> 2 of 3
-  np.testing.assert_allclose(
-    metrics.recall_at(model, oracle, (1, 2, 3)), [[0, 0, 2 / 3], [1, 1, 1]]
-  )
-
-
-def test_hit_rate_at_sums_the_truth_over_the_model_top_k():
-  p = np.array([[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]])
-  top = np.array([[1, 0, 2], [2, 0, 1]])  # best first
-  np.testing.assert_allclose(metrics.hit_rate_at(p, top, (1, 2)), [[0.3, 0.8], [0.8, 0.9]])
-
-
 @pytest.fixture(scope="module")
 def tiny():
   world = world_lib.make_world(num_items=60, feature_dim=4, seed=3)
@@ -133,10 +118,8 @@ from eval import synthetic_world as world_lib
 s = rows.Settings(num_items=200, batch_size=16, steps=10**9, feature_dim=4, embedding_dim=3)
 stream = data.training_stream(world_lib.make_world(200, 4, seed=1), 32, 2, 16, seed=0)
 feats = jnp.asarray(stream.user_features, jnp.float32)
-names = ["mixed:corrected", "in_batch:corrected:expected_count"]
-if training.cross_batch_available():  # the Keras 3 memory (the memory is pushed at step 0)
-  names.append("xbatch2:corrected")
-for name in names:
+# xbatch2: the Keras 3 memory (the memory is pushed at step 0)
+for name in ["mixed:corrected", "in_batch:corrected:expected_count", "xbatch2:corrected"]:
   arm = training.Arm(rows.parse_row(name), s, 0, stream.counts)
   w0, t0 = data.initial_weights(s, 0)
   state = arm.initial_state(w0, t0)

@@ -42,10 +42,15 @@ def test_without_preferences_the_next_item_follows_zipf_in_the_item_id():
   np.testing.assert_allclose(p[1], ranks**-1.1 / np.sum(ranks**-1.1), rtol=1e-12)
 
 
-def test_training_stream_draws_each_rows_item_from_its_users_distribution():
+@pytest.mark.parametrize("chunk", [None, 2])
+def test_training_stream_draws_each_rows_item_from_its_users_distribution(chunk):
   world = sw.make_world(num_items=6, feature_dim=2, zipf=1.0, tau=1.5, seed=1)
-  stream = sw.training_stream(world, num_users=3, steps=400, batch_size=250, seed=2)
+  stream = sw.training_stream(world, num_users=3, steps=400, batch_size=250, seed=2, chunk=chunk)
   p = sw.true_probabilities(world, stream.user_features)
+  if chunk:  # the same pool and users as the unchunked stream; its own item draws
+    whole = sw.training_stream(world, num_users=3, steps=400, batch_size=250, seed=2)
+    np.testing.assert_array_equal(stream.users, whole.users)
+    np.testing.assert_array_equal(stream.user_features, whole.user_features)
   for u in range(3):
     drawn = stream.items[stream.users == u]
     assert abs(drawn.size / stream.items.size - 1 / 3) < 0.01  # users uniform over the pool
@@ -114,6 +119,19 @@ def test_metrics_match_plain_python_oracles():
   assert got["calibration_head"] == pytest.approx(cal_head, rel=1e-10)
 
 
+def test_recall_at_counts_the_common_items_of_the_two_top_k_lists():
+  model = np.array([[1, 2, 3], [7, 8, 9]])
+  oracle = np.array([[3, 4, 1], [7, 8, 9]])
+  # k = 1: {1} vs {3}; k = 2: {1, 2} vs {3, 4}; k = 3: {1, 2, 3} vs {3, 4, 1} -> 2 of 3
+  np.testing.assert_allclose(demo.recall_at(model, oracle, (1, 2, 3)), [[0, 0, 2 / 3], [1, 1, 1]])
+
+
+def test_hit_rate_at_sums_the_truth_over_the_model_top_k():
+  p = np.array([[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]])
+  top = np.array([[1, 0, 2], [2, 0, 1]])  # best first
+  np.testing.assert_allclose(demo.hit_rate_at(p, top, (1, 2)), [[0.3, 0.8], [0.8, 0.9]])
+
+
 def test_the_truth_scores_perfectly_and_top_k_breaks_ties_by_lower_index():
   p = np.random.default_rng(1).dirichlet(np.ones(9), size=4)
   got = demo.evaluate_model(p, np.log(p), np.arange(9) % 3, 2, 3)
@@ -149,8 +167,8 @@ def test_parse_row_names_what_is_wrong():
   assert demo.parse_row("full") == demo.RowSpec("full")
   assert demo.parse_row("in_batch:corrected") == demo.RowSpec("in_batch", "corrected")
   for text, word in (
-    ("in_batch", "NEGATIVES:CORRECTION"),
-    ("bogus:none", "negatives"),
+    ("in_batch", "SOURCE:CORRECTION"),
+    ("bogus:none", "source"),
     ("in_batch:bogus", "correction"),
     ("in_batch:standard:bogus", "convention"),
     ("uniform:corrected:mixture", "uniform"),
@@ -174,7 +192,7 @@ def _oracle_loss(row, s, ids, log_q, batch):
     log_q = np.log1p(-np.exp(batch * np.log1p(-np.exp(log_q)))) - math.log(len(distinct))
   losses = []
   for a, pos in enumerate(ids):
-    if row.negatives == "full":
+    if row.source == "full":
       losses.append(_lse(list(s[a])) - s[a, pos])
       continue
     negs = [d for d in distinct if d != pos]
