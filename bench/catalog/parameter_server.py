@@ -1,35 +1,10 @@
-r"""The parameter-server side of bench/catalog_size.py (``--parameter_server``).
+r"""The parameter-server side of bench/catalog_size.py (``--parameter_server``): one two-tower
+point on a local cluster of ps processes and a worker, against the same point on one process.
 
     python bench/catalog_size.py --parameter_server --sizes=10000,100000,1000000 \
         --out=docs/results/catalog_size_ps
 
-The same two-tower point as the one-process side (mixed negatives, hash-array estimator,
-LazyAdam: ``mixed+hash_array@lazy_adam``, built by `bench.catalog.points.build_point`, i.e. the
-training binary's code) on a local multi-process cluster: ``--ps_shards`` ps processes and one
-worker process (`train.distribute.run_server`, started fresh for each point), the chief being the
-point's own (forked) process with `train.distribute.parameter_server_strategy` (tables
-partitioned over the ps, `MinSizePartitioner`) and a `ClusterCoordinator`. A step = one
-``coordinator.schedule`` of the training step (objective, gradients, LazyAdam update, estimator
-update, all on the worker against variables on the ps) then ``join``: its latency. The points of
-both sides alternate in each pass (same moments of the shared machine).
-
-Measured per point:
-* min / median ms per step (timed steps pooled over the passes);
-* peak resident set (VmHWM, the whole life of the process: the tables' initialisation included)
-  and the resident set after the timed steps (VmRSS), of each ps, the worker and the chief;
-* bytes moved per step, two ways:
-  - ``measured``: bytes the ps processes sent and received over TCP during the timed steps
-    (the kernel's per-socket counters ``bytes_sent`` / ``bytes_received`` of every socket of
-    each ps process, read with ``ss -tinp`` before and after), divided by the number of steps:
-    everything the ps exchanged, gRPC and protobuf framing included;
-  - ``computed``: from the tensors of the step itself (returned by it): for each variable
-    (shard), rows gathered by the forward pass + its sparse gradient (values and int64 indices)
-    for an `IndexedSlices` gradient, or the whole variable read + a dense gradient. It leaves
-    out the optimizer's slot rows (LazyAdam reads and writes m, v and the per-row counts of the
-    updated rows) and the estimator's cells, which ``measured`` includes.
-* a 1e8 projection (``project_memory``): each ps's resident set grows linearly in |I| (the item
-  table and its LazyAdam slots, split over the shards); fitted on the two largest sizes measured,
-  labelled as a projection.
+Method and measured results: bench/README.md, section `catalog_size.py` (`--parameter_server`).
 """
 
 from __future__ import annotations
@@ -45,15 +20,20 @@ import time
 
 import numpy as np
 
+from bench.catalog import points
+from bench.catalog.points import fmt_size
+from bench.common import memory
+from bench.common.report import gib, markdown_header, markdown_row, summary_line
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 __all__ = [
   "start_cluster",
   "stop_cluster",
   "socket_bytes",
-  "process_kib",
   "ps_point",
   "project_memory",
+  "ParameterServer",
 ]
 
 
@@ -110,16 +90,6 @@ def stop_cluster(procs: dict) -> None:
     proc.wait(timeout=60)
 
 
-def process_kib(pid: int, field: str) -> int:
-  """A kB field of /proc/PID/status (VmRSS, VmHWM); 0 if absent."""
-  try:
-    with open(f"/proc/{pid}/status") as f:
-      m = re.search(rf"^{field}:\s+(\d+) kB", f.read(), re.M)
-  except OSError:
-    return 0
-  return int(m.group(1)) if m else 0
-
-
 def socket_bytes(pids) -> dict:
   """{pid: [bytes received, bytes sent]} summed over the TCP sockets of each process (the
   kernel's tcp_info counters, from ``ss -tinpH``)."""
@@ -148,8 +118,6 @@ def ps_point(spec: dict) -> dict:
 
   import tensorflow as tf
 
-  from bench.catalog import points
-  from bench.common import memory
   from train import distribute
 
   tf.get_logger().setLevel("ERROR")
@@ -157,58 +125,40 @@ def ps_point(spec: dict) -> dict:
   coordinator = tf.distribute.coordinator.ClusterCoordinator(strategy)
   with strategy.scope():
     built = points.build_point(spec)
-  objective, variables, optimizer = built.objective, built.variables, built.optimizer
-  step = built.step
-  shards = len(getattr(built.table, "variables", [built.table]))
 
   def moved(var, g):
     row = int(np.prod(var.shape[1:])) * var.dtype.size
     if isinstance(g, tf.IndexedSlices):  # rows gathered + the sparse gradient (and indices)
-      rows = tf.size(g.indices, out_type=tf.int64)
-      return rows * (2 * row + 8)
+      return tf.size(g.indices, out_type=tf.int64) * (2 * row + 8)
     return tf.constant(2 * int(np.prod(var.shape)) * var.dtype.size, tf.int64)
 
-  def replica(batch):
-    with tf.GradientTape() as tape:
-      terms = objective(batch, step, training=True)
-    grads = tape.gradient(terms["loss"], variables)
-    payload = tf.add_n([moved(v, g) for g, v in zip(grads, variables) if g is not None])
-    optimizer.apply_gradients([(g, v) for g, v in zip(grads, variables) if g is not None])
-    step.assign_add(1)
-    return terms["loss"], payload
+  def payload(grads):
+    return tf.add_n([moved(v, g) for g, v in zip(grads, built.variables) if g is not None])
 
-  @tf.function
-  def train_step(batch):
-    return strategy.run(replica, args=(batch,))
+  replica = points.step_fn(built, payload)
+  train_step = tf.function(lambda batch: strategy.run(replica, args=(batch,)))
 
   def run(i):
     remote = coordinator.schedule(train_step, args=(built.batches[i % 4],))
     coordinator.join()
     return remote.fetch()
 
-  for i in range(spec["warmup"]):
-    run(i)
-  pids = {name: pid for name, pid in spec["server_pids"].items()}
+  pids = spec["server_pids"]
   ps_pids = [pid for name, pid in pids.items() if name.startswith("ps")]
-  before = socket_bytes(ps_pids)
-  times, value, payload = [], float("nan"), 0
-  for i in range(spec["steps"]):
-    start = time.perf_counter()
-    value, payload = (float(t) for t in run(i))
-    times.append(time.perf_counter() - start)
+  before, times, (value, computed) = points.timed_steps(run, spec, lambda: socket_bytes(ps_pids))
   after = socket_bytes(ps_pids)
-  measured = sum(after[p][0] - before[p][0] + after[p][1] - before[p][1] for p in ps_pids)
+  got, sent = (sum(after[p][k] - before[p][k] for p in ps_pids) for k in (0, 1))
   return dict(
     times=times,
     loss=value,
-    shards=shards,
-    computed_bytes=int(payload),
-    measured_bytes=measured / len(times),
-    measured_received=sum(after[p][0] - before[p][0] for p in ps_pids) / len(times),
+    shards=len(getattr(built.table, "variables", [built.table])),
+    computed_bytes=int(computed),
+    measured_bytes=(got + sent) / len(times),
+    measured_received=got / len(times),
     chief_peak_kib=memory.status_kib("VmHWM"),
     chief_rss_kib=memory.status_kib("VmRSS"),
     servers={
-      name: dict(peak_kib=process_kib(pid, "VmHWM"), rss_kib=process_kib(pid, "VmRSS"))
+      name: dict(peak_kib=memory.status_kib("VmHWM", pid), rss_kib=memory.status_kib("VmRSS", pid))
       for name, pid in pids.items()
     },
     table_bytes=int(np.prod(built.table.shape)) * 4,
@@ -216,19 +166,15 @@ def ps_point(spec: dict) -> dict:
   )
 
 
-def project_memory(points, target: float = 1e8):
+def project_memory(measured, target: float = 1e8):
   """Linear projection of a ps's resident set (KiB) to ``target`` items from [(|I|, KiB)]: the
   line through the two largest sizes (the per-item cost is the table's rows and slots)."""
-  (n1, m1), (n2, m2) = sorted(points)[-2:]
+  (n1, m1), (n2, m2) = sorted(measured)[-2:]
   slope = (m2 - m1) / (n2 - n1)
   return m2 + slope * (target - n2), slope
 
 
 VARIANT = "mixed+hash_array@lazy_adam"
-
-
-def _kib_gib(kib) -> str:
-  return "" if not kib else f"{kib / 2**20:.2f}"
 
 
 def _bytes(n) -> str:
@@ -237,82 +183,37 @@ def _bytes(n) -> str:
 
 def report(results: dict, sizes, num_ps: int, dim: int = 64) -> tuple:
   """(markdown table lines, projection lines, summary) of {(side, |I|): measurements}."""
-  from bench.catalog.points import fmt_size
-  from bench.common.report import markdown_header, markdown_row, summary_line
-  from bench.common.timing import min_median
-
   ps_names = [f"ps {i}" for i in range(num_ps)]
   lines = markdown_header(
     [
-      "\\|I\\|",
-      "side",
-      "min ms",
-      "median ms",
-      "median / one-process",
-      "peak RSS GiB: chief (or the process)",
-      "worker",
-      *(f"{n}" for n in ps_names),
-      "ps RSS after steps GiB",
-      "bytes / step measured (ps TCP)",
-      "computed (rows + grads)",
-      "item table GiB",
-      "loss",
+      *"\\|I\\|;side;min ms;median ms;median / one-process".split(";"),
+      *("peak RSS GiB: chief (or the process)", "worker", *ps_names, "ps RSS after steps GiB"),
+      *("bytes / step measured (ps TCP)", "computed (rows + grads)", "item table GiB", "loss"),
     ]
   )
   parts, per_ps, chief = [], [], []
   for v in sizes:
     one = results.get(("one", v), {})
-    base = np.median(one["times"]) if "times" in one else None
     for side in ("one", "ps"):
       m = results.get((side, v), {})
       if "times" not in m:
         lines.append(f"| {fmt_size(v)} | {side} | {m.get('error', 'not run')} |" + "|" * 11)
         continue
-      t_min, t_med = min_median(np.array(m["times"]) * 1e3)
-      ratio = "" if base is None else f"{np.median(m['times']) / base:.2f}"
+      ratio = "" if "times" not in one else f"{np.median(m['times']) / np.median(one['times']):.2f}"
+      tail = [f"{m['table_bytes'] / 2**30:.3f}", f"{m['loss']:.3f}"]
       if side == "one":
-        lines.append(
-          markdown_row(
-            [
-              fmt_size(v),
-              "one process",
-              f"{t_min:.1f}",
-              f"{t_med:.1f}",
-              ratio,
-              _kib_gib(m["peak_rss_kib"]),
-              "",
-              *[""] * num_ps,
-              "",
-              "",
-              "",
-              f"{m['table_bytes'] / 2**30:.3f}",
-              f"{m['loss']:.3f}",
-            ]
-          )
-        )
+        cells = ["one process", *points.time_cells(m), ratio, gib(m["peak_rss_kib"])]
+        lines.append(markdown_row([fmt_size(v), *cells, *[""] * (num_ps + 4), *tail]))
         continue
       servers = m["servers"]
       per_ps.append((v, max(servers[n]["rss_kib"] for n in ps_names)))
       chief.append((v, m["chief_peak_kib"]))
-      lines.append(
-        markdown_row(
-          [
-            fmt_size(v),
-            f"parameter server ({m['shards']} shards)",
-            f"{t_min:.1f}",
-            f"{t_med:.1f}",
-            ratio,
-            _kib_gib(m["chief_peak_kib"]),
-            _kib_gib(servers["worker 0"]["peak_kib"]),
-            *(_kib_gib(servers[n]["peak_kib"]) for n in ps_names),
-            " / ".join(_kib_gib(servers[n]["rss_kib"]) for n in ps_names),
-            _bytes(m["measured_bytes"]),
-            _bytes(m["computed_bytes"]),
-            f"{m['table_bytes'] / 2**30:.3f}",
-            f"{m['loss']:.3f}",
-          ]
-        )
-      )
+      cells = [f"parameter server ({m['shards']} shards)", *points.time_cells(m), ratio]
+      cells += [gib(m["chief_peak_kib"]), gib(servers["worker 0"]["peak_kib"])]
+      cells += [*(gib(servers[n]["peak_kib"]) for n in ps_names)]
+      cells += [" / ".join(gib(servers[n]["rss_kib"]) for n in ps_names)]
+      cells += [_bytes(m["measured_bytes"]), _bytes(m["computed_bytes"])]
+      lines.append(markdown_row([fmt_size(v), *cells, *tail]))
       if ratio:
         parts.append(f"{fmt_size(v)} ps/one {ratio}x, {_bytes(m['measured_bytes'])}/step")
   projection = []
@@ -348,138 +249,96 @@ def plot(results: dict, sizes, num_ps: int, path, dim: int = 64) -> None:
   """catalog_size_ps.png of {(side, |I|): measurements}: median step (ms) of both sides, and the
   memory of every process (peak RSS of the one process and the chief, worker and ps RSS after the
   steps) with the item table's size, against |I| (log-log)."""
-  import matplotlib
+  title = f"Two-tower step ({VARIANT}): {num_ps} parameter servers vs one process"
+  panels = (("median step (schedule + join)", "ms"), ("memory per process", "GiB"))
+  with points.log_log_figure(path, title, panels) as (ax_t, ax_m):
+    for side, label in (("one", "one process"), ("ps", f"{num_ps} ps + 1 worker")):
+      pts = [v for v in sizes if "times" in results.get((side, v), {})]
+      ax_t.plot(pts, [points.median_ms(results[(side, v)]) for v in pts], "o-", label=label)
+    one = [v for v in sizes if "peak_rss_kib" in results.get(("one", v), {})]
+    peaks = [results[("one", v)]["peak_rss_kib"] / 2**20 for v in one]
+    ax_m.plot(one, peaks, "o-", label="one process (peak)")
+    ps_sizes = [v for v in sizes if "servers" in results.get(("ps", v), {})]
+    ps = [results[("ps", v)] for v in ps_sizes]
+    ax_m.plot(ps_sizes, [m["chief_peak_kib"] / 2**20 for m in ps], "s-", label="chief (peak)")
+    curves = {"worker 0": ("^-", "worker")}
+    curves.update({f"ps {i}": ("v-", f"ps {i} (after the steps)") for i in range(num_ps)})
+    for name, (marker, label) in curves.items():
+      ax_m.plot(ps_sizes, [m["servers"][name]["rss_kib"] / 2**20 for m in ps], marker, label=label)
+    table = [(v + 1) * dim * 4 / 2**30 for v in sizes]
+    ax_m.plot(sizes, table, "k:", label=f"item table (d {dim})")
 
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
 
-  fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2))
-  gib = lambda kib: kib / 2**20
-  for side, label in (("one", "one process"), ("ps", f"{num_ps} ps + 1 worker")):
-    pts = [v for v in sizes if "times" in results.get((side, v), {})]
-    ax_t.plot(pts, [np.median(results[(side, v)]["times"]) * 1e3 for v in pts], "o-", label=label)
-  one = [v for v in sizes if "peak_rss_kib" in results.get(("one", v), {})]
-  ax_m.plot(
-    one, [gib(results[("one", v)]["peak_rss_kib"]) for v in one], "o-", label="one process (peak)"
-  )
-  ps = [v for v in sizes if "servers" in results.get(("ps", v), {})]
-  ax_m.plot(ps, [gib(results[("ps", v)]["chief_peak_kib"]) for v in ps], "s-", label="chief (peak)")
-  ax_m.plot(
-    ps,
-    [gib(results[("ps", v)]["servers"]["worker 0"]["rss_kib"]) for v in ps],
-    "^-",
-    label="worker",
-  )
-  for i in range(num_ps):
-    ax_m.plot(
-      ps,
-      [gib(results[("ps", v)]["servers"][f"ps {i}"]["rss_kib"]) for v in ps],
-      "v-",
-      label=f"ps {i} (after the steps)",
+class ParameterServer:
+  """The ``--parameter_server`` run of bench/catalog_size.py (bench/README.md), for its `main`
+  (the interface: `bench.catalog_size.OneProcess`): sides "one" and "ps" alternating in every
+  pass, the ps side on a fresh cluster per point."""
+
+  def __init__(self, args, sizes):
+    self.args, self.sizes = args, sizes
+    self.intro = (
+      f"parameter-server side: {VARIANT}, {args.ps_shards} ps + 1 worker processes; "
+      f"{args.passes} passes x ({args.warmup} warm-up + {args.steps} timed steps)"
     )
-  ax_m.plot(sizes, [(v + 1) * dim * 4 / 2**30 for v in sizes], "k:", label=f"item table (d {dim})")
-  from bench.catalog.points import log_log_axes
 
-  log_log_axes(((ax_t, "median step (schedule + join)", "ms"), (ax_m, "memory per process", "GiB")))
-  fig.suptitle(
-    f"Two-tower step ({VARIANT}): {num_ps} parameter servers vs one process", fontsize=10
-  )
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  def sides(self, sweep: int):
+    return ("one", "ps") if sweep % 2 == 0 else ("ps", "one")  # interleaved
 
+  def measure(self, side: str, v: int) -> dict:
+    spec = points.point_spec(self.args, VARIANT, v)
+    if side == "one":
+      return points.run_point(spec, self.args.timeout)
+    cluster, procs = start_cluster(self.args.ps_shards)
+    try:
+      spec.update(cluster=cluster, server_pids={f"{t} {i}": p.pid for (t, i), p in procs.items()})
+      return points.run_point(spec, self.args.timeout, ps_point)
+    finally:
+      stop_cluster(procs)
 
-def main_ps(args, command: str) -> str:
-  """The ``--parameter_server`` run of bench/catalog_size.py (module docstring); returns the
-  summary line."""
-  import pathlib
+  def line(self, side: str, v: int, result: dict) -> str:
+    done = f"median {points.median_ms(result):.1f} ms" if result.get("times") else None
+    return f"{side} |I|={v}: " + (done or result.get("error", "?"))
 
-  from bench.catalog import points
-
-  sizes = sorted(int(float(s)) for s in args.sizes.split(",") if s)
-  results, started = {}, time.time()
-  print(
-    f"parameter-server side: {VARIANT}, {args.ps_shards} ps + 1 worker processes; "
-    f"{args.passes} passes x ({args.warmup} warm-up + {args.steps} timed steps)",
-    flush=True,
-  )
-  for sweep in range(args.passes):
-    for v in sizes:
-      spec = dict(
-        variant=VARIANT,
-        num_items=v,
-        batch_size=args.batch_size,
-        dim=args.dim,
-        num_users=args.num_users,
-        num_negatives=args.num_negatives,
-        buckets=args.buckets,
-        steps=args.steps,
-        warmup=args.warmup,
-        seed=args.seed,
-      )
-      for side in ("one", "ps") if sweep % 2 == 0 else ("ps", "one"):  # interleaved
-        if side == "one":
-          result = points.run_point(spec, args.timeout)
-        else:
-          cluster, procs = start_cluster(args.ps_shards)
-          try:
-            pids = {f"{t} {i}": p.pid for (t, i), p in procs.items()}
-            result = points.run_point(
-              dict(spec, cluster=cluster, server_pids=pids), args.timeout, ps_point
-            )
-          finally:
-            stop_cluster(procs)
-        key = (side, v)
-        results[key] = points.merge(results[key], result) if key in results else result
-        if "servers" in result and "servers" in results[key]:  # memory: the larger peaks
-          for name, mem in result["servers"].items():
-            old = results[key]["servers"][name]
-            results[key]["servers"][name] = {k: max(old[k], mem[k]) for k in mem}
-        t = result.get("times")
-        print(
-          f"pass {sweep + 1}: {side} |I|={v}: "
-          + (f"median {np.median(t) * 1e3:.1f} ms" if t else result.get("error", "?")),
-          flush=True,
-        )
-  lines, projection, summary = report(results, sizes, args.ps_shards, args.dim)
-  out = pathlib.Path(args.out)
-  out.mkdir(parents=True, exist_ok=True)
-  md = [
-    "# Two-tower step against the catalog size: parameter servers vs one process",
-    "",
-    "```",
-    command.strip(),
-    "```",
-    "",
-    f"Machine: a loaded 2-core CPU (shared with other jobs, training runs among them; "
-    f"{(time.time() - started) / 60:.0f} min): absolute times are noisy, read the ratios "
-    "(both sides alternate within each pass).",
-    f"Point: two-tower, B = {args.batch_size}, d = {args.dim}, {args.num_users} users (id "
-    f"tower), mixed negatives ({args.num_negatives}), corrected logQ, hash-array estimator "
-    f"({args.buckets} buckets), LazyAdam; {args.passes} passes of {args.warmup} warm-up + "
-    f"{args.steps} timed steps per side and size. Parameter-server side: {args.ps_shards} ps "
-    "processes + 1 worker process on 127.0.0.1, the chief schedules one step and joins it "
-    "(latency of a step). Peak RSS = VmHWM over the process's life (the tables' "
-    'initialisation included); "ps RSS after steps" = VmRSS at the end. Bytes per step: '
-    "measured = TCP bytes sent + received by the ps processes during the timed steps / "
-    "steps (kernel socket counters, gRPC framing included); computed = the step's rows "
-    "gathered + sparse gradients (values and indices) + dense variables and gradients, "
-    "without the optimizer slots and estimator cells. Definitions: "
-    "bench/catalog/parameter_server.py.",
-    "",
-    *lines,
-    "",
-    *projection,
-    "",
-    summary,
-    "",
-  ]
-  plot(results, sizes, args.ps_shards, out / "catalog_size_ps.png", args.dim)
-  md += ["![catalog_size_ps.png](catalog_size_ps.png)", ""]
-  (out / "catalog_size_ps.md").write_text("\n".join(md))
-  (out / "catalog_size_ps.json").write_text(
-    json.dumps({f"{side} {v}": m for (side, v), m in results.items()}, default=float)
-  )
-  print("\n".join(lines + [""] + projection))
-  print(f"wrote {out / 'catalog_size_ps.md'}")
-  return summary
+  def write(self, results: dict, out, command: str, minutes: float) -> str:
+    args = self.args
+    lines, projection, summary = report(results, self.sizes, args.ps_shards, args.dim)
+    plot(results, self.sizes, args.ps_shards, out / "catalog_size_ps.png", args.dim)
+    md = [
+      "# Two-tower step against the catalog size: parameter servers vs one process",
+      "",
+      "```",
+      command,
+      "```",
+      "",
+      f"Machine: a loaded 2-core CPU (shared with other jobs, training runs among them; "
+      f"{minutes:.0f} min): absolute times are noisy, read the ratios "
+      "(both sides alternate within each pass).",
+      f"Point: two-tower, B = {args.batch_size}, d = {args.dim}, {args.num_users} users (id "
+      f"tower), mixed negatives ({args.num_negatives}), corrected logQ, hash-array estimator "
+      f"({args.buckets} buckets), LazyAdam; {args.passes} passes of {args.warmup} warm-up + "
+      f"{args.steps} timed steps per side and size. Parameter-server side: {args.ps_shards} ps "
+      "processes + 1 worker process on 127.0.0.1, the chief schedules one step and joins it "
+      "(latency of a step). Peak RSS = VmHWM over the process's life (the tables' "
+      'initialisation included); "ps RSS after steps" = VmRSS at the end. Bytes per step: '
+      "measured = TCP bytes sent + received by the ps processes during the timed steps / "
+      "steps (kernel socket counters, gRPC framing included); computed = the step's rows "
+      "gathered + sparse gradients (values and indices) + dense variables and gradients, "
+      "without the optimizer slots and estimator cells. Definitions: "
+      "bench/catalog/parameter_server.py.",
+      "",
+      *lines,
+      "",
+      *projection,
+      "",
+      summary,
+      "",
+      "![catalog_size_ps.png](catalog_size_ps.png)",
+      "",
+    ]
+    (out / "catalog_size_ps.md").write_text("\n".join(md))
+    (out / "catalog_size_ps.json").write_text(
+      json.dumps({f"{side} {v}": m for (side, v), m in results.items()}, default=float)
+    )
+    print("\n".join(lines + [""] + projection))
+    print(f"wrote {out / 'catalog_size_ps.md'}")
+    return summary

@@ -1,11 +1,13 @@
 """The points of bench/catalog_size.py, one (variant, |I|) two-tower step each, shared by its
 one-process side and its parameter-server side (`bench.catalog.parameter_server`): the Zipf(1)-like
-item law of the batches, the model built by the training binary's code, the timed steps in a
-forked child of their own, and the size labels and axes of the report.
+item law of the batches, the model built by the training binary's code, its training step, the
+timed steps in a forked child of their own, the merging of passes, and the size labels and axes
+of the report.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -16,6 +18,7 @@ import types
 import numpy as np
 
 from bench.common import memory
+from bench.common.timing import min_median
 
 VARIANTS = (
   "mixed+exact",
@@ -26,6 +29,21 @@ VARIANTS = (
   "mixed+hash_array@lazy_adam",
 )
 OPTIMIZERS = ("sgd", "adam", "lazy_adam")
+SPEC_FLAGS = (
+  "batch_size",
+  "dim",
+  "num_users",
+  "num_negatives",
+  "buckets",
+  "steps",
+  "warmup",
+  "seed",
+)
+
+
+def point_spec(args, variant: str, num_items: int) -> dict:
+  """The point (variant, |I|) with the other settings from bench/catalog_size.py's flags."""
+  return dict(variant=variant, num_items=num_items, **{k: getattr(args, k) for k in SPEC_FLAGS})
 
 
 def full_softmax_bytes(batch: int, num_items: int, dim: int) -> int:
@@ -36,7 +54,7 @@ def full_softmax_bytes(batch: int, num_items: int, dim: int) -> int:
 
 def zipf_probabilities(num_items: int) -> np.ndarray:
   """P(i) = log((i + 1) / i) / log(|I| + 1) for i = 1..|I| (index 0 = 0): the law of
-  floor(exp(u log(|I| + 1))) with u ~ U(0, 1)."""
+  `zipf_ids`, floor(exp(u log(|I| + 1))) with u ~ U(0, 1)."""
   i = np.arange(1, num_items + 1, dtype=np.float64)
   return np.concatenate([[0.0], np.log1p(1.0 / i) / np.log(num_items + 1.0)])
 
@@ -118,6 +136,38 @@ def build_point(spec: dict):
   )
 
 
+def step_fn(built, measure):
+  """The training step of ``built`` on one batch (objective, gradients, optimizer update, step
+  + 1), in graph code; returns (loss, ``measure(gradients)``), the gradients in the order of
+  ``built.variables``."""
+  import tensorflow as tf
+
+  def train_step(batch):
+    with tf.GradientTape() as tape:
+      terms = built.objective(batch, built.step, training=True)
+    grads = tape.gradient(terms["loss"], built.variables)
+    out = measure(grads)
+    pairs = [(g, v) for g, v in zip(grads, built.variables) if g is not None]
+    built.optimizer.apply_gradients(pairs)
+    built.step.assign_add(1)
+    return terms["loss"], out
+
+  return train_step
+
+
+def timed_steps(run, spec: dict, before=lambda: None):
+  """``spec["warmup"]`` untimed steps ``run(i)``, then ``before()``, then ``spec["steps"]`` timed
+  ones: (what ``before`` returned, [seconds per timed step], the last one's values as floats)."""
+  for i in range(spec["warmup"]):
+    run(i)
+  ready, times, last = before(), [], (float("nan"), -1.0)
+  for i in range(spec["steps"]):
+    start = time.perf_counter()
+    last = tuple(float(t) for t in run(i))
+    times.append(time.perf_counter() - start)
+  return ready, times, last
+
+
 def estimator_bytes(estimator) -> int:
   """Bytes of the estimator's variables (0 without one)."""
   if estimator is None:
@@ -134,44 +184,31 @@ def measure_point(spec: dict) -> dict:
   tf.get_logger().setLevel("ERROR")
   rss_import = memory.status_kib("VmRSS")
   built = build_point(spec)
-  objective, variables, optimizer = built.objective, built.variables, built.optimizer
-  step, table, batches, estimator = built.step, built.table, built.batches, built.estimator
 
-  @tf.function
-  def train_step(batch):
-    with tf.GradientTape() as tape:
-      terms = objective(batch, step, training=True)
-    grads = tape.gradient(terms["loss"], variables)
+  def table_rows(grads):
     rows = tf.constant(-1, tf.int64)
-    for var, g in zip(variables, grads):
-      if var is table and g is not None:
+    for var, g in zip(built.variables, grads):
+      if var is built.table and g is not None:
         rows = (
           tf.size(g.indices, out_type=tf.int64)
           if isinstance(g, tf.IndexedSlices)
           else tf.shape(g, out_type=tf.int64)[0]
         )
-    optimizer.apply_gradients([(g, var) for g, var in zip(grads, variables) if g is not None])
-    step.assign_add(1)
-    return terms["loss"], rows
+    return rows
 
+  train_step = tf.function(step_fn(built, table_rows))
   rss_setup = memory.status_kib("VmRSS")
-  for i in range(spec["warmup"]):
-    train_step(batches[i % 4])[0].numpy()
-  reset = memory.reset_peak_rss()
-  times, value, rows = [], float("nan"), -1
-  for i in range(spec["steps"]):
-    start = time.perf_counter()
-    value, rows = (float(t) for t in train_step(batches[i % 4]))
-    times.append(time.perf_counter() - start)
-  state = estimator_bytes(estimator)
+  reset, times, (value, rows) = timed_steps(
+    lambda i: train_step(built.batches[i % 4]), spec, memory.reset_peak_rss
+  )
   return dict(
     times=times,
     loss=value,
     peak_rss_kib=memory.peak_rss_kib(reset),
     rss_import_kib=rss_import,
     rss_setup_kib=rss_setup,
-    table_bytes=int(np.prod(table.shape)) * 4,
-    estimator_bytes=state,
+    table_bytes=int(np.prod(built.table.shape)) * 4,
+    estimator_bytes=estimator_bytes(built.estimator),
     table_grad_rows=int(rows),
   )
 
@@ -216,33 +253,58 @@ def run_point(spec: dict, timeout: float, point=None) -> dict:
 
 
 def fmt_size(n: int) -> str:
-  e = int(round(np.log10(n)))
-  return f"1e{e}" if 10**e == n else f"{n:.0e}".replace("+0", "").replace("+", "")
+  """1e4, 3e6: the catalog size to one significant digit."""
+  return f"{n:.0e}".replace("+0", "").replace("+", "")
 
 
-def log_log_axes(panels) -> None:
-  """Log-log axes against the catalog size for ((axis, title, unit), ...), grid and legend."""
-  for ax, title, unit in panels:
+def median_ms(result: dict) -> float:
+  return float(np.median(result["times"])) * 1e3
+
+
+def time_cells(result: dict) -> list:
+  """The min and median ms per step of a point's pooled steps, as table cells."""
+  return [f"{t:.1f}" for t in min_median(np.array(result["times"]) * 1e3)]
+
+
+@contextlib.contextmanager
+def log_log_figure(path, title: str, panels):
+  """Two panels side by side against the catalog size (log-log): yields their axes, then gives
+  each its ((title, unit), ...), grid and legend and saves the figure, titled ``title``, to
+  ``path``."""
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+  yield axes
+  for ax, (name, unit) in zip(axes, panels):
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("catalog size |I|")
     ax.set_ylabel(unit)
-    ax.set_title(title)
+    ax.set_title(name)
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
+  fig.suptitle(title, fontsize=10)
+  fig.tight_layout()
+  fig.savefig(path, dpi=120)
+  plt.close(fig)
 
 
 def merge(old: dict, new: dict) -> dict:
-  """Pools the timed steps of two passes over a point; memory: the larger peak."""
+  """Pools the timed steps of two passes over a point; memory: the larger peak (and, on the
+  parameter-server side, the larger of each server's figures)."""
   if "times" not in old:
     return new
   if "times" not in new:
     return old
   out = dict(old, times=old["times"] + new["times"])
-  if (
-    old.get("peak_rss_kib")
-    and new.get("peak_rss_kib")
-    and new["peak_rss_kib"] > old["peak_rss_kib"]
-  ):
+  if old.get("peak_rss_kib") and (new.get("peak_rss_kib") or 0) > old["peak_rss_kib"]:
     out.update(peak_rss_kib=new["peak_rss_kib"], rss_import_kib=new["rss_import_kib"])
+  if "servers" in new:
+    out["servers"] = {
+      name: {k: max(old["servers"][name][k], mem[k]) for k in mem}
+      for name, mem in new["servers"].items()
+    }
   return out

@@ -1,18 +1,23 @@
-"""Resident set size of this process from /proc/self/status (Linux), and its peak over a span:
-`reset_peak_rss` before the span, `peak_rss_kib` after it."""
+"""Resident set size of this process (or another) from /proc/PID/status (Linux), and this
+process's peak over a span: `reset_peak_rss` before the span, `peak_rss_kib` after it."""
 
 from __future__ import annotations
 
 import pathlib
 import re
-from typing import Optional
+from typing import Optional, Union
 
 __all__ = ["status_kib", "reset_peak_rss", "peak_rss_kib"]
 
 
-def status_kib(field: str) -> int:
-  """A kB field of /proc/self/status (VmRSS: resident now, VmHWM: its peak); 0 if absent."""
-  m = re.search(rf"^{field}:\s+(\d+) kB", pathlib.Path("/proc/self/status").read_text(), re.M)
+def status_kib(field: str, pid: Union[int, str] = "self") -> int:
+  """A kB field of /proc/PID/status (VmRSS: resident now, VmHWM: its peak); 0 if absent (or the
+  process is gone)."""
+  try:
+    text = pathlib.Path(f"/proc/{pid}/status").read_text()
+  except OSError:
+    return 0
+  m = re.search(rf"^{field}:\s+(\d+) kB", text, re.M)
   return int(m.group(1)) if m else 0
 
 

@@ -1,6 +1,6 @@
 """bench/catalog/parameter_server.py, the parameter-server side of bench/catalog_size.py: the socket
-byte counters it reads, its memory projection, and the bench itself at a tiny size (both sides, a
-2-ps cluster of processes)."""
+byte counters and the other processes' memory it reads, its memory projection, and the bench
+itself at a tiny size (both sides, a 2-ps cluster of processes)."""
 
 import json
 import os
@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from bench.catalog import parameter_server as catalog_ps
+from bench.common import memory
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -32,6 +33,16 @@ def test_socket_bytes_counts_what_this_process_sends_and_receives_over_tcp():
       s.close()
   # Both ends are this process: 100 kB sent by one socket and received by the other.
   assert after[1] - before[1] >= 100_000 and after[0] - before[0] >= 100_000
+
+
+def test_memory_of_another_process_and_of_one_gone():
+  proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+  try:
+    assert memory.status_kib("VmHWM", proc.pid) >= memory.status_kib("VmRSS", proc.pid) > 0
+  finally:
+    proc.kill()
+    proc.wait()
+  assert memory.status_kib("VmRSS", proc.pid) == 0
 
 
 def test_memory_projection_is_the_line_through_the_two_largest_sizes():

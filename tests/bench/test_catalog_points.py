@@ -1,5 +1,6 @@
 """bench/catalog/points.py (the points of bench/catalog_size.py): the Zipf(1)-like item law its
-batches are drawn from, the projected memory of a full-softmax step."""
+batches are drawn from, the projected memory of a full-softmax step, the merging of passes and the
+size labels."""
 
 import numpy as np
 
@@ -25,3 +26,20 @@ def test_full_softmax_projection_grows_with_batch_times_catalog():
   large = points.full_softmax_bytes(256, 10_000_000, 64)
   assert large / small > 900
   assert large > 3 * 256 * 10_000_000 * 4  # the [B, |I|] logits, softmax and gradient
+
+
+def test_merge_pools_the_steps_of_two_passes_and_keeps_the_larger_memory():
+  ps = lambda peak, rss: {"ps 0": dict(peak_kib=peak, rss_kib=rss)}
+  old = dict(times=[1.0], peak_rss_kib=10, rss_import_kib=1, servers=ps(5, 4))
+  new = dict(times=[2.0], peak_rss_kib=20, rss_import_kib=2, servers=ps(3, 6))
+  merged = points.merge(old, new)
+  assert merged["times"] == [1.0, 2.0] and merged["servers"] == ps(5, 6)
+  assert (merged["peak_rss_kib"], merged["rss_import_kib"]) == (20, 2)
+  assert points.merge(new, old)["peak_rss_kib"] == 20
+  failed = dict(error="timeout after 1 s")
+  assert points.merge(failed, new) is new and points.merge(old, failed) is old
+
+
+def test_size_labels():
+  sizes = (1, 2000, 10_000, 3_000_000, 10**10)
+  assert [points.fmt_size(n) for n in sizes] == ["1e0", "2e3", "1e4", "3e6", "1e10"]
