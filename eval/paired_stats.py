@@ -51,7 +51,8 @@ of the values' shape), an interval that contains 0 and lies inside (-m, +m) is E
 ("equivalent"): the data exclude a difference as large as m either way. This is the
 two-one-sided-tests equivalence check at level (1 - c) / 2 per side (with c = 0.95: 2.5 %), so
 it is conservative; an interval that contains 0 but reaches past +-m stays "within noise" (the
-experiment cannot tell), and "ahead" / "behind" do not depend on m.
+experiment cannot tell), and "ahead" / "behind" do not depend on m. A margin relative to the
+second arm (``relative_margin``): m = fraction · |mean of B's values| (e.g. 0.02: ± 2 % of B).
 """
 
 import functools
@@ -77,6 +78,7 @@ __all__ = [
   "paired_difference",
   "independent_difference",
   "prediction_interval",
+  "relative_margin",
 ]
 
 CONFIDENCE = 0.95
@@ -429,3 +431,10 @@ def prediction_interval(values, confidence: float = CONFIDENCE) -> dict:
     half = t_critical(confidence, v.size - 1) * out["std"] * math.sqrt(1 + 1 / v.size)
     out["ci"] = [out["mean"] - half, out["mean"] + half]
   return out
+
+
+def relative_margin(fraction: float, reference):
+  """The absolute margin ``fraction`` · |mean of ``reference``| (module docstring), for
+  ``margin=``; None (no equivalence verdict) when ``fraction`` <= 0 or ``reference`` is empty."""
+  values = _scalar_runs(reference, "reference")
+  return fraction * abs(float(values.mean())) if fraction > 0 and values.size else None

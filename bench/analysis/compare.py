@@ -1,39 +1,12 @@
-r"""Two arms compared on paired seeds: the same runs made twice with one setting changed (one factor
-of Table 1, e.g. --uniform_negatives=query against =sequence; bfloat16 against float32), row by
-row (`eval.paired_stats`).
+r"""Two arms compared on paired seeds, row by row: the same runs made twice with one setting changed
+(one factor of Table 1, e.g. --uniform_negatives=query against =sequence; bfloat16 against float32).
 
     python -m bench.analysis compare --a=runs/query --b=runs/sequence \
         --names=per-position,per-sequence --setting=ml1m_loo --budget= \
         --out=docs/results/table1/negatives_factor
     python -m bench.analysis compare --a=runs/bf16 --b=runs/float32 --names=bfloat16,float32
 
-An arm is one of:
-* a `python -m bench.launch` --out folder, `<arm>/<setting>/<row>/seed<s>` (with `--budget=`),
-  or the older reproduce tree `<arm>/<budget>/<setting>/<row>/seed<s>`; a run is finished when its
-  eval/eval_results.json exists (`bench.table1.results`);
-* a tree of `bench/paper_loop.py` runs, <arm>/<logq>/seed<s>/metrics.json (corrected, standard,
-  none: the rows mixed_corrected, mixed_standard, mixed_none);
-* a folder of `<arm>/seed<s>/metrics.json` with their ``test`` metrics (what
-  `python -m train.keras3 --seeds=...` writes, and separate runs with --model_dir=<arm>/seed<s>):
-  one row, ``seeds``; both arms must then be such folders.
-
-For each row and metric (R@20, NDCG@20, R@10, NDCG@10, those both arms hold), with A_s and B_s
-the exact test metric of seed s in the two arms and m = --margin (relative to B's mean):
-
-    d_s = A_s − B_s,   interval = mean d ± t_{0.975, n−1} · s.e.(d),
-    verdict "equivalent" iff 0 ∈ interval ⊂ (−m · mean B, +m · mean B),
-
-and the same over every (row, seed) pair of the rows together ("all rows"), which assumes one
-effect of the factor on every row. ``--unpaired``: the two arms' seeds do not pair (the paper's
-own scripts against ours: two programs that draw their randomness differently), so each row gets
-Welch's difference of the means (`eval.paired_stats.independent_difference`), and a single run
-of A is placed against B's 95 % prediction interval of one more run; no pooled row.
-
-Also written: per run the best epoch, the epoch it stopped at, the steps to the best epoch and
-the training wall-clock (`timing.json`, else the binary's train_wall_seconds; runs that shared a
-machine have times that cannot be compared), and the validation curves (val NDCG@10 by epoch,
-one thin line per seed, one panel per row) as `curves.png`. The paper's figure is beside each
-row where Table 1 has it. The report is `factor.md` (and `factor.json`) in --out.
+Arms, statistics, flags and outputs: bench/README.md, section `analysis/` (compare).
 """
 
 from __future__ import annotations
@@ -45,8 +18,8 @@ import shlex
 import sys
 from typing import Dict, List, Optional, Sequence
 
-from bench.table1.results import collect, collect_paper_loop, collect_seed_runs, is_paper_loop_tree
-from bench.table1.rows import PAPER, ROWS
+from bench.analysis.runs import collect, collect_paper_loop, collect_seed_runs, is_paper_loop_tree
+from bench.launch.rows import PAPER, ROWS, label
 from eval import paired_stats
 
 METRICS = ("recall@20", "ndcg@20", "recall@10", "ndcg@10")
@@ -58,10 +31,6 @@ def _fmt(x: Optional[float], digits: int = 4, sign: bool = True) -> str:
   if x is None:
     return "—"
   return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
-
-
-def _label(row: str) -> str:
-  return ROWS[row][0] if row in ROWS else row
 
 
 def _rows_found(arm: pathlib.Path, budget: str, setting: str) -> List[str]:
@@ -92,7 +61,7 @@ def load(
     rows = sorted(set().union(*(_rows_found(a, budget, setting) for a in arms)))
   unknown = [r for r in rows if r not in ROWS]
   if unknown:
-    raise ValueError(f"unknown rows {unknown}; rows are those of bench/table1/rows.py")
+    raise ValueError(f"unknown rows {unknown}; rows are those of bench/launch/rows.py")
   if not rows:
     raise ValueError(f"no row folder under {[str(a / budget / setting) for a in arms]}")
   paper_trees = [is_paper_loop_tree(a) for a in arms]
@@ -113,9 +82,8 @@ def load(
 def _independent(va: Dict, vb: Dict, margin: float) -> dict:
   """Welch's A − B (the seeds do not pair), shaped as a paired difference's record; with one run
   of A, where it falls against B's 95 % prediction interval of one more run."""
-  mb = paired_stats.mean_se(list(vb.values()))
   diff = paired_stats.independent_difference(
-    va, vb, margin=(margin * abs(mb["mean"]) if mb["mean"] is not None else None)
+    va, vb, margin=paired_stats.relative_margin(margin, list(vb.values()))
   )
   out = {k: diff[k] for k in ("mean", "se", "df", "ci", "verdict")}
   out.update(n=diff["n_first"] + diff["n_second"], seeds=None, positive=None)
@@ -150,27 +118,23 @@ def statistics(data: Dict, setting: str, margin: float, unpaired: bool = False) 
     for m in _metrics(a, b):
       va = {s: float(r["metrics"][m]) for s, r in a.items() if m in r["metrics"]}
       vb = {s: float(r["metrics"][m]) for s, r in b.items() if m in r["metrics"]}
+      common = sorted(set(va) & set(vb))
       if unpaired:
-        per_metric[m] = dict(
-          a=paired_stats.mean_se(list(va.values())),
-          b=paired_stats.mean_se(list(vb.values())),
-          difference=_independent(va, vb, margin),
-        )
-        continue
-      mb = paired_stats.mean_se([vb[s] for s in sorted(set(va) & set(vb))])
-      diff = paired_stats.paired_difference(
-        va, vb, margin=(margin * abs(mb["mean"]) if mb["mean"] is not None else None)
-      )
+        difference = _independent(va, vb, margin)
+      else:
+        reference = paired_stats.relative_margin(margin, [vb[s] for s in common])
+        diff = paired_stats.paired_difference(va, vb, margin=reference)
+        difference = {k: diff[k] for k in ("n", "seeds", "mean", "se", "ci", "positive", "verdict")}
+        for s in common:
+          pooled[m][0][(row, s)] = va[s]
+          pooled[m][1][(row, s)] = vb[s]
       per_metric[m] = dict(
         a=paired_stats.mean_se(list(va.values())),
         b=paired_stats.mean_se(list(vb.values())),
-        difference={k: diff[k] for k in ("n", "seeds", "mean", "se", "ci", "positive", "verdict")},
+        difference=difference,
       )
-      for s in set(va) & set(vb):
-        pooled[m][0][(row, s)] = va[s]
-        pooled[m][1][(row, s)] = vb[s]
     rows[row] = dict(
-      label=_label(row),
+      label=label(row),
       seeds_a=sorted(a),
       seeds_b=sorted(b),
       paper=dict(zip(METRICS, paper[row])) if row in paper else None,
@@ -182,11 +146,10 @@ def statistics(data: Dict, setting: str, margin: float, unpaired: bool = False) 
   for m in [m for m in METRICS if pooled[m][0]]:
     va, vb = pooled[m]
     keys = sorted(va)
-    mb = paired_stats.mean_se([vb[k] for k in keys])
     diff = paired_stats.paired_difference(
       [va[k] for k in keys],
       [vb[k] for k in keys],
-      margin=(margin * abs(mb["mean"]) if mb["mean"] is not None else None),
+      margin=paired_stats.relative_margin(margin, [vb[k] for k in keys]),
     )
     over_rows[m] = {k: diff[k] for k in ("n", "mean", "se", "ci", "positive", "verdict")}
   return dict(setting=setting, margin=margin, unpaired=False, rows=rows, all_rows=over_rows)
@@ -207,7 +170,7 @@ def _interval(d: dict) -> str:
 
 
 def report(data: Dict, stats: Dict, names: Sequence[str], budget: str) -> List[str]:
-  """The Markdown lines of the report (module docstring)."""
+  """The Markdown lines of the report (bench/README.md)."""
   a_name, b_name = names
   how = (
     "independent runs (the seeds do not pair); 95 % intervals of Welch's difference "
@@ -280,7 +243,7 @@ def report(data: Dict, stats: Dict, names: Sequence[str], budget: str) -> List[s
           f"{r['metrics']['recall@20']:.4f}, {r['metrics']['ndcg@20']:.4f}, "
           + ("—" if wall is None else f"{wall:.0f}")
         )
-      lines.append(f"| {_label(row)} | {seed} | {cells[0]} | {cells[1]} |")
+      lines.append(f"| {label(row)} | {seed} | {cells[0]} | {cells[1]} |")
   lines += [
     "",
     f"Budget level read: {budget!r}. Curves: `curves.png` (validation NDCG@10 by epoch).",
@@ -328,7 +291,7 @@ def plot_curves(data: Dict, names: Sequence[str], path: pathlib.Path) -> bool:
             ms=4,
             color=line.get_color(),
           )
-    ax.set_title(_label(row), fontsize=9)
+    ax.set_title(label(row), fontsize=9)
     ax.set_xlabel("epoch")
     ax.set_ylabel("validation NDCG@10")
     ax.legend(fontsize=6)
@@ -339,7 +302,7 @@ def plot_curves(data: Dict, names: Sequence[str], path: pathlib.Path) -> bool:
 
 
 def add_parser(parser: argparse.ArgumentParser) -> None:
-  """The command's arguments (module docstring)."""
+  """The command's arguments (bench/README.md)."""
   parser.add_argument(
     "--a", required=True, help="arm A: a launcher or reproduce tree, paper_loop tree or seeds"
   )

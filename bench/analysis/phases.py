@@ -15,7 +15,7 @@ import shlex
 import sys
 from typing import Dict, List, Optional, Sequence
 
-from bench.table1.results import read_json
+from bench.analysis.runs import read_json
 
 __all__ = ["PHASES", "main", "split", "summarise"]
 

@@ -4,26 +4,11 @@ resumed, finished runs skipped, capped by a time budget.
 
     python -m bench.launch table1_cpu --seeds=0,1,2                  # bench/experiments/*.toml
     python -m bench.launch table1_cpu --dry_run                      # the commands, nothing run
-    python -m bench.launch xbatch_vs_mixed --time_budget_minutes=150 # rerun: goes on
-    python -m bench.launch seeds_program --arrangements=program,parallel,row --rounds=2
+    python -m bench.launch xbatch_ml1m_cpu --time_budget_minutes=150 # rerun: goes on
     python -m bench.analysis table1 --runs=bench/out/table1_cpu      # the report
 
-EXPERIMENT is a TOML file or the name of one in bench/experiments/ (`bench.launch.experiment`
-holds its keys). The flags below override the file's. The runs' folders, their logs and records
-are under --out (default bench/out/<experiment>): <out>/<setting>/<arm>/seed<s>
-(`bench.launch.plan`), and <out>/launch.json / launch.md list every planned run with its status,
-training seconds, epochs, best epoch and test metrics.
-
---arrangements times one plan arranged several ways (what N seeds cost as one program, as N
-processes at once, as N in a row): each round runs the whole plan from scratch under
-<out>/arrangements/<arrangement>_r<k>, the order of the arrangements rotated per round, and
-<out>/arrangements.md gives each one's min / median wall-clock and its ratio to the first
-(> 1: the first is faster), and the mean test NDCG@10 of its runs (the same models: equal up to
-float rounding). The runs then keep --nosasrec_pack_tokens and --frequency_seed=<first seed>,
-the settings under which a program's runs equal separate runs (`train.keras3.seeds`).
-
-Exit status: 0 every run finished, 3 some paused or waiting for time (rerun the same command),
-1 a run failed, 2 bad arguments or experiment. The last line is a one-line summary.
+Folders, arrangements, exit status: bench/README.md, section `launch/`; the file's keys:
+`bench.launch.experiment`.
 """
 
 from __future__ import annotations
@@ -37,10 +22,10 @@ import sys
 import time
 from typing import Dict, List, Optional, Sequence
 
+from bench.analysis.runs import read_json
 from bench.launch import execute as execute_lib
 from bench.launch import experiment as experiment_lib
 from bench.launch import plan as plan_lib
-from bench.table1.results import read_json
 
 __all__ = ["EXPERIMENTS", "main", "parse_args", "resolve", "run"]
 

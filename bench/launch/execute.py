@@ -28,8 +28,8 @@ import subprocess
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from bench.analysis.runs import read_json, write_binary_test_results
 from bench.launch.plan import Program, Run, train_command
-from bench.table1.results import read_json, write_binary_test_results
 
 __all__ = ["MIN_CHUNK_SECONDS", "EXIT_PAUSED", "checkouts", "run_env", "execute"]
 

@@ -2,14 +2,15 @@
 
     description = "Table 1 at the CPU budget"
     settings = ["ml1m_loo"]               # data settings (SETTINGS)
-    rows = ["mixed_none", "mixed_corrected"]   # bench.table1.rows names
+    rows = ["mixed_none", "mixed_corrected"]   # bench.launch.rows names
     binaries = ["tf_keras"]               # BINARIES, "<binary>@<code>" for a pinned checkout
     seeds = [0, 1, 2]
     arrange = "row"                       # ARRANGEMENTS: row | parallel | program
     jobs = 2                              # runs at once (arrange = "parallel")
     evaluate = "eval"                     # eval: eval.evaluate on the export; own: the binary's
-    reference_model = true                # the paper code's preset (bench.table1.rows.PAPER_CODE)
+    reference_model = true                # the paper code's preset (bench.launch.rows.PAPER_CODE)
     repeats = 1                           # every run this many times (timings), order rotated
+    paper_flags = ["--device=cpu"]        # more flags of the paper arm (bench.paper_loop)
     [budget]
     epochs = 15                           # fixed epochs, no early stopping; or
     # patience = 200                      # early stopping on validation NDCG@10
@@ -39,7 +40,7 @@ import dataclasses
 import pathlib
 from typing import Any, Dict, List, Optional, Tuple
 
-from bench.table1 import rows as rows_lib
+from bench.launch import rows as rows_lib
 
 __all__ = [
   "ARRANGEMENTS",
@@ -133,7 +134,7 @@ class Experiment:
       raise ValueError(f"settings: unknown {bad} (choose from {list(SETTINGS)})")
     rows = [r for r in self.rows if r not in rows_lib.ROWS]
     if rows or not self.rows:
-      raise ValueError(f"rows: unknown {rows} (bench.table1.rows.ROWS)")
+      raise ValueError(f"rows: unknown {rows} (bench.launch.rows.ROWS)")
     if not self.seeds or len(set(self.seeds)) != len(self.seeds):
       raise ValueError(f"seeds: distinct integers, got {list(self.seeds)}")
     for b in self.binaries:
@@ -164,7 +165,7 @@ class Experiment:
 
   @property
   def arms(self) -> List[Arm]:
-    """Rows x binaries, row-major; a Keras 3 row of bench.table1.rows (``_keras3_<b>``) is that
+    """Rows x binaries, row-major; a Keras 3 row of bench.launch.rows (``_keras3_<b>``) is that
     binary's arm whatever ``binaries`` says."""
     out: List[Arm] = []
     for row in self.rows:

@@ -28,9 +28,8 @@ import pathlib
 import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from bench.launch import rows as rows_lib
 from bench.launch.experiment import Arm, Experiment
-from bench.table1 import rows as rows_lib
-from bench.table1.results import PAPER_LOOP_ROWS
 from eval.config import EvalConfig
 from train.config import RunConfig
 
@@ -47,7 +46,7 @@ SYNTHETIC = dict(
 SYNTHETIC_MODEL = dict(
   max_len=20, steps_per_epoch=5, embedding_dim=16, num_blocks=1, batch_size=32, num_negatives=16
 )
-PAPER_LOGQ = {row: logq for logq, row in PAPER_LOOP_ROWS.items()}
+PAPER_LOGQ = {row: logq for logq, row in rows_lib.PAPER_LOOP_ROWS.items()}
 # The settings a run's folder, seed and budget fix (never [base]'s).
 PER_RUN = (
   "seed",

@@ -194,6 +194,14 @@ def test_equivalent_when_the_interval_holds_zero_inside_the_margin():
       ps.paired_difference(np.stack([tight, loose], 1), np.stack([b, b], 1), margin=bad)
 
 
+def test_relative_margin_is_a_fraction_of_the_reference_mean():
+  """m = fraction · |mean(reference)|; None (no equivalence verdict) for fraction <= 0 or no
+  reference value."""
+  assert ps.relative_margin(0.02, [0.3, -0.1, 0.4]) == pytest.approx(0.02 * 0.2)
+  assert ps.relative_margin(0.1, [-0.5]) == pytest.approx(0.05)
+  assert ps.relative_margin(0.0, [0.3]) is None and ps.relative_margin(0.02, []) is None
+
+
 def test_one_common_seed_gives_no_interval_and_none_no_statistic():
   got = ps.paired_difference({0: 0.30, 1: 0.25}, {1: 0.20, 3: 0.5})
   assert got["n"] == 1 and got["seeds"] == [1]

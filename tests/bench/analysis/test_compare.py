@@ -2,7 +2,7 @@
 
 Oracle: numpy on the values written into the fake run folders, with Student's t quantiles from a
 table (t_{0.975, 2} = 4.302652729911275, t_{0.975, 4} = 2.776445105197799); the runs are
-written in the layout `bench.table1.results` reads (eval/eval_results.json, train_metrics.json,
+written in the layout `bench.analysis.runs` reads (eval/eval_results.json, train_metrics.json,
 model/history.json, timing.json)."""
 
 import json

@@ -5,7 +5,7 @@ The report: per row, mean ± s.e. = sample std / sqrt(n) over seeds; per pair of
 seeds present in both, the differences d_s, mean ± s.e. and the 95% interval
 mean ± t_{0.975, n-1} · sd(d) / sqrt(n), checked against numpy oracles and scipy's t quantile
 (the statistics themselves, eval.paired_stats, are tested in tests/eval/test_paired_stats.py).
-The rows' settings and pairs (bench.table1.rows) as the launcher plans them."""
+The rows' settings (bench.launch.rows) as the launcher plans them, and their pairs."""
 
 import json
 
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from bench.analysis import table1
+from bench.analysis import runs, table1
 from bench.launch import experiment, plan
-from bench.table1.rows import PAPER_ROWS, paired_rows
+from bench.launch.rows import PAPER_ROWS
 from train.config import RunConfig
 
 
@@ -284,8 +284,6 @@ def test_single_seed_reports_no_spread_and_no_interval(tmp_path, capsys):
 
 
 def test_binary_test_metrics_become_the_runs_eval_results(tmp_path):
-  from bench.table1 import results
-
   run = tmp_path / "ml1m_loo" / "mixed_none_keras3_jax" / "seed0"
   run.mkdir(parents=True)
   test = {"recall@10": 0.2, "ndcg@10": 0.1, "recall@20": 0.3, "ndcg@20": 0.12, "num_queries": 7}
@@ -293,13 +291,13 @@ def test_binary_test_metrics_become_the_runs_eval_results(tmp_path):
   (run / "train_metrics.json").write_text(
     json.dumps(dict(test=test, history=history, best_step=48))
   )
-  results.write_binary_test_results(run)
-  record = results.load_run(tmp_path, "", "ml1m_loo", "mixed_none_keras3_jax", 0)
+  runs.write_binary_test_results(run)
+  record = runs.load_run(tmp_path, "", "ml1m_loo", "mixed_none_keras3_jax", 0)
   assert record["metrics"] == {k: v for k, v in test.items() if k != "num_queries"}
   assert record["curve"] == [{"step": 48, "val_recall@20": 0.25, "val_ndcg@10": 0.09}]
   (run / "train_metrics.json").write_text(json.dumps(dict(history=history)))
   with pytest.raises(ValueError, match="no test metrics"):
-    results.write_binary_test_results(run)
+    runs.write_binary_test_results(run)
 
 
 def test_shared_flags_line_names_the_binary_of_each_row(tmp_path, capsys):
@@ -382,7 +380,7 @@ def test_expected_count_rows_set_the_convention_and_pair_with_the_unigram_rows(t
     ("standard_no_positive", "expected_count"),
     ("standard_no_positive", "unigram"),
   ]
-  labels = [p[2] for p in paired_rows(rows)]
+  labels = [p[2] for p in table1.paired_rows(rows)]
   assert "mixed_expected_count: corrected − standard" in labels
   assert "corrected: expected-count − unigram log Q" in labels
   assert "standard: expected-count − unigram log Q" in labels
@@ -400,7 +398,7 @@ def test_lazy_adam_and_memory_rows_set_their_settings_and_pair_with_mixed(tmp_pa
     ("corrected", "unigram", "adam", "mixed", 16),
     ("corrected", "unigram", "lazy_adam", "mixed", 0),
   ]
-  assert [p[2] for p in paired_rows(rows)] == [
+  assert [p[2] for p in table1.paired_rows(rows)] == [
     "corrected: LazyAdam − Adam tables",
     "corrected: mixed + memory of 16 batches − mixed",
   ]
@@ -411,7 +409,7 @@ def test_keras3_rows_pair_with_their_tf_keras_row():
   """Keras 3 rows pair with each other as the tf-keras rows do; across binaries only row to row
   (the binaries' commands: tests/bench/launch)."""
   rows = ("mixed_none", "mixed_none_keras3_jax", "mixed_corrected", "mixed_corrected_keras3_jax")
-  labels = [p[2] for p in paired_rows(rows)]
+  labels = [p[2] for p in table1.paired_rows(rows)]
   assert "none: Keras 3 JAX − tf-keras" in labels and "corrected: Keras 3 JAX − tf-keras" in labels
   assert not any(r.endswith("_keras3_jax") for r in PAPER_ROWS)
   rows = (
@@ -422,7 +420,7 @@ def test_keras3_rows_pair_with_their_tf_keras_row():
     "mixed_standard",
     "full_softmax_keras3_jax",
   )
-  assert [p[2] for p in paired_rows(rows)] == [
+  assert [p[2] for p in table1.paired_rows(rows)] == [
     "mixed: corrected − standard (Keras 3 JAX)",
     "mixed: corrected − none (Keras 3 JAX)",
     "mixed: standard − none (Keras 3 JAX)",
