@@ -3,6 +3,7 @@ r"""Negatives sources x logQ corrections at 10^5-10^6 items, against a synthetic
     python bench/world_scale.py --num_items=1e5,1e6 --batch_size=512 --steps=10000 --seeds=0,1,2
     python bench/world_scale.py --rows=mixed:corrected,xbatch16:standard,full --out=DIR
     python bench/world_scale.py --out=DIR --report_only --compare=mixed:corrected,mixed:standard
+    python bench/world_scale.py --num_items=2000 --batch_size=256,64 --tau=4,2 --one_at_a_time
     python bench/world_scale.py --quick                      # a small smoke of the pipeline
 
 Method, flags and measured results: bench/README.md, section `world_scale.py`.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import json
 import os
 import pathlib
@@ -25,6 +27,7 @@ from bench.world import report as report_lib
 from bench.world import rows as rows_lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+SWEPT = ("num_items", "batch_size", "steps", "zipf", "tau")  # the list-valued settings flags
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,7 +37,8 @@ class _Parser(argparse.ArgumentParser):
     self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _int_list(text: str, name: str) -> List[int]:
+def _numbers(text: str, name: str, kind=int) -> List:
+  """The comma-separated values of --NAME as ``kind`` (int: '1e5' is 100000)."""
   out = []
   for part in text.split(","):
     part = part.strip()
@@ -44,9 +48,9 @@ def _int_list(text: str, name: str) -> List[int]:
       value = float(part)
     except ValueError:
       raise ValueError(f"--{name}: {part!r} is not a number") from None
-    if value != int(value):
+    if kind is int and value != int(value):
       raise ValueError(f"--{name}: {part!r} is not an integer")
-    out.append(int(value))
+    out.append(kind(value))
   if not out:
     raise ValueError(f"--{name}: no values given")
   return out
@@ -62,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
   add = p.add_argument
   add("--num_items", default="1e5", help="catalog sizes |D|, comma-separated (1e5,1e6)")
   add("--batch_size", default="512", help="batch sizes B, comma-separated (512,4096)")
-  add("--steps", type=int, default=d.steps, help="training steps of every run")
+  add("--steps", default=str(d.steps), help="training steps, comma-separated (500,2000)")
   add("--seeds", default="0,1,2", help="paired seeds (same stream and initial weights per seed)")
   add("--rows", default="", help="comma-separated rows (bench/README.md); default: the grid")
   add("--convention", default="unigram", help="log Q convention of rows that name none")
@@ -73,8 +77,14 @@ def build_parser() -> argparse.ArgumentParser:
   add("--learning_rate", type=float, default=d.learning_rate, help="Adam's rate (cosine to 1%%)")
   add("--embedding_dim", type=int, default=d.embedding_dim, help="model dimension (+1 bias)")
   add("--feature_dim", type=int, default=d.feature_dim, help="user feature dimension f")
-  add("--zipf", type=float, default=d.zipf, help="Zipf exponent of the popularity bias")
-  add("--tau", type=float, default=d.tau, help="peakedness of the preferences")
+  add("--zipf", default=str(d.zipf), help="Zipf exponents of the popularity, comma-separated")
+  add("--tau", default=str(d.tau), help="peakedness of the preferences, comma-separated")
+  add(
+    "--one_at_a_time",
+    action="store_true",
+    help=f"settings: the first value of each of {list(SWEPT)} and each other value of one of "
+    "them around it (default: their product)",
+  )
   add("--world_seed", type=int, default=d.world_seed, help="seed of the world and held-out users")
   add("--train_users", type=int, default=d.train_users, help="training user pool")
   add("--eval_users", type=int, default=d.eval_users, help="held-out users of the metrics")
@@ -99,7 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
 QUICK = dict(
   num_items="2000",
   batch_size="128",
-  steps=200,
+  steps="200",
   seeds="0,1",
   rows="in_batch:corrected,mixed:corrected,midx:corrected,full",
   train_users=1024,
@@ -113,15 +123,19 @@ QUICK = dict(
 
 
 def settings_from(args) -> List[rows_lib.Settings]:
-  """A Settings per (--num_items, --batch_size); its other fields are the flags of their names."""
-  ks = tuple(_int_list(args.ks, "ks"))
-  named = set(rows_lib.Settings._fields) - {"num_items", "batch_size", "ks", "num_bins"}
+  """A Settings per point of the list-valued flags (SWEPT): their product, or with
+  --one_at_a_time their first values and each other value of one flag around them; the other
+  fields are the flags of their names."""
+  ks = tuple(_numbers(args.ks, "ks"))
+  lists = {f: _numbers(getattr(args, f), f, float if f in ("zipf", "tau") else int) for f in SWEPT}
+  named = set(rows_lib.Settings._fields) - set(SWEPT) - {"ks", "num_bins"}
   same = {f: getattr(args, f) for f in named} | {"full_max_logits": int(args.full_max_logits)}
-  return [
-    rows_lib.Settings(num_items=n, batch_size=b, ks=ks, **same)
-    for n in _int_list(args.num_items, "num_items")
-    for b in _int_list(args.batch_size, "batch_size")
-  ]
+  if args.one_at_a_time:
+    centre = {f: v[0] for f, v in lists.items()}
+    points = [centre] + [centre | {f: x} for f, v in lists.items() for x in v[1:]]
+  else:
+    points = [dict(zip(lists, p)) for p in itertools.product(*lists.values())]
+  return list(dict.fromkeys(rows_lib.Settings(ks=ks, **same, **p) for p in points))
 
 
 def _commit() -> Optional[str]:
@@ -322,6 +336,16 @@ def write_reports(folder: pathlib.Path, compares, log) -> Optional[Dict]:
   return summary
 
 
+def write_sweep(out: pathlib.Path, log) -> None:
+  """OUT/sweep.md, .json, .png: corrected − standard across OUT's settings folders."""
+  result = report_lib.sweep([json.loads(p.read_text()) for p in out.glob("*/summary.json")])
+  if result["varying"] and result["points"]:
+    (out / "sweep.md").write_text(report_lib.format_sweep(result))
+    write_json(str(out), "sweep.json", result)
+    report_lib.plot_sweep(result, out / "sweep.png")
+    log(report_lib.format_sweep(result))
+
+
 def _headline(tag: str, summary: Optional[Dict], done: Dict) -> str:
   part = f"{tag} {done['new']} new / {done['skipped']} done / {done['left']} left"
   if not summary:
@@ -349,7 +373,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         setattr(args, name, value)
   start = time.time()
   try:
-    seeds = _int_list(args.seeds, "seeds")
+    seeds = _numbers(args.seeds, "seeds")
     if len(set(seeds)) != len(seeds):
       raise ValueError(f"--seeds must be distinct, got {seeds}")
     if args.convention not in rows_lib.CONVENTIONS:
@@ -395,6 +419,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ValueError as e:
       parser.exit(2, f"{parser.prog}: error: {e}\n")
     parts.append(_headline(folder.name, summary, done))
+  write_sweep(pathlib.Path(args.out), print)
   if not parts:
     parts = [f"no runs under {args.out}"]
   print(

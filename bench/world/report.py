@@ -1,6 +1,7 @@
 r"""The report of bench/world_scale.py: rows over seeds, paired differences, the gap to full
-softmax, the step cost against mixed, the recall@k plot (the statistics and the pairs reported:
-bench/README.md, section `world_scale.py`).
+softmax, the step cost against mixed, the recall@k plot; across the settings folders of one
+--out, corrected − standard per setting and log-Q convention (table and plot; the statistics and
+the pairs reported: bench/README.md, section `world_scale.py`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ __all__ = [
   "summarise",
   "format_markdown",
   "plot_recall",
+  "sweep",
+  "correction_verdict",
+  "format_sweep",
+  "plot_sweep",
 ]
 
 
@@ -303,13 +308,12 @@ def _decile_tables(summary: Dict) -> List[str]:
   return lines + [""]
 
 
-def _diff(d: Dict, digits: int = 4) -> str:
+def _diff(d: Dict, digits: int = 4, marks: bool = True) -> str:
   if d.get("mean") is None:
     return "-"
   half = d.get("half_width")
-  verdict = d.get("verdict")
   tail = "" if half is None else f" ± {half:.{digits}f}"
-  mark = {"ahead": " ↑", "behind": " ↓"}.get(verdict, "")
+  mark = {"ahead": " ↑", "behind": " ↓"}.get(d.get("verdict"), "") if marks else ""
   return f"{d['mean']:+.{digits}f}{tail}{mark}"
 
 
@@ -354,6 +358,104 @@ def plot_recall(summary: Dict, path) -> None:
     "(line: correction; colour: negatives source)",
     fontsize=9,
   )
+  fig.tight_layout()
+  fig.savefig(path, dpi=110)
+  plt.close(fig)
+
+
+SWEPT = ("num_items", "batch_size", "steps", "tau", "zipf")  # the settings a sweep moves
+
+
+def sweep(summaries: Sequence[Dict]) -> Dict:
+  """Every default pair X:corrected − X:standard (same source, log Q) of the folders'
+  summaries, with the settings that differ between the folders (``varying``)."""
+  varying = [f for f in SWEPT if len({json.dumps(s["settings"].get(f)) for s in summaries}) > 1]
+  points = []
+  for s in sorted(summaries, key=lambda s: [s["settings"][f] for f in varying]):
+    k = s["ks"][0]
+    for p in s["pairs"]:
+      a, b = parse_row(p["a"]), parse_row(p["b"])
+      if p["kind"] != "correction" or (a.correction, b.correction) != ("corrected", "standard"):
+        continue
+      kl = {n: s["rows"][n]["kl"]["mean"] for n in (p["b"], p["a"])}
+      points.append(
+        dict(
+          folder=pathlib.Path(s["folder"]).name,
+          values={f: s["settings"][f] for f in varying},
+          pair=f"{p['a']} − {p['b']}",
+          convention=a.convention,
+          kl=p["metrics"]["kl"],
+          hr=dict(p["metrics"][f"hr@{k}"], k=k),
+          kl_standard_corrected=list(kl.values()),
+        )
+      )
+  return dict(varying=varying, points=points)
+
+
+def correction_verdict(d: Dict, higher_is_better: bool) -> str:
+  """'corrected ahead' / 'standard ahead' where the 95 % interval of corrected − standard
+  excludes 0, else 'within noise' (no interval included)."""
+  side = {"ahead": 1, "behind": -1}.get(d.get("verdict") or "", 0)
+  if not side:
+    return "within noise"
+  return "corrected ahead" if (side > 0) == higher_is_better else "standard ahead"
+
+
+def format_sweep(result: Dict) -> str:
+  fields = result["varying"]
+  lines = [
+    "corrected − standard per settings folder and log-Q convention: paired over the common "
+    "seeds, mean ± 95 % half-width (Student t); ΔKL < 0 and ΔHR > 0 favour corrected.",
+    "",
+    *markdown_header(fields + ["A − B", "ΔKL(P‖P̂)", "ΔHR@k", "KL standard / corrected"]),
+  ]
+  for p in result["points"]:
+    kl, hr = p["kl"], p["hr"]
+    cells = [str(p["values"][f]) for f in fields] + [p["pair"]]
+    cells.append(f"{_diff(kl, 3, marks=False)} ({correction_verdict(kl, False)})")
+    cells.append(f"@{hr['k']} {_diff(hr, marks=False)} ({correction_verdict(hr, True)})")
+    cells.append(" / ".join(f"{x:.3f}" for x in p["kl_standard_corrected"]))
+    lines.append(markdown_row(cells))
+  return "\n".join(lines) + "\n"
+
+
+def plot_sweep(result: Dict, path) -> None:
+  """ΔKL (± 95 %) against each varying setting, the others at their most common values."""
+  import collections
+
+  import matplotlib
+
+  matplotlib.use("Agg")
+  import matplotlib.pyplot as plt
+
+  fields, points = result["varying"], result["points"]
+  centre = {
+    f: collections.Counter(json.dumps(p["values"][f]) for p in points).most_common(1)[0][0]
+    for f in fields
+  }
+  fig, axes = plt.subplots(1, len(fields), figsize=(4 * len(fields), 3.4), squeeze=False)
+  for ax, f in zip(axes[0], fields):
+    on_axis = [
+      p for p in points if all(json.dumps(p["values"][g]) == centre[g] for g in fields if g != f)
+    ]
+    for pair in dict.fromkeys(p["pair"] for p in on_axis):
+      pts = sorted(
+        ((p["values"][f], p["kl"]) for p in on_axis if p["pair"] == pair), key=lambda t: t[0]
+      )
+      ys = [d["mean"] for _, d in pts]
+      es = [d["half_width"] or 0.0 for _, d in pts]
+      label = pair.split(" − ")[0] + " − standard"
+      ax.errorbar([x for x, _ in pts], ys, yerr=es, marker="o", capsize=3, label=label)
+    ax.axhline(0.0, color="grey", lw=0.8)
+    if f in ("num_items", "batch_size", "steps"):
+      ax.set_xscale("log")
+    xs = sorted({p["values"][f] for p in on_axis})
+    ax.minorticks_off()
+    ax.set_xticks(xs, [f"{x:g}" for x in xs])
+    ax.set_xlabel(f)
+    ax.set_ylabel("ΔKL, corrected − standard")
+  axes[0][0].legend(fontsize=6)
+  fig.suptitle("KL(P‖P̂) corrected − standard (< 0: corrected closer to the truth), 95 % CI")
   fig.tight_layout()
   fig.savefig(path, dpi=110)
   plt.close(fig)

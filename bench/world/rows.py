@@ -159,5 +159,11 @@ def check_settings(settings: Settings, rows: Sequence[RowSpec]) -> Settings:
 
 
 def settings_tag(settings: Settings) -> str:
-  """The folder of one (num_items, batch_size) point under --out."""
-  return f"items{settings.num_items}_batch{settings.batch_size}"
+  """The folder of one point under --out: itemsN_batchB, then _stepsS, _tauT, _zipfZ for those
+  that are not the defaults (items1000_batch64_steps2000_tau2)."""
+  tag = f"items{settings.num_items}_batch{settings.batch_size}"
+  for name in ("steps", "tau", "zipf"):
+    value = getattr(settings, name)
+    if value != getattr(Settings(), name):
+      tag += f"_{name}{value:g}"
+  return tag

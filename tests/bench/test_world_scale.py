@@ -1,5 +1,6 @@
 """bench/world_scale.py: the metrics against hand-checkable cases and the oracle, chunking, the
-rows' grammar, one-line argument errors, and a tiny grid end to end (outputs, sanity, resume)."""
+rows' grammar, the settings' product and one-at-a-time sweep, one-line argument errors, a tiny
+grid end to end (outputs, sanity, resume) and a tiny sweep's corrected − standard report."""
 
 import json
 import os
@@ -105,6 +106,32 @@ def test_default_pairs_pair_corrections_and_conventions():
   assert ("convention", "mixed:corrected:expected_count", "mixed:corrected") in pairs
 
 
+def test_settings_cross_the_lists_or_move_one_at_a_time_and_the_tag_names_the_point():
+  argv = ["--batch_size=256,64,1024", "--tau=4,2", "--steps=2000"]
+  star = world_scale.settings_from(
+    world_scale.build_parser().parse_args(argv + ["--one_at_a_time"])
+  )
+  assert [(s.batch_size, s.tau) for s in star] == [(256, 4.0), (64, 4.0), (1024, 4.0), (256, 2.0)]
+  assert [rows.settings_tag(s) for s in star][-1] == "items100000_batch256_steps2000_tau2"
+  cross = world_scale.settings_from(world_scale.build_parser().parse_args(argv))
+  assert len(cross) == 6 and {s.steps for s in cross} == {2000}
+  assert rows.settings_tag(rows.Settings()) == "items100000_batch512"  # defaults: not named
+
+
+@pytest.mark.parametrize(
+  "verdict,higher_is_better,expected",
+  [
+    ("behind", False, "corrected ahead"),  # ΔKL interval below 0
+    ("ahead", False, "standard ahead"),
+    ("ahead", True, "corrected ahead"),  # ΔHR interval above 0
+    ("within noise", False, "within noise"),
+    ("one seed: no interval", True, "within noise"),
+  ],
+)
+def test_correction_verdict(verdict, higher_is_better, expected):
+  assert report.correction_verdict({"verdict": verdict}, higher_is_better) == expected
+
+
 # One arm's sparse step (rows of the step gathered, updated by the core's LazyAdam rule,
 # scattered back) against a dense step: the gradient of the same library loss with respect to
 # the whole table, applied by the library's tfrs_logq.keras3.LazyAdam (same draws: the same
@@ -181,6 +208,7 @@ def test_sparse_row_step_equals_the_library_lazy_adam_on_the_dense_gradient():
     (["--seeds=0,0"], "distinct"),
     (["--num_items=1e6", "--batch_size=512", "--rows=full"], "does not fit"),
     (["--compare=mixed:corrected"], "A,B"),
+    (["--tau=4,x"], "--tau: 'x' is not a number"),
   ],
 )
 def test_bad_arguments_give_a_one_line_error(argv, match, tmp_path, capsys):
@@ -213,7 +241,7 @@ def test_tiny_grid_end_to_end_and_resume(tmp_path):
   assert proc.returncode == 0, proc.stderr[-3000:]
   last = proc.stdout.strip().splitlines()[-1]
   assert last.startswith("summary: world_scale:") and "6 new / 0 done" in last, last
-  folder = out / "items300_batch32"
+  folder = out / "items300_batch32_steps20"
   runs = sorted((folder / "runs").glob("*.json"))
   assert len(runs) == 6
   for path in runs:
@@ -240,6 +268,50 @@ def test_tiny_grid_end_to_end_and_resume(tmp_path):
   proc = subprocess.run(budget, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "0 new / 6 done / 3 left" in proc.stdout.strip().splitlines()[-1]
-  other = cmd[:-1] + ["--steps=30", f"--out={out}"]
+  other = cmd[:-1] + ["--embedding_dim=8", f"--out={out}"]
   proc = subprocess.run(other, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
   assert proc.returncode == 2 and "use another --out" in proc.stderr
+
+
+def test_tiny_one_at_a_time_sweep_reports_corrected_minus_standard_per_convention(tmp_path):
+  out = tmp_path / "sweep"
+  conventions = ("unigram", "expected_count")
+  names = [f"in_batch:{c}:{v}" for v in conventions for c in ("standard", "corrected")]
+  cmd = [sys.executable, "bench/world_scale.py", "--num_items=300", "--batch_size=32"]
+  cmd += ["--steps=20", "--tau=4,2", "--one_at_a_time", "--seeds=0,1", f"--rows={','.join(names)}"]
+  cmd += [
+    "--train_users=128",
+    "--eval_users=40",
+    "--ks=10,100",
+    "--timing_rounds=0",
+    f"--out={out}",
+  ]
+  env = dict(os.environ, KERAS_BACKEND="jax")
+  proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  result = json.loads((out / "sweep.json").read_text())
+  assert result["varying"] == ["tau"]
+  points = [(p["values"]["tau"], p["convention"]) for p in result["points"]]
+  assert sorted(points) == [(t, c) for t in (2.0, 4.0) for c in sorted(conventions)]
+  for p in result["points"]:
+    summary = json.loads((out / p["folder"] / "summary.json").read_text())
+    suffix = "" if p["convention"] == "unigram" else ":expected_count"
+    kl = [summary["rows"][f"in_batch:{c}{suffix}"]["kl"]["mean"] for c in ("standard", "corrected")]
+    # the paired mean difference is the difference of the row means (same seeds)
+    assert p["kl"]["mean"] == pytest.approx(kl[1] - kl[0], abs=1e-9)
+    assert p["kl_standard_corrected"] == pytest.approx(kl)
+    assert p["kl"]["half_width"] > 0 and p["hr"]["n"] == 2 and p["hr"]["k"] == "10"
+  text = (out / "sweep.md").read_text()
+  assert "| 2.0 | in_batch:corrected − in_batch:standard |" in text
+  assert (out / "sweep.png").stat().st_size > 0
+  (out / "sweep.md").unlink()
+  proc = subprocess.run(
+    [sys.executable, "bench/world_scale.py", "--report_only", f"--out={out}"],
+    capture_output=True,
+    text=True,
+    cwd=ROOT,
+    env=env,
+    timeout=300,
+  )
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert (out / "sweep.md").read_text() == text
