@@ -16,15 +16,11 @@ from tfrs_logq.tf_keras.frequency import CountMinSketch, ExactCounts, HashArrayE
 import numpy as np
 import tensorflow as tf
 
-from bench.common.timing import min_median
+from bench.common import memory, plot, zipf
+from bench.common.timing import time_calls
 
 VOCAB = 1_000_000
 EXPONENT = 1.05
-
-
-def zipf_probs(vocab=VOCAB, exponent=EXPONENT):
-  p = np.arange(1, vocab + 1, dtype=np.float64) ** -exponent
-  return p / p.sum()
 
 
 def zipf_stream(rng, steps, batch, cdf):
@@ -32,10 +28,6 @@ def zipf_stream(rng, steps, batch, cdf):
   irrelevant to every estimator), which makes the inverse-CDF search fast."""
   u = np.sort(rng.random((steps, batch)), axis=1)
   return np.minimum(np.searchsorted(cdf, u), len(cdf) - 1).astype(np.int64)
-
-
-def state_bytes(layer):
-  return sum(int(np.prod(v.shape)) * v.dtype.size for v in layer.weights)
 
 
 class MutableHashTableCounts(tf.Module):
@@ -58,13 +50,8 @@ class MutableHashTableCounts(tf.Module):
 
 def time_steps(fn, data, repeats):
   """Seconds per step: fn runs a tf.range loop over data's steps; min and median of repeats."""
-  fn(data)  # trace + warm up
-  per_step = []
-  for _ in range(repeats):
-    t0 = time.perf_counter()
-    fn(data).numpy()
-    per_step.append((time.perf_counter() - t0) / int(data.shape[0]))
-  return min_median(per_step)
+  t_min, t_med = time_calls(lambda: fn(data).numpy(), repeats)  # the first call traces
+  return t_min / int(data.shape[0]), t_med / int(data.shape[0])
 
 
 def estimator_loop(est):
@@ -126,7 +113,7 @@ def bench_speed(args, rng, cdf):
     if isinstance(est, MutableHashTableCounts):
       mem = int(est.table.size().numpy()) * 16  # keys + values only: a lower bound
     else:
-      mem = state_bytes(est)
+      mem = memory.weights_bytes(est)
     rows.append((name, t_min, t_med, mem))
   print(
     f"\n== speed: update + log_q of 25,600 ids per step ({steps} steps × {repeats} repeats, "
@@ -242,12 +229,7 @@ def bench_shift(args, rng, p, cdf):
   steps_to_10 = adapted[0] if adapted.size else float("nan")
   print(f"hash arrays: new head within 10% median relative error after {steps_to_10:.1f}/α steps")
 
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+  fig, axes = plot.pyplot().subplots(1, 2, figsize=(11, 4))
   axes[0].plot(since, curve[:, 1], label="hash arrays (α=0.01)")
   axes[0].plot(since, curve[:, 3], label="count-min, half-life ln2/α")
   axes[0].axvline(0, color="k", lw=0.5)
@@ -263,10 +245,8 @@ def bench_shift(args, rng, p, cdf):
   axes[1].set_ylabel("median Q̂/Q, old top-1000 (→ tail)")
   axes[1].legend()
   fig.suptitle("Zipf(1.05), 1M items, batch 4096: popularity order reversed")
-  fig.tight_layout()
   out = pathlib.Path(args.out)
-  out.mkdir(parents=True, exist_ok=True)
-  fig.savefig(out / "frequency_shift.png", dpi=120)
+  plot.save(fig, out / "frequency_shift.png")
   print(f"plot: {out / 'frequency_shift.png'}")
   return steps_to_10
 
@@ -281,7 +261,7 @@ def main(argv=None):
   args = parser.parse_args(argv)
   skip = set(filter(None, args.skip.split(",")))
   rng = np.random.default_rng(0)
-  p = zipf_probs()
+  p = zipf.probabilities(VOCAB, EXPONENT)
   cdf = np.cumsum(p)
   summary = []
   if "speed" not in skip:

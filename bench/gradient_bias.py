@@ -18,6 +18,10 @@ from tfrs_logq.tf_keras import losses
 import numpy as np
 import tensorflow as tf
 
+from bench.common import plot as plot_lib
+from bench.common import zipf
+from bench.common.report import ruled
+
 VARIANTS = (
   "none",
   "standard",
@@ -70,12 +74,6 @@ def parse_args(argv=None):
   if not all(0 < x < 1 for x in args.positive_prob):
     raise SystemExit("--positive-prob values must be in (0, 1)")
   return args
-
-
-def zipf_log_q(num_items, exponent):
-  """log Q(d), Q(d) = rank^-exponent / sum_r r^-exponent, item id = rank - 1."""
-  log_w = -exponent * np.log(np.arange(1, num_items + 1, dtype=np.float64))
-  return log_w - np.log(np.sum(np.exp(log_w)))
 
 
 def catalog(seed, num_items, dim, score_std, positive, positive_prob):
@@ -151,7 +149,7 @@ def bias_and_se(batch_means, target, project=None):
 
 def measure(args):
   """results[(P, rank, n, variant)] = (score bias, score se, query-emb bias, query-emb se)."""
-  log_q = zipf_log_q(args.num_items, args.zipf)
+  log_q = np.log(zipf.probabilities(args.num_items, args.zipf))
   batch_size = args.draws // args.batches
   results = {}
   for prob in args.positive_prob:
@@ -194,8 +192,7 @@ def print_tables(args, results, log_q):
     header = f"{'P(p)':>5} {'rank':>5} {'Q(p)':>9} {'n':>5} " + " ".join(
       f"{short[v]:>17}" for v in VARIANTS
     )
-    print(header)
-    print("-" * len(header))
+    print("\n".join(ruled(header)))
     for prob in args.positive_prob:
       for rank in args.ranks:
         for n in args.ns:
@@ -207,13 +204,8 @@ def print_tables(args, results, log_q):
 
 
 def plot(args, results, path):
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
   rows, cols = len(args.positive_prob), len(args.ranks)
-  fig, axes = plt.subplots(
+  fig, axes = plot_lib.pyplot().subplots(
     rows, cols, figsize=(4 * cols, 3.4 * rows), squeeze=False, sharex=True, sharey=True
   )
   for i, prob in enumerate(args.positive_prob):
@@ -248,10 +240,7 @@ def plot(args, results, path):
     f"proposal, {args.draws} draws",
     fontsize=10,
   )
-  fig.tight_layout(rect=(0, 0.06, 1, 1))
-  path.parent.mkdir(parents=True, exist_ok=True)
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  plot_lib.save(fig, path, rect=(0, 0.06, 1, 1))
 
 
 def main(argv=None):

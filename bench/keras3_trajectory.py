@@ -11,15 +11,15 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import shlex
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
 from absl import app, flags
 
-from bench.common.workers import parse_reply, reply_line
+from bench.common import plot as plot_lib
+from bench.common import report
+from bench.common.workers import reply_line, run_worker
 from models import sasrec_weights
 from train import config_flags
 from train.config import RunConfig
@@ -114,13 +114,10 @@ def _spawn_keras3(init: str, weights_path: str, log_path: pathlib.Path) -> dict:
   ]
   env = {**os.environ, "KERAS_BACKEND": FLAGS.backend}
   with open(log_path, "w") as log:
-    proc = subprocess.run(
-      command, stdout=subprocess.PIPE, stderr=log, text=True, env=env, check=False
-    )
-  replies = [r for r in map(parse_reply, proc.stdout.splitlines()) if r is not None]
-  if proc.returncode or not replies:
-    raise RuntimeError(f"Keras 3 run {init} failed (status {proc.returncode}); see {log_path}")
-  return replies[-1]
+    status, reply = run_worker(command, stderr=log, env=env)
+  if status or reply is None:
+    raise RuntimeError(f"Keras 3 run {init} failed (status {status}); see {log_path}")
+  return reply
 
 
 def summary(runs: dict) -> dict:
@@ -180,13 +177,8 @@ def markdown(result: dict) -> str:
 
 
 def plot(result: dict, path: pathlib.Path) -> None:
-  import matplotlib
-
-  matplotlib.use("Agg")
-  from matplotlib import pyplot as plt
-
   runs = result["runs"]
-  fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4))
+  fig, (a, b) = plot_lib.pyplot().subplots(1, 2, figsize=(11, 4))
   steps = np.arange(1, len(runs["tf_keras"]["loss"]) + 1)
   for name in RUNS:
     a.plot(steps, runs[name]["loss"], label=name, lw=1)
@@ -197,19 +189,7 @@ def plot(result: dict, path: pathlib.Path) -> None:
     b.semilogy(steps, np.abs(np.asarray(runs[name]["loss"]) - base) + 1e-12, label=name, lw=1)
   b.set(xlabel="step", ylabel="|loss − tf_keras loss|", title="distance from the tf-keras run")
   b.legend()
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
-
-
-def _commit() -> str:
-  try:
-    root = pathlib.Path(__file__).resolve().parents[1]
-    return subprocess.run(
-      ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True, cwd=root
-    ).stdout.strip()
-  except (OSError, subprocess.CalledProcessError):
-    return "unknown"
+  plot_lib.save(fig, path, dpi=110)
 
 
 def main(argv):
@@ -234,8 +214,8 @@ def compare(cfg: RunConfig) -> None:
     runs[f"keras3_{init}"] = _spawn_keras3(init, weights_path, out / f"keras3_{init}.log")
     print(f"keras3_{init}: val {runs[f'keras3_{init}']['val'][-1]}", flush=True)
   result = dict(
-    command="python -m bench.keras3_trajectory " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
-    commit=_commit(),
+    command=report.command("bench.keras3_trajectory", sys.argv[1:]),
+    commit=report.commit(),
     backend=FLAGS.backend,
     loss=cfg.loss,
     dropout=cfg.dropout,

@@ -47,7 +47,7 @@ from tfrs_logq.tf_keras import log_q as log_q_lib  # noqa: E402
 
 import tensorflow_recommenders as tfrs  # noqa: E402
 
-from bench.common import timing  # noqa: E402
+from bench.common import timing, zipf  # noqa: E402
 from bench.common.report import ruled, write_json  # noqa: E402
 
 BASELINE = "tfrs_standard"
@@ -210,8 +210,7 @@ class TwoTower(tfrs.Model):
 
 def make_batches(args, batch_size, num):
   rng = np.random.default_rng(args.seed)
-  q = 1.0 / np.arange(1, args.items + 1)
-  q /= q.sum()
+  q = zipf.probabilities(args.items)
   out = []
   for _ in range(num):
     item = rng.choice(args.items, size=batch_size, p=q)

@@ -58,6 +58,7 @@ from tfrs_logq.tf_keras.negatives.midx import MIDXSampler
 import numpy as np
 import tensorflow as tf
 
+from bench.common import plot, zipf
 from bench.common.timing import min_median, time_interleaved
 
 BASELINE = "in_batch"
@@ -91,11 +92,6 @@ def parse_args(argv=None):
   return args
 
 
-def zipf_probabilities(n):
-  w = 1.0 / np.arange(1, n + 1)
-  return w / w.sum()
-
-
 def time_sides(fns, args, calls=None):
   """{side: [per-call seconds per round]}; sides interleaved each round (rotated order). Each
   side makes ``calls.get(side, args.calls)`` calls per round (and as many warm-up calls, at
@@ -122,7 +118,7 @@ def sync(out):
 
 
 def build_catalog(size, args, rng):
-  probs = zipf_probabilities(size)
+  probs = zipf.probabilities(size)
   counts = np.maximum(np.round(probs * 1e8), 1).astype(np.int64)
   estimator = ExactCounts(size, counts=counts)
   table = tf.Variable(rng.normal(scale=0.1, size=(size, args.dim)).astype(np.float32))
@@ -285,13 +281,7 @@ def main(argv=None):
       )
 
   out = pathlib.Path(args.out)
-  out.mkdir(parents=True, exist_ok=True)
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  fig, ax = plt.subplots(figsize=(6, 4))
+  fig, ax = plot.pyplot().subplots(figsize=(6, 4))
   sizes = list(sampling)
   for s in sides:
     ax.plot(sizes, [sampling[n][s][1] for n in sizes], marker="o", label=s)
@@ -301,8 +291,7 @@ def main(argv=None):
   ax.set_ylabel("median ms per batch")
   ax.set_title(f"negative sampling, batch {args.batch}, k_u {args.k_u} ({device})")
   ax.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(out / "negatives_sampling.png", dpi=120)
+  plot.save(fig, out / "negatives_sampling.png")
   print(f"\nplot: {out / 'negatives_sampling.png'}")
 
   small, large = sizes[0], sizes[-1]

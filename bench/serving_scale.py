@@ -67,7 +67,6 @@ import json
 import os
 import pathlib
 import platform
-import shlex
 import shutil
 import subprocess
 import sys
@@ -347,17 +346,17 @@ def _worker(kind: str, spec: dict) -> dict:
   env = dict(os.environ)
   env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
   start = time.perf_counter()
-  proc = subprocess.run(
-    cmd, stdout=subprocess.PIPE, text=True, env=env, cwd=os.getcwd(), timeout=spec.get("timeout_s")
-  )
-  replies = [r for r in map(workers.parse_reply, proc.stdout.splitlines()) if r is not None]
-  if proc.returncode != 0 or not replies:
+  try:
+    status, reply = workers.run_worker(cmd, env=env, cwd=os.getcwd(), timeout=spec.get("timeout_s"))
+  except subprocess.TimeoutExpired:
+    return {"error": f"timed out after {spec['timeout_s']}s"}
+  if status != 0 or reply is None:
     return {
-      "error": f"worker {kind} exited with status {proc.returncode} after "
+      "error": f"worker {kind} exited with status {status} after "
       f"{time.perf_counter() - start:.0f}s, no result"
-      + (" (SIGKILL: out of memory?)" if proc.returncode == -9 else "")
+      + (" (SIGKILL: out of memory?)" if status == -9 else "")
     }
-  return replies[-1]
+  return reply
 
 
 # --------------------------------------------------------------------------- main
@@ -491,7 +490,7 @@ def main(argv=None):
     "timeout_s": args.timeout_s,
   }
   result = {
-    "command": "python -m bench.serving_scale " + shlex.join(argv),
+    "command": report.command(MODULE, argv),
     "machine": args.machine,
     "started": started,
     "sizes": sizes,
@@ -523,11 +522,7 @@ def main(argv=None):
         save_ids=args.save_ids,
         out=args.out,
       )
-      try:
-        point = _worker("point", spec)
-      except subprocess.TimeoutExpired:
-        point = {"error": f"timed out after {args.timeout_s}s"}
-      result["points"].append(dict(point, num_items=n))
+      result["points"].append(dict(_worker("point", spec), num_items=n))
     done = [p for p in result["points"] if "error" not in p]
     if not args.no_serving and done and "scann" in indexes:
       largest = max(done, key=lambda p: p["num_items"])
@@ -555,11 +550,8 @@ def main(argv=None):
         "history_len": args.history_len,
       }
       for kind in ("serving_build", "serving_load"):
-        try:
-          serving_res[kind.split("_")[1]] = _worker(kind, spec)
-        except subprocess.TimeoutExpired:
-          serving_res[kind.split("_")[1]] = {"error": f"timed out after {args.timeout_s}s"}
-        if "error" in serving_res[kind.split("_")[1]]:
+        serving_res[kind.split("_")[1]] = reply = _worker(kind, spec)
+        if "error" in reply:
           break
       result["serving"] = serving_res
       shutil.rmtree(os.path.dirname(model_dir), ignore_errors=True)

@@ -162,7 +162,7 @@ def ps_point(spec: dict) -> dict:
       for name, pid in pids.items()
     },
     table_bytes=int(np.prod(built.table.shape)) * 4,
-    estimator_bytes=points.estimator_bytes(built.estimator),
+    estimator_bytes=memory.weights_bytes(built.estimator),
   )
 
 

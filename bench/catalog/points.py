@@ -17,7 +17,7 @@ import types
 
 import numpy as np
 
-from bench.common import memory
+from bench.common import memory, plot
 from bench.common.timing import min_median
 
 VARIANTS = (
@@ -168,13 +168,6 @@ def timed_steps(run, spec: dict, before=lambda: None):
   return ready, times, last
 
 
-def estimator_bytes(estimator) -> int:
-  """Bytes of the estimator's variables (0 without one)."""
-  if estimator is None:
-    return 0
-  return sum(int(np.prod(w.shape)) * w.dtype.size for w in estimator.weights)
-
-
 def measure_point(spec: dict) -> dict:
   """One (variant, |I|) point, in this process; returns the measurements."""
   import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
@@ -208,7 +201,7 @@ def measure_point(spec: dict) -> dict:
     rss_import_kib=rss_import,
     rss_setup_kib=rss_setup,
     table_bytes=int(np.prod(built.table.shape)) * 4,
-    estimator_bytes=estimator_bytes(built.estimator),
+    estimator_bytes=memory.weights_bytes(built.estimator),
     table_grad_rows=int(rows),
   )
 
@@ -271,12 +264,7 @@ def log_log_figure(path, title: str, panels):
   """Two panels side by side against the catalog size (log-log): yields their axes, then gives
   each its ((title, unit), ...), grid and legend and saves the figure, titled ``title``, to
   ``path``."""
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+  fig, axes = plot.pyplot().subplots(1, 2, figsize=(11, 4.2))
   yield axes
   for ax, (name, unit) in zip(axes, panels):
     ax.set_xscale("log")
@@ -287,9 +275,7 @@ def log_log_figure(path, title: str, panels):
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
   fig.suptitle(title, fontsize=10)
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  plot.save(fig, path)
 
 
 def merge(old: dict, new: dict) -> dict:

@@ -1,13 +1,15 @@
 """Resident set size of this process (or another) from /proc/PID/status (Linux), and this
-process's peak over a span: `reset_peak_rss` before the span, `peak_rss_kib` after it."""
+process's peak over a span: `reset_peak_rss` before the span, `peak_rss_kib` after it; the bytes
+of a layer's variables (`weights_bytes`)."""
 
 from __future__ import annotations
 
+import math
 import pathlib
 import re
-from typing import Optional, Union
+from typing import Any, Optional, Union
 
-__all__ = ["status_kib", "reset_peak_rss", "peak_rss_kib"]
+__all__ = ["status_kib", "reset_peak_rss", "peak_rss_kib", "weights_bytes"]
 
 
 def status_kib(field: str, pid: Union[int, str] = "self") -> int:
@@ -33,3 +35,10 @@ def reset_peak_rss() -> bool:
 def peak_rss_kib(reset: bool) -> Optional[int]:
   """VmHWM since the reset that returned ``reset``; None when it could not be reset."""
   return status_kib("VmHWM") if reset else None
+
+
+def weights_bytes(layer: Any) -> int:
+  """Bytes of a layer's (an estimator's) variables, ``layer.weights``; 0 for None."""
+  if layer is None:
+    return 0
+  return sum(int(math.prod(w.shape)) * w.dtype.size for w in layer.weights)

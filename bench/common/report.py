@@ -1,13 +1,20 @@
 """Reporting pieces of the benchmark scripts: the one-line summary each prints last
-(bench/README.md), text and markdown tables, GiB of a kB count, the JSON file of a run."""
+(bench/README.md), text and markdown tables, GiB of a kB count, the JSON file of a run, the
+command and the commit that produced it."""
 
 from __future__ import annotations
 
 import json
 import os
-from typing import Optional, Sequence
+import pathlib
+import shlex
+import subprocess
+from typing import Any, Optional, Sequence
 
 __all__ = ["summary_line", "ruled", "markdown_header", "markdown_row", "gib", "write_json"]
+__all__ += ["command", "commit"]
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def summary_line(parts: Sequence[str], head: str = "", note: str = "") -> str:
@@ -35,10 +42,25 @@ def gib(kib: Optional[float]) -> str:
   return "-" if kib is None else f"{kib / 2**20:.2f}"
 
 
-def write_json(out_dir: str, name: str, obj, indent: int = 2) -> str:
+def write_json(out_dir: str, name: str, obj: Any, indent: int = 2) -> str:
   """Writes ``obj`` to OUT_DIR/NAME (numpy scalars as floats); returns the path."""
   os.makedirs(out_dir, exist_ok=True)
   path = os.path.join(out_dir, name)
   with open(path, "w") as f:
     json.dump(obj, f, indent=indent, default=float)
   return path
+
+
+def command(module: str, argv: Sequence[str]) -> str:
+  """'python -m MODULE ARGV' (the arguments shell-quoted): the command line of a run."""
+  return f"python -m {module} " + shlex.join(argv)
+
+
+def commit() -> str:
+  """The short hash of this checkout's HEAD ('unknown' without git)."""
+  try:
+    return subprocess.run(
+      ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True, cwd=ROOT
+    ).stdout.strip()
+  except (OSError, subprocess.CalledProcessError):
+    return "unknown"

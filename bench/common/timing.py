@@ -28,7 +28,7 @@ def time_interleaved(
 ) -> Dict[Hashable, List[float]]:
   """{side: [seconds per call in each round]}: in round r every side, in `rotated` order, runs
   ``run(side, r)`` (which makes ``calls`` calls and waits for their results) once."""
-  times = {side: [] for side in sides}
+  times: Dict[Hashable, List[float]] = {side: [] for side in sides}
   for r in range(rounds):
     for side in rotated(sides, r):
       start = time.perf_counter()

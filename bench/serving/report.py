@@ -7,6 +7,7 @@ import pathlib
 
 import numpy as np
 
+from bench.common import plot as plot_lib
 from bench.common import report
 
 
@@ -157,13 +158,8 @@ def write_report(result: dict, out: str) -> str:
 
 
 def plot(result: dict, path: str):
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
   points = [p for p in result["points"] if "error" not in p]
-  fig, axes = plt.subplots(1, len(points) + 1, figsize=(4.2 * (len(points) + 1), 3.8))
+  fig, axes = plot_lib.pyplot().subplots(1, len(points) + 1, figsize=(4.2 * (len(points) + 1), 3.8))
   axes = np.atleast_1d(axes)
   colors = {"scann": "C0", "faiss": "C1", "brute": "C2"}
   for ax, p in zip(axes, points):
@@ -213,9 +209,7 @@ def plot(result: dict, path: str):
   ax.set_xlabel("catalog size N")
   ax.set_title("time vs size (at the target)")
   ax.legend(fontsize=6)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  plot_lib.save(fig, path, dpi=110)
 
 
 def summarize(result: dict) -> str:
