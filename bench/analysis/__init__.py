@@ -1,3 +1,2 @@
-"""The analysis of finished runs (``python -m bench.analysis COMMAND``, `cli`): `compare` (two
-arms on paired seeds, row by row), `band` (one run's learning curve against a band of runs),
-`patience` (what a shorter early-stopping patience would have selected)."""
+"""The analysis of finished runs, one command each (``python -m bench.analysis COMMAND``,
+`bench.analysis.cli`); what the commands share: `bench.analysis.runs`, `bench.analysis.common`."""

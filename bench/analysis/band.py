@@ -13,11 +13,12 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import shlex
 import sys
 from typing import Dict, List, Optional, Sequence
 
 from bench import paper_loop
+from bench.analysis import common
+from bench.common.plot import pyplot, save
 from eval import paired_stats
 
 DEFAULT_KEYS = ("loss", "val_ndcg@10", "val_recall@20")
@@ -102,13 +103,8 @@ def summarise(rows: List[dict]) -> dict:
 
 
 def _plot(results: Dict[str, dict], names: Sequence[str], path: pathlib.Path) -> None:
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
   keys = list(results)
-  fig, axes = plt.subplots(1, len(keys), figsize=(5 * len(keys), 3.6), squeeze=False)
+  fig, axes = pyplot().subplots(1, len(keys), figsize=(5 * len(keys), 3.6), squeeze=False)
   for ax, key in zip(axes[0], keys):
     for i, curve in enumerate(results[key]["band_curves"]):
       epochs = sorted(int(e) for e in curve)
@@ -136,9 +132,7 @@ def _plot(results: Dict[str, dict], names: Sequence[str], path: pathlib.Path) ->
     ax.set_xlabel("epoch")
     ax.set_ylabel(key)
     ax.legend(fontsize=6)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  save(fig, path, dpi=110)
 
 
 def _markdown(results: Dict[str, dict], names: Sequence[str], every: int, command: str) -> str:
@@ -181,9 +175,7 @@ def _markdown(results: Dict[str, dict], names: Sequence[str], every: int, comman
 
 
 def _parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(
-    prog="python -m bench.analysis band", description=__doc__.splitlines()[0]
-  )
+  parser = common.argument_parser("band", __doc__)
   parser.add_argument("--band", required=True, help="comma-separated runs (at least 2)")
   parser.add_argument("--probe", required=True, help="the one run placed against the band")
   parser.add_argument("--names", default="band,probe", help="band name, probe name")
@@ -226,20 +218,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     sys.exit(
       f"error: no epoch where the probe and two band runs all hold one of the keys {args.keys}"
     )
-  command = "python -m bench.analysis band " + " ".join(
-    shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])
-  )
+  command = common.command_line("band", argv)
   report = _markdown(results, names, args.every, command)
   if args.out:
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "curve_band.md").write_text(report)
-    (out / "curve_band.json").write_text(
-      json.dumps(
-        dict(command=command, names=names, band=band_runs, probe=args.probe, results=results),
-        indent=1,
-      )
-    )
+    record = dict(command=command, names=names, band=band_runs, probe=args.probe, results=results)
+    files = {"curve_band.md": report, "curve_band.json": json.dumps(record, indent=1)}
+    out = common.write(pathlib.Path(args.out), files)
     _plot(results, names, out / "curve_band.png")
   print(report)
   print(

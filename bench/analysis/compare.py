@@ -14,11 +14,18 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import shlex
 import sys
 from typing import Dict, List, Optional, Sequence
 
-from bench.analysis.runs import collect, collect_paper_loop, collect_seed_runs, is_paper_loop_tree
+from bench.analysis import common
+from bench.analysis.runs import (
+  collect,
+  collect_paper_loop,
+  collect_seed_runs,
+  is_paper_loop_tree,
+  subfolders,
+)
+from bench.common.plot import pyplot, save
 from bench.launch.rows import PAPER, ROWS, label
 from eval import paired_stats
 
@@ -27,19 +34,10 @@ SEEDS_ROW = "seeds"  # the one row of an arm that is a folder of seed<s>/metrics
 CURVE = "val_ndcg@10"
 
 
-def _fmt(x: Optional[float], digits: int = 4, sign: bool = True) -> str:
-  if x is None:
-    return "—"
-  return f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
-
-
 def _rows_found(arm: pathlib.Path, budget: str, setting: str) -> List[str]:
   if is_paper_loop_tree(arm):
     return sorted(collect_paper_loop(arm))
-  folder = arm / budget / setting
-  if not folder.is_dir():
-    return []
-  return sorted(p.name for p in folder.iterdir() if p.is_dir() and p.name in ROWS)
+  return [row for row in subfolders(arm / budget / setting) if row in ROWS]
 
 
 def load(
@@ -65,15 +63,13 @@ def load(
   if not rows:
     raise ValueError(f"no row folder under {[str(a / budget / setting) for a in arms]}")
   paper_trees = [is_paper_loop_tree(a) for a in arms]
-  out = {}
-  for row in rows:
-    per_arm = tuple(
-      collect_paper_loop(a, [row]).get(row, {})
-      if paper
-      else collect(a, budget, [setting], [row])[0].get(setting, {}).get(row, {})
-      for a, paper in zip(arms, paper_trees)
-    )
-    out[row] = per_arm
+  found = [
+    collect_paper_loop(a, rows)
+    if paper
+    else collect(a, budget, [setting], rows)[0].get(setting, {})
+    for a, paper in zip(arms, paper_trees)
+  ]
+  out = {row: tuple(runs.get(row, {}) for runs in found) for row in rows}
   if not any(runs for pair in out.values() for runs in pair):
     raise ValueError(f"no finished run (eval/eval_results.json) under {[str(a) for a in arms]}")
   return out
@@ -116,16 +112,13 @@ def statistics(data: Dict, setting: str, margin: float, unpaired: bool = False) 
   for row, (a, b) in data.items():
     per_metric = {}
     for m in _metrics(a, b):
-      va = {s: float(r["metrics"][m]) for s, r in a.items() if m in r["metrics"]}
-      vb = {s: float(r["metrics"][m]) for s, r in b.items() if m in r["metrics"]}
-      common = sorted(set(va) & set(vb))
+      va, vb = common.values(a, m), common.values(b, m)
       if unpaired:
         difference = _independent(va, vb, margin)
       else:
-        reference = paired_stats.relative_margin(margin, [vb[s] for s in common])
-        diff = paired_stats.paired_difference(va, vb, margin=reference)
+        diff = common.paired(va, vb, margin)
         difference = {k: diff[k] for k in ("n", "seeds", "mean", "se", "ci", "positive", "verdict")}
-        for s in common:
+        for s in diff["seeds"]:
           pooled[m][0][(row, s)] = va[s]
           pooled[m][1][(row, s)] = vb[s]
       per_metric[m] = dict(
@@ -141,32 +134,25 @@ def statistics(data: Dict, setting: str, margin: float, unpaired: bool = False) 
       metrics=per_metric,
     )
   over_rows: Dict[str, dict] = {}
-  if unpaired:
-    return dict(setting=setting, margin=margin, unpaired=True, rows=rows, all_rows=over_rows)
-  for m in [m for m in METRICS if pooled[m][0]]:
-    va, vb = pooled[m]
-    keys = sorted(va)
-    diff = paired_stats.paired_difference(
-      [va[k] for k in keys],
-      [vb[k] for k in keys],
-      margin=paired_stats.relative_margin(margin, [vb[k] for k in keys]),
-    )
+  for m in [m for m in METRICS if pooled[m][0]]:  # none when unpaired
+    diff = common.paired(*pooled[m], margin)
     over_rows[m] = {k: diff[k] for k in ("n", "mean", "se", "ci", "positive", "verdict")}
-  return dict(setting=setting, margin=margin, unpaired=False, rows=rows, all_rows=over_rows)
+  return dict(
+    setting=setting, margin=margin, unpaired=bool(unpaired), rows=rows, all_rows=over_rows
+  )
 
 
 def _interval(d: dict) -> str:
   if d["ci"] is None and d.get("n_a") is not None:
     pred = d.get("b_prediction_interval")
-    return f"{_fmt(d['mean'])} (no interval: {d['n_a']} + {d['n_b']} runs)" + (
-      f"; B's prediction interval [{_fmt(pred[0], sign=False)}, {_fmt(pred[1], sign=False)}]"
+    return f"{common.signed(d['mean'])} (no interval: {d['n_a']} + {d['n_b']} runs)" + (
+      f"; B's prediction interval [{common.plain(pred[0])}, {common.plain(pred[1])}]"
       if pred
       else ""
     )
   if d["ci"] is None:
-    return f"{_fmt(d['mean'])} (no interval: {d['n']} pair{'s' if d['n'] != 1 else ''})"
-  low, high = d["ci"]
-  return f"{_fmt(d['mean'])} [{_fmt(low)}, {_fmt(high)}]"
+    return f"{common.signed(d['mean'])} (no interval: {d['n']} pair{'s' if d['n'] != 1 else ''})"
+  return f"{common.signed(d['mean'])} {common.interval(d['ci'])}"
 
 
 def report(data: Dict, stats: Dict, names: Sequence[str], budget: str) -> List[str]:
@@ -189,18 +175,12 @@ def report(data: Dict, stats: Dict, names: Sequence[str], budget: str) -> List[s
   ]
   for r in stats["rows"].values():
     for m, s in r["metrics"].items():
-      cells = []
-      for arm in ("a", "b"):
-        ms = s[arm]
-        cells.append(
-          "—"
-          if ms["mean"] is None
-          else f"{ms['mean']:.4f} ({ms['n']})"
-          if ms["se"] is None
-          else f"{ms['mean']:.4f} ± {ms['se']:.4f} ({ms['n']})"
-        )
+      cells = [
+        "—" if s[arm]["mean"] is None else f"{common.mean_se(s[arm])} ({s[arm]['n']})"
+        for arm in ("a", "b")
+      ]
       d = s["difference"]
-      paper = _fmt(r["paper"][m], sign=False) if r["paper"] and m in r["paper"] else "—"
+      paper = common.plain(r["paper"][m]) if r["paper"] and m in r["paper"] else "—"
       ahead = "—" if d["positive"] is None else f"{d['positive']}/{d['n']}"
       lines.append(
         f"| {r['label']} | {m} | {paper} | {cells[0]} | {cells[1]} | {_interval(d)} | "
@@ -261,12 +241,7 @@ def plot_curves(data: Dict, names: Sequence[str], path: pathlib.Path) -> bool:
   ]
   if not panels:
     return False
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
+  fig, axes = pyplot().subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
   for ax, (row, pair) in zip(axes[0], panels):
     for arm_i, (runs, name, style) in enumerate(zip(pair, names, ("-", "--"))):
       for seed, r in sorted(runs.items()):
@@ -295,9 +270,7 @@ def plot_curves(data: Dict, names: Sequence[str], path: pathlib.Path) -> bool:
     ax.set_xlabel("epoch")
     ax.set_ylabel("validation NDCG@10")
     ax.legend(fontsize=6)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  save(fig, path, dpi=110)
   return True
 
 
@@ -326,9 +299,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-  parser = argparse.ArgumentParser(
-    prog="python -m bench.analysis compare", description=__doc__.splitlines()[0]
-  )
+  parser = common.argument_parser("compare", __doc__)
   add_parser(parser)
   args = parser.parse_args(argv)
   names = args.names.split(",")
@@ -344,22 +315,29 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 2
   stats = statistics(data, args.setting, args.margin, args.unpaired)
   lines = report(data, stats, names, args.budget)
-  command = " ".join(["python -m bench.analysis compare", *map(shlex.quote, argv or sys.argv[1:])])
+  command = common.command_line("compare", argv)
   lines = [f"Written by `{command}` (from the repository root).", ""] + lines
   text = "\n".join(lines) + "\n"
   print(text, end="")
   if args.out:
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "factor.md").write_text(text)
-    (out / "factor.json").write_text(json.dumps(dict(names=names, **stats), indent=2) + "\n")
+    files = {
+      "factor.md": text,
+      "factor.json": json.dumps(dict(names=names, **stats), indent=2) + "\n",
+    }
+    out = common.write(pathlib.Path(args.out), files)
     plot_curves(data, names, out / "curves.png")
   if args.unpaired:
     for row, r in stats["rows"].items():
+      if "recall@20" not in r["metrics"]:  # e.g. a row one arm has no run of
+        print(f"summary: {names[0]} − {names[1]}, {row} R@20: not held by both arms")
+        continue
       d = r["metrics"]["recall@20"]["difference"]
       print(f"summary: {names[0]} − {names[1]}, {row} R@20: {_interval(d)}, {d['verdict']}")
     return 0
-  over = stats["all_rows"]["recall@20"]
+  over = stats["all_rows"].get("recall@20")
+  if over is None:
+    print(f"summary: {names[0]} − {names[1]}: no row where both arms hold R@20")
+    return 0
   print(
     f"summary: {names[0]} − {names[1]}, R@20 over {over['n']} pairs of "
     f"{len(data)} rows: {_interval(over)}, {over['verdict']}"

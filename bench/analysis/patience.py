@@ -15,6 +15,8 @@ import pathlib
 import sys
 from typing import Dict, List, Optional, Sequence
 
+from bench.analysis import common
+
 METRICS = ("recall@10", "recall@20", "ndcg@10", "ndcg@20")
 
 
@@ -127,9 +129,9 @@ def _row_noise(noise_json: Optional[str], row: str) -> Dict[str, Optional[float]
 
 
 def _parser() -> argparse.ArgumentParser:
-  parser = argparse.ArgumentParser(
-    prog="python -m bench.analysis patience",
-    description="What a shorter early-stopping patience selects on runs' own curves "
+  parser = common.argument_parser(
+    "patience",
+    "What a shorter early-stopping patience selects on runs' own curves "
     "(bench/README.md, section analysis/).",
   )
   parser.add_argument(
@@ -215,9 +217,7 @@ def main(argv=None):
       '"selected here": the epochs the patiences select):\n\n' + "\n".join(windows)
     )
   if args.out:
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "patience_check.md").write_text(
+    text = (
       "# Patience check\n\nWritten by `python -m bench.analysis patience "
       f"--runs={','.join(runs)} --patiences={','.join(map(str, patiences))}"
       + (f" --noise_json={args.noise_json}" if args.noise_json else "")
@@ -229,6 +229,7 @@ def main(argv=None):
       + table
       + "\n"
     )
+    common.write(pathlib.Path(args.out), {"patience_check.md": text})
   print(table)
   print(
     f"SUMMARY patience_check: {len(runs)} runs, patiences {patiences}; largest "

@@ -8,14 +8,13 @@ The phases, flags and outputs: bench/README.md, section `Time to a converged mod
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
-import shlex
-import sys
 from typing import Dict, List, Optional, Sequence
 
+from bench.analysis import common
 from bench.analysis.runs import read_json
+from bench.common.plot import pyplot, save
 
 __all__ = ["PHASES", "main", "split", "summarise"]
 
@@ -82,12 +81,7 @@ def summarise(side: str, metrics: dict, wall: float) -> dict:
 
 def plot(runs: List[dict], path: pathlib.Path, title: str) -> None:
   """A stacked bar per run: its seconds by phase."""
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  fig, ax = plt.subplots(figsize=(9, 0.6 * len(runs) + 2.0))
+  fig, ax = pyplot().subplots(figsize=(9, 0.6 * len(runs) + 2.0))
   labels = [f"{r['side']} #{i}" for i, r in enumerate(runs)]
   left = [0.0] * len(runs)
   for phase in PHASES:
@@ -97,9 +91,7 @@ def plot(runs: List[dict], path: pathlib.Path, title: str) -> None:
   ax.set_xlabel("seconds (this machine)")
   ax.set_title(title)
   ax.legend(fontsize=7, ncol=7, loc="upper center", bbox_to_anchor=(0.5, -0.18))
-  fig.tight_layout()
-  fig.savefig(path, dpi=120)
-  plt.close(fig)
+  save(fig, path)
 
 
 def markdown(title: str, command: str, launch: str, runs: List[dict]) -> str:
@@ -160,12 +152,7 @@ def collect(runs_dir: pathlib.Path) -> tuple:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-  parser = argparse.ArgumentParser(
-    prog="python -m bench.analysis phases",
-    description=__doc__.split("\n\n")[0],
-    formatter_class=argparse.RawDescriptionHelpFormatter,
-    epilog=__doc__.split("\n\n", 1)[1],
-  )
+  parser = common.argument_parser("phases", __doc__, epilog=True)
   parser.add_argument("--runs", required=True, help="a python -m bench.launch --out folder")
   parser.add_argument("--out", default=None, help="the report's folder (default: --runs)")
   parser.add_argument("--no_plot", action="store_true")
@@ -174,13 +161,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   launch, runs = collect(runs_dir)
   if not runs:
     parser.error(f"{runs_dir}: no run with a wall-clock and a metrics JSON yet")
-  out = pathlib.Path(args.out) if args.out else runs_dir
-  out.mkdir(parents=True, exist_ok=True)
-  command = "python -m bench.analysis phases " + shlex.join(
-    sys.argv[1:] if argv is None else list(argv)
-  )
-  (out / "phases.json").write_text(json.dumps(dict(launch=launch, runs=runs), indent=2))
-  (out / "phases.md").write_text(markdown(runs_dir.name, command, launch, runs))
+  command = common.command_line("phases", argv)
+  files = {
+    "phases.json": json.dumps(dict(launch=launch, runs=runs), indent=2),
+    "phases.md": markdown(runs_dir.name, command, launch, runs),
+  }
+  out = common.write(pathlib.Path(args.out) if args.out else runs_dir, files)
   if not args.no_plot:
     plot(runs, out / "phases.png", runs_dir.name)
   print(f"SUMMARY phases: {len(runs)} runs -> {out / 'phases.md'}")

@@ -32,6 +32,11 @@ def seeds_found(
   )
 
 
+def subfolders(path: pathlib.Path) -> List[str]:
+  """The names of the folders in ``path``, sorted (none when it is not a folder)."""
+  return sorted(p.name for p in path.iterdir() if p.is_dir()) if path.is_dir() else []
+
+
 def read_json(path: pathlib.Path):
   """The JSON in `path`, or None when it is absent or unreadable (e.g. being written)."""
   try:
@@ -180,9 +185,7 @@ def collect_paper_loop(
   the TRAINING_KEYS (best epoch, epochs, steps to the best epoch, training wall-clock)."""
   found: Dict[str, Dict[int, dict]] = {}
   for logq, row in PAPER_LOOP_ROWS.items():
-    if rows is not None and row not in rows:
-      continue
-    runs = collect_seed_runs(out / logq, row)
+    runs = collect_seed_runs(out / logq, row) if rows is None or row in rows else {}
     if runs:
       found[row] = runs
   return found

@@ -10,23 +10,21 @@ The statistics, flags and outputs: bench/README.md, section `The paper's Table 1
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import pathlib
-import shlex
 import shutil
 import subprocess
-import sys
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from bench.analysis.runs import CURVES, collect
+from bench.analysis import common
+from bench.analysis.runs import CURVES, collect, subfolders
+from bench.common.plot import pyplot, save
 from bench.launch.rows import KERAS3_ROWS, PAPER, label, train_binary
-from eval.paired_stats import CONFIDENCE, mean_se, paired_difference, relative_margin
+from eval.paired_stats import CONFIDENCE, mean_se
 
 __all__ = ["arms_as_rows", "main", "paired_rows", "report"]
 
-PROG = "python -m bench.analysis table1"
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # Practical margin of the paired verdicts, relative to the second row's mean (--equivalence_margin).
 EQUIVALENCE_MARGIN = 0.02
@@ -134,21 +132,10 @@ def statistics(
         metrics={},
       )
       for m in metrics:
-        av = {s: r["metrics"][m] for s, r in a.items() if m in r["metrics"]}
-        bv = {s: r["metrics"][m] for s, r in b.items() if m in r["metrics"]}
-        reference = [bv[s] for s in sorted(set(av) & set(bv))]
-        pair["metrics"][m] = paired_difference(av, bv, margin=relative_margin(margin, reference))
+        pair["metrics"][m] = common.paired(common.values(a, m), common.values(b, m), margin)
       pair_stats.append(pair)
     stats[setting] = dict(metrics=metrics, rows=row_stats, pairs=pair_stats)
   return stats
-
-
-def _fmt(stats: dict) -> str:
-  if stats["mean"] is None:
-    return "—"
-  if stats["se"] is None:
-    return f"{stats['mean']:.4f}"
-  return f"{stats['mean']:.4f} ± {stats['se']:.4f}"
 
 
 def _where() -> str:
@@ -189,17 +176,6 @@ difference that large either way), "within noise" when it contains 0 and reaches
 margin. With few seeds the interval is wide (t(0.975, 2) = 4.30 for 3 seeds): "within
 noise" means this experiment cannot tell, not that the rows are equal. Paper columns: Table 1 of
 the paper (5 runs, early stopping); a fixed cpu budget is not comparable with them."""
-
-
-def _steps(stats: dict) -> str:
-  """Mean ± s.e. of a step count over seeds ("—" when unknown)."""
-  if stats["mean"] is None:
-    return "—"
-  return f"{stats['mean']:.0f}" + ("" if stats["se"] is None else f" ± {stats['se']:.0f}")
-
-
-def _signed(v: float) -> str:
-  return f"{v:+.4f}"
 
 
 def markdown(
@@ -244,14 +220,14 @@ def markdown(
       r = s["rows"][row]
       seeds = ",".join(str(x) for x in r["seeds"])
       cells = [f"{len(r['seeds'])} ({seeds})" if seeds else "0"]
-      cells += [_fmt(r["metrics"][m]) for m in metrics]
+      cells += [common.mean_se(r["metrics"][m]) for m in metrics]
       paper = r["paper"]
       cells += [
         f"{paper['recall@20']:.4f}" if paper else "—",
         f"{paper['ndcg@20']:.4f}" if paper else "—",
         "—" if r["train_minutes"] is None else f"{r['train_minutes']:.1f}",
-        _steps(r["best_step"]),
-        _steps(r["steps"]),
+        common.mean_se(r["best_step"], digits=0),
+        common.mean_se(r["steps"], digits=0),
       ]
       lines.append(f"| {r['label']} | " + " | ".join(cells) + " |")
     lines.append("")
@@ -269,8 +245,8 @@ def markdown(
           if d["n"] == 0:
             mean, ci = "—", "—"
           else:
-            mean = _signed(d["mean"]) + ("" if d["se"] is None else f" ± {d['se']:.4f}")
-            ci = "—" if d["ci"] is None else f"[{_signed(d['ci'][0])}, {_signed(d['ci'][1])}]"
+            mean = common.signed(d["mean"]) + ("" if d["se"] is None else f" ± {d['se']:.4f}")
+            ci = "—" if d["ci"] is None else common.interval(d["ci"])
           lines.append(
             f"| {pair['label']} | {METRIC_NAMES[m]} | {d['n']} | {mean} | {ci} | "
             f"{d['positive']}/{d['n']} | {d['verdict']} |"
@@ -334,19 +310,10 @@ def summary(stats: Dict, results: Dict) -> str:
     for pair in s["pairs"]:
       d = pair["metrics"].get("recall@20")
       if d and d["n"]:
-        ci = "" if d["ci"] is None else f" [{_signed(d['ci'][0])}, {_signed(d['ci'][1])}]"
-        part += f", {pair['label']} R@20 {_signed(d['mean'])}{ci} n={d['n']} {d['verdict']}"
+        ci = "" if d["ci"] is None else f" {common.interval(d['ci'])}"
+        part += f", {pair['label']} R@20 {common.signed(d['mean'])}{ci} n={d['n']} {d['verdict']}"
     parts.append(part)
   return "; ".join(parts) or "no finished run"
-
-
-def _pyplot() -> Any:
-  import matplotlib
-
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-
-  return plt
 
 
 def plot_popularity(results: Dict, setting: str, rows: Sequence[str], path: pathlib.Path) -> bool:
@@ -362,8 +329,7 @@ def plot_popularity(results: Dict, setting: str, rows: Sequence[str], path: path
       series.append((row, curves))
   if not series:
     return False
-  plt = _pyplot()
-  fig, ax = plt.subplots(figsize=(8, 4))
+  fig, ax = pyplot().subplots(figsize=(8, 4))
   width = 0.6 / max(len(series), 1)
   for i, (row, curves) in enumerate(series):
     bins = min(len(c) for c in curves)
@@ -382,9 +348,7 @@ def plot_popularity(results: Dict, setting: str, rows: Sequence[str], path: path
   ax.set_ylabel("Recall@20 (exact), mean ± s.e.")
   ax.set_title(f"{setting}: recall by popularity decile")
   ax.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  save(fig, path, dpi=110)
   return True
 
 
@@ -407,8 +371,7 @@ def plot_curves(results: Dict, setting: str, rows: Sequence[str], path: pathlib.
       drawn.append((row, len(runs), by_key))
   if not drawn:
     return False
-  plt = _pyplot()
-  fig, axes = plt.subplots(1, len(CURVES), figsize=(12, 4))
+  fig, axes = pyplot().subplots(1, len(CURVES), figsize=(12, 4))
   for ax, key in zip(axes, CURVES):
     for row, n, by_key in drawn:
       points = by_key.get(key)
@@ -429,14 +392,8 @@ def plot_curves(results: Dict, setting: str, rows: Sequence[str], path: pathlib.
     ax.set_ylabel(f"validation {key[len('val_') :]}, mean ± s.e.")
     ax.set_title(f"{setting}: {key[len('val_') :]}")
     ax.legend(fontsize=7)
-  fig.tight_layout()
-  fig.savefig(path, dpi=110)
-  plt.close(fig)
+  save(fig, path, dpi=110)
   return True
-
-
-def _folders(path: pathlib.Path) -> List[str]:
-  return sorted(p.name for p in path.iterdir() if p.is_dir()) if path.is_dir() else []
 
 
 def _holds_runs(setting: pathlib.Path) -> bool:
@@ -466,7 +423,7 @@ def _collect(
   missing: List[dict] = []
   order: List[str] = []
   for setting in settings:
-    arms = _folders(runs / setting)
+    arms = subfolders(runs / setting)
     names = arms_as_rows(arms)
     wanted = [a for a in arms if not rows or names[a] in rows]
     found, lost = collect(runs, "", [setting], wanted, seeds=seeds)
@@ -493,10 +450,9 @@ def report(
   docs_dir: Optional[pathlib.Path] = None,
 ) -> Tuple[str, str]:
   """Writes the report of the runs under ``runs`` to ``out``; (the markdown, the summary)."""
-  settings = list(settings) or [s for s in _folders(runs) if _holds_runs(runs / s)]
+  settings = list(settings) or [s for s in subfolders(runs) if _holds_runs(runs / s)]
   results, missing, order = _collect(runs, settings, rows, seeds)
   stats = statistics(results, settings, order, margin=margin)
-  out.mkdir(parents=True, exist_ok=True)
   plots: Dict[str, List[str]] = {}
   for setting in settings:
     for name, plot in (
@@ -516,22 +472,17 @@ def report(
     margin=margin,
     command=command,
   )
-  (out / "table1.md").write_text(md)
   records = [r for s in settings for row in order for r in results.get(s, {}).get(row, {}).values()]
-  (out / "table1.json").write_text(
-    json.dumps(
-      dict(
-        runs=str(runs),
-        command=command,
-        settings=settings,
-        rows=order,
-        statistics=stats,
-        records=records,
-        missing=missing,
-      ),
-      indent=2,
-    )
+  summary_json = dict(
+    runs=str(runs),
+    command=command,
+    settings=settings,
+    rows=order,
+    statistics=stats,
+    records=records,
+    missing=missing,
   )
+  common.write(out, {"table1.md": md, "table1.json": json.dumps(summary_json, indent=2)})
   if docs_dir is not None:
     docs_dir.mkdir(parents=True, exist_ok=True)
     for name in ["table1.md"] + [n for names in plots.values() for n in names]:
@@ -548,12 +499,7 @@ def _csv(text: str) -> List[str]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-  parser = argparse.ArgumentParser(
-    prog=PROG,
-    description=__doc__.split("\n\n")[0],
-    formatter_class=argparse.RawDescriptionHelpFormatter,
-    epilog=__doc__.split("\n\n", 1)[1],
-  )
+  parser = common.argument_parser("table1", __doc__, epilog=True)
   parser.add_argument("--runs", required=True, help="a folder of <setting>/<row>/seed<s> runs")
   parser.add_argument("--settings", type=_csv, default=[], help="default: every one found")
   parser.add_argument("--rows", type=_csv, default=[], help="default: every one found")
@@ -575,7 +521,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     seeds = [int(s) for s in args.seeds] or None
   except ValueError:
     parser.error(f"--seeds must be integers, got {args.seeds}")
-  command = f"`{PROG} {shlex.join(sys.argv[1:] if argv is None else list(argv))}`"
+  command = f"`{common.command_line('table1', argv)}`"
   md, line = report(
     runs,
     pathlib.Path(args.out) if args.out else runs,

@@ -294,3 +294,14 @@ def test_a_seed_arm_against_a_tree_is_refused(tmp_path, capsys):
   a, _ = _trees(tmp_path / "trees")
   assert tf1.main([f"--a={seeds}", f"--b={a}"]) == 2
   assert "one arm is a folder of seed<s>/metrics.json" in capsys.readouterr().err
+
+
+def test_unpaired_summary_names_a_row_without_a_metric_of_both_arms(tmp_path, capsys):
+  _, ours = _trees(tmp_path, budget="")
+  paper = tmp_path / "paper"
+  _paper_run(paper, "none", 0, 0.39)
+  _paper_run(paper, "corrected", 0, 0.30, stopped_by_time=True)  # paused: no finished run
+  assert tf1.main([f"--a={paper}", f"--b={ours}", "--budget=", "--unpaired"]) == 0
+  printed = capsys.readouterr().out.splitlines()
+  assert "summary: A − B, mixed_corrected R@20: not held by both arms" in printed
+  assert any(line.startswith("summary: A − B, mixed_none R@20: ") for line in printed)
