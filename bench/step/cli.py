@@ -152,19 +152,9 @@ def main(argv=None) -> None:
     item_counts=np.asarray(data.item_counts, np.float32),
     num_items=data.num_items,
   )
-  base = dict(
-    batches=batches_path,
-    data_path=args.data_path,
-    batch_size=args.batch_size,
-    max_len=args.max_len,
-    dropout=args.dropout,
-    logq=args.logq,
-    buckets=args.buckets,
-    threads=args.threads,
-    warmup=args.warmup,
-    seed=args.seed,
-    check_step=args.check_keras3_step,
-  )
+  keys = "data_path batch_size max_len dropout logq buckets threads warmup seed".split()
+  base = dict(batches=batches_path, check_step=args.check_keras3_step)
+  base.update({k: getattr(args, k) for k in keys})
   yardstick = mode == "time" and not args.no_yardstick
   if yardstick and importlib.util.find_spec("torch") is None:
     yardstick = False
@@ -172,11 +162,11 @@ def main(argv=None) -> None:
       "PyTorch is not installed: no paper-code side (e.g. `.venv/bin/pip install torch==2.13.0`)"
     )
   shape = dict(batch=args.batch_size, length=args.max_len, dim=128, num_blocks=2)
-  flops = {
-    c.name: step_flops(num_queries, **shape, block=c.block, num_negatives=0 if c.no_loss else 256)
-    for c in configs
-  }
-  flops[YARDSTICK] = step_flops(num_queries, **shape, block="reference", num_negatives=256)
+  flops_of = lambda block, negatives=256: step_flops(
+    num_queries, **shape, block=block, num_negatives=negatives
+  )
+  flops = {c.name: flops_of(c.block, 0 if c.no_loss else 256) for c in configs}
+  flops[YARDSTICK] = flops_of("reference")
   print(
     f"SASRec ML-1M: batch {args.batch_size} x {args.max_len}, A = {num_queries:.0f} queries "
     f"per batch (mean of {args.num_batches} batches), d 128, 2 blocks, 1 head, dropout "
@@ -186,9 +176,8 @@ def main(argv=None) -> None:
     "ratios count.",
     flush=True,
   )
-  env = None
-  if mode == "trace":
-    env = dict(os.environ, XLA_FLAGS=(os.environ.get("XLA_FLAGS", "") + " " + trace.XLA_FLAGS))
+  xla_flags = os.environ.get("XLA_FLAGS", "") + " " + trace.XLA_FLAGS
+  env = dict(os.environ, XLA_FLAGS=xla_flags) if mode == "trace" else None
   sides: Dict[str, Side] = {}
   try:
     if yardstick:
@@ -198,18 +187,22 @@ def main(argv=None) -> None:
       spec = dict(base, side="ours", config=dataclasses.asdict(c))
       sides[c.name] = Side(c.name, spec, tmp, env=env)
     for side in sides.values():
-      side.info = side.receive()
-      if side.info.get("check"):
-        print(f"{side.name}: one step from the same state: {side.info['check']}", flush=True)
+      check = side.receive().get("check")
+      if check:
+        print(f"{side.name}: one step from the same state: {check}", flush=True)
     if mode == "profile":
       return _profile(sides, configs, args)
     if mode == "trace":
       return _trace(sides, args)
-    _time(sides, configs, flops, num_queries, yardstick, args)
+    _time(sides, configs, flops, flops_of("pre_ln"), yardstick, args)
   finally:
-    for side in sides.values():
-      if side.proc.poll() is None:
-        side.close()
+    _close(sides)
+
+
+def _close(sides: Dict[str, Side]) -> None:
+  for side in sides.values():
+    if side.proc.poll() is None:
+      side.close()
 
 
 def _rounds(sides: Dict[str, Side], args) -> None:
@@ -221,7 +214,7 @@ def _rounds(sides: Dict[str, Side], args) -> None:
     print(f"round {r + 1}/{args.rounds}: {medians}", flush=True)
 
 
-def _time(sides, configs, flops, num_queries, yardstick, args) -> None:
+def _time(sides, configs, flops, pre_ln_flops, yardstick, args) -> None:
   # the matmul peak of each framework, measured in one side that runs it, at the start and end
   peak_sides = {"torch": YARDSTICK} if yardstick else {}
   for c in configs:
@@ -235,10 +228,9 @@ def _time(sides, configs, flops, num_queries, yardstick, args) -> None:
   measure_peaks()
   _rounds(sides, args)
   measure_peaks()
-  for side in sides.values():
-    side.close()
+  _close(sides)
   peak = {k: max(v) if v else None for k, v in peaks.items()}
-  report.print_report(sides, configs, flops, peak, num_queries, args)
+  report.print_report(sides, configs, flops, peak, pre_ln_flops, args)
 
 
 def _profile(sides, configs, args) -> None:
@@ -271,10 +263,7 @@ def _trace(sides, args) -> None:
 
 def _ab(args, argv) -> None:
   specs = {side: trees.tree_spec(args, side) for side in ("before", "after")}
-  paths = {
-    "before": pathlib.Path(args.before).resolve(),
-    "after": pathlib.Path(args.after).resolve(),
-  }
+  paths = {side: pathlib.Path(getattr(args, side)).resolve() for side in specs}
   tmp = tempfile.mkdtemp(prefix="bench_step_ab_")
   sides: Dict[str, Side] = {}
   try:
@@ -289,9 +278,7 @@ def _ab(args, argv) -> None:
         sys.exit(f"error: the {name} worker ({paths[name]}) did not start: {e}")
     _rounds(sides, args)
   finally:
-    for side in sides.values():
-      if side.proc.poll() is None:
-        side.close()
+    _close(sides)
   lines = trees.ab_lines(args, specs, {n: s.rounds for n, s in sides.items()})
   print("\n".join(lines))
   out = pathlib.Path(args.out)

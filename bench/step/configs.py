@@ -38,6 +38,8 @@ FRAMEWORK_TOKENS = {
 NAMED = {"paper": "query+reference+xla", "fastest": "batch+xla", "defaults": "sequence+reference"}
 _KERAS3_ONLY_WITH = "uniform, reference, xla (keras3_tf: jit_compile), nopack, blocks<k>, malloc_*"
 YARDSTICK = "paper code (torch)"
+_TF_KERAS_ONLY = "step noloss xla_loss xla_objective hash_array count_min"
+_SWITCHES = "xla reference step nopack malloc_default malloc_arenas noloss xla_loss xla_objective"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,28 +72,22 @@ class SideConfig:
   @property
   def label(self) -> str:
     block = "reference" if self.block == "reference" else "pre-LN"
-    if self.keras3:
-      backend = "JAX" if self.framework == "keras3_jax" else "TF"
-      xla = ", jit" if self.framework == "keras3_jax" else ", XLA" if self.xla else ""
-      return (
-        f"Keras 3 {backend}: {self.uniform} uniform, {block}{xla}"
-        + ("" if self.pack else ", no pack")
-        + (f", {self.attention_blocks} attn blocks" if self.attention_blocks else "")
-        + (", glibc malloc" if self.allocator == "default" else "")
-        + (", malloc heap per thread" if not self.one_heap else "")
-      )
-    xla = ", XLA step" if self.step_xla else (", XLA" if self.xla else "")
     execution = (
       ("" if self.pack else ", no pack")
       + (f", {self.attention_blocks} attn blocks" if self.attention_blocks else "")
       + (", glibc malloc" if self.allocator == "default" else "")
       + (", malloc heap per thread" if not self.one_heap else "")
-      + (", bound: no scoring/loss" if self.no_loss else "")
-      + (f", XLA {self.xla_part} on padded rows" if self.xla_part else "")
     )
+    if self.keras3:
+      backend = "JAX" if self.framework == "keras3_jax" else "TF"
+      xla = ", jit" if self.framework == "keras3_jax" else ", XLA" if self.xla else ""
+      return f"Keras 3 {backend}: {self.uniform} uniform, {block}{xla}{execution}"
+    xla = ", XLA step" if self.step_xla else (", XLA" if self.xla else "")
     return (
       f"ours: {self.uniform} uniform, {block}{xla}"
       f"{', ' + self.estimator if self.estimator != 'exact' else ''}{execution}"
+      + (", bound: no scoring/loss" if self.no_loss else "")
+      + (f", XLA {self.xla_part} on padded rows" if self.xla_part else "")
     )
 
 
@@ -102,26 +98,8 @@ def parse_config(name: str) -> SideConfig:
   estimator = [t for t in tokens if t in ESTIMATORS]
   blocks = [int(t[6:]) for t in tokens if re.fullmatch(r"blocks[1-9][0-9]*", t)]
   frameworks = [FRAMEWORK_TOKENS[t] for t in tokens if t in FRAMEWORK_TOKENS]
-  unknown = [
-    t
-    for t in tokens
-    if t not in PER_TOKENS
-    and t not in ESTIMATORS
-    and t not in FRAMEWORK_TOKENS
-    and t
-    not in (
-      "xla",
-      "reference",
-      "step",
-      "nopack",
-      "malloc_default",
-      "malloc_arenas",
-      "noloss",
-      "xla_loss",
-      "xla_objective",
-    )
-    and not re.fullmatch(r"blocks[1-9][0-9]*", t)
-  ]
+  known = {*PER_TOKENS, *ESTIMATORS, *FRAMEWORK_TOKENS, *_SWITCHES.split()}
+  unknown = [t for t in tokens if t not in known and not re.fullmatch(r"blocks[1-9][0-9]*", t)]
   if (
     unknown or len(uniform) > 1 or len(estimator) > 1 or len(blocks) > 1 or len(set(frameworks)) > 1
   ):
@@ -131,11 +109,7 @@ def parse_config(name: str) -> SideConfig:
       "malloc_default + malloc_arenas + noloss + xla_loss|xla_objective + "
       f"{ESTIMATORS} + jax|keras3_tf (one of each kind)"
     )
-  tf_keras_only = [
-    t
-    for t in tokens
-    if t in ("step", "noloss", "xla_loss", "xla_objective", "hash_array", "count_min")
-  ]
+  tf_keras_only = [t for t in tokens if t in _TF_KERAS_ONLY.split()]
   if frameworks and tf_keras_only:
     raise ValueError(
       f"--configs entry {name!r}: {', '.join(tf_keras_only)} are tf-keras "

@@ -14,16 +14,10 @@ import numpy as np
 
 from bench.step import peaks
 from bench.step.configs import SideConfig
+from bench.step.ours import run_config
+from bench.step.profiler import time_pieces
 
-__all__ = [
-  "BACKEND_OF",
-  "JaxProfiler",
-  "JaxTrainStep",
-  "check_jax_step",
-  "keras3_trainer",
-  "select_backend",
-  "setup",
-]
+__all__ = ["BACKEND_OF", "JaxProfiler", "JaxTrainStep", "check_jax_step", "select_backend", "setup"]
 
 BACKEND_OF = {"keras3_jax": "jax", "keras3_tensorflow": "tensorflow"}
 
@@ -38,28 +32,14 @@ def select_backend(cfg: SideConfig, threads: int) -> str:
   return backend
 
 
-def keras3_trainer(spec: dict, cfg: SideConfig):
-  """A `train.keras3.trainer.Trainer` for one configuration (our_trainer's run settings)."""
-  # The application's data and config (tf-keras stack) before keras, as the binary imports them.
-  from bench.step.ours import run_config as our_run_config
-  from train import data as data_lib
-  from train.keras3 import settings
-  from train.keras3.trainer import Trainer
-
-  data = data_lib.load("ml1m", spec["data_path"])
-  run_config = our_run_config(spec, cfg)
-  settings.check_supported(run_config)
-  return Trainer(run_config, data=data), data
-
-
 class JaxTrainStep:
   """``step(batch) -> loss``: the jitted stateless train step of a Keras 3 model on JAX
-  (bench/README.md); `sync` writes the state back into the model's and optimizer's variables."""
+  (bench/README.md); the state stays in ``state``, not in the model's variables."""
 
   def __init__(self, model):
     import jax
 
-    self.model, self.optimizer = model, model.optimizer
+    self.optimizer = model.optimizer
     copy = lambda variables: [jax.numpy.array(v.value, copy=True) for v in variables]
     # copies: the step donates (frees) its input state; the variables keep their own values
     self.state = (
@@ -89,16 +69,6 @@ class JaxTrainStep:
   def __call__(self, batch) -> float:
     loss, self.state = self._step(self.state, batch)
     return float(loss)
-
-  def sync(self) -> None:
-    trainable, non_trainable, optimizer_values = self.state
-    for variables, values in (
-      (self.model.trainable_variables, trainable),
-      (self.model.non_trainable_variables, non_trainable),
-      (self.optimizer.variables, optimizer_values),
-    ):
-      for v, value in zip(variables, values):
-        v.assign(value)
 
 
 class JaxProfiler:
@@ -174,8 +144,6 @@ class JaxProfiler:
     self.round(len(batches))  # compiles every program
 
   def round(self, n: int) -> dict:
-    from bench.step.profiler import time_pieces
-
     return time_pieces(self, n, self._jax.block_until_ready)
 
 
@@ -195,10 +163,18 @@ def check_jax_step(trainer, batch) -> dict:
 
 
 def setup(spec: dict, cfg: SideConfig, inputs, targets):
-  """(run(i) -> (loss, mean weight; nan on jax), peak(n) -> GFLOP/s, info, trainer,
-  profiler() -> `JaxProfiler` or None) of a Keras 3 side; keras must not have been imported
-  before `select_backend`."""
-  trainer, _ = keras3_trainer(spec, cfg)
+  """(run(i) -> (loss, mean weight; nan on jax), peak(n) -> GFLOP/s, info, profiler() ->
+  `JaxProfiler`, None on TF) of a Keras 3 side: a `train.keras3.trainer.Trainer` with our side's
+  run settings (`bench.step.ours.run_config`); keras must not have been imported before
+  `select_backend`."""
+  # The application's data and config (tf-keras stack) before keras, as the binary imports them.
+  from train import data as data_lib
+  from train.keras3 import settings
+  from train.keras3.trainer import Trainer
+
+  config = run_config(spec, cfg)
+  settings.check_supported(config)
+  trainer = Trainer(config, data=data_lib.load("ml1m", spec["data_path"]))
   import keras
 
   backend = keras.backend.backend()
@@ -208,8 +184,7 @@ def setup(spec: dict, cfg: SideConfig, inputs, targets):
       "(KERAS_BACKEND set after keras was imported?)"
     )
   numpy_batches = [
-    dict(inputs=inputs[i].astype(np.int32), targets=targets[i].astype(np.int32))
-    for i in range(len(inputs))
+    dict(inputs=x.astype(np.int32), targets=y.astype(np.int32)) for x, y in zip(inputs, targets)
   ]
   if cfg.pack:  # the binary's batches (--sasrec_pack_tokens): with their token index
     from models.keras3 import sasrec_ops
@@ -233,6 +208,6 @@ def setup(spec: dict, cfg: SideConfig, inputs, targets):
     batches = [{k: tf.constant(v) for k, v in b.items()} for b in numpy_batches]
     run = lambda i: trainer.train_step(batches[i])[:2]  # (loss, mean weight)
     peak = peaks.matmul_peak_tf
-    profiler = lambda: None
+    profiler = None
     framework = f"keras {keras.__version__} / tensorflow {tf.__version__}"
-  return run, peak, dict(framework=framework, check=check), trainer, profiler
+  return run, peak, dict(framework=framework, check=check), profiler

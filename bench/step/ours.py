@@ -1,6 +1,6 @@
 """Our side of the SASRec step benchmark: the ML-1M batches of the training pipeline, a
-`train.trainer.Trainer` per configuration, and the ``noloss`` / ``xla_loss`` / ``xla_objective``
-variants of its objective (bench/README.md, section `step/`)."""
+`train.trainer.Trainer` per configuration (`setup`), and the ``noloss`` / ``xla_loss`` /
+``xla_objective`` variants of its objective (bench/README.md, section `step/`)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,7 @@ import numpy as np
 
 from bench.step.configs import SideConfig
 
-__all__ = [
-  "load_batches",
-  "run_config",
-  "our_trainer",
-  "remove_scoring_and_loss",
-  "compile_separately",
-]
+__all__ = ["load_batches", "run_config", "setup", "remove_scoring_and_loss", "compile_separately"]
 
 
 def load_batches(args) -> tuple:
@@ -82,14 +76,31 @@ def run_config(spec: dict, cfg: SideConfig, **settings):
   )
 
 
-def our_trainer(spec: dict, cfg: SideConfig):
-  """A `train.trainer.Trainer` for one of our configurations."""
+def setup(spec: dict, cfg: SideConfig, inputs, targets):
+  """`bench.step.keras3_side.setup`'s (run, peak, info, profiler) of one of our (tf-keras)
+  configurations: a `train.trainer.Trainer`; TensorFlow is imported and set up."""
+  import tensorflow as tf
+
+  from bench.step.peaks import matmul_peak_tf
+  from bench.step.profiler import Profiler
   from train import data as data_lib
   from train.trainer import Trainer
 
   data = data_lib.load("ml1m", spec["data_path"])
   settings = dict(frequency_buckets=spec["buckets"], jit_compile_step=cfg.step_xla)
-  return Trainer(run_config(spec, cfg, sasrec_pack_tokens=cfg.pack, **settings), data=data), data
+  trainer = Trainer(run_config(spec, cfg, sasrec_pack_tokens=cfg.pack, **settings), data=data)
+  if cfg.no_loss:
+    remove_scoring_and_loss(trainer)
+  if cfg.xla_part:
+    compile_separately(trainer, cfg.xla_part)
+  batches = [dict(inputs=tf.constant(x), targets=tf.constant(y)) for x, y in zip(inputs, targets)]
+
+  def run(i):
+    loss, w = trainer.train_step(batches[i])
+    return float(loss), float(w)
+
+  info = dict(framework=f"tensorflow {tf.__version__}")
+  return run, matmul_peak_tf, info, lambda: Profiler(trainer, batches)
 
 
 def remove_scoring_and_loss(trainer) -> None:

@@ -55,7 +55,7 @@ class Profiler:
 
     estimator = trainer.estimator
     positives = [tf.boolean_mask(b["targets"], b["targets"] != 0) for b in batches]
-    self.has_estimator = estimator is not None and type(estimator).__name__ != "ExactCounts"
+    has_estimator = estimator is not None and type(estimator).__name__ != "ExactCounts"
     estimator_update = tf.function(lambda i: estimator.update(positives[i]))
 
     @tf.function
@@ -76,20 +76,15 @@ class Profiler:
       encoder_fwd=lambda i: encoder_fwd(batches[i]),
       encoder_fwd_bwd=lambda i: encoder_fwd_bwd(batches[i]),
       loss_fwd_bwd=lambda i: loss_fns[i](batches[i]),
-      estimator=estimator_update if self.has_estimator else None,
+      estimator=estimator_update if has_estimator else None,
       optimizer=lambda i: apply(grads[i]),
     )
     self.cursor = 0
     self.round(len(batches))  # tracing, one per batch shape
 
   def round(self, n: int) -> dict:
-    return time_pieces(
-      self,
-      n,
-      lambda out: self.tf.nest.map_structure(
-        lambda t: t.numpy() if hasattr(t, "numpy") else t, out
-      ),
-    )
+    numpy = lambda t: t.numpy() if hasattr(t, "numpy") else t
+    return time_pieces(self, n, lambda out: self.tf.nest.map_structure(numpy, out))
 
 
 def time_pieces(owner, n: int, wait) -> dict:
@@ -122,13 +117,7 @@ class _FixedQueries:
   def __getattr__(self, name):
     return getattr(self._model, name)
 
-  def training_queries(
-    self,
-    batch,
-    training=True,
-    seed=None,
-    **kwargs,
-  ):
+  def training_queries(self, batch, training=True, seed=None, **kwargs):
     import tensorflow as tf
 
     key = (self.index, repr(sorted(kwargs.items())))

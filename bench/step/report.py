@@ -9,30 +9,20 @@ import sys
 
 from bench.common import report
 from bench.common.timing import min_median
-from bench.step.configs import YARDSTICK, parse_config, step_flops
+from bench.step.configs import YARDSTICK, parse_config
 from bench.step.profiler import Profiler
 
 __all__ = ["keras3_ratios", "print_report", "print_profile"]
 
 
-def print_report(
-  sides: dict, configs: list, flops: dict, peak: dict, num_queries: float, args
-) -> None:
+def print_report(sides: dict, configs: list, flops: dict, peak: dict, pre_ln: float, args) -> None:
   """The table of the timed ``sides`` (name -> `bench.step.worker.Side`, closed), OUT/
-  train_speed.json and the summary line; ``peak``: the matmul peak per framework."""
+  train_speed.json and the summary line; ``peak``: the matmul peak per framework, ``pre_ln``:
+  the model FLOPs of a pre-LN step."""
   names = {"tensorflow": "TensorFlow", "jax": "JAX", "torch": "PyTorch"}
   print(
     f"fp32 matmul peak ({args.matmul_n}^2, {args.threads} threads): "
     + ", ".join(f"{names[k]} {v:.1f} GFLOP/s" for k, v in peak.items() if v)
-  )
-  pre_ln = step_flops(
-    num_queries,
-    batch=args.batch_size,
-    length=args.max_len,
-    dim=128,
-    num_blocks=2,
-    block="pre_ln",
-    num_negatives=256,
   )
   print(
     f"model FLOPs per step: {flops[YARDSTICK] / 1e9:.1f} G (reference block), "
@@ -51,23 +41,22 @@ def print_report(
   )
   results = {name: min_median(side.times) for name, side in sides.items()}
   ref_min, ref_med = results[YARDSTICK] if ref else (None, None)
+  # the paper code's min / median over the side's
+  x = {
+    n: (ref_min / mn, ref_med / med) if ref else (None, None) for n, (mn, med) in results.items()
+  }
   for name, side in sides.items():
     mn, med = results[name]
     framework = "torch" if name == YARDSTICK else parse_config(name).peak_framework
-    label = labels[name]
     gflops = flops[name] / med / 1e9
-    mem = side.memory
-    step_mem = (
-      None if mem.get("peak_rss_kib") is None else mem["peak_rss_kib"] - mem["rss_import_kib"]
-    )
-    work_mem = (
-      None if mem.get("peak_rss_kib") is None else mem["peak_rss_kib"] - mem["rss_ready_kib"]
-    )
-    ratio_min = f"{ref_min / mn:>7.2f}" if ref else f"{'-':>7}"
-    ratio_med = f"{ref_med / med:>7.2f}" if ref else f"{'-':>7}"
+    rss = side.memory.get("peak_rss_kib")
+    step_mem, work_mem = [
+      None if rss is None else rss - side.memory[k] for k in ("rss_import_kib", "rss_ready_kib")
+    ]
+    ratios = "".join(f"{r:>7.2f}" if ref else f"{'-':>7}" for r in x[name])
     print(
-      f"{label:<{width}}{mn:>7.2f}{med:>7.2f}{ratio_min}{ratio_med}{gflops:>9.1f}"
-      f"{100 * gflops / peak[framework]:>7.0f}{report.gib(mem.get('peak_rss_kib')):>9}"
+      f"{labels[name]:<{width}}{mn:>7.2f}{med:>7.2f}{ratios}{gflops:>9.1f}"
+      f"{100 * gflops / peak[framework]:>7.0f}{report.gib(rss):>9}"
       f"{report.gib(step_mem):>9}{report.gib(work_mem):>9}{side.loss:>8.3f}{side.w:>7.3f}"
     )
   keras3 = keras3_ratios(configs, results)
@@ -85,8 +74,8 @@ def print_report(
           min_s=results[name][0],
           median_s=results[name][1],
           memory=side.memory,
-          x_min=(ref_min / results[name][0]) if ref else None,
-          x_median=(ref_med / results[name][1]) if ref else None,
+          x_min=x[name][0],
+          x_median=x[name][1],
         )
         for name, side in sides.items()
       },
@@ -111,38 +100,22 @@ def print_report(
   best_gflops = flops[best] / results[best][1] / 1e9
   best_peak = peak[parse_config(best).peak_framework]
   keras3_parts = [f"{k} {v['x_median']:.2f}x tf-keras's" for k, v in keras3.items()]
+  rate = f"{best_gflops:.1f} GFLOP/s = {100 * best_gflops / best_peak:.0f}% of"
   if ref:
-    parts = [f"{n} {ref_min / results[n][0]:.2f}x / {ref_med / results[n][1]:.2f}x" for n in ours]
-    mem_ratio = (
-      ref.memory["peak_rss_kib"] / sides[best].memory["peak_rss_kib"]
-      if ref.memory.get("peak_rss_kib") and sides[best].memory.get("peak_rss_kib")
-      else float("nan")
-    )
-    print(
-      report.summary_line(
-        parts
-        + [
-          f"best {best} at {best_gflops:.1f} GFLOP/s = "
-          f"{100 * best_gflops / best_peak:.0f}% of peak, peak RSS "
-          f"{mem_ratio:.1f}x smaller"
-        ]
-        + keras3_parts,
-        head="faster than the paper's PyTorch code (min / median, same run)",
-        note="shared machine: ratios only",
-      )
-    )
+    rss = [side.memory.get("peak_rss_kib") for side in (ref, sides[best])]
+    mem_ratio = rss[0] / rss[1] if rss[0] and rss[1] else float("nan")
+    parts = [f"{n} {x[n][0]:.2f}x / {x[n][1]:.2f}x" for n in ours]
+    parts.append(f"best {best} at {rate} peak, peak RSS {mem_ratio:.1f}x smaller")
+    head = "faster than the paper's PyTorch code (min / median, same run)"
+    note = "shared machine: ratios only"
   else:
-    print(
-      report.summary_line(
-        [
-          f"best {best} {results[best][0]:.2f} s min / {results[best][1]:.2f} s median per step, "
-          f"{best_gflops:.1f} GFLOP/s = {100 * best_gflops / best_peak:.0f}% of its "
-          "framework's matmul peak"
-        ]
-        + keras3_parts,
-        note="no paper-code side; shared machine: absolute times noisy",
-      )
-    )
+    mn, med = results[best]
+    parts = [
+      f"best {best} {mn:.2f} s min / {med:.2f} s median per step, {rate} its framework's "
+      "matmul peak"
+    ]
+    head, note = "", "no paper-code side; shared machine: absolute times noisy"
+  print(report.summary_line(parts + keras3_parts, head=head, note=note))
 
 
 def keras3_ratios(configs: list, results: dict) -> dict:

@@ -19,9 +19,8 @@ import numpy as np
 
 from bench.common import memory, workers
 from bench.step.configs import SideConfig
-from bench.step.ours import compile_separately, our_trainer, remove_scoring_and_loss
-from bench.step.peaks import matmul_peak_tf, matmul_peak_torch
-from bench.step.profiler import Profiler
+from bench.step.peaks import matmul_peak_torch
+from bench.step.trace import trace_steps
 
 __all__ = ["serve", "Side"]
 
@@ -38,11 +37,9 @@ def serve(spec: dict) -> None:
   threads = spec["threads"]
   from train import host_memory
 
-  if spec["side"] == "torch":
+  cfg = None if spec["side"] == "torch" else SideConfig(**spec["config"])
+  if cfg is None:
     host_memory.configure(spec["allocator"])
-  else:
-    host_memory.configure(spec["config"]["allocator"], one_heap=spec["config"]["one_heap"])
-  if spec["side"] == "torch":
     import torch
 
     torch.set_num_threads(threads)
@@ -59,55 +56,34 @@ def serve(spec: dict) -> None:
     )
     run = lambda i: step_fn(windows[i])  # its loss.item() waits for the step, as in the script
     peak = lambda n: matmul_peak_torch(n, device=step_fn.device)
-    info = dict(
-      threads=torch.get_num_threads(),
-      framework=f"torch {torch.__version__}",
-      device=str(step_fn.device),
-    )
-  elif spec["config"]["framework"] != "tf_keras":  # a Keras 3 side (keras3_side)
-    from bench.step import keras3_side
+    framework, device = f"torch {torch.__version__}", str(step_fn.device)
+    info = dict(threads=torch.get_num_threads(), framework=framework, device=device)
+    make_profiler = None
+  else:
+    host_memory.configure(cfg.allocator, one_heap=cfg.one_heap)
+    if cfg.keras3:  # before keras is imported; a JAX side imports no TensorFlow (a GPU machine)
+      from bench.step import keras3_side as side_lib
 
-    cfg = SideConfig(**spec["config"])
-    backend = keras3_side.select_backend(cfg, threads)  # before keras is imported
-    if backend == "tensorflow":  # a JAX side imports no TensorFlow, as on a GPU machine
-      import tfrs_logq.tf_keras  # legacy Keras before TensorFlow loads
+      backend = side_lib.select_backend(cfg, threads)
+    else:
+      from bench.step import ours as side_lib
+
+      backend = "tensorflow"
+    if backend == "tensorflow":
+      import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 
       import tensorflow as tf
 
       tf.config.threading.set_intra_op_parallelism_threads(threads)
       tf.get_logger().setLevel("ERROR")
-    import keras  # noqa: F401
+    if cfg.keras3:
+      import keras  # noqa: F401
 
-    if backend == "jax":
-      import jax  # noqa: F401
+      if backend == "jax":
+        import jax  # noqa: F401
     rss_import = memory.status_kib("VmRSS")
-    run, peak, info, trainer, make_profiler = keras3_side.setup(spec, cfg, inputs, targets)
+    run, peak, info, make_profiler = side_lib.setup(spec, cfg, inputs, targets)
     info = dict(info, threads=threads)
-  else:
-    import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-
-    import tensorflow as tf
-
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
-    tf.get_logger().setLevel("ERROR")
-    rss_import = memory.status_kib("VmRSS")
-    cfg = SideConfig(**spec["config"])
-    trainer, _ = our_trainer(spec, cfg)
-    if cfg.no_loss:
-      remove_scoring_and_loss(trainer)
-    if cfg.xla_part:
-      compile_separately(trainer, cfg.xla_part)
-    batches = [
-      dict(inputs=tf.constant(inputs[i]), targets=tf.constant(targets[i]))
-      for i in range(len(inputs))
-    ]
-
-    def run(i):
-      loss, w = trainer.train_step(batches[i])
-      return float(loss), float(w)
-
-    peak = matmul_peak_tf
-    info = dict(threads=threads, framework=f"tensorflow {tf.__version__}")
   num_batches = len(windows)
   cursor = [0]
 
@@ -136,21 +112,14 @@ def serve(spec: dict) -> None:
     elif cmd["cmd"] == "peak":
       reply(dict(gflops=peak(cmd["n"])))
     elif cmd["cmd"] == "profile":
-      if spec["side"] != "ours" or spec["config"]["framework"] == "keras3_tensorflow":
+      if make_profiler is None:
         raise ValueError("--profile times the pieces of the tf-keras and Keras 3 JAX steps only")
-      if profiler is None:
-        profiler = (
-          make_profiler()
-          if spec["config"]["framework"] == "keras3_jax"
-          else Profiler(trainer, batches)
-        )
+      profiler = profiler or make_profiler()
       out = profiler.round(cmd["n"])
       reply(dict(out, check=profiler.check) if getattr(profiler, "check", None) else out)
     elif cmd["cmd"] == "trace":
-      if spec["side"] != "ours" or spec["config"]["framework"] != "tf_keras":
+      if cfg is None or cfg.keras3:
         raise ValueError("--trace breaks down the tf-keras step only")
-      from bench.step.trace import trace_steps
-
       reply(trace_steps(steps, cmd["n"]))
     elif cmd["cmd"] == "quit":
       reply(
@@ -177,7 +146,7 @@ class Side:
     env: Optional[Dict[str, str]] = None,
   ):
     """``command`` (default: `serve` of this tree) gets JSON(spec) appended."""
-    self.name, self.spec = name, spec
+    self.name = name
     self.log_path = os.path.join(log_dir, re.sub(r"[^a-z0-9]+", "_", name.lower()) + ".log")
     self.log = open(self.log_path, "w")
     self.proc = subprocess.Popen(
@@ -192,7 +161,7 @@ class Side:
     )
     self.times: List[float] = []
     self.rounds: List[List[float]] = []  # the times of each ``steps`` request
-    self.loss, self.w, self.info, self.memory = None, None, {}, {}
+    self.loss, self.w, self.memory = None, None, {}
 
   def steps(self, n: int) -> None:
     """Times ``n`` steps: one more round."""
@@ -200,10 +169,6 @@ class Side:
     self.rounds.append(out["times"])
     self.times += out["times"]
     self.loss, self.w = out["loss"], out["w"]
-
-  def send(self, **cmd):
-    self.proc.stdin.write(json.dumps(cmd) + "\n")
-    self.proc.stdin.flush()
 
   def receive(self) -> dict:
     for line in self.proc.stdout:
@@ -215,7 +180,8 @@ class Side:
     raise RuntimeError(f"side {self.name!r} died (exit {self.proc.wait()}); log tail:\n{tail}")
 
   def ask(self, **cmd) -> dict:
-    self.send(**cmd)
+    self.proc.stdin.write(json.dumps(cmd) + "\n")
+    self.proc.stdin.flush()
     return self.receive()
 
   def close(self):
