@@ -2,7 +2,8 @@ r"""Negative sampling cost per batch (uniform, in-batch, mixed, MIDX K, exact so
 
     python -m bench.negatives [--quick] [--catalogs 10000,100000,1000000] [--codewords 16,64,128]
                               [--batch 256] [--k-u 256] [--dim 64] [--quantizer pq]
-                              [--memory-slots 8192] [--no-softmax] [--out bench/out]
+                              [--memory-slots 8192] [--optimizer adam] [--no-softmax]
+                              [--out bench/out]
 
 Set-up per catalog size |D|: an item embedding table [|D|, dim] (the candidate tower), an
 ``ExactCounts`` estimator with Zipf(1) counts, batches of ``--batch`` positives (= A queries)
@@ -20,11 +21,13 @@ returns the step's negatives (ids, embeddings, log Q):
   k_u categorical draws per query, log Q from the log-softmax, embedding lookup: O(A |D| d)
   (one call per round, --calls for the others; ``--no-softmax`` drops it).
 
-Second table: one compiled two-tower training step (id towers, positive scores, negatives,
-``sampler.score``, corrected ``sampled_softmax_loss``, gradients, SGD apply) with in-batch vs
-mixed negatives, at each catalog size; ratio mixed / in-batch is the overhead of the uniform half.
-With ``--memory-slots S`` > 0 two more sides: mixed + a ``CrossBatchNegatives`` memory of S slots
-(the last S / --batch batches' positives, joined by ``JoinedNegatives``, pushed after each
+Second table: the training binary's compiled two-tower step at each catalog size, built by
+`bench.catalog.points.build_point` (id towers, ``Objective``: positive scores, negatives,
+corrected sampled softmax; gradients, the --optimizer update: tf-keras Adam by default, the
+binary's, O(|D| d) per step) with ``num_negatives = 2 k_u``: in-batch (every distinct positive
+when 2 k_u >= --batch) vs mixed (k_u in-batch + k_u uniform); ratio mixed / in-batch is the
+overhead of the uniform half. With ``--memory-slots S`` > 0 two more sides: mixed + the binary's
+``--cross_batch`` memory of S slots (the last S / --batch batches' positives, pushed after each
 step) in ``ids`` mode (scored with the current table, gradient into its rows) and in
 ``embeddings`` mode (stored outputs); their ratio to mixed is the memory's step overhead (the
 memory is filled before timing).
@@ -37,6 +40,7 @@ one-line summary.
 """
 
 import argparse
+import itertools
 import os
 import pathlib
 import time
@@ -44,25 +48,22 @@ import time
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
-from tfrs_logq.tf_keras import losses
 from tfrs_logq.tf_keras.frequency import ExactCounts
-from tfrs_logq.tf_keras.negatives import (
-  CrossBatchNegatives,
-  InBatchNegatives,
-  JoinedNegatives,
-  MixedNegatives,
-  UniformNegatives,
-)
+from tfrs_logq.tf_keras.negatives import InBatchNegatives, MixedNegatives, UniformNegatives
 from tfrs_logq.tf_keras.negatives.midx import MIDXSampler
 
 import numpy as np
 import tensorflow as tf
 
+from bench.catalog import points
 from bench.common import plot, zipf
 from bench.common.timing import min_median, time_interleaved
 
 BASELINE = "in_batch"
 MEMORY_MODES = ("ids", "embeddings")
+STEP_VARIANTS = {"in_batch": "in_batch+exact", "mixed": "mixed+exact"} | {
+  f"memory_{mode}": f"mixed+exact+{mode}" for mode in MEMORY_MODES
+}
 
 
 def parse_args(argv=None):
@@ -82,6 +83,7 @@ def parse_args(argv=None):
   p.add_argument(
     "--memory-slots", type=int, default=0, help="slots of a cross-batch memory (0: no memory)"
   )
+  p.add_argument("--optimizer", default="adam", choices=points.OPTIMIZERS, help="of the step")
   p.add_argument("--out", default="bench/out")
   args = p.parse_args(argv)
   if args.quick:
@@ -117,17 +119,11 @@ def sync(out):
   return out
 
 
-def build_catalog(size, args, rng):
-  probs = zipf.probabilities(size)
-  counts = np.maximum(np.round(probs * 1e8), 1).astype(np.int64)
-  estimator = ExactCounts(size, counts=counts)
-  table = tf.Variable(rng.normal(scale=0.1, size=(size, args.dim)).astype(np.float32))
-  batches = [rng.choice(size, size=args.batch, p=probs).astype(np.int64) for _ in range(8)]
-  return estimator, table, [tf.constant(b) for b in batches]
-
-
 def sampling_fns(size, args, rng, table_rows):
-  estimator, table, batches = build_catalog(size, args, rng)
+  probs = zipf.probabilities(size)
+  estimator = ExactCounts(size, counts=np.maximum(np.round(probs * 1e8), 1).astype(np.int64))
+  table = tf.Variable(rng.normal(scale=0.1, size=(size, args.dim)).astype(np.float32))
+  batches = [tf.constant(rng.choice(size, size=args.batch, p=probs)) for _ in range(8)]
   embed = lambda ids: tf.gather(table, ids)
   in_batch = InBatchNegatives(estimator)
   uniform = UniformNegatives(embed, args.k_u, id_range=(0, size))
@@ -169,66 +165,31 @@ def sampling_fns(size, args, rng, table_rows):
   return fns
 
 
-def step_fns(size, args, rng):
-  estimator, table, batches = build_catalog(size, args, rng)
-  users = tf.Variable(rng.normal(scale=0.1, size=(args.num_users, args.dim)).astype(np.float32))
-  user_batches = [tf.constant(rng.integers(0, args.num_users, size=args.batch)) for _ in batches]
-  embed = lambda ids: tf.gather(table, ids)
-
-  def mixed():
-    return MixedNegatives(
-      InBatchNegatives(estimator),
-      UniformNegatives(embed, args.k_u, id_range=(0, size)),
-      convention="mixture",
-    )
-
-  samplers = {"in_batch": InBatchNegatives(estimator), "mixed": mixed()}
-  memories = {}
-  if args.memory_slots:
-    num_batches = max(args.memory_slots // args.batch, 1)
-    for mode in MEMORY_MODES:
-      memory = CrossBatchNegatives(
-        estimator,
-        num_batches,
-        args.batch,
-        mode=mode,
-        embedding_dim=args.dim if mode == "embeddings" else None,
-        candidate_embedder=embed,
-        seed=0,
-      )
-      memories[f"memory_{mode}"] = memory
-      samplers[f"memory_{mode}"] = JoinedNegatives([mixed(), memory])
-  opt = tf.keras.optimizers.SGD(0.01)
-  state = {"i": 0}
-
-  def make(name, sampler):
-    memory = memories.get(name)
-
-    @tf.function
-    def step(user_ids, item_ids, seed):
-      with tf.GradientTape() as tape:
-        q = tf.gather(users, user_ids)
-        p = tf.gather(table, item_ids)
-        scored = sampler.score(q, item_ids, p, seed=seed)
-        out = losses.sampled_softmax_loss(**scored.loss_kwargs(), correction="corrected")
-        loss = tf.reduce_mean(out.loss)
-      grads = tape.gradient(loss, [users, table])
-      opt.apply_gradients(zip(grads, [users, table]))
-      if memory is not None:  # scored, then pushed
-        memory.update(item_ids, p)
-      return loss
-
-    def call():
-      state["i"] = (state["i"] + 1) % len(batches)
-      seed = tf.constant([0, state["i"]], tf.int64)
-      return sync(step(user_batches[state["i"]], batches[state["i"]], seed))
-
-    if memory is not None:  # a full memory before timing (the step's cost does not depend on it)
-      for _ in range(memory.memory_size // args.batch):
-        call()
-    return call
-
-  return {name: make(name, s) for name, s in samplers.items()}
+def step_fns(size, args):
+  """{side: one call of its step}: the sides of `STEP_VARIANTS` (the memory ones with
+  --memory-slots), each its own model from `bench.catalog.points.build_point`."""
+  spec = dict(
+    num_items=size,
+    batch_size=args.batch,
+    dim=args.dim,
+    num_users=args.num_users,
+    num_negatives=2 * args.k_u,
+    buckets=2**20,
+    seed=0,
+    memory_slots=args.memory_slots,
+  )
+  fns = {}
+  for side, variant in STEP_VARIANTS.items():
+    if side.startswith("memory") and not args.memory_slots:
+      continue
+    built = points.build_point(dict(spec, variant=f"{variant}@{args.optimizer}"))
+    step = tf.function(points.step_fn(built, lambda grads: tf.zeros([])))
+    calls = itertools.count()
+    fns[side] = lambda b=built, f=step, c=calls: sync(f(b.batches[next(c) % len(b.batches)]))
+    memory = built.objective.memory
+    for _ in range(memory.num_batches if memory is not None else 0):  # full before timing
+      fns[side]()
+  return fns
 
 
 def summarize(times):
@@ -248,7 +209,7 @@ def main(argv=None):
   for size in args.catalogs:
     fns = sampling_fns(size, args, rng, refresh_rows)
     sampling[size] = summarize(time_sides(fns, args, calls={"softmax": 1}))
-    steps[size] = summarize(time_sides(step_fns(size, args, rng), args))
+    steps[size] = summarize(time_sides(step_fns(size, args), args))
 
   sides = list(next(iter(sampling.values())))
   print("\n## sampling time per batch (ms): min / median; ratio of medians vs in_batch")
@@ -262,7 +223,7 @@ def main(argv=None):
   for size, refresh in refresh_rows:
     print(f"{size:>9} " + " ".join(f"K={k}: {t:7.2f}" for k, t in refresh.items()))
 
-  print("\n## training step (ms): min / median; mixed vs in_batch (corrected loss, SGD)")
+  print(f"\n## training step (ms): min / median; mixed vs in_batch (corrected, {args.optimizer})")
   for size, res in steps.items():
     ratio_min, ratio_med = (
       res["mixed"][0] / res["in_batch"][0],

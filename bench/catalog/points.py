@@ -67,7 +67,12 @@ def zipf_ids(rng: np.random.Generator, num_items: int, size: int) -> np.ndarray:
 def build_point(spec: dict):
   """The model, estimator, objective, optimizer, step counter, item table and 4 batches of one
   point, built by the training binary's code (under the current tf.distribute scope: the
-  parameter-server side calls it in ParameterServerStrategy's). Returns a SimpleNamespace."""
+  parameter-server side calls it in ParameterServerStrategy's). Returns a SimpleNamespace.
+
+  ``spec["variant"]``: ``full`` or ``NEGATIVES+FREQUENCY[+MEMORY]`` (NEGATIVES: ``mixed`` or
+  ``in_batch``; MEMORY: ``ids`` or ``embeddings``, a cross-batch memory of
+  ``spec["memory_slots"]`` slots, the last slots / batch batches), then optionally ``@OPTIMIZER``
+  (`OPTIMIZERS`; default sgd)."""
   import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 
   import tensorflow as tf
@@ -79,6 +84,7 @@ def build_point(spec: dict):
   v, b, d, users = spec["num_items"], spec["batch_size"], spec["dim"], spec["num_users"]
   variant, _, optimizer_name = spec["variant"].partition("@")
   loss, _, frequency = variant.partition("+")
+  frequency, _, memory_mode = frequency.partition("+")
   settings = dict(
     model="two_tower",
     use_user_id=True,
@@ -91,13 +97,16 @@ def build_point(spec: dict):
   )
   if loss != "full":
     settings.update(
-      negatives="mixed",
+      negatives=loss,
       num_negatives=spec["num_negatives"],
       uniform_negatives="batch",
       logq="corrected",
       frequency=frequency,
       frequency_buckets=spec["buckets"],
     )
+  if memory_mode:
+    num_batches = max(spec["memory_slots"] // b, 1)
+    settings.update(cross_batch=num_batches, cross_batch_slots=b, cross_batch_mode=memory_mode)
   cfg = RunConfig.create(**settings)
   p = zipf_probabilities(v)
   data = types.SimpleNamespace(

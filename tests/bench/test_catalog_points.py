@@ -1,6 +1,6 @@
 """bench/catalog/points.py (the points of bench/catalog_size.py): the Zipf(1)-like item law its
 batches are drawn from, the projected memory of a full-softmax step, the merging of passes and the
-size labels."""
+size labels; the variant grammar of a point (negatives, frequency, memory, optimizer)."""
 
 import numpy as np
 
@@ -43,3 +43,15 @@ def test_merge_pools_the_steps_of_two_passes_and_keeps_the_larger_memory():
 def test_size_labels():
   sizes = (1, 2000, 10_000, 3_000_000, 10**10)
   assert [points.fmt_size(n) for n in sizes] == ["1e0", "2e3", "1e4", "3e6", "1e10"]
+
+
+def test_build_point_variant_grammar():
+  spec = dict(num_items=50, batch_size=8, dim=4, num_users=10, num_negatives=8, buckets=64, seed=0)
+  in_batch = points.build_point(dict(spec, variant="in_batch+exact"))
+  assert type(in_batch.objective.sampler).__name__ == "InBatchNegatives"
+  assert in_batch.objective.memory is None and "SGD" in type(in_batch.optimizer).__name__
+  mixed = points.build_point(dict(spec, variant="mixed+exact+embeddings@adam", memory_slots=32))
+  memory = mixed.objective.memory
+  assert type(mixed.objective.sampler).__name__ == "JoinedNegatives"
+  assert (memory.mode, memory.num_batches, memory.slots_per_batch) == ("embeddings", 4, 8)
+  assert type(mixed.optimizer).__name__ == "Adam"

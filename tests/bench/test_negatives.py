@@ -1,6 +1,7 @@
 """bench/negatives.py end to end at a tiny size: every sampler side is timed (MIDX at each K and
-both quantizers, the exact softmax sampling side that replaced bench/midx.py's), the summary
-names the MIDX K and catalog ratios, and the plot is written."""
+both quantizers, the exact softmax sampling side that replaced bench/midx.py's), the step table
+has in-batch, mixed and the two memory sides (bench.catalog.points' steps), the summary names the
+MIDX K, catalog and step ratios, and the plot is written."""
 
 import re
 
@@ -23,6 +24,7 @@ def test_negatives_runs_every_side(quantizer, tmp_path, capsys):
       "--warmup=1",
       "--repeats=1",
       "--calls=1",
+      f"--memory-slots={32 if quantizer == 'pq' else 0}",
       f"--out={tmp_path}",
     ]
   )
@@ -35,6 +37,10 @@ def test_negatives_runs_every_side(quantizer, tmp_path, capsys):
     r"MIDX K=8 time x[\d.]+ from \|D\|=500 to 2000 vs x[\d.]+ from K=4 to 8", summary
   )
   assert re.search(r"exact softmax [\d.]+ -> [\d.]+ ms from \|D\|=500 to 2000", summary)
+  for mode in ("ids", "embeddings") if quantizer == "pq" else ():
+    assert re.search(rf"mixed\+memory\(32, {mode}\)/mixed step x[\d.]+", summary)
+  for size in (500, 2000):
+    assert re.search(rf"^ +{size} in_batch .* mixed .* ratio min x[\d.]+ median x", out, re.M)
   assert (tmp_path / "negatives_sampling.png").stat().st_size > 0
 
 
