@@ -11,8 +11,16 @@ import shlex
 import subprocess
 from typing import Any, Optional, Sequence
 
-__all__ = ["summary_line", "ruled", "markdown_header", "markdown_row", "gib", "write_json"]
-__all__ += ["command", "commit"]
+__all__ = [
+  "summary_line",
+  "ruled",
+  "markdown_header",
+  "markdown_row",
+  "gib",
+  "write_json",
+  "command",
+  "commit",
+]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
