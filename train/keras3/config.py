@@ -42,30 +42,28 @@ class Keras3Config:
     "python -m train.keras3: Generator of each epoch's permutation of the training sequences: "
     "tensorflow = tf.data's stateless shuffle, python -m train's batches for the same --seed "
     "(needs TensorFlow installed); numpy = numpy's generator keyed by the seed (another order; "
-    "no TensorFlow "
-    "needed).",
+    "no TensorFlow needed).",
     choices=SHUFFLE_RNGS,
   )
   compilation_cache: str = setting(
     default_compilation_cache(),
     "python -m train.keras3: --backend=jax: a folder where compiled programs are kept between "
     "runs (JAX's persistent compilation cache): a later run of the same shapes loads them "
-    "instead of compiling. "
-    "Empty: off. Default: JAX_COMPILATION_CACHE_DIR if set, else ~/.cache/tfrs_logq/jax.",
+    "instead of compiling. Empty: off. Default: JAX_COMPILATION_CACHE_DIR if set, else "
+    "~/.cache/tfrs_logq/jax.",
   )
   seeds: Tuple[int, ...] = setting(
     (),
     "python -m train.keras3: Train these seeds as one compiled jax program "
     "(train.keras3.seeds): one run per seed in <model_dir>/seed<s>, as separate runs with "
-    "--seed=s and --nosasrec_pack_tokens write; "
-    "--seed is ignored.",
+    "--seed=s and --nosasrec_pack_tokens write; --seed is ignored.",
   )
   logqs: Tuple[str, ...] = setting(
     (),
     "python -m train.keras3: With --seeds: also train these --logq values (rows that differ "
     "only in the correction) in the same program: one run per (logq, seed) in "
-    "<model_dir>/<logq>/seed<s>, as separate "
-    "runs with --logq=v --seed=s --nosasrec_pack_tokens write; --logq is ignored.",
+    "<model_dir>/<logq>/seed<s>, as separate runs with --logq=v --seed=s --nosasrec_pack_tokens "
+    "write; --logq is ignored.",
   )
 
   def __post_init__(self) -> None:

@@ -48,12 +48,7 @@ import logging
 import os
 import time
 
-import keras
 import numpy as np
-from keras import ops
-
-from models.keras3 import sasrec_ops
-from tfrs_logq.keras3 import compiled, top_k
 
 # The application's data and metrics (numpy; `train` sets TF_USE_LEGACY_KERAS) before keras: on
 # the tensorflow backend, keras imported first would make tf.keras Keras 3, which the tf-keras
@@ -62,6 +57,13 @@ from train import data as data_lib
 from train import epochs, summaries, validation
 from train.data import batches as batches_lib
 from train.epochs import EXIT_PAUSED, NonFiniteError
+
+# isort: split
+import keras
+from keras import ops
+
+from models.keras3 import sasrec_ops
+from tfrs_logq.keras3 import compiled, top_k
 from train.keras3 import checkpoints, finite, parallel
 from train.keras3 import objective as objective_lib
 

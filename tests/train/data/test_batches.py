@@ -4,10 +4,12 @@ permutation stream of the same windows; bad arguments raise."""
 
 import numpy as np
 import pytest
-import tensorflow as tf  # noqa: F401  (after train.data, which sets TF_USE_LEGACY_KERAS)
 
 from train import data as D
 from train.data import batches
+
+# isort: split
+import tensorflow as tf  # noqa: F401  (after train.data, which sets TF_USE_LEGACY_KERAS)
 
 
 def _data(lengths=(1, 2, 3, 5, 9, 12, 4, 7, 2, 30), num_items=40, seed=0):

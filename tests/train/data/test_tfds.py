@@ -2,10 +2,12 @@
 
 import numpy as np
 import pytest
-import tensorflow as tf  # after train.data (which imports tfrs_logq first)
-import tensorflow_datasets as tfds
 
 from train import data as D
+
+# isort: split
+import tensorflow as tf  # after train.data (which imports tfrs_logq first)
+import tensorflow_datasets as tfds
 
 
 def _rows(data_dir, n=20000):

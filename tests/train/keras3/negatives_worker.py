@@ -19,11 +19,13 @@ import numpy as np
 
 def main(cases_path, batches_path, out_path):
   # The application's config (tf-keras stack) first, then keras (test_binary's export_worker).
+  from train.config import RunConfig
+
+  # isort: split
   import keras
   from keras import ops
 
   from tfrs_logq.keras3 import negatives as neg_lib
-  from train.config import RunConfig
   from train.keras3 import objective
 
   with open(cases_path) as f:
