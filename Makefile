@@ -33,7 +33,7 @@ test: $(STAMP)
 	$(PY) -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The style gate (pyproject.toml): ruff's format (checked) and lint rules on the tree, mypy on the
-# core and the fronts' public API. `$(VENV)/bin/ruff format .` fixes the formatting.
+# whole library and the binaries' entry points. `$(VENV)/bin/ruff format .` fixes the formatting.
 lint: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
