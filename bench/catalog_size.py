@@ -42,9 +42,9 @@ def _table(rows) -> list:
   return lines
 
 
-def _plot(rows, path):
+def _plot(rows, path, batch: int, dim: int):
   title = (
-    "Two-tower step (B = 256, d = 64, sparse SGD unless @adam / @lazy_adam): sampled "
+    f"Two-tower step (B = {batch}, d = {dim}, sparse SGD unless @adam / @lazy_adam): sampled "
     "(mixed, corrected logQ) vs full softmax"
   )
   panels = (("median step time", "ms"), ("peak memory", "GiB"))
@@ -58,7 +58,7 @@ def _plot(rows, path):
       peaks = [(r["result"]["peak_rss_kib"] or 0) / 2**20 for r in pts]
       ax_m.plot(x, peaks, "o-", label=f"{variant} (peak RSS)")
     sizes = sorted({r["num_items"] for r in rows})
-    ax_m.plot(sizes, [(n + 1) * 64 * 4 / 2**30 for n in sizes], "k:", label="item table")
+    ax_m.plot(sizes, [(n + 1) * dim * 4 / 2**30 for n in sizes], "k:", label="item table")
 
 
 def _summary(rows, sizes) -> str:
@@ -87,11 +87,10 @@ def _summary(rows, sizes) -> str:
 
 
 class OneProcess:
-  """The default run: every variant at every size, each point in a process of its own. A run
-  gives `main` its intro line, its ``sides(pass)`` (here the variants), ``measure(side, |I|)``
-  (one point), ``line(side, |I|, result)`` (the progress line) and ``write`` (the report; returns
-  the summary line); `main` sweeps the passes and merges them. The ``--parameter_server`` run:
-  `bench.catalog.parameter_server.ParameterServer`."""
+  """The default run: every variant at every size. The interface `main` drives (the other run:
+  `bench.catalog.parameter_server.ParameterServer`): ``intro`` (the first line), ``sides(pass)``,
+  ``measure(side, |I|)`` (one point), ``line(side, |I|, result)`` (its progress line) and
+  ``write(results, ...)`` (the report; returns the summary line)."""
 
   def __init__(self, args, sizes, variants):
     self.args, self.sizes, self.variants = args, sizes, variants
@@ -112,7 +111,7 @@ class OneProcess:
       return dict(skipped=f"skipped: projected {need:.0f} GiB > --max_gib {args.max_gib:g}")
     if variant.endswith("@adam") and v > args.adam_max_items:
       return dict(skipped=f"skipped: > --adam_max_items {args.adam_max_items:g}")
-    return points.run_point(points.point_spec(args, variant, v), args.timeout)
+    return points.run_point(dict(vars(args), variant=variant, num_items=v), args.timeout)
 
   def line(self, variant: str, v: int, result: dict) -> str:
     return _table([dict(variant=variant, num_items=v, result=result)])[-1]
@@ -125,17 +124,14 @@ class OneProcess:
       for v in sizes
     ]
     lines = _table(rows)
-    _plot(rows, out / "catalog_size.png")
+    _plot(rows, out / "catalog_size.png", args.batch_size, args.dim)
     summary = _summary(rows, sizes)
     md = [
       "# Two-tower step cost against the catalog size",
       "",
       f"Produced by (on a 2-core CPU machine shared with other jobs; {minutes:.0f} min)",
       "",
-      "```",
-      command,
-      "```",
-      "",
+      *points.fenced(command),
       f"B = {args.batch_size}, d = {args.dim}, {args.num_users} users (id tower), sparse SGD "
       "(tf.keras.optimizers.legacy.SGD) unless @adam (tf.keras.optimizers.Adam) or "
       "@lazy_adam (tfrs_logq.tf_keras.lazy_adam.LazyAdam); "
@@ -161,57 +157,37 @@ class OneProcess:
     return summary
 
 
+def _known(variant: str) -> bool:
+  base, _, optimizer = variant.partition("@")
+  bases = {v.partition("@")[0] for v in points.VARIANTS}
+  return base in bases and optimizer in ("", *points.OPTIMIZERS)
+
+
 def main(argv=None):
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   add = parser.add_argument
   add("--quick", action="store_true", help="1e4..1e6, 1 pass of 1 warm-up + 3 steps")
-  all_sizes = "10000,100000,1000000,3000000,10000000"
-  add("--sizes", default=all_sizes, help="comma-separated catalog sizes |I|")
-  all_variants = ",".join(points.VARIANTS)
-  add("--variants", default=all_variants, help=f"comma-separated, from {points.VARIANTS}")
-  add("--batch_size", type=int, default=256)
-  add("--dim", type=int, default=64)
-  add("--num_users", type=int, default=10_000)
+  add("--sizes", default="10000,100000,1000000,3000000,10000000", help="catalog sizes |I|")
+  add("--variants", default=",".join(points.VARIANTS), help=f"of {points.VARIANTS}")
+  for name, default in dict(batch_size=256, dim=64, num_users=10_000, seed=0).items():
+    add(f"--{name}", type=int, default=default)
   add("--num_negatives", type=int, default=256, help="128 in-batch + 128 uniform")
-  width = "hash-array size / count-min width (fixed, whatever |I|)"
-  add("--buckets", type=int, default=2**20, help=width)
-  add(
-    "--passes",
-    type=int,
-    default=2,
-    help="sweeps over all points (their steps are pooled: a point slowed by "
-    "a burst of load in one pass is not in the other)",
-  )
+  add("--buckets", type=int, default=2**20, help="hash-array size / count-min width")
+  add("--passes", type=int, default=2, help="sweeps over all points, their steps pooled")
   add("--steps", type=int, default=4, help="timed steps per point and pass")
   add("--warmup", type=int, default=2, help="untimed steps per point and pass")
-  skip_full = "skip full-softmax points projected above this memory"
-  add("--max_gib", type=float, default=8.0, help=skip_full)
-  skip_adam = "skip @adam points above this catalog size (O(|I|) per step)"
-  add("--adam_max_items", type=float, default=1e6, help=skip_adam)
+  add("--max_gib", type=float, default=8.0, help="skip full-softmax points projected above")
+  add("--adam_max_items", type=float, default=1e6, help="skip @adam points above this |I|")
   add("--timeout", type=float, default=900, help="seconds per point")
-  add("--seed", type=int, default=0)
-  add(
-    "--parameter_server",
-    action="store_true",
-    help="instead: mixed+hash_array@lazy_adam on one process vs a local "
-    "parameter-server cluster, interleaved (bench/catalog/parameter_server.py); "
-    "writes catalog_size_ps.md",
-  )
-  shards_help = "--parameter_server: ps processes (the tables' shards)"
-  add("--ps_shards", type=int, default=2, help=shards_help)
-  out_help = "folder for catalog_size.png and catalog_size.md"
-  add("--out", default=str(ROOT / "docs" / "results"), help=out_help)
+  add("--parameter_server", action="store_true", help="one process vs ps (catalog_size_ps.md)")
+  add("--ps_shards", type=int, default=2, help="--parameter_server: ps processes")
+  add("--out", default=str(ROOT / "docs" / "results"), help="folder of the files written")
   args = parser.parse_args(argv)
   if args.quick:
     args.sizes, args.passes, args.steps, args.warmup = "10000,100000,1000000", 1, 3, 1
   sizes = sorted(int(float(s)) for s in args.sizes.split(",") if s)
   variants = [v for v in args.variants.split(",") if v]
-  bases = {v.partition("@")[0] for v in points.VARIANTS}
-  bad = [
-    v
-    for v in variants
-    if v.partition("@")[0] not in bases or v.partition("@")[2] not in ("",) + points.OPTIMIZERS
-  ]
+  bad = [v for v in variants if not _known(v)]
   if bad or not sizes or sizes[0] < 1 or args.passes < 1 or args.steps < 1:
     raise ValueError(
       f"--variants must be from {points.VARIANTS}, optionally @{'|'.join(points.OPTIMIZERS)} "
@@ -240,8 +216,7 @@ def main(argv=None):
     for v in sizes:
       for side in bench.sides(sweep):
         result = bench.measure(side, v)
-        key = (side, v)
-        results[key] = points.merge(results[key], result) if key in results else result
+        results[(side, v)] = points.merge(results.get((side, v), {}), result)
         print(f"pass {sweep + 1}: " + bench.line(side, v, result), flush=True)
   out = pathlib.Path(args.out)
   out.mkdir(parents=True, exist_ok=True)

@@ -6,6 +6,7 @@ Method, flags and measured results: bench/README.md, section `frequency.py`.
 """
 
 import argparse
+import functools
 import os
 import pathlib
 import time
@@ -91,30 +92,28 @@ def bench_speed(args, rng, cdf):
   repeats = 3 if args.quick else 5
   data = tf.constant(zipf_stream(rng, steps, 25_600, cdf))
   base_min, base_med = time_steps(stand_in_train_step(), data, repeats)
-  rows = []
-  candidates = [
-    ("exact counts (table 1M)", None, lambda h: ExactCounts(VOCAB)),
-    ("MutableHashTable exact", None, lambda h: MutableHashTableCounts()),
-  ]
+  candidates = {
+    "exact counts (table 1M)": lambda: ExactCounts(VOCAB),
+    "MutableHashTable exact": MutableHashTableCounts,
+  }
   for log_h in (20, 22):
     h = 2**log_h
-    candidates += [
-      (f"hash arrays m=2 H=2^{log_h}", h, lambda h: HashArrayEstimator(h, 2, alpha=0.001)),
-      (f"count-min 4×2^{log_h}", h, lambda h: CountMinSketch(width=h, depth=4)),
-      (
-        f"count-min 4×2^{log_h} cons+decay",
-        h,
-        lambda h: CountMinSketch(width=h, depth=4, conservative=True, half_life=1000),
+    candidates |= {
+      f"hash arrays m=2 H=2^{log_h}": lambda h=h: HashArrayEstimator(h, 2, alpha=0.001),
+      f"count-min 4×2^{log_h}": lambda h=h: CountMinSketch(width=h, depth=4),
+      f"count-min 4×2^{log_h} cons+decay": lambda h=h: CountMinSketch(
+        width=h, depth=4, conservative=True, half_life=1000
       ),
-    ]
-  for name, h, make in candidates:
-    est = make(h)
+    }
+  rows = {}
+  for name, make in candidates.items():
+    est = make()
     t_min, t_med = time_steps(estimator_loop(est), data, repeats)
     if isinstance(est, MutableHashTableCounts):
       mem = int(est.table.size().numpy()) * 16  # keys + values only: a lower bound
     else:
       mem = memory.weights_bytes(est)
-    rows.append((name, t_min, t_med, mem))
+    rows[name] = (t_min, t_med, mem)
   print(
     f"\n== speed: update + log_q of 25,600 ids per step ({steps} steps × {repeats} repeats, "
     "2 shared CPU cores under load) =="
@@ -124,13 +123,13 @@ def bench_speed(args, rng, cdf):
     f"{'estimator':34s} {'min ms':>8s} {'med ms':>8s} {'Mids/s':>8s} {'MiB':>8s} "
     f"{'% step':>7s} {'vs MHT':>7s}"
   )
-  mht = [r for r in rows if r[0].startswith("MutableHashTable")][0][1]
-  for name, t_min, t_med, mem in rows:
+  mht = rows["MutableHashTable exact"][0]
+  for name, (t_min, t_med, mem) in rows.items():
     print(
       f"{name:34s} {t_min * 1e3:8.2f} {t_med * 1e3:8.2f} {25_600 / t_min / 1e6:8.2f} "
       f"{mem / 2**20:8.1f} {100 * t_min / base_min:6.1f}% {t_min / mht:6.2f}x"
     )
-  return {name: 100 * t_min / base_min for name, t_min, _, _ in rows}
+  return {name: 100 * t[0] / base_min for name, t in rows.items()}
 
 
 def stream_runner(estimators):
@@ -153,12 +152,11 @@ def bench_accuracy(args, rng, p, cdf):
   steps = 800 if args.quick else 4000
   stream = zipf_stream(rng, steps, 4096, cdf)
   top = tf.range(1000, dtype=tf.int64)
+  count_min = functools.partial(CountMinSketch, epsilon=1e-4, delta=0.01)
   ests = {
     "hash arrays H=2^22 m=2 α=0.001": HashArrayEstimator(2**22, 2, alpha=0.001),
-    "count-min ε=1e-4 δ=0.01": CountMinSketch(epsilon=1e-4, delta=0.01),
-    "count-min ε=1e-4 δ=0.01 conservative": CountMinSketch(
-      epsilon=1e-4, delta=0.01, conservative=True
-    ),
+    "count-min ε=1e-4 δ=0.01": count_min(),
+    "count-min ε=1e-4 δ=0.01 conservative": count_min(conservative=True),
     "exact counts": ExactCounts(VOCAB),
   }
   t0 = time.perf_counter()
@@ -197,6 +195,7 @@ def bench_shift(args, rng, p, cdf):
   new_top = tf.constant(VOCAB - 1 - np.arange(1000), tf.int64)  # the new head after reversal
   old_top = tf.range(1000, dtype=tf.int64)
   feed = stream_runner([hash_est, cms])
+  head, tail = p[:1000], p[::-1][:1000]  # Q of the 1000 most / least popular ranks
   curve = []
   for t0 in range(0, before + after, every):
     chunk = zipf_stream(rng, every, 4096, cdf)
@@ -204,8 +203,7 @@ def bench_shift(args, rng, p, cdf):
       chunk = VOCAB - 1 - chunk
     feed(chunk)
     t = t0 + every
-    true_new = p[:1000] if t > before else p[::-1][:1000]
-    true_old = p[:1000] if t <= before else p[::-1][:1000]
+    true_new, true_old = (head, tail) if t > before else (tail, head)
     row = [t]
     for est in (hash_est, cms):
       q_new = np.exp(est.log_q(new_top).numpy().astype(np.float64))
@@ -230,20 +228,18 @@ def bench_shift(args, rng, p, cdf):
   print(f"hash arrays: new head within 10% median relative error after {steps_to_10:.1f}/α steps")
 
   fig, axes = plot.pyplot().subplots(1, 2, figsize=(11, 4))
-  axes[0].plot(since, curve[:, 1], label="hash arrays (α=0.01)")
-  axes[0].plot(since, curve[:, 3], label="count-min, half-life ln2/α")
-  axes[0].axvline(0, color="k", lw=0.5)
-  axes[0].set_yscale("log")
-  axes[0].set_xlabel("steps since reversal × α")
-  axes[0].set_ylabel("median |Q̂/Q − 1|, new top-1000")
-  axes[0].legend()
-  axes[1].plot(since, curve[:, 2], label="hash arrays")
-  axes[1].plot(since, curve[:, 4], label="count-min decay")
-  axes[1].axvline(0, color="k", lw=0.5)
-  axes[1].set_yscale("log")
-  axes[1].set_xlabel("steps since reversal × α")
-  axes[1].set_ylabel("median Q̂/Q, old top-1000 (→ tail)")
-  axes[1].legend()
+  panels = (  # (y label, the curves of hash arrays and count-min: columns 1, 3 then 2, 4)
+    ("median |Q̂/Q − 1|, new top-1000", "hash arrays (α=0.01)", "count-min, half-life ln2/α"),
+    ("median Q̂/Q, old top-1000 (→ tail)", "hash arrays", "count-min decay"),
+  )
+  for i, (ax, (ylabel, *labels)) in enumerate(zip(axes, panels)):
+    for j, label in enumerate(labels):
+      ax.plot(since, curve[:, 1 + i + 2 * j], label=label)
+    ax.axvline(0, color="k", lw=0.5)
+    ax.set_yscale("log")
+    ax.set_xlabel("steps since reversal × α")
+    ax.set_ylabel(ylabel)
+    ax.legend()
   fig.suptitle("Zipf(1.05), 1M items, batch 4096: popularity order reversed")
   out = pathlib.Path(args.out)
   plot.save(fig, out / "frequency_shift.png")

@@ -22,49 +22,43 @@ from bench.common import plot as plot_lib
 from bench.common import zipf
 from bench.common.report import ruled
 
-VARIANTS = (
-  "none",
-  "standard",
-  "standard_no_positive",
-  "corrected",
-  "corrected_proxy",
-  "corrected_no_w",
-)
+VARIANTS = {  # variant: its column in the tables
+  "none": "none",
+  "standard": "standard",
+  "standard_no_positive": "std_no_pos",
+  "corrected": "corrected",
+  "corrected_proxy": "corr_proxy",
+  "corrected_no_w": "corr_no_w",
+}
+FLAGS = {  # --flag: (default, help); the str defaults are comma-separated lists
+  "num_items": (2000, None),
+  "score_std": (1.75, None),
+  "zipf": (1.0, "Zipf exponent of Q"),
+  "positive_prob": ("0.05,0.2", "P(p|u) values of the positive (one panel row each)"),
+  "ranks": ("1,5,50,1000", "popularity ranks of the positive under Q (1 = head)"),
+  "ns": ("16,32,64,128,256,512,1024", "negatives per row"),
+  "draws": (8000, "Monte Carlo rows per (P, rank, n)"),
+  "chunk": (1000, "rows per TF call (memory)"),
+  "batches": (40, "batch means for the MC error"),
+  "embedding_dim": (32, None),
+  "seed": (0, None),
+}
+LISTS = {"positive_prob": float, "ranks": int, "ns": int}  # element types of the list flags
+QUICK = {"draws": 2000, "ns": "16,64,256,1024", "positive_prob": "0.2", "ranks": "1,50,1000"}
 
 
 def parse_args(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  p.add_argument("--num-items", type=int, default=2000)
-  p.add_argument("--score-std", type=float, default=1.75)
-  p.add_argument("--zipf", type=float, default=1.0, help="Zipf exponent of Q")
-  p.add_argument(
-    "--positive-prob",
-    default="0.05,0.2",
-    help="comma-separated P(p|u) values of the positive (one panel row each)",
-  )
-  p.add_argument(
-    "--ranks",
-    default="1,5,50,1000",
-    help="comma-separated popularity ranks of the positive under Q (1 = head)",
-  )
-  p.add_argument("--ns", default="16,32,64,128,256,512,1024", help="negatives per row")
-  p.add_argument("--draws", type=int, default=8000, help="Monte Carlo rows per (P, rank, n)")
-  p.add_argument("--chunk", type=int, default=1000, help="rows per TF call (memory)")
-  p.add_argument("--batches", type=int, default=40, help="batch means for the MC error")
-  p.add_argument("--embedding-dim", type=int, default=32)
-  p.add_argument("--seed", type=int, default=0)
+  for name, (default, text) in FLAGS.items():
+    p.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default, help=text)
   p.add_argument("--out", default=str(pathlib.Path(__file__).resolve().parent / "out"))
-  p.add_argument(
-    "--quick",
-    action="store_true",
-    help="short run: 2000 draws, n in 16,64,256,1024, P(p)=0.2, ranks 1,50,1000",
-  )
+  quick = ", ".join(f"{k} {v}" for k, v in QUICK.items())
+  p.add_argument("--quick", action="store_true", help=f"short run: {quick}")
   args = p.parse_args(argv)
   if args.quick:
-    args.draws, args.ns, args.positive_prob, args.ranks = 2000, "16,64,256,1024", "0.2", "1,50,1000"
-  args.positive_prob = [float(x) for x in args.positive_prob.split(",")]
-  args.ranks = [int(x) for x in args.ranks.split(",")]
-  args.ns = [int(x) for x in args.ns.split(",")]
+    vars(args).update(QUICK)
+  for name, kind in LISTS.items():
+    setattr(args, name, [kind(x) for x in getattr(args, name).split(",")])
   if args.draws % args.batches or args.chunk % (args.draws // args.batches):
     raise SystemExit(
       "--draws must be a multiple of --batches and --chunk a multiple of draws/batches"
@@ -76,19 +70,17 @@ def parse_args(argv=None):
   return args
 
 
-def catalog(seed, num_items, dim, score_std, positive, positive_prob):
-  """Item embeddings C [D, k], query q [k] and scores s = C q with softmax(s)_p = P(p|u)."""
-  rng = np.random.default_rng(seed)
-  emb = rng.normal(size=(num_items, dim))
-  q = rng.normal(size=dim)
-  q *= score_std / np.linalg.norm(q)
+def catalog(args, positive, positive_prob):
+  """Item embeddings C [D, k] and scores s = C q (query q [k]) with softmax(s)_p = P(p|u)."""
+  rng = np.random.default_rng(args.seed)
+  emb = rng.normal(size=(args.num_items, args.embedding_dim))
+  q = rng.normal(size=args.embedding_dim)
+  q *= args.score_std / np.linalg.norm(q)
   s = emb @ q
-  target = np.log(positive_prob / (1 - positive_prob)) + np.log(
-    np.sum(np.exp(np.delete(s, positive)))
-  )
+  odds = positive_prob / (1 - positive_prob)
+  target = np.log(odds) + np.log(np.sum(np.exp(np.delete(s, positive))))
   emb[positive] += (target - s[positive]) * q / np.dot(q, q)
-  s = emb @ q
-  return emb, q, s
+  return emb, emb @ q
 
 
 def full_gradient(s, positive):
@@ -155,9 +147,7 @@ def measure(args):
   for prob in args.positive_prob:
     for rank in args.ranks:
       positive = rank - 1
-      emb, _, s = catalog(
-        args.seed, args.num_items, args.embedding_dim, args.score_std, positive, prob
-      )
+      emb, s = catalog(args, positive, prob)
       g_full = full_gradient(s, positive)
       for n in args.ns:
         rng = np.random.default_rng([args.seed, rank, n])  # same draws for every variant
@@ -176,29 +166,18 @@ def measure(args):
 
 
 def print_tables(args, results, log_q):
-  short = {
-    "none": "none",
-    "standard": "standard",
-    "standard_no_positive": "std_no_pos",
-    "corrected": "corrected",
-    "corrected_proxy": "corr_proxy",
-    "corrected_no_w": "corr_no_w",
-  }
   for title, k in (
     ("relative bias of the score gradient (+- MC standard error)", 0),
     ("relative bias of the query-embedding gradient C^T g (+- MC s.e.)", 2),
   ):
     print(f"\n{title}")
-    header = f"{'P(p)':>5} {'rank':>5} {'Q(p)':>9} {'n':>5} " + " ".join(
-      f"{short[v]:>17}" for v in VARIANTS
-    )
-    print("\n".join(ruled(header)))
+    columns = " ".join(f"{short:>17}" for short in VARIANTS.values())
+    print("\n".join(ruled(f"{'P(p)':>5} {'rank':>5} {'Q(p)':>9} {'n':>5} {columns}")))
     for prob in args.positive_prob:
       for rank in args.ranks:
         for n in args.ns:
           cells = " ".join(
-            f"{results[(prob, rank, n, v)][k]:8.4f}+-{results[(prob, rank, n, v)][k + 1]:6.4f}"
-            for v in VARIANTS
+            "{:8.4f}+-{:6.4f}".format(*results[(prob, rank, n, v)][k : k + 2]) for v in VARIANTS
           )
           print(f"{prob:5.2f} {rank:5d} {np.exp(log_q[rank - 1]):9.2e} {n:5d} {cells}")
 
@@ -212,17 +191,9 @@ def plot(args, results, path):
     for j, rank in enumerate(args.ranks):
       ax = axes[i][j]
       for v in VARIANTS:
-        b = [results[(prob, rank, n, v)][0] for n in args.ns]
-        e = [results[(prob, rank, n, v)][1] for n in args.ns]
-        ax.errorbar(
-          args.ns,
-          b,
-          yerr=e,
-          marker="o",
-          ms=3,
-          label=v,
-          linestyle="--" if v in ("corrected_proxy", "corrected_no_w") else "-",
-        )
+        bias, se = zip(*(results[(prob, rank, n, v)][:2] for n in args.ns))
+        style = "--" if v in ("corrected_proxy", "corrected_no_w") else "-"
+        ax.errorbar(args.ns, bias, yerr=se, marker="o", ms=3, label=v, linestyle=style)
       se = [results[(prob, rank, n, "corrected")][1] for n in args.ns]
       ax.plot(args.ns, se, color="gray", linestyle=":", label="MC s.e. (corrected)")
       ax.set_xscale("log", base=2)
@@ -255,10 +226,7 @@ def main(argv=None):
   head, n_mid = args.ranks[0], min(args.ns, key=lambda n: abs(n - 256))
   r = {v: results[(prob, head, n_mid, v)][0] for v in VARIANTS}
   lo, hi = args.ns[0], args.ns[-1]
-  c_lo, c_hi = (
-    results[(prob, head, lo, "corrected")][0],
-    results[(prob, head, hi, "corrected")][0],
-  )
+  c_lo, c_hi = (results[(prob, head, n, "corrected")][0] for n in (lo, hi))
   max_se = max(v[1] for v in results.values())
   print(
     f"SUMMARY gradient_bias: P(p)={prob:g}, rank-{head} positive, n={n_mid}: corrected "

@@ -8,6 +8,7 @@ Method, flags and measured results: bench/README.md, section `keras3_trajectory.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import pathlib
@@ -19,7 +20,7 @@ from absl import app, flags
 
 from bench.common import plot as plot_lib
 from bench.common import report
-from bench.common.workers import reply_line, run_worker
+from bench.common.workers import reply_line, run_worker, worker_command
 from models import sasrec_weights
 from train import config_flags
 from train.config import RunConfig
@@ -46,6 +47,7 @@ flags.DEFINE_string("out", "bench/out/keras3_trajectory", "Output folder.")
 flags.DEFINE_string("_worker", None, "Internal: a Keras 3 run, as JSON {init, weights}.")
 
 RUNS = ("tf_keras", "keras3_copied", "keras3_own")
+METRICS = ("recall@20", "ndcg@10")
 
 
 def run_config(model_dir: str) -> RunConfig:
@@ -60,23 +62,20 @@ def run_config(model_dir: str) -> RunConfig:
 
 
 def _metrics(m: dict) -> dict:
-  return {k: float(m[k]) for k in ("recall@20", "ndcg@10")}
+  return {k: float(m[k]) for k in METRICS}
 
 
 def _train(trainer, steps_of_epoch, steps: int, per_epoch: int) -> dict:
   """Runs ``steps`` steps (``steps_of_epoch(e)`` yields each step's loss); validates at step 0
   and after every ``per_epoch`` steps (and at the last)."""
   losses, val = [], [dict(step=0, **_metrics(trainer.validate("val")))]
-  epoch = 0
-  while len(losses) < steps:
-    for loss in steps_of_epoch(epoch):
+  for epoch in itertools.count():
+    for loss in itertools.islice(steps_of_epoch(epoch), steps - len(losses)):
       losses.append(float(loss))
       if len(losses) % per_epoch == 0 or len(losses) == steps:
         val.append(dict(step=len(losses), **_metrics(trainer.validate("val"))))
-      if len(losses) == steps:
-        break
-    epoch += 1
-  return dict(loss=losses, val=val)
+    if len(losses) == steps:
+      return dict(loss=losses, val=val)
 
 
 def tf_keras_run(cfg: RunConfig, weights_path: str) -> dict:
@@ -104,39 +103,29 @@ def keras3_run(cfg: RunConfig, init: str, weights_path: str) -> dict:
 
 
 def _spawn_keras3(init: str, weights_path: str, log_path: pathlib.Path) -> dict:
-  argv = [a for a in sys.argv[1:] if not a.startswith("--_worker")]
-  command = [
-    sys.executable,
-    "-m",
-    "bench.keras3_trajectory",
-    *argv,
-    f"--_worker={json.dumps(dict(init=init, weights=weights_path))}",
-  ]
+  command = worker_command("bench.keras3_trajectory", dict(init=init, weights=weights_path))
   env = {**os.environ, "KERAS_BACKEND": FLAGS.backend}
   with open(log_path, "w") as log:
-    status, reply = run_worker(command, stderr=log, env=env)
+    status, reply = run_worker([*command, *sys.argv[1:]], stderr=log, env=env)
   if status or reply is None:
     raise RuntimeError(f"Keras 3 run {init} failed (status {status}); see {log_path}")
   return reply
 
 
 def summary(runs: dict) -> dict:
-  """|Δ loss| against tf_keras per step (max, mean, at the last step) and the last validation
-  differences, for each Keras 3 run."""
-  base = np.asarray(runs["tf_keras"]["loss"])
+  """|Δ loss| against tf_keras per step (max, mean, at the first and the last step) and the
+  first and last validation differences, for each Keras 3 run."""
+  base, ref = np.asarray(runs["tf_keras"]["loss"]), runs["tf_keras"]["val"]
   out = {}
   for name in RUNS[1:]:
-    diff = np.abs(np.asarray(runs[name]["loss"]) - base)
-    last, ref = runs[name]["val"][-1], runs["tf_keras"]["val"][-1]
+    diff, val = np.abs(np.asarray(runs[name]["loss"]) - base), runs[name]["val"]
     out[name] = dict(
       max_abs_loss_diff=float(diff.max()),
       mean_abs_loss_diff=float(diff.mean()),
       last_abs_loss_diff=float(diff[-1]),
       first_step_abs_loss_diff=float(diff[0]),
-      val_start_diff={
-        m: runs[name]["val"][0][m] - runs["tf_keras"]["val"][0][m] for m in ("recall@20", "ndcg@10")
-      },
-      val_last_diff={m: last[m] - ref[m] for m in ("recall@20", "ndcg@10")},
+      val_start_diff={m: val[0][m] - ref[0][m] for m in METRICS},
+      val_last_diff={m: val[-1][m] - ref[-1][m] for m in METRICS},
     )
   return out
 

@@ -1,37 +1,12 @@
-r"""Training-step time: tfrs_logq.tf_keras.Retrieval(correction=...) vs
-tfrs.tasks.Retrieval.
+r"""Training-step time: tfrs_logq.tf_keras.Retrieval(correction=...) vs tfrs.tasks.Retrieval.
 
-    python bench/loss_overhead.py [--quick] [--batch-sizes 1024,4096] [--out bench/out]
+    python bench/loss_overhead.py [--quick] [--ablation] [--batch-sizes 1024,4096] [--out bench/out]
 
-Model (the same on every side, same initial weights): a TFRS two-tower model with id
-embeddings for users and items (--users 50k, --items 100k, --dim 64), in-batch negatives,
-Adam, one compiled ``tf.function`` train step (forward, loss, gradients, apply). Batches of
-(user, item) pairs with items drawn from a Zipf(1) popularity and
-candidate_sampling_probability = Q(item) (the per-draw probability of the batch slot).
-Every side gets candidate_ids and remove_accidental_hits=True:
-
-* ``tfrs_standard``: ``tfrs.tasks.Retrieval`` with candidate_sampling_probability (TFRS's
-  standard logQ correction; the baseline);
-* ``logq_standard``: ``tfrs_logq.tf_keras.Retrieval(correction="standard")``;
-* ``logq_corrected``: ``tfrs_logq.tf_keras.Retrieval(correction="corrected")`` (q_prime
-exact);
-* ``proto_corrected``: :class:`FastCorrectedRetrieval`, a prototype of the same corrected loss
-  with fewer passes over [A, C] (see its docstring), to measure what a leaner implementation
-  of losses.py / tasks.py would gain. Its loss is checked against ``logq_corrected`` first.
-
-Timing: warm-up steps per side, then --repeats rounds; each round runs --steps steps of every
-side in a rotated order (interleaving cancels drift from other processes on the machine).
-Reported per side: min and median per-step time over rounds, and the ratios of mins and
-medians against the baseline of the same run. A second table times the task alone (scores,
-loss and its gradient w.r.t. fixed [B, 64] query and candidate embeddings), which isolates the
-loss from the embedding lookups and Adam. Target: corrected / tfrs_standard <= 1.05 (full step).
-With --ablation, a third table (task only, largest batch) times the prototype with one library
-implementation choice switched on at a time (:data:`ABLATIONS`), to attribute the overhead.
-
-Writes the table to --out (loss_overhead.json, loss_overhead.md). Last line: a one-line summary.
+Sides, timing, the ablation and measured results: bench/README.md, section `loss_overhead.py`.
 """
 
 import argparse
+import functools
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -44,6 +19,7 @@ import tensorflow as tf
 tf.get_logger().setLevel("ERROR")  # one tf.function per side: retracing warnings are expected
 import tfrs_logq.tf_keras.retrieval  # noqa: E402
 from tfrs_logq.tf_keras import log_q as log_q_lib  # noqa: E402
+from tfrs_logq.tf_keras import losses as losses_lib  # noqa: E402
 
 import tensorflow_recommenders as tfrs  # noqa: E402
 
@@ -51,8 +27,6 @@ from bench.common import timing, zipf  # noqa: E402
 from bench.common.report import ruled, write_json  # noqa: E402
 
 BASELINE = "tfrs_standard"
-
-
 ABLATIONS = {  # name: (eye mask, assert_all_finite, library masked LSE, [A, C] log Q')
   "lean (prototype)": (False, False, False, False),
   "+ tf.eye mask": (True, False, False, False),
@@ -64,11 +38,8 @@ ABLATIONS = {  # name: (eye mask, assert_all_finite, library masked LSE, [A, C] 
 
 
 def ablation_loss(scores, log_q, ids, eye, check, library_lse, full_q_prime):
-  r"""The corrected in-batch loss (A = C, accidental hits masked), lean or with library
-  implementation choices switched on (the flags; :data:`ABLATIONS`).
-
-  All flags off, the prototype: the same value as
-  ``tfrs_logq.tf_keras.Retrieval(correction="corrected")`` (sum reduction) in fewer [A, C] passes::
+  r"""The corrected in-batch loss (A = C, accidental hits masked, sum reduction). All flags off,
+  the prototype, equal to ``Retrieval(correction="corrected")`` in fewer [A, C] passes::
 
       invalid[a, c] = (id_c == id_a)       # one comparison; covers the diagonal (c == a) too
       x[a, c]  = s[a, c] - log Q(c), or a huge negative constant where invalid (one where)
@@ -76,25 +47,17 @@ def ablation_loss(scores, log_q, ids, eye, check, library_lse, full_q_prime):
       n_a      = C - sum_c invalid[a, c]
       w_a      = sg(sigmoid((LSE'_a - log n_a) - s_p)),   L = sum_a -w_a (s_p - LSE'_a)
 
-  Differences from the library: no tf.eye, no per-entry log Q' matrix, no assert_all_finite on
-  [A, C], one tf.where instead of the masked LSE's several, row max taken under stop_gradient.
-  Rows with n = 0 give 0, as in the library (their w is 0). The flags swap in: the task's mask
-  construction (tf.eye -> bool, logical_not, logical_and with the hit mask), the
-  assert_all_finite on the [A, C] scores, losses.masked_logsumexp, and log Q' materialized per
-  entry (log_q.log_q_prime) instead of a per-row shift of the LSE.
+  Rows with n = 0 give 0 (w = 0). Each flag swaps in one library choice (:data:`ABLATIONS`).
   """
-  from tfrs_logq.tf_keras import losses as losses_lib
-
-  a = tf.shape(scores)[0]
-  if eye:
+  if eye:  # the task's mask: off the diagonal and not a hit
     valid = tf.logical_and(
-      tf.logical_not(tf.cast(tf.eye(a, tf.shape(scores)[1]), tf.bool)),
+      tf.logical_not(tf.cast(tf.eye(tf.shape(scores)[0], tf.shape(scores)[1]), tf.bool)),
       tf.not_equal(ids[:, tf.newaxis], ids[tf.newaxis, :]),
     )
     invalid = tf.logical_not(valid)
   else:
     invalid = tf.equal(ids[:, tf.newaxis], ids[tf.newaxis, :])
-    valid = None
+    valid = tf.logical_not(invalid) if library_lse else None
   if check:
     scores = tf.debugging.assert_all_finite(scores, "scores")
   positive_scores = tf.linalg.diag_part(scores)
@@ -103,10 +66,7 @@ def ablation_loss(scores, log_q, ids, eye, check, library_lse, full_q_prime):
   else:
     logits, shift = scores - log_q, log_q_lib.log1mexp(log_q)
   if library_lse:
-    lse = (
-      losses_lib.masked_logsumexp(logits, valid if valid is not None else tf.logical_not(invalid))
-      + shift
-    )
+    lse = losses_lib.masked_logsumexp(logits, valid) + shift
   else:
     masked = tf.where(invalid, tf.constant(-1e26, tf.float32), logits)
     row_max = tf.stop_gradient(tf.reduce_max(masked, axis=1, keepdims=True))
@@ -124,32 +84,19 @@ class FastCorrectedRetrieval(tf.keras.layers.Layer):
     super().__init__()
     self.choices = tuple(choices)
 
-  def call(
-    self,
-    query_embeddings,
-    candidate_embeddings,
-    candidate_sampling_probability=None,
-    candidate_ids=None,
-    compute_metrics=False,
-  ):
-    scores = tf.linalg.matmul(query_embeddings, candidate_embeddings, transpose_b=True)
+  def call(self, query, candidate, candidate_sampling_probability, candidate_ids, **_):
+    scores = tf.linalg.matmul(query, candidate, transpose_b=True)
     log_q = tf.math.log(tf.cast(candidate_sampling_probability, tf.float32))
     return ablation_loss(scores, log_q, tf.convert_to_tensor(candidate_ids), *self.choices)
 
 
-def make_task(side):
-  if side == "tfrs_standard":
-    return tfrs.tasks.Retrieval(remove_accidental_hits=True)
-  if side == "logq_standard":
-    return tfrs_logq.tf_keras.Retrieval(correction="standard", remove_accidental_hits=True)
-  if side == "logq_corrected":
-    return tfrs_logq.tf_keras.Retrieval(correction="corrected", remove_accidental_hits=True)
-  if side == "proto_corrected":
-    return FastCorrectedRetrieval()
-  raise ValueError(side)
-
-
-SIDES = ("tfrs_standard", "logq_standard", "logq_corrected", "proto_corrected")
+LOGQ = functools.partial(tfrs_logq.tf_keras.Retrieval, remove_accidental_hits=True)
+TASKS = {  # side: its task (every side removes accidental hits)
+  "tfrs_standard": functools.partial(tfrs.tasks.Retrieval, remove_accidental_hits=True),
+  "logq_standard": functools.partial(LOGQ, correction="standard"),
+  "logq_corrected": functools.partial(LOGQ, correction="corrected"),
+  "proto_corrected": FastCorrectedRetrieval,
+}
 
 
 def task_loss(task, query, candidate, batch):
@@ -182,7 +129,7 @@ def check_prototype(args, batch):
   embeddings = fixed_embeddings(args, int(batch["item"].shape[0]), 2)
   out = []
   for side in ("logq_corrected", "proto_corrected"):
-    loss, grads = loss_and_gradients(make_task(side), embeddings, batch)
+    loss, grads = loss_and_gradients(TASKS[side](), embeddings, batch)
     out.append([loss.numpy()] + [g.numpy() for g in grads])
   for ref, got in zip(*out):
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
@@ -192,15 +139,11 @@ def check_prototype(args, batch):
 class TwoTower(tfrs.Model):
   """User-id and item-id embedding towers; s(u, d) = <user(u), item(d)>."""
 
-  def __init__(self, task, num_users, num_items, dim, seed):
+  def __init__(self, task, args):
     super().__init__()
     init = lambda s: tf.keras.initializers.RandomNormal(stddev=0.05, seed=s)
-    self.user_embedding = tf.keras.layers.Embedding(
-      num_users, dim, embeddings_initializer=init(seed)
-    )
-    self.item_embedding = tf.keras.layers.Embedding(
-      num_items, dim, embeddings_initializer=init(seed + 1)
-    )
+    self.user_embedding = tf.keras.layers.Embedding(args.users, args.dim, init(args.seed))
+    self.item_embedding = tf.keras.layers.Embedding(args.items, args.dim, init(args.seed + 1))
     self.task = task
 
   def compute_loss(self, features, training=False):
@@ -209,23 +152,20 @@ class TwoTower(tfrs.Model):
 
 
 def make_batches(args, batch_size, num):
+  """num batches of (user, item ~ Zipf(1), probability = Q(item)): int64 ids, float32 Q."""
   rng = np.random.default_rng(args.seed)
   q = zipf.probabilities(args.items)
-  out = []
+  batches = []
   for _ in range(num):
     item = rng.choice(args.items, size=batch_size, p=q)
-    out.append(
-      {
-        "user": tf.constant(rng.integers(0, args.users, batch_size), tf.int64),
-        "item": tf.constant(item, tf.int64),
-        "probability": tf.constant(q[item], tf.float32),
-      }
-    )
-  return out
+    user = rng.integers(0, args.users, batch_size)
+    ids = {"user": tf.constant(user, tf.int64), "item": tf.constant(item, tf.int64)}
+    batches.append(ids | {"probability": tf.constant(q[item], tf.float32)})
+  return batches
 
 
 def make_train_step(side, args):
-  model = TwoTower(make_task(side), args.users, args.items, args.dim, args.seed)
+  model = TwoTower(TASKS[side](), args)
   optimizer = tf.keras.optimizers.Adam(1e-3)
 
   @tf.function
@@ -284,19 +224,10 @@ def parse_args(argv=None):
   p.add_argument("--steps", type=int, default=5, help="steps per side per round")
   p.add_argument("--warmup", type=int, default=3)
   p.add_argument("--no-task-only", action="store_true", help="skip the task-only table")
-  p.add_argument(
-    "--ablation",
-    action="store_true",
-    help="also time the corrected loss with each library choice switched on "
-    "(task only, largest batch size)",
-  )
+  p.add_argument("--ablation", action="store_true", help="the ablation table (largest batch)")
   p.add_argument("--seed", type=int, default=0)
   p.add_argument("--quick", action="store_true", help="5 rounds of 3 steps")
-  p.add_argument(
-    "--out",
-    default="bench/out",
-    help="folder for loss_overhead.json and loss_overhead.md ('' for none)",
-  )
+  p.add_argument("--out", default="bench/out", help="for loss_overhead.json, .md ('' for none)")
   args = p.parse_args(argv)
   if args.quick:
     args.repeats, args.steps, args.warmup = 5, 3, 2
@@ -319,17 +250,15 @@ def main(argv=None):
       f"B={batch_size}: prototype loss {proto:.6g} == library corrected loss {ref:.6g} "
       "(gradients equal too)"
     )
-    times = time_interleaved({s: make_train_step(s, args) for s in SIDES}, batches, args)
+    times = time_interleaved({s: make_train_step(s, args) for s in TASKS}, batches, args)
     report("train step", batch_size, times, rows)
     if not args.no_task_only:
-      times = time_interleaved(
-        {s: make_task_step(make_task(s), args, batch_size) for s in SIDES}, batches, args
-      )
-      report("task only", batch_size, times, rows)
-  if args.ablation:
+      steps = {s: make_task_step(task(), args, batch_size) for s, task in TASKS.items()}
+      report("task only", batch_size, time_interleaved(steps, batches, args), rows)
+  if args.ablation:  # task only, largest batch size
     batch_size = max(args.batch_sizes)
     batches = make_batches(args, batch_size, 8)
-    steps = {BASELINE: make_task_step(make_task(BASELINE), args, batch_size)}
+    steps = {BASELINE: make_task_step(TASKS[BASELINE](), args, batch_size)}
     for name, choices in ABLATIONS.items():
       steps[name] = make_task_step(FastCorrectedRetrieval(choices), args, batch_size)
     values = {name: float(fn(batches[0]).numpy()) for name, fn in steps.items() if name != BASELINE}
@@ -352,17 +281,15 @@ def main(argv=None):
     write_json(args.out, "loss_overhead.json", {"args": dict(vars(args)), "rows": runs})
     with open(os.path.join(args.out, "loss_overhead.md"), "w") as f:
       f.write("```\n" + "\n".join(lines) + "\n```\n")
-  summary = []
-  for title, b, side, _, _, rmin, rmed in rows:
-    if title == "train step" and side == "logq_corrected":
-      std = next(r for r in rows if r[:3] == (title, b, "logq_standard"))
-      summary.append(
-        f"B={b}: corrected/tfrs_standard min {rmin:.3f} median {rmed:.3f}, "
-        f"corrected/logq_standard min {rmin / std[5]:.3f}"
-      )
-      proto = next(r for r in rows if r[:3] == (title, b, "proto_corrected"))
-      summary[-1] += f", prototype/tfrs_standard min {proto[5]:.3f}"
-  worst = max(r[5] for r in rows if r[0] == "train step" and r[2] == "logq_corrected")
+  train = {(b, side): (rmin, rmed) for t, b, side, _, _, rmin, rmed in rows if t == "train step"}
+  summary = [
+    f"B={b}: corrected/tfrs_standard min {train[b, 'logq_corrected'][0]:.3f} median "
+    f"{train[b, 'logq_corrected'][1]:.3f}, corrected/logq_standard min "
+    f"{train[b, 'logq_corrected'][0] / train[b, 'logq_standard'][0]:.3f}, "
+    f"prototype/tfrs_standard min {train[b, 'proto_corrected'][0]:.3f}"
+    for b in args.batch_sizes
+  ]
+  worst = max(train[b, "logq_corrected"][0] for b in args.batch_sizes)
   verdict = "meets" if worst <= 1.05 else "misses"
   print(
     f"SUMMARY loss_overhead (train step, {verdict} <= 1.05 on min ratio): " + "; ".join(summary)

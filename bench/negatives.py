@@ -5,38 +5,7 @@ r"""Negative sampling cost per batch (uniform, in-batch, mixed, MIDX K, exact so
                               [--memory-slots 8192] [--optimizer adam] [--no-softmax]
                               [--out bench/out]
 
-Set-up per catalog size |D|: an item embedding table [|D|, dim] (the candidate tower), an
-``ExactCounts`` estimator with Zipf(1) counts, batches of ``--batch`` positives (= A queries)
-drawn from the same Zipf(1) popularity. Each sampler runs as one compiled ``tf.function`` that
-returns the step's negatives (ids, embeddings, log Q):
-
-* ``uniform``: ``UniformNegatives`` (k_u = --k-u draws, embedding lookup, log Q = -log |D|);
-* ``in_batch``: ``InBatchNegatives`` (positive embeddings gathered once, first-occurrence dedup,
-  log q_uni from the estimator; all distinct positives kept);
-* ``mixed``: ``MixedNegatives`` (both halves, ``mixture`` convention);
-* ``midx_K``: ``MIDXSampler(num_codewords=K, quantizer=--quantizer).negatives(query, k_u,
-  embed)`` after one ``refresh`` of the index (refresh time reported separately, it runs every N
-  steps, not per step). Its sampling cost is O(A K d + A K^2 + A S): it must grow with K, not |D|;
-* ``softmax``: exact softmax sampling, what MIDX approximates: scores [A, |D|] = query @ table^T,
-  k_u categorical draws per query, log Q from the log-softmax, embedding lookup: O(A |D| d)
-  (one call per round, --calls for the others; ``--no-softmax`` drops it).
-
-Second table: the training binary's compiled two-tower step at each catalog size, built by
-`bench.catalog.points.build_point` (id towers, ``Objective``: positive scores, negatives,
-corrected sampled softmax; gradients, the --optimizer update: tf-keras Adam by default, the
-binary's, O(|D| d) per step) with ``num_negatives = 2 k_u``: in-batch (every distinct positive
-when 2 k_u >= --batch) vs mixed (k_u in-batch + k_u uniform); ratio mixed / in-batch is the
-overhead of the uniform half. With ``--memory-slots S`` > 0 two more sides: mixed + the binary's
-``--cross_batch`` memory of S slots (the last S / --batch batches' positives, pushed after each
-step) in ``ids`` mode (scored with the current table, gradient into its rows) and in
-``embeddings`` mode (stored outputs); their ratio to mixed is the memory's step overhead (the
-memory is filled before timing).
-
-Timing: --warmup calls, then --repeats rounds of --calls calls each, sides interleaved round by
-round; per side min and median of the per-call mean over rounds, ratios against a baseline of the
-same run (``in_batch``). Timings on a shared machine are noisy: compare ratios within one run.
-Writes ``negatives_sampling.png`` (ms per batch vs |D|, a line per side) into --out. Last line:
-one-line summary.
+Sides, timing and measured results: bench/README.md, section `negatives.py`.
 """
 
 import argparse
@@ -97,15 +66,15 @@ def parse_args(argv=None):
 def time_sides(fns, args, calls=None):
   """{side: [per-call seconds per round]}; sides interleaved each round (rotated order). Each
   side makes ``calls.get(side, args.calls)`` calls per round (and as many warm-up calls, at
-  most --warmup)."""
+  most --warmup), each result forced to the host."""
   n = {side: (calls or {}).get(side, args.calls) for side in fns}
   for side, fn in fns.items():
     for _ in range(min(args.warmup, n[side])):
-      fn()
+      sync(fn())
 
   def run(side, _):
     for _ in range(n[side]):
-      fns[side]()
+      sync(fns[side]())
 
   times = time_interleaved(run, list(fns), args.repeats)
   return {side: [t / n[side] for t in v] for side, v in times.items()}
@@ -119,7 +88,8 @@ def sync(out):
   return out
 
 
-def sampling_fns(size, args, rng, table_rows):
+def sampling_fns(size, args, rng):
+  """({side: one call of its sampler}, {K: seconds of the MIDX index refresh})."""
   probs = zipf.probabilities(size)
   estimator = ExactCounts(size, counts=np.maximum(np.round(probs * 1e8), 1).astype(np.int64))
   table = tf.Variable(rng.normal(scale=0.1, size=(size, args.dim)).astype(np.float32))
@@ -129,19 +99,13 @@ def sampling_fns(size, args, rng, table_rows):
   uniform = UniformNegatives(embed, args.k_u, id_range=(0, size))
   mixed = MixedNegatives(InBatchNegatives(estimator), uniform, convention="mixture")
   queries = tf.constant(rng.normal(size=(args.batch, args.dim)).astype(np.float32))
-  state = {"i": 0}
-
-  def next_batch():
-    state["i"] = (state["i"] + 1) % len(batches)
-    return batches[state["i"]]
-
-  f_uniform = tf.function(lambda: uniform())
-  f_in_batch = tf.function(lambda ids: in_batch(ids, tf.gather(table, ids)))
-  f_mixed = tf.function(lambda ids: mixed(ids, tf.gather(table, ids)))
+  batch = itertools.cycle(batches)
+  f_in_batch = tf.function(lambda ids: in_batch(ids, embed(ids)))
+  f_mixed = tf.function(lambda ids: mixed(ids, embed(ids)))
   fns = {
-    "uniform": lambda: sync(f_uniform()),
-    "in_batch": lambda: sync(f_in_batch(next_batch())),
-    "mixed": lambda: sync(f_mixed(next_batch())),
+    "uniform": tf.function(lambda: uniform()),
+    "in_batch": lambda: f_in_batch(next(batch)),
+    "mixed": lambda: f_mixed(next(batch)),
   }
   refresh = {}
   for k in args.codewords:
@@ -149,20 +113,18 @@ def sampling_fns(size, args, rng, table_rows):
     start = time.perf_counter()
     sync(sampler.refresh(table))
     refresh[k] = time.perf_counter() - start
-    f_midx = tf.function(lambda s=sampler: s.negatives(queries, args.k_u, embed))
-    fns[f"midx_K{k}"] = lambda f=f_midx: sync(f())
-  table_rows.append((size, refresh))
+    fns[f"midx_K{k}"] = tf.function(lambda s=sampler: s.negatives(queries, args.k_u, embed))
   if not args.no_softmax:
 
     @tf.function
-    def f_softmax():
+    def softmax():
       logits = tf.matmul(queries, table, transpose_b=True)
       ids = tf.random.stateless_categorical(logits, args.k_u, seed=[1, 2])
       log_q = tf.gather(tf.nn.log_softmax(logits), ids, batch_dims=1)
       return ids, embed(ids), log_q
 
-    fns["softmax"] = lambda: sync(f_softmax())
-  return fns
+    fns["softmax"] = softmax
+  return fns, refresh
 
 
 def step_fns(size, args):
@@ -184,8 +146,8 @@ def step_fns(size, args):
       continue
     built = points.build_point(dict(spec, variant=f"{variant}@{args.optimizer}"))
     step = tf.function(points.step_fn(built, lambda grads: tf.zeros([])))
-    calls = itertools.count()
-    fns[side] = lambda b=built, f=step, c=calls: sync(f(b.batches[next(c) % len(b.batches)]))
+    batches = itertools.cycle(built.batches)
+    fns[side] = lambda f=step, b=batches: f(next(b))
     memory = built.objective.memory
     for _ in range(memory.num_batches if memory is not None else 0):  # full before timing
       fns[side]()
@@ -205,9 +167,9 @@ def main(argv=None):
     f"k_u={args.k_u}, dim={args.dim}, MIDX quantizer={args.quantizer}, "
     f"repeats={args.repeats} x {args.calls} calls (timings under load: compare ratios)"
   )
-  sampling, refresh_rows, steps = {}, [], {}
+  sampling, refresh, steps = {}, {}, {}
   for size in args.catalogs:
-    fns = sampling_fns(size, args, rng, refresh_rows)
+    fns, refresh[size] = sampling_fns(size, args, rng)
     sampling[size] = summarize(time_sides(fns, args, calls={"softmax": 1}))
     steps[size] = summarize(time_sides(step_fns(size, args), args))
 
@@ -220,25 +182,22 @@ def main(argv=None):
     print(f"{size:>9} " + " ".join(f"{c:>22}" for c in cells))
 
   print("\n## MIDX index refresh (s, once per N steps; k-means on <= 262144 items + assign all)")
-  for size, refresh in refresh_rows:
-    print(f"{size:>9} " + " ".join(f"K={k}: {t:7.2f}" for k, t in refresh.items()))
+  for size, by_k in refresh.items():
+    print(f"{size:>9} " + " ".join(f"K={k}: {t:7.2f}" for k, t in by_k.items()))
 
   print(f"\n## training step (ms): min / median; mixed vs in_batch (corrected, {args.optimizer})")
+  modes = MEMORY_MODES if args.memory_slots else ()
   for size, res in steps.items():
-    ratio_min, ratio_med = (
-      res["mixed"][0] / res["in_batch"][0],
-      res["mixed"][1] / res["in_batch"][1],
-    )
+    (b_min, b_med), (m_min, m_med) = res["in_batch"], res["mixed"]
     print(
-      f"{size:>9} in_batch {res['in_batch'][0]:7.2f}/{res['in_batch'][1]:7.2f}  "
-      f"mixed {res['mixed'][0]:7.2f}/{res['mixed'][1]:7.2f}  "
-      f"ratio min x{ratio_min:.2f} median x{ratio_med:.2f}"
+      f"{size:>9} in_batch {b_min:7.2f}/{b_med:7.2f}  mixed {m_min:7.2f}/{m_med:7.2f}  "
+      f"ratio min x{m_min / b_min:.2f} median x{m_med / b_med:.2f}"
     )
-    for mode in MEMORY_MODES if args.memory_slots else ():
-      m = res[f"memory_{mode}"]
+    for mode in modes:
+      c_min, c_med = res[f"memory_{mode}"]
       print(
-        f"{size:>9} mixed + memory of {args.memory_slots} slots ({mode}) {m[0]:7.2f}/{m[1]:7.2f}"
-        f"  vs mixed: min x{m[0] / res['mixed'][0]:.2f} median x{m[1] / res['mixed'][1]:.2f}"
+        f"{size:>9} mixed + memory of {args.memory_slots} slots ({mode}) {c_min:7.2f}/{c_med:7.2f}"
+        f"  vs mixed: min x{c_min / m_min:.2f} median x{c_med / m_med:.2f}"
       )
 
   out = pathlib.Path(args.out)
@@ -256,30 +215,28 @@ def main(argv=None):
   print(f"\nplot: {out / 'negatives_sampling.png'}")
 
   small, large = sizes[0], sizes[-1]
-  ks = args.codewords
-  midx_cat = sampling[large][f"midx_K{ks[-1]}"][1] / sampling[small][f"midx_K{ks[-1]}"][1]
-  midx_k = sampling[large][f"midx_K{ks[-1]}"][1] / sampling[large][f"midx_K{ks[0]}"][1]
-  step_ratio = steps[large]["mixed"][1] / steps[large]["in_batch"][1]
-  print(
-    f"SUMMARY ({device}, median ms/batch at |D|={large}): uniform "
-    f"{sampling[large]['uniform'][1]:.2f}, in_batch {sampling[large]['in_batch'][1]:.2f}, "
-    f"mixed {sampling[large]['mixed'][1]:.2f}, MIDX K={ks[0]} "
-    f"{sampling[large][f'midx_K{ks[0]}'][1]:.2f} / K={ks[-1]} "
-    f"{sampling[large][f'midx_K{ks[-1]}'][1]:.2f}; MIDX K={ks[-1]} time x{midx_cat:.2f} "
-    f"from |D|={small} to {large} vs x{midx_k:.2f} from K={ks[0]} to {ks[-1]}; "
-    f"mixed/in_batch train step x{step_ratio:.2f}"
-    + (
-      ""
-      if args.no_softmax
-      else f"; exact softmax {sampling[small]['softmax'][1]:.1f} -> "
-      f"{sampling[large]['softmax'][1]:.1f} ms from |D|={small} to {large}"
+  at_small, at_large = ({side: t[1] for side, t in sampling[n].items()} for n in (small, large))
+  step = {side: t[1] for side, t in steps[large].items()}
+  k0, k1 = args.codewords[0], args.codewords[-1]
+  midx0, midx1 = f"midx_K{k0}", f"midx_K{k1}"
+  parts = [
+    f"uniform {at_large['uniform']:.2f}, in_batch {at_large['in_batch']:.2f}, mixed "
+    f"{at_large['mixed']:.2f}, MIDX K={k0} {at_large[midx0]:.2f} / K={k1} {at_large[midx1]:.2f}",
+    f"MIDX K={k1} time x{at_large[midx1] / at_small[midx1]:.2f} from |D|={small} to {large} vs "
+    f"x{at_large[midx1] / at_large[midx0]:.2f} from K={k0} to {k1}",
+    f"mixed/in_batch train step x{step['mixed'] / step['in_batch']:.2f}",
+  ]
+  if not args.no_softmax:
+    parts.append(
+      f"exact softmax {at_small['softmax']:.1f} -> {at_large['softmax']:.1f} ms from "
+      f"|D|={small} to {large}"
     )
-    + "".join(
-      f"; mixed+memory({args.memory_slots}, {mode})/mixed step x"
-      f"{steps[large][f'memory_{mode}'][1] / steps[large]['mixed'][1]:.2f}"
-      for mode in (MEMORY_MODES if args.memory_slots else ())
-    )
-  )
+  parts += [
+    f"mixed+memory({args.memory_slots}, {mode})/mixed step x"
+    f"{step[f'memory_{mode}'] / step['mixed']:.2f}"
+    for mode in modes
+  ]
+  print(f"SUMMARY ({device}, median ms/batch at |D|={large}): " + "; ".join(parts))
 
 
 if __name__ == "__main__":

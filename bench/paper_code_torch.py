@@ -1,11 +1,9 @@
 r"""A PyTorch yardstick for bench/step: the logQ paper's SASRec training step.
 
 Written for this bench from the description of the paper's code (a gSASRec-pytorch fork; the
-mixed-negatives script with the corrected logQ loss), reproducing its computation, its dtypes and
-its memory layout, so that "ours vs the paper code" is measured in one run on one machine. It is
-eager PyTorch, as the paper code runs. PyTorch is an optional extra (``pip install torch``): this
-module imports it lazily (the test extra installs it: the scripts' losses and the whole loop are
-tested in tests/bench/test_paper_loop.py).
+mixed-negatives script with the corrected logQ loss), reproducing its computation, dtypes and
+memory layout in eager PyTorch (imported lazily: an optional extra); tested with the whole loop in
+tests/bench/test_paper_loop.py.
 
 One step on a batch of left-padded windows ``w`` int [B, L + 1] (0 = padding; ML-1M: B = 128,
 L = 200, d = 128, 2 blocks, 1 head, dropout 0.5 everywhere):
@@ -174,20 +172,10 @@ def _build_model(
 
 
 class PaperCodeStep:
-  """One optimisation step of the paper code (module docstring) on numpy windows [B, L + 1].
-
-  Args:
-    num_items: |I|; ids 1..num_items, 0 = padding.
-    item_counts: training-set count of each item, [num_items + 1] (index 0 unused).
-    max_len: L. dim, num_blocks, num_heads, dropout: the model (ML-1M: 128, 2, 1, 0.5).
-    num_uniform, num_in_batch: negatives per query (128 + 128).
-    threads: torch intra-op threads (None: torch's default).
-    seed: torch's global seed (initial weights, dropout, negatives).
-    ffn_activation: ReLU between the FFN maps (gSASRec-pytorch's block; False: none).
-    logq: the script's loss: "corrected", "standard" or "none" (module docstring).
-    device: torch device of the model and the step ("cpu", "cuda", ...; None: "cuda" when
-      torch sees a GPU, else "cpu"), as the paper's script puts its model on the GPU.
-  """
+  """One optimisation step of the paper code (module docstring) on numpy windows [B, L + 1]:
+  item ids 1..num_items (0 = padding), item_counts c [num_items + 1]; num_uniform + num_in_batch
+  negatives; torch's global ``seed`` (weights, dropout, negatives); ``ffn_activation``: ReLU
+  between the FFN maps (False: none); ``device``: default cuda when torch sees a GPU."""
 
   def __init__(
     self,
@@ -223,11 +211,8 @@ class PaperCodeStep:
     self.torch = torch
     self.num_items, self.max_len = num_items, max_len
     self.num_uniform, self.num_in_batch = num_uniform, num_in_batch
-    self.model = _build_model(
-      num_items, max_len, dim, num_blocks, num_heads, dropout, ffn_activation
-    )
-    self.model.to(self.device)
-    self.model.train()
+    model = _build_model(num_items, max_len, dim, num_blocks, num_heads, dropout, ffn_activation)
+    self.model = model.to(self.device).train()
     self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-3)
     self.counts = torch.from_numpy(counts).to(self.device)
     self.total = self.counts.sum()

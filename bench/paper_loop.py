@@ -7,61 +7,11 @@ r"""The logQ paper's training script as a whole run: its epoch loop around `Pape
     python -m bench.paper_loop --logq=standard --patience=20 --seed=1 \
         --checkpoint_dir=/tmp/p/ckpt --metrics_json=/tmp/p/metrics.json    # resumable
 
-Written for the time to converge (`bench/experiments/time_to_converge.toml`) from the
-description of the paper's script (a gSASRec-pytorch fork; the mixed-negatives script with the
-corrected logQ loss), so that "the
-paper's own training loop" is timed from start to final metrics beside our binaries. The step is
-`bench/paper_code_torch.py`'s (eager PyTorch, as the paper code runs); this module adds what the
-script does around it: its data loader, its "epochs", validation, early stopping and the final
-evaluation. PyTorch is imported lazily, as in paper_code_torch, so ``--help`` needs no torch.
-
-Data: the project's reader (`train.data.DataConfig`): --dataset=ml1m (or gsasrec: any folder in
-the gSASRec layout, --data_path) or sequences (a file 'user item item ...', leave-one-out,
---val_users validation users drawn as gSASRec does). c = the training set's item counts.
-
-    loader = DataLoader(training users, shuffle=True, batch_size=128, num_workers=--loader_workers,
-                        collate = the last L + 1 items of each user, left-padded with 0)
-                                                                      -> windows int [B, L + 1]
-    E      = min(100, len(loader))                                    one "epoch" (ML-1M: 48)
-    best, bad = -inf, 0
-    for e = 1 .. --max_epochs while bad < --patience:
-      it = iter(loader); E times: loss, w = PaperCodeStep(windows = next(it))
-      model.eval(), no_grad: m = metrics(val); model.train()
-      if m.NDCG@10 > best: best, best_e, bad = m.NDCG@10, e, 0; W* = copy(state_dict)
-      else: bad += 1
-    load W*; metrics(val), metrics(test)                              -> --metrics_json
-
-The model, the step and the scoring run on --device (default: cuda when torch sees a GPU, as
-the paper's script puts its model there; the loader and the metrics' bookkeeping stay on the
-host). --max_seconds > 0 starts no epoch (after the first) past that much wall of the loop: a
-capped run, whose per-epoch wall and curve bound a full run's time (stopped_by_time in the JSON).
---logq picks the script: corrected (train_mns_log_new), standard (train_mns_log_old) or none
-(`paper_code_torch.row_losses`).
-
-Resumable (--checkpoint_dir): after every epoch the weights, Adam's state, torch's generators,
-the best weights and the loop's counters and history go to <dir>/paper_loop.pt (written
-atomically); the same command continues from there, and on the CPU the resumed run is the
-uninterrupted one, epoch for epoch (tests/bench/test_paper_loop.py). With --max_seconds it is a
-run in chunks: each invocation writes the best weights' metrics so far and exits with status 3
-until the run has stopped (`while python -m bench.paper_loop ... --checkpoint_dir=D
---max_seconds=540; [ $? -eq 3 ]; do :; done`). A stopped run resumed with a larger --patience
-goes on as a run with that patience would have: the patience-20 run is the start of the
-patience-200 one. A checkpoint of another run (other data, model, seed or --logq) is refused.
-
-    metrics(split), per query u (input H_u, target t_u), in batches of --eval_batch_size:
-      h_u    = model(left_pad(last L items of H_u))[last position]    [d]
-      s_u    = h_u E_out^T                                             [|I| + 1], all items
-      s_u[0] = s_u[i] = -inf for every i in H_u (the full history: "filter rated")
-      r_u    = 0-based rank of t_u in top-20(s_u) (none: a miss; a filtered t_u is a miss)
-      Recall@k = mean_u 1[r_u < k],  NDCG@k = mean_u 1[r_u < k] / log2(r_u + 2),  k = 10, 20
-
-The metrics JSON has the keys of the binaries' (`train.epochs`): global_step, epochs_done,
-best_epoch, best_step, best_val_ndcg10, stopped_early, val and test ({recall,ndcg}@{10,20},
-num_queries), history (`train.epochs.epoch_record` per epoch: mean loss and weight, seconds of
-the epoch's steps, wall seconds with its validation and weight copy, val_* metrics) and phases
-(`train.epochs.Phases`, time.perf_counter seconds): first_step (the first batch and step),
-steps (the other steps, data loading included), validation (every epoch's and the final one),
-checkpoints (the state_dict copies and the final restore), test, export (always 0).
+Written from the description of the paper's script for the time to converge
+(`bench/experiments/time_to_converge.toml`): the step is `bench/paper_code_torch.py`'s, this
+module adds the script's data loader, "epochs", validation, early stopping, final evaluation and
+(ours) resumable checkpoints. The loop, the metrics and the JSON's keys: bench/README.md, section
+`paper_loop.py`. PyTorch is imported lazily, so ``--help`` needs no torch.
 """
 
 from __future__ import annotations
@@ -72,7 +22,8 @@ import math
 import os
 import sys
 import time
-from typing import Dict, List, Sequence
+import types
+from typing import Dict, Sequence
 
 import numpy as np
 from absl import app, flags
@@ -89,6 +40,14 @@ BATCH_SIZE = 128
 MAX_BATCHES_PER_EPOCH = 100
 CHECKPOINT = "paper_loop.pt"
 PAUSED = 3  # the exit status of a run paused by --max_seconds with --checkpoint_dir
+# What a checkpoint must agree on with the command that resumes it (with the data's fingerprint;
+# the patience, the caps, the device, threads and evaluation batches may change).
+IDENTITY = ("dataset", "val_users", "max_len", "dim", "num_blocks", "seed", "logq")
+# The metrics JSON's "paper_loop": the run's settings, in this order.
+RECORDED = IDENTITY + tuple(
+  "data_path patience max_epochs max_seconds device checkpoint_dir resumed_at_epochs threads "
+  "loader_workers eval_batch_size batch_size torch".split()
+)
 
 
 # The binary's flags: run()'s keywords (their defaults are run()'s), with their help.
@@ -148,23 +107,7 @@ def define_flags() -> None:
 def collate(max_len: int):
   """The loader's collate function: user sequences -> windows int64 [B, max_len + 1] (the last
   max_len + 1 items of each, left-padded with 0)."""
-
-  def fn(sequences):
-    return data_lib.left_pad(sequences, max_len + 1)
-
-  return fn
-
-
-def train_loader(sequences: Sequence, max_len: int, workers: int = 0):
-  """torch DataLoader over the training users (shuffled, 128 per batch, last batch kept)."""
-  torch = _torch()
-  return torch.utils.data.DataLoader(
-    list(sequences),
-    batch_size=BATCH_SIZE,
-    shuffle=True,
-    collate_fn=collate(max_len),
-    num_workers=workers,
-  )
+  return lambda sequences: data_lib.left_pad(sequences, max_len + 1)
 
 
 def filtered_top_k(scores, inputs: Sequence, k: int):
@@ -184,7 +127,7 @@ def filtered_top_k(scores, inputs: Sequence, k: int):
 
 
 def metric_sums(top_ids, finite, targets, ks: Sequence[int] = KS) -> Dict[str, float]:
-  """Sums over queries of Recall@k and NDCG@k (module docstring) from ranked ids [B, K] (K >=
+  """Sums over queries of Recall@k and NDCG@k (bench/README.md) from ranked ids [B, K] (K >=
   max ks), their finiteness [B, K] and the targets [B]."""
   top_ids, finite = np.asarray(top_ids), np.asarray(finite, bool)
   hits = (top_ids == np.asarray(targets).reshape(-1, 1)) & finite
@@ -201,7 +144,7 @@ def metric_sums(top_ids, finite, targets, ks: Sequence[int] = KS) -> Dict[str, f
 def evaluate(
   model, split, *, max_len: int, batch_size: int = 512, ks: Sequence[int] = KS
 ) -> Dict[str, float]:
-  """{recall@k, ndcg@k, num_queries} of ``model`` on an `EvalSplit` (module docstring); leaves
+  """{recall@k, ndcg@k, num_queries} of ``model`` on an `EvalSplit` (bench/README.md); leaves
   the model in training mode."""
   torch = _torch()
   sums = {f"{m}@{k}": 0.0 for k in ks for m in ("recall", "ndcg")}
@@ -226,13 +169,11 @@ def evaluate(
 
 def _save(path: str, step_fn, best_state, loop: dict) -> None:
   """Writes the checkpoint atomically (a temporary file, then a rename)."""
-  torch = _torch()
-  tmp = path + ".tmp"
-  torch.save(
-    dict(step=step_fn.state_dict(), best_state=best_state, loop=json.dumps(loop, default=float)),
-    tmp,
+  state = dict(
+    step=step_fn.state_dict(), best_state=best_state, loop=json.dumps(loop, default=float)
   )
-  os.replace(tmp, path)
+  _torch().save(state, path + ".tmp")
+  os.replace(path + ".tmp", path)
 
 
 def read_checkpoint(path) -> tuple:
@@ -242,21 +183,6 @@ def read_checkpoint(path) -> tuple:
   if not isinstance(state, dict) or "loop" not in state:
     raise ValueError(f"{path}: not a bench.paper_loop checkpoint (no 'loop')")
   return state, json.loads(state["loop"])
-
-
-def _load(path: str, identity: dict):
-  """(step state, best state, loop dict) of the checkpoint at ``path``; ValueError when it was
-  written by a run that differs in ``identity`` (the run's settings and its data)."""
-  state, loop = read_checkpoint(path)
-  differ = {
-    k: (loop["identity"].get(k), v) for k, v in identity.items() if loop["identity"].get(k) != v
-  }
-  if differ:
-    raise ValueError(
-      f"{path} was written by another run; (its, this command's) settings differ: {differ}. "
-      "Use another --checkpoint_dir, or the run's own settings."
-    )
-  return state["step"], state["best_state"], loop
 
 
 def run(
@@ -280,61 +206,61 @@ def run(
   progress: bool = False,
   report=print,
 ) -> dict:
-  """Trains as the paper's script does (module docstring); returns the metrics JSON's dict.
+  """Trains as the paper's script does (bench/README.md); returns the metrics JSON's dict.
 
   With ``checkpoint_dir`` the run's state is saved after every epoch and a later call with the
   same settings (data, model, seed, logq) goes on from it: the same epochs, losses and metrics
   as one call, on the CPU exactly (torch's generators are part of the state)."""
+  args = dict(locals())
   torch = _torch()
   data = data_lib.DataConfig(dataset=dataset, data_path=data_path, val_users=val_users).load()
   phases = epochs_lib.Phases()
   step_fn = PaperCodeStep(
     data.num_items,
     data.item_counts,
-    max_len=max_len,
-    dim=dim,
-    num_blocks=num_blocks,
     threads=threads or None,
-    seed=seed,
-    device=device,
-    logq=logq,
+    **{k: args[k] for k in ("max_len", "dim", "num_blocks", "seed", "device", "logq")},
   )
   sync = lambda: synchronize(step_fn.device)
   model = step_fn.model
-  loader = train_loader(data.train_sequences, max_len, loader_workers)
+  loader = torch.utils.data.DataLoader(  # the training users, shuffled, the last batch kept
+    list(data.train_sequences),
+    batch_size=BATCH_SIZE,
+    shuffle=True,
+    collate_fn=collate(max_len),
+    num_workers=loader_workers,
+  )
   steps_per_epoch = min(MAX_BATCHES_PER_EPOCH, len(loader))
   evaluate_split = lambda split: evaluate(model, split, max_len=max_len, batch_size=eval_batch_size)
-  # What a checkpoint must agree on with the command that resumes it (the patience, the caps,
-  # the device, threads and evaluation batches may change).
-  settings = dict(
-    dataset=dataset,
-    val_users=val_users,
-    max_len=max_len,
-    dim=dim,
-    num_blocks=num_blocks,
-    seed=seed,
-    logq=logq,
+  identity = dict({k: args[k] for k in IDENTITY}, data_fingerprint=data_lib.fingerprint(data))
+  # the loop's state: what a checkpoint holds besides the tensors
+  loop = types.SimpleNamespace(
+    identity=identity, history=[], step=0, bad=0, best=-math.inf, best_epoch=0, resumed_at=[]
   )
-  identity = dict(settings, data_fingerprint=data_lib.fingerprint(data))
-
-  history: List[dict] = []
-  best, best_epoch, bad, step, best_state = -math.inf, 0, 0, 0, None
-  resumed_at: List[int] = []
+  best_state = None
   path = os.path.join(checkpoint_dir, CHECKPOINT) if checkpoint_dir else None
   if path and os.path.exists(path):
-    step_state, best_state, loop = _load(path, identity)
-    step_fn.load_state_dict(step_state)
-    history, step, bad = loop["history"], loop["step"], loop["bad"]
-    best, best_epoch = loop["best"], loop["best_epoch"]
-    resumed_at = loop["resumed_at"] + [len(history)]
-    phases = epochs_lib.Phases(loop["phases"])
-    report(f"resumed from {path}: epoch {len(history)}, step {step}, best epoch {best_epoch}")
+    ckpt, saved = read_checkpoint(path)
+    differ = {
+      k: (saved["identity"].get(k), v) for k, v in identity.items() if saved["identity"].get(k) != v
+    }
+    if differ:
+      raise ValueError(
+        f"{path} was written by another run; (its, this command's) settings differ: {differ}. "
+        "Use another --checkpoint_dir, or the run's own settings."
+      )
+    step_fn.load_state_dict(ckpt["step"])
+    best_state, phases = ckpt["best_state"], epochs_lib.Phases(saved.pop("phases"))
+    resumed_at = saved["resumed_at"] + [len(saved["history"])]
+    loop = types.SimpleNamespace(**dict(saved, resumed_at=resumed_at))
+    epoch_step = f"epoch {len(loop.history)}, step {loop.step}"
+    report(f"resumed from {path}: {epoch_step}, best epoch {loop.best_epoch}")
   elif path:
     os.makedirs(checkpoint_dir, exist_ok=True)
   first_done = stopped_by_time = False
-  epoch = len(history)
+  epoch = len(loop.history)
   loop_start = time.perf_counter()
-  while epoch < max_epochs and bad < patience:
+  while epoch < max_epochs and loop.bad < patience:
     if max_seconds > 0 and first_done and time.perf_counter() - loop_start >= max_seconds:
       stopped_by_time = True
       break
@@ -343,7 +269,7 @@ def run(
     batches = iter(loader)
     for b in range(steps_per_epoch):
       loss, weight = step_fn(next(batches))
-      step += 1
+      loop.step += 1
       loss_sum, weight_sum = loss_sum + loss, weight_sum + weight
       if not first_done:
         sync()
@@ -366,71 +292,43 @@ def run(
       print(file=sys.stderr, flush=True)
     with phases("validation"):
       metrics = evaluate_split(data.val)
-    improved = metrics["ndcg@10"] > best
+    improved = metrics["ndcg@10"] > loop.best
     if improved:
-      best, best_epoch, bad = metrics["ndcg@10"], epoch + 1, 0
+      loop.best, loop.best_epoch, loop.bad = metrics["ndcg@10"], epoch + 1, 0
       with phases("checkpoints"):
         best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
     else:
-      bad += 1
+      loop.bad += 1
     epoch += 1
+    wall = time.perf_counter() - epoch_start
     record = epochs_lib.epoch_record(
-      epoch,
-      step,
-      loss_sum,
-      weight_sum,
-      steps_per_epoch,
-      seconds,
-      time.perf_counter() - epoch_start,
-      metrics,
+      epoch, loop.step, loss_sum, weight_sum, steps_per_epoch, seconds, wall, metrics
     )
-    history.append(record)
+    loop.history.append(record)
     if path:
       with phases("checkpoints"):
-        loop = dict(
-          identity=identity,
-          history=history,
-          step=step,
-          bad=bad,
-          best=best,
-          best_epoch=best_epoch,
-          resumed_at=resumed_at,
-          phases=phases.as_dict(),
-        )
-        _save(path, step_fn, best_state, loop)
+        _save(path, step_fn, best_state, dict(vars(loop), phases=phases.as_dict()))
     report(epochs_lib.report_line(record, improved))
 
   if best_state is not None:
     with phases("checkpoints"):
       model.load_state_dict(best_state)
+  recorded = dict(args, resumed_at_epochs=loop.resumed_at, threads=torch.get_num_threads())
+  recorded.update(device=str(step_fn.device), batch_size=BATCH_SIZE, torch=torch.__version__)
   result = dict(
-    paper_loop=dict(
-      settings,
-      data_path=data_path,
-      patience=patience,
-      max_epochs=max_epochs,
-      max_seconds=max_seconds,
-      device=str(step_fn.device),
-      checkpoint_dir=checkpoint_dir,
-      resumed_at_epochs=resumed_at,
-      threads=torch.get_num_threads(),
-      loader_workers=loader_workers,
-      eval_batch_size=eval_batch_size,
-      batch_size=BATCH_SIZE,
-      torch=torch.__version__,
-    ),
+    paper_loop={k: recorded[k] for k in RECORDED},
     data_fingerprint=identity["data_fingerprint"],
     num_items=data.num_items,
     steps_per_epoch=steps_per_epoch,
-    global_step=step,
+    global_step=loop.step,
     epochs_done=epoch,
-    best_epoch=best_epoch,
-    best_step=epochs_lib.best_step(history, best_epoch),
-    best_val_ndcg10=float(best) if best_state is not None else -1.0,
-    train_wall_seconds=float(sum(h["wall_seconds"] for h in history)),
-    stopped_early=bad >= patience,
+    best_epoch=loop.best_epoch,
+    best_step=epochs_lib.best_step(loop.history, loop.best_epoch),
+    best_val_ndcg10=float(loop.best) if best_state is not None else -1.0,
+    train_wall_seconds=float(sum(h["wall_seconds"] for h in loop.history)),
+    stopped_early=loop.bad >= patience,
     stopped_by_time=stopped_by_time,
-    history=history,
+    history=loop.history,
   )
   with phases("validation"):
     result["val"] = evaluate_split(data.val)

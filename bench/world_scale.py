@@ -1,30 +1,26 @@
-r"""Negatives sources x logQ corrections at 10^5-10^6 items, against a synthetic world's truth.
+"""Negatives sources x logQ corrections at 10^5-10^6 items, against a synthetic world's truth.
 
-    python bench/world_scale.py --num_items=1e5,1e6 --batch_size=512 --steps=10000 --seeds=0,1,2
-    python bench/world_scale.py --rows=mixed:corrected,xbatch16:standard,full --out=DIR
-    python bench/world_scale.py --out=DIR --report_only --compare=mixed:corrected,mixed:standard
-    python bench/world_scale.py --num_items=2000 --batch_size=256,64 --tau=4,2 --one_at_a_time
-    python bench/world_scale.py --quick                      # a small smoke of the pipeline
-
-Method, flags and measured results: bench/README.md, section `world_scale.py`.
+Commands, method, flags and measured results: bench/README.md, section `world_scale.py`.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import itertools
 import json
 import os
 import pathlib
-import subprocess
 import sys
 import time
 from typing import Dict, List, Optional, Sequence
 
+from bench.common.report import commit as git_commit
 from bench.common.report import summary_line, write_json
 from bench.world import report as report_lib
 from bench.world import rows as rows_lib
+from eval.demo.config import CONVENTIONS
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SWEPT = ("num_items", "batch_size", "steps", "zipf", "tau")  # the list-valued settings flags
@@ -40,10 +36,7 @@ class _Parser(argparse.ArgumentParser):
 def _numbers(text: str, name: str, kind=int) -> List:
   """The comma-separated values of --NAME as ``kind`` (int: '1e5' is 100000)."""
   out = []
-  for part in text.split(","):
-    part = part.strip()
-    if not part:
-      continue
+  for part in filter(None, (p.strip() for p in text.split(","))):
     try:
       value = float(part)
     except ValueError:
@@ -106,20 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
   return p
 
 
-QUICK = dict(
-  num_items="2000",
-  batch_size="128",
-  steps="200",
-  seeds="0,1",
-  rows="in_batch:corrected,mixed:corrected,midx:corrected,full",
-  train_users=1024,
-  eval_users=300,
-  ks="10,100",
-  midx_codewords=16,
-  midx_negatives=32,
-  midx_refresh=50,
-  timing_rounds=2,
-)
+QUICK = (  # --quick: the flags left at their defaults take these values
+  "--num_items=2000 --batch_size=128 --steps=200 --seeds=0,1 --train_users=1024 --eval_users=300"
+  " --ks=10,100 --midx_codewords=16 --midx_negatives=32 --midx_refresh=50 --timing_rounds=2"
+  " --rows=in_batch:corrected,mixed:corrected,midx:corrected,full"
+).split()
 
 
 def settings_from(args) -> List[rows_lib.Settings]:
@@ -138,25 +122,6 @@ def settings_from(args) -> List[rows_lib.Settings]:
   return list(dict.fromkeys(rows_lib.Settings(ks=ks, **same, **p) for p in points))
 
 
-def _commit() -> Optional[str]:
-  try:
-    out = subprocess.run(
-      ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
-    )
-    dirty = subprocess.run(
-      ["git", "status", "--porcelain", "--untracked-files=no"],
-      cwd=ROOT,
-      capture_output=True,
-      text=True,
-      timeout=10,
-    )
-  except (OSError, subprocess.SubprocessError):
-    return None
-  if out.returncode != 0:
-    return None
-  return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-
-
 def _run_path(folder: pathlib.Path, row, seed: int) -> pathlib.Path:
   return folder / "runs" / f"{row.file_name}__seed{seed}.json"
 
@@ -166,9 +131,8 @@ def _check_folder(folder: pathlib.Path, settings: rows_lib.Settings) -> None:
   mine = json.loads(json.dumps(settings.as_dict()))
   for path in sorted((folder / "runs").glob("*.json")):
     theirs = json.loads(path.read_text()).get("settings", {})
-    diff = [k for k in mine if theirs.get(k) != mine[k]]
-    if diff:
-      k = diff[0]
+    k = next((k for k in mine if theirs.get(k) != mine[k]), None)
+    if k is not None:
       raise ValueError(
         f"{path} was run with {k}={theirs.get(k)!r}, this invocation has {mine[k]!r}: "
         "use another --out"
@@ -189,75 +153,41 @@ def _setup_backend() -> None:
 
 def run_setting(settings, rows, seeds, folder: pathlib.Path, args, deadline, log) -> Dict:
   """Trains and evaluates the pending (row, seed) runs of one setting; returns counts."""
-  from bench.common.timing import rotated
   from bench.world import data, metrics, training
 
-  cache = folder.parent / "cache"
-  memory = int(args.eval_memory_gb * 1e9)
+  cache, memory = folder.parent / "cache", int(args.eval_memory_gb * 1e9)
   pending = [(r, s) for s in seeds for r in rows if not _run_path(folder, r, s).exists()]
   done = {"new": 0, "skipped": len(rows) * len(seeds) - len(pending), "left": 0}
   if not pending:
     return done
-  machine, commit = training.machine_label(), _commit()
-  log(
-    f"{rows_lib.settings_tag(settings)}: {len(pending)} runs to go ({done['skipped']} done) "
-    f"on {machine}"
-  )
+  machine, commit = training.machine_label(), git_commit(full=True)
+  tag = rows_lib.settings_tag(settings)
+  log(f"{tag}: {len(pending)} runs to go ({done['skipped']} done) on {machine}")
   wd = data.prepare_world(settings, cache, memory, log)
   chunk = data.chunk_users(settings.num_items, 8, memory)
+  evaluate = lambda models: metrics.evaluate(
+    wd.world, wd.eval_x, models, wd.bins, settings.ks, settings.num_bins, chunk, wd.oracle_top
+  )
   if not (folder / "references.json").exists():
-    refs = metrics.evaluate(
-      wd.world,
-      wd.eval_x,
-      metrics.reference_models(wd.popularity),
-      wd.bins,
-      settings.ks,
-      settings.num_bins,
-      chunk,
-      wd.oracle_top,
-    )
-    write_json(str(folder), "references.json", refs)
-  streams: Dict[int, object] = {}
-
-  def stream(seed):
-    if seed not in streams:
-      streams.clear()
-      streams[seed] = data.load_stream(wd.world, settings, seed, cache, memory, log)
-    return streams[seed]
-
+    write_json(str(folder), "references.json", evaluate(metrics.reference_models(wd.popularity)))
+  # the seeds' streams in turn (pending is ordered by seed): the last one kept
+  stream = functools.lru_cache(1)(
+    lambda seed: data.load_stream(wd.world, settings, seed, cache, memory, log)
+  )
   # ---- the step cost of this invocation's rows beside mixed, interleaved
-  seed0 = pending[0][1]
-  arms: Dict[str, object] = {}
-  timing: Dict[str, Dict] = {}
+  seed0, arms, timing = pending[0][1], {}, {}
   if args.timing_rounds > 0:
-    reference = rows_lib.parse_row(rows_lib.REFERENCE_ROW)
-    distinct = list({r.name: r for r, _ in pending}.values())
-    timed = training.timing_rows(distinct, reference)
-    st = stream(seed0)
-    init = data.initial_weights(settings, seed0)
-    arms = {r.name: training.Arm(r, settings, seed0, st.counts) for r in timed}
-    states = {n: a.initial_state(*init) for n, a in arms.items()}
-    start = time.time()
-    timing = training.time_rows(
-      arms,
-      states,
-      st.user_features,
-      st.users,
-      st.items,
-      args.timing_rounds,
-      args.timing_steps,
-      rotated=rotated,
-    )
-    del states
-    ref_ms = timing[reference.name]["median_ms"]
+    reference = rows_lib.REFERENCE_ROW
+    timed = {r.name: r for r in [rows_lib.parse_row(reference)] + [r for r, _ in pending]}
+    arms = {n: training.Arm(r, settings, seed0, stream(seed0).counts) for n, r in timed.items()}
+    init, start = data.initial_weights(settings, seed0), time.time()
+    timing = training.time_rows(arms, init, stream(seed0), args.timing_rounds, args.timing_steps)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S") + f"-{os.getpid()}"
-    write_json(
-      str(folder / "timing"),
-      f"{stamp}.json",
-      dict(when=stamp, machine=machine, commit=commit, reference=reference.name, rows=timing),
-    )
+    record = dict(when=stamp, machine=machine, commit=commit, reference=reference, rows=timing)
+    write_json(str(folder / "timing"), f"{stamp}.json", record)
+    ref_ms = timing[reference]["median_ms"]
     log(
-      f"  step ms on {machine} (median / min, × {reference.name}; {time.time() - start:.0f} s): "
+      f"  step ms on {machine} (median / min, × {reference}; {time.time() - start:.0f} s): "
       + ", ".join(
         f"{n} {t['median_ms']:.1f} / {t['min_ms']:.1f} (× {t['median_ms'] / ref_ms:.2f})"
         for n, t in timing.items()
@@ -265,36 +195,23 @@ def run_setting(settings, rows, seeds, folder: pathlib.Path, args, deadline, log
     )
   eval_seconds = None
   for i, (row, seed) in enumerate(pending):
-    if deadline is not None:
-      t = timing.get(row.name, {}).get("median_ms")
-      estimate = (t or 0.0) * settings.steps / 1e3 + (eval_seconds or 0.0)
-      if time.time() + estimate > deadline:
-        done["left"] = len(pending) - i
-        log(f"  --time_budget_minutes: {done['left']} runs left (run again to resume)")
-        break
-    start = time.time()
-    st = stream(seed)
+    step_ms = timing.get(row.name, {}).get("median_ms")
+    estimate = (step_ms or 0.0) * settings.steps / 1e3 + (eval_seconds or 0.0)
+    if deadline is not None and time.time() + estimate > deadline:
+      done["left"] = len(pending) - i
+      log(f"  --time_budget_minutes: {done['left']} runs left (run again to resume)")
+      break
+    start, st = time.time(), stream(seed)
     arm = arms.pop(row.name) if seed == seed0 and row.name in arms else None
     arm = arm or training.Arm(row, settings, seed, st.counts)
-    arm.refresh_seconds = []  # the timing phase's refreshes are not this run's
     state = arm.initial_state(*data.initial_weights(settings, seed))
-    info = training.train(arm, state, st.user_features, st.users, st.items, settings.steps)
+    info = training.train(arm, state, st, settings.steps)
     w, table = arm.weights(state)
     del state
     eval_start = time.time()
-    result = metrics.evaluate(
-      wd.world,
-      wd.eval_x,
-      {"model": metrics.model_log_probs(w, table)},
-      wd.bins,
-      settings.ks,
-      settings.num_bins,
-      chunk,
-      wd.oracle_top,
-    )["model"]
+    result = evaluate({"model": metrics.model_log_probs(w, table)})["model"]
     eval_seconds = time.time() - eval_start
-    t = timing.get(row.name)
-    ref = timing.get(rows_lib.REFERENCE_ROW)
+    t, ref = timing.get(row.name), timing.get(rows_lib.REFERENCE_ROW)
     run = dict(
       row=row.name,
       seed=seed,
@@ -311,15 +228,13 @@ def run_setting(settings, rows, seeds, folder: pathlib.Path, args, deadline, log
     path = _run_path(folder, row, seed)
     write_json(str(path.parent), path.name, run)
     done["new"] += 1
-    ks = settings.ks
+    r, h, ks = result["recall"], result["hit_rate"], settings.ks
+    scores = [f"R@{k} {r[str(k)]:.4f}" for k in ks] + [f"HR@{k} {h[str(k)]:.4f}" for k in ks]
+    ratio = f" (× mixed {run['step_vs_mixed']:.2f})" if run["step_vs_mixed"] else ""
     log(
       f"  [{i + 1}/{len(pending)}] {row.name} seed {seed}: KL {result['kl']:.3f}, "
-      + ", ".join(f"R@{k} {result['recall'][str(k)]:.4f}" for k in ks)
-      + ", "
-      + ", ".join(f"HR@{k} {result['hit_rate'][str(k)]:.4f}" for k in ks)
-      + f"; step {info['step_ms_median']:.1f} ms"
-      + (f" (× mixed {run['step_vs_mixed']:.2f})" if run["step_vs_mixed"] else "")
-      + f"; train {info['seconds']:.0f} s, eval {eval_seconds:.0f} s"
+      f"{', '.join(scores)}; step {info['step_ms_median']:.1f} ms{ratio}; "
+      f"train {info['seconds']:.0f} s, eval {eval_seconds:.0f} s"
     )
   return done
 
@@ -340,26 +255,25 @@ def write_sweep(out: pathlib.Path, log) -> None:
   """OUT/sweep.md, .json, .png: corrected − standard across OUT's settings folders."""
   result = report_lib.sweep([json.loads(p.read_text()) for p in out.glob("*/summary.json")])
   if result["varying"] and result["points"]:
-    (out / "sweep.md").write_text(report_lib.format_sweep(result))
+    text = report_lib.format_sweep(result)
+    (out / "sweep.md").write_text(text)
     write_json(str(out), "sweep.json", result)
     report_lib.plot_sweep(result, out / "sweep.png")
-    log(report_lib.format_sweep(result))
+    log(text)
 
 
 def _headline(tag: str, summary: Optional[Dict], done: Dict) -> str:
   part = f"{tag} {done['new']} new / {done['skipped']} done / {done['left']} left"
   if not summary:
     return part
-  ks = summary["ks"]
-  k = ks[-1]
-  best = max(summary["order"], key=lambda n: summary["rows"][n][f"recall@{k}"]["mean"])
-  part += f", best R@{k} {best} {summary['rows'][best][f'recall@{k}']['mean']:.4f}"
+  k, rows = summary["ks"][-1], summary["rows"]
+  best = max(summary["order"], key=lambda n: rows[n][f"recall@{k}"]["mean"])
+  part += f", best R@{k} {best} {rows[best][f'recall@{k}']['mean']:.4f}"
   for p in summary["pairs"]:
     if p["kind"] == "correction" and p["a"].endswith("corrected") and ":standard" in p["b"]:
       d = p["metrics"][f"recall@{k}"]
       half = "" if d["half_width"] is None else f" ± {d['half_width']:.4f}"
-      part += f", {p['a']} − standard ΔR@{k} {d['mean']:+.4f}{half}"
-      break
+      return part + f", {p['a']} − standard ΔR@{k} {d['mean']:+.4f}{half}"
   return part
 
 
@@ -367,22 +281,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   parser = build_parser()
   args = parser.parse_args(argv)
   if args.quick:
-    defaults = build_parser().parse_args([])
-    for name, value in QUICK.items():
-      if getattr(args, name) == getattr(defaults, name):
-        setattr(args, name, value)
-  start = time.time()
+    default, quick = vars(parser.parse_args([])), vars(parser.parse_args(QUICK))
+    vars(args).update({k: quick[k] for k, v in vars(args).items() if v == default[k]})
+  start, out = time.time(), pathlib.Path(args.out)
   try:
     seeds = _numbers(args.seeds, "seeds")
-    if len(set(seeds)) != len(seeds):
-      raise ValueError(f"--seeds must be distinct, got {seeds}")
-    if args.convention not in rows_lib.CONVENTIONS:
-      raise ValueError(f"--convention must be one of {list(rows_lib.CONVENTIONS)}")
-    for name in ("timing_rounds", "timing_steps"):
-      if getattr(args, name) < 0 or (name == "timing_steps" and args.timing_steps == 0):
-        raise ValueError(f"--{name} must be {'>= 0' if name == 'timing_rounds' else '> 0'}")
-    if not args.eval_memory_gb > 0 or args.time_budget_minutes < 0:
-      raise ValueError("--eval_memory_gb must be > 0 and --time_budget_minutes >= 0")
+    rows_lib.check(
+      (len(set(seeds)) == len(seeds), f"--seeds must be distinct, got {seeds}"),
+      (args.convention in CONVENTIONS, f"--convention must be one of {list(CONVENTIONS)}"),
+      (args.timing_rounds >= 0, "--timing_rounds must be >= 0"),
+      (args.timing_steps > 0, "--timing_steps must be > 0"),
+      (
+        args.eval_memory_gb > 0 and not args.time_budget_minutes < 0,
+        "--eval_memory_gb must be > 0 and --time_budget_minutes >= 0",
+      ),
+    )
     compares = []
     for text in args.compare:
       pair = [t.strip() for t in text.split(",")]
@@ -396,37 +309,30 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
       else:
         rows = rows_lib.default_rows(settings, args.convention)
       rows_lib.check_settings(settings, rows)
-      folder = pathlib.Path(args.out) / rows_lib.settings_tag(settings)
+      folder = out / rows_lib.settings_tag(settings)
       _check_folder(folder, settings)
       plan.append((settings, rows, folder))
     if not args.report_only:
       _setup_backend()
   except ValueError as e:
-    parser.exit(2, f"{parser.prog}: error: {e}\n")
+    parser.error(str(e))
+  if args.report_only:  # every settings folder under OUT, whatever the settings flags say
+    plan = [(None, None, f.parent) for f in sorted(out.glob("*/runs")) if f.is_dir()]
   deadline = start + args.time_budget_minutes * 60 if args.time_budget_minutes else None
   parts = []
-  if args.report_only:  # every settings folder under OUT, whatever the settings flags say
-    plan = [(None, None, f) for f in sorted(pathlib.Path(args.out).glob("*/runs")) if f.is_dir()]
-    plan = [(None, None, f.parent) for _, _, f in plan]
   for settings, rows, folder in plan:
-    done = {"new": 0, "skipped": 0, "left": 0}
     if args.report_only:
-      done["skipped"] = len(list((folder / "runs").glob("*.json")))
+      done = {"new": 0, "skipped": len(list((folder / "runs").glob("*.json"))), "left": 0}
     else:
       done = run_setting(settings, rows, seeds, folder, args, deadline, print)
     try:
       summary = write_reports(folder, compares, print)
     except ValueError as e:
-      parser.exit(2, f"{parser.prog}: error: {e}\n")
+      parser.error(str(e))
     parts.append(_headline(folder.name, summary, done))
-  write_sweep(pathlib.Path(args.out), print)
-  if not parts:
-    parts = [f"no runs under {args.out}"]
-  print(
-    summary_line(
-      parts, head="world_scale", note=f"{time.time() - start:.0f} s; outputs in {args.out}"
-    )
-  )
+  write_sweep(out, print)
+  note = f"{time.time() - start:.0f} s; outputs in {args.out}"
+  print(summary_line(parts or [f"no runs under {args.out}"], head="world_scale", note=note))
   return 0
 
 

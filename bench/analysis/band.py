@@ -1,8 +1,4 @@
-r"""One run's learning curve against a band of runs of another kind, epoch by epoch.
-
-    python -m bench.analysis band \
-        --band=RUN[,RUN...] --probe=RUN --names=ours,paper-code [--keys=loss,val_ndcg@10] \
-        [--every=5] [--out=docs/results/table1/paper_code/curve_band]
+"""One run's learning curve against a band of runs of another kind, epoch by epoch.
 
 The prediction interval, the runs it reads, flags and outputs: bench/README.md, section
 `analysis/` (band).
@@ -10,7 +6,6 @@ The prediction interval, the runs it reads, flags and outputs: bench/README.md, 
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import sys
@@ -22,6 +17,14 @@ from bench.common.plot import pyplot, save
 from eval import paired_stats
 
 DEFAULT_KEYS = ("loss", "val_ndcg@10", "val_recall@20")
+FLAGS = dict(
+  band=(..., "comma-separated runs (at least 2)"),
+  probe=(..., "the one run placed against the band"),
+  names=("band,probe", "band name, probe name"),
+  keys=(",".join(DEFAULT_KEYS), "history keys compared (those both hold)"),
+  every=(5, "table rows every this many epochs"),
+  out=(None, "folder for curve_band.md / .json / .png"),
+)
 _RUN_FILES = ("train_metrics.json", "metrics.json", "model/history.json", "paper_loop.pt")
 
 
@@ -67,20 +70,19 @@ def band_statistics(
     if len(values) < 2:
       continue
     pi = paired_stats.prediction_interval(values, confidence)
-    low, high = pi["ci"]
-    d = a - pi["mean"]
+    (low, high), mean = pi["ci"], pi["mean"]
     rows.append(
       dict(
         epoch=epoch,
         n=len(values),
         band=values,
-        mean=pi["mean"],
+        mean=mean,
         std=pi["std"],
         low=low,
         high=high,
         probe=a,
-        d=d,
-        r=d / abs(pi["mean"]) if pi["mean"] else float("nan"),
+        d=a - mean,
+        r=(a - mean) / abs(mean) if mean else float("nan"),
         where="inside" if low <= a <= high else ("above" if a > high else "below"),
       )
     )
@@ -90,47 +92,33 @@ def band_statistics(
 def summarise(rows: List[dict]) -> dict:
   """Epochs compared, counts inside / above / below, mean d and mean |r| over ``rows``."""
   n = len(rows)
+  counts = {where: sum(r["where"] == where for r in rows) for where in ("inside", "above", "below")}
   return dict(
     epochs=n,
     first=rows[0]["epoch"] if rows else None,
     last=rows[-1]["epoch"] if rows else None,
-    inside=sum(r["where"] == "inside" for r in rows),
-    above=sum(r["where"] == "above" for r in rows),
-    below=sum(r["where"] == "below" for r in rows),
+    **counts,
     mean_d=sum(r["d"] for r in rows) / n if n else float("nan"),
     mean_abs_r=sum(abs(r["r"]) for r in rows) / n if n else float("nan"),
   )
 
 
 def _plot(results: Dict[str, dict], names: Sequence[str], path: pathlib.Path) -> None:
-  keys = list(results)
-  fig, axes = pyplot().subplots(1, len(keys), figsize=(5 * len(keys), 3.6), squeeze=False)
-  for ax, key in zip(axes[0], keys):
-    for i, curve in enumerate(results[key]["band_curves"]):
-      epochs = sorted(int(e) for e in curve)
+  band, probe = names
+  fig, axes = pyplot().subplots(1, len(results), figsize=(5 * len(results), 3.6), squeeze=False)
+  for ax, (key, res) in zip(axes[0], results.items()):
+    for i, curve in enumerate(res["band_curves"]):
       ax.plot(
-        epochs,
-        [curve[str(e)] for e in epochs],
-        lw=0.6,
-        color="0.6",
-        label=f"{names[0]} runs" if i == 0 else None,
+        *zip(*sorted(curve.items())), lw=0.6, color="0.6", label=f"{band} runs" if i == 0 else None
       )
-    rows = results[key]["rows"]
-    epochs = [r["epoch"] for r in rows]
+    epochs = [r["epoch"] for r in res["rows"]]
+    low, high = [r["low"] for r in res["rows"]], [r["high"] for r in res["rows"]]
     ax.fill_between(
-      epochs,
-      [r["low"] for r in rows],
-      [r["high"] for r in rows],
-      color="C0",
-      alpha=0.2,
-      label=f"{names[0]}: 95 % prediction interval",
+      epochs, low, high, color="C0", alpha=0.2, label=f"{band}: 95 % prediction interval"
     )
-    ax.plot(epochs, [r["mean"] for r in rows], color="C0", lw=1.2, label=f"{names[0]}: mean")
-    probe = results[key]["probe_curve"]
-    pe = sorted(int(e) for e in probe)
-    ax.plot(pe, [probe[str(e)] for e in pe], color="C3", lw=1.4, label=names[1])
-    ax.set_xlabel("epoch")
-    ax.set_ylabel(key)
+    ax.plot(epochs, [r["mean"] for r in res["rows"]], color="C0", lw=1.2, label=f"{band}: mean")
+    ax.plot(*zip(*sorted(res["probe_curve"].items())), color="C3", lw=1.4, label=probe)
+    ax.set(xlabel="epoch", ylabel=key)
     ax.legend(fontsize=6)
   save(fig, path, dpi=110)
 
@@ -146,50 +134,33 @@ def _markdown(results: Dict[str, dict], names: Sequence[str], every: int, comman
     "run). PI: the band's 95 % prediction interval of one more run at that epoch; d = probe − "
     "band mean; r = d / |band mean| (bench/README.md, analysis/ band).",
     "",
-    "| key | epochs compared | inside PI | above | below | mean d | mean abs r |",
-    "|---|---|---|---|---|---|---|",
   ]
+  summary = []
   for key, res in results.items():
     s = res["summary"]
     span = f"{s['epochs']} ({s['first']}–{s['last']})" if s["epochs"] else "0"
-    lines.append(
-      f"| {key} | {span} | {s['inside']} | {s['above']} | {s['below']} | "
-      f"{s['mean_d']:+.4f} | {100 * s['mean_abs_r']:.1f} % |"
-    )
+    counts = [s["inside"], s["above"], s["below"]]
+    summary.append([key, span, *counts, f"{s['mean_d']:+.4f}", f"{100 * s['mean_abs_r']:.1f} %"])
+  header = ["key", "epochs compared", "inside PI", "above", "below", "mean d", "mean abs r"]
+  lines += common.table(header, summary)
   for key, res in results.items():
     rows = res["rows"]
     shown = [r for i, r in enumerate(rows) if r["epoch"] % every == 0 or i in (0, len(rows) - 1)]
-    lines += [
-      "",
-      f"`{key}` by epoch (every {every} epochs, the first and the last):",
-      "",
-      f"| epoch | n | {band} mean | PI | {probe} | d | r | where |",
-      "|---|---|---|---|---|---|---|---|",
-    ]
-    lines += [
-      f"| {r['epoch']} | {r['n']} | {r['mean']:.4f} | [{r['low']:.4f}, {r['high']:.4f}] | "
-      f"{r['probe']:.4f} | {r['d']:+.4f} | {100 * r['r']:+.1f} % | {r['where']} |"
-      for r in shown
-    ]
+    lines += ["", f"`{key}` by epoch (every {every} epochs, the first and the last):", ""]
+    lines += common.table(
+      ["epoch", "n", f"{band} mean", "PI", probe, "d", "r", "where"],
+      [
+        [r["epoch"], r["n"], f"{r['mean']:.4f}", f"[{r['low']:.4f}, {r['high']:.4f}]"]
+        + [f"{r['probe']:.4f}", f"{r['d']:+.4f}", f"{100 * r['r']:+.1f} %", r["where"]]
+        for r in shown
+      ],
+    )
   return "\n".join(lines) + "\n"
 
 
-def _parser() -> argparse.ArgumentParser:
-  parser = common.argument_parser("band", __doc__)
-  parser.add_argument("--band", required=True, help="comma-separated runs (at least 2)")
-  parser.add_argument("--probe", required=True, help="the one run placed against the band")
-  parser.add_argument("--names", default="band,probe", help="band name, probe name")
-  parser.add_argument(
-    "--keys", default=",".join(DEFAULT_KEYS), help="history keys compared (those both hold)"
-  )
-  parser.add_argument("--every", type=int, default=5, help="table rows every this many epochs")
-  parser.add_argument("--out", default=None, help="folder for curve_band.md / .json / .png")
-  return parser
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
-  args = _parser().parse_args(argv)
-  band_runs = [r for r in args.band.split(",") if r]
+  args = common.parser("band", __doc__, FLAGS).parse_args(argv)
+  band_runs = common.csv(args.band)
   names = [n.strip() for n in args.names.split(",")]
   if len(band_runs) < 2:
     sys.exit(f"error: --band needs at least 2 runs for an interval, got {len(band_runs)}")
@@ -203,17 +174,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   except ValueError as e:
     sys.exit(f"error: {e}")
   results = {}
-  for key in (k for k in args.keys.split(",") if k):
+  for key in common.csv(args.keys):
     rows = band_statistics(band, probe, key)
-    if not rows:
-      continue
-    results[key] = dict(
-      rows=rows,
-      summary=summarise(rows),
-      band_runs=len(band_runs),
-      probe_curve={str(e): v for e, v in _by_epoch(probe, key).items()},
-      band_curves=[{str(e): v for e, v in _by_epoch(h, key).items()} for h in band],
-    )
+    if rows:
+      results[key] = dict(
+        rows=rows,
+        summary=summarise(rows),
+        band_runs=len(band_runs),
+        probe_curve=_by_epoch(probe, key),  # {epoch: value}
+        band_curves=[_by_epoch(h, key) for h in band],
+      )
   if not results:
     sys.exit(
       f"error: no epoch where the probe and two band runs all hold one of the keys {args.keys}"
@@ -223,15 +193,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   if args.out:
     record = dict(command=command, names=names, band=band_runs, probe=args.probe, results=results)
     files = {"curve_band.md": report, "curve_band.json": json.dumps(record, indent=1)}
-    out = common.write(pathlib.Path(args.out), files)
-    _plot(results, names, out / "curve_band.png")
+    _plot(results, names, common.write(pathlib.Path(args.out), files) / "curve_band.png")
   print(report)
-  print(
-    "SUMMARY curve_band: "
-    + "; ".join(
-      f"{k} {r['summary']['inside']}/{r['summary']['epochs']} epochs inside the band's PI, "
-      f"mean d {r['summary']['mean_d']:+.4f}"
-      for k, r in results.items()
-    )
-  )
+  parts = [
+    f"{k} {r['summary']['inside']}/{r['summary']['epochs']} epochs inside the band's PI, "
+    f"mean d {r['summary']['mean_d']:+.4f}"
+    for k, r in results.items()
+  ]
+  print("SUMMARY curve_band: " + "; ".join(parts))
   return 0

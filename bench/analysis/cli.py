@@ -20,11 +20,7 @@ from typing import Optional, Sequence
 __all__ = ["COMMANDS", "main"]
 
 COMMANDS = {
-  "table1": "bench.analysis.table1",
-  "phases": "bench.analysis.phases",
-  "compare": "bench.analysis.compare",
-  "band": "bench.analysis.band",
-  "patience": "bench.analysis.patience",
+  name: f"bench.analysis.{name}" for name in ("table1", "phases", "compare", "band", "patience")
 }
 
 

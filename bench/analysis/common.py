@@ -1,35 +1,58 @@
 """What the analysis commands share (besides `bench.common.plot` and `bench.common.report`): their
-argument parsers and the command line that wrote a report, the number formats of their tables, a
-metric's paired difference over two sets of runs, the report folder."""
+parsers and the command line that wrote a report, the number formats and markdown tables of their
+reports, a metric's paired difference over two sets of runs, the report folder."""
 
 from __future__ import annotations
 
 import argparse
 import pathlib
 import sys
-from typing import Any, Dict, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from bench.common.report import command
+from bench.common.report import command, markdown_header, markdown_row
 from eval.paired_stats import paired_difference, relative_margin
 
 
-def argument_parser(name: str, doc: str, epilog: bool = False) -> argparse.ArgumentParser:
-  """The parser of ``python -m bench.analysis NAME``: described by the first line of ``doc``,
-  or with ``epilog`` by its first paragraph, the rest as the epilog."""
-  prog = f"python -m bench.analysis {name}"
-  if not epilog:
-    return argparse.ArgumentParser(prog=prog, description=doc.splitlines()[0])
-  return argparse.ArgumentParser(
-    prog=prog,
-    description=doc.split("\n\n")[0],
-    formatter_class=argparse.RawDescriptionHelpFormatter,
-    epilog=doc.split("\n\n", 1)[1],
+def parser(
+  name: str, doc: str, flags: Mapping[str, Tuple[Any, Optional[str]]], epilog: bool = False
+) -> argparse.ArgumentParser:
+  """The parser of ``python -m bench.analysis NAME``: described by the first paragraph of ``doc``
+  (with ``epilog``: the rest, as written, below the flags). ``flags``: {flag: (default, help)};
+  default ``...``: required, False: a switch, a list: comma-separated items, an int or a float:
+  the flag's type."""
+  head, _, rest = doc.partition("\n\n")
+  out = argparse.ArgumentParser(
+    prog=f"python -m bench.analysis {name}",
+    description=head,
+    epilog=rest if epilog else None,
+    formatter_class=argparse.RawDescriptionHelpFormatter if epilog else argparse.HelpFormatter,
   )
+  for flag, (default, text) in flags.items():
+    if default is ...:
+      out.add_argument(f"--{flag}", required=True, help=text)
+    elif default is False:
+      out.add_argument(f"--{flag}", action="store_true", help=text)
+    elif isinstance(default, (list, int, float)):
+      kind = csv if isinstance(default, list) else type(default)
+      out.add_argument(f"--{flag}", default=default, type=kind, help=text)
+    else:
+      out.add_argument(f"--{flag}", default=default, help=text)
+  return out
+
+
+def csv(text: str) -> List[str]:
+  """The non-empty items of a comma-separated flag."""
+  return [t for t in text.split(",") if t]
 
 
 def command_line(name: str, argv: Optional[Sequence[str]]) -> str:
   """``python -m bench.analysis NAME ARGS``, ARGS ``argv`` (default: the process's), quoted."""
   return command(f"bench.analysis {name}", sys.argv[1:] if argv is None else list(argv))
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> List[str]:
+  """The lines of a markdown table."""
+  return markdown_header(header) + [markdown_row([str(c) for c in row]) for row in rows]
 
 
 def signed(x: Optional[float]) -> str:

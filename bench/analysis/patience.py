@@ -1,23 +1,27 @@
-r"""Does a shorter early-stopping patience select a worse model? Checked on runs' own curves.
+"""What a shorter early-stopping patience selects on runs' own curves
+(bench/README.md, section analysis/).
 
-    python -m bench.analysis patience --runs=DIR[,DIR...] --patiences=3,5,10,20 [--window=20] \
-        [--noise_json=docs/results/converged/ml100k_temporal/reproduce_full.json] \
-        [--out=docs/results/converged/ml100k_temporal]      # writes patience_check.md
-
-The selection rule, flags and outputs: bench/README.md, section `analysis/` (patience).
+Does a shorter patience select a worse model? The selection rule, flags and outputs:
+bench/README.md, section `analysis/` (patience).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import pathlib
 import sys
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from bench.analysis import common
 
 METRICS = ("recall@10", "recall@20", "ndcg@10", "ndcg@20")
+FLAGS = dict(
+  runs=(..., "Comma-separated run folders (model/history.json with test_* keys)."),
+  patiences=("3,5,10,20", "Patiences (epochs) to check."),
+  noise_json=(None, "A table1.json (or reproduce_*.json): its rows' s.e. is the seed noise."),
+  window=(0, "Also the curves' mean level by windows of this many epochs (0: none)."),
+  out=(None, "Also write patience_check.md in this folder."),
+)
 
 
 def selected_epoch(val: Sequence[float], patience: int) -> tuple:
@@ -50,23 +54,13 @@ def check_run(
   for p in patiences:
     best, stop = selected_epoch(val, p)
     stopped = stop < len(val) - 1 or (len(val) - 1 - best) >= p
-    epoch = history[best]["epoch"]
+    epoch, test = history[best]["epoch"], None
     if f"test_{METRICS[0]}" in history[best]:
       test = {m: history[best].get(f"test_{m}") for m in METRICS}
     elif evaluated is not None and evaluated[0] == epoch:
       test = dict(evaluated[1])
-    else:
-      test = None
-    rows.append(
-      dict(
-        patience=p,
-        epoch=epoch,
-        step=history[best]["step"],
-        stopped=stopped,
-        val_ndcg10=val[best],
-        test=test,
-      )
-    )
+    row = dict(patience=p, epoch=epoch, step=history[best]["step"], stopped=stopped)
+    rows.append(dict(row, val_ndcg10=val[best], test=test))
   return rows
 
 
@@ -85,25 +79,12 @@ def window_levels(history: List[dict], window: int) -> List[dict]:
   levels = []
   for a in range(0, len(history), window):
     part = history[a : a + window]
-    row = dict(first=part[0]["epoch"], last=part[-1]["epoch"])
-    row["val_ndcg@10"] = sum(h["val_ndcg@10"] for h in part) / len(part)
-    for m in METRICS:
-      row[m] = sum(h[f"test_{m}"] for h in part) / len(part)
-    levels.append(row)
-  return levels
-
-
-def _window_table(name: str, levels: List[dict], selected: Dict[int, int]) -> List[str]:
-  """Markdown rows of one run's window levels; ``selected``: patience -> selected epoch."""
-  lines = []
-  for lv in levels:
-    picks = [f"P={p}: {e}" for p, e in selected.items() if lv["first"] <= e <= lv["last"]]
-    lines.append(
-      f"| {name} | {lv['first']}–{lv['last']} | {lv['val_ndcg@10']:.4f} | "
-      + " | ".join(f"{lv[m]:.4f}" for m in METRICS)
-      + f" | {', '.join(picks)} |"
+    means = {m: sum(h[f"test_{m}"] for h in part) / len(part) for m in METRICS}
+    val = sum(h["val_ndcg@10"] for h in part) / len(part)
+    levels.append(
+      dict(first=part[0]["epoch"], last=part[-1]["epoch"], **{"val_ndcg@10": val}, **means)
     )
-  return lines
+  return levels
 
 
 def _evaluated(run_dir: pathlib.Path) -> Optional[tuple]:
@@ -128,112 +109,80 @@ def _row_noise(noise_json: Optional[str], row: str) -> Dict[str, Optional[float]
   return {}
 
 
-def _parser() -> argparse.ArgumentParser:
-  parser = common.argument_parser(
-    "patience",
-    "What a shorter early-stopping patience selects on runs' own curves "
-    "(bench/README.md, section analysis/).",
-  )
-  parser.add_argument(
-    "--runs",
-    required=True,
-    help="Comma-separated run folders (model/history.json with test_* keys).",
-  )
-  parser.add_argument("--patiences", default="3,5,10,20", help="Patiences (epochs) to check.")
-  parser.add_argument(
-    "--noise_json",
-    default=None,
-    help="A table1.json (bench.analysis table1; or an older reproduce_*.json) whose row "
-    "statistics give the seed noise (s.e.) of each metric.",
-  )
-  parser.add_argument(
-    "--window",
-    type=int,
-    default=0,
-    help="Also print the curves' mean level over windows of this many epochs (runs with a "
-    "test value at every epoch); 0: no window table.",
-  )
-  parser.add_argument("--out", default=None, help="Also write patience_check.md in this folder.")
-  return parser
+def _patience_rows(name: str, rows: List[dict], noise: Dict) -> Tuple[List[list], float]:
+  """One run's table rows (Δ: against the longest patience); the largest |Δ| / seed s.e."""
+  ref, worst, out = rows[-1]["test"], 0.0, []
+  for r in rows:
+    cells = ["other epoch: needs --test_curve"] * len(METRICS) if r["test"] is None else []
+    for m in METRICS if r["test"] is not None else ():
+      d, se = r["test"][m] - ref[m], noise.get(m)
+      worst = max(worst, abs(d) / se) if se else worst
+      cells.append(f"{r['test'][m]:.4f} ({d:+.4f}" + (f"; {se:.4f})" if se else ")"))
+    stopped = "yes" if r["stopped"] else "no: the run ended first"
+    out.append([name, r["patience"], f"{r['epoch']} ({r['step']})", stopped, *cells])
+  return out, worst
 
 
-def main(argv=None):
-  args = _parser().parse_args(argv)
-  runs = [r for r in args.runs.split(",") if r]
+def _window_rows(name: str, levels: List[dict], selected: Dict[int, int]) -> List[list]:
+  """One run's window levels; ``selected``: patience -> selected epoch."""
+  return [
+    [name, f"{lv['first']}–{lv['last']}", f"{lv['val_ndcg@10']:.4f}"]
+    + [f"{lv[m]:.4f}" for m in METRICS]
+    + [", ".join(f"P={p}: {e}" for p, e in selected.items() if lv["first"] <= e <= lv["last"])]
+    for lv in levels
+  ]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+  args = common.parser("patience", __doc__, FLAGS).parse_args(argv)
+  runs = common.csv(args.runs)
   patiences = sorted(int(p) for p in args.patiences.split(","))
-  lines = [
-    "| run | patience | selected epoch (step) | stopped | "
-    + " | ".join(f"test {m} (Δ vs longest; seed s.e.)" for m in METRICS)
-    + " |",
-    "|---|---|---|---|" + "---|" * len(METRICS),
-  ]
+  table: List[list] = []
+  windows: List[list] = []
   worst = 0.0
-  windows = [
-    "| run | epochs | mean val ndcg@10 | "
-    + " | ".join(f"mean test {m}" for m in METRICS)
-    + " | selected here |",
-    "|---|---|---|" + "---|" * (len(METRICS) + 1),
-  ]
-  for run in runs:
-    run_dir = pathlib.Path(run)
+  for run_dir in map(pathlib.Path, runs):
     history = json.loads((run_dir / "model" / "history.json").read_text())
     if not history:
       sys.exit(f"error: {run_dir}: empty history")
     rows = check_run(history, patiences, _evaluated(run_dir))
-    ref = rows[-1]["test"]
-    if ref is None:
+    if rows[-1]["test"] is None:
       sys.exit(
         f"error: {run_dir}: no test value for the longest patience's epoch (train with "
         "--test_curve, or check a finished run with its train_metrics.json)"
       )
-    noise = _row_noise(args.noise_json, run_dir.parent.name)
     name = f"{run_dir.parent.name}/{run_dir.name}"
-    for r in rows:
-      cells = []
-      if r["test"] is None:
-        cells = ["other epoch: needs --test_curve"] * len(METRICS)
-      for m in METRICS if r["test"] is not None else ():
-        d = r["test"][m] - ref[m]
-        se = noise.get(m)
-        if se:
-          worst = max(worst, abs(d) / se)
-        cells.append(
-          f"{r['test'][m]:.4f} ({d:+.4f}; {se:.4f})" if se else f"{r['test'][m]:.4f} ({d:+.4f})"
-        )
-      lines.append(
-        f"| {name} | {r['patience']} | {r['epoch']} ({r['step']}) | "
-        f"{'yes' if r['stopped'] else 'no: the run ended first'} | " + " | ".join(cells) + " |"
-      )
+    lines, largest = _patience_rows(name, rows, _row_noise(args.noise_json, run_dir.parent.name))
+    table += lines
+    worst = max(worst, largest)
     if args.window:
       try:
         levels = window_levels(history, args.window)
       except ValueError as e:
         sys.exit(f"error: {run_dir}: {e}")
-      windows += _window_table(name, levels, {r["patience"]: r["epoch"] for r in rows})
-  table = "\n".join(lines)
+      windows += _window_rows(name, levels, {r["patience"]: r["epoch"] for r in rows})
+  header = ["run", "patience", "selected epoch (step)", "stopped"]
+  text = "\n".join(
+    common.table(header + [f"test {m} (Δ vs longest; seed s.e.)" for m in METRICS], table)
+  )
   if args.window:
-    table += (
+    header = ["run", "epochs", "mean val ndcg@10", *(f"mean test {m}" for m in METRICS)]
+    text += (
       f"\n\nThe curves' level by windows of {args.window} epochs (means over each window; "
-      '"selected here": the epochs the patiences select):\n\n' + "\n".join(windows)
+      '"selected here": the epochs the patiences select):\n\n'
+      + "\n".join(common.table(header + ["selected here"], windows))
     )
   if args.out:
-    text = (
-      "# Patience check\n\nWritten by `python -m bench.analysis patience "
-      f"--runs={','.join(runs)} --patiences={','.join(map(str, patiences))}"
-      + (f" --noise_json={args.noise_json}" if args.noise_json else "")
-      + (f" --window={args.window}" if args.window else "")
-      + f" --out={args.out}`.\n\n"
+    flags = [f"--runs={','.join(runs)}", f"--patiences={','.join(map(str, patiences))}"]
+    flags += [f"--noise_json={args.noise_json}"] if args.noise_json else []
+    flags += [f"--window={args.window}"] if args.window else []
+    report = (
+      f"# Patience check\n\nWritten by `python -m bench.analysis patience {' '.join(flags)} "
+      f"--out={args.out}`.\n\n"
       "Each row: the epoch that early stopping with that patience selects on this run's "
       "validation NDCG@10 curve, and its test metrics; Δ = minus the longest patience's; "
       "seed s.e. = the standard error over seeds of the same row in the main report.\n\n"
-      + table
-      + "\n"
     )
-    common.write(pathlib.Path(args.out), {"patience_check.md": text})
-  print(table)
-  print(
-    f"SUMMARY patience_check: {len(runs)} runs, patiences {patiences}; largest "
-    f"|Δ test| / seed s.e. = {worst:.2f}"
-    if worst
-    else f"SUMMARY patience_check: {len(runs)} runs, patiences {patiences}"
-  )
+    common.write(pathlib.Path(args.out), {"patience_check.md": report + text + "\n"})
+  print(text)
+  largest = f"; largest |Δ test| / seed s.e. = {worst:.2f}" if worst else ""
+  print(f"SUMMARY patience_check: {len(runs)} runs, patiences {patiences}{largest}")

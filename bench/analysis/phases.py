@@ -19,6 +19,16 @@ from bench.common.plot import pyplot, save
 __all__ = ["PHASES", "main", "split", "summarise"]
 
 PHASES = ("start-up", "first step", "steps", "validation", "checkpoints", "test", "export")
+FLAGS = dict(
+  runs=(..., "a python -m bench.launch --out folder"),
+  out=(None, "the report's folder (default: --runs)"),
+  no_plot=(False, None),
+)
+
+
+def _validation(history: List[dict]) -> float:
+  """The seconds of the epochs of ``history`` outside their training steps."""
+  return sum(h["wall_seconds"] - h["seconds"] for h in history)
 
 
 def split(metrics: dict, wall: float) -> Dict[str, float]:
@@ -26,23 +36,10 @@ def split(metrics: dict, wall: float) -> Dict[str, float]:
   history = metrics.get("history", [])
   phases = metrics.get("phases")
   if phases:
-    out = {
-      "first step": phases.get("first_step", 0.0),
-      "steps": phases.get("steps", 0.0),
-      "validation": phases.get("validation", 0.0),
-      "checkpoints": phases.get("checkpoints", 0.0),
-      "test": phases.get("test", 0.0),
-      "export": phases.get("export", 0.0),
-    }
+    out = {p: phases.get(p.replace(" ", "_"), 0.0) for p in PHASES[1:]}
   else:  # a checkout before train.epochs: the history's training and validation seconds
-    out = {
-      "first step": 0.0,
-      "steps": sum(h["seconds"] for h in history),
-      "validation": sum(h["wall_seconds"] - h["seconds"] for h in history),
-      "checkpoints": 0.0,
-      "test": 0.0,
-      "export": 0.0,
-    }
+    out = dict.fromkeys(PHASES[1:], 0.0)
+    out.update(steps=sum(h["seconds"] for h in history), validation=_validation(history))
   out["start-up"] = max(0.0, wall - sum(out.values()))
   return out
 
@@ -57,10 +54,6 @@ def summarise(side: str, metrics: dict, wall: float) -> dict:
   )
   steps = metrics.get("global_step", 0)
   test = metrics.get("test", {})
-  # Per epoch, from the history (the same measure in any checkout): the validation after it.
-  per_epoch_val = (
-    sum(h["wall_seconds"] - h["seconds"] for h in history) / len(history) if history else None
-  )
   return dict(
     side=side,
     wall=wall,
@@ -73,7 +66,8 @@ def summarise(side: str, metrics: dict, wall: float) -> dict:
     stopped_early=metrics.get("stopped_early"),
     ms_per_step=1e3 * (parts["steps"] + parts["first step"]) / max(steps, 1),
     val_ckpt_share=(parts["validation"] + parts["checkpoints"]) / max(wall, 1e-9),
-    val_per_epoch=per_epoch_val,
+    # per epoch, from the history (the same measure in any checkout): the validation after it
+    val_per_epoch=_validation(history) / len(history) if history else None,
     test_recall20=test.get("recall@20"),
     test_ndcg20=test.get("ndcg@20"),
   )
@@ -88,10 +82,24 @@ def plot(runs: List[dict], path: pathlib.Path, title: str) -> None:
     widths = [r["parts"][phase] for r in runs]
     ax.barh(labels, widths, left=left, label=phase)
     left = [a + b for a, b in zip(left, widths)]
-  ax.set_xlabel("seconds (this machine)")
-  ax.set_title(title)
+  ax.set(xlabel="seconds (this machine)", title=title)
   ax.legend(fontsize=7, ncol=7, loc="upper center", bbox_to_anchor=(0.5, -0.18))
   save(fig, path)
+
+
+def _cells(r: dict) -> List[str]:
+  per_epoch = r.get("val_per_epoch")
+  return [
+    r["run"],
+    f"{r['wall']:.1f}",
+    *(f"{r['parts'][k]:.1f}" for k in PHASES),
+    f"{100 * r['val_ckpt_share']:.1f} %",
+    "-" if per_epoch is None else f"{per_epoch:.1f}",
+    f"{r['epochs']} ({r['best_epoch']})",
+    f"{r['to_best']:.1f}",
+    f"{r['ms_per_step']:.0f}",
+    *("-" if r[k] is None else f"{r[k]:.4f}" for k in ("test_recall20", "test_ndcg20")),
+  ]
 
 
 def markdown(title: str, command: str, launch: str, runs: List[dict]) -> str:
@@ -101,33 +109,16 @@ def markdown(title: str, command: str, launch: str, runs: List[dict]) -> str:
     "",
     f"Written by `{command}`" + (f" from the runs of `{launch}`." if launch else "."),
     "",
-    "| run | wall s | start-up | first step | steps | validation | checkpoints | test "
-    "| export | val+ckpt | val s / epoch | epochs (best) | to best s | ms/step | test R@20 "
-    "| NDCG@20 |",
-    "|---" * 16 + "|",
   ]
-  for r in runs:
-    p = r["parts"]
-    lines.append(
-      f"| {r['run']} | {r['wall']:.1f} | "
-      + " | ".join(f"{p[k]:.1f}" for k in PHASES)
-      + f" | {100 * r['val_ckpt_share']:.1f} % | "
-      + ("-" if r.get("val_per_epoch") is None else f"{r['val_per_epoch']:.1f}")
-      + f" | {r['epochs']} ({r['best_epoch']}) | "
-      f"{r['to_best']:.1f} | {r['ms_per_step']:.0f} | "
-      + " | ".join("-" if r[k] is None else f"{r[k]:.4f}" for k in ("test_recall20", "test_ndcg20"))
-      + " |"
-    )
+  header = ["run", "wall s", *PHASES, "val+ckpt", "val s / epoch", "epochs (best)", "to best s"]
+  lines += common.table(header + ["ms/step", "test R@20", "NDCG@20"], map(_cells, runs))
   lines += ["", "Ratios of the shortest walls (one launch; > 1: the first arm is slower):", ""]
-  by_side: Dict[str, List[dict]] = {}
+  walls: Dict[str, float] = {}
   for r in runs:
-    by_side.setdefault(r["side"], []).append(r)
-  names = list(by_side)
+    walls[r["side"]] = min(walls.get(r["side"], r["wall"]), r["wall"])
+  names = list(walls)
   for i, a in enumerate(names):
-    for b in names[i + 1 :]:
-      wa = min(r["wall"] for r in by_side[a])
-      wb = min(r["wall"] for r in by_side[b])
-      lines.append(f"- {a} / {b}: wall {wa / wb:.2f}")
+    lines += [f"- {a} / {b}: wall {walls[a] / walls[b]:.2f}" for b in names[i + 1 :]]
   return "\n".join(lines) + "\n"
 
 
@@ -152,10 +143,7 @@ def collect(runs_dir: pathlib.Path) -> tuple:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-  parser = common.argument_parser("phases", __doc__, epilog=True)
-  parser.add_argument("--runs", required=True, help="a python -m bench.launch --out folder")
-  parser.add_argument("--out", default=None, help="the report's folder (default: --runs)")
-  parser.add_argument("--no_plot", action="store_true")
+  parser = common.parser("phases", __doc__, FLAGS, epilog=True)
   args = parser.parse_args(argv)
   runs_dir = pathlib.Path(args.runs)
   launch, runs = collect(runs_dir)

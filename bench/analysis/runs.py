@@ -17,19 +17,10 @@ def run_dir(out: pathlib.Path, budget: str, setting: str, row: str, seed: int) -
   return out / budget / setting / row / f"seed{seed}"
 
 
-def seeds_found(
-  out: pathlib.Path, budget: str, setting: str, row: str, finished: bool = True
-) -> List[int]:
-  """Seeds with a finished run (eval/eval_results.json) of one row; with finished=False, every
-  seed with a run folder (started, perhaps unfinished or failed)."""
-  row_dir = out / budget / setting / row
-  if not row_dir.is_dir():
-    return []
-  return sorted(
-    int(p.name[4:])
-    for p in row_dir.glob("seed*")
-    if p.name[4:].isdigit() and (not finished or (p / "eval" / "eval_results.json").exists())
-  )
+def seed_folders(folder: pathlib.Path, under: str = "") -> List[int]:
+  """The seeds of the run folders FOLDER/UNDERseed<s> (started, perhaps unfinished or failed)."""
+  found = folder.glob(f"{under}seed*")
+  return sorted(int(p.name[4:]) for p in found if p.name[4:].isdigit() and p.is_dir())
 
 
 def subfolders(path: pathlib.Path) -> List[str]:
@@ -71,9 +62,8 @@ def _add_training(record: dict, metrics, history) -> None:
 
 
 def load_run(out: pathlib.Path, budget: str, setting: str, row: str, seed: int) -> Optional[dict]:
-  """The record of one finished run (None if its eval results are absent or unreadable):
-  exact and ScaNN metrics, recall by popularity decile, the validation curve, timing, and the
-  training flags (from train_metrics.json, as `python -m train` takes them)."""
+  """The record of one finished run (None without readable eval results): metrics, popularity,
+  curve, timing and training flags (train_metrics.json's config as `python -m train` flags)."""
   folder = run_dir(out, budget, setting, row, seed)
   result = read_json(folder / "eval" / "eval_results.json")
   if not isinstance(result, dict) or "metrics" not in result:
@@ -87,18 +77,14 @@ def load_run(out: pathlib.Path, budget: str, setting: str, row: str, seed: int) 
     scann_metrics=result["metrics"].get("scann"),
     popularity=result.get("popularity"),
   )
-  train_metrics = read_json(folder / "train_metrics.json")
-  history = (
-    read_json(folder / "model" / "history.json")  # python -m train; train.keras3:
-    or (train_metrics or {}).get("history")
-    or []
-  )  # in its metrics JSON only
+  train_metrics = read_json(folder / "train_metrics.json") or {}
+  # python -m train writes model/history.json; train.keras3 the history in its metrics JSON only
+  history = read_json(folder / "model" / "history.json") or train_metrics.get("history") or []
   _add_training(record, train_metrics, history)
-  if isinstance(train_metrics, dict) and "config" in train_metrics:
+  if "config" in train_metrics:
     try:
-      record["train_flags"] = RunConfig.from_dict(train_metrics["config"]).to_flags(
-        only_changed=True
-      )
+      config = RunConfig.from_dict(train_metrics["config"])
+      record["train_flags"] = config.to_flags(only_changed=True)
     except (TypeError, ValueError, KeyError):
       pass  # a configuration of another version of the binary: the record goes without it
   return record
@@ -110,51 +96,32 @@ def collect(
   settings: Sequence[str],
   rows: Sequence[str],
   seeds: Optional[Sequence[int]] = None,
-):
-  """The finished runs under `out`: {setting: {row: {seed: record}}}, and the missing runs.
-
-  Every seed found is taken, or only `seeds` when given. A run is missing when its row lacks a
-  finished run of a seed that `seeds` names, or, without `seeds`, that has a run folder in any
-  selected row of the setting.
-  """
+) -> tuple:
+  """The finished runs under `out`: {setting: {row: {seed: record}}}, and the missing runs: a
+  row's seeds that ``seeds`` names, or without it that have a run folder in any of ``rows``."""
   results: Dict = {}
   missing = []
   for setting in settings:
-    found = {
-      row: [s for s in seeds_found(out, budget, setting, row) if seeds is None or s in seeds]
-      for row in rows
-    }
-    wanted = (
-      set(seeds)
-      if seeds is not None
-      else {s for row in rows for s in seeds_found(out, budget, setting, row, finished=False)}
-    )
+    started = {s for row in rows for s in seed_folders(out / budget / setting / row)}
+    wanted = started if seeds is None else set(seeds)
     for row in rows:
       for seed in sorted(wanted):
-        record = load_run(out, budget, setting, row, seed) if seed in found[row] else None
-        if record is None:
-          folder = run_dir(out, budget, setting, row, seed)
-          missing.append(
-            dict(
-              setting=setting,
-              row=row,
-              seed=seed,
-              run_dir=str(folder),
-              reason=(
-                "no eval results yet (unfinished or failed)" if folder.exists() else "not run"
-              ),
-            )
-          )
-        else:
+        record = load_run(out, budget, setting, row, seed)
+        if record is not None:
           results.setdefault(setting, {}).setdefault(row, {})[seed] = record
+          continue
+        folder = run_dir(out, budget, setting, row, seed)
+        reason = "no eval results yet (unfinished or failed)" if folder.exists() else "not run"
+        missing.append(
+          dict(setting=setting, row=row, seed=seed, run_dir=str(folder), reason=reason)
+        )
   return results, missing
 
 
 def write_binary_test_results(folder: pathlib.Path) -> dict:
-  """A run of a binary that evaluates test itself (python -m train.keras3, whose export on JAX
-  is a .keras file that eval.evaluate does not read): its train_metrics.json ``test`` metrics
-  (train.validation: every item scored, rated items filtered, as eval.evaluate's exact search)
-  written as eval/eval_results.json, so the report reads it as any run."""
+  """The train_metrics.json ``test`` metrics of a binary that evaluates test itself (python -m
+  train.keras3: its JAX export is a .keras file eval.evaluate does not read; the same protocol as
+  eval.evaluate's exact search) written as eval/eval_results.json, read as any run's."""
   train_metrics = read_json(folder / "train_metrics.json")
   if not isinstance(train_metrics, dict) or not isinstance(train_metrics.get("test"), dict):
     raise ValueError(f"{folder / 'train_metrics.json'} has no test metrics")
@@ -179,28 +146,26 @@ def is_paper_loop_tree(out: pathlib.Path) -> bool:
 def collect_paper_loop(
   out: pathlib.Path, rows: Optional[Sequence[str]] = None
 ) -> Dict[str, Dict[int, dict]]:
-  """{row: {seed: record}} of the finished `bench/paper_loop.py` runs under `out`, laid out as
-  <out>/<logq>/seed<s>/metrics.json (a run is finished when its JSON is there and it was not
-  stopped by --max_seconds); records as `load_run`'s: test metrics, the validation curve and
-  the TRAINING_KEYS (best epoch, epochs, steps to the best epoch, training wall-clock)."""
-  found: Dict[str, Dict[int, dict]] = {}
-  for logq, row in PAPER_LOOP_ROWS.items():
-    runs = collect_seed_runs(out / logq, row) if rows is None or row in rows else {}
-    if runs:
-      found[row] = runs
-  return found
+  """{row: {seed: record}} of the finished `bench/paper_loop.py` runs under `out`,
+  <out>/<logq>/seed<s>/metrics.json (`collect_seed_runs`)."""
+  found = {
+    row: collect_seed_runs(out / logq, row)
+    for logq, row in PAPER_LOOP_ROWS.items()
+    if rows is None or row in rows
+  }
+  return {row: runs for row, runs in found.items() if runs}
 
 
 def collect_seed_runs(folder: pathlib.Path, row: str) -> Dict[int, dict]:
-  """{seed: record} of the finished runs <folder>/seed<s>/metrics.json: the JSON is there,
-  holds ``test`` metrics and was not stopped by --max_seconds (a `bench/paper_loop.py` run, or
-  what `python -m train.keras3 --seeds=...` writes); records as `load_run`'s (row ``row``)."""
+  """{seed: record} of the finished runs <folder>/seed<s>/metrics.json (of `bench/paper_loop.py`
+  or `python -m train.keras3 --seeds`: ``test`` metrics, not stopped by --max_seconds), records
+  as `load_run`'s (row ``row``)."""
   found: Dict[int, dict] = {}
   for run in sorted(folder.glob("seed*")):
     m = read_json(run / "metrics.json")
     if not run.name[4:].isdigit() or not isinstance(m, dict) or "test" not in m:
       continue
-    if m.get("stopped_by_time"):
+    if m.get("stopped_by_time"):  # paused by --max_seconds
       continue
     seed = int(run.name[4:])
     record = dict(row=row, seed=seed, run_dir=str(run), metrics=m["test"])

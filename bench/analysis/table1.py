@@ -11,37 +11,40 @@ The statistics, flags and outputs: bench/README.md, section `The paper's Table 1
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import shutil
-import subprocess
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from bench.analysis import common
-from bench.analysis.runs import CURVES, collect, subfolders
+from bench.analysis.runs import CURVES, collect, seed_folders, subfolders
 from bench.common.plot import pyplot, save
+from bench.common.report import commit
 from bench.launch.rows import KERAS3_ROWS, PAPER, label, train_binary
 from eval.paired_stats import CONFIDENCE, mean_se
 
 __all__ = ["arms_as_rows", "main", "paired_rows", "report"]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-# Practical margin of the paired verdicts, relative to the second row's mean (--equivalence_margin).
-EQUIVALENCE_MARGIN = 0.02
-# The metrics reported (those a run's eval_results.json holds), in table order, and their names.
-METRIC_NAMES = {
-  "recall@10": "R@10",
-  "recall@20": "R@20",
-  "ndcg@10": "NDCG@10",
-  "ndcg@20": "NDCG@20",
-  "recall@100": "R@100",
-}
-METRICS = tuple(METRIC_NAMES)
-# The paired differences: (family_first − family_second) for every family, where both rows exist.
-PAIR_FAMILIES = ("mixed", "inbatch", "mixed_expected_count")
-PAIR_CONTRASTS = (("corrected", "standard"), ("corrected", "none"), ("standard", "none"))
-# The log Q convention of the deduplicated in-batch half, at equal correction.
-CONVENTION_PAIRS = tuple(
+FLAGS = dict(
+  runs=(..., "a folder of <setting>/<row>/seed<s> runs"),
+  settings=([], "default: every one found"),
+  rows=([], "default: every one found"),
+  seeds=([], "default: every one found"),
+  equivalence_margin=(0.02, "relative margin of 'equivalent' (of the second row's mean; 0: off)"),
+  title=("", "the report's title (default: the folder)"),
+  out=(None, "the report's folder (default: --runs)"),
+  docs_dir=(None, "also copy table1.md and the plots here"),
+)
+# The metrics reported (those a run's eval_results.json holds), in table order.
+METRICS = ("recall@10", "recall@20", "ndcg@10", "ndcg@20", "recall@100")
+# The pairs within one binary's rows: X_corrected − X_standard, X_corrected − X_none and
+# X_standard − X_none per family X, then the log Q convention of the deduplicated in-batch half
+# at equal correction.
+WITHIN_PAIRS = tuple(
+  (f"{family}_{a}", f"{family}_{b}", f"{family}: {a} − {b}")
+  for family in ("mixed", "inbatch", "mixed_expected_count")
+  for a, b in (("corrected", "standard"), ("corrected", "none"), ("standard", "none"))
+) + tuple(
   (f"mixed_expected_count_{c}", f"mixed_{c}", f"{c}: expected-count − unigram log Q")
   for c in ("corrected", "standard")
 )
@@ -67,100 +70,81 @@ OTHER_PAIRS = (
 )
 # The suffixes of a binary's rows: "" (python -m train) and each Keras 3 backend's.
 BINARY_SUFFIXES = ("",) + tuple(sorted({f"_keras3_{b}" for _, b in KERAS3_ROWS.values()}))
+TRAIN = "python -m train"
 
 
 def paired_rows(rows: Sequence[str]) -> List[tuple]:
-  """(first row, second row, label) of every pair of PAIR_FAMILIES x PAIR_CONTRASTS and of
-  CONVENTION_PAIRS whose two rows are both in `rows`, within the rows of one binary (suffix
-  "" or "_keras3_B"), then the OTHER_PAIRS there."""
+  """(first row, second row, label) of every pair of WITHIN_PAIRS whose two rows are both in
+  ``rows``, within the rows of one binary (suffix "" or "_keras3_B"), then the OTHER_PAIRS there."""
   pairs = []
   for suffix in BINARY_SUFFIXES:
     tag = f" (Keras 3 {suffix.rsplit('_', 1)[1].upper()})" if suffix else ""
-    for family in PAIR_FAMILIES:
-      for first, second in PAIR_CONTRASTS:
-        a, b = f"{family}_{first}{suffix}", f"{family}_{second}{suffix}"
-        if a in rows and b in rows:
-          pairs.append((a, b, f"{family}: {first} − {second}{tag}"))
-    for a, b, text in CONVENTION_PAIRS:
-      if a + suffix in rows and b + suffix in rows:
-        pairs.append((a + suffix, b + suffix, text + tag))
-  pairs += [(a, b, text) for a, b, text in OTHER_PAIRS if a in rows and b in rows]
-  return pairs
+    pairs += [
+      (a + suffix, b + suffix, text + tag)
+      for a, b, text in WITHIN_PAIRS
+      if a + suffix in rows and b + suffix in rows
+    ]
+  return pairs + [(a, b, text) for a, b, text in OTHER_PAIRS if a in rows and b in rows]
 
 
-def statistics(
-  results: Dict, settings: Sequence[str], rows: Sequence[str], margin: float = EQUIVALENCE_MARGIN
-) -> Dict:
+def _name(metric: str) -> str:
+  """A metric's name in the tables: R@K, NDCG@K."""
+  return metric.replace("recall", "R").replace("ndcg", "NDCG")
+
+
+def _spread(runs: Dict, key: str) -> dict:
+  return mean_se([r[key] for r in runs.values() if r.get(key) is not None])
+
+
+def statistics(results: Dict, settings: Sequence[str], rows: Sequence[str], margin: float) -> Dict:
   """Per setting: every row's mean ± s.e. of each metric, and the paired differences."""
   stats = {}
   for setting in settings:
     by_row = results.get(setting, {})
-    metrics = [
-      m
-      for m in METRICS
-      if any(m in r["metrics"] for runs in by_row.values() for r in runs.values())
-    ]
+    held = {m for runs in by_row.values() for r in runs.values() for m in r["metrics"]}
+    metrics = [m for m in METRICS if m in held]
     paper = PAPER.get(setting, {})
     row_stats = {}
     for row in rows:
       runs = by_row.get(row, {})
+      minutes = [r["train_seconds"] / 60 for r in runs.values() if r.get("train_seconds")]
       row_stats[row] = dict(
         label=label(row),
         seeds=sorted(runs),
-        metrics={
-          m: mean_se([r["metrics"][m] for r in runs.values() if m in r["metrics"]]) for m in metrics
-        },
-        train_minutes=mean_se(
-          [r["train_seconds"] / 60 for r in runs.values() if r.get("train_seconds")]
-        )["mean"],
-        best_step=mean_se(
-          [r["best_step"] for r in runs.values() if r.get("best_step") is not None]
-        ),
-        steps=mean_se(
-          [r["global_step"] for r in runs.values() if r.get("global_step") is not None]
-        ),
+        metrics={m: mean_se(list(common.values(runs, m).values())) for m in metrics},
+        train_minutes=mean_se(minutes)["mean"],
+        best_step=_spread(runs, "best_step"),
+        steps=_spread(runs, "global_step"),
         paper=(dict(zip(("recall@20", "ndcg@20"), paper[row])) if row in paper else None),
       )
-    pair_stats = []
+    pairs = []
     for first, second, name in paired_rows(rows):
       a, b = by_row.get(first, {}), by_row.get(second, {})
-      pair: Dict[str, Any] = dict(
-        first=first,
-        second=second,
-        label=name,
-        unpaired={first: sorted(set(a) - set(b)), second: sorted(set(b) - set(a))},
-        metrics={},
+      pairs.append(
+        dict(
+          first=first,
+          second=second,
+          label=name,
+          unpaired={first: sorted(set(a) - set(b)), second: sorted(set(b) - set(a))},
+          metrics={
+            m: common.paired(common.values(a, m), common.values(b, m), margin) for m in metrics
+          },
+        )
       )
-      for m in metrics:
-        pair["metrics"][m] = common.paired(common.values(a, m), common.values(b, m), margin)
-      pair_stats.append(pair)
-    stats[setting] = dict(metrics=metrics, rows=row_stats, pairs=pair_stats)
+    stats[setting] = dict(metrics=metrics, rows=row_stats, pairs=pairs)
   return stats
 
 
-def _where() -> str:
-  """Where this invocation ran: the repository root or its working directory."""
+def _provenance() -> str:
+  """Where this invocation ran (the repository root or its working directory) and at which
+  commit, marked when tracked files differ from it."""
   cwd = pathlib.Path.cwd().resolve()
-  return "the repository root" if cwd == ROOT else f"`{cwd}`"
-
-
-def _commit() -> Optional[str]:
-  """The repository's commit, and whether tracked files differ from it (best effort, read-only:
-  GIT_OPTIONAL_LOCKS=0 keeps `git status` from refreshing the index)."""
-  env = dict(os.environ, GIT_OPTIONAL_LOCKS="0")
-
-  def git(*args: str) -> str:
-    command = ["git", "-C", str(ROOT), *args]
-    return subprocess.run(
-      command, env=env, capture_output=True, text=True, timeout=30, check=True
-    ).stdout.strip()
-
-  try:
-    head = git("rev-parse", "--short", "HEAD")
-    dirty = git("status", "--porcelain", "--untracked-files=no")
-  except (OSError, subprocess.SubprocessError):
-    return None
-  return head + (" (with uncommitted changes)" if dirty else "")
+  text = " (run from " + ("the repository root" if cwd == ROOT else f"`{cwd}`") + ")"
+  head = commit()
+  if head is None:
+    return text
+  clean = head.removesuffix("-dirty")
+  return f"{text} at commit {clean}" + (" (with uncommitted changes)" if head != clean else "")
 
 
 HOW_TO_READ = """\
@@ -178,122 +162,89 @@ noise" means this experiment cannot tell, not that the rows are equal. Paper col
 the paper (5 runs, early stopping); a fixed cpu budget is not comparable with them."""
 
 
-def markdown(
-  title: str,
-  stats: Dict,
-  results: Dict,
-  settings: Sequence[str],
-  rows: Sequence[str],
-  missing: List[dict],
-  plots: Dict[str, List[str]],
-  margin: float = 0.0,
-  command: str = "",
-) -> str:
-  """The report: title, how to read it, per setting the rows' table and the paired differences,
-  the shared training flags and the plots; then the missing runs. ``command``: the command line
-  that wrote it."""
-  commit = _commit()
-  lines = [
-    f"# Table 1 report: {title}",
-    "",
-    f"Written by {command} (run from {_where()})"
-    + (f" at commit {commit}" if commit else "")
-    + ".",
-    "",
-    HOW_TO_READ.format(margin=f"{margin:.0%}" if margin > 0 else "0 (off)"),
-    "",
+def _row_cells(r: dict, metrics: Sequence[str]) -> list:
+  seeds = ",".join(str(x) for x in r["seeds"])
+  paper = r["paper"] or {}
+  return [
+    r["label"],
+    f"{len(r['seeds'])} ({seeds})" if seeds else "0",
+    *(common.mean_se(r["metrics"][m]) for m in metrics),
+    *(common.plain(paper.get(m)) for m in ("recall@20", "ndcg@20")),
+    "—" if r["train_minutes"] is None else f"{r['train_minutes']:.1f}",
+    common.mean_se(r["best_step"], digits=0),
+    common.mean_se(r["steps"], digits=0),
   ]
-  for setting in settings:
-    s = stats[setting]
-    metrics = s["metrics"]
-    lines += [f"## {setting}", ""]
-    if not metrics:
-      lines += ["No finished run.", ""]
-      continue
-    names = [METRIC_NAMES[m] for m in metrics]
-    lines += [
-      "| row | seeds | " + " | ".join(names) + " | paper R@20 | paper NDCG@20 | "
-      "train min/run | steps to best | steps run |",
-      "|---|---|" + "---|" * (len(names) + 5),
-    ]
-    for row in rows:
-      r = s["rows"][row]
-      seeds = ",".join(str(x) for x in r["seeds"])
-      cells = [f"{len(r['seeds'])} ({seeds})" if seeds else "0"]
-      cells += [common.mean_se(r["metrics"][m]) for m in metrics]
-      paper = r["paper"]
-      cells += [
-        f"{paper['recall@20']:.4f}" if paper else "—",
-        f"{paper['ndcg@20']:.4f}" if paper else "—",
-        "—" if r["train_minutes"] is None else f"{r['train_minutes']:.1f}",
-        common.mean_se(r["best_step"], digits=0),
-        common.mean_se(r["steps"], digits=0),
-      ]
-      lines.append(f"| {r['label']} | " + " | ".join(cells) + " |")
-    lines.append("")
-    if s["pairs"]:
-      lines += [
-        f"Paired differences (same seed), {CONFIDENCE:.0%} interval:",
-        "",
-        "| difference | metric | seeds | mean ± s.e. | 95% CI | positive | verdict |",
-        "|---|---|---|---|---|---|---|",
-      ]
-      notes = []
-      for pair in s["pairs"]:
-        for m in metrics:
-          d = pair["metrics"][m]
-          if d["n"] == 0:
-            mean, ci = "—", "—"
-          else:
-            mean = common.signed(d["mean"]) + ("" if d["se"] is None else f" ± {d['se']:.4f}")
-            ci = "—" if d["ci"] is None else common.interval(d["ci"])
-          lines.append(
-            f"| {pair['label']} | {METRIC_NAMES[m]} | {d['n']} | {mean} | {ci} | "
-            f"{d['positive']}/{d['n']} | {d['verdict']} |"
-          )
-        for row, alone in pair["unpaired"].items():
-          if alone:
-            other = pair["second"] if row == pair["first"] else pair["first"]
-            notes.append(
-              f"- {pair['label']}: seed(s) {', '.join(map(str, alone))} of {row} "
-              f"have no run of {other}: left out of the pair."
-            )
-      lines.append("")
-      if notes:
-        lines += notes + [""]
-    flag_lists = [
-      r.get("train_flags") for runs in results.get(setting, {}).values() for r in runs.values()
-    ]
-    if flag_lists and all(flag_lists):
-      shared = " ".join(f for f in flag_lists[0] if all(f in other for other in flag_lists[1:]))
-      binaries = _binaries(results.get(setting, {}))
-      lines += [
-        "Training flags shared by every run above (from each run's train_metrics.json; "
-        "the row's loss, negatives, logq, seed and folders complete each command): "
-        + "; ".join(f"`{binary} {shared}`{who}" for binary, who in binaries),
-        "",
-      ]
-    for name in plots.get(setting, []):
-      lines += [f"![{name}]({name})", ""]
-  if missing:
-    lines += ["Missing runs (not in the tables):", ""]
-    lines += [f"- {m['setting']}/{m['row']}/seed{m['seed']}: {m['reason']}" for m in missing]
-    lines.append("")
-  return "\n".join(lines)
 
 
-def _binaries(by_row: Dict) -> List:
-  """(command, " (which rows)") per binary that trained the rows of one setting, tf-keras's
-  first; only tf-keras rows: no list of rows."""
+def _pair_cells(pair: dict, m: str) -> list:
+  d = pair["metrics"][m]
+  n = d["n"]
+  mean = common.signed(d["mean"]) + ("" if d["se"] is None else f" ± {d['se']:.4f}")
+  ci = "—" if n == 0 or d["ci"] is None else common.interval(d["ci"])
+  return [pair["label"], _name(m), n, mean if n else "—", ci, f"{d['positive']}/{n}", d["verdict"]]
+
+
+def _commands(by_row: Dict, shared: str) -> str:
+  """The command per binary that trained the rows of one setting (tf-keras's first), with its
+  rows unless all are tf-keras rows."""
   groups: Dict[str, List[str]] = {}
   for row in by_row:
     groups.setdefault(" ".join(["python", *train_binary(row)]), []).append(row)
-  if list(groups) == ["python -m train"]:
-    return [("python -m train", "")]
-  return [
-    (command, f" ({', '.join(rows)})")
-    for command, rows in sorted(groups.items(), key=lambda g: g[0] != "python -m train")
-  ]
+  ordered = sorted(groups.items(), key=lambda g: g[0] != TRAIN)
+  alone = list(groups) == [TRAIN]
+  return "; ".join(f"`{c} {shared}`" + ("" if alone else f" ({', '.join(r)})") for c, r in ordered)
+
+
+def _setting_lines(s: dict, by_row: Dict, rows: Sequence[str], plots: List[str]) -> List[str]:
+  """One setting's section below its title: the rows' table, the paired differences, the shared
+  training flags and the plots."""
+  metrics = s["metrics"]
+  if not metrics:
+    return ["No finished run.", ""]
+  header = ["row", "seeds", *map(_name, metrics), "paper R@20", "paper NDCG@20"]
+  header += ["train min/run", "steps to best", "steps run"]
+  lines = common.table(header, [_row_cells(s["rows"][row], metrics) for row in rows]) + [""]
+  if s["pairs"]:
+    lines += [f"Paired differences (same seed), {CONFIDENCE:.0%} interval:", ""]
+    header = ["difference", "metric", "seeds", "mean ± s.e.", "95% CI", "positive", "verdict"]
+    lines += common.table(header, [_pair_cells(p, m) for p in s["pairs"] for m in metrics]) + [""]
+    notes = [
+      f"- {p['label']}: seed(s) {', '.join(map(str, alone))} of {row} "
+      f"have no run of {p['second'] if row == p['first'] else p['first']}: left out of the pair."
+      for p in s["pairs"]
+      for row, alone in p["unpaired"].items()
+      if alone
+    ]
+    lines += (notes + [""]) if notes else []
+  flag_lists = [r.get("train_flags") for runs in by_row.values() for r in runs.values()]
+  if flag_lists and all(flag_lists):
+    shared = " ".join(f for f in flag_lists[0] if all(f in other for other in flag_lists[1:]))
+    lines += [
+      "Training flags shared by every run above (from each run's train_metrics.json; "
+      "the row's loss, negatives, logq, seed and folders complete each command): "
+      + _commands(by_row, shared),
+      "",
+    ]
+  return lines + [line for name in plots for line in (f"![{name}]({name})", "")]
+
+
+def markdown(
+  record: dict, results: Dict, plots: Dict[str, List[str]], title: str, margin: float
+) -> str:
+  """The report of ``record`` (table1.json's): title, how to read it, per setting its section;
+  then the missing runs."""
+  lines = [f"# Table 1 report: {title}", "", f"Written by {record['command']}{_provenance()}.", ""]
+  lines += [HOW_TO_READ.format(margin=f"{margin:.0%}" if margin > 0 else "0 (off)"), ""]
+  for setting, s in record["statistics"].items():
+    lines += [f"## {setting}", ""]
+    lines += _setting_lines(s, results.get(setting, {}), record["rows"], plots.get(setting, []))
+  if record["missing"]:
+    lines += ["Missing runs (not in the tables):", ""]
+    lines += [
+      f"- {m['setting']}/{m['row']}/seed{m['seed']}: {m['reason']}" for m in record["missing"]
+    ]
+    lines.append("")
+  return "\n".join(lines)
 
 
 def summary(stats: Dict, results: Dict) -> str:
@@ -303,8 +254,7 @@ def summary(stats: Dict, results: Dict) -> str:
     if not by_row:
       continue
     best = max(
-      by_row,
-      key=lambda row: s["rows"][row]["metrics"].get("ndcg@20", {"mean": None})["mean"] or -1.0,
+      by_row, key=lambda row: s["rows"][row]["metrics"].get("ndcg@20", {}).get("mean") or -1.0
     )
     part = f"{setting}: best NDCG@20 {best}"
     for pair in s["pairs"]:
@@ -320,23 +270,20 @@ def plot_popularity(results: Dict, setting: str, rows: Sequence[str], path: path
   """Recall@20 by the target's popularity decile: mean ± s.e. over seeds, one line per row."""
   series = []
   for row in rows:
+    runs = results.get(setting, {}).get(row, {}).values()
     curves = [
-      r["popularity"]["recall@20"]
-      for r in results.get(setting, {}).get(row, {}).values()
-      if (r.get("popularity") or {}).get("recall@20")
+      r["popularity"]["recall@20"] for r in runs if (r.get("popularity") or {}).get("recall@20")
     ]
     if curves:
       series.append((row, curves))
   if not series:
     return False
   fig, ax = pyplot().subplots(figsize=(8, 4))
-  width = 0.6 / max(len(series), 1)
+  width = 0.6 / len(series)
   for i, (row, curves) in enumerate(series):
-    bins = min(len(c) for c in curves)
-    stats = [mean_se([c[b] for c in curves]) for b in range(bins)]
-    x = [b + (i - (len(series) - 1) / 2) * width for b in range(bins)]
+    stats = [mean_se([c[b] for c in curves]) for b in range(min(len(c) for c in curves))]
     ax.errorbar(
-      x,
+      [b + (i - (len(series) - 1) / 2) * width for b in range(len(stats))],
       [st["mean"] for st in stats],
       yerr=[st["se"] or 0.0 for st in stats],
       fmt="o-",
@@ -344,9 +291,11 @@ def plot_popularity(results: Dict, setting: str, rows: Sequence[str], path: path
       capsize=2,
       label=f"{label(row)} (n={len(curves)})",
     )
-  ax.set_xlabel("target popularity decile (0 = most popular items)")
-  ax.set_ylabel("Recall@20 (exact), mean ± s.e.")
-  ax.set_title(f"{setting}: recall by popularity decile")
+  ax.set(
+    xlabel="target popularity decile (0 = most popular items)",
+    ylabel="Recall@20 (exact), mean ± s.e.",
+    title=f"{setting}: recall by popularity decile",
+  )
   ax.legend(fontsize=7)
   save(fig, path, dpi=110)
   return True
@@ -355,53 +304,32 @@ def plot_popularity(results: Dict, setting: str, rows: Sequence[str], path: path
 def plot_curves(results: Dict, setting: str, rows: Sequence[str], path: pathlib.Path) -> bool:
   """Validation Recall@20 and NDCG@10 against training step: at each step, mean ± s.e. over the
   seeds that reached it (a band), one line per row."""
-  drawn = []
+  drawn: Dict[str, list] = {key: [] for key in CURVES}  # (label, steps, mean, s.e.) per row
   for row in rows:
     runs = results.get(setting, {}).get(row, {})
-    by_key = {}
     for key in CURVES:
       by_step: Dict[int, List[float]] = {}
-      for r in runs.values():
-        for h in r.get("curve", []):
-          if key in h:
-            by_step.setdefault(h["step"], []).append(h[key])
-      if by_step:
-        by_key[key] = sorted((step, mean_se(v)) for step, v in by_step.items())
-    if by_key:
-      drawn.append((row, len(runs), by_key))
-  if not drawn:
+      for h in (h for r in runs.values() for h in r.get("curve", []) if key in h):
+        by_step.setdefault(h["step"], []).append(h[key])
+      stats = [mean_se(by_step[step]) for step in sorted(by_step)]
+      if stats:
+        mean, se = [st["mean"] for st in stats], [st["se"] or 0.0 for st in stats]
+        drawn[key].append((f"{label(row)} (n={len(runs)})", sorted(by_step), mean, se))
+  if not any(drawn.values()):
     return False
   fig, axes = pyplot().subplots(1, len(CURVES), figsize=(12, 4))
-  for ax, key in zip(axes, CURVES):
-    for row, n, by_key in drawn:
-      points = by_key.get(key)
-      if not points:
-        continue
-      steps = [p[0] for p in points]
-      mean = [p[1]["mean"] for p in points]
-      se = [p[1]["se"] or 0.0 for p in points]
-      (line,) = ax.plot(steps, mean, "-", label=f"{label(row)} (n={n})")
-      ax.fill_between(
-        steps,
-        [m - e for m, e in zip(mean, se)],
-        [m + e for m, e in zip(mean, se)],
-        color=line.get_color(),
-        alpha=0.2,
-      )
-    ax.set_xlabel("training step")
-    ax.set_ylabel(f"validation {key[len('val_') :]}, mean ± s.e.")
-    ax.set_title(f"{setting}: {key[len('val_') :]}")
+  for ax, (key, lines) in zip(axes, drawn.items()):
+    for name, steps, mean, se in lines:
+      (line,) = ax.plot(steps, mean, "-", label=name)
+      low, high = [m - e for m, e in zip(mean, se)], [m + e for m, e in zip(mean, se)]
+      ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
+    name = key[len("val_") :]
+    ax.set(
+      xlabel="training step", ylabel=f"validation {name}, mean ± s.e.", title=f"{setting}: {name}"
+    )
     ax.legend(fontsize=7)
   save(fig, path, dpi=110)
   return True
-
-
-def _holds_runs(setting: pathlib.Path) -> bool:
-  """Whether a folder is a setting's: an arm folder in it holds seed<s> folders (not a pinned
-  checkout, src_<commit>, nor the arrangements' trees)."""
-  return any(
-    p.name.startswith("seed") and p.name[4:].isdigit() for p in setting.glob("*/*") if p.is_dir()
-  )
 
 
 def arms_as_rows(arms: Sequence[str]) -> Dict[str, str]:
@@ -439,100 +367,53 @@ def _collect(
 
 
 def report(
-  runs: pathlib.Path,
-  out: pathlib.Path,
-  settings: Sequence[str] = (),
-  rows: Sequence[str] = (),
-  seeds: Optional[List[int]] = None,
-  margin: float = EQUIVALENCE_MARGIN,
-  title: str = "",
-  command: str = "",
-  docs_dir: Optional[pathlib.Path] = None,
+  runs: str,
+  out: Optional[str],
+  settings: Sequence[str],
+  rows: Sequence[str],
+  seeds: Optional[List[int]],
+  equivalence_margin: float,
+  title: str,
+  docs_dir: Optional[str],
+  command: str,
 ) -> Tuple[str, str]:
-  """Writes the report of the runs under ``runs`` to ``out``; (the markdown, the summary)."""
-  settings = list(settings) or [s for s in subfolders(runs) if _holds_runs(runs / s)]
-  results, missing, order = _collect(runs, settings, rows, seeds)
-  stats = statistics(results, settings, order, margin=margin)
+  """Writes the report of the runs under ``runs`` to ``out`` (default: ``runs``), the flags of the
+  same names (bench/README.md); (the markdown, the summary line)."""
+  folder = pathlib.Path(runs)
+  to = pathlib.Path(out) if out else folder
+  # a setting's folder holds arms with seed<s> folders (a pinned checkout, src_<commit>, and the
+  # arrangements' trees do not)
+  settings = list(settings) or [s for s in subfolders(folder) if seed_folders(folder / s, "*/")]
+  results, missing, order = _collect(folder, settings, rows, seeds)
+  stats = statistics(results, settings, order, equivalence_margin)
   plots: Dict[str, List[str]] = {}
   for setting in settings:
-    for name, plot in (
-      (f"learning_curves_{setting}.png", plot_curves),
-      (f"recall_by_popularity_{setting}.png", plot_popularity),
-    ):
-      if plot(results, setting, order, out / name):
-        plots.setdefault(setting, []).append(name)
-  md = markdown(
-    title or runs.name,
-    stats,
-    results,
-    settings,
-    order,
-    missing,
-    plots,
-    margin=margin,
-    command=command,
-  )
+    for kind, plot in (("learning_curves", plot_curves), ("recall_by_popularity", plot_popularity)):
+      if plot(results, setting, order, to / f"{kind}_{setting}.png"):
+        plots.setdefault(setting, []).append(f"{kind}_{setting}.png")
   records = [r for s in settings for row in order for r in results.get(s, {}).get(row, {}).values()]
-  summary_json = dict(
-    runs=str(runs),
-    command=command,
-    settings=settings,
-    rows=order,
-    statistics=stats,
-    records=records,
-    missing=missing,
-  )
-  common.write(out, {"table1.md": md, "table1.json": json.dumps(summary_json, indent=2)})
-  if docs_dir is not None:
-    docs_dir.mkdir(parents=True, exist_ok=True)
+  record: Dict[str, Any] = dict(runs=str(folder), command=command, settings=settings, rows=order)
+  record.update(statistics=stats, records=records, missing=missing)
+  md = markdown(record, results, plots, title or folder.name, equivalence_margin)
+  common.write(to, {"table1.md": md, "table1.json": json.dumps(record, indent=2)})
+  if docs_dir:
+    pathlib.Path(docs_dir).mkdir(parents=True, exist_ok=True)
     for name in ["table1.md"] + [n for names in plots.values() for n in names]:
-      shutil.copy(out / name, docs_dir / name)
-  line = (
-    f"{len(records)} finished runs, {len(missing)} missing; {summary(stats, results)}; "
-    f"table in {out / 'table1.md'}"
-  )
-  return md, line
-
-
-def _csv(text: str) -> List[str]:
-  return [t for t in text.split(",") if t]
+      shutil.copy(to / name, pathlib.Path(docs_dir) / name)
+  summary_line = f"{len(records)} finished runs, {len(missing)} missing; {summary(stats, results)}"
+  return md, f"{summary_line}; table in {to / 'table1.md'}"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-  parser = common.argument_parser("table1", __doc__, epilog=True)
-  parser.add_argument("--runs", required=True, help="a folder of <setting>/<row>/seed<s> runs")
-  parser.add_argument("--settings", type=_csv, default=[], help="default: every one found")
-  parser.add_argument("--rows", type=_csv, default=[], help="default: every one found")
-  parser.add_argument("--seeds", type=_csv, default=[], help="default: every one found")
-  parser.add_argument(
-    "--equivalence_margin",
-    type=float,
-    default=EQUIVALENCE_MARGIN,
-    help="relative margin of the 'equivalent' verdict (of the second row's mean; 0 = off)",
-  )
-  parser.add_argument("--title", default="", help="the report's title (default: the folder)")
-  parser.add_argument("--out", default=None, help="the report's folder (default: --runs)")
-  parser.add_argument("--docs_dir", default=None, help="also copy table1.md and the plots here")
+  parser = common.parser("table1", __doc__, FLAGS, epilog=True)
   args = parser.parse_args(argv)
-  runs = pathlib.Path(args.runs)
-  if not runs.is_dir():
-    parser.error(f"--runs: no folder {runs}")
+  if not pathlib.Path(args.runs).is_dir():
+    parser.error(f"--runs: no folder {pathlib.Path(args.runs)}")
   try:
-    seeds = [int(s) for s in args.seeds] or None
+    args.seeds = [int(s) for s in args.seeds] or None
   except ValueError:
     parser.error(f"--seeds must be integers, got {args.seeds}")
-  command = f"`{common.command_line('table1', argv)}`"
-  md, line = report(
-    runs,
-    pathlib.Path(args.out) if args.out else runs,
-    args.settings,
-    args.rows,
-    seeds,
-    margin=args.equivalence_margin,
-    title=args.title,
-    command=command,
-    docs_dir=pathlib.Path(args.docs_dir) if args.docs_dir else None,
-  )
+  md, line = report(**vars(args), command=f"`{common.command_line('table1', argv)}`")
   print(md)
   print(f"SUMMARY table1: {line}")
   return 0

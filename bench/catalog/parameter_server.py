@@ -1,11 +1,6 @@
-r"""The parameter-server side of bench/catalog_size.py (``--parameter_server``): one two-tower
+"""The parameter-server side of bench/catalog_size.py (``--parameter_server``): one two-tower
 point on a local cluster of ps processes and a worker, against the same point on one process.
-
-    python bench/catalog_size.py --parameter_server --sizes=10000,100000,1000000 \
-        --out=docs/results/catalog_size_ps
-
-Method and measured results: bench/README.md, section `catalog_size.py` (`--parameter_server`).
-"""
+Method and measured results: bench/README.md, section `catalog_size.py` (`--parameter_server`)."""
 
 from __future__ import annotations
 
@@ -26,15 +21,7 @@ from bench.common import memory
 from bench.common.report import gib, markdown_header, markdown_row, summary_line
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-__all__ = [
-  "start_cluster",
-  "stop_cluster",
-  "socket_bytes",
-  "ps_point",
-  "project_memory",
-  "ParameterServer",
-]
+VARIANT = "mixed+hash_array@lazy_adam"
 
 
 def start_cluster(num_ps: int, num_workers: int = 1, timeout: float = 300.0):
@@ -174,9 +161,6 @@ def project_memory(measured, target: float = 1e8):
   return m2 + slope * (target - n2), slope
 
 
-VARIANT = "mixed+hash_array@lazy_adam"
-
-
 def _bytes(n) -> str:
   return f"{n / 2**10:.0f} KiB" if n < 2**20 else f"{n / 2**20:.1f} MiB"
 
@@ -246,9 +230,7 @@ def report(results: dict, sizes, num_ps: int, dim: int = 64) -> tuple:
 
 
 def plot(results: dict, sizes, num_ps: int, path, dim: int = 64) -> None:
-  """catalog_size_ps.png of {(side, |I|): measurements}: median step (ms) of both sides, and the
-  memory of every process (peak RSS of the one process and the chief, worker and ps RSS after the
-  steps) with the item table's size, against |I| (log-log)."""
+  """catalog_size_ps.png of {(side, |I|): measurements}: step time and every process's memory."""
   title = f"Two-tower step ({VARIANT}): {num_ps} parameter servers vs one process"
   panels = (("median step (schedule + join)", "ms"), ("memory per process", "GiB"))
   with points.log_log_figure(path, title, panels) as (ax_t, ax_m):
@@ -270,9 +252,8 @@ def plot(results: dict, sizes, num_ps: int, path, dim: int = 64) -> None:
 
 
 class ParameterServer:
-  """The ``--parameter_server`` run of bench/catalog_size.py (bench/README.md), for its `main`
-  (the interface: `bench.catalog_size.OneProcess`): sides "one" and "ps" alternating in every
-  pass, the ps side on a fresh cluster per point."""
+  """The ``--parameter_server`` run (the interface: `bench.catalog_size.OneProcess`): sides "one"
+  and "ps" alternating in every pass, the ps side on a fresh cluster per point."""
 
   def __init__(self, args, sizes):
     self.args, self.sizes = args, sizes
@@ -285,7 +266,7 @@ class ParameterServer:
     return ("one", "ps") if sweep % 2 == 0 else ("ps", "one")  # interleaved
 
   def measure(self, side: str, v: int) -> dict:
-    spec = points.point_spec(self.args, VARIANT, v)
+    spec = dict(vars(self.args), variant=VARIANT, num_items=v)  # the point, the flags' settings
     if side == "one":
       return points.run_point(spec, self.args.timeout)
     cluster, procs = start_cluster(self.args.ps_shards)
@@ -306,10 +287,7 @@ class ParameterServer:
     md = [
       "# Two-tower step against the catalog size: parameter servers vs one process",
       "",
-      "```",
-      command,
-      "```",
-      "",
+      *points.fenced(command),
       f"Machine: a loaded 2-core CPU (shared with other jobs, training runs among them; "
       f"{minutes:.0f} min): absolute times are noisy, read the ratios "
       "(both sides alternate within each pass).",

@@ -1,9 +1,5 @@
-"""The points of bench/catalog_size.py, one (variant, |I|) two-tower step each, shared by its
-one-process side and its parameter-server side (`bench.catalog.parameter_server`): the Zipf(1)-like
-item law of the batches, the model built by the training binary's code, its training step, the
-timed steps in a forked child of their own, the merging of passes, and the size labels and axes
-of the report.
-"""
+"""The points of bench/catalog_size.py (bench/README.md), one (variant, |I|) two-tower step
+each, for its one-process and its parameter-server side; the pieces of their reports."""
 
 from __future__ import annotations
 
@@ -29,21 +25,6 @@ VARIANTS = (
   "mixed+hash_array@lazy_adam",
 )
 OPTIMIZERS = ("sgd", "adam", "lazy_adam")
-SPEC_FLAGS = (
-  "batch_size",
-  "dim",
-  "num_users",
-  "num_negatives",
-  "buckets",
-  "steps",
-  "warmup",
-  "seed",
-)
-
-
-def point_spec(args, variant: str, num_items: int) -> dict:
-  """The point (variant, |I|) with the other settings from bench/catalog_size.py's flags."""
-  return dict(variant=variant, num_items=num_items, **{k: getattr(args, k) for k in SPEC_FLAGS})
 
 
 def full_softmax_bytes(batch: int, num_items: int, dim: int) -> int:
@@ -66,13 +47,10 @@ def zipf_ids(rng: np.random.Generator, num_items: int, size: int) -> np.ndarray:
 
 def build_point(spec: dict):
   """The model, estimator, objective, optimizer, step counter, item table and 4 batches of one
-  point, built by the training binary's code (under the current tf.distribute scope: the
-  parameter-server side calls it in ParameterServerStrategy's). Returns a SimpleNamespace.
-
-  ``spec["variant"]``: ``full`` or ``NEGATIVES+FREQUENCY[+MEMORY]`` (NEGATIVES: ``mixed`` or
-  ``in_batch``; MEMORY: ``ids`` or ``embeddings``, a cross-batch memory of
-  ``spec["memory_slots"]`` slots, the last slots / batch batches), then optionally ``@OPTIMIZER``
-  (`OPTIMIZERS`; default sgd)."""
+  point (a SimpleNamespace), built by the training binary's code under the current tf.distribute
+  scope. ``spec["variant"]``: ``full`` or ``NEGATIVES+FREQUENCY[+MEMORY]`` (NEGATIVES: ``mixed``
+  or ``in_batch``; MEMORY: ``ids`` or ``embeddings``, a cross-batch memory of
+  ``spec["memory_slots"]`` slots), then optionally ``@OPTIMIZER`` (`OPTIMIZERS`; default sgd)."""
   import tfrs_logq.tf_keras  # noqa: F401  (legacy Keras before TensorFlow loads)
 
   import tensorflow as tf
@@ -147,8 +125,7 @@ def build_point(spec: dict):
 
 def step_fn(built, measure):
   """The training step of ``built`` on one batch (objective, gradients, optimizer update, step
-  + 1), in graph code; returns (loss, ``measure(gradients)``), the gradients in the order of
-  ``built.variables``."""
+  + 1); returns (loss, ``measure(gradients in the order of built.variables)``)."""
   import tensorflow as tf
 
   def train_step(batch):
@@ -165,8 +142,8 @@ def step_fn(built, measure):
 
 
 def timed_steps(run, spec: dict, before=lambda: None):
-  """``spec["warmup"]`` untimed steps ``run(i)``, then ``before()``, then ``spec["steps"]`` timed
-  ones: (what ``before`` returned, [seconds per timed step], the last one's values as floats)."""
+  """``spec["warmup"]`` untimed steps ``run(i)``, ``before()``, ``spec["steps"]`` timed ones:
+  (what ``before`` returned, [seconds per timed step], the last one's values as floats)."""
   for i in range(spec["warmup"]):
     run(i)
   ready, times, last = before(), [], (float("nan"), -1.0)
@@ -216,13 +193,8 @@ def measure_point(spec: dict) -> dict:
 
 
 def run_point(spec: dict, timeout: float, point=None) -> dict:
-  """``point`` (default `measure_point`) in a child process of its own, so that each point's
-  memory is measured alone.
-
-  The child is forked from this process, which has imported TensorFlow and the application but
-  never run an op (so no runtime threads exist yet and forking is safe): each point then costs
-  its own setup and steps only, not another import.
-  """
+  """``point`` (default `measure_point`) in a child forked from this process, which has imported
+  TensorFlow and the application but never run an op (no runtime threads yet: forking is safe)."""
   read_fd, write_fd = os.pipe()
   pid = os.fork()
   if pid == 0:  # the child
@@ -254,6 +226,11 @@ def run_point(spec: dict, timeout: float, point=None) -> dict:
   return json.loads("".join(chunks))
 
 
+def fenced(command: str) -> list:
+  """A markdown code block of ``command``, and a blank line."""
+  return ["```", command, "```", ""]
+
+
 def fmt_size(n: int) -> str:
   """1e4, 3e6: the catalog size to one significant digit."""
   return f"{n:.0e}".replace("+0", "").replace("+", "")
@@ -270,9 +247,8 @@ def time_cells(result: dict) -> list:
 
 @contextlib.contextmanager
 def log_log_figure(path, title: str, panels):
-  """Two panels side by side against the catalog size (log-log): yields their axes, then gives
-  each its ((title, unit), ...), grid and legend and saves the figure, titled ``title``, to
-  ``path``."""
+  """Yields the axes of two log-log panels against |I|, then titles them (``panels``: (title,
+  unit) each), adds grids and legends and saves the figure to ``path``."""
   fig, axes = plot.pyplot().subplots(1, 2, figsize=(11, 4.2))
   yield axes
   for ax, (name, unit) in zip(axes, panels):
@@ -288,8 +264,7 @@ def log_log_figure(path, title: str, panels):
 
 
 def merge(old: dict, new: dict) -> dict:
-  """Pools the timed steps of two passes over a point; memory: the larger peak (and, on the
-  parameter-server side, the larger of each server's figures)."""
+  """Two passes over a point: the timed steps pooled, the larger memory figures."""
   if "times" not in old:
     return new
   if "times" not in new:

@@ -64,11 +64,20 @@ def command(module: str, argv: Sequence[str]) -> str:
   return f"python -m {module} " + shlex.join(argv)
 
 
-def commit() -> str:
-  """The short hash of this checkout's HEAD ('unknown' without git)."""
+def commit(full: bool = False) -> Optional[str]:
+  """This checkout's HEAD (short, or the whole hash with ``full``) and "-dirty" when tracked files
+  differ from it (read-only: GIT_OPTIONAL_LOCKS=0 keeps `git status` from refreshing the index);
+  None without git."""
+
+  def git(*args: str) -> str:
+    env = dict(os.environ, GIT_OPTIONAL_LOCKS="0")
+    run = subprocess.run(["git", *args], cwd=ROOT, env=env, capture_output=True, text=True)
+    run.check_returncode()
+    return run.stdout.strip()
+
   try:
-    return subprocess.run(
-      ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True, cwd=ROOT
-    ).stdout.strip()
+    head = git("rev-parse", *([] if full else ["--short"]), "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
   except (OSError, subprocess.CalledProcessError):
-    return "unknown"
+    return None
+  return head + ("-dirty" if dirty else "")

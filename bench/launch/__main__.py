@@ -1,7 +1,5 @@
 """``python -m bench.launch``: the launcher (`bench.launch.cli`)."""
 
-import sys
+from bench.launch.cli import run
 
-from bench.launch.cli import main
-
-sys.exit(main())
+run()

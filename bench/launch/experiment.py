@@ -1,34 +1,5 @@
-"""An experiment as data: what `python -m bench.launch` runs, read from a TOML file.
-
-    description = "Table 1 at the CPU budget"
-    settings = ["ml1m_loo"]               # data settings (SETTINGS)
-    rows = ["mixed_none", "mixed_corrected"]   # bench.launch.rows names
-    binaries = ["tf_keras"]               # BINARIES, "<binary>@<code>" for a pinned checkout
-    seeds = [0, 1, 2]
-    arrange = "row"                       # ARRANGEMENTS: row | parallel | program
-    jobs = 2                              # runs at once (arrange = "parallel")
-    evaluate = "eval"                     # eval: eval.evaluate on the export; own: the binary's
-    reference_model = true                # the paper code's preset (bench.launch.rows.PAPER_CODE)
-    repeats = 1                           # every run this many times (timings), order rotated
-    paper_flags = ["--device=cpu"]        # more flags of the paper arm (bench.paper_loop)
-    [budget]
-    epochs = 15                           # fixed epochs, no early stopping; or
-    # patience = 200                      # early stopping on validation NDCG@10
-    # max_epochs = 100000
-    [base]                                # RunConfig settings of every run (flag names)
-    steps_per_epoch = 48
-    [per_setting.amazon_sports_loo]       # RunConfig settings of one setting's runs
-    val_users = 3000
-    [paths]                               # data files other than <data root>'s
-    gsasrec_dir = "/data/steam"
-    [keras3]                              # Keras3Config settings of the Keras 3 runs
-    shuffle_rng = "numpy"
-    [codes]                               # checkouts the binaries may name: a path or a commit
-    baseline = "e2e26cb"
-
-An arm is a row trained by one binary: its name is the row's, with "_keras3_<backend>",
-"_paper" (the paper's own script, `bench/paper_loop.py`) or "@<code>" appended for any other
-binary or checkout than tf-keras in this tree. A run is one (setting, arm, seed, repeat).
+"""An experiment as data: what `python -m bench.launch` runs, read from a TOML file whose keys are
+the fields of `Experiment` (bench/README.md, section `launch/`; bench/experiments/*.toml).
 
 The files are read with the standard library's tomllib: the launcher needs Python >= 3.11 (the
 library and the binaries run on 3.10); on 3.10 it stops with one error line saying so.
@@ -41,47 +12,13 @@ import pathlib
 from typing import Any, Dict, List, Optional, Tuple
 
 from bench.launch import rows as rows_lib
+from bench.launch.rows import SETTINGS
 
-__all__ = [
-  "ARRANGEMENTS",
-  "BINARIES",
-  "EVALUATIONS",
-  "SETTINGS",
-  "Arm",
-  "Experiment",
-  "load",
-]
+__all__ = ["ARRANGEMENTS", "BINARIES", "EVALUATIONS", "SETTINGS", "Arm", "Experiment", "load"]
 
 ARRANGEMENTS = ("row", "parallel", "program")
 BINARIES = ("tf_keras", "keras3_jax", "keras3_tensorflow", "keras3_torch", "paper")
 EVALUATIONS = ("eval", "own")
-SETTINGS = (
-  "ml1m_loo",
-  "ml100k_temporal",
-  "ml1m_temporal",
-  "gsasrec_loo",
-  "amazon_sports_loo",
-  "synthetic",
-)
-_KEYS = {
-  "description",
-  "settings",
-  "rows",
-  "binaries",
-  "seeds",
-  "arrange",
-  "jobs",
-  "evaluate",
-  "reference_model",
-  "repeats",
-  "budget",
-  "base",
-  "codes",
-  "paths",
-  "per_setting",
-  "keras3",
-  "paper_flags",
-}
 # The settings only the Keras 3 binary reads (RunConfig.keras3) that an experiment may set; its
 # backend comes from the arm, its seeds and logqs from arrange = "program".
 KERAS3_KEYS = ("shuffle_rng", "compilation_cache")
@@ -90,7 +27,9 @@ _BUDGET_KEYS = {"epochs", "patience", "max_epochs"}
 
 @dataclasses.dataclass(frozen=True)
 class Arm:
-  """One row trained by one binary in one checkout (``code``: None for this tree)."""
+  """One row trained by one binary in one checkout (``code``: None for this tree). Its name is
+  the row's, with "_keras3_<backend>", "_paper" (the paper's own script, `bench/paper_loop.py`)
+  or "@<code>" appended for any other binary or checkout than tf-keras in this tree."""
 
   row: str
   binary: str = "tf_keras"
@@ -108,27 +47,35 @@ class Arm:
 
 @dataclasses.dataclass(frozen=True)
 class Experiment:
-  """The validated contents of an experiment file (module docstring)."""
+  """The validated contents of an experiment file; a run is one (setting, arm, seed, repeat)."""
 
-  settings: Tuple[str, ...]
-  rows: Tuple[str, ...]
+  settings: Tuple[str, ...]  # data settings (SETTINGS)
+  rows: Tuple[str, ...]  # bench.launch.rows names
   seeds: Tuple[int, ...] = (0,)
-  binaries: Tuple[str, ...] = ("tf_keras",)
-  arrange: str = "row"
-  jobs: int = 1
-  evaluate: str = "eval"
-  reference_model: bool = True
-  repeats: int = 1
+  binaries: Tuple[str, ...] = ("tf_keras",)  # BINARIES, "<binary>@<code>" for a pinned checkout
+  arrange: str = "row"  # ARRANGEMENTS (bench.launch.execute)
+  jobs: int = 1  # runs at once (arrange = "parallel")
+  evaluate: str = "eval"  # eval: eval.evaluate on the export; own: the binary's
+  reference_model: bool = True  # the paper code's preset (bench.launch.rows.PAPER_CODE)
+  repeats: int = 1  # every run this many times (timings), the order rotated
+  # [budget]: epochs = N (fixed, no early stopping) or patience = P (early stopping on validation
+  # NDCG@10), max_epochs = M
   budget: Dict[str, int] = dataclasses.field(default_factory=lambda: {"epochs": 15})
+  # [base]: RunConfig settings of every run (flag names); [per_setting.<setting>]: of one
+  # setting's runs
   base: Dict[str, Any] = dataclasses.field(default_factory=dict)
-  codes: Dict[str, str] = dataclasses.field(default_factory=dict)
-  paths: Dict[str, str] = dataclasses.field(default_factory=dict)
   per_setting: Dict[str, Dict[str, Any]] = dataclasses.field(default_factory=dict)
-  keras3: Dict[str, str] = dataclasses.field(default_factory=dict)
-  paper_flags: Tuple[str, ...] = ()
+  paths: Dict[str, str] = dataclasses.field(default_factory=dict)  # data files (rows.DATA)
+  keras3: Dict[str, str] = dataclasses.field(default_factory=dict)  # KERAS3_KEYS settings
+  # [codes]: checkouts the binaries may name: a folder, or a commit of this repository
+  codes: Dict[str, str] = dataclasses.field(default_factory=dict)
+  paper_flags: Tuple[str, ...] = ()  # more flags of the paper arm (bench.paper_loop)
   description: str = ""
 
   def __post_init__(self) -> None:
+    for key in ("settings", "rows", "binaries", "paper_flags"):
+      object.__setattr__(self, key, tuple(str(v) for v in getattr(self, key)))
+    object.__setattr__(self, "seeds", tuple(int(s) for s in self.seeds))
     bad = [s for s in self.settings if s not in SETTINGS]
     if bad or not self.settings:
       raise ValueError(f"settings: unknown {bad} (choose from {list(SETTINGS)})")
@@ -151,17 +98,17 @@ class Experiment:
       raise ValueError(f"evaluate: {self.evaluate!r} (choose from {list(EVALUATIONS)})")
     if self.jobs < 1 or self.repeats < 1:
       raise ValueError(f"jobs and repeats must be >= 1, got {self.jobs}, {self.repeats}")
-    unknown = set(self.budget) - _BUDGET_KEYS
-    if unknown or ("epochs" in self.budget) == ("patience" in self.budget):
-      raise ValueError(f"budget: epochs = N or patience = P (and max_epochs), got {self.budget}")
-    bad_keras3 = set(self.keras3) - set(KERAS3_KEYS)
-    if bad_keras3:
-      raise ValueError(f"keras3: {sorted(bad_keras3)}; it may set {list(KERAS3_KEYS)}")
-    extra = set(self.per_setting) - set(self.settings)
-    if extra:
-      raise ValueError(f"per_setting: {sorted(extra)} not among settings {list(self.settings)}")
-    if any(int(v) < 1 for v in self.budget.values()):
-      raise ValueError(f"budget: every value >= 1, got {self.budget}")
+    budget = self.budget
+    if set(budget) - _BUDGET_KEYS or ("epochs" in budget) == ("patience" in budget):
+      raise ValueError(f"budget: epochs = N or patience = P (and max_epochs), got {budget}")
+    if min(budget.values()) < 1:
+      raise ValueError(f"budget: every value >= 1, got {budget}")
+    bad = sorted(set(self.keras3) - set(KERAS3_KEYS))
+    if bad:
+      raise ValueError(f"keras3: {bad}; it may set {list(KERAS3_KEYS)}")
+    bad = sorted(set(self.per_setting) - set(self.settings))
+    if bad:
+      raise ValueError(f"per_setting: {bad} not among settings {list(self.settings)}")
 
   @property
   def arms(self) -> List[Arm]:
@@ -184,21 +131,14 @@ class Experiment:
 
 def from_dict(values: Dict[str, Any]) -> Experiment:
   """An Experiment from a parsed experiment file; unknown keys are refused."""
-  unknown = set(values) - _KEYS
-  if unknown:
-    raise ValueError(f"unknown keys {sorted(unknown)} (known: {sorted(_KEYS)})")
-  values = dict(values)
-  for key in ("settings", "rows", "binaries", "paper_flags"):
-    if key in values:
-      values[key] = tuple(str(v) for v in values[key])
-  if "seeds" in values:
-    values["seeds"] = tuple(int(s) for s in values["seeds"])
+  known = {f.name for f in dataclasses.fields(Experiment)}
+  if set(values) - known:
+    raise ValueError(f"unknown keys {sorted(set(values) - known)} (known: {sorted(known)})")
   return Experiment(**values)
 
 
 def load(path: "str | pathlib.Path") -> Experiment:
   """The experiment of a TOML file; a ValueError names the file and what is wrong."""
-  path = pathlib.Path(path)
   try:
     import tomllib
   except ModuleNotFoundError:  # Python 3.10
@@ -206,6 +146,6 @@ def load(path: "str | pathlib.Path") -> Experiment:
       "python -m bench.launch reads TOML with tomllib: it needs Python >= 3.11"
     ) from None
   try:
-    return from_dict(tomllib.loads(path.read_text()))
+    return from_dict(tomllib.loads(pathlib.Path(path).read_text()))
   except (OSError, tomllib.TOMLDecodeError, ValueError, TypeError) as e:
     raise ValueError(f"{path}: {e}") from e

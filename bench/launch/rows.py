@@ -1,20 +1,14 @@
-"""The rows of the Table 1 reproduction: what each row trains and the paper's figures.
-
-Every row is a set of `train.config.RunConfig` settings on top of an experiment's base settings
-(`bench.launch.plan`); the pairs of rows the report compares seed by seed are
-`bench.analysis.table1.paired_rows`.
-"""
+"""The rows of the Table 1 reproduction (each a set of `train.config.RunConfig` settings over an
+experiment's base, `bench.launch.plan`), its data settings and the paper's figures. The pairs of
+rows the report compares seed by seed: `bench.analysis.table1.paired_rows`."""
 
 from __future__ import annotations
 
 from typing import Any, Dict, List, Tuple
 
-# The paper code's model and negatives (--reference_model), and the corrected script's clamp.
+# The paper code's model and negatives (reference_model), and the corrected script's clamp.
 PAPER_CODE = dict(sasrec_block="reference", uniform_negatives="query")
 PAPER_CORRECTED_RATIO_FLOOR = 1e-10
-# The paper's rows correct the deduplicated in-batch negatives with the per-draw unigram Q,
-# whatever the binary's default convention is.
-PAPER_CONVENTION = "unigram"
 EXPECTED = "expected_count"
 NO_POSITIVE = "standard_no_positive"
 
@@ -25,10 +19,10 @@ def _row(label: str, loss: str, **settings: Any) -> Tuple[str, Dict[str, Any]]:
 
 
 def _ss(
-  label: str, negatives: str, logq: str, convention: str = PAPER_CONVENTION, **more: Any
+  label: str, negatives: str, logq: str, convention: str = "unigram", **more: Any
 ) -> Tuple[str, Dict[str, Any]]:
-  """(label, RunConfig settings) of a sampled-softmax row: ``negatives`` corrected by ``logq``
-  (``convention``: --log_q_convention), with ``more`` settings."""
+  """A sampled-softmax row: ``negatives`` corrected by ``logq`` with the --log_q_convention
+  ``convention`` (the paper's rows: the per-draw unigram Q, whatever the binary's default)."""
   settings = dict(loss="sampled_softmax", negatives=negatives, **more)
   return label, dict(settings, logq=logq, log_q_convention=convention)
 
@@ -49,42 +43,41 @@ ROWS: Dict[str, Tuple[str, Dict[str, Any]]] = {
   "mixed_standard": _ss("Mixed, standard logQ", "mixed", NO_POSITIVE),
   "mixed_corrected": _ss("Mixed, improved logQ", "mixed", "corrected"),
   "full_softmax": _row("Full softmax", "full_softmax"),
-  # Not in the paper: the TFRS form of standard logQ (the positive's column corrected too).
-  "mixed_standard_tfrs": _ss(
-    "Mixed, standard logQ as TFRS (positive corrected)", "mixed", "standard"
-  ),
-  # Not in the paper: the deduplicated in-batch half corrected with log of its expected count
-  # (inclusion probability) instead of the per-draw unigram Q (--log_q_convention).
-  "mixed_expected_count_standard": _ss(
+}
+PAPER_ROWS = list(ROWS)  # the paper's Table 1: the rows run when --rows is empty
+# Not in the paper: the TFRS form of standard logQ (the positive's column corrected too); the
+# deduplicated in-batch half corrected with the log of its expected count (inclusion probability)
+# instead of the per-draw unigram Q (--log_q_convention); the tables trained by LazyAdam (sparse
+# rows, per-row bias correction) instead of tf-keras's dense Adam (--table_optimizer); mixed
+# negatives joined with a cross-batch memory of the last 16 batches' positives (--cross_batch: 16
+# pushes of at most --num_negatives distinct ids each), its log Q by the row's convention.
+ROWS.update(
+  mixed_standard_tfrs=_ss("Mixed, standard logQ as TFRS (positive corrected)", "mixed", "standard"),
+  mixed_expected_count_standard=_ss(
     "Mixed, standard logQ, expected-count log Q", "mixed", NO_POSITIVE, EXPECTED
   ),
-  "mixed_expected_count_corrected": _ss(
+  mixed_expected_count_corrected=_ss(
     "Mixed, improved logQ, expected-count log Q", "mixed", "corrected", EXPECTED
   ),
-  # Not in the paper: mixed_corrected with the tables trained by LazyAdam (sparse rows, per-row
-  # bias correction) instead of tf-keras's dense Adam (--table_optimizer).
-  "mixed_corrected_lazy_adam": _ss(
+  mixed_corrected_lazy_adam=_ss(
     "Mixed, improved logQ, LazyAdam tables", "mixed", "corrected", table_optimizer="lazy_adam"
   ),
-  # Not in the paper: mixed negatives joined with a cross-batch memory of the last 16 batches'
-  # positives (--cross_batch: 16 pushes of at most --num_negatives distinct ids each), the memory's
-  # log Q by the row's convention.
-  "xbatch16_corrected": _ss(
+  xbatch16_corrected=_ss(
     "Mixed + memory of 16 batches, improved logQ", "mixed", "corrected", cross_batch=16
   ),
-  "xbatch16_expected_count_corrected": _ss(
+  xbatch16_expected_count_corrected=_ss(
     "Mixed + memory of 16 batches, improved logQ, expected-count log Q",
     "mixed",
     "corrected",
     EXPECTED,
     cross_batch=16,
   ),
-}
+)
 # Not in the paper: rows trained by the Keras 3 binary (python -m train.keras3 --backend=B, the
 # same run settings) instead of python -m train; row -> (the tf-keras row, backend). Their test
 # metrics are the binary's own (train.validation, the protocol of eval.evaluate's exact search).
 KERAS3_ROWS = {
-  f"{row}_keras3_{backend}": (row, backend)
+  f"{row}_keras3_jax": (row, "jax")
   for row in (
     "mixed_none",
     "mixed_standard",
@@ -93,12 +86,11 @@ KERAS3_ROWS = {
     "mixed_expected_count_corrected",
     "full_softmax",
   )
-  for backend in ("jax",)
 }
 ROWS.update(
   {
-    k3: (f"{ROWS[row][0]}, Keras 3 {backend.upper()}", dict(ROWS[row][1]))
-    for k3, (row, backend) in KERAS3_ROWS.items()
+    k3: (f"{ROWS[r][0]}, Keras 3 {b.upper()}", dict(ROWS[r][1]))
+    for k3, (r, b) in KERAS3_ROWS.items()
   }
 )
 
@@ -116,52 +108,49 @@ def train_binary(row: str) -> List[str]:
   return ["-m", "train"]
 
 
-# The rows run when --rows is empty (the paper's Table 1).
-PAPER_ROWS = [
-  r
-  for r in ROWS
-  if r != "mixed_standard_tfrs"
-  and not r.startswith(("mixed_expected_count", "xbatch"))
-  and not r.endswith("_lazy_adam")
-  and r not in KERAS3_ROWS
-]
-
 # `bench/paper_loop.py --logq` -> the Table 1 row its script trains.
-PAPER_LOOP_ROWS = {
-  "corrected": "mixed_corrected",
-  "standard": "mixed_standard",
-  "none": "mixed_none",
-}
+PAPER_LOOP_ROWS = {logq: f"mixed_{logq}" for logq in ("corrected", "standard", "none")}
 
-# Table 1 of the paper: (Recall@20, NDCG@20) on MovieLens-1M.
+# Table 1 of the paper on MovieLens-1M: (Recall@20, NDCG@20) of each of PAPER_ROWS, in order.
 PAPER = {
-  "ml1m_loo": {
-    "bce": (0.3468, 0.1564),
-    "gbce": (0.3949, 0.1964),
-    "ss_uniform": (0.3889, 0.1921),
-    "inbatch_none": (0.3838, 0.1868),
-    "inbatch_standard": (0.3889, 0.1942),
-    "inbatch_corrected": (0.3947, 0.1969),
-    "mixed_none": (0.3853, 0.1882),
-    "mixed_standard": (0.3893, 0.1952),
-    "mixed_corrected": (0.3937, 0.1972),
-    "full_softmax": (0.3911, 0.1937),
-  },
-  "ml1m_temporal": {
-    "bce": (0.2318, 0.0997),
-    "gbce": (0.2632, 0.1210),
-    "ss_uniform": (0.2609, 0.1186),
-    "inbatch_none": (0.2481, 0.1117),
-    "inbatch_standard": (0.2762, 0.1270),
-    "inbatch_corrected": (0.2766, 0.1269),
-    "mixed_none": (0.2514, 0.1130),
-    "mixed_standard": (0.2800, 0.1292),
-    "mixed_corrected": (0.2792, 0.1281),
-    "full_softmax": (0.2640, 0.1205),
-  },
+  setting: dict(zip(PAPER_ROWS, zip(recall, ndcg)))
+  for setting, recall, ndcg in [
+    (
+      "ml1m_loo",
+      [0.3468, 0.3949, 0.3889, 0.3838, 0.3889, 0.3947, 0.3853, 0.3893, 0.3937, 0.3911],
+      [0.1564, 0.1964, 0.1921, 0.1868, 0.1942, 0.1969, 0.1882, 0.1952, 0.1972, 0.1937],
+    ),
+    (
+      "ml1m_temporal",
+      [0.2318, 0.2632, 0.2609, 0.2481, 0.2762, 0.2766, 0.2514, 0.2800, 0.2792, 0.2640],
+      [0.0997, 0.1210, 0.1186, 0.1117, 0.1270, 0.1269, 0.1130, 0.1292, 0.1281, 0.1205],
+    ),
+  ]
 }
 
-# Base settings a --settings entry changes unless the flag is given (the literature's protocol
-# for that dataset): Amazon's sequences are short (median 6) and its epoch is the paper code's
-# min(100, batches per pass).
-SETTING_DEFAULTS = {"amazon_sports_loo": dict(max_len=50, steps_per_epoch=100)}
+# The data settings: setting -> (dataset, its [paths] key, its default under the data root; None:
+# [paths] must give it); the split is the name's, leave-one-out (_loo) or temporal. `synthetic`
+# is a small generated catalog (no download).
+DATA = {
+  "ml1m_loo": ("ml1m", "ml1m_dir", "ml1m"),
+  "ml100k_temporal": ("movielens_raw", "ml100k_dir", "ml-100k"),
+  "ml1m_temporal": ("movielens_raw", "ml1m_ratings", None),
+  "gsasrec_loo": ("gsasrec", "gsasrec_dir", None),
+  "amazon_sports_loo": ("sequences", "amazon_sports", "amazon-sports/sequences.txt"),
+}
+SYNTHETIC = dict(
+  dataset="synthetic",
+  synthetic_users=300,
+  synthetic_items=120,
+  synthetic_min_len=5,
+  synthetic_max_len=25,
+)
+SETTINGS = (*DATA, "synthetic")
+# Base settings a setting changes unless [base] gives them: Amazon's sequences are short (median
+# 6) and its epoch is the paper code's min(100, batches per pass); the synthetic model is small.
+SETTING_DEFAULTS = {
+  "amazon_sports_loo": dict(max_len=50, steps_per_epoch=100),
+  "synthetic": dict(
+    max_len=20, steps_per_epoch=5, embedding_dim=16, num_blocks=1, batch_size=32, num_negatives=16
+  ),
+}

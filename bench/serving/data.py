@@ -1,6 +1,4 @@
-"""bench/serving_scale.py's catalog and ground truth: the seeded synthetic item embeddings and
-queries (clustered, anisotropic; regenerated chunk by chunk), the exact top-k by chunked matmul,
-and recall@k = |approx top-k ∩ exact top-k| / k averaged over queries."""
+"""bench/serving_scale.py's catalogs (the law: its docstring), exact top-k and recall@k."""
 
 from __future__ import annotations
 
@@ -23,7 +21,11 @@ class Geometry:
   query_noise: float = 0.5
 
   def __post_init__(self):
-    rng = np.random.default_rng([self.seed, 0])
+    self._clusters(np.random.default_rng([self.seed, 0]))
+    w = 1.0 / np.arange(1, self.num_clusters + 1) ** 0.5
+    self.weights = w / w.sum()
+
+  def _clusters(self, rng):
     self.num_clusters = int(np.clip(self.num_items // 1000, 10, 10_000))
     lam = np.arange(1, self.dim + 1, dtype=np.float64) ** -0.8
     self.sqrt_lam = np.sqrt(lam / lam.mean()).astype(np.float32)
@@ -31,8 +33,6 @@ class Geometry:
     z = rng.standard_normal((self.num_clusters, self.dim)).astype(np.float32)
     self.centres = (z * self.sqrt_lam) @ self.rotation.T
     self.spread = rng.lognormal(0.0, 0.3, self.num_clusters).astype(np.float32)
-    w = 1.0 / np.arange(1, self.num_clusters + 1) ** 0.5
-    self.weights = w / w.sum()
 
   def shaped_noise(self, rng, rows: int) -> np.ndarray:
     """rows × dim draws of N(0, R diag(λ) Rᵀ)."""
@@ -41,8 +41,7 @@ class Geometry:
     ) @ self.rotation.T
 
   def chunk(self, index: int) -> Tuple[np.ndarray, np.ndarray]:
-    """Items of chunk ``index`` (ids 1 + index·CHUNK ...): (float32 [c, d], clusters int32 [c]);
-    the same values whenever it is regenerated."""
+    """Items of chunk ``index`` (ids 1 + index·CHUNK ...): (float32 [c, d], clusters int32 [c])."""
     start = index * CHUNK
     rows = min(CHUNK, self.num_items - start)
     if rows <= 0:
@@ -60,9 +59,8 @@ class Geometry:
     return -(-self.num_items // CHUNK)
 
   def items(self, path: Optional[str] = None) -> Tuple[np.ndarray, np.ndarray]:
-    """The item table float32 [N + 1, d] (row 0 = padding zeros) and clusters int32 [N + 1]
-    (row 0 = -1). With ``path``, the table is written to that .npy file and returned memory-mapped
-    read-only (file-backed pages, which the kernel can reclaim, instead of anonymous memory)."""
+    """The item table float32 [N + 1, d] (row 0 = zeros) and clusters int32 [N + 1] (row 0 = -1);
+    with ``path``, written to that .npy file and returned memory-mapped read-only."""
     if path is not None:
       table = np.lib.format.open_memmap(
         path, mode="w+", dtype=np.float32, shape=(self.num_items + 1, self.dim)
@@ -73,8 +71,8 @@ class Geometry:
     cluster = np.full(self.num_items + 1, -1, np.int32)
     for c in range(self.num_chunks):
       x, cl = self.chunk(c)
-      table[1 + c * CHUNK : 1 + c * CHUNK + len(x)] = x
-      cluster[1 + c * CHUNK : 1 + c * CHUNK + len(x)] = cl
+      rows = slice(1 + c * CHUNK, 1 + c * CHUNK + len(x))
+      table[rows], cluster[rows] = x, cl
     if path is not None:
       table.flush()
       del table
@@ -98,8 +96,7 @@ class TopicGeometry(Geometry):
 
   item_noise: float = 0.3
 
-  def __post_init__(self):
-    rng = np.random.default_rng([self.seed, 0])
+  def _clusters(self, rng):
     self.num_clusters = int(np.clip(self.num_items // 100, 10, 10_000))
     topics = rng.standard_normal((100, self.dim)).astype(np.float32)
     self.centres = topics[rng.integers(0, 100, self.num_clusters)] + 0.6 * rng.standard_normal(
@@ -108,8 +105,6 @@ class TopicGeometry(Geometry):
     self.sqrt_lam = np.ones(self.dim, np.float32)
     self.rotation = np.eye(self.dim, dtype=np.float32)
     self.spread = np.ones(self.num_clusters, np.float32)
-    w = 1.0 / np.arange(1, self.num_clusters + 1) ** 0.5
-    self.weights = w / w.sum()
 
   def queries(self, table: np.ndarray, count: int, stream: int) -> np.ndarray:
     rng = np.random.default_rng([self.seed, 2, stream])
@@ -142,9 +137,7 @@ def exact_top_k(
     stop = min(start + chunk, n + 1)
     s = q @ table[start:stop].T
     if best_s.shape[1] < k:  # fill: keep everything, cut to k below
-      cand_s, cand_i = s, np.broadcast_to(np.arange(start, stop), s.shape)
-      all_s = np.concatenate([best_s, cand_s], 1)
-      all_i = np.concatenate([best_i, cand_i], 1)
+      new_s, new_i = s, np.broadcast_to(np.arange(start, stop), s.shape)
     else:
       thresh = best_s.min(axis=1)
       r, c = np.nonzero(s > thresh[:, None])
@@ -153,12 +146,10 @@ def exact_top_k(
       width = np.bincount(r, minlength=q.shape[0]).max()
       # Ragged candidates padded into [Q, width]; r is sorted, so a rank within each row:
       pos = np.arange(r.size) - np.searchsorted(r, r)
-      pad_s = np.full((q.shape[0], width), -np.inf, np.float32)
-      pad_i = np.zeros((q.shape[0], width), np.int64)
-      pad_s[r, pos] = s[r, c]
-      pad_i[r, pos] = c + start
-      all_s = np.concatenate([best_s, pad_s], 1)
-      all_i = np.concatenate([best_i, pad_i], 1)
+      new_s = np.full((q.shape[0], width), -np.inf, np.float32)
+      new_i = np.zeros((q.shape[0], width), np.int64)
+      new_s[r, pos], new_i[r, pos] = s[r, c], c + start
+    all_s, all_i = np.concatenate([best_s, new_s], 1), np.concatenate([best_i, new_i], 1)
     if all_s.shape[1] > k:
       keep = np.argpartition(-all_s, k - 1, axis=1)[:, :k]
       best_s, best_i = all_s[rows, keep], all_i[rows, keep]

@@ -1,7 +1,5 @@
-"""bench/serving_scale.py's indexes, each behind the same small interface: ScaNN through the
-project's own builder (eval.index; also in brute-force mode, the baseline), FAISS (IVF + 4-bit PQ
-fast-scan + exact re-scoring), their query-time settings, and the choice of the fastest setting
-that meets the recall target."""
+"""bench/serving_scale.py's indexes behind one interface (``sweep``, ``search``,
+``serialized_bytes``): ScaNN by eval.index (also in brute-force mode), FAISS; the setting chosen."""
 
 from __future__ import annotations
 
@@ -17,6 +15,11 @@ import numpy as np
 from bench.serving.data import Geometry  # annotations
 
 
+def dir_bytes(path) -> int:
+  """The size of the files under ``path``."""
+  return sum(p.stat().st_size for p in pathlib.Path(path).rglob("*") if p.is_file())
+
+
 def faiss_spec(num_items: int, scann_leaves: int) -> Tuple[str, int]:
   """(index_factory string, nlist) for a catalog of ``num_items``."""
   nlist = int(2 ** round(np.log2(max(scann_leaves, 2))))
@@ -25,48 +28,55 @@ def faiss_spec(num_items: int, scann_leaves: int) -> Tuple[str, int]:
   return f"{quantizer},PQ32x4fs,RFlat", nlist
 
 
-class ScannSide:
-  """The project's ScaNN index; ``params`` = (leaves_to_search, reorder_k) or (None, None). The
-  side "brute" is the same builder in mode brute_force (the exact top-k, ScaNN's float32 scorer)."""
+def _probed(fractions, parts: int) -> list:
+  """Fractions of ``parts`` partitions as counts in 1..parts, sorted, without repeats."""
+  return sorted({max(1, min(parts, int(round(f * parts)))) for f in fractions})
 
-  def __init__(self, table, k, config, name: str = "scann"):
+
+class _Side:
+  def serialized_bytes(self, tmp: str) -> int:
+    """The size of the index written by ``save`` to a scratch folder in ``tmp``."""
+    path = tempfile.mkdtemp(dir=tmp)
+    try:
+      self.save(path)
+      return dir_bytes(path)
+    finally:
+      shutil.rmtree(path, ignore_errors=True)
+
+
+class ScannSide(_Side):
+  """The project's ScaNN index; ``params`` = (leaves_to_search, reorder_k), (None, None) in mode
+  brute_force (the side "brute")."""
+
+  def __init__(self, table, k, config):
     from eval import index as index_lib
 
-    self.name = name
+    self.k = k
     self.index = index_lib.ScannIndex(table, k, config)
     self.build_seconds = self.index.build_seconds
     self.config = self.index.config
-    self.k = k
 
   def sweep(self, fractions, reorders) -> List[Tuple]:
     if self.config.mode != "tree_ah":
       return [(None, None)]
-    leaves = self.config.num_leaves
-    searched = sorted({max(1, min(leaves, int(round(f * leaves)))) for f in fractions})
-    return [(s, r) for s in searched for r in sorted({max(self.k, r) for r in reorders})]
+    reorders = sorted({max(self.k, r) for r in reorders})
+    return [(s, r) for s in _probed(fractions, self.config.num_leaves) for r in reorders]
 
   def search(self, q, params):
     leaves, reorder = params
     return self.index.search(q, self.k, leaves_to_search=leaves, reorder_k=reorder)[0]
 
-  def serialized_bytes(self, tmp: str) -> int:
-    path = pathlib.Path(tempfile.mkdtemp(dir=tmp))
-    try:
-      self.index.searcher.serialize(str(path))
-      return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-    finally:
-      shutil.rmtree(path, ignore_errors=True)
+  def save(self, path: str):
+    self.index.searcher.serialize(path)
 
 
-class FaissSide:
+class FaissSide(_Side):
   """FAISS IVF-PQ (fast scan) + exact re-scoring; ``params`` = (nprobe, k_factor)."""
-
-  name = "faiss"
 
   def __init__(self, geometry: Geometry, train_sample: np.ndarray, k: int, spec: str, nlist: int):
     import faiss
 
-    self.faiss, self.k, self.spec, self.nlist = faiss, k, spec, nlist
+    self.faiss, self.k, self.nlist = faiss, k, nlist
     self.index = faiss.index_factory(geometry.dim, spec, faiss.METRIC_INNER_PRODUCT)
     self.refine = faiss.downcast_index(self.index)  # IndexRefineFlat: k_factor
     self.ivf = faiss.extract_index_ivf(self.index)  # nprobe
@@ -84,8 +94,7 @@ class FaissSide:
     self.build_seconds = seconds
 
   def sweep(self, fractions, factors) -> List[Tuple]:
-    probes = sorted({max(1, min(self.nlist, int(round(f * self.nlist)))) for f in fractions})
-    return [(p, float(f)) for p in probes for f in sorted(set(factors))]
+    return [(p, float(f)) for p in _probed(fractions, self.nlist) for f in sorted(set(factors))]
 
   def search(self, q, params):
     nprobe, k_factor = params
@@ -98,14 +107,8 @@ class FaissSide:
     _, ids = self.index.search(np.ascontiguousarray(q, np.float32), self.k)
     return np.where(ids >= 0, ids + 1, -1)  # FAISS row r = item id r + 1
 
-  def serialized_bytes(self, tmp: str) -> int:
-    fd, path = tempfile.mkstemp(dir=tmp, suffix=".faiss")
-    os.close(fd)
-    try:
-      self.faiss.write_index(self.index, path)
-      return os.path.getsize(path)
-    finally:
-      os.remove(path)
+  def save(self, path: str):
+    self.faiss.write_index(self.index, os.path.join(path, "index.faiss"))
 
 
 def choose(rows: Sequence[dict], target: float) -> dict:

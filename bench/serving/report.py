@@ -30,25 +30,22 @@ def _params(name, p):
   )
 
 
+def _fenced(command: str) -> list:
+  return ["```", command, "```", ""]
+
+
 def write_report(result: dict, out: str) -> str:
-  lines = [
-    "# Serving at scale: ScaNN (eval.index) vs FAISS and brute force, and the serving SavedModel",
-    "",
-    "```",
-    result["command"],
-    "```",
-    "",
-  ]
+  title = (
+    "# Serving at scale: ScaNN (eval.index) vs FAISS and brute force, and the serving SavedModel"
+  )
+  lines = [title, "", *_fenced(result["command"])]
   prev = result.get("previous")
   if prev:
     lines += [
       "with the points marked (a) from an earlier run with the same settings "
       f"(started {prev['started']}, {prev['total_seconds'] / 60:.1f} min):",
       "",
-      "```",
-      prev["command"],
-      "```",
-      "",
+      *_fenced(prev["command"]),
     ]
   lines += [
     f"Machine: {result['machine']}. Run started {result['started']}, "
@@ -60,20 +57,9 @@ def write_report(result: dict, out: str) -> str:
     f"{result.get('catalog', 'anisotropic')} (bench/serving_scale.py docstring).",
     "",
   ]
-  cols = [
-    "N",
-    "index",
-    "setting (chosen on tuning queries)",
-    "recall@k (eval)",
-    "batched q/s best / median",
-    "single q/s best / median",
-    "× brute force (batched median)",
-    "build s",
-    "RSS growth GiB",
-    "serialized GiB",
-    "process peak GiB",
-  ]
-  lines += report.markdown_header(cols)
+  cols = "N;index;setting (chosen on tuning queries);recall@k (eval);batched q/s best / median;"
+  cols += "single q/s best / median;× brute force (batched median);build s;RSS growth GiB;"
+  lines += report.markdown_header((cols + "serialized GiB;process peak GiB").split(";"))
   for p in result["points"]:
     n = p["num_items"]
     label = _size(n) + (" (a)" if p.get("run") == "previous" else "")
@@ -82,29 +68,21 @@ def write_report(result: dict, out: str) -> str:
       continue
     for name in _names(p):
       s = p[name]
-      lines.append(
-        report.markdown_row(
-          [
-            label,
-            name,
-            _params(name, s["chosen"]["params"]),
-            f"{s['recall']:.4f}" + ("" if s["chosen"]["meets_target"] else " (target not met)"),
-            f"{s['batched_qps_best']:.0f} / {s['batched_qps_median']:.0f}",
-            f"{s['single_qps_best']:.0f} / {s['single_qps_median']:.0f}",
-            f"{s['speedup_median']:.1f}" if "speedup_median" in s else "-",
-            f"{s['build_seconds']:.1f}",
-            report.gib(s["rss_growth_kib"]),
-            f"{s['serialized_bytes'] / 2**30:.2f}",
-            report.gib(p["peak_rss_kib"]),
-          ]
-        )
-      )
-  lines += ["", "Index configurations:", ""]
+      met = "" if s["chosen"]["meets_target"] else " (target not met)"
+      cells = [label, name, _params(name, s["chosen"]["params"]), f"{s['recall']:.4f}{met}"]
+      cells += [
+        f"{s[f'{q}_best']:.0f} / {s[f'{q}_median']:.0f}" for q in ("batched_qps", "single_qps")
+      ]
+      cells += [f"{s['speedup_median']:.1f}" if "speedup_median" in s else "-"]
+      cells += [f"{s['build_seconds']:.1f}", report.gib(s["rss_growth_kib"])]
+      cells += [f"{s['serialized_bytes'] / 2**30:.2f}", report.gib(p["peak_rss_kib"])]
+      lines.append(report.markdown_row(cells))
+  configs, sweeps = ["", "Index configurations:", ""], []
   for p in result["points"]:
     if "error" in p:
       continue
     c, f = p.get("scann", {}).get("config"), p.get("faiss")
-    lines.append(
+    configs.append(
       f"* N = {_size(p['num_items'])}: "
       + (
         f"ScaNN mode {c['mode']}, leaves {c['num_leaves']}, training sample "
@@ -117,18 +95,15 @@ def write_report(result: dict, out: str) -> str:
       + f"catalog generated in {p['generate_seconds']:.0f}s, exact top-k of the "
       f"samples in {p['exact_seconds']:.0f}s."
     )
-  lines += ["", "Sweeps on the tuning queries (recall@k, batched q/s of one call):", ""]
-  for p in result["points"]:
-    if "error" in p:
-      continue
     for name in _names(p):
       rows = ", ".join(
         f"{_params(name, r['params'])}: {r['recall']:.3f} @ {r['qps']:.0f}"
         for r in p[name]["sweep"]
       )
-      lines.append(f"* N = {_size(p['num_items'])} {name}: {rows}")
+      sweeps.append(f"* N = {_size(p['num_items'])} {name}: {rows}")
+  lines += [*configs, "", "Sweeps on the tuning queries (recall@k, batched q/s of one call):", ""]
   s = result.get("serving")
-  lines += ["", "## Serving SavedModel (eval.serving) at the largest size", ""]
+  lines += [*sweeps, "", "## Serving SavedModel (eval.serving) at the largest size", ""]
   if s is None:
     lines.append("Not run (--no_serving).")
   elif "error" in s.get("build", {}) or "error" in s.get("load", {}):
@@ -164,24 +139,13 @@ def plot(result: dict, path: str):
   colors = {"scann": "C0", "faiss": "C1", "brute": "C2"}
   for ax, p in zip(axes, points):
     for name in _names(p):
-      rows = p[name]["sweep"]
-      ax.scatter(
-        [r["recall"] for r in rows],
-        [r["qps"] for r in rows],
-        s=12,
-        c=colors[name],
-        alpha=0.6,
-        label=f"{name} sweep",
+      s, rows = p[name], p[name]["sweep"]
+      recall, qps = [r["recall"] for r in rows], [r["qps"] for r in rows]
+      ax.scatter(recall, qps, s=12, c=colors[name], alpha=0.6, label=f"{name} sweep")
+      chosen = dict(
+        marker="*", s=150, c=colors[name], edgecolors="k", label=f"{name} chosen (eval)"
       )
-      ax.scatter(
-        [p[name]["recall"]],
-        [p[name]["batched_qps_median"]],
-        marker="*",
-        s=150,
-        c=colors[name],
-        edgecolors="k",
-        label=f"{name} chosen (eval)",
-      )
+      ax.scatter([s["recall"]], [s["batched_qps_median"]], **chosen)
     ax.axvline(result["target_recall"], color="r", ls=":", lw=1)
     ax.set_yscale("log")
     ax.set_xlabel(f"recall@{result['k']}")
@@ -192,18 +156,12 @@ def plot(result: dict, path: str):
   for name in colors:
     pts = [p for p in points if name in p]
     ns = [p["num_items"] for p in pts]
-    if not pts:
-      continue
-    ax.plot(
-      ns, [p[name]["build_seconds"] for p in pts], "o-", c=colors[name], label=f"{name} build s"
-    )
-    ax.plot(
-      ns,
-      [p[name]["single_ms_median"] for p in pts],
-      "s--",
-      c=colors[name],
-      label=f"{name} single-query ms (median)",
-    )
+    for key, style, label in (
+      ("build_seconds", "o-", "build s"),
+      ("single_ms_median", "s--", "single-query ms (median)"),
+    ):
+      if pts:
+        ax.plot(ns, [p[name][key] for p in pts], style, c=colors[name], label=f"{name} {label}")
   ax.set_xscale("log")
   ax.set_yscale("log")
   ax.set_xlabel("catalog size N")

@@ -35,12 +35,12 @@ from bench.step.worker import Side
 __all__ = ["main", "parser"]
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-# Per mode: --configs, --rounds, --steps, --warmup where not given.
+# Per mode: the flags' values where not given (--warmup: else --num_batches).
 _DEFAULTS = {
-  "time": ("paper,fastest", 5, 2, None),
-  "profile": ("paper,fastest", 5, 2, None),
-  "trace": ("sequence+reference+xla", 1, 4, 8),
-  "ab": ("", 10, 3, None),
+  "time": dict(configs="paper,fastest", rounds=5, steps=2),
+  "profile": dict(configs="paper,fastest", rounds=5, steps=2),
+  "trace": dict(configs="sequence+reference+xla", rounds=1, steps=4, warmup=8),
+  "ab": dict(configs="", rounds=10, steps=3),
 }
 
 
@@ -111,16 +111,13 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv=None) -> None:
   args = parser().parse_args(argv)
-  modes = [m for m, on in (("profile", args.profile), ("trace", args.trace)) if on]
-  modes += ["ab"] if args.before else []
+  modes = [m for m in ("profile", "trace") if getattr(args, m)] + (["ab"] if args.before else [])
   if len(modes) > 1:
     raise ValueError(f"one mode at a time, got {modes}")
   mode = modes[0] if modes else "time"
-  configs, rounds, steps, warmup = _DEFAULTS[mode]
-  args.configs = configs if args.configs is None else args.configs
-  args.rounds = rounds if args.rounds is None else args.rounds
-  args.steps = steps if args.steps is None else args.steps
-  args.warmup = (warmup or args.num_batches) if args.warmup is None else args.warmup
+  for key, value in {"warmup": args.num_batches, **_DEFAULTS[mode]}.items():
+    if getattr(args, key) is None:
+      setattr(args, key, value)
   if args.quick:
     args.rounds, args.steps, args.warmup, args.matmul_n = 2, 2, 1, 1024
   if mode == "ab":
@@ -130,8 +127,8 @@ def main(argv=None) -> None:
     raise ValueError("--configs is empty")
   if mode == "profile" and any(c.framework == "keras3_tensorflow" for c in configs):
     raise ValueError(
-      "--profile times the pieces of the tf-keras and Keras 3 JAX steps: drop "
-      "the keras3_tf configurations"
+      "--profile times the pieces of the tf-keras and Keras 3 JAX steps: drop the keras3_tf "
+      "configurations"
     )
   if mode == "trace" and any(c.keras3 for c in configs):
     raise ValueError("--trace breaks down the tf-keras step: drop the Keras 3 configurations")
@@ -143,18 +140,10 @@ def main(argv=None) -> None:
   inputs, targets, windows, data = load_batches(args)
   num_queries = float(np.mean([(t != 0).sum() for t in targets]))
   tmp = tempfile.mkdtemp(prefix="bench_step_")
-  batches_path = os.path.join(tmp, "batches.npz")
-  np.savez(
-    batches_path,
-    inputs=inputs,
-    targets=targets,
-    windows=windows,
-    item_counts=np.asarray(data.item_counts, np.float32),
-    num_items=data.num_items,
-  )
-  keys = "data_path batch_size max_len dropout logq buckets threads warmup seed".split()
-  base = dict(batches=batches_path, check_step=args.check_keras3_step)
-  base.update({k: getattr(args, k) for k in keys})
+  batches = os.path.join(tmp, "batches.npz")
+  counts = np.asarray(data.item_counts, np.float32)
+  np.savez(batches, inputs=inputs, targets=targets, windows=windows, item_counts=counts)
+  base = dict(vars(args), batches=batches, num_items=data.num_items)
   yardstick = mode == "time" and not args.no_yardstick
   if yardstick and importlib.util.find_spec("torch") is None:
     yardstick = False
@@ -181,8 +170,7 @@ def main(argv=None) -> None:
   sides: Dict[str, Side] = {}
   try:
     if yardstick:
-      spec = dict(base, side="torch", allocator=args.yardstick_allocator)
-      sides[YARDSTICK] = Side(YARDSTICK, spec, tmp)
+      sides[YARDSTICK] = Side(YARDSTICK, dict(base, side="torch"), tmp)
     for c in configs:
       spec = dict(base, side="ours", config=dataclasses.asdict(c))
       sides[c.name] = Side(c.name, spec, tmp, env=env)

@@ -7,39 +7,35 @@ from __future__ import annotations
 import dataclasses
 import re
 
-__all__ = [
-  "PER_TOKENS",
-  "ESTIMATORS",
-  "FRAMEWORK_TOKENS",
-  "NAMED",
-  "YARDSTICK",
-  "SideConfig",
-  "parse_config",
-  "step_flops",
-]
+__all__ = ["NAMED", "TOKENS", "YARDSTICK", "SideConfig", "parse_config", "step_flops"]
 
-PER_TOKENS = {
-  "batch": "batch",
-  "shared": "batch",
-  "sequence": "sequence",
-  "query": "query",
-  "per_position": "query",
+# SideConfig field -> {token: value}; ``blocks<k>``: attention_blocks = k
+_FIELDS = {
+  "uniform": dict(
+    batch="batch", shared="batch", sequence="sequence", query="query", per_position="query"
+  ),
+  "estimator": dict(exact="exact", hash_array="hash_array", count_min="count_min"),
+  "framework": dict(
+    jax="keras3_jax",
+    keras3_jax="keras3_jax",
+    keras3_tf="keras3_tensorflow",
+    keras3_tensorflow="keras3_tensorflow",
+  ),
+  "xla": dict(xla=True),
+  "block": dict(reference="reference"),
+  "step_xla": dict(step=True),
+  "pack": dict(nopack=False),
+  "allocator": dict(malloc_default="default"),
+  "one_heap": dict(malloc_arenas=False),
+  "no_loss": dict(noloss=True),
+  "xla_part": dict(xla_loss="loss", xla_objective="objective"),
 }
-ESTIMATORS = ("exact", "hash_array", "count_min")
-# the step's framework: tf-keras (`python -m train`, no token) or Keras 3 (`python -m train.keras3`)
-FRAMEWORK_TOKENS = {
-  "jax": "keras3_jax",
-  "keras3_jax": "keras3_jax",
-  "keras3_tf": "keras3_tensorflow",
-  "keras3_tensorflow": "keras3_tensorflow",
-}
+TOKENS = {token: (field, v) for field, values in _FIELDS.items() for token, v in values.items()}
 # ``defaults``: the binaries' default run settings (RunConfig: per-sequence uniform, reference
 # block, no XLA)
 NAMED = {"paper": "query+reference+xla", "fastest": "batch+xla", "defaults": "sequence+reference"}
-_KERAS3_ONLY_WITH = "uniform, reference, xla (keras3_tf: jit_compile), nopack, blocks<k>, malloc_*"
 YARDSTICK = "paper code (torch)"
-_TF_KERAS_ONLY = "step noloss xla_loss xla_objective hash_array count_min"
-_SWITCHES = "xla reference step nopack malloc_default malloc_arenas noloss xla_loss xla_objective"
+_TF_KERAS_ONLY = "step noloss xla_loss xla_objective hash_array count_min".split()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,44 +88,28 @@ class SideConfig:
 
 
 def parse_config(name: str) -> SideConfig:
-  """Tokens joined by ``+`` (``paper`` and ``fastest`` expand to theirs; bench.step.cli)."""
+  """Tokens joined by ``+`` (``paper``, ``fastest`` and ``defaults`` expand to theirs); at most
+  one value per field (one uniform, estimator, blocks<k>, framework, xla_* each)."""
   tokens = [t for part in name.split("+") for t in NAMED.get(part, part).split("+")]
-  uniform = [PER_TOKENS[t] for t in tokens if t in PER_TOKENS]
-  estimator = [t for t in tokens if t in ESTIMATORS]
-  blocks = [int(t[6:]) for t in tokens if re.fullmatch(r"blocks[1-9][0-9]*", t)]
-  frameworks = [FRAMEWORK_TOKENS[t] for t in tokens if t in FRAMEWORK_TOKENS]
-  known = {*PER_TOKENS, *ESTIMATORS, *FRAMEWORK_TOKENS, *_SWITCHES.split()}
-  unknown = [t for t in tokens if t not in known and not re.fullmatch(r"blocks[1-9][0-9]*", t)]
-  if (
-    unknown or len(uniform) > 1 or len(estimator) > 1 or len(blocks) > 1 or len(set(frameworks)) > 1
-  ):
+  fields: dict = {}
+  for t in tokens:
+    blocks = re.fullmatch(r"blocks([1-9][0-9]*)", t)
+    field, value = ("attention_blocks", int(blocks[1])) if blocks else TOKENS.get(t, (None, None))
+    if field is None or fields.setdefault(field, value) != value:
+      raise ValueError(
+        f"--configs entry {name!r}: expected paper, fastest, defaults or tokens "
+        "batch|shared|sequence|query|per_position + xla + step + reference + nopack + blocks<k> + "
+        "malloc_default + malloc_arenas + noloss + xla_loss|xla_objective + "
+        "exact|hash_array|count_min + jax|keras3_tf (one of each kind)"
+      )
+  tf_keras_only = [t for t in tokens if t in _TF_KERAS_ONLY]
+  if "framework" in fields and tf_keras_only:
     raise ValueError(
-      f"--configs entry {name!r}: expected paper, fastest, defaults or tokens "
-      f"{sorted(PER_TOKENS)} + xla + step + reference + nopack + blocks<k> + "
-      "malloc_default + malloc_arenas + noloss + xla_loss|xla_objective + "
-      f"{ESTIMATORS} + jax|keras3_tf (one of each kind)"
+      f"--configs entry {name!r}: {', '.join(tf_keras_only)} are tf-keras settings; a Keras 3 "
+      f"side ({fields['framework']}) takes uniform, reference, xla (keras3_tf: jit_compile), "
+      "nopack, blocks<k>, malloc_*"
     )
-  tf_keras_only = [t for t in tokens if t in _TF_KERAS_ONLY.split()]
-  if frameworks and tf_keras_only:
-    raise ValueError(
-      f"--configs entry {name!r}: {', '.join(tf_keras_only)} are tf-keras "
-      f"settings; a Keras 3 side ({frameworks[0]}) takes {_KERAS3_ONLY_WITH}"
-    )
-  return SideConfig(
-    name=name,
-    uniform=uniform[0] if uniform else "batch",
-    xla="xla" in tokens,
-    block="reference" if "reference" in tokens else "pre_ln",
-    estimator=estimator[0] if estimator else "exact",
-    step_xla="step" in tokens,
-    pack="nopack" not in tokens,
-    attention_blocks=blocks[0] if blocks else 0,
-    allocator="default" if "malloc_default" in tokens else "retain",
-    one_heap="malloc_arenas" not in tokens,
-    no_loss="noloss" in tokens,
-    xla_part="objective" if "xla_objective" in tokens else "loss" if "xla_loss" in tokens else "",
-    framework=frameworks[0] if frameworks else "tf_keras",
-  )
+  return SideConfig(name=name, **fields)
 
 
 def step_flops(

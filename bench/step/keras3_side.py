@@ -1,10 +1,6 @@
 """The Keras 3 sides of the SASRec step benchmark (tokens ``jax`` / ``keras3_tf``; bench/README.md,
-section `step/`): `python -m train.keras3`'s model, negatives, loss and Adam
-(`train.keras3.trainer.Trainer`) on the ML-1M batches, in a worker whose ``KERAS_BACKEND`` was
-set before keras was imported (`select_backend`). On JAX (`JaxTrainStep`) the state (trainable,
-non-trainable, optimizer values) stays on the device between steps and only the loss comes back;
-`check_jax_step` shows that it gives ``train_on_batch``'s loss from the same state.
-"""
+section `step/`): `train.keras3.trainer.Trainer` on the ML-1M batches, in a worker whose
+``KERAS_BACKEND`` was set before keras was imported (`select_backend`)."""
 
 from __future__ import annotations
 
@@ -72,14 +68,9 @@ class JaxTrainStep:
 
 
 class JaxProfiler:
-  """``--profile`` on the JAX side: the pieces of `JaxTrainStep` (bench.step.profiler's
-  PIECES and meanings), each its own ``jax.jit`` program on the model's current state:
-
-  encoder_fwd: sum of the training queries (forward);  encoder_fwd_bwd: the gradient of
-  sum(queries * fixed random) w.r.t. every trainable variable;  loss_fwd_bwd: the objective with
-  the encoder's training queries replaced by fixed ones (an input), its gradient w.r.t. them and
-  the variables;  optimizer: Adam's ``stateless_apply`` of one real step's gradients;
-  step: `JaxTrainStep`. The estimator is the exact one (no update)."""
+  """``--profile`` on the JAX side: the pieces of `JaxTrainStep` (`bench.step.profiler.Profiler`'s,
+  bench/README.md), each its own ``jax.jit`` program on the model's current state (the fixed
+  queries: an input; the optimizer: ``stateless_apply``; no estimator update: exact counts)."""
 
   def __init__(self, model, step: JaxTrainStep, batches):
     import jax
@@ -162,11 +153,10 @@ def check_jax_step(trainer, batch) -> dict:
   return dict(keras_train_on_batch=keras_loss, stateless_jit=JaxTrainStep(trainer.model)(batch))
 
 
-def setup(spec: dict, cfg: SideConfig, inputs, targets):
+def setup(spec: dict, cfg: SideConfig, arrays):
   """(run(i) -> (loss, mean weight; nan on jax), peak(n) -> GFLOP/s, info, profiler() ->
-  `JaxProfiler`, None on TF) of a Keras 3 side: a `train.keras3.trainer.Trainer` with our side's
-  run settings (`bench.step.ours.run_config`); keras must not have been imported before
-  `select_backend`."""
+  `JaxProfiler`, None on TF) of a Keras 3 side with our side's run settings (`ours.run_config`);
+  keras must not have been imported before `select_backend`."""
   # The application's data and config (tf-keras stack) before keras, as the binary imports them.
   from train import data as data_lib
   from train.keras3 import settings
@@ -183,9 +173,8 @@ def setup(spec: dict, cfg: SideConfig, inputs, targets):
       f"keras runs on {backend}, the side needs {BACKEND_OF[cfg.framework]} "
       "(KERAS_BACKEND set after keras was imported?)"
     )
-  numpy_batches = [
-    dict(inputs=x.astype(np.int32), targets=y.astype(np.int32)) for x, y in zip(inputs, targets)
-  ]
+  pairs = zip(arrays["inputs"], arrays["targets"])
+  numpy_batches = [dict(inputs=x.astype(np.int32), targets=y.astype(np.int32)) for x, y in pairs]
   if cfg.pack:  # the binary's batches (--sasrec_pack_tokens): with their token index
     from models.keras3 import sasrec_ops
 
@@ -195,7 +184,7 @@ def setup(spec: dict, cfg: SideConfig, inputs, targets):
     import jax
 
     batches = [jax.device_put(b) for b in numpy_batches]
-    if spec.get("check_step"):
+    if spec["check_keras3_step"]:
       check = check_jax_step(trainer, batches[0])
     step = JaxTrainStep(trainer.model)
     profiler = lambda: JaxProfiler(trainer.model, step, batches)

@@ -14,30 +14,20 @@ __all__ = ["load_batches", "run_config", "setup", "remove_scoring_and_loss", "co
 
 
 def load_batches(args) -> tuple:
-  """The first --num_batches batches of the training pipeline, as numpy, + the dataset
-  (``args``: train_speed's data_path, batch_size, max_len, num_batches and seed). Where
-  TensorFlow is not installed (a GPU machine with JAX and PyTorch only), the same windows from
+  """(inputs, targets, windows, data): the first --num_batches ML-1M batches of the training
+  pipeline as numpy; without TensorFlow (a GPU machine with JAX and PyTorch only), the same from
   the Keras 3 binary's numpy stream (`train.data.batches`, --shuffle_rng=numpy's order)."""
   from train import data as data_lib
   from train.data import batches as batches_lib
 
   data = data_lib.load("ml1m", args.data_path)
+  shape = dict(batch_size=args.batch_size, max_len=args.max_len, seed=args.seed)
   if batches_lib.tensorflow_installed():
-    ds = data_lib.sasrec_train_dataset(
-      data, batch_size=args.batch_size, max_len=args.max_len, seed=args.seed
-    )
+    ds = data_lib.sasrec_train_dataset(data, **shape)
     batches = [{k: v.numpy() for k, v in b.items()} for b in ds.take(args.num_batches)]
   else:
-    batches = list(
-      batches_lib.sasrec_batches(
-        data,
-        batch_size=args.batch_size,
-        max_len=args.max_len,
-        seed=args.seed,
-        num_batches=args.num_batches,
-        rng="numpy",
-      )
-    )
+    batches = batches_lib.sasrec_batches(data, **shape, num_batches=args.num_batches, rng="numpy")
+    batches = list(batches)
   inputs = np.stack([b["inputs"] for b in batches])
   targets = np.stack([b["targets"] for b in batches])
   # windows [B, L + 1] of the paper code: inputs followed by the last target.
@@ -76,7 +66,7 @@ def run_config(spec: dict, cfg: SideConfig, **settings):
   )
 
 
-def setup(spec: dict, cfg: SideConfig, inputs, targets):
+def setup(spec: dict, cfg: SideConfig, arrays):
   """`bench.step.keras3_side.setup`'s (run, peak, info, profiler) of one of our (tf-keras)
   configurations: a `train.trainer.Trainer`; TensorFlow is imported and set up."""
   import tensorflow as tf
@@ -93,12 +83,10 @@ def setup(spec: dict, cfg: SideConfig, inputs, targets):
     remove_scoring_and_loss(trainer)
   if cfg.xla_part:
     compile_separately(trainer, cfg.xla_part)
-  batches = [dict(inputs=tf.constant(x), targets=tf.constant(y)) for x, y in zip(inputs, targets)]
+  pairs = zip(arrays["inputs"], arrays["targets"])
+  batches = [dict(inputs=tf.constant(x), targets=tf.constant(y)) for x, y in pairs]
 
-  def run(i):
-    loss, w = trainer.train_step(batches[i])
-    return float(loss), float(w)
-
+  run = lambda i: tuple(float(t) for t in trainer.train_step(batches[i]))
   info = dict(framework=f"tensorflow {tf.__version__}")
   return run, matmul_peak_tf, info, lambda: Profiler(trainer, batches)
 

@@ -9,14 +9,8 @@ __all__ = ["Profiler", "time_pieces"]
 
 
 class Profiler:
-  """Times the pieces of our step through the model / objective interfaces (no internals):
-
-  encoder_fwd: model.training_queries (forward only);  encoder_fwd_bwd: the same + the gradient
-  of sum(queries * fixed random) w.r.t. every variable;  loss_fwd_bwd: the objective with the
-  model's queries replaced by fixed ones (negatives, scores, log Q, loss, estimator update) and
-  its gradient w.r.t. the queries and the variables;  estimator: the estimator update alone;
-  optimizer: Adam applying the gradients of one real step;  step: Trainer.train_step.
-  """
+  """Times the pieces of our step (bench/README.md, `--profile`) through the model / objective
+  interfaces (no internals)."""
 
   PIECES = ("step", "encoder_fwd", "encoder_fwd_bwd", "loss_fwd_bwd", "estimator", "optimizer")
 

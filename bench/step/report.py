@@ -121,20 +121,14 @@ def print_report(sides: dict, configs: list, flops: dict, peak: dict, pre_ln: fl
 def keras3_ratios(configs: list, results: dict) -> dict:
   """{Keras 3 config name: dict(tf_keras=name, x_min, x_median)}: the tf-keras side of the same
   configuration (every setting but the framework) over the Keras 3 side, when both ran."""
-
-  def key(c):
-    return dataclasses.replace(c, name="", framework="tf_keras")
-
+  key = lambda c: dataclasses.replace(c, name="", framework="tf_keras")
   tf_keras = {key(c): c.name for c in configs if not c.keras3}
   out = {}
   for c in configs:
     other = tf_keras.get(key(c)) if c.keras3 else None
     if other is not None:
-      out[c.name] = dict(
-        tf_keras=other,
-        x_min=results[other][0] / results[c.name][0],
-        x_median=results[other][1] / results[c.name][1],
-      )
+      (tf_min, tf_med), (k3_min, k3_med) = results[other], results[c.name]
+      out[c.name] = dict(tf_keras=other, x_min=tf_min / k3_min, x_median=tf_med / k3_med)
   return out
 
 

@@ -34,7 +34,7 @@ def summarize_xspace(xspace, num_steps: int) -> dict:
   enclosing ``call.N`` / ``ThunkExecutor::Execute`` events contain the others and are skipped.
   TensorFlow kernels are the ``name:OpType`` events of the TensorFlow compute threads.
   """
-  xla_dot = xla_other = workers = 0.0
+  sums = dict.fromkeys(("xla_dot", "xla_other", "tf_ops", "tf_matmul", "workers"), 0.0)
   tf_ops: collections.Counter = collections.Counter()
   for plane in xspace.planes:
     names = {k: v.name for k, v in plane.event_metadata.items()}
@@ -43,7 +43,7 @@ def summarize_xspace(xspace, num_steps: int) -> dict:
         name = names.get(event.metadata_id, "")
         seconds = event.duration_ps * 1e-12 / num_steps
         if name.startswith("ParallelFor") and not line.name.startswith("tf_Compute"):
-          workers += seconds
+          sums["workers"] += seconds
         elif line.name.startswith("tf_Compute") and _TF_KERNEL.fullmatch(name):
           tf_ops[name] += seconds
         elif (
@@ -52,19 +52,10 @@ def summarize_xspace(xspace, num_steps: int) -> dict:
           and "." in name
           or name in ("reduce-window", "sort", "scatter")
         ):
-          if name.startswith("dot"):
-            xla_dot += seconds
-          else:
-            xla_other += seconds
-  tf_matmul = sum(v for k, v in tf_ops.items() if k.split(":")[1] in _MATMUL_OPS)
-  return dict(
-    xla_dot=xla_dot,
-    xla_other=xla_other,
-    tf_ops=sum(tf_ops.values()),
-    tf_matmul=tf_matmul,
-    workers=workers,
-    tf_top=[(k, v) for k, v in tf_ops.most_common(8)],
-  )
+          sums["xla_dot" if name.startswith("dot") else "xla_other"] += seconds
+  sums["tf_ops"] = sum(tf_ops.values())
+  sums["tf_matmul"] = sum(v for k, v in tf_ops.items() if k.split(":")[1] in _MATMUL_OPS)
+  return dict(sums, tf_top=[(k, v) for k, v in tf_ops.most_common(8)])
 
 
 def trace_steps(steps: Callable[[int], object], n: int) -> dict:

@@ -1,14 +1,7 @@
 """``--before`` / ``--after`` of the step benchmark: the training step of two source trees (or
 one tree with two settings), timed interleaved in one run (bench/README.md, section `step/`).
-
-Each tree's side runs `TREE_WORKER` in a subprocess with the tree's own code (its working folder
-and PYTHONPATH are the tree): it builds the binary's trainer from `train.config.RunConfig` (the
-binary's defaults, plus the side's settings: a JSON object), traces and compiles the step on a
-few batches, then answers the parent's ``steps`` commands with the seconds of each step. The
-worker is self-contained (it speaks `bench.common.workers`' reply lines itself), so a tree
-needs only the ``Trainer(cfg, strategy=...)`` / ``distributed_epoch`` / ``train_step``
-interface (tf-keras) or ``train.keras3.trainer.Trainer`` (Keras 3 on JAX), not this bench.
-"""
+`TREE_WORKER` runs with the tree's own code and is self-contained (it speaks
+`bench.common.workers`' reply lines itself): a tree needs only its binary's trainer interface."""
 
 from __future__ import annotations
 

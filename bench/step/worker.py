@@ -13,7 +13,7 @@ import resource
 import subprocess
 import sys
 import time
-from typing import Dict, List, Optional
+from typing import List
 
 import numpy as np
 
@@ -27,38 +27,43 @@ __all__ = ["serve", "Side"]
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+def paper_code_setup(spec: dict, cfg, arrays):
+  """`bench.step.keras3_side.setup`'s (run, peak, info, profiler) of the paper code's side."""
+  import torch
+
+  from bench import paper_code_torch
+
+  step_fn = paper_code_torch.PaperCodeStep(
+    spec["num_items"],
+    arrays["item_counts"],
+    max_len=spec["max_len"],
+    dropout=spec["dropout"],
+    threads=spec["threads"],
+    seed=spec["seed"],
+  )
+  windows = arrays["windows"]
+  run = lambda i: step_fn(windows[i])  # its loss.item() waits for the step, as in the script
+  peak = lambda n: matmul_peak_torch(n, device=step_fn.device)
+  framework, device = f"torch {torch.__version__}", str(step_fn.device)
+  return run, peak, dict(threads=torch.get_num_threads(), framework=framework, device=device), None
+
+
 def serve(spec: dict) -> None:
   """Subprocess: sets up one side, then answers commands read from stdin (one JSON a line)."""
   proto = os.fdopen(os.dup(1), "w", buffering=1)
   os.dup2(2, 1)  # anything a library prints goes to stderr, not the protocol
   reply = lambda obj: proto.write(workers.reply_line(obj) + "\n")
   arrays = np.load(spec["batches"])
-  inputs, targets, windows = arrays["inputs"], arrays["targets"], arrays["windows"]
   threads = spec["threads"]
   from train import host_memory
 
   cfg = None if spec["side"] == "torch" else SideConfig(**spec["config"])
   if cfg is None:
-    host_memory.configure(spec["allocator"])
+    host_memory.configure(spec["yardstick_allocator"])
     import torch
 
     torch.set_num_threads(threads)
-    rss_import = memory.status_kib("VmRSS")
-    from bench import paper_code_torch
-
-    step_fn = paper_code_torch.PaperCodeStep(
-      int(arrays["num_items"]),
-      arrays["item_counts"],
-      max_len=spec["max_len"],
-      dropout=spec["dropout"],
-      threads=threads,
-      seed=spec["seed"],
-    )
-    run = lambda i: step_fn(windows[i])  # its loss.item() waits for the step, as in the script
-    peak = lambda n: matmul_peak_torch(n, device=step_fn.device)
-    framework, device = f"torch {torch.__version__}", str(step_fn.device)
-    info = dict(threads=torch.get_num_threads(), framework=framework, device=device)
-    make_profiler = None
+    setup = paper_code_setup
   else:
     host_memory.configure(cfg.allocator, one_heap=cfg.one_heap)
     if cfg.keras3:  # before keras is imported; a JAX side imports no TensorFlow (a GPU machine)
@@ -81,10 +86,10 @@ def serve(spec: dict) -> None:
 
       if backend == "jax":
         import jax  # noqa: F401
-    rss_import = memory.status_kib("VmRSS")
-    run, peak, info, make_profiler = side_lib.setup(spec, cfg, inputs, targets)
-    info = dict(info, threads=threads)
-  num_batches = len(windows)
+    setup = side_lib.setup
+  rss_import = memory.status_kib("VmRSS")
+  run, peak, info, make_profiler = setup(spec, cfg, arrays)
+  num_batches = len(arrays["windows"])
   cursor = [0]
 
   def steps(n):
@@ -102,7 +107,7 @@ def serve(spec: dict) -> None:
   host_memory.release_free_memory()  # the warm-up's garbage (tracing, XLA) is not the step's
   rss_ready = memory.status_kib("VmRSS")
   reset = memory.reset_peak_rss()
-  reply(dict(ready=True, **info))
+  reply(dict(dict(threads=threads), ready=True, **info))
   profiler = None
   for line in sys.stdin:
     cmd = json.loads(line)
@@ -122,30 +127,17 @@ def serve(spec: dict) -> None:
         raise ValueError("--trace breaks down the tf-keras step only")
       reply(trace_steps(steps, cmd["n"]))
     elif cmd["cmd"] == "quit":
-      reply(
-        dict(
-          peak_rss_kib=memory.peak_rss_kib(reset),
-          lifetime_peak_rss_kib=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-          rss_import_kib=rss_import,
-          rss_ready_kib=rss_ready,
-        )
-      )
+      rss = dict(peak_rss_kib=memory.peak_rss_kib(reset))
+      rss["lifetime_peak_rss_kib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+      reply(dict(rss, rss_import_kib=rss_import, rss_ready_kib=rss_ready))
       return
 
 
 class Side:
   """A worker subprocess (`serve`) and its results."""
 
-  def __init__(
-    self,
-    name: str,
-    spec: dict,
-    log_dir: str,
-    command: Optional[List[str]] = None,
-    cwd: Optional[str] = None,
-    env: Optional[Dict[str, str]] = None,
-  ):
-    """``command`` (default: `serve` of this tree) gets JSON(spec) appended."""
+  def __init__(self, name: str, spec: dict, log_dir: str, command=None, cwd=None, env=None):
+    """``command`` (a list; default: `serve` of this tree) gets JSON(spec) appended."""
     self.name = name
     self.log_path = os.path.join(log_dir, re.sub(r"[^a-z0-9]+", "_", name.lower()) + ".log")
     self.log = open(self.log_path, "w")

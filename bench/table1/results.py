@@ -1,7 +1,6 @@
-"""`python -m bench.table1.results RUN_DIR`: RUN_DIR/eval/eval_results.json from the test metrics
-of RUN_DIR/train_metrics.json (`bench.analysis.runs.write_binary_test_results`). The launcher's
-last command of a run that evaluates test itself (`bench.launch.plan`, in a pinned checkout too),
-kept under this name for those checkouts and the commands recorded in run.json."""
+"""`python -m bench.table1.results RUN_DIR`: `bench.analysis.runs.write_binary_test_results`, the
+launcher's last command of a run that evaluates test itself, under the name that pinned checkouts
+and the commands recorded in run.json use."""
 
 import argparse
 import pathlib

@@ -11,26 +11,13 @@ import json
 import os
 import pathlib
 import time
-from typing import Callable, NamedTuple, Optional
+from typing import Callable, NamedTuple
 
 import numpy as np
 
 from eval import synthetic_world as world_lib
 from eval.demo import training as demo_training
 from eval.demo.metrics import top_k
-
-__all__ = [
-  "WorldData",
-  "Stream",
-  "chunk_users",
-  "cache_key",
-  "prepare_world",
-  "training_stream",
-  "load_stream",
-  "initial_weights",
-]
-
-DEFAULT_MEMORY_BYTES = 1_500_000_000
 
 
 class WorldData(NamedTuple):
@@ -48,58 +35,53 @@ class Stream(NamedTuple):
   counts: np.ndarray  # int64 [D] the stream's item counts (ExactCounts of the demo)
 
 
-def chunk_users(num_items: int, arrays: int = 6, memory_bytes: int = DEFAULT_MEMORY_BYTES) -> int:
+def chunk_users(num_items: int, arrays: int, memory_bytes: int) -> int:
   """Users per chunk: ``arrays`` [c, num_items] float64 arrays within ``memory_bytes``."""
   return max(1, int(memory_bytes // (arrays * 8 * num_items)))
 
 
-def cache_key(fields: dict) -> str:
-  """A short, stable hash of a settings dict (the cache files' names)."""
-  text = json.dumps(fields, sort_keys=True, default=str)
-  return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def _save(path: pathlib.Path, **arrays) -> None:
-  """np.savez to a temporary name, then rename (a killed run leaves no half file)."""
+def _cached(cache_dir, kind: str, fields: dict, compute: Callable[[], dict], log, what) -> dict:
+  """The arrays of CACHE_DIR/KIND-KEY.npz (KEY: a short hash of ``fields``), else compute()'s,
+  saved there (to a temporary name, then renamed: a killed run leaves no half file)."""
+  key = hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode()).hexdigest()
+  path = pathlib.Path(cache_dir) / f"{kind}-{key[:12]}.npz"
+  if path.exists():
+    with np.load(path) as f:
+      return dict(f)
+  start = time.time()
+  arrays = compute()
+  path.parent.mkdir(parents=True, exist_ok=True)
   tmp = path.with_name(path.name + ".tmp.npz")
   np.savez(tmp, **arrays)
   os.replace(tmp, path)
+  log(f"  {what} ({time.time() - start:.0f} s)")
+  return arrays
 
 
-def prepare_world(settings, cache_dir, memory_bytes: int = DEFAULT_MEMORY_BYTES, log=print):
+def prepare_world(settings, cache_dir, memory_bytes: int, log) -> WorldData:
   """The world, its held-out users, Q(d), the bins and the oracle's top-k_max (cached)."""
   s = settings
   world = world_lib.make_world(s.num_items, s.feature_dim, s.zipf, s.tau, s.world_seed)
   x = world_lib.held_out_users(world, s.eval_users, s.world_seed)
   k_max = max(s.ks)
-  path = pathlib.Path(cache_dir) / f"world-{cache_key(s.world_fields())}.npz"
-  if path.exists():
-    with np.load(path) as f:
-      return WorldData(world, x, f["popularity"], f["bins"], f["oracle_top"])
-  start = time.time()
-  chunk = chunk_users(s.num_items, 3, memory_bytes)
-  popularity = np.zeros(s.num_items)
-  oracle_top = np.empty((s.eval_users, k_max), np.int32)
-  for a in range(0, s.eval_users, chunk):
-    p = world_lib.true_probabilities(world, x[a : a + chunk])
-    popularity += p.sum(axis=0)
-    oracle_top[a : a + chunk] = top_k(p, k_max)
-  popularity /= s.eval_users
-  bins = world_lib.popularity_bins(popularity, s.num_bins)
-  path.parent.mkdir(parents=True, exist_ok=True)
-  _save(path, popularity=popularity, bins=bins, oracle_top=oracle_top)
-  log(f"  world: oracle top-{k_max} of {s.eval_users} held-out users ({time.time() - start:.0f} s)")
-  return WorldData(world, x, popularity, bins, oracle_top)
+
+  def compute():
+    chunk = chunk_users(s.num_items, 3, memory_bytes)
+    popularity = np.zeros(s.num_items)
+    oracle_top = np.empty((s.eval_users, k_max), np.int32)
+    for a in range(0, s.eval_users, chunk):
+      p = world_lib.true_probabilities(world, x[a : a + chunk])
+      popularity += p.sum(axis=0)
+      oracle_top[a : a + chunk] = top_k(p, k_max)
+    popularity /= s.eval_users
+    bins = world_lib.popularity_bins(popularity, s.num_bins)
+    return dict(popularity=popularity, bins=bins, oracle_top=oracle_top)
+
+  what = f"world: oracle top-{k_max} of {s.eval_users} held-out users"
+  return WorldData(world, x, **_cached(cache_dir, "world", s.world_fields(), compute, log, what))
 
 
-def training_stream(
-  world: world_lib.World,
-  num_users: int,
-  steps: int,
-  batch_size: int,
-  seed: int,
-  memory_bytes: int = DEFAULT_MEMORY_BYTES,
-) -> Stream:
+def training_stream(world, num_users, steps, batch_size, seed, memory_bytes=1_500_000_000):
   """`eval.synthetic_world.training_stream` of ``seed``, drawn chunk by chunk of training users
   (bench/README.md), with uint16 users and the stream's item counts."""
   chunk = chunk_users(world.num_items, 4, memory_bytes)
@@ -108,29 +90,15 @@ def training_stream(
   return Stream(s.user_features, s.users.astype(np.uint16), s.items, counts)
 
 
-def load_stream(
-  world: world_lib.World,
-  settings,
-  seed: int,
-  cache_dir,
-  memory_bytes: int = DEFAULT_MEMORY_BYTES,
-  log: Optional[Callable] = print,
-) -> Stream:
+def load_stream(world, settings, seed: int, cache_dir, memory_bytes: int, log) -> Stream:
   """`training_stream` of ``seed``, from the cache when it is there."""
   s = settings
   names = ("num_items", "feature_dim", "zipf", "tau", "world_seed", "train_users", "steps")
   fields = {n: getattr(s, n) for n in names} | dict(batch_size=s.batch_size, seed=seed)
-  path = pathlib.Path(cache_dir) / f"stream-{cache_key(fields)}.npz"
-  if path.exists():
-    with np.load(path) as f:
-      return Stream(f["user_features"], f["users"], f["items"], f["counts"])
-  start = time.time()
-  stream = training_stream(world, s.train_users, s.steps, s.batch_size, seed, memory_bytes)
-  path.parent.mkdir(parents=True, exist_ok=True)
-  _save(path, **stream._asdict())
-  if log:
-    log(f"  stream of seed {seed}: {s.steps} x {s.batch_size} draws ({time.time() - start:.0f} s)")
-  return stream
+  args = (world, s.train_users, s.steps, s.batch_size, seed, memory_bytes)
+  compute = lambda: training_stream(*args)._asdict()
+  what = f"stream of seed {seed}: {s.steps} x {s.batch_size} draws"
+  return Stream(**_cached(cache_dir, "stream", fields, compute, log, what))
 
 
 def initial_weights(settings, seed: int):

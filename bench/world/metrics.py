@@ -5,7 +5,7 @@ demo's `eval.demo.metrics.Accumulator` (numpy float64; the definitions: bench/RE
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Mapping, Optional, Sequence
+from typing import Callable, Dict
 
 import numpy as np
 
@@ -15,18 +15,10 @@ from eval.demo.metrics import Accumulator, log_softmax, reference_models, top_k
 __all__ = ["evaluate", "model_log_probs", "reference_models"]
 
 
-def evaluate(
-  world: world_lib.World,
-  users_x: np.ndarray,
-  models: Mapping[str, Callable],
-  bins: np.ndarray,
-  ks: Sequence[int],
-  num_bins: int,
-  chunk: int,
-  oracle_top: Optional[np.ndarray] = None,
-) -> Dict[str, Dict]:
-  """{name: metrics} of every model on the held-out users ``users_x`` [U, f], ``chunk`` users
-  at a time. ``models[name](x [c, f], p [c, D]) -> log P̂ [c, D]`` (normalised; ``p`` is the
+def evaluate(world, users_x, models, bins, ks, num_bins, chunk, oracle_top=None) -> Dict[str, Dict]:
+  """{name: metrics} of every model of ``models`` (a mapping) on the world's held-out users
+  ``users_x`` [U, f], ``chunk`` users at a time, k in ``ks``, popularity ``bins`` [D] (of
+  ``num_bins``). ``models[name](x [c, f], p [c, D]) -> log P̂ [c, D]`` (normalised; ``p`` is the
   truth, for reference models); ``oracle_top`` [U, >= max(ks)] (None: computed per chunk)."""
   if chunk < 1:
     raise ValueError(f"chunk must be >= 1, got {chunk}")

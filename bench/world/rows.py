@@ -1,8 +1,7 @@
 """The arms (rows) of bench/world_scale.py and the settings of one world: names, parsing, checks.
 
 A row is ``full`` or ``SOURCE:CORRECTION[:CONVENTION]`` (the grammar: bench/README.md, section
-`world_scale.py`). Everything here is plain Python (no Keras): the CLI checks its arguments
-before JAX loads.
+`world_scale.py`). Plain Python (no Keras): the CLI checks its arguments before JAX loads.
 """
 
 from __future__ import annotations
@@ -10,21 +9,7 @@ from __future__ import annotations
 from typing import List, NamedTuple, Sequence, Tuple
 
 from eval.demo import config as demo_config
-from eval.demo.config import CONVENTIONS, CORRECTIONS, RowSpec
-
-__all__ = [
-  "CORRECTIONS",
-  "CONVENTIONS",
-  "SOURCES",
-  "REFERENCE_ROW",
-  "RowSpec",
-  "Settings",
-  "parse_row",
-  "parse_rows",
-  "default_rows",
-  "check_settings",
-  "settings_tag",
-]
+from eval.demo.config import RowSpec
 
 SOURCES = ("in_batch", "mixed", "xbatch4", "xbatch16", "xbatch64", "midx")  # the default grid
 DEFAULT_CORRECTIONS = ("none", "standard", "corrected")
@@ -70,6 +55,11 @@ class Settings(NamedTuple):
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self._asdict().items()}
 
 
+# the settings that must be > 0 (in the order they are checked); the others: `check_settings`
+_OTHERS = ("num_negatives", "midx_negatives", "zipf", "tau", "world_seed", "ks")
+_POSITIVE = tuple(f for f in Settings._fields if f not in _OTHERS)
+
+
 def parse_row(text: str, convention: str = "unigram") -> RowSpec:
   """'full' | 'SOURCE:CORRECTION[:CONVENTION]' -> RowSpec: the demo's grammar over this grid's
   sources (`eval.demo.config.parse_row`); ``convention`` is the default of a row that names none."""
@@ -89,9 +79,7 @@ def parse_rows(texts: Sequence[str], convention: str = "unigram") -> List[RowSpe
 def default_rows(settings: Settings, convention: str = "unigram") -> List[RowSpec]:
   """The grid: every SOURCE x none / standard / corrected, and full softmax where it fits."""
   rows = [parse_row(f"{s}:{c}", convention) for s in SOURCES for c in DEFAULT_CORRECTIONS]
-  if full_fits(settings):
-    rows.append(RowSpec("full"))
-  return rows
+  return rows + [RowSpec("full")] if full_fits(settings) else rows
 
 
 def full_fits(settings: Settings) -> bool:
@@ -99,62 +87,47 @@ def full_fits(settings: Settings) -> bool:
   return settings.batch_size * settings.num_items <= settings.full_max_logits
 
 
-def _positive(value, name: str) -> None:
-  if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-    raise ValueError(f"--{name} must be a positive int, got {value!r}")
+def check(*checks: Tuple[bool, str]) -> None:
+  """ValueError with the message of the first (ok, message) that is not ok."""
+  for ok, message in checks:
+    if not ok:
+      raise ValueError(message)
 
 
 def check_settings(settings: Settings, rows: Sequence[RowSpec]) -> Settings:
   """ValueError naming the first bad setting (a row that does not fit included)."""
   s = settings
-  for name in (
-    "num_items",
-    "batch_size",
-    "steps",
-    "learning_rate",
-    "embedding_dim",
-    "feature_dim",
-    "train_users",
-    "eval_users",
-    "num_bins",
-    "midx_codewords",
-    "midx_refresh",
-    "full_max_logits",
-  ):
-    value = getattr(s, name)
-    if name == "learning_rate":
-      if not (isinstance(value, float) and value > 0):
-        raise ValueError(f"--learning_rate must be > 0, got {value!r}")
-      continue
-    _positive(value, name)
+  for name in _POSITIVE:
+    if not getattr(s, name) > 0:
+      kind = "> 0" if name == "learning_rate" else "a positive int"
+      raise ValueError(f"--{name} must be {kind}, got {getattr(s, name)!r}")
   for name in ("num_negatives", "midx_negatives"):
-    value = getattr(s, name)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-      raise ValueError(f"--{name} must be an int >= 0 (0: the default), got {value!r}")
-  if not s.zipf >= 0 or not s.tau >= 0:
-    raise ValueError(f"--zipf and --tau must be >= 0, got {s.zipf}, {s.tau}")
-  if not s.ks or any(isinstance(k, bool) or not isinstance(k, int) or k <= 0 for k in s.ks):
-    raise ValueError(f"--ks must be positive ints, got {list(s.ks)}")
-  if list(s.ks) != sorted(set(s.ks)):
-    raise ValueError(f"--ks must be increasing, got {list(s.ks)}")
-  if max(s.ks) > s.num_items or s.num_bins > s.num_items:
-    raise ValueError(
-      f"--ks ({max(s.ks)}) and --num_bins ({s.num_bins}) must be <= --num_items ({s.num_items})"
-    )
-  if s.num_items >= 2**31 - 1:
-    raise ValueError(f"--num_items must be < 2**31 - 1 (int32 ids), got {s.num_items}")
-  if s.train_users > 65535:
-    raise ValueError(f"--train_users must be <= 65535 (uint16 stream), got {s.train_users}")
-  if s.midx_codewords > s.num_items:
-    raise ValueError(
-      f"--midx_codewords ({s.midx_codewords}) must be <= --num_items ({s.num_items})"
-    )
-  for row in rows:
-    if row.source == "full" and not full_fits(s):
-      raise ValueError(
-        f"--rows: full softmax does not fit at batch {s.batch_size} x {s.num_items} items "
-        f"(B |D| > --full_max_logits = {s.full_max_logits})"
-      )
+    if getattr(s, name) < 0:
+      raise ValueError(f"--{name} must be an int >= 0 (0: the default), got {getattr(s, name)!r}")
+  full = any(row.source == "full" for row in rows)
+  check(
+    (s.zipf >= 0 and s.tau >= 0, f"--zipf and --tau must be >= 0, got {s.zipf}, {s.tau}"),
+    (min(s.ks) > 0, f"--ks must be positive ints, got {list(s.ks)}"),
+    (list(s.ks) == sorted(set(s.ks)), f"--ks must be increasing, got {list(s.ks)}"),
+    (
+      max(s.ks) <= s.num_items and s.num_bins <= s.num_items,
+      f"--ks ({max(s.ks)}) and --num_bins ({s.num_bins}) must be <= --num_items ({s.num_items})",
+    ),
+    (s.num_items < 2**31 - 1, f"--num_items must be < 2**31 - 1 (int32 ids), got {s.num_items}"),
+    (
+      s.train_users <= 65535,
+      f"--train_users must be <= 65535 (uint16 stream), got {s.train_users}",
+    ),
+    (
+      s.midx_codewords <= s.num_items,
+      f"--midx_codewords ({s.midx_codewords}) must be <= --num_items ({s.num_items})",
+    ),
+    (
+      not full or full_fits(s),
+      f"--rows: full softmax does not fit at batch {s.batch_size} x {s.num_items} items "
+      f"(B |D| > --full_max_logits = {s.full_max_logits})",
+    ),
+  )
   return s
 
 

@@ -1,19 +1,14 @@
-r"""One arm of bench/world_scale.py: a jitted JAX step composed from the Keras 3 library (the
-model, the step of each source and the update rule: bench/README.md, section `world_scale.py`).
-
-The rows of a step are found in two passes over the samplers with the same random state: pass 1
-(no gradient) records the ids every sampler embeds (the candidate embedder is a recorder), the
-step takes their distinct ids (``jnp.unique`` with a static size); pass 2 differentiates the loss
-with respect to those rows only (the embedder gathers from them). The state, (W, table), their
-optimizer slots (m, v, k) and every Keras variable of the samplers and the estimator, goes in and
-out of the step through ``keras.StatelessScope``: compiled once, never stale; the table and its
-moments are donated.
+"""One arm of bench/world_scale.py: a jitted JAX step composed from the Keras 3 library (the
+model, the step of each source, the update rule and the two passes that find a step's rows:
+bench/README.md, section `world_scale.py`).
 """
 
 from __future__ import annotations
 
+import os
+import pathlib
 import time
-from typing import Dict, List, Optional, Sequence
+from typing import Dict
 
 import jax
 import jax.numpy as jnp
@@ -22,32 +17,22 @@ import numpy as np
 from keras import ops
 
 import tfrs_logq.keras3 as tlk
+from bench.common.timing import rotated
 from bench.world.rows import RowSpec, Settings
 from tfrs_logq.core import lazy_adam as lazy_adam_core
 from tfrs_logq.keras3 import negatives as neg
-
-__all__ = ["Arm", "machine_label"]
 
 BETA_1, BETA_2, EPSILON = 0.9, 0.999, 1e-7  # keras.optimizers.Adam's
 
 
 def machine_label() -> str:
-  """'<accelerator or CPU model> (<n> cores), jax <backend>' for the absolute times."""
-  import os
-
-  device = jax.devices()[0]
+  """'<accelerator or CPU model> (<n> cores), jax <version> <backend>' for the absolute times."""
+  device, name = jax.devices()[0], "CPU"
   if device.platform != "cpu":
     name = getattr(device, "device_kind", device.platform)
-  else:
-    name = "CPU"
-    try:
-      with open("/proc/cpuinfo") as f:
-        for line in f:
-          if line.startswith("model name"):
-            name = line.split(":", 1)[1].strip()
-            break
-    except OSError:
-      pass
+  elif os.path.exists("/proc/cpuinfo"):
+    lines = pathlib.Path("/proc/cpuinfo").read_text().splitlines()
+    name = next((l.split(":", 1)[1].strip() for l in lines if l.startswith("model name")), name)
   cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
   return f"{name} ({cores} cores), jax {jax.__version__} {device.platform}"
 
@@ -57,17 +42,13 @@ class Arm:
 
   def __init__(self, row: RowSpec, settings: Settings, seed: int, counts: np.ndarray):
     s = self.settings = settings
-    self.row, self.seed = row, seed
-    self.num_items, self.batch = s.num_items, s.batch_size
-    k = s.k
+    self.row, self.seed, self.num_items, k = row, seed, s.num_items, s.k
     self.estimator = tlk.frequency.ExactCounts(
       s.num_items, counts=np.asarray(counts, np.int64), accumulate=False, validate_ids=False
     )
-    self._embed_fn = None  # the candidate embedder of the current pass (module docstring)
+    self._embed_fn = None  # the candidate embedder of the current pass (bench/README.md)
     self.in_batch_k = k if k < s.batch_size else None
-    self.in_batch_seed = None
-    self.mixed = self.midx = self.memory = None
-    layers: List = [self.estimator]
+    self.in_batch_seed = self.mixed = self.midx = self.memory = None
     if row.source in ("in_batch", "xbatch") and self.in_batch_k is not None:
       self.in_batch_seed = keras.random.SeedGenerator(seed * 7919 + 1)
     if row.source == "mixed":
@@ -76,7 +57,6 @@ class Arm:
         neg.UniformNegatives(None, k - k // 2, id_range=(0, s.num_items), seed=seed * 7919 + 2),
         convention=row.convention,
       )
-      layers.append(self.mixed)
     elif row.source == "midx":
       self.midx = neg.MIDXSampler(
         s.midx_codewords,
@@ -87,7 +67,6 @@ class Arm:
         num_negatives=s.k_midx,
         candidate_embedder=self._embed,
       )
-      layers.append(self.midx)
     elif row.source == "xbatch":
       self.memory = neg.CrossBatchNegatives(
         self.estimator,
@@ -100,7 +79,7 @@ class Arm:
         cross_replica=False,
         seed=seed * 7919 + 4,
       )
-      layers.append(self.memory)
+    layers = [x for x in (self.estimator, self.mixed, self.midx, self.memory) if x is not None]
     variables = [v for layer in layers for v in layer.variables]
     if self.in_batch_seed is not None:
       variables.append(self.in_batch_seed.state)
@@ -108,7 +87,6 @@ class Arm:
     self._initial_values = [np.array(v.value) for v in self.variables]
     self.schedule = keras.optimizers.schedules.CosineDecay(s.learning_rate, s.steps, alpha=0.01)
     self._step = jax.jit(self._step_fn, donate_argnums=(0, 1))
-    self.refresh_seconds: List[float] = []
 
   # ------------------------------------------------------------------------- the library
   def _embed(self, ids):
@@ -138,11 +116,9 @@ class Arm:
       return neg.score_blocks(q, ids, pos_emb, negatives, blocks)
     if src == "midx":
       return self.midx.score(q, ids, pos_emb)
-    remembered = self.memory.score(q, ids, pos_emb)
-    return neg.join_blocks(
-      [self._in_batch(q, ids, pos_emb), remembered],
-      rebase_q_prime=self.row.correction == "corrected",
-    )
+    remembered = self.memory.score(q, ids, pos_emb)  # scored before the in-batch block
+    rebase = self.row.correction == "corrected"
+    return neg.join_blocks([self._in_batch(q, ids, pos_emb), remembered], rebase_q_prime=rebase)
 
   def _loss(self, q, ids, pos_emb):
     out = tlk.sampled_softmax_loss(
@@ -165,14 +141,16 @@ class Arm:
       after = [scope.get_current_value(v) for v in self.variables]
     return out, [a if a is not b else None for a, b in zip(after, before)]
 
-  def _adam(self, m, v, k, g, lr, rows=None):
-    return lazy_adam_core.update_rows(
-      ops, m, v, k, g, lr, BETA_1, BETA_2, EPSILON, adaptive_epsilon=False, rows=rows
+  @staticmethod
+  def _adam(param, slots, g, lr, rows=None):
+    """(param - delta, the new (m, v, k)): the core's LazyAdam rule with keras' Adam constants."""
+    *slots, delta = lazy_adam_core.update_rows(
+      ops, *slots, g, lr, BETA_1, BETA_2, EPSILON, adaptive_epsilon=False, rows=rows
     )
+    return param - delta, tuple(slots)
 
   def _step_fn(self, params, moments, values, features, users, items, t):
-    w, table = params
-    (m_w, v_w, k_w), (m_t, v_t, k_t) = moments
+    (w, table), (slots_w, slots_t) = params, moments
     lr = ops.cast(self.schedule(t), "float32")
     ids = items.astype(jnp.int32)
     if self.row.source == "full":
@@ -182,8 +160,7 @@ class Arm:
         return ops.mean(out.loss), ([None] * len(values), ops.mean(out.weight))
 
       (loss, (new, weight)), (g_w, g_t) = jax.value_and_grad(full, (0, 1), has_aux=True)(w, table)
-      m_t, v_t, k_t, delta = self._adam(m_t, v_t, k_t, g_t, lr)
-      table = table - delta
+      table, slots_t = self._adam(table, slots_t, g_t, lr)
     else:
       recorded = []
 
@@ -197,14 +174,14 @@ class Arm:
       every = jnp.concatenate([ids] + recorded)
       size = min(self.num_items, int(every.shape[0]))
       rows = jnp.unique(every, size=size, fill_value=self.num_items)  # sorted, |D| = padding
-      local_table = jnp.take(table, rows, axis=0, mode="fill", fill_value=0.0)
+      take = lambda a: jnp.take(a, rows, axis=0, mode="fill", fill_value=0)
+      local_table = take(table)
 
       def sampled(w, local):
         self._embed_fn = lambda i: jnp.take(local, jnp.searchsorted(rows, i), axis=0)
 
         def body():
-          pos_emb = self._embed_fn(ids)
-          loss, weight = self._loss(self._queries(w, features, users), ids, pos_emb)
+          loss, weight = self._loss(self._queries(w, features, users), ids, self._embed_fn(ids))
           if self.memory is not None:
             self.memory.update(ids, None)
           return loss, weight
@@ -216,14 +193,11 @@ class Arm:
       (loss, (new, weight)), (g_w, g_local) = grad(w, local_table)
       self._embed_fn = None
       real = (rows < self.num_items) & lazy_adam_core.nonzero_rows(ops, g_local)
-      take = lambda a: jnp.take(a, rows, axis=0, mode="fill", fill_value=0)
-      m_l, v_l, k_l, delta = self._adam(take(m_t), take(v_t), take(k_t), g_local, lr, real)
+      local_table, slots_l = self._adam(local_table, map(take, slots_t), g_local, lr, real)
       put = lambda a, b: a.at[rows].set(b, mode="drop")
-      table = put(table, local_table - delta)
-      m_t, v_t, k_t = put(m_t, m_l), put(v_t, v_l), put(k_t, k_l)
-    m_w, v_w, k_w, delta_w = self._adam(m_w, v_w, k_w, g_w, lr)
-    w = w - delta_w
-    return (w, table), ((m_w, v_w, k_w), (m_t, v_t, k_t)), new, loss, weight
+      table, slots_t = put(table, local_table), tuple(map(put, slots_t, slots_l))
+    w, slots_w = self._adam(w, slots_w, g_w, lr)
+    return (w, table), (slots_w, slots_t), new, loss, weight
 
   # ----------------------------------------------------------------------------- the state
   def initial_state(self, user_weights, item_table) -> Dict:
@@ -233,6 +207,7 @@ class Arm:
     zeros = lambda a: (jnp.zeros_like(a), jnp.zeros_like(a), jnp.zeros(a.shape[:1], a.dtype))
     for v, value in zip(self.variables, self._initial_values):
       v.assign(value)
+    self.refresh_seconds = []  # this state's MIDX refreshes (a run's, not the timing's)
     state = dict(
       params=(w, table),
       moments=(zeros(w), zeros(table)),
@@ -259,24 +234,16 @@ class Arm:
     if self.midx is not None and t > 0 and t % self.settings.midx_refresh == 0:
       self.refresh(state)
 
-  def step(self, state: Dict, features, users, items, sync: bool = True):
+  def step(self, state: Dict, features, users, items):
     """One training step on ``state`` (updated in place; call `maybe_refresh` before it);
-    (loss, mean w) when ``sync``."""
+    (loss, mean w), synced."""
     t = state["step"]
-    params, moments, changed, loss, weight = self._step(
-      state["params"],
-      state["moments"],
-      state["values"],
-      features,
-      jnp.asarray(users),
-      jnp.asarray(items),
-      jnp.asarray(t, jnp.int32),
-    )
+    batch = (jnp.asarray(users), jnp.asarray(items), jnp.asarray(t, jnp.int32))
+    out = self._step(state["params"], state["moments"], state["values"], features, *batch)
+    params, moments, changed, loss, weight = out
     values = [o if n is None else n for n, o in zip(changed, state["values"])]
     state.update(params=params, moments=moments, values=values, step=t + 1)
-    if sync:
-      return float(loss), float(weight)
-    return loss, weight
+    return float(loss), float(weight)
 
   @staticmethod
   def weights(state: Dict):
@@ -285,86 +252,57 @@ class Arm:
     return np.asarray(w, np.float64), np.asarray(table, np.float64)
 
 
-def train(
-  arm: Arm,
-  state: Dict,
-  features,
-  stream_users: np.ndarray,
-  stream_items: np.ndarray,
-  steps: int,
-  warmup: int = 3,
-) -> Dict:
-  """``steps`` steps from ``state["step"]``; every step timed (after syncing its loss)."""
-  times, losses, weights = [], [], []
-  features = jnp.asarray(features, jnp.float32)
-  for _ in range(steps):
-    t = state["step"]
-    arm.maybe_refresh(state)  # not timed: refresh_seconds
-    start = time.perf_counter()
-    loss, weight = arm.step(state, features, stream_users[t], stream_items[t])
-    times.append(time.perf_counter() - start)
-    losses.append(loss)
-    weights.append(weight)
-    if not np.isfinite(loss):
-      raise FloatingPointError(f"row {arm.row.name}, seed {arm.seed}: loss {loss} at step {t}")
+def _timed_step(arm: Arm, state: Dict, features, stream) -> tuple:
+  """(seconds, loss, mean w) of `Arm.step` on the stream's batch of step ``state["step"]``
+  (wrapping around); the MIDX refresh before it is not timed (``arm.refresh_seconds``)."""
+  t = state["step"] % stream.items.shape[0]
+  arm.maybe_refresh(state)
+  start = time.perf_counter()
+  loss, weight = arm.step(state, features, stream.users[t], stream.items[t])
+  return time.perf_counter() - start, loss, weight
+
+
+def train(arm: Arm, state: Dict, stream, steps: int, warmup: int = 3) -> Dict:
+  """``steps`` steps from ``state["step"]`` on the stream (`data.Stream`), every one timed."""
+  features = jnp.asarray(stream.user_features, jnp.float32)
+  out = []
+  for t in range(state["step"], state["step"] + steps):
+    out.append(_timed_step(arm, state, features, stream))
+    if not np.isfinite(out[-1][1]):
+      raise FloatingPointError(
+        f"row {arm.row.name}, seed {arm.seed}: loss {out[-1][1]} at step {t}"
+      )
+  times, losses, weights = zip(*out)
   timed = np.asarray(times[warmup:] if len(times) > warmup else times) * 1e3
+  tail = max(1, steps // 20)
   return dict(
     steps=steps,
     seconds=float(np.sum(times)),
-    first_step_s=float(times[0]) if times else None,
-    step_ms_median=float(np.median(timed)) if timed.size else None,
-    step_ms_min=float(np.min(timed)) if timed.size else None,
-    final_loss=float(np.mean(losses[-max(1, steps // 20) :])),
-    mean_weight=float(np.mean(weights[-max(1, steps // 20) :])),
+    first_step_s=float(times[0]),
+    step_ms_median=float(np.median(timed)),
+    step_ms_min=float(np.min(timed)),
+    final_loss=float(np.mean(losses[-tail:])),
+    mean_weight=float(np.mean(weights[-tail:])),
     refresh_seconds=float(np.sum(arm.refresh_seconds)),
   )
 
 
-def time_rows(
-  arms: Dict[str, Arm],
-  states: Dict[str, Dict],
-  features,
-  stream_users: np.ndarray,
-  stream_items: np.ndarray,
-  rounds: int,
-  steps_per_round: int,
-  warmup: int = 2,
-  rotated=None,
-) -> Dict[str, Dict]:
-  """Interleaved step timing of several arms (each on its own state): ``warmup`` steps each,
-  then ``rounds`` rounds in which every arm, in rotated order, runs ``steps_per_round`` timed
-  steps. {name: {median_ms, min_ms, steps}}."""
-  features = jnp.asarray(features, jnp.float32)
-  names = list(arms)
-  times: Dict[str, List[float]] = {n: [] for n in names}
-
-  def run(name, timed: bool):
-    state = states[name]
-    t = state["step"] % stream_items.shape[0]
-    arms[name].maybe_refresh(state)
-    start = time.perf_counter()
-    arms[name].step(state, features, stream_users[t], stream_items[t])
-    if timed:
-      times[name].append(time.perf_counter() - start)
-
-  for name in names:
+def time_rows(arms: Dict[str, Arm], init, stream, rounds: int, steps_per_round: int, warmup=2):
+  """Interleaved step timing of several arms, each on a fresh state from the initial weights
+  ``init``: ``warmup`` steps each, then ``rounds`` rounds in which every arm, in rotated order,
+  runs ``steps_per_round`` timed steps. {name: {median_ms, min_ms, steps}}."""
+  features = jnp.asarray(stream.user_features, jnp.float32)
+  states = {n: arm.initial_state(*init) for n, arm in arms.items()}
+  times: Dict[str, list] = {n: [] for n in arms}
+  step = lambda n: _timed_step(arms[n], states[n], features, stream)[0]
+  for n in arms:
     for _ in range(warmup):
-      run(name, False)
+      step(n)
   for r in range(rounds):
-    for name in rotated(names, r) if rotated else names:
-      for _ in range(steps_per_round):
-        run(name, True)
+    for n in rotated(list(arms), r):
+      times[n] += [step(n) for _ in range(steps_per_round)]
+  ms = lambda v, f: float(f(v) * 1e3)
   return {
-    n: dict(
-      median_ms=float(np.median(v) * 1e3) if v else None,
-      min_ms=float(np.min(v) * 1e3) if v else None,
-      steps=len(v),
-    )
+    n: dict(median_ms=ms(v, np.median), min_ms=ms(v, np.min), steps=len(v))
     for n, v in times.items()
   }
-
-
-def timing_rows(rows: Sequence[RowSpec], reference: Optional[RowSpec]) -> List[RowSpec]:
-  """The rows timed in an invocation: the reference (mixed) first, then the others once."""
-  out = [reference] if reference is not None else []
-  return out + [r for r in rows if reference is None or r.name != reference.name]

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from bench import serving_scale
+from bench.serving import data
 
 
 def _oracle_top_k(queries, table, k):
@@ -26,13 +27,13 @@ def _oracle_recall(approx, exact, k):
 
 
 def test_exact_top_k_matches_the_full_sort(monkeypatch):
-  monkeypatch.setattr(serving_scale, "CHUNK", 1000)  # several generated chunks
-  geo = serving_scale.Geometry(5000, 16, seed=3)
+  monkeypatch.setattr(data, "CHUNK", 1000)  # several generated chunks
+  geo = data.Geometry(5000, 16, seed=3)
   table, cluster = geo.items()
   assert table.shape == (5001, 16) and not table[0].any() and cluster[0] == -1
   queries = geo.queries(table, 37, stream=1)
   for chunk in (97, 1 << 16):  # many item chunks (threshold merging) and one
-    ids, scores = serving_scale.exact_top_k(queries, table, 50, chunk=chunk)
+    ids, scores = data.exact_top_k(queries, table, 50, chunk=chunk)
     expected = _oracle_top_k(queries, table, 50)
     np.testing.assert_array_equal(np.sort(ids, 1), np.sort(expected, 1))  # float32 vs 64 order
     assert np.all(np.diff(scores, axis=1) <= 0)  # best first
@@ -48,16 +49,16 @@ def test_recall_at_k_is_the_mean_overlap_fraction():
   approx[:, 7:] = rng.integers(51, 60, (20, 3))  # 3 misses in every row
   approx[::2, 0] = -1  # an empty slot in half the rows
   approx[1] = exact[1][::-1]  # order does not matter
-  got = serving_scale.recall_at_k(approx, exact, 10)
+  got = data.recall_at_k(approx, exact, 10)
   np.testing.assert_allclose(got, _oracle_recall(approx, exact, 10), rtol=1e-12)
   np.testing.assert_allclose(got, (10 * 0.6 + 9 * 0.7 + 1.0) / 20)  # even / odd rows / row 1
-  assert serving_scale.recall_at_k(exact, exact, 10) == 1.0
+  assert data.recall_at_k(exact, exact, 10) == 1.0
 
 
-@pytest.mark.parametrize("catalog", sorted(serving_scale.GEOMETRIES))
+@pytest.mark.parametrize("catalog", sorted(data.GEOMETRIES))
 def test_chunks_regenerate_identically(catalog, monkeypatch):
-  monkeypatch.setattr(serving_scale, "CHUNK", 700)
-  law = serving_scale.GEOMETRIES[catalog]
+  monkeypatch.setattr(data, "CHUNK", 700)
+  law = data.GEOMETRIES[catalog]
   geo = law(2000, 8, seed=1)
   table, _ = geo.items()
   again = law(2000, 8, seed=1)
@@ -70,7 +71,7 @@ def test_chunks_regenerate_identically(catalog, monkeypatch):
 def test_topic_catalog_follows_its_law():
   """TopicGeometry: N / 100 clusters, items c + 0.3 ε scaled by a norm factor, queries c' + 0.5 ε
   near cluster centres."""
-  geo = serving_scale.GEOMETRIES["topics"](50_000, 16, seed=0)
+  geo = data.GEOMETRIES["topics"](50_000, 16, seed=0)
   table, cluster = geo.items()
   assert geo.num_clusters == 500
   ratio = np.linalg.norm(table[1:], axis=1) / np.linalg.norm(geo.centres[cluster[1:]], axis=1)
@@ -115,7 +116,7 @@ def test_bench_end_to_end(tmp_path, capsys):
 
   # Reported recall = the definition applied to the saved ids; the saved exact ids = the full sort.
   saved = np.load(out / f"ids_{n}.npz")
-  geo = serving_scale.Geometry(n, 64, seed=0)
+  geo = data.Geometry(n, 64, seed=0)
   table, _ = geo.items()
   eval_q = geo.queries(table, num_eval, stream=1)
   np.testing.assert_array_equal(

@@ -188,6 +188,15 @@ def test_a_paused_run_ends_the_row_and_the_rerun_goes_on(tmp_path, stand_in):
   assert proc.returncode == 0 and "2 of 2 runs finished" in proc.stdout.splitlines()[-1]
 
 
+def test_the_command_line_overrides_the_files_arrangement(tmp_path):
+  path = _write(tmp_path, "e", 'settings = ["synthetic"]\nrows = ["bce"]\narrange = "row"\n')
+  exp = cli.resolve(cli.parse_args([str(path), "--arrange=parallel", "--jobs=3"]))
+  assert (exp.arrange, exp.jobs) == ("parallel", 3)
+  assert cli.resolve(cli.parse_args([str(path)])).arrange == "row"
+  with pytest.raises(SystemExit):
+    cli.parse_args([str(path), "--jobs=0"])
+
+
 @pytest.mark.parametrize(
   "text, message",
   [
