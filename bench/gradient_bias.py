@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from bench.common import plot as plot_lib
 from bench.common import zipf
+from bench.common.flags import add_flags
 from bench.common.report import ruled
 
 VARIANTS = {  # variant: its column in the tables
@@ -30,35 +31,33 @@ VARIANTS = {  # variant: its column in the tables
   "corrected_proxy": "corr_proxy",
   "corrected_no_w": "corr_no_w",
 }
-FLAGS = {  # --flag: (default, help); the str defaults are comma-separated lists
+FLAGS = {  # --flag: (default, help), bench.common.flags' table
   "num_items": (2000, None),
   "score_std": (1.75, None),
   "zipf": (1.0, "Zipf exponent of Q"),
-  "positive_prob": ("0.05,0.2", "P(p|u) values of the positive (one panel row each)"),
-  "ranks": ("1,5,50,1000", "popularity ranks of the positive under Q (1 = head)"),
-  "ns": ("16,32,64,128,256,512,1024", "negatives per row"),
+  "positive_prob": ([0.05, 0.2], "P(p|u) values of the positive (one panel row each)"),
+  "ranks": ([1, 5, 50, 1000], "popularity ranks of the positive under Q (1 = head)"),
+  "ns": ([16, 32, 64, 128, 256, 512, 1024], "negatives per row"),
   "draws": (8000, "Monte Carlo rows per (P, rank, n)"),
   "chunk": (1000, "rows per TF call (memory)"),
   "batches": (40, "batch means for the MC error"),
   "embedding_dim": (32, None),
   "seed": (0, None),
 }
-LISTS = {"positive_prob": float, "ranks": int, "ns": int}  # element types of the list flags
-QUICK = {"draws": 2000, "ns": "16,64,256,1024", "positive_prob": "0.2", "ranks": "1,50,1000"}
+QUICK = {"draws": 2000, "ns": [16, 64, 256, 1024], "positive_prob": [0.2], "ranks": [1, 50, 1000]}
 
 
 def parse_args(argv=None):
   p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-  for name, (default, text) in FLAGS.items():
-    p.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default, help=text)
+  add_flags(p, FLAGS, dashes=True)
   p.add_argument("--out", default=str(pathlib.Path(__file__).resolve().parent / "out"))
-  quick = ", ".join(f"{k} {v}" for k, v in QUICK.items())
+  quick = ", ".join(
+    f"{k} {','.join(map(str, v)) if isinstance(v, list) else v}" for k, v in QUICK.items()
+  )
   p.add_argument("--quick", action="store_true", help=f"short run: {quick}")
   args = p.parse_args(argv)
   if args.quick:
     vars(args).update(QUICK)
-  for name, kind in LISTS.items():
-    setattr(args, name, [kind(x) for x in getattr(args, name).split(",")])
   if args.draws % args.batches or args.chunk % (args.draws // args.batches):
     raise SystemExit(
       "--draws must be a multiple of --batches and --chunk a multiple of draws/batches"

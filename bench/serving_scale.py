@@ -33,6 +33,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np
 
 from bench.common import memory, report, timing, workers
+from bench.common.flags import listed
 from bench.serving.data import GEOMETRIES, Geometry, exact_top_k, recall_at_k
 from bench.serving.indexes import FaissSide, ScannSide, choose, dir_bytes, faiss_spec
 from bench.serving.report import plot, summarize, write_report
@@ -302,47 +303,67 @@ def _worker(kind: str, spec: dict) -> dict:
 # --------------------------------------------------------------------------- main
 
 
-def _csv(cast):
-  return lambda text: [cast(x) for x in text.split(",")]
-
-
 def parse_args(argv):
   p = argparse.ArgumentParser(
     description=__doc__.split("\n\n")[0],
     formatter_class=argparse.RawDescriptionHelpFormatter,
     epilog=__doc__,
   )
-  add = p.add_argument
-  sizes = "Catalog sizes, comma-separated."
-  add("--sizes", type=_csv(lambda s: int(float(s))), default="100000,1000000,10000000", help=sizes)
-  add("--quick", action="store_true", help="1e4 and 1e5 items, fewer queries.")
-  indexes = "Comma-separated, of scann, faiss, brute (ScaNN's exact top-k: the speed-up's base)."
-  add("--indexes", default="scann,faiss", help=indexes)
-  add("--catalog", default="anisotropic", choices=sorted(GEOMETRIES))
+  p.add_argument(
+    "--sizes",
+    type=listed(lambda s: int(float(s))),
+    default="100000,1000000,10000000",
+    help="Catalog sizes, comma-separated.",
+  )
+  p.add_argument("--quick", action="store_true", help="1e4 and 1e5 items, fewer queries.")
+  p.add_argument(
+    "--indexes",
+    default="scann,faiss",
+    help="Comma-separated, of scann, faiss, brute (ScaNN's exact top-k: the speed-up's base).",
+  )
+  p.add_argument("--catalog", default="anisotropic", choices=sorted(GEOMETRIES))
   for name, default in dict(
     dim=64, k=100, target_recall=0.95, tune_queries=300, eval_queries=1000, single_queries=100
   ).items():
-    add(f"--{name}", type=type(default), default=default)
-  add("--rounds", type=int, default=5)
-  fractions = "Leaves searched (ScaNN) / nprobe (FAISS) as fractions of the partitions."
-  add("--fractions", type=_csv(float), default="0.005,0.01,0.02,0.04,0.08,0.16", help=fractions)
-  reorders = "ScaNN reorder_k; FAISS k_factor = these / k."
-  add("--reorders", type=_csv(int), default="200,500,1000,2000,4000", help=reorders)
-  add("--scann_options", type=json.loads, default="{}", help="JSON of IndexConfig fields.")
-  by_size = 'JSON {"N": {IndexConfig fields}} on top of --scann_options for size N.'
-  add("--scann_options_by_size", type=json.loads, default="{}", help=by_size)
-  add("--faiss_train_min", type=int, default=100_000, help="min FAISS training sample")
-  add("--mmap_from", type=int, default=5_000_000, help="memory-map catalogs this large")
-  add("--previous", help="serving_scale.json of an earlier run whose points are also listed")
-  add("--no_serving", action="store_true", help="Skip the serving SavedModel part.")
-  add("--serving_batch", type=int, default=64)
-  add("--history_len", type=int, default=20)
-  add("--seed", type=int, default=0)
-  add("--timeout_s", type=int, default=3600, help="Per worker process.")
-  add("--machine", default=f"{os.cpu_count()}-core CPU ({platform.machine()})")
-  add("--work_dir", help="Scratch space (default: a temporary folder, removed).")
-  add("--save_ids", action="store_true", help="Also write ids_N.npz (evaluation ids) to --out.")
-  add("--out", default="bench/out/serving_scale", help="Output folder.")
+    p.add_argument(f"--{name}", type=type(default), default=default)
+  p.add_argument("--rounds", type=int, default=5)
+  p.add_argument(
+    "--fractions",
+    type=listed(float),
+    default="0.005,0.01,0.02,0.04,0.08,0.16",
+    help="Leaves searched (ScaNN) / nprobe (FAISS) as fractions of the partitions.",
+  )
+  p.add_argument(
+    "--reorders",
+    type=listed(int),
+    default="200,500,1000,2000,4000",
+    help="ScaNN reorder_k; FAISS k_factor = these / k.",
+  )
+  p.add_argument(
+    "--scann_options", type=json.loads, default="{}", help="JSON of IndexConfig fields."
+  )
+  p.add_argument(
+    "--scann_options_by_size",
+    type=json.loads,
+    default="{}",
+    help='JSON {"N": {IndexConfig fields}} on top of --scann_options for size N.',
+  )
+  p.add_argument("--faiss_train_min", type=int, default=100_000, help="min FAISS training sample")
+  p.add_argument("--mmap_from", type=int, default=5_000_000, help="memory-map catalogs this large")
+  p.add_argument(
+    "--previous", help="serving_scale.json of an earlier run whose points are also listed"
+  )
+  p.add_argument("--no_serving", action="store_true", help="Skip the serving SavedModel part.")
+  p.add_argument("--serving_batch", type=int, default=64)
+  p.add_argument("--history_len", type=int, default=20)
+  p.add_argument("--seed", type=int, default=0)
+  p.add_argument("--timeout_s", type=int, default=3600, help="Per worker process.")
+  p.add_argument("--machine", default=f"{os.cpu_count()}-core CPU ({platform.machine()})")
+  p.add_argument("--work_dir", help="Scratch space (default: a temporary folder, removed).")
+  p.add_argument(
+    "--save_ids", action="store_true", help="Also write ids_N.npz (evaluation ids) to --out."
+  )
+  p.add_argument("--out", default="bench/out/serving_scale", help="Output folder.")
   return p.parse_args(argv)
 
 

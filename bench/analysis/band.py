@@ -13,6 +13,7 @@ from typing import Dict, List, Optional, Sequence
 
 from bench import paper_loop
 from bench.analysis import common
+from bench.common.flags import csv
 from bench.common.plot import pyplot, save
 from eval import paired_stats
 
@@ -160,7 +161,7 @@ def _markdown(results: Dict[str, dict], names: Sequence[str], every: int, comman
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
   args = common.parser("band", __doc__, FLAGS).parse_args(argv)
-  band_runs = common.csv(args.band)
+  band_runs = csv(args.band)
   names = [n.strip() for n in args.names.split(",")]
   if len(band_runs) < 2:
     sys.exit(f"error: --band needs at least 2 runs for an interval, got {len(band_runs)}")
@@ -174,7 +175,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
   except ValueError as e:
     sys.exit(f"error: {e}")
   results = {}
-  for key in common.csv(args.keys):
+  for key in csv(args.keys):
     rows = band_statistics(band, probe, key)
     if rows:
       results[key] = dict(

@@ -9,6 +9,7 @@ import pathlib
 import sys
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
+from bench.common.flags import add_flags
 from bench.common.report import command, markdown_header, markdown_row
 from eval.paired_stats import paired_difference, relative_margin
 
@@ -17,9 +18,8 @@ def parser(
   name: str, doc: str, flags: Mapping[str, Tuple[Any, Optional[str]]], epilog: bool = False
 ) -> argparse.ArgumentParser:
   """The parser of ``python -m bench.analysis NAME``: described by the first paragraph of ``doc``
-  (with ``epilog``: the rest, as written, below the flags). ``flags``: {flag: (default, help)};
-  default ``...``: required, False: a switch, a list: comma-separated items, an int or a float:
-  the flag's type."""
+  (with ``epilog``: the rest, as written, below the flags); ``flags``: `bench.common.flags`'
+  table."""
   head, _, rest = doc.partition("\n\n")
   out = argparse.ArgumentParser(
     prog=f"python -m bench.analysis {name}",
@@ -27,22 +27,8 @@ def parser(
     epilog=rest if epilog else None,
     formatter_class=argparse.RawDescriptionHelpFormatter if epilog else argparse.HelpFormatter,
   )
-  for flag, (default, text) in flags.items():
-    if default is ...:
-      out.add_argument(f"--{flag}", required=True, help=text)
-    elif default is False:
-      out.add_argument(f"--{flag}", action="store_true", help=text)
-    elif isinstance(default, (list, int, float)):
-      kind = csv if isinstance(default, list) else type(default)
-      out.add_argument(f"--{flag}", default=default, type=kind, help=text)
-    else:
-      out.add_argument(f"--{flag}", default=default, help=text)
+  add_flags(out, flags)
   return out
-
-
-def csv(text: str) -> List[str]:
-  """The non-empty items of a comma-separated flag."""
-  return [t for t in text.split(",") if t]
 
 
 def command_line(name: str, argv: Optional[Sequence[str]]) -> str:

@@ -19,6 +19,7 @@ from bench.analysis.runs import (
   is_paper_loop_tree,
   subfolders,
 )
+from bench.common.flags import csv
 from bench.common.plot import pyplot, save
 from bench.launch.rows import PAPER, ROWS, label
 from eval import paired_stats
@@ -263,7 +264,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.error(f"--margin must be > 0, got {args.margin}")
   try:
     arms = [pathlib.Path(args.a), pathlib.Path(args.b)]
-    data = load(arms, args.budget, args.setting, common.csv(args.rows) or None)
+    data = load(arms, args.budget, args.setting, csv(args.rows) or None)
   except ValueError as e:
     print(f"error: {e}", file=sys.stderr)
     return 2

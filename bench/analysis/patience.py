@@ -13,6 +13,7 @@ import sys
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from bench.analysis import common
+from bench.common.flags import csv
 
 METRICS = ("recall@10", "recall@20", "ndcg@10", "ndcg@20")
 FLAGS = dict(
@@ -135,7 +136,7 @@ def _window_rows(name: str, levels: List[dict], selected: Dict[int, int]) -> Lis
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
   args = common.parser("patience", __doc__, FLAGS).parse_args(argv)
-  runs = common.csv(args.runs)
+  runs = csv(args.runs)
   patiences = sorted(int(p) for p in args.patiences.split(","))
   table: List[list] = []
   windows: List[list] = []

@@ -140,11 +140,8 @@ def _provenance() -> str:
   commit, marked when tracked files differ from it."""
   cwd = pathlib.Path.cwd().resolve()
   text = " (run from " + ("the repository root" if cwd == ROOT else f"`{cwd}`") + ")"
-  head = commit()
-  if head is None:
-    return text
-  clean = head.removesuffix("-dirty")
-  return f"{text} at commit {clean}" + (" (with uncommitted changes)" if head != clean else "")
+  head = commit(dirty=" (with uncommitted changes)")
+  return text if head is None else f"{text} at commit {head}"
 
 
 HOW_TO_READ = """\

@@ -64,20 +64,21 @@ def command(module: str, argv: Sequence[str]) -> str:
   return f"python -m {module} " + shlex.join(argv)
 
 
-def commit(full: bool = False) -> Optional[str]:
-  """This checkout's HEAD (short, or the whole hash with ``full``) and "-dirty" when tracked files
-  differ from it (read-only: GIT_OPTIONAL_LOCKS=0 keeps `git status` from refreshing the index);
-  None without git."""
+def commit(full: bool = False, dirty: str = "-dirty") -> Optional[str]:
+  """This checkout's HEAD (short, or the whole hash with ``full``), followed by ``dirty`` when
+  tracked files differ from it (read-only: GIT_OPTIONAL_LOCKS=0 keeps `git status` from
+  refreshing the index); None without git."""
 
   def git(*args: str) -> str:
     env = dict(os.environ, GIT_OPTIONAL_LOCKS="0")
-    run = subprocess.run(["git", *args], cwd=ROOT, env=env, capture_output=True, text=True)
-    run.check_returncode()
+    run = subprocess.run(
+      ["git", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=30, check=True
+    )
     return run.stdout.strip()
 
   try:
     head = git("rev-parse", *([] if full else ["--short"]), "HEAD")
-    dirty = git("status", "--porcelain", "--untracked-files=no")
-  except (OSError, subprocess.CalledProcessError):
+    changed = git("status", "--porcelain", "--untracked-files=no")
+  except (OSError, subprocess.SubprocessError):
     return None
-  return head + ("-dirty" if dirty else "")
+  return head + (dirty if changed else "")

@@ -23,6 +23,7 @@ import time
 from typing import Any, Dict, List, Optional, Sequence
 
 from bench.analysis.runs import read_json
+from bench.common.flags import csv
 from bench.common.report import markdown_header, markdown_row
 from bench.common.timing import rotated
 from bench.launch import execute as execute_lib
@@ -36,10 +37,6 @@ EXPERIMENTS = ROOT / "bench" / "experiments"
 TEST = ("recall@20", "ndcg@10", "recall@100")
 
 
-def _csv(text: str) -> List[str]:
-  return [t for t in text.split(",") if t]
-
-
 def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   p = argparse.ArgumentParser(
     prog="python -m bench.launch",
@@ -50,7 +47,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   p.add_argument("experiment", help="a TOML file, or the name of one in bench/experiments/")
   p.add_argument("--out", default=None, help="default: bench/out/<experiment>")
   for key in ("settings", "rows", "seeds", "binaries"):
-    p.add_argument(f"--{key}", type=_csv, default=None, help="comma-separated; default: the file's")
+    p.add_argument(f"--{key}", type=csv, default=None, help="comma-separated; default: the file's")
   p.add_argument(
     "--set",
     action="append",
@@ -65,7 +62,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
   p.add_argument("--python", default=sys.executable, help="the interpreter of the runs")
   p.add_argument("--dry_run", action="store_true", help="print the commands, run nothing")
   p.add_argument("--overwrite", action="store_true", help="rerun finished runs from scratch")
-  p.add_argument("--arrangements", type=_csv, default=None, help="time the plan arranged so")
+  p.add_argument("--arrangements", type=csv, default=None, help="time the plan arranged so")
   p.add_argument("--rounds", type=int, default=1, help="rounds of --arrangements")
   args = p.parse_args(argv)
   if args.time_budget_minutes < 0 or args.rounds < 1 or (args.jobs is not None and args.jobs < 1):
